@@ -1,0 +1,156 @@
+//! The three platforms behind one trait: verify a webhook over its raw bytes, answer a
+//! handshake, and parse the body into inbound user turns with their idempotency keys.
+//!
+//! Nothing here touches the database or the network; the ingress handler
+//! (`crate::http::hooks`) drives these steps in order.
+
+pub mod slack;
+pub mod telegram;
+pub mod whatsapp;
+
+use axum::http::HeaderMap;
+use serde_json::Value;
+
+use crate::domain::{Connector, Platform};
+
+/// What a platform module sees of an HTTP request.
+pub struct HookRequest<'a> {
+    pub headers: &'a HeaderMap,
+    /// The raw query string of a GET (Meta's handshake), without the leading `?`.
+    pub query: Option<&'a str>,
+    /// The raw body, exactly as received.
+    pub body: &'a [u8],
+    /// Unix seconds, injected so timestamp checks can be tested.
+    pub now: i64,
+}
+
+/// Why a request is refused. Each maps to one HTTP answer in `crate::error`.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum HookError {
+    /// 401: the signature header is absent.
+    #[error("signature header `{0}` is missing")]
+    MissingSignature(&'static str),
+    /// 401: the signature does not match.
+    #[error("signature does not match")]
+    BadSignature,
+    /// 401: the signed timestamp is outside the replay window.
+    #[error("request timestamp is outside the allowed window")]
+    StaleTimestamp,
+    /// 400: the body passed verification but is not the JSON the platform sends.
+    #[error("malformed body: {0}")]
+    Malformed(String),
+    /// 403: a handshake with a wrong or missing verify token.
+    #[error("handshake verify token does not match")]
+    HandshakeForbidden,
+    /// 405: e.g. a GET to a Slack or Telegram connector.
+    #[error("method not allowed for this platform")]
+    MethodNotAllowed,
+}
+
+/// A handshake answer, sent back verbatim with status 200.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandshakeReply {
+    pub content_type: &'static str,
+    pub body: String,
+}
+
+/// One inbound user turn, in the bridge's own terms.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InboundMessage {
+    /// Dedupe key, the same across every retry and duplicate (DESIGN.md "Idempotency keys").
+    pub idempotency_key: String,
+    pub kind: InboundKind,
+    /// Slack `ts`, WhatsApp `wamid…`, Telegram `message_id`.
+    pub platform_message_id: String,
+    /// Slack channel, WhatsApp sender number (the 1:1 chat), Telegram chat id.
+    pub chat_id: String,
+    /// Slack `thread_ts`, Telegram `message_thread_id` (forum topic). None for WhatsApp.
+    pub thread_id: Option<String>,
+    /// The sender as the platform names them (Slack `U…`, WhatsApp `wa_id`, Telegram user id).
+    pub platform_user_id: String,
+    /// The message this one answers or quotes (Telegram `reply_to_message.message_id`,
+    /// WhatsApp `context.id`, Slack parent `thread_ts`).
+    pub reply_to_id: Option<String>,
+    /// User text, or a placeholder such as `[image]` for a non-text message.
+    pub text: String,
+    /// Platform extras worth keeping for admins (display name, channel type, event ids…).
+    pub metadata: Value,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InboundKind {
+    /// A user's text: recorded and dispatched to the agent.
+    Text,
+    /// A user's non-text message (image, sticker, voice…): recorded as `ignored` with a
+    /// placeholder so admins see it, never dispatched.
+    NonText,
+}
+
+/// A WhatsApp delivery status callback about one of our own sent messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryStatus {
+    /// The `wamid` our send returned.
+    pub platform_message_id: String,
+    /// `sent`, `delivered`, `read`, `failed`…
+    pub status: String,
+    /// `biz_opaque_callback_data`: our reply part key, when we sent one.
+    pub callback_data: Option<String>,
+    /// First error code and title of a `failed` status.
+    pub error: Option<String>,
+}
+
+/// Everything a verified POST carried.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Inbound {
+    pub messages: Vec<InboundMessage>,
+    pub statuses: Vec<DeliveryStatus>,
+    /// Reasons for what was dropped without recording (echoes, edits, statuses of others…),
+    /// kept for metrics and debug logs.
+    pub dropped: Vec<&'static str>,
+}
+
+/// What a verified POST turned out to be.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Parsed {
+    /// A handshake to answer (Slack `url_verification`).
+    Handshake(HandshakeReply),
+    /// Zero or more events.
+    Events(Inbound),
+}
+
+/// One messaging platform's inbound protocol.
+pub trait Channel: Send + Sync {
+    fn platform(&self) -> Platform;
+
+    /// Checks the request's signature or secret over the raw body. Constant-time comparisons.
+    fn verify(&self, connector: &Connector, request: &HookRequest<'_>) -> Result<(), HookError>;
+
+    /// Answers an unsigned GET handshake (Meta's `hub.challenge`). Platforms without one
+    /// answer `MethodNotAllowed`.
+    fn handshake(
+        &self,
+        connector: &Connector,
+        request: &HookRequest<'_>,
+    ) -> Result<HandshakeReply, HookError> {
+        let _ = (connector, request);
+        Err(HookError::MethodNotAllowed)
+    }
+
+    /// Parses a verified body. Never called before `verify` succeeded.
+    fn parse(&self, connector: &Connector, body: &[u8]) -> Result<Parsed, HookError>;
+}
+
+/// The module that speaks `platform`.
+pub fn channel_for(platform: Platform) -> &'static dyn Channel {
+    match platform {
+        Platform::Slack => &slack::Slack,
+        Platform::Whatsapp => &whatsapp::WhatsApp,
+        Platform::Telegram => &telegram::Telegram,
+    }
+}
+
+/// Constant-time equality of two byte strings (length is not secret).
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    use subtle::ConstantTimeEq;
+    a.len() == b.len() && bool::from(a.ct_eq(b))
+}

@@ -1,0 +1,215 @@
+//! Domain types parsed at the edge, so the rest of the code never holds an unchecked value.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, sqlx::Type)]
+        #[serde(transparent)]
+        #[sqlx(transparent)]
+        pub struct $name(pub Uuid);
+
+        impl $name {
+            /// A new, time-ordered id (UUIDv7), so ids sort roughly by creation.
+            pub fn new() -> Self {
+                Self(Uuid::now_v7())
+            }
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = uuid::Error;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Uuid::parse_str(s).map(Self)
+            }
+        }
+    };
+}
+
+id_type!(
+    /// A tenant: the unit of isolation under row-level security.
+    TenantId
+);
+id_type!(
+    /// One platform endpoint of a tenant (`channel_connectors.id`).
+    ConnectorId
+);
+id_type!(
+    /// One inbound user turn (`channel_messages.id`).
+    MessageId
+);
+
+/// The messaging platforms the bridge speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Platform {
+    Slack,
+    Whatsapp,
+    Telegram,
+}
+
+impl Platform {
+    pub const ALL: [Platform; 3] = [Platform::Slack, Platform::Whatsapp, Platform::Telegram];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Platform::Slack => "slack",
+            Platform::Whatsapp => "whatsapp",
+            Platform::Telegram => "telegram",
+        }
+    }
+}
+
+impl fmt::Display for Platform {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("unknown platform `{0}` (expected slack, whatsapp or telegram)")]
+pub struct UnknownPlatform(pub String);
+
+impl FromStr for Platform {
+    type Err = UnknownPlatform;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "slack" => Ok(Platform::Slack),
+            "whatsapp" => Ok(Platform::Whatsapp),
+            "telegram" => Ok(Platform::Telegram),
+            other => Err(UnknownPlatform(other.to_owned())),
+        }
+    }
+}
+
+/// What happens to a message from a sender with no `channel_links` row.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum UnlinkedPolicy {
+    /// Record the turn as `denied_unlinked`; never dispatch it.
+    #[default]
+    Deny,
+    /// Dispatch it under a per-sender conversation key, with no user id.
+    Allow,
+}
+
+impl UnlinkedPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UnlinkedPolicy::Deny => "deny",
+            UnlinkedPolicy::Allow => "allow",
+        }
+    }
+}
+
+impl FromStr for UnlinkedPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "deny" => Ok(Self::Deny),
+            "allow" => Ok(Self::Allow),
+            other => Err(format!("unknown unlinked policy `{other}`")),
+        }
+    }
+}
+
+/// Lifecycle of a `channel_messages` row (DESIGN.md, "Statuses and decisions").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageStatus {
+    /// Recorded and queued for dispatch.
+    Accepted,
+    /// Claimed by a worker; the agent call is under way.
+    Dispatching,
+    /// The agent answered.
+    Executed,
+    /// The agent could not be reached or refused after retries.
+    DispatchFailed,
+    /// The sender is not linked and the connector's policy is deny.
+    DeniedUnlinked,
+    /// A real user's message the bridge does not forward (image, sticker, voice…): kept so
+    /// admins see it, never dispatched and never part of history.
+    Ignored,
+}
+
+impl MessageStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Accepted => "accepted",
+            Self::Dispatching => "dispatching",
+            Self::Executed => "executed",
+            Self::DispatchFailed => "dispatch_failed",
+            Self::DeniedUnlinked => "denied_unlinked",
+            Self::Ignored => "ignored",
+        }
+    }
+}
+
+impl FromStr for MessageStatus {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "accepted" => Self::Accepted,
+            "dispatching" => Self::Dispatching,
+            "executed" => Self::Executed,
+            "dispatch_failed" => Self::DispatchFailed,
+            "denied_unlinked" => Self::DeniedUnlinked,
+            "ignored" => Self::Ignored,
+            other => return Err(format!("unknown message status `{other}`")),
+        })
+    }
+}
+
+impl fmt::Display for MessageStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A connector as the ingress and delivery code use it: identity, secrets (wrapped so that
+/// `Debug` never prints them) and behaviour switches.
+#[derive(Clone, Debug)]
+pub struct Connector {
+    pub tenant_id: TenantId,
+    pub id: ConnectorId,
+    pub platform: Platform,
+    pub name: String,
+    /// Slack team id, WhatsApp phone_number_id or Telegram bot id.
+    pub external_id: Option<String>,
+    /// Slack `api_app_id` (informational; the signing secret is per app).
+    pub app_id: Option<String>,
+    /// The bot's own user id (Slack `U…` from `auth.test`, Telegram bot user id): its messages
+    /// are echoes and are never dispatched.
+    pub bot_user_id: Option<String>,
+    /// Slack `bot_id` (`B…`) of our app.
+    pub bot_id: Option<String>,
+    /// Slack signing secret, Meta app secret or Telegram `secret_token`.
+    pub verification_secret: secrecy::SecretString,
+    /// The secret replaced by the last rotation, while its grace period lasts (Slack keeps
+    /// the previous signing secret valid for 24 h).
+    pub previous_verification_secret: Option<secrecy::SecretString>,
+    /// Meta's `hub.verify_token` for the GET handshake.
+    pub verify_token: Option<secrecy::SecretString>,
+    /// Slack bot token, WhatsApp access token or Telegram bot token.
+    pub outbound_token: Option<secrecy::SecretString>,
+    /// Override of the platform API host (tests, proxies).
+    pub api_base_url: Option<String>,
+    pub enabled: bool,
+    pub unlinked_policy: UnlinkedPolicy,
+}
