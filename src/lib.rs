@@ -1,5 +1,20 @@
 //! channel-bridge: a multi-tenant messaging gateway between Slack, WhatsApp and Telegram
 //! webhooks and an AI agent, with every tenant's data under PostgreSQL row-level security.
+//!
+//! Map of the crate:
+//! - `channels`: the three platform protocols behind one trait (verify, handshake, parse).
+//! - `http`: the HTTP surface, one router per feature.
+//! - `db`: pool, migrations, the tenant transaction (the one door to tenant tables).
+//! - `provision`, `cli`: provisioning and the command line.
 
 pub mod channels;
+pub mod cli;
+pub mod db;
 pub mod domain;
+pub mod error;
+pub mod http;
+pub mod provision;
+pub mod settings;
+pub mod startup;
+pub mod state;
+pub mod telemetry;

@@ -1,0 +1,185 @@
+//! The command line: one binary, one subcommand per role or admin task.
+
+use clap::{Args, Parser, Subcommand};
+use secrecy::SecretString;
+
+use crate::db::connectors::NewConnector;
+use crate::domain::{Platform, TenantId, UnlinkedPolicy};
+use crate::settings::{DatabaseSettings, LogFormat, ServeSettings};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "channel-bridge",
+    version,
+    about = "Multi-tenant messaging gateway: Slack, WhatsApp and Telegram to an AI agent"
+)]
+pub struct Cli {
+    /// Log output format.
+    #[arg(long, env = "CB_LOG_FORMAT", value_enum, default_value_t = LogFormat::Pretty, global = true)]
+    pub log_format: LogFormat,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the HTTP server and the dispatch worker (either alone with --http/--worker false).
+    Serve(ServeSettings),
+    /// Create the database if missing and apply pending migrations.
+    Migrate(DatabaseSettings),
+    /// Manage tenants.
+    #[command(subcommand)]
+    Tenant(TenantCommand),
+    /// Manage a tenant's platform connectors.
+    #[command(subcommand)]
+    Connector(ConnectorCommand),
+    /// Link platform senders to tenant users.
+    #[command(subcommand)]
+    Link(LinkCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TenantCommand {
+    /// Create a tenant; prints its id and dispatch signing secret (shown once).
+    Create {
+        #[command(flatten)]
+        database: DatabaseSettings,
+        /// Short unique name: lowercase letters, digits, dashes.
+        #[arg(long)]
+        slug: String,
+        /// Display name (defaults to the slug).
+        #[arg(long)]
+        name: Option<String>,
+        /// The tenant's agent proxy URL (else the server's CB_AGENT_URL).
+        #[arg(long)]
+        agent_url: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConnectorCommand {
+    /// Add a connector; prints its id and the webhook path to register with the platform.
+    Add(ConnectorAdd),
+}
+
+#[derive(Debug, Args)]
+pub struct ConnectorAdd {
+    #[command(flatten)]
+    pub database: DatabaseSettings,
+    #[arg(long)]
+    pub tenant: TenantId,
+    #[arg(long, value_enum)]
+    pub platform: Platform,
+    #[arg(long, default_value = "")]
+    pub name: String,
+    /// Slack signing secret, Meta app secret or Telegram secret_token.
+    #[arg(long, env = "CB_VERIFICATION_SECRET", hide_env_values = true)]
+    pub verification_secret: SecretString,
+    /// Meta's hub.verify_token (WhatsApp only).
+    #[arg(long, env = "CB_VERIFY_TOKEN", hide_env_values = true)]
+    pub verify_token: Option<SecretString>,
+    /// Slack bot token, WhatsApp access token or Telegram bot token.
+    #[arg(long, env = "CB_OUTBOUND_TOKEN", hide_env_values = true)]
+    pub outbound_token: Option<SecretString>,
+    /// Platform API base URL override (tests, proxies).
+    #[arg(long)]
+    pub api_base_url: Option<String>,
+    /// Slack team id, WhatsApp phone_number_id or Telegram bot id.
+    #[arg(long)]
+    pub external_id: Option<String>,
+    /// Slack api_app_id.
+    #[arg(long)]
+    pub app_id: Option<String>,
+    /// The bot's own user id (Slack U…, Telegram bot id), for echo filtering.
+    #[arg(long)]
+    pub bot_user_id: Option<String>,
+    /// Slack bot_id (B…), for echo filtering.
+    #[arg(long)]
+    pub bot_id: Option<String>,
+    /// What to do with senders that have no link.
+    #[arg(long, value_enum, default_value_t = UnlinkedPolicy::Deny)]
+    pub unlinked_policy: UnlinkedPolicy,
+}
+
+impl ConnectorAdd {
+    pub fn to_new_connector(&self) -> NewConnector {
+        NewConnector {
+            platform: self.platform,
+            name: self.name.clone(),
+            external_id: self.external_id.clone(),
+            app_id: self.app_id.clone(),
+            bot_user_id: self.bot_user_id.clone(),
+            bot_id: self.bot_id.clone(),
+            verification_secret: self.verification_secret.clone(),
+            verify_token: self.verify_token.clone(),
+            outbound_token: self.outbound_token.clone(),
+            api_base_url: self.api_base_url.clone(),
+            unlinked_policy: self.unlinked_policy,
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LinkCommand {
+    /// Link a platform sender to a tenant user (re-points an existing link).
+    Add {
+        #[command(flatten)]
+        database: DatabaseSettings,
+        #[arg(long)]
+        tenant: TenantId,
+        #[arg(long, value_enum)]
+        platform: Platform,
+        #[arg(long)]
+        platform_user_id: String,
+        #[arg(long)]
+        user_id: String,
+    },
+}
+
+/// Runs a parsed command. `serve` blocks until shutdown; the others print JSON on stdout.
+pub async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Serve(settings) => serve(settings).await,
+        Command::Migrate(database) => print_json(&crate::db::migrate(&database).await?),
+        Command::Tenant(TenantCommand::Create {
+            database,
+            slug,
+            name,
+            agent_url,
+        }) => {
+            let pool = crate::db::connect_pool(&database)?;
+            let name = name.unwrap_or_else(|| slug.clone());
+            print_json(&crate::provision::create_tenant(&pool, &slug, &name, agent_url.as_deref()).await?)
+        }
+        Command::Connector(ConnectorCommand::Add(add)) => {
+            let pool = crate::db::connect_pool(&add.database)?;
+            print_json(&crate::provision::add_connector(&pool, add.tenant, &add.to_new_connector()).await?)
+        }
+        Command::Link(LinkCommand::Add {
+            database,
+            tenant,
+            platform,
+            platform_user_id,
+            user_id,
+        }) => {
+            let pool = crate::db::connect_pool(&database)?;
+            print_json(
+                &crate::provision::add_link(&pool, tenant, platform, &platform_user_id, &user_id).await?,
+            )
+        }
+    }
+}
+
+async fn serve(settings: ServeSettings) -> anyhow::Result<()> {
+    let app = crate::startup::Application::build(settings).await?;
+    if let Some(addr) = app.local_addr() {
+        tracing::info!(%addr, "listening");
+    }
+    app.run_until(crate::startup::shutdown_signal()).await
+}
+
+fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}

@@ -1,0 +1,127 @@
+//! `channel_connectors`: one platform endpoint of a tenant (tenant table, RLS).
+
+use secrecy::{ExposeSecret, SecretString};
+
+use super::TenantTx;
+use crate::domain::{Connector, ConnectorId, Platform, UnlinkedPolicy};
+
+/// A connector to create. Secrets are only ever written, never read back by the API.
+#[derive(Debug, Clone)]
+pub struct NewConnector {
+    pub platform: Platform,
+    pub name: String,
+    pub external_id: Option<String>,
+    pub app_id: Option<String>,
+    pub bot_user_id: Option<String>,
+    pub bot_id: Option<String>,
+    pub verification_secret: SecretString,
+    pub verify_token: Option<SecretString>,
+    pub outbound_token: Option<SecretString>,
+    pub api_base_url: Option<String>,
+    pub unlinked_policy: UnlinkedPolicy,
+}
+
+#[derive(sqlx::FromRow)]
+struct ConnectorRow {
+    tenant_id: uuid::Uuid,
+    id: uuid::Uuid,
+    platform: String,
+    name: String,
+    external_id: Option<String>,
+    app_id: Option<String>,
+    bot_user_id: Option<String>,
+    bot_id: Option<String>,
+    verification_secret: String,
+    // NULL once the grace period of a rotation is over (computed in SQL).
+    live_previous_secret: Option<String>,
+    verify_token: Option<String>,
+    outbound_token: Option<String>,
+    api_base_url: Option<String>,
+    enabled: bool,
+    unlinked_policy: String,
+}
+
+impl TryFrom<ConnectorRow> for Connector {
+    type Error = sqlx::Error;
+    fn try_from(row: ConnectorRow) -> Result<Self, Self::Error> {
+        let decode = |e: String| sqlx::Error::Decode(e.into());
+        Ok(Connector {
+            tenant_id: crate::domain::TenantId(row.tenant_id),
+            id: ConnectorId(row.id),
+            platform: row
+                .platform
+                .parse()
+                .map_err(|e: crate::domain::UnknownPlatform| decode(e.to_string()))?,
+            name: row.name,
+            external_id: row.external_id,
+            app_id: row.app_id,
+            bot_user_id: row.bot_user_id,
+            bot_id: row.bot_id,
+            verification_secret: SecretString::from(row.verification_secret),
+            previous_verification_secret: row.live_previous_secret.map(SecretString::from),
+            verify_token: row.verify_token.map(SecretString::from),
+            outbound_token: row.outbound_token.map(SecretString::from),
+            api_base_url: row.api_base_url,
+            enabled: row.enabled,
+            unlinked_policy: row.unlinked_policy.parse().map_err(decode)?,
+        })
+    }
+}
+
+const SELECT_CONNECTOR: &str =
+    "select tenant_id, id, platform, name, external_id, app_id, bot_user_id, bot_id,
+        verification_secret,
+        case when previous_secret_expires_at > now() then previous_verification_secret end
+            as live_previous_secret,
+        verify_token, outbound_token, api_base_url, enabled, unlinked_policy
+   from channel_connectors";
+
+pub async fn insert(tx: &mut TenantTx, new: &NewConnector) -> Result<Connector, sqlx::Error> {
+    let tenant = tx.tenant();
+    let id = ConnectorId::new();
+    sqlx::query(
+        "insert into channel_connectors (tenant_id, id, platform, name, external_id, app_id,
+             bot_user_id, bot_id, verification_secret, verify_token, outbound_token,
+             api_base_url, unlinked_policy)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+    )
+    .bind(tenant)
+    .bind(id)
+    .bind(new.platform.as_str())
+    .bind(&new.name)
+    .bind(&new.external_id)
+    .bind(&new.app_id)
+    .bind(&new.bot_user_id)
+    .bind(&new.bot_id)
+    .bind(new.verification_secret.expose_secret())
+    .bind(new.verify_token.as_ref().map(|s| s.expose_secret()))
+    .bind(new.outbound_token.as_ref().map(|s| s.expose_secret()))
+    .bind(&new.api_base_url)
+    .bind(new.unlinked_policy.as_str())
+    .execute(tx.conn())
+    .await?;
+    get(tx, id).await?.ok_or(sqlx::Error::RowNotFound)
+}
+
+/// The connector `id` of the transaction's tenant, enabled or not.
+pub async fn get(tx: &mut TenantTx, id: ConnectorId) -> Result<Option<Connector>, sqlx::Error> {
+    let tenant = tx.tenant();
+    let row: Option<ConnectorRow> =
+        sqlx::query_as(&format!("{SELECT_CONNECTOR} where tenant_id = $1 and id = $2"))
+            .bind(tenant)
+            .bind(id)
+            .fetch_optional(tx.conn())
+            .await?;
+    row.map(Connector::try_from).transpose()
+}
+
+pub async fn list(tx: &mut TenantTx) -> Result<Vec<Connector>, sqlx::Error> {
+    let tenant = tx.tenant();
+    let rows: Vec<ConnectorRow> = sqlx::query_as(&format!(
+        "{SELECT_CONNECTOR} where tenant_id = $1 order by created_at, id"
+    ))
+    .bind(tenant)
+    .fetch_all(tx.conn())
+    .await?;
+    rows.into_iter().map(Connector::try_from).collect()
+}

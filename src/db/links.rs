@@ -1,0 +1,66 @@
+//! `channel_links`: platform sender → tenant user (tenant table, RLS).
+
+use serde::Serialize;
+
+use super::TenantTx;
+use crate::domain::Platform;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct Link {
+    pub platform: String,
+    pub platform_user_id: String,
+    pub user_id: String,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// Links a sender to a user, or re-points an existing link (a link is a mapping, so setting
+/// it twice is not an error).
+pub async fn upsert(
+    tx: &mut TenantTx,
+    platform: Platform,
+    platform_user_id: &str,
+    user_id: &str,
+) -> Result<Link, sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query_as(
+        "insert into channel_links (tenant_id, platform, platform_user_id, user_id)
+         values ($1, $2, $3, $4)
+         on conflict (tenant_id, platform, platform_user_id) do update set user_id = excluded.user_id
+         returning platform, platform_user_id, user_id, created_at",
+    )
+    .bind(tenant)
+    .bind(platform.as_str())
+    .bind(platform_user_id)
+    .bind(user_id)
+    .fetch_one(tx.conn())
+    .await
+}
+
+/// The user linked to a sender, if any.
+pub async fn resolve(
+    tx: &mut TenantTx,
+    platform: Platform,
+    platform_user_id: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query_scalar(
+        "select user_id from channel_links
+          where tenant_id = $1 and platform = $2 and platform_user_id = $3",
+    )
+    .bind(tenant)
+    .bind(platform.as_str())
+    .bind(platform_user_id)
+    .fetch_optional(tx.conn())
+    .await
+}
+
+pub async fn list(tx: &mut TenantTx) -> Result<Vec<Link>, sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query_as(
+        "select platform, platform_user_id, user_id, created_at from channel_links
+          where tenant_id = $1 order by platform, platform_user_id",
+    )
+    .bind(tenant)
+    .fetch_all(tx.conn())
+    .await
+}

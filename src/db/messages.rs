@@ -1,0 +1,147 @@
+//! `channel_messages` and `channel_replies`: one row per inbound user turn, and its reply
+//! parts (tenant tables, RLS).
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::TenantTx;
+use crate::domain::{ConnectorId, MessageId, MessageStatus, Platform};
+
+/// An inbound turn to record.
+#[derive(Debug, Clone)]
+pub struct NewMessage<'a> {
+    pub connector_id: ConnectorId,
+    pub platform: Platform,
+    pub idempotency_key: &'a str,
+    pub platform_message_id: &'a str,
+    pub chat_id: &'a str,
+    pub thread_id: Option<&'a str>,
+    pub platform_user_id: &'a str,
+    pub reply_to_id: Option<&'a str>,
+    pub user_id: Option<&'a str>,
+    pub conversation_key: &'a str,
+    pub request_content: &'a str,
+    pub status: MessageStatus,
+    pub metadata: &'a Value,
+}
+
+/// Inserts the turn unless its idempotency key is already recorded. `None` means a
+/// duplicate: the unique index decided, with no check-then-insert race.
+pub async fn insert_new(tx: &mut TenantTx, new: &NewMessage<'_>) -> Result<Option<MessageId>, sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query_scalar(
+        "insert into channel_messages (tenant_id, id, connector_id, platform, idempotency_key,
+             platform_message_id, chat_id, thread_id, platform_user_id, reply_to_id, user_id,
+             conversation_key, request_content, status, metadata)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+         on conflict (tenant_id, connector_id, idempotency_key) do nothing
+         returning id",
+    )
+    .bind(tenant)
+    .bind(MessageId::new())
+    .bind(new.connector_id)
+    .bind(new.platform.as_str())
+    .bind(new.idempotency_key)
+    .bind(new.platform_message_id)
+    .bind(new.chat_id)
+    .bind(new.thread_id)
+    .bind(new.platform_user_id)
+    .bind(new.reply_to_id)
+    .bind(new.user_id)
+    .bind(new.conversation_key)
+    .bind(new.request_content)
+    .bind(new.status.as_str())
+    .bind(new.metadata)
+    .fetch_optional(tx.conn())
+    .await
+}
+
+/// A recorded turn as admins and the worker read it.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct MessageRow {
+    pub id: MessageId,
+    pub tenant_id: uuid::Uuid,
+    pub connector_id: ConnectorId,
+    pub platform: String,
+    pub idempotency_key: String,
+    pub platform_message_id: String,
+    pub chat_id: String,
+    pub thread_id: Option<String>,
+    pub platform_user_id: String,
+    pub reply_to_id: Option<String>,
+    pub user_id: Option<String>,
+    pub conversation_key: String,
+    pub request_content: String,
+    pub response_content: Option<String>,
+    pub decision: Option<String>,
+    pub status: String,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+    pub received_at: chrono::DateTime<chrono::Utc>,
+    pub completed_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub metadata: Value,
+}
+
+pub const MESSAGE_COLUMNS: &str = "id, tenant_id, connector_id, platform, idempotency_key,
+    platform_message_id, chat_id, thread_id, platform_user_id, reply_to_id, user_id,
+    conversation_key, request_content, response_content, decision, status, attempts,
+    last_error, received_at, completed_at, metadata";
+
+pub async fn get(tx: &mut TenantTx, id: MessageId) -> Result<Option<MessageRow>, sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query_as(&format!(
+        "select {MESSAGE_COLUMNS} from channel_messages where tenant_id = $1 and id = $2"
+    ))
+    .bind(tenant)
+    .bind(id)
+    .fetch_optional(tx.conn())
+    .await
+}
+
+/// One reply part as stored.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct ReplyPart {
+    pub part_index: i32,
+    pub content: String,
+    pub status: String,
+    pub platform_message_id: Option<String>,
+    pub delivery_status: Option<String>,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+}
+
+/// Creates the reply parts of a message, `part_index` 0..n in order. Existing parts are
+/// kept as they are (a repeated store after a crash must not reset a posted part).
+pub async fn insert_reply_parts(
+    tx: &mut TenantTx,
+    message: MessageId,
+    parts: &[String],
+) -> Result<(), sqlx::Error> {
+    let tenant = tx.tenant();
+    let indexes: Vec<i32> = (0..parts.len() as i32).collect();
+    sqlx::query(
+        "insert into channel_replies (tenant_id, message_id, part_index, content)
+         select $1, $2, part.idx, part.content
+           from unnest($3::int[], $4::text[]) as part(idx, content)
+         on conflict (tenant_id, message_id, part_index) do nothing",
+    )
+    .bind(tenant)
+    .bind(message)
+    .bind(&indexes)
+    .bind(parts)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+pub async fn reply_parts(tx: &mut TenantTx, message: MessageId) -> Result<Vec<ReplyPart>, sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query_as(
+        "select part_index, content, status, platform_message_id, delivery_status, attempts, last_error
+           from channel_replies where tenant_id = $1 and message_id = $2 order by part_index",
+    )
+    .bind(tenant)
+    .bind(message)
+    .fetch_all(tx.conn())
+    .await
+}

@@ -1,0 +1,95 @@
+//! Error policy.
+//!
+//! - `AppError` is what a request handler returns. Client errors carry a stable JSON code and
+//!   a message written for the caller; everything else is logged with its cause chain and
+//!   answered as an opaque 500. SQL text, internal paths and secrets never reach a client.
+//! - A database that cannot be reached is `Unavailable` (503), so platforms retry later.
+//! - Outside the request cycle (CLI, start-up, worker plumbing) functions return
+//!   `anyhow::Result` with `.context("Failed to …")`; `thiserror` enums are used where a
+//!   caller branches on the variant (`channels::HookError`).
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use crate::channels::HookError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    Unauthorized(&'static str),
+    #[error("{0}")]
+    Forbidden(&'static str),
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    #[error("request body is larger than {0} bytes")]
+    PayloadTooLarge(usize),
+    #[error("{0}")]
+    Unprocessable(String),
+    #[error("database unavailable")]
+    Unavailable(#[source] sqlx::Error),
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+impl AppError {
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            Self::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
+            Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            Self::Unprocessable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unprocessable"),
+            Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+}
+
+impl From<sqlx::Error> for AppError {
+    fn from(err: sqlx::Error) -> Self {
+        if crate::db::is_unavailable(&err) {
+            Self::Unavailable(err)
+        } else {
+            Self::Internal(anyhow::Error::new(err).context("database query failed"))
+        }
+    }
+}
+
+impl From<HookError> for AppError {
+    fn from(err: HookError) -> Self {
+        match err {
+            HookError::MissingSignature(_) => Self::Unauthorized("missing signature"),
+            HookError::BadSignature => Self::Unauthorized("signature does not match"),
+            HookError::StaleTimestamp => Self::Unauthorized("request timestamp outside the allowed window"),
+            HookError::Malformed(why) => Self::BadRequest(why),
+            HookError::HandshakeForbidden => Self::Forbidden("verify token does not match"),
+            HookError::MethodNotAllowed => Self::MethodNotAllowed,
+        }
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        let message = match &self {
+            Self::Internal(err) => {
+                tracing::error!(error = ?err, "request failed");
+                "internal error".to_owned()
+            }
+            Self::Unavailable(err) => {
+                tracing::warn!(error = %err, "database unavailable");
+                "database unavailable, retry later".to_owned()
+            }
+            other => other.to_string(),
+        };
+        (status, Json(json!({ "error": code, "message": message }))).into_response()
+    }
+}

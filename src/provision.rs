@@ -1,0 +1,115 @@
+//! Provisioning before (and beneath) the admin API: create a tenant, add a connector, link a
+//! sender. The CLI prints these results as JSON; each is one short transaction.
+
+use anyhow::Context;
+use serde::Serialize;
+use sqlx::PgPool;
+
+use crate::db::connectors::NewConnector;
+use crate::db::{self, links::Link, TenantTx};
+use crate::domain::{ConnectorId, Platform, TenantId};
+
+/// A new tenant. `dispatch_secret` is shown this once; only the agent should keep it.
+#[derive(Debug, Serialize)]
+pub struct TenantCreated {
+    pub tenant_id: TenantId,
+    pub slug: String,
+    pub name: String,
+    pub agent_url: Option<String>,
+    pub dispatch_secret: String,
+}
+
+pub async fn create_tenant(
+    pool: &PgPool,
+    slug: &str,
+    name: &str,
+    agent_url: Option<&str>,
+) -> anyhow::Result<TenantCreated> {
+    use secrecy::ExposeSecret;
+    let mut conn = pool.acquire().await.context("Failed to reach the database")?;
+    let new = db::tenants::NewTenant {
+        slug,
+        name,
+        agent_url,
+    };
+    let row = db::tenants::insert(&mut conn, &new)
+        .await
+        .map_err(|err| match constraint(&err) {
+            Some("tenants_slug_key") => anyhow::anyhow!("a tenant with slug `{slug}` already exists"),
+            Some("tenants_slug_check") => {
+                anyhow::anyhow!("slug must be lowercase letters, digits and dashes")
+            }
+            _ => anyhow::Error::new(err).context("Failed to create the tenant"),
+        })?;
+    Ok(TenantCreated {
+        tenant_id: row.id,
+        slug: row.slug,
+        name: row.name,
+        agent_url: row.agent_url,
+        dispatch_secret: row.dispatch_secret.0.expose_secret().to_owned(),
+    })
+}
+
+/// A new connector and the path to register with the platform.
+#[derive(Debug, Serialize)]
+pub struct ConnectorCreated {
+    pub connector_id: ConnectorId,
+    pub tenant_id: TenantId,
+    pub platform: Platform,
+    pub webhook_path: String,
+}
+
+pub fn webhook_path(tenant: TenantId, connector: ConnectorId) -> String {
+    format!("/v1/hooks/{tenant}/{connector}")
+}
+
+pub async fn add_connector(
+    pool: &PgPool,
+    tenant: TenantId,
+    new: &NewConnector,
+) -> anyhow::Result<ConnectorCreated> {
+    let mut tx = TenantTx::begin(pool, tenant)
+        .await
+        .context("Failed to reach the database")?;
+    let connector = db::connectors::insert(&mut tx, new)
+        .await
+        .map_err(|err| match constraint(&err) {
+            Some("channel_connectors_tenant_id_fkey") => anyhow::anyhow!("unknown tenant {tenant}"),
+            _ => anyhow::Error::new(err).context("Failed to add the connector"),
+        })?;
+    tx.commit().await.context("Failed to commit the connector")?;
+    Ok(ConnectorCreated {
+        connector_id: connector.id,
+        tenant_id: tenant,
+        platform: connector.platform,
+        webhook_path: webhook_path(tenant, connector.id),
+    })
+}
+
+pub async fn add_link(
+    pool: &PgPool,
+    tenant: TenantId,
+    platform: Platform,
+    platform_user_id: &str,
+    user_id: &str,
+) -> anyhow::Result<Link> {
+    let mut tx = TenantTx::begin(pool, tenant)
+        .await
+        .context("Failed to reach the database")?;
+    let link = db::links::upsert(&mut tx, platform, platform_user_id, user_id)
+        .await
+        .map_err(|err| match constraint(&err) {
+            Some("channel_links_tenant_id_fkey") => anyhow::anyhow!("unknown tenant {tenant}"),
+            Some(c) if c.ends_with("_check") => {
+                anyhow::anyhow!("platform user id and user id must not be empty")
+            }
+            _ => anyhow::Error::new(err).context("Failed to add the link"),
+        })?;
+    tx.commit().await.context("Failed to commit the link")?;
+    Ok(link)
+}
+
+/// The name of the constraint a database error violated, if any.
+pub fn constraint(err: &sqlx::Error) -> Option<&str> {
+    err.as_database_error().and_then(|e| e.constraint())
+}

@@ -1,0 +1,197 @@
+//! Typed settings, read once at start from flags and environment, validated before anything
+//! runs. Secrets are `SecretString`, whose `Debug` prints `[REDACTED]`.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use secrecy::{ExposeSecret, SecretString};
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// One JSON object per line, for log shippers.
+    Json,
+    /// Human-readable, for terminals.
+    #[default]
+    Pretty,
+}
+
+/// How to reach PostgreSQL. Shared by every subcommand that touches the database.
+#[derive(Clone, Debug, Args)]
+pub struct DatabaseSettings {
+    /// PostgreSQL URL of the schema owner: migrations run as this user, and every pooled
+    /// connection then switches to the `channel_bridge_app` role.
+    #[arg(long = "database-url", env = "DATABASE_URL", hide_env_values = true)]
+    pub url: SecretString,
+
+    /// Maximum connections in the pool.
+    #[arg(long = "db-pool-size", env = "CB_DB_POOL_SIZE", default_value_t = 16)]
+    pub pool_size: u32,
+
+    /// How long a request waits for a pooled connection before answering 503.
+    #[arg(
+        long = "db-acquire-timeout-ms",
+        env = "CB_DB_ACQUIRE_TIMEOUT_MS",
+        default_value_t = 2000
+    )]
+    pub acquire_timeout_ms: u64,
+}
+
+impl DatabaseSettings {
+    pub fn from_url(url: impl Into<String>) -> Self {
+        Self {
+            url: SecretString::from(url.into()),
+            pool_size: 16,
+            acquire_timeout_ms: 2000,
+        }
+    }
+
+    pub fn acquire_timeout(&self) -> Duration {
+        Duration::from_millis(self.acquire_timeout_ms)
+    }
+
+    fn validate(&self) -> Result<(), SettingsError> {
+        let url = self.url.expose_secret();
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(SettingsError(
+                "DATABASE_URL must start with postgres:// or postgresql://".into(),
+            ));
+        }
+        if self.pool_size == 0 {
+            return Err(SettingsError("CB_DB_POOL_SIZE must be at least 1".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Settings of `serve`.
+#[derive(Clone, Debug, Args)]
+pub struct ServeSettings {
+    #[command(flatten)]
+    pub database: DatabaseSettings,
+
+    /// Address the HTTP server listens on.
+    #[arg(long, env = "CB_BIND", default_value = "0.0.0.0:8080")]
+    pub bind: SocketAddr,
+
+    /// Agent proxy URL for tenants that have none of their own.
+    #[arg(long, env = "CB_AGENT_URL")]
+    pub agent_url: Option<String>,
+
+    /// Bearer token of the operator endpoints (tenant creation, key issue). Unset disables them.
+    #[arg(long, env = "CB_OPERATOR_TOKEN", hide_env_values = true)]
+    pub operator_token: Option<SecretString>,
+
+    /// Largest webhook body accepted from Slack and Telegram, in bytes.
+    #[arg(long, env = "CB_BODY_LIMIT", default_value_t = 1024 * 1024)]
+    pub body_limit: usize,
+
+    /// Largest webhook body accepted from WhatsApp, in bytes: Meta batches up to 1000
+    /// updates, about 3 MB.
+    #[arg(long, env = "CB_WHATSAPP_BODY_LIMIT", default_value_t = 4 * 1024 * 1024)]
+    pub whatsapp_body_limit: usize,
+
+    /// Run the HTTP server (disable to run a worker-only instance).
+    #[arg(long, env = "CB_HTTP", default_value_t = true, action = clap::ArgAction::Set)]
+    pub http: bool,
+
+    /// Run the dispatch worker (disable to run a web-only instance).
+    #[arg(long, env = "CB_WORKER", default_value_t = true, action = clap::ArgAction::Set)]
+    pub worker: bool,
+
+    /// Concurrent dispatch tasks in this instance.
+    #[arg(long, env = "CB_WORKER_CONCURRENCY", default_value_t = 8)]
+    pub worker_concurrency: usize,
+
+    /// Seconds to finish in-flight requests and jobs after SIGTERM or ctrl-c.
+    #[arg(long, env = "CB_SHUTDOWN_GRACE_SECS", default_value_t = 30)]
+    pub shutdown_grace_secs: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration: {0}")]
+pub struct SettingsError(pub String);
+
+impl ServeSettings {
+    /// Settings for tests and the demo: everything default, listening on an ephemeral port.
+    pub fn for_database(url: impl Into<String>) -> Self {
+        Self {
+            database: DatabaseSettings::from_url(url),
+            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            agent_url: None,
+            operator_token: None,
+            body_limit: 1024 * 1024,
+            whatsapp_body_limit: 4 * 1024 * 1024,
+            http: true,
+            worker: true,
+            worker_concurrency: 8,
+            shutdown_grace_secs: 30,
+        }
+    }
+
+    /// Checks what clap cannot: ranges and cross-field rules. Fails fast with one message.
+    pub fn validate(&self) -> Result<(), SettingsError> {
+        self.database.validate()?;
+        if !self.http && !self.worker {
+            return Err(SettingsError(
+                "CB_HTTP and CB_WORKER are both false: nothing to run".into(),
+            ));
+        }
+        if let Some(url) = &self.agent_url {
+            reqwest::Url::parse(url).map_err(|e| SettingsError(format!("CB_AGENT_URL is not a URL: {e}")))?;
+        }
+        if let Some(token) = &self.operator_token {
+            if token.expose_secret().len() < 16 {
+                return Err(SettingsError(
+                    "CB_OPERATOR_TOKEN must be at least 16 characters".into(),
+                ));
+            }
+        }
+        if self.body_limit < 1024 || self.whatsapp_body_limit < 1024 {
+            return Err(SettingsError("body limits must be at least 1024 bytes".into()));
+        }
+        if self.worker && self.worker_concurrency == 0 {
+            return Err(SettingsError("CB_WORKER_CONCURRENCY must be at least 1".into()));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_never_contains_the_database_password_or_operator_token() {
+        let mut settings = ServeSettings::for_database("postgres://app:hunter2-pw@db/cb");
+        settings.operator_token = Some(SecretString::from("op-token-0123456789abcdef".to_owned()));
+        let printed = format!("{settings:?}");
+        assert!(!printed.contains("hunter2-pw"), "{printed}");
+        assert!(!printed.contains("op-token-0123456789abcdef"), "{printed}");
+    }
+
+    #[test]
+    fn validation_names_the_offending_setting() {
+        let mut settings = ServeSettings::for_database("mysql://nope");
+        assert!(settings
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("DATABASE_URL"));
+        settings = ServeSettings::for_database("postgres://localhost/cb");
+        settings.agent_url = Some("not a url".into());
+        assert!(settings
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("CB_AGENT_URL"));
+        settings.agent_url = None;
+        settings.http = false;
+        settings.worker = false;
+        assert!(settings
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("nothing to run"));
+    }
+}

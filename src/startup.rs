@@ -1,0 +1,124 @@
+//! Building and running the application: the HTTP server and the background worker share
+//! one pool and stop together on SIGTERM or ctrl-c.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+
+use crate::settings::ServeSettings;
+use crate::state::{system_clock, AppState};
+
+pub struct Application {
+    state: AppState,
+    listener: Option<TcpListener>,
+    local_addr: Option<SocketAddr>,
+}
+
+impl Application {
+    /// Connects the pool (lazily) and binds the listener. Bind to port 0 to get a free port;
+    /// `local_addr` tells which. The bound listener is what `run` serves: no re-binding.
+    pub async fn build(settings: ServeSettings) -> anyhow::Result<Self> {
+        settings.validate()?;
+        let pool = crate::db::connect_pool(&settings.database)?;
+        let listener = if settings.http {
+            let listener = TcpListener::bind(settings.bind)
+                .await
+                .with_context(|| format!("Failed to bind {}", settings.bind))?;
+            Some(listener)
+        } else {
+            None
+        };
+        let local_addr = listener.as_ref().map(TcpListener::local_addr).transpose()?;
+        let state = AppState {
+            pool,
+            settings: Arc::new(settings),
+            metrics: crate::telemetry::metrics_handle(),
+            clock: system_clock,
+        };
+        Ok(Self {
+            state,
+            listener,
+            local_addr,
+        })
+    }
+
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.local_addr
+    }
+
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Replaces the clock (tests of timestamp windows).
+    pub fn with_clock(mut self, clock: fn() -> i64) -> Self {
+        self.state.clock = clock;
+        self
+    }
+
+    /// Serves until `shutdown` resolves, then stops accepting, drains in-flight requests
+    /// (bounded by the grace period) and returns.
+    pub async fn run_until(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+        let grace = Duration::from_secs(self.state.settings.shutdown_grace_secs);
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let server = self.listener.map(|listener| {
+            let app = crate::http::router(self.state.clone());
+            let mut stop = stop_rx.clone();
+            tokio::spawn(async move {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(async move {
+                        let _ = stop.wait_for(|stopped| *stopped).await;
+                    })
+                    .await
+            })
+        });
+        shutdown.await;
+        tracing::info!("shutting down: draining in-flight requests");
+        let _ = stop_tx.send(true);
+        if let Some(server) = server {
+            match tokio::time::timeout(grace, server).await {
+                Ok(joined) => joined
+                    .context("HTTP server task panicked")?
+                    .context("HTTP server failed")?,
+                Err(_) => tracing::warn!(
+                    grace_secs = grace.as_secs(),
+                    "grace period over; exiting with requests in flight"
+                ),
+            }
+        }
+        self.state.pool.close().await;
+        Ok(())
+    }
+}
+
+/// Resolves on SIGTERM (container stop) or ctrl-c.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(err) = tokio::signal::ctrl_c().await {
+            tracing::error!(%err, "cannot listen for ctrl-c");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(err) => {
+                tracing::error!(%err, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+}

@@ -1,0 +1,21 @@
+//! What every handler and worker task shares.
+
+use std::sync::Arc;
+
+use metrics_exporter_prometheus::PrometheusHandle;
+use sqlx::PgPool;
+
+use crate::settings::ServeSettings;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: PgPool,
+    pub settings: Arc<ServeSettings>,
+    pub metrics: PrometheusHandle,
+    /// Unix seconds now; replaced in tests that need a fixed clock.
+    pub clock: fn() -> i64,
+}
+
+pub fn system_clock() -> i64 {
+    chrono::Utc::now().timestamp()
+}

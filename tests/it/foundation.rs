@@ -1,0 +1,194 @@
+//! Migrations, readiness, provisioning.
+
+use channel_bridge::db::connectors::NewConnector;
+use channel_bridge::db::{self, TenantTx};
+use channel_bridge::domain::{Platform, TenantId, UnlinkedPolicy};
+use channel_bridge::provision;
+use secrecy::SecretString;
+
+use crate::support::db_proxy::{upstream_addr, DbProxy};
+use crate::support::{spawn_app_with, url_with, TestDb};
+
+#[tokio::test]
+async fn migrate_applies_on_an_empty_database_and_a_second_run_is_a_no_op() {
+    let test_db = TestDb::empty().await;
+    let first = db::migrate(&test_db.settings()).await.expect("first migrate");
+    assert!(!first.applied.is_empty(), "first run applies every migration");
+    let second = db::migrate(&test_db.settings()).await.expect("second migrate");
+    assert_eq!(second.applied, Vec::<i64>::new());
+    assert!(!second.database_created);
+
+    let mut owner = test_db.owner_conn().await;
+    let tables: Vec<String> = sqlx::query_scalar(
+        "select relname::text from pg_class
+          where relkind = 'r' and relnamespace = 'public'::regnamespace and relname not like '\\_%'
+          order by 1",
+    )
+    .fetch_all(&mut owner)
+    .await
+    .unwrap();
+    assert_eq!(
+        tables,
+        [
+            "api_keys",
+            "channel_connectors",
+            "channel_links",
+            "channel_messages",
+            "channel_replies",
+            "dispatch_queue",
+            "tenants"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn migrate_creates_the_database_when_it_does_not_exist() {
+    let name = format!("cbt_{}", uuid::Uuid::new_v4().simple());
+    let settings = channel_bridge::settings::DatabaseSettings::from_url(url_with(&name, None));
+    let guard = TestDb { name };
+    let report = db::migrate(&settings)
+        .await
+        .expect("migrate creates and migrates");
+    assert!(report.database_created);
+    drop(guard);
+}
+
+#[tokio::test]
+async fn readyz_answers_503_while_the_database_is_unreachable_and_200_when_it_is_back() {
+    let proxy = DbProxy::start(upstream_addr()).await;
+    let app = spawn_app_with(|settings, db| {
+        settings.database =
+            channel_bridge::settings::DatabaseSettings::from_url(url_with(&db.name, Some(proxy.addr)));
+        settings.database.acquire_timeout_ms = 500;
+    })
+    .await;
+
+    let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+
+    proxy.cut();
+    let down = app.client.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(down.status(), 503);
+    let body: serde_json::Value = down.json().await.unwrap();
+    assert_eq!(body["status"], "database unavailable");
+
+    proxy.restore();
+    let back = app.client.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(back.status(), 200);
+
+    let health = app.client.get(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    assert!(health.headers().contains_key("x-request-id"));
+}
+
+#[tokio::test]
+async fn metrics_are_served_in_prometheus_text_format() {
+    let app = crate::support::spawn_app().await;
+    let response = app.client.get(app.url("/metrics")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let content_type = response.headers()["content-type"].to_str().unwrap().to_owned();
+    assert!(content_type.starts_with("text/plain"), "{content_type}");
+}
+
+fn slack_connector() -> NewConnector {
+    NewConnector {
+        platform: Platform::Slack,
+        name: "workspace".into(),
+        external_id: Some("T0001".into()),
+        app_id: Some("A0001".into()),
+        bot_user_id: Some("UBOT1".into()),
+        bot_id: Some("BBOT1".into()),
+        verification_secret: SecretString::from("signing-secret".to_owned()),
+        verify_token: None,
+        outbound_token: Some(SecretString::from("xoxb-token".to_owned())),
+        api_base_url: None,
+        unlinked_policy: UnlinkedPolicy::Deny,
+    }
+}
+
+#[tokio::test]
+async fn provisioned_tenant_connector_and_link_are_visible_to_their_tenant_only() {
+    let test_db = TestDb::migrated().await;
+    let pool = test_db.app_pool();
+    let acme = provision::create_tenant(&pool, "acme", "Acme", None)
+        .await
+        .unwrap();
+    let other = provision::create_tenant(&pool, "other", "Other", None)
+        .await
+        .unwrap();
+    assert!(acme.dispatch_secret.starts_with("whsec_"));
+
+    let created = provision::add_connector(&pool, acme.tenant_id, &slack_connector())
+        .await
+        .unwrap();
+    assert_eq!(
+        created.webhook_path,
+        format!("/v1/hooks/{}/{}", acme.tenant_id, created.connector_id)
+    );
+    provision::add_link(&pool, acme.tenant_id, Platform::Slack, "U0USER1", "alice")
+        .await
+        .unwrap();
+
+    let mut tx = TenantTx::begin(&pool, acme.tenant_id).await.unwrap();
+    let connector = db::connectors::get(&mut tx, created.connector_id)
+        .await
+        .unwrap()
+        .expect("own connector");
+    assert_eq!(connector.bot_id.as_deref(), Some("BBOT1"));
+    assert_eq!(
+        db::links::resolve(&mut tx, Platform::Slack, "U0USER1")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("alice")
+    );
+    tx.commit().await.unwrap();
+
+    let mut tx = TenantTx::begin(&pool, other.tenant_id).await.unwrap();
+    assert!(db::connectors::get(&mut tx, created.connector_id)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(db::connectors::list(&mut tx).await.unwrap().is_empty());
+    assert_eq!(
+        db::links::resolve(&mut tx, Platform::Slack, "U0USER1")
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(db::links::list(&mut tx).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn provisioning_errors_are_clear() {
+    let test_db = TestDb::migrated().await;
+    let pool = test_db.app_pool();
+    provision::create_tenant(&pool, "acme", "Acme", None)
+        .await
+        .unwrap();
+    let taken = provision::create_tenant(&pool, "acme", "Again", None)
+        .await
+        .unwrap_err();
+    assert_eq!(taken.to_string(), "a tenant with slug `acme` already exists");
+
+    let missing = TenantId::new();
+    let err = provision::add_connector(&pool, missing, &slack_connector())
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), format!("unknown tenant {missing}"));
+}
+
+#[tokio::test]
+async fn stopping_the_application_drains_and_closes_the_listener() {
+    let app = crate::support::spawn_app().await;
+    let addr = app.addr;
+    assert_eq!(
+        app.client.get(app.url("/healthz")).send().await.unwrap().status(),
+        200
+    );
+    app.stop().await.expect("clean shutdown");
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "listener is closed after shutdown"
+    );
+}

@@ -1,0 +1,6 @@
+//! The one integration-test binary (one link step on 2 cores): a module per feature.
+
+mod support;
+
+mod foundation;
+mod rls;

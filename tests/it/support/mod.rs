@@ -1,0 +1,171 @@
+//! Test harness: a fresh database per test, the real application on port 0, and a TCP proxy
+//! in front of PostgreSQL that a test can cut to simulate an outage.
+
+pub mod db_proxy;
+
+use std::net::SocketAddr;
+
+use channel_bridge::db::TenantTx;
+use channel_bridge::domain::TenantId;
+use channel_bridge::settings::{DatabaseSettings, ServeSettings};
+use channel_bridge::startup::Application;
+use sqlx::{Connection, Executor, PgConnection, PgPool};
+
+/// The server tests create their databases on. README's test command sets DATABASE_URL.
+pub fn admin_url() -> String {
+    std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// `admin_url` with another database name (or host:port).
+pub fn url_with(db_name: &str, host_port: Option<SocketAddr>) -> String {
+    let mut url = reqwest::Url::parse(&admin_url()).expect("DATABASE_URL is a valid URL");
+    url.set_path(&format!("/{db_name}"));
+    if let Some(addr) = host_port {
+        url.set_host(Some(&addr.ip().to_string()))
+            .expect("URL has a host");
+        url.set_port(Some(addr.port())).expect("URL has a port");
+    }
+    url.to_string()
+}
+
+/// A database created for one test and dropped (with its connections) when the test ends,
+/// pass or fail.
+pub struct TestDb {
+    pub name: String,
+}
+
+impl TestDb {
+    /// An empty database, not migrated.
+    pub async fn empty() -> Self {
+        let name = format!("cbt_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = PgConnection::connect(&admin_url())
+            .await
+            .expect("test PostgreSQL answers at DATABASE_URL");
+        admin
+            .execute(format!("create database {name}").as_str())
+            .await
+            .expect("create test database");
+        Self { name }
+    }
+
+    /// A database with every migration applied by the application's own `migrate`.
+    pub async fn migrated() -> Self {
+        let db = Self::empty().await;
+        channel_bridge::db::migrate(&db.settings())
+            .await
+            .expect("migrations apply");
+        db
+    }
+
+    pub fn url(&self) -> String {
+        url_with(&self.name, None)
+    }
+
+    pub fn settings(&self) -> DatabaseSettings {
+        DatabaseSettings::from_url(self.url())
+    }
+
+    /// The application's own pool (connections run as `channel_bridge_app`).
+    pub fn app_pool(&self) -> PgPool {
+        channel_bridge::db::connect_pool(&self.settings()).expect("pool settings are valid")
+    }
+
+    /// A connection as the owner, for setting up states the app cannot (fault injection).
+    pub async fn owner_conn(&self) -> PgConnection {
+        PgConnection::connect(&self.url()).await.expect("owner connects")
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let statement = format!("drop database if exists {} with (force)", self.name);
+        // Drop runs outside async context; a short-lived runtime on its own thread does it.
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            runtime.block_on(async {
+                let mut admin = PgConnection::connect(&admin_url()).await.ok()?;
+                admin.execute(statement.as_str()).await.ok()
+            })
+        })
+        .join();
+    }
+}
+
+/// The running application.
+#[allow(dead_code)] // fields and helpers used by some test modules only
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub pool: PgPool,
+    pub client: reqwest::Client,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    pub db: TestDb,
+}
+
+#[allow(dead_code)]
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Stops the application as SIGTERM would and waits for it to drain.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        match self.task.take() {
+            Some(task) => task.await?,
+            None => Ok(()),
+        }
+    }
+
+    pub async fn tenant_tx(&self, tenant: TenantId) -> TenantTx {
+        TenantTx::begin(&self.pool, tenant)
+            .await
+            .expect("tenant transaction begins")
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// A fresh migrated database and the application serving it.
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(|_, _| {}).await
+}
+
+/// Like `spawn_app`, with settings adjusted first (the database URL may be replaced, e.g. to
+/// point through a `DbProxy`).
+pub async fn spawn_app_with(configure: impl FnOnce(&mut ServeSettings, &TestDb)) -> TestApp {
+    let db = TestDb::migrated().await;
+    let mut settings = ServeSettings::for_database(db.url());
+    settings.worker = false;
+    configure(&mut settings, &db);
+    start(db, settings).await
+}
+
+async fn start(db: TestDb, settings: ServeSettings) -> TestApp {
+    let pool = channel_bridge::db::connect_pool(&settings.database).expect("pool settings are valid");
+    let app = Application::build(settings).await.expect("application builds");
+    let addr = app.local_addr().expect("HTTP is enabled");
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(app.run_until(async {
+        let _ = rx.await;
+    }));
+    TestApp {
+        addr,
+        pool,
+        client: reqwest::Client::new(),
+        shutdown: Some(tx),
+        task: Some(task),
+        db,
+    }
+}
