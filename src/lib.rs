@@ -13,6 +13,7 @@ pub mod db;
 pub mod domain;
 pub mod error;
 pub mod http;
+pub mod ingress;
 pub mod provision;
 pub mod settings;
 pub mod startup;

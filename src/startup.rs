@@ -38,6 +38,7 @@ impl Application {
             settings: Arc::new(settings),
             metrics: crate::telemetry::metrics_handle(),
             clock: system_clock,
+            wakeup: Arc::new(tokio::sync::Notify::new()),
         };
         Ok(Self {
             state,

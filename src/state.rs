@@ -14,6 +14,14 @@ pub struct AppState {
     pub metrics: PrometheusHandle,
     /// Unix seconds now; replaced in tests that need a fixed clock.
     pub clock: fn() -> i64,
+    /// Wakes this instance's dispatch workers after ingress committed new jobs.
+    pub wakeup: Arc<tokio::sync::Notify>,
+}
+
+impl AppState {
+    pub fn wake_workers(&self) {
+        self.wakeup.notify_waiters();
+    }
 }
 
 pub fn system_clock() -> i64 {

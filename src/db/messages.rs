@@ -22,6 +22,8 @@ pub struct NewMessage<'a> {
     pub conversation_key: &'a str,
     pub request_content: &'a str,
     pub status: MessageStatus,
+    /// Set at once for turns that are decided at ingress (`deny_unlinked`, `ignore_non_text`).
+    pub decision: Option<&'a str>,
     pub metadata: &'a Value,
 }
 
@@ -32,8 +34,9 @@ pub async fn insert_new(tx: &mut TenantTx, new: &NewMessage<'_>) -> Result<Optio
     sqlx::query_scalar(
         "insert into channel_messages (tenant_id, id, connector_id, platform, idempotency_key,
              platform_message_id, chat_id, thread_id, platform_user_id, reply_to_id, user_id,
-             conversation_key, request_content, status, metadata)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+             conversation_key, request_content, status, decision, metadata, completed_at)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
+                 case when $14 = 'accepted' then null else now() end)
          on conflict (tenant_id, connector_id, idempotency_key) do nothing
          returning id",
     )
@@ -51,6 +54,7 @@ pub async fn insert_new(tx: &mut TenantTx, new: &NewMessage<'_>) -> Result<Optio
     .bind(new.conversation_key)
     .bind(new.request_content)
     .bind(new.status.as_str())
+    .bind(new.decision)
     .bind(new.metadata)
     .fetch_optional(tx.conn())
     .await

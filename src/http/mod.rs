@@ -2,6 +2,7 @@
 //! (request ids, tracing spans named by the matched route, body limit).
 
 pub mod health;
+pub mod hooks;
 
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(health::router())
+        .merge(hooks::router())
         .with_state(state)
         .layer(
             TraceLayer::new_for_http()

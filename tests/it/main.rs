@@ -3,4 +3,5 @@
 mod support;
 
 mod foundation;
+mod ingress;
 mod rls;

@@ -65,6 +65,7 @@ async fn seed(pool: &PgPool, slug: &str) -> Seeded {
             conversation_key: "user:user",
             request_content: "secret words of tenant",
             status: MessageStatus::Executed,
+            decision: None,
             metadata: &metadata,
         },
     )

@@ -2,6 +2,7 @@
 //! in front of PostgreSQL that a test can cut to simulate an outage.
 
 pub mod db_proxy;
+pub mod platforms;
 
 use std::net::SocketAddr;
 

@@ -1,0 +1,130 @@
+//! `POST|GET /v1/hooks/{tenant_id}/{connector_id}`: the platforms' webhooks and handshakes.
+//!
+//! The handler is the pipeline of DESIGN.md as named steps: load the connector (tenant
+//! scoped), read the body within the platform's limit, verify over the raw bytes, answer a
+//! handshake or parse, record, answer 200. JSON is never parsed before verification.
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::json;
+
+use crate::channels::{channel_for, HandshakeReply, HookRequest, Inbound, Parsed};
+use crate::db::{self, TenantTx};
+use crate::domain::{Connector, ConnectorId, Platform, TenantId};
+use crate::error::AppError;
+use crate::state::AppState;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/v1/hooks/{tenant_id}/{connector_id}", post(receive).get(handshake))
+}
+
+/// A platform's POST: an event delivery, or Slack's signed `url_verification`.
+async fn receive(
+    State(state): State<AppState>,
+    Path(ids): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, AppError> {
+    let connector = load_connector(&state, &ids).await?;
+    let body = read_body(&state, &connector, &headers, body).await?;
+    let channel = channel_for(connector.platform);
+    let request = HookRequest { headers: &headers, query: None, body: &body, now: (state.clock)() };
+    channel.verify(&connector, &request).inspect_err(|err| reject_metric(&connector, err))?;
+    match channel.parse(&connector, &body)? {
+        Parsed::Handshake(reply) => Ok(handshake_response(reply)),
+        Parsed::Events(inbound) => accept(&state, &connector, &inbound).await,
+    }
+}
+
+/// Meta's GET handshake (`hub.mode=subscribe`). Unsigned by design: it proves the verify
+/// token instead.
+async fn handshake(
+    State(state): State<AppState>,
+    Path(ids): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, AppError> {
+    let connector = load_connector(&state, &ids).await?;
+    let request = HookRequest { headers: &headers, query: query.as_deref(), body: &[], now: (state.clock)() };
+    let reply = channel_for(connector.platform).handshake(&connector, &request)?;
+    Ok(handshake_response(reply))
+}
+
+/// The enabled connector named by the path, read inside its tenant's transaction. Unknown
+/// tenant, unknown connector and disabled connector all answer the same 404.
+async fn load_connector(state: &AppState, (tenant, connector): &(String, String)) -> Result<Connector, AppError> {
+    let not_found = || AppError::NotFound("connector");
+    let tenant: TenantId = tenant.parse().map_err(|_| not_found())?;
+    let connector_id: ConnectorId = connector.parse().map_err(|_| not_found())?;
+    let span = tracing::Span::current();
+    span.record("tenant_id", tracing::field::display(tenant));
+    span.record("connector_id", tracing::field::display(connector_id));
+    let mut tx = TenantTx::begin(&state.pool, tenant).await?;
+    let connector = db::connectors::get(&mut tx, connector_id).await?;
+    tx.commit().await?;
+    let connector = connector.filter(|c| c.enabled).ok_or_else(not_found)?;
+    span.record("platform", connector.platform.as_str());
+    Ok(connector)
+}
+
+/// Reads the raw body up to the platform's limit (Meta batches run to about 3 MB).
+async fn read_body(state: &AppState, connector: &Connector, headers: &HeaderMap, body: Body) -> Result<Bytes, AppError> {
+    let limit = match connector.platform {
+        Platform::Whatsapp => state.settings.whatsapp_body_limit,
+        Platform::Slack | Platform::Telegram => state.settings.body_limit,
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|len| len > limit) {
+        return Err(AppError::PayloadTooLarge(limit));
+    }
+    // Past the declared length check, a read error is a body over the limit (chunked
+    // encoding) or a client that went away; either way nothing was recorded.
+    axum::body::to_bytes(body, limit).await.map_err(|_| AppError::PayloadTooLarge(limit))
+}
+
+async fn accept(state: &AppState, connector: &Connector, inbound: &Inbound) -> Result<Response, AppError> {
+    let outcome = crate::ingress::record(&state.pool, connector, inbound).await?;
+    if !outcome.queued.is_empty() {
+        state.wake_workers();
+    }
+    count_events(connector.platform, inbound, &outcome);
+    let body = json!({
+        "ok": true,
+        "queued": outcome.queued.len(),
+        "recorded_only": outcome.recorded_only,
+        "duplicates": outcome.duplicates,
+        "dropped": inbound.dropped.len(),
+    });
+    // Meta counts anything but exactly 200 as a failure; the others accept any 2xx.
+    Ok((StatusCode::OK, Json(body)).into_response())
+}
+
+fn handshake_response(reply: HandshakeReply) -> Response {
+    (StatusCode::OK, [(header::CONTENT_TYPE, reply.content_type)], reply.body).into_response()
+}
+
+fn count_events(platform: Platform, inbound: &Inbound, outcome: &crate::ingress::RecordOutcome) {
+    let platform = platform.as_str();
+    metrics::counter!("webhook_events_total", "platform" => platform, "result" => "queued")
+        .increment(outcome.queued.len() as u64);
+    metrics::counter!("webhook_events_total", "platform" => platform, "result" => "recorded_only")
+        .increment(outcome.recorded_only as u64);
+    metrics::counter!("webhook_events_total", "platform" => platform, "result" => "duplicate")
+        .increment(outcome.duplicates as u64);
+    for reason in &inbound.dropped {
+        tracing::debug!(reason, "inbound event dropped");
+        metrics::counter!("webhook_events_dropped_total", "platform" => platform, "reason" => *reason).increment(1);
+    }
+}
+
+fn reject_metric(connector: &Connector, err: &crate::channels::HookError) {
+    tracing::info!(error = %err, "webhook rejected");
+    metrics::counter!("webhook_rejected_total", "platform" => connector.platform.as_str()).increment(1);
+}

@@ -1,0 +1,102 @@
+//! Recording what a verified webhook carried: each inbound turn becomes a `channel_messages`
+//! row and, when it is to reach the agent, a `dispatch_queue` row, in one tenant
+//! transaction. A duplicate (same idempotency key) inserts nothing and is still a success.
+//!
+//! `record` is the single write entry point of ingress: a batching writer (several webhooks
+//! per commit, for more than PostgreSQL's per-commit ceiling) would replace its body without
+//! touching the HTTP handlers.
+//!
+//! What admins see of what is not dispatched:
+//! - a real user's non-text message (image, sticker, voice…) is recorded with a placeholder
+//!   such as `[image]` and status `ignored`;
+//! - an unlinked sender's message under the deny policy is recorded as `denied_unlinked`;
+//! - bot echoes, our own messages, edits, deletes, joins, statuses and unknown update kinds
+//!   are not recorded at all: they are counted in `webhook_events_dropped_total` and logged
+//!   at debug level.
+
+use sqlx::PgPool;
+
+use crate::channels::{Inbound, InboundKind, InboundMessage};
+use crate::db::{self, messages::NewMessage, TenantTx};
+use crate::domain::{Connector, MessageId, MessageStatus, UnlinkedPolicy};
+
+/// What `record` did with one webhook.
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RecordOutcome {
+    /// New rows queued for dispatch.
+    pub queued: Vec<MessageId>,
+    /// New rows recorded without dispatch (`ignored`, `denied_*`).
+    pub recorded_only: usize,
+    /// Turns already recorded by an earlier delivery.
+    pub duplicates: usize,
+}
+
+/// The decision for one inbound turn, before it is written.
+struct Routing {
+    user_id: Option<String>,
+    conversation_key: String,
+    status: MessageStatus,
+    decision: Option<&'static str>,
+}
+
+/// Records every inbound turn of one verified webhook in one tenant transaction.
+pub async fn record(pool: &PgPool, connector: &Connector, inbound: &Inbound) -> Result<RecordOutcome, sqlx::Error> {
+    let mut outcome = RecordOutcome::default();
+    if inbound.messages.is_empty() {
+        return Ok(outcome);
+    }
+    let mut tx = TenantTx::begin(pool, connector.tenant_id).await?;
+    for message in &inbound.messages {
+        let routing = route(&mut tx, connector, message).await?;
+        match insert(&mut tx, connector, message, &routing).await? {
+            None => outcome.duplicates += 1,
+            Some(id) if routing.status == MessageStatus::Accepted => {
+                db::queue::enqueue(&mut tx, id, &routing.conversation_key).await?;
+                outcome.queued.push(id);
+            }
+            Some(_) => outcome.recorded_only += 1,
+        }
+    }
+    tx.commit().await?;
+    Ok(outcome)
+}
+
+/// Resolves the linked user and decides the status and conversation of one turn.
+async fn route(tx: &mut TenantTx, connector: &Connector, message: &InboundMessage) -> Result<Routing, sqlx::Error> {
+    let user_id = db::links::resolve(tx, connector.platform, &message.platform_user_id).await?;
+    let conversation_key = match &user_id {
+        Some(user) => format!("user:{user}"),
+        None => format!("sender:{}:{}", connector.id, message.platform_user_id),
+    };
+    let (status, decision) = match (message.kind, &user_id, connector.unlinked_policy) {
+        (InboundKind::NonText, _, _) => (MessageStatus::Ignored, Some("ignore_non_text")),
+        (InboundKind::Text, None, UnlinkedPolicy::Deny) => (MessageStatus::DeniedUnlinked, Some("deny_unlinked")),
+        (InboundKind::Text, _, _) => (MessageStatus::Accepted, None),
+    };
+    Ok(Routing { user_id, conversation_key, status, decision })
+}
+
+async fn insert(
+    tx: &mut TenantTx,
+    connector: &Connector,
+    message: &InboundMessage,
+    routing: &Routing,
+) -> Result<Option<MessageId>, sqlx::Error> {
+    let new = NewMessage {
+        connector_id: connector.id,
+        platform: connector.platform,
+        idempotency_key: &message.idempotency_key,
+        platform_message_id: &message.platform_message_id,
+        chat_id: &message.chat_id,
+        thread_id: message.thread_id.as_deref(),
+        platform_user_id: &message.platform_user_id,
+        reply_to_id: message.reply_to_id.as_deref(),
+        user_id: routing.user_id.as_deref(),
+        conversation_key: &routing.conversation_key,
+        request_content: &message.text,
+        status: routing.status,
+        decision: routing.decision,
+        metadata: &message.metadata,
+    };
+    db::messages::insert_new(tx, &new).await
+}
