@@ -9,7 +9,11 @@ pub mod telegram;
 pub mod whatsapp;
 
 use axum::http::HeaderMap;
+use hmac::{Hmac, Mac};
+use secrecy::ExposeSecret;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
+use sha2::Sha256;
 
 use crate::domain::{Connector, Platform};
 
@@ -153,4 +157,95 @@ pub fn channel_for(platform: Platform) -> &'static dyn Channel {
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     use subtle::ConstantTimeEq;
     a.len() == b.len() && bool::from(a.ct_eq(b))
+}
+
+impl Inbound {
+    /// Nothing to record: only the reason something was dropped.
+    pub fn only_dropped(reason: &'static str) -> Self {
+        Self {
+            dropped: vec![reason],
+            ..Self::default()
+        }
+    }
+}
+
+/// The connector's current secret, then the previous one while a rotation's grace period
+/// lasts (PLATFORMS.md §1.1 "Secret rotation"). An empty secret is never offered: an HMAC
+/// under an empty key, or an empty Telegram token, is something anyone can produce.
+pub(crate) fn verification_secrets(connector: &Connector) -> impl Iterator<Item = &str> {
+    std::iter::once(&connector.verification_secret)
+        .chain(connector.previous_verification_secret.as_ref())
+        .map(|secret| secret.expose_secret())
+        .filter(|secret| !secret.is_empty())
+}
+
+/// Whether `hex_signature` is HMAC-SHA256 over `parts` (concatenated) under any of the
+/// connector's secrets. `verify_slice` compares in constant time.
+pub(crate) fn hmac_sha256_matches(
+    connector: &Connector,
+    parts: &[&[u8]],
+    hex_signature: &str,
+) -> bool {
+    let Ok(signature) = hex::decode(hex_signature) else {
+        return false;
+    };
+    verification_secrets(connector).any(|secret| {
+        let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes())
+            .expect("HMAC-SHA256 accepts keys of any length");
+        parts.iter().for_each(|part| mac.update(part));
+        mac.verify_slice(&signature).is_ok()
+    })
+}
+
+/// A required header as text. Header names are case-insensitive (`HeaderMap` handles that,
+/// PLATFORMS.md §1.1); a value that is not visible ASCII cannot be a valid signature.
+pub(crate) fn required_header<'a>(
+    headers: &'a HeaderMap,
+    name: &'static str,
+) -> Result<&'a str, HookError> {
+    let value = headers.get(name).ok_or(HookError::MissingSignature(name))?;
+    value.to_str().map_err(|_| HookError::BadSignature)
+}
+
+/// Deserializes a verified body; anything that is not the platform's JSON is a 400.
+pub(crate) fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, HookError> {
+    serde_json::from_slice(body).map_err(|e| HookError::Malformed(e.to_string()))
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! A connector for unit tests, with the fixture ids of `fixtures/README.md`.
+
+    use crate::domain::{Connector, ConnectorId, Platform, TenantId, UnlinkedPolicy};
+
+    pub(crate) fn connector(platform: Platform, secret: &str) -> Connector {
+        Connector {
+            tenant_id: TenantId::new(),
+            id: ConnectorId::new(),
+            platform,
+            name: format!("test {platform}"),
+            external_id: None,
+            app_id: None,
+            bot_user_id: None,
+            bot_id: None,
+            verification_secret: secret.into(),
+            previous_verification_secret: None,
+            verify_token: None,
+            outbound_token: None,
+            api_base_url: None,
+            enabled: true,
+            unlinked_policy: UnlinkedPolicy::Deny,
+        }
+    }
+
+    /// A header map from `(name, value)` pairs.
+    pub(crate) fn headers(pairs: &[(&'static str, &str)]) -> axum::http::HeaderMap {
+        pairs
+            .iter()
+            .map(|(name, value)| {
+                let value = value.parse().expect("test header values are ASCII");
+                (axum::http::HeaderName::from_static(name), value)
+            })
+            .collect()
+    }
 }

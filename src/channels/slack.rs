@@ -1,7 +1,24 @@
-//! Slack inbound protocol (PLATFORMS.md). Not implemented yet.
+//! Slack Events API over HTTP (PLATFORMS.md §1).
+//!
+//! What is forwarded: a human's `message` or `app_mention` with non-empty text and no
+//! subtype, or with the `thread_broadcast` / `file_share` subtypes (only the text goes on;
+//! a `file_share` without text is recorded as a `[file]` placeholder, never dispatched).
+//! Everything else is dropped with a reason: our own and other bots' posts (DESIGN.md
+//! "Loop safety"), edits, deletes, other subtypes, hidden events and non-message events.
 
-use super::{Channel, HookError, HookRequest, Parsed};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{
+    hmac_sha256_matches, parse_json, required_header, Channel, HandshakeReply, HookError,
+    HookRequest, Inbound, InboundKind, InboundMessage, Parsed,
+};
 use crate::domain::{Connector, Platform};
+
+const SIGNATURE_HEADER: &str = "x-slack-signature";
+const TIMESTAMP_HEADER: &str = "x-slack-request-timestamp";
+/// "more than five minutes from local time", in either direction (PLATFORMS.md §1.1).
+const MAX_CLOCK_SKEW_SECS: u64 = 300;
 
 pub struct Slack;
 
@@ -10,11 +27,603 @@ impl Channel for Slack {
         Platform::Slack
     }
 
-    fn verify(&self, _connector: &Connector, _request: &HookRequest<'_>) -> Result<(), HookError> {
-        Err(HookError::BadSignature)
+    /// `X-Slack-Signature: v0=hex(HMAC-SHA256(secret, "v0:{ts}:{raw body}"))` with a fresh
+    /// `X-Slack-Request-Timestamp` (PLATFORMS.md §1.1).
+    fn verify(&self, connector: &Connector, request: &HookRequest<'_>) -> Result<(), HookError> {
+        let signature = required_header(request.headers, SIGNATURE_HEADER)?;
+        let timestamp = required_header(request.headers, TIMESTAMP_HEADER)?;
+        check_freshness(timestamp, request.now)?;
+        let hex = signature
+            .strip_prefix("v0=")
+            .ok_or(HookError::BadSignature)?;
+        // The base string uses the header text as sent, not a re-formatted number.
+        let parts: [&[u8]; 4] = [b"v0:", timestamp.as_bytes(), b":", request.body];
+        if hmac_sha256_matches(connector, &parts, hex) {
+            Ok(())
+        } else {
+            Err(HookError::BadSignature)
+        }
     }
 
-    fn parse(&self, _connector: &Connector, _body: &[u8]) -> Result<Parsed, HookError> {
-        Err(HookError::Malformed("not implemented".into()))
+    fn parse(&self, connector: &Connector, body: &[u8]) -> Result<Parsed, HookError> {
+        let envelope: EnvelopeIn = parse_json(body)?;
+        match envelope.kind.as_str() {
+            "url_verification" => challenge_reply(envelope.challenge).map(Parsed::Handshake),
+            "event_callback" => Ok(Parsed::Events(event_callback(connector, envelope))),
+            "app_rate_limited" => Ok(Parsed::Events(Inbound::only_dropped("app_rate_limited"))),
+            _ => Ok(Parsed::Events(Inbound::only_dropped("other_envelope"))),
+        }
+    }
+}
+
+/// A timestamp that is not a number cannot be fresh; it is refused like a bad signature.
+fn check_freshness(timestamp: &str, now: i64) -> Result<(), HookError> {
+    let sent: i64 = timestamp.parse().map_err(|_| HookError::BadSignature)?;
+    if now.abs_diff(sent) > MAX_CLOCK_SKEW_SECS {
+        return Err(HookError::StaleTimestamp);
+    }
+    Ok(())
+}
+
+/// The outer `event_callback` / `url_verification` / `app_rate_limited` envelope (§1.5).
+#[derive(Deserialize)]
+struct EnvelopeIn {
+    #[serde(rename = "type")]
+    kind: String,
+    challenge: Option<String>,
+    team_id: Option<String>,
+    context_team_id: Option<String>,
+    authorizations: Option<Vec<AuthorizationIn>>,
+    api_app_id: Option<String>,
+    event_id: Option<String>,
+    /// Kept as a `Value` until its type is known: other event types reuse field names with
+    /// other shapes (`user` is an object in `user_change`, `channel` in `channel_created`).
+    event: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct AuthorizationIn {
+    team_id: Option<String>,
+}
+
+/// The fields of a `message` / `app_mention` event the bridge reads.
+#[derive(Deserialize)]
+struct MessageEventIn {
+    #[serde(rename = "type")]
+    kind: String,
+    subtype: Option<String>,
+    channel: Option<String>,
+    channel_type: Option<String>,
+    user: Option<String>,
+    bot_id: Option<String>,
+    text: Option<String>,
+    ts: Option<String>,
+    thread_ts: Option<String>,
+    #[serde(default)]
+    hidden: bool,
+}
+
+/// Bolt answers `{"challenge": …}` as JSON; Slack accepts it (§1.2).
+fn challenge_reply(challenge: Option<String>) -> Result<HandshakeReply, HookError> {
+    let challenge = challenge
+        .ok_or_else(|| HookError::Malformed("url_verification without challenge".into()))?;
+    Ok(HandshakeReply {
+        content_type: "application/json",
+        body: json!({ "challenge": challenge }).to_string(),
+    })
+}
+
+fn event_callback(connector: &Connector, envelope: EnvelopeIn) -> Inbound {
+    if !is_for_our_workspace(connector, &envelope) {
+        return Inbound::only_dropped("other_team");
+    }
+    let event = envelope
+        .event
+        .as_ref()
+        .ok_or("no_event")
+        .and_then(message_event);
+    match event.and_then(|event| inbound_message(connector, &envelope, event)) {
+        Ok(message) => Inbound {
+            messages: vec![message],
+            ..Inbound::default()
+        },
+        Err(reason) => Inbound::only_dropped(reason),
+    }
+}
+
+/// A distributed app sends every workspace's events to its one Request URL; only the
+/// connector's workspace belongs to this tenant. In Slack Connect channels the envelope's
+/// `team_id` may name the other side, so the installation (`authorizations`) and
+/// `context_team_id` count too (§1.5 field map). No configured team: nothing to check.
+fn is_for_our_workspace(connector: &Connector, envelope: &EnvelopeIn) -> bool {
+    let Some(ours) = connector.external_id.as_deref() else {
+        return true;
+    };
+    let installed = envelope.authorizations.iter().flatten();
+    [&envelope.team_id, &envelope.context_team_id]
+        .into_iter()
+        .chain(installed.map(|a| &a.team_id))
+        .any(|team| team.as_deref() == Some(ours))
+}
+
+/// `message` and `app_mention` events; any other type (reactions, lifecycle) is not a turn.
+/// A signed event we cannot read is dropped, not refused: a 400 would only make Slack retry it.
+fn message_event(event: &Value) -> Result<MessageEventIn, &'static str> {
+    match event.get("type").and_then(Value::as_str) {
+        Some("message" | "app_mention") => {
+            serde_json::from_value(event.clone()).map_err(|_| "unreadable_event")
+        }
+        _ => Err("non_message_event"),
+    }
+}
+
+fn inbound_message(
+    connector: &Connector,
+    envelope: &EnvelopeIn,
+    event: MessageEventIn,
+) -> Result<InboundMessage, &'static str> {
+    check_sender(connector, &event)?;
+    let kind = content_kind(&event)?;
+    let (Some(team), Some(channel), Some(ts), Some(user)) = (
+        envelope.team_id.as_deref(),
+        event.channel.as_deref(),
+        event.ts.as_deref(),
+        event.user.as_deref(),
+    ) else {
+        return Err("missing_ids");
+    };
+    Ok(InboundMessage {
+        // The message identity, not `event_id`: one @mention arrives as both `message` and
+        // `app_mention` with different event ids (§1.4).
+        idempotency_key: format!("{team}:{channel}:{ts}"),
+        kind,
+        platform_message_id: ts.to_owned(),
+        chat_id: channel.to_owned(),
+        thread_id: event.thread_ts.clone(),
+        platform_user_id: user.to_owned(),
+        reply_to_id: event.thread_ts.clone(),
+        text: message_text(kind, &event),
+        metadata: metadata(envelope, &event),
+    })
+}
+
+/// Loop safety (§1.5 rule 1): modern app posts have no subtype but carry `bot_id` and the
+/// bot user as `user`; classic bots use `subtype: bot_message`.
+fn check_sender(connector: &Connector, event: &MessageEventIn) -> Result<(), &'static str> {
+    let by_our_bot = is_ours(event.bot_id.as_deref(), connector.bot_id.as_deref());
+    let by_our_user = is_ours(event.user.as_deref(), connector.bot_user_id.as_deref());
+    if by_our_bot || by_our_user {
+        return Err("own_message");
+    }
+    if event.bot_id.is_some() || event.subtype.as_deref() == Some("bot_message") {
+        return Err("bot_message");
+    }
+    Ok(())
+}
+
+/// Both present and equal: an id the connector does not know never matches a missing field.
+fn is_ours(field: Option<&str>, ours: Option<&str>) -> bool {
+    field.is_some() && field == ours
+}
+
+/// Which subtypes carry a user's words (§1.5 rules 2–5), and whether there are words.
+fn content_kind(event: &MessageEventIn) -> Result<InboundKind, &'static str> {
+    let has_text = event.text.as_deref().is_some_and(|t| !t.trim().is_empty());
+    match event.subtype.as_deref() {
+        Some("message_changed") => return Err("message_changed"),
+        Some("message_deleted") => return Err("message_deleted"),
+        None | Some("thread_broadcast") | Some("file_share") => {}
+        Some(_) => return Err("subtype"),
+    }
+    if event.hidden {
+        return Err("hidden");
+    }
+    match (has_text, event.subtype.as_deref()) {
+        (true, _) => Ok(InboundKind::Text),
+        (false, Some("file_share")) => Ok(InboundKind::NonText),
+        (false, _) => Err("empty_text"),
+    }
+}
+
+fn message_text(kind: InboundKind, event: &MessageEventIn) -> String {
+    match kind {
+        InboundKind::Text => event.text.clone().unwrap_or_default(),
+        InboundKind::NonText => "[file]".to_owned(),
+    }
+}
+
+fn metadata(envelope: &EnvelopeIn, event: &MessageEventIn) -> Value {
+    json!({
+        "event_id": envelope.event_id,
+        "event_type": event.kind,
+        "subtype": event.subtype,
+        "channel_type": event.channel_type,
+        "team_id": envelope.team_id,
+        "api_app_id": envelope.api_app_id,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use hmac::{Hmac, Mac};
+    use sha2::Sha256;
+
+    use super::*;
+    use crate::channels::testing;
+
+    const OFFICIAL_SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
+    const OFFICIAL_TS: i64 = 1_531_420_618;
+    const OFFICIAL_BODY: &str = "token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text=&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c";
+    const OFFICIAL_SIGNATURE: &str =
+        "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503";
+    const URL_VERIFICATION_SIGNATURE: &str =
+        "v0=f9bd80929259f3f6d5fe3a3186c453c89cd1ad4862815a15837584f31c993652";
+
+    const DM_TEXT: &[u8] = include_bytes!("../../fixtures/slack/dm_text.json");
+    const CHANNEL_TEXT: &[u8] = include_bytes!("../../fixtures/slack/channel_text.json");
+    const THREAD_REPLY: &[u8] = include_bytes!("../../fixtures/slack/thread_reply.json");
+    const MESSAGE_CHANGED: &[u8] = include_bytes!("../../fixtures/slack/message_changed.json");
+    const MESSAGE_DELETED: &[u8] = include_bytes!("../../fixtures/slack/message_deleted.json");
+    const BOT_ECHO: &[u8] = include_bytes!("../../fixtures/slack/bot_echo.json");
+    const CLASSIC_BOT: &[u8] = include_bytes!("../../fixtures/slack/bot_message_classic.json");
+    const MENTION_MESSAGE: &[u8] = include_bytes!("../../fixtures/slack/mention_message.json");
+    const MENTION_APP_MENTION: &[u8] =
+        include_bytes!("../../fixtures/slack/mention_app_mention.json");
+    const URL_VERIFICATION: &[u8] = include_bytes!("../../fixtures/slack/url_verification.json");
+    const CHANNEL_JOIN: &[u8] = include_bytes!("../../fixtures/slack/channel_join.json");
+    const APP_RATE_LIMITED: &[u8] = include_bytes!("../../fixtures/slack/app_rate_limited.json");
+    const REACTION_ADDED: &[u8] = include_bytes!("../../fixtures/slack/reaction_added.json");
+    const FILE_SHARE_NO_TEXT: &[u8] =
+        include_bytes!("../../fixtures/slack/file_share_no_text.json");
+
+    /// The connector the fixtures were written for (fixtures/README.md).
+    fn connector() -> Connector {
+        let mut connector = testing::connector(Platform::Slack, OFFICIAL_SECRET);
+        connector.external_id = Some("T0001".into());
+        connector.app_id = Some("A0001".into());
+        connector.bot_user_id = Some("UBOT1".into());
+        connector.bot_id = Some("BBOT1".into());
+        connector
+    }
+
+    fn verify(
+        connector: &Connector,
+        ts: &str,
+        signature: &str,
+        body: &[u8],
+        now: i64,
+    ) -> Result<(), HookError> {
+        let headers = testing::headers(&[(SIGNATURE_HEADER, signature), (TIMESTAMP_HEADER, ts)]);
+        let request = HookRequest {
+            headers: &headers,
+            query: None,
+            body,
+            now,
+        };
+        Slack.verify(connector, &request)
+    }
+
+    fn sign(secret: &str, ts: i64, body: &[u8]) -> String {
+        let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("any key length");
+        mac.update(format!("v0:{ts}:").as_bytes());
+        mac.update(body);
+        format!("v0={}", hex::encode(mac.finalize().into_bytes()))
+    }
+
+    fn events(body: &[u8]) -> Inbound {
+        match Slack.parse(&connector(), body) {
+            Ok(Parsed::Events(inbound)) => inbound,
+            other => panic!("expected events, got {other:?}"),
+        }
+    }
+
+    fn single_message(body: &[u8]) -> InboundMessage {
+        let inbound = events(body);
+        assert!(inbound.dropped.is_empty(), "dropped: {:?}", inbound.dropped);
+        assert_eq!(inbound.messages.len(), 1);
+        inbound
+            .messages
+            .into_iter()
+            .next()
+            .expect("one message, asserted above")
+    }
+
+    fn dropped_reason(body: &[u8]) -> &'static str {
+        let inbound = events(body);
+        assert!(
+            inbound.messages.is_empty(),
+            "forwarded: {:?}",
+            inbound.messages
+        );
+        assert_eq!(inbound.dropped.len(), 1);
+        inbound.dropped[0]
+    }
+
+    #[test]
+    fn official_slack_vector_verifies() {
+        let body = OFFICIAL_BODY.as_bytes();
+        let ts = OFFICIAL_TS.to_string();
+        assert_eq!(
+            verify(&connector(), &ts, OFFICIAL_SIGNATURE, body, OFFICIAL_TS),
+            Ok(())
+        );
+        assert_eq!(sign(OFFICIAL_SECRET, OFFICIAL_TS, body), OFFICIAL_SIGNATURE);
+    }
+
+    #[test]
+    fn json_url_verification_vector_verifies() {
+        assert_eq!(
+            URL_VERIFICATION.len(),
+            129,
+            "the fixture is the exact §1.1 body"
+        );
+        let ts = OFFICIAL_TS.to_string();
+        let result = verify(
+            &connector(),
+            &ts,
+            URL_VERIFICATION_SIGNATURE,
+            URL_VERIFICATION,
+            OFFICIAL_TS,
+        );
+        assert_eq!(result, Ok(()));
+    }
+
+    #[test]
+    fn timestamp_more_than_five_minutes_old_or_ahead_is_stale() {
+        let ts = OFFICIAL_TS.to_string();
+        let body = OFFICIAL_BODY.as_bytes();
+        for now in [OFFICIAL_TS + 301, OFFICIAL_TS - 301] {
+            let result = verify(&connector(), &ts, OFFICIAL_SIGNATURE, body, now);
+            assert_eq!(result, Err(HookError::StaleTimestamp), "now = {now}");
+        }
+        for now in [OFFICIAL_TS + 300, OFFICIAL_TS - 300] {
+            assert_eq!(
+                verify(&connector(), &ts, OFFICIAL_SIGNATURE, body, now),
+                Ok(())
+            );
+        }
+    }
+
+    #[test]
+    fn non_numeric_timestamp_is_refused() {
+        let result = verify(&connector(), "soon", OFFICIAL_SIGNATURE, b"{}", OFFICIAL_TS);
+        assert_eq!(result, Err(HookError::BadSignature));
+    }
+
+    #[test]
+    fn tampered_body_or_wrong_secret_is_refused() {
+        let ts = OFFICIAL_TS.to_string();
+        let tampered = OFFICIAL_BODY.replace("roadrunner", "coyote");
+        let result = verify(
+            &connector(),
+            &ts,
+            OFFICIAL_SIGNATURE,
+            tampered.as_bytes(),
+            OFFICIAL_TS,
+        );
+        assert_eq!(result, Err(HookError::BadSignature));
+        let mut other = connector();
+        other.verification_secret = "another-secret".into();
+        let result = verify(
+            &other,
+            &ts,
+            OFFICIAL_SIGNATURE,
+            OFFICIAL_BODY.as_bytes(),
+            OFFICIAL_TS,
+        );
+        assert_eq!(result, Err(HookError::BadSignature));
+    }
+
+    #[test]
+    fn signature_without_v0_prefix_is_refused() {
+        let ts = OFFICIAL_TS.to_string();
+        let bare = OFFICIAL_SIGNATURE.trim_start_matches("v0=");
+        let result = verify(
+            &connector(),
+            &ts,
+            bare,
+            OFFICIAL_BODY.as_bytes(),
+            OFFICIAL_TS,
+        );
+        assert_eq!(result, Err(HookError::BadSignature));
+    }
+
+    #[test]
+    fn previous_secret_is_accepted_during_rotation() {
+        let mut rotated = connector();
+        rotated.verification_secret = "the-new-secret".into();
+        rotated.previous_verification_secret = Some(OFFICIAL_SECRET.into());
+        let ts = OFFICIAL_TS.to_string();
+        let result = verify(
+            &rotated,
+            &ts,
+            OFFICIAL_SIGNATURE,
+            OFFICIAL_BODY.as_bytes(),
+            OFFICIAL_TS,
+        );
+        assert_eq!(result, Ok(()));
+    }
+
+    #[test]
+    fn missing_headers_are_reported_by_name() {
+        let headers = testing::headers(&[(TIMESTAMP_HEADER, "1531420618")]);
+        let request = HookRequest {
+            headers: &headers,
+            query: None,
+            body: b"{}",
+            now: OFFICIAL_TS,
+        };
+        let result = Slack.verify(&connector(), &request);
+        assert_eq!(result, Err(HookError::MissingSignature(SIGNATURE_HEADER)));
+        let headers = testing::headers(&[(SIGNATURE_HEADER, OFFICIAL_SIGNATURE)]);
+        let request = HookRequest {
+            headers: &headers,
+            query: None,
+            body: b"{}",
+            now: OFFICIAL_TS,
+        };
+        let result = Slack.verify(&connector(), &request);
+        assert_eq!(result, Err(HookError::MissingSignature(TIMESTAMP_HEADER)));
+    }
+
+    #[test]
+    fn fixture_signed_at_test_time_verifies() {
+        let now = 1_718_000_000;
+        let signature = sign(OFFICIAL_SECRET, now, DM_TEXT);
+        assert_eq!(
+            verify(&connector(), &now.to_string(), &signature, DM_TEXT, now),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn url_verification_is_answered_with_the_challenge_as_json() {
+        let Ok(Parsed::Handshake(reply)) = Slack.parse(&connector(), URL_VERIFICATION) else {
+            panic!("expected a handshake");
+        };
+        assert_eq!(reply.content_type, "application/json");
+        let body: Value = serde_json::from_str(&reply.body).expect("reply is JSON");
+        let expected = "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P";
+        assert_eq!(body, json!({ "challenge": expected }));
+    }
+
+    #[test]
+    fn dm_text_is_forwarded_with_its_message_identity() {
+        let message = single_message(DM_TEXT);
+        assert_eq!(message.kind, InboundKind::Text);
+        assert_eq!(message.idempotency_key, "T0001:D0DM00001:1718000000.000100");
+        assert_eq!(message.chat_id, "D0DM00001");
+        assert_eq!(message.platform_message_id, "1718000000.000100");
+        assert_eq!(message.platform_user_id, "U0USER1");
+        assert_eq!(message.thread_id, None);
+        assert_eq!(message.reply_to_id, None);
+        assert_eq!(message.text, "Hello bridge, what can you do?");
+        assert_eq!(message.metadata["channel_type"], "im");
+        assert_eq!(message.metadata["event_id"], "Ev0DM00001");
+        assert_eq!(message.metadata["event_type"], "message");
+        assert_eq!(message.metadata["team_id"], "T0001");
+        assert_eq!(message.metadata["api_app_id"], "A0001");
+    }
+
+    #[test]
+    fn channel_text_is_forwarded() {
+        let message = single_message(CHANNEL_TEXT);
+        assert_eq!(message.chat_id, "C0CHAN001");
+        assert_eq!(message.metadata["channel_type"], "channel");
+    }
+
+    #[test]
+    fn thread_reply_carries_the_parent_ts_as_thread_and_reply_to() {
+        let message = single_message(THREAD_REPLY);
+        assert_eq!(message.thread_id.as_deref(), Some("1718000100.000200"));
+        assert_eq!(message.reply_to_id.as_deref(), Some("1718000100.000200"));
+        assert_eq!(message.platform_message_id, "1718000200.000300");
+    }
+
+    #[test]
+    fn message_and_app_mention_of_one_message_share_the_idempotency_key() {
+        let from_message = single_message(MENTION_MESSAGE);
+        let from_mention = single_message(MENTION_APP_MENTION);
+        assert_eq!(from_message.idempotency_key, from_mention.idempotency_key);
+        assert_eq!(
+            from_message.idempotency_key,
+            "T0001:C0CHAN001:1718000300.000400"
+        );
+        assert_ne!(
+            from_message.metadata["event_id"],
+            from_mention.metadata["event_id"]
+        );
+        assert_eq!(from_mention.metadata["event_type"], "app_mention");
+    }
+
+    #[test]
+    fn edits_and_deletes_are_dropped() {
+        assert_eq!(dropped_reason(MESSAGE_CHANGED), "message_changed");
+        assert_eq!(dropped_reason(MESSAGE_DELETED), "message_deleted");
+    }
+
+    #[test]
+    fn our_own_post_is_dropped_as_own_message() {
+        assert_eq!(dropped_reason(BOT_ECHO), "own_message");
+    }
+
+    #[test]
+    fn own_post_is_dropped_even_without_configured_bot_ids() {
+        let mut bare = connector();
+        bare.bot_id = None;
+        bare.bot_user_id = None;
+        let Ok(Parsed::Events(inbound)) = Slack.parse(&bare, BOT_ECHO) else {
+            panic!("expected events");
+        };
+        assert!(inbound.messages.is_empty());
+        assert_eq!(inbound.dropped, vec!["bot_message"]);
+    }
+
+    #[test]
+    fn classic_bot_message_is_dropped() {
+        assert_eq!(dropped_reason(CLASSIC_BOT), "bot_message");
+    }
+
+    #[test]
+    fn channel_join_is_dropped_as_subtype() {
+        assert_eq!(dropped_reason(CHANNEL_JOIN), "subtype");
+    }
+
+    #[test]
+    fn non_message_events_and_envelopes_are_dropped() {
+        assert_eq!(dropped_reason(REACTION_ADDED), "non_message_event");
+        assert_eq!(dropped_reason(APP_RATE_LIMITED), "app_rate_limited");
+    }
+
+    #[test]
+    fn file_share_without_text_is_recorded_as_a_placeholder() {
+        let message = single_message(FILE_SHARE_NO_TEXT);
+        assert_eq!(message.kind, InboundKind::NonText);
+        assert_eq!(message.text, "[file]");
+        assert_eq!(message.metadata["subtype"], "file_share");
+    }
+
+    #[test]
+    fn event_of_another_workspace_is_dropped() {
+        let mut other = connector();
+        other.external_id = Some("T0OTHER".into());
+        let Ok(Parsed::Events(inbound)) = Slack.parse(&other, DM_TEXT) else {
+            panic!("expected events");
+        };
+        assert!(inbound.messages.is_empty());
+        assert_eq!(inbound.dropped, vec!["other_team"]);
+    }
+
+    #[test]
+    fn slack_connect_message_from_the_other_side_is_ours_by_installation() {
+        let body = br#"{"type":"event_callback","team_id":"T0PARTNER","context_team_id":"T0PARTNER","authorizations":[{"team_id":"T0001","user_id":"UBOT1","is_bot":true}],"event":{"type":"message","user":"U0PARTNER","channel":"C0SHARED1","ts":"1.2","text":"hi"}}"#;
+        let message = single_message(body);
+        assert_eq!(message.idempotency_key, "T0PARTNER:C0SHARED1:1.2");
+    }
+
+    #[test]
+    fn hidden_and_empty_messages_are_dropped() {
+        let hidden = br#"{"type":"event_callback","team_id":"T0001","event":{"type":"message","user":"U0USER1","channel":"C0CHAN001","ts":"1.2","text":"x","hidden":true}}"#;
+        assert_eq!(dropped_reason(hidden), "hidden");
+        let empty = br#"{"type":"event_callback","team_id":"T0001","event":{"type":"message","user":"U0USER1","channel":"C0CHAN001","ts":"1.2","text":"  "}}"#;
+        assert_eq!(dropped_reason(empty), "empty_text");
+    }
+
+    #[test]
+    fn odd_shapes_of_other_event_types_are_not_errors() {
+        let user_change = br#"{"type":"event_callback","team_id":"T0001","event":{"type":"user_change","user":{"id":"U0USER1"}}}"#;
+        assert_eq!(dropped_reason(user_change), "non_message_event");
+    }
+
+    #[test]
+    fn invalid_json_is_malformed() {
+        assert!(matches!(
+            Slack.parse(&connector(), b"{not json"),
+            Err(HookError::Malformed(_))
+        ));
+        assert!(matches!(
+            Slack.parse(&connector(), b"[]"),
+            Err(HookError::Malformed(_))
+        ));
     }
 }

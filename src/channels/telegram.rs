@@ -1,7 +1,70 @@
-//! Telegram inbound protocol (PLATFORMS.md). Not implemented yet.
+//! Telegram Bot API webhooks (PLATFORMS.md §3).
+//!
+//! Only `message` updates from people are turns. Text is forwarded exactly as sent (a
+//! `/cmd@botname` command keeps its suffix; the agent sees what the user typed); media and
+//! other user content is recorded with a `[photo]`-style placeholder and never dispatched.
+//! Every other update kind, bot senders and service messages (members joining, pins…) are
+//! dropped. An update kind this code has never heard of is dropped too, never an error
+//! (§3.5 rule 1): Telegram adds kinds, and a 4xx would only make it redeliver.
 
-use super::{Channel, HookError, HookRequest, Parsed};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::{
+    constant_time_eq, parse_json, required_header, verification_secrets, Channel, HookError,
+    HookRequest, Inbound, InboundKind, InboundMessage, Parsed,
+};
 use crate::domain::{Connector, Platform};
+
+const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
+
+/// Update kinds the Bot API documents besides `message`, each with its own drop reason.
+const OTHER_UPDATE_KINDS: &[&str] = &[
+    "edited_message",
+    "channel_post",
+    "edited_channel_post",
+    "business_connection",
+    "business_message",
+    "edited_business_message",
+    "deleted_business_messages",
+    "message_reaction",
+    "message_reaction_count",
+    "inline_query",
+    "chosen_inline_result",
+    "callback_query",
+    "shipping_query",
+    "pre_checkout_query",
+    "purchased_paid_media",
+    "poll",
+    "poll_answer",
+    "my_chat_member",
+    "chat_member",
+    "chat_join_request",
+    "chat_boost",
+    "removed_chat_boost",
+];
+
+/// User content without `text`, and its placeholder. `animation` comes before `document`
+/// because an animation message carries both fields.
+const NON_TEXT_CONTENT: &[(&str, &str)] = &[
+    ("animation", "[animation]"),
+    ("photo", "[photo]"),
+    ("video", "[video]"),
+    ("video_note", "[video_note]"),
+    ("voice", "[voice]"),
+    ("audio", "[audio]"),
+    ("document", "[document]"),
+    ("sticker", "[sticker]"),
+    ("paid_media", "[paid_media]"),
+    ("story", "[story]"),
+    ("contact", "[contact]"),
+    ("location", "[location]"),
+    ("venue", "[venue]"),
+    ("poll", "[poll]"),
+    ("dice", "[dice]"),
+    ("game", "[game]"),
+    ("checklist", "[checklist]"),
+];
 
 pub struct Telegram;
 
@@ -10,11 +73,343 @@ impl Channel for Telegram {
         Platform::Telegram
     }
 
-    fn verify(&self, _connector: &Connector, _request: &HookRequest<'_>) -> Result<(), HookError> {
-        Err(HookError::BadSignature)
+    /// The `secret_token` given to `setWebhook` comes back verbatim in a header: no HMAC,
+    /// no timestamp, so a constant-time equality is the whole check (§3.1).
+    fn verify(&self, connector: &Connector, request: &HookRequest<'_>) -> Result<(), HookError> {
+        let offered = required_header(request.headers, SECRET_HEADER)?;
+        let matches = verification_secrets(connector)
+            .any(|secret| constant_time_eq(secret.as_bytes(), offered.as_bytes()));
+        if matches {
+            Ok(())
+        } else {
+            Err(HookError::BadSignature)
+        }
     }
 
-    fn parse(&self, _connector: &Connector, _body: &[u8]) -> Result<Parsed, HookError> {
-        Err(HookError::Malformed("not implemented".into()))
+    fn parse(&self, _connector: &Connector, body: &[u8]) -> Result<Parsed, HookError> {
+        let update: UpdateIn = parse_json(body)?;
+        let Some(message) = update.message else {
+            return Ok(Parsed::Events(Inbound::only_dropped(other_kind_reason(
+                &update.other,
+            ))));
+        };
+        let inbound = match read_message(update.update_id, message) {
+            Ok(message) => Inbound {
+                messages: vec![message],
+                ..Inbound::default()
+            },
+            Err(reason) => Inbound::only_dropped(reason),
+        };
+        Ok(Parsed::Events(inbound))
+    }
+}
+
+#[derive(Deserialize)]
+struct UpdateIn {
+    /// Required: without it there is no idempotency key, so the body is malformed.
+    update_id: i64,
+    /// Kept as a `Value` so an odd message is dropped, not refused.
+    message: Option<Value>,
+    /// Whatever other kind the update carries.
+    #[serde(flatten)]
+    other: Map<String, Value>,
+}
+
+#[derive(Deserialize)]
+struct MessageIn {
+    message_id: i64,
+    message_thread_id: Option<i64>,
+    #[serde(default)]
+    is_topic_message: bool,
+    /// Absent for messages sent on behalf of a channel.
+    from: Option<UserIn>,
+    chat: ChatIn,
+    date: Option<i64>,
+    text: Option<String>,
+    caption: Option<String>,
+    reply_to_message: Option<ReplyIn>,
+    /// The remaining fields, to tell media from service messages.
+    #[serde(flatten)]
+    other: Map<String, Value>,
+}
+
+#[derive(Deserialize)]
+struct UserIn {
+    id: i64,
+    #[serde(default)]
+    is_bot: bool,
+    username: Option<String>,
+    first_name: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ChatIn {
+    id: i64,
+    #[serde(rename = "type")]
+    kind: String,
+    title: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ReplyIn {
+    message_id: i64,
+}
+
+fn other_kind_reason(fields: &Map<String, Value>) -> &'static str {
+    OTHER_UPDATE_KINDS
+        .iter()
+        .find(|kind| fields.contains_key(**kind))
+        .copied()
+        .unwrap_or("unknown_update_kind")
+}
+
+fn read_message(update_id: i64, message: Value) -> Result<InboundMessage, &'static str> {
+    let message: MessageIn = serde_json::from_value(message).map_err(|_| "unreadable_message")?;
+    let from = message.from.as_ref().ok_or("no_sender")?;
+    // Other bots' posts never reach the agent (§3.5 rule 3, DESIGN.md "Loop safety").
+    if from.is_bot {
+        return Err("bot_sender");
+    }
+    let (kind, text) = content(&message)?;
+    Ok(InboundMessage {
+        // `update_id` is unique per bot; the connector scopes the key (§3.4).
+        idempotency_key: update_id.to_string(),
+        kind,
+        platform_message_id: message.message_id.to_string(),
+        chat_id: message.chat.id.to_string(),
+        thread_id: topic_id(&message).map(|id| id.to_string()),
+        platform_user_id: from.id.to_string(),
+        reply_to_id: reply_to_id(&message).map(|id| id.to_string()),
+        text,
+        metadata: metadata(&message, from),
+    })
+}
+
+/// Text as sent, or a placeholder for user content; anything else is a service message.
+fn content(message: &MessageIn) -> Result<(InboundKind, String), &'static str> {
+    if let Some(text) = &message.text {
+        if text.trim().is_empty() {
+            return Err("empty_text");
+        }
+        return Ok((InboundKind::Text, text.clone()));
+    }
+    NON_TEXT_CONTENT
+        .iter()
+        .find(|(field, _)| message.other.contains_key(*field))
+        .map(|(_, placeholder)| (InboundKind::NonText, (*placeholder).to_owned()))
+        .ok_or("service_message")
+}
+
+/// A forum topic. Outside forums `message_thread_id` also appears on replies, but it is
+/// no topic a reply could be posted to, so it stays in metadata only.
+fn topic_id(message: &MessageIn) -> Option<i64> {
+    message
+        .message_thread_id
+        .filter(|_| message.is_topic_message)
+}
+
+/// In a topic, a message that answers nothing still "replies" to the topic's first message
+/// (whose id is the thread id); that is not a quote of anything the user chose.
+fn reply_to_id(message: &MessageIn) -> Option<i64> {
+    let replied = message.reply_to_message.as_ref()?.message_id;
+    (topic_id(message) != Some(replied)).then_some(replied)
+}
+
+fn metadata(message: &MessageIn, from: &UserIn) -> Value {
+    json!({
+        "chat_type": message.chat.kind,
+        "chat_title": message.chat.title,
+        "username": from.username,
+        "first_name": from.first_name,
+        "date": message.date,
+        "message_thread_id": message.message_thread_id,
+        "caption": message.caption,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::channels::testing;
+
+    const SECRET: &str = "tg_secret-Token_0123";
+
+    const PRIVATE_TEXT: &[u8] = include_bytes!("../../fixtures/telegram/private_text.json");
+    const GROUP_TOPIC_REPLY: &[u8] =
+        include_bytes!("../../fixtures/telegram/group_topic_reply.json");
+    const EDITED_MESSAGE: &[u8] = include_bytes!("../../fixtures/telegram/edited_message.json");
+    const CHANNEL_POST: &[u8] = include_bytes!("../../fixtures/telegram/channel_post.json");
+    const MY_CHAT_MEMBER: &[u8] = include_bytes!("../../fixtures/telegram/my_chat_member.json");
+    const BOT_SENDER: &[u8] = include_bytes!("../../fixtures/telegram/bot_sender.json");
+    const PHOTO: &[u8] = include_bytes!("../../fixtures/telegram/photo.json");
+    const NEW_CHAT_MEMBERS: &[u8] = include_bytes!("../../fixtures/telegram/new_chat_members.json");
+    const UNKNOWN_UPDATE_KIND: &[u8] =
+        include_bytes!("../../fixtures/telegram/unknown_update_kind.json");
+
+    fn connector() -> Connector {
+        let mut connector = testing::connector(Platform::Telegram, SECRET);
+        connector.external_id = Some("7000000001".into());
+        connector.bot_user_id = Some("7000000001".into());
+        connector
+    }
+
+    fn verify(connector: &Connector, token: Option<&str>) -> Result<(), HookError> {
+        let pairs: Vec<_> = token.map(|t| (SECRET_HEADER, t)).into_iter().collect();
+        let headers = testing::headers(&pairs);
+        let request = HookRequest {
+            headers: &headers,
+            query: None,
+            body: PRIVATE_TEXT,
+            now: 0,
+        };
+        Telegram.verify(connector, &request)
+    }
+
+    fn events(body: &[u8]) -> Inbound {
+        match Telegram.parse(&connector(), body) {
+            Ok(Parsed::Events(inbound)) => inbound,
+            other => panic!("expected events, got {other:?}"),
+        }
+    }
+
+    fn single_message(body: &[u8]) -> InboundMessage {
+        let inbound = events(body);
+        assert!(inbound.dropped.is_empty(), "dropped: {:?}", inbound.dropped);
+        assert_eq!(inbound.messages.len(), 1);
+        inbound
+            .messages
+            .into_iter()
+            .next()
+            .expect("one message, asserted above")
+    }
+
+    fn dropped_reason(body: &[u8]) -> &'static str {
+        let inbound = events(body);
+        assert!(
+            inbound.messages.is_empty(),
+            "forwarded: {:?}",
+            inbound.messages
+        );
+        assert_eq!(inbound.dropped.len(), 1);
+        inbound.dropped[0]
+    }
+
+    #[test]
+    fn the_configured_secret_token_is_accepted() {
+        assert_eq!(verify(&connector(), Some(SECRET)), Ok(()));
+    }
+
+    #[test]
+    fn a_wrong_secret_token_is_refused() {
+        assert_eq!(
+            verify(&connector(), Some("tg_secret-Token_0124")),
+            Err(HookError::BadSignature)
+        );
+        assert_eq!(verify(&connector(), Some("")), Err(HookError::BadSignature));
+    }
+
+    #[test]
+    fn a_missing_secret_token_is_reported() {
+        assert_eq!(
+            verify(&connector(), None),
+            Err(HookError::MissingSignature(SECRET_HEADER))
+        );
+    }
+
+    #[test]
+    fn the_previous_secret_token_is_accepted_during_rotation() {
+        let mut rotated = connector();
+        rotated.verification_secret = "new-token".into();
+        rotated.previous_verification_secret = Some(SECRET.into());
+        assert_eq!(verify(&rotated, Some(SECRET)), Ok(()));
+        assert_eq!(verify(&rotated, Some("new-token")), Ok(()));
+    }
+
+    #[test]
+    fn an_empty_configured_secret_matches_nothing() {
+        let mut empty = connector();
+        empty.verification_secret = "".into();
+        assert_eq!(verify(&empty, Some("")), Err(HookError::BadSignature));
+    }
+
+    #[test]
+    fn private_text_is_forwarded_keyed_by_update_id() {
+        let message = single_message(PRIVATE_TEXT);
+        assert_eq!(message.kind, InboundKind::Text);
+        assert_eq!(message.idempotency_key, "306197398");
+        assert_eq!(message.platform_message_id, "154");
+        assert_eq!(message.chat_id, "408258968");
+        assert_eq!(message.platform_user_id, "408258968");
+        assert_eq!(message.thread_id, None);
+        assert_eq!(message.reply_to_id, None);
+        assert_eq!(message.text, "What is on my calendar today?");
+        assert_eq!(message.metadata["chat_type"], "private");
+        assert_eq!(message.metadata["username"], "hirrolot");
+        assert_eq!(message.metadata["first_name"], "Hirrolot");
+        assert_eq!(message.metadata["date"], 1_718_000_000);
+    }
+
+    #[test]
+    fn forum_topic_reply_carries_topic_and_replied_message() {
+        let message = single_message(GROUP_TOPIC_REPLY);
+        assert_eq!(message.chat_id, "-1001276785818");
+        assert_eq!(message.thread_id.as_deref(), Some("42"));
+        assert_eq!(message.reply_to_id.as_deref(), Some("57"));
+        assert_eq!(message.text, "/ask@channel_bridge_bot and tomorrow?");
+        assert_eq!(message.metadata["chat_type"], "supergroup");
+    }
+
+    #[test]
+    fn implicit_reply_to_the_topic_root_is_not_a_reply() {
+        let body = br#"{"update_id":9,"message":{"message_id":60,"message_thread_id":42,"is_topic_message":true,"from":{"id":408258968,"is_bot":false,"first_name":"H"},"chat":{"id":-100,"type":"supergroup","is_forum":true},"date":1,"text":"hi","reply_to_message":{"message_id":42,"date":1,"chat":{"id":-100,"type":"supergroup"},"forum_topic_created":{"name":"t","icon_color":1}}}}"#;
+        let message = single_message(body);
+        assert_eq!(message.thread_id.as_deref(), Some("42"));
+        assert_eq!(message.reply_to_id, None);
+    }
+
+    #[test]
+    fn other_update_kinds_are_dropped_by_name() {
+        assert_eq!(dropped_reason(EDITED_MESSAGE), "edited_message");
+        assert_eq!(dropped_reason(CHANNEL_POST), "channel_post");
+        assert_eq!(dropped_reason(MY_CHAT_MEMBER), "my_chat_member");
+        let callback = br#"{"update_id":5,"callback_query":{"id":"1","from":{"id":1,"is_bot":false,"first_name":"a"},"chat_instance":"x"}}"#;
+        assert_eq!(dropped_reason(callback), "callback_query");
+    }
+
+    #[test]
+    fn an_unknown_update_kind_is_dropped_not_refused() {
+        assert_eq!(dropped_reason(UNKNOWN_UPDATE_KIND), "unknown_update_kind");
+    }
+
+    #[test]
+    fn a_bot_sender_is_dropped() {
+        assert_eq!(dropped_reason(BOT_SENDER), "bot_sender");
+    }
+
+    #[test]
+    fn a_photo_is_recorded_with_a_placeholder_and_its_caption() {
+        let message = single_message(PHOTO);
+        assert_eq!(message.kind, InboundKind::NonText);
+        assert_eq!(message.text, "[photo]");
+        assert_eq!(message.metadata["caption"], "Receipt from lunch");
+    }
+
+    #[test]
+    fn a_service_message_is_dropped() {
+        assert_eq!(dropped_reason(NEW_CHAT_MEMBERS), "service_message");
+    }
+
+    #[test]
+    fn a_message_without_sender_is_dropped() {
+        let body = br#"{"update_id":7,"message":{"message_id":1,"sender_chat":{"id":-100,"type":"channel"},"chat":{"id":-100,"type":"supergroup"},"date":1,"text":"hi"}}"#;
+        assert_eq!(dropped_reason(body), "no_sender");
+    }
+
+    #[test]
+    fn invalid_json_or_missing_update_id_is_malformed() {
+        for body in [&b"{"[..], br#"{"message":{}}"#, br#"{"update_id":"1"}"#] {
+            let result = Telegram.parse(&connector(), body);
+            assert!(matches!(result, Err(HookError::Malformed(_))), "{result:?}");
+        }
     }
 }
