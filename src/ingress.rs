@@ -40,7 +40,11 @@ struct Routing {
 }
 
 /// Records every inbound turn of one verified webhook in one tenant transaction.
-pub async fn record(pool: &PgPool, connector: &Connector, inbound: &Inbound) -> Result<RecordOutcome, sqlx::Error> {
+pub async fn record(
+    pool: &PgPool,
+    connector: &Connector,
+    inbound: &Inbound,
+) -> Result<RecordOutcome, sqlx::Error> {
     let mut outcome = RecordOutcome::default();
     if inbound.messages.is_empty() {
         return Ok(outcome);
@@ -62,7 +66,11 @@ pub async fn record(pool: &PgPool, connector: &Connector, inbound: &Inbound) -> 
 }
 
 /// Resolves the linked user and decides the status and conversation of one turn.
-async fn route(tx: &mut TenantTx, connector: &Connector, message: &InboundMessage) -> Result<Routing, sqlx::Error> {
+async fn route(
+    tx: &mut TenantTx,
+    connector: &Connector,
+    message: &InboundMessage,
+) -> Result<Routing, sqlx::Error> {
     let user_id = db::links::resolve(tx, connector.platform, &message.platform_user_id).await?;
     let conversation_key = match &user_id {
         Some(user) => format!("user:{user}"),
@@ -70,10 +78,17 @@ async fn route(tx: &mut TenantTx, connector: &Connector, message: &InboundMessag
     };
     let (status, decision) = match (message.kind, &user_id, connector.unlinked_policy) {
         (InboundKind::NonText, _, _) => (MessageStatus::Ignored, Some("ignore_non_text")),
-        (InboundKind::Text, None, UnlinkedPolicy::Deny) => (MessageStatus::DeniedUnlinked, Some("deny_unlinked")),
+        (InboundKind::Text, None, UnlinkedPolicy::Deny) => {
+            (MessageStatus::DeniedUnlinked, Some("deny_unlinked"))
+        }
         (InboundKind::Text, _, _) => (MessageStatus::Accepted, None),
     };
-    Ok(Routing { user_id, conversation_key, status, decision })
+    Ok(Routing {
+        user_id,
+        conversation_key,
+        status,
+        decision,
+    })
 }
 
 async fn insert(

@@ -181,11 +181,7 @@ pub(crate) fn verification_secrets(connector: &Connector) -> impl Iterator<Item 
 
 /// Whether `hex_signature` is HMAC-SHA256 over `parts` (concatenated) under any of the
 /// connector's secrets. `verify_slice` compares in constant time.
-pub(crate) fn hmac_sha256_matches(
-    connector: &Connector,
-    parts: &[&[u8]],
-    hex_signature: &str,
-) -> bool {
+pub(crate) fn hmac_sha256_matches(connector: &Connector, parts: &[&[u8]], hex_signature: &str) -> bool {
     let Ok(signature) = hex::decode(hex_signature) else {
         return false;
     };
@@ -199,10 +195,7 @@ pub(crate) fn hmac_sha256_matches(
 
 /// A required header as text. Header names are case-insensitive (`HeaderMap` handles that,
 /// PLATFORMS.md §1.1); a value that is not visible ASCII cannot be a valid signature.
-pub(crate) fn required_header<'a>(
-    headers: &'a HeaderMap,
-    name: &'static str,
-) -> Result<&'a str, HookError> {
+pub(crate) fn required_header<'a>(headers: &'a HeaderMap, name: &'static str) -> Result<&'a str, HookError> {
     let value = headers.get(name).ok_or(HookError::MissingSignature(name))?;
     value.to_str().map_err(|_| HookError::BadSignature)
 }

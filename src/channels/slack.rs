@@ -10,8 +10,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{
-    hmac_sha256_matches, parse_json, required_header, Channel, HandshakeReply, HookError,
-    HookRequest, Inbound, InboundKind, InboundMessage, Parsed,
+    hmac_sha256_matches, parse_json, required_header, Channel, HandshakeReply, HookError, HookRequest,
+    Inbound, InboundKind, InboundMessage, Parsed,
 };
 use crate::domain::{Connector, Platform};
 
@@ -33,9 +33,7 @@ impl Channel for Slack {
         let signature = required_header(request.headers, SIGNATURE_HEADER)?;
         let timestamp = required_header(request.headers, TIMESTAMP_HEADER)?;
         check_freshness(timestamp, request.now)?;
-        let hex = signature
-            .strip_prefix("v0=")
-            .ok_or(HookError::BadSignature)?;
+        let hex = signature.strip_prefix("v0=").ok_or(HookError::BadSignature)?;
         // The base string uses the header text as sent, not a re-formatted number.
         let parts: [&[u8]; 4] = [b"v0:", timestamp.as_bytes(), b":", request.body];
         if hmac_sha256_matches(connector, &parts, hex) {
@@ -105,8 +103,8 @@ struct MessageEventIn {
 
 /// Bolt answers `{"challenge": …}` as JSON; Slack accepts it (§1.2).
 fn challenge_reply(challenge: Option<String>) -> Result<HandshakeReply, HookError> {
-    let challenge = challenge
-        .ok_or_else(|| HookError::Malformed("url_verification without challenge".into()))?;
+    let challenge =
+        challenge.ok_or_else(|| HookError::Malformed("url_verification without challenge".into()))?;
     Ok(HandshakeReply {
         content_type: "application/json",
         body: json!({ "challenge": challenge }).to_string(),
@@ -117,11 +115,7 @@ fn event_callback(connector: &Connector, envelope: EnvelopeIn) -> Inbound {
     if !is_for_our_workspace(connector, &envelope) {
         return Inbound::only_dropped("other_team");
     }
-    let event = envelope
-        .event
-        .as_ref()
-        .ok_or("no_event")
-        .and_then(message_event);
+    let event = envelope.event.as_ref().ok_or("no_event").and_then(message_event);
     match event.and_then(|event| inbound_message(connector, &envelope, event)) {
         Ok(message) => Inbound {
             messages: vec![message],
@@ -254,8 +248,7 @@ mod tests {
     const OFFICIAL_SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
     const OFFICIAL_TS: i64 = 1_531_420_618;
     const OFFICIAL_BODY: &str = "token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text=&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c";
-    const OFFICIAL_SIGNATURE: &str =
-        "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503";
+    const OFFICIAL_SIGNATURE: &str = "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503";
     const URL_VERIFICATION_SIGNATURE: &str =
         "v0=f9bd80929259f3f6d5fe3a3186c453c89cd1ad4862815a15837584f31c993652";
 
@@ -267,14 +260,12 @@ mod tests {
     const BOT_ECHO: &[u8] = include_bytes!("../../fixtures/slack/bot_echo.json");
     const CLASSIC_BOT: &[u8] = include_bytes!("../../fixtures/slack/bot_message_classic.json");
     const MENTION_MESSAGE: &[u8] = include_bytes!("../../fixtures/slack/mention_message.json");
-    const MENTION_APP_MENTION: &[u8] =
-        include_bytes!("../../fixtures/slack/mention_app_mention.json");
+    const MENTION_APP_MENTION: &[u8] = include_bytes!("../../fixtures/slack/mention_app_mention.json");
     const URL_VERIFICATION: &[u8] = include_bytes!("../../fixtures/slack/url_verification.json");
     const CHANNEL_JOIN: &[u8] = include_bytes!("../../fixtures/slack/channel_join.json");
     const APP_RATE_LIMITED: &[u8] = include_bytes!("../../fixtures/slack/app_rate_limited.json");
     const REACTION_ADDED: &[u8] = include_bytes!("../../fixtures/slack/reaction_added.json");
-    const FILE_SHARE_NO_TEXT: &[u8] =
-        include_bytes!("../../fixtures/slack/file_share_no_text.json");
+    const FILE_SHARE_NO_TEXT: &[u8] = include_bytes!("../../fixtures/slack/file_share_no_text.json");
 
     /// The connector the fixtures were written for (fixtures/README.md).
     fn connector() -> Connector {
@@ -330,11 +321,7 @@ mod tests {
 
     fn dropped_reason(body: &[u8]) -> &'static str {
         let inbound = events(body);
-        assert!(
-            inbound.messages.is_empty(),
-            "forwarded: {:?}",
-            inbound.messages
-        );
+        assert!(inbound.messages.is_empty(), "forwarded: {:?}", inbound.messages);
         assert_eq!(inbound.dropped.len(), 1);
         inbound.dropped[0]
     }
@@ -352,11 +339,7 @@ mod tests {
 
     #[test]
     fn json_url_verification_vector_verifies() {
-        assert_eq!(
-            URL_VERIFICATION.len(),
-            129,
-            "the fixture is the exact §1.1 body"
-        );
+        assert_eq!(URL_VERIFICATION.len(), 129, "the fixture is the exact §1.1 body");
         let ts = OFFICIAL_TS.to_string();
         let result = verify(
             &connector(),
@@ -377,10 +360,7 @@ mod tests {
             assert_eq!(result, Err(HookError::StaleTimestamp), "now = {now}");
         }
         for now in [OFFICIAL_TS + 300, OFFICIAL_TS - 300] {
-            assert_eq!(
-                verify(&connector(), &ts, OFFICIAL_SIGNATURE, body, now),
-                Ok(())
-            );
+            assert_eq!(verify(&connector(), &ts, OFFICIAL_SIGNATURE, body, now), Ok(()));
         }
     }
 
@@ -418,13 +398,7 @@ mod tests {
     fn signature_without_v0_prefix_is_refused() {
         let ts = OFFICIAL_TS.to_string();
         let bare = OFFICIAL_SIGNATURE.trim_start_matches("v0=");
-        let result = verify(
-            &connector(),
-            &ts,
-            bare,
-            OFFICIAL_BODY.as_bytes(),
-            OFFICIAL_TS,
-        );
+        let result = verify(&connector(), &ts, bare, OFFICIAL_BODY.as_bytes(), OFFICIAL_TS);
         assert_eq!(result, Err(HookError::BadSignature));
     }
 
@@ -525,10 +499,7 @@ mod tests {
         let from_message = single_message(MENTION_MESSAGE);
         let from_mention = single_message(MENTION_APP_MENTION);
         assert_eq!(from_message.idempotency_key, from_mention.idempotency_key);
-        assert_eq!(
-            from_message.idempotency_key,
-            "T0001:C0CHAN001:1718000300.000400"
-        );
+        assert_eq!(from_message.idempotency_key, "T0001:C0CHAN001:1718000300.000400");
         assert_ne!(
             from_message.metadata["event_id"],
             from_mention.metadata["event_id"]

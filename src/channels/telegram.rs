@@ -11,8 +11,8 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::{
-    constant_time_eq, parse_json, required_header, verification_secrets, Channel, HookError,
-    HookRequest, Inbound, InboundKind, InboundMessage, Parsed,
+    constant_time_eq, parse_json, required_header, verification_secrets, Channel, HookError, HookRequest,
+    Inbound, InboundKind, InboundMessage, Parsed,
 };
 use crate::domain::{Connector, Platform};
 
@@ -203,9 +203,7 @@ fn content(message: &MessageIn) -> Result<(InboundKind, String), &'static str> {
 /// A forum topic. Outside forums `message_thread_id` also appears on replies, but it is
 /// no topic a reply could be posted to, so it stays in metadata only.
 fn topic_id(message: &MessageIn) -> Option<i64> {
-    message
-        .message_thread_id
-        .filter(|_| message.is_topic_message)
+    message.message_thread_id.filter(|_| message.is_topic_message)
 }
 
 /// In a topic, a message that answers nothing still "replies" to the topic's first message
@@ -235,16 +233,14 @@ mod tests {
     const SECRET: &str = "tg_secret-Token_0123";
 
     const PRIVATE_TEXT: &[u8] = include_bytes!("../../fixtures/telegram/private_text.json");
-    const GROUP_TOPIC_REPLY: &[u8] =
-        include_bytes!("../../fixtures/telegram/group_topic_reply.json");
+    const GROUP_TOPIC_REPLY: &[u8] = include_bytes!("../../fixtures/telegram/group_topic_reply.json");
     const EDITED_MESSAGE: &[u8] = include_bytes!("../../fixtures/telegram/edited_message.json");
     const CHANNEL_POST: &[u8] = include_bytes!("../../fixtures/telegram/channel_post.json");
     const MY_CHAT_MEMBER: &[u8] = include_bytes!("../../fixtures/telegram/my_chat_member.json");
     const BOT_SENDER: &[u8] = include_bytes!("../../fixtures/telegram/bot_sender.json");
     const PHOTO: &[u8] = include_bytes!("../../fixtures/telegram/photo.json");
     const NEW_CHAT_MEMBERS: &[u8] = include_bytes!("../../fixtures/telegram/new_chat_members.json");
-    const UNKNOWN_UPDATE_KIND: &[u8] =
-        include_bytes!("../../fixtures/telegram/unknown_update_kind.json");
+    const UNKNOWN_UPDATE_KIND: &[u8] = include_bytes!("../../fixtures/telegram/unknown_update_kind.json");
 
     fn connector() -> Connector {
         let mut connector = testing::connector(Platform::Telegram, SECRET);
@@ -285,11 +281,7 @@ mod tests {
 
     fn dropped_reason(body: &[u8]) -> &'static str {
         let inbound = events(body);
-        assert!(
-            inbound.messages.is_empty(),
-            "forwarded: {:?}",
-            inbound.messages
-        );
+        assert!(inbound.messages.is_empty(), "forwarded: {:?}", inbound.messages);
         assert_eq!(inbound.dropped.len(), 1);
         inbound.dropped[0]
     }

@@ -30,9 +30,7 @@ impl Channel for WhatsApp {
     /// is hashed exactly as received: Meta signs its escaped-unicode wire form.
     fn verify(&self, connector: &Connector, request: &HookRequest<'_>) -> Result<(), HookError> {
         let header = required_header(request.headers, SIGNATURE_HEADER)?;
-        let hex = header
-            .strip_prefix("sha256=")
-            .ok_or(HookError::BadSignature)?;
+        let hex = header.strip_prefix("sha256=").ok_or(HookError::BadSignature)?;
         if hmac_sha256_matches(connector, &[request.body], hex) {
             Ok(())
         } else {
@@ -49,8 +47,7 @@ impl Channel for WhatsApp {
         let query = request.query.unwrap_or_default();
         let param = |name| query_param(query, name);
         let mode_ok = param("hub.mode").as_deref() == Some("subscribe");
-        let token_ok =
-            param("hub.verify_token").is_some_and(|t| verify_token_matches(connector, &t));
+        let token_ok = param("hub.verify_token").is_some_and(|t| verify_token_matches(connector, &t));
         match param("hub.challenge") {
             Some(challenge) if mode_ok && token_ok && !challenge.is_empty() => Ok(HandshakeReply {
                 content_type: "text/plain",
@@ -113,9 +110,7 @@ fn percent_decode(input: &str) -> Option<String> {
 }
 
 fn hex_digit(byte: u8) -> Option<u8> {
-    char::from(byte)
-        .to_digit(16)
-        .and_then(|d| u8::try_from(d).ok())
+    char::from(byte).to_digit(16).and_then(|d| u8::try_from(d).ok())
 }
 
 #[derive(Deserialize)]
@@ -258,10 +253,7 @@ fn read_change(connector: &Connector, waba_id: &str, change: ChangeIn, inbound: 
     }
 }
 
-fn read_message(
-    context: &ChangeContext<'_>,
-    message: Value,
-) -> Result<InboundMessage, &'static str> {
+fn read_message(context: &ChangeContext<'_>, message: Value) -> Result<InboundMessage, &'static str> {
     let message: MessageIn = serde_json::from_value(message).map_err(|_| "unreadable_message")?;
     let (kind, text) = content(&message)?;
     let from = message.from.clone().ok_or("no_from")?;
@@ -283,11 +275,7 @@ fn read_message(
 fn content(message: &MessageIn) -> Result<(InboundKind, String), &'static str> {
     match message.kind.as_str() {
         "text" => {
-            let body = message
-                .text
-                .as_ref()
-                .map(|t| t.body.as_str())
-                .unwrap_or_default();
+            let body = message.text.as_ref().map(|t| t.body.as_str()).unwrap_or_default();
             if body.trim().is_empty() {
                 return Err("empty_text");
             }
@@ -306,9 +294,8 @@ fn placeholder(kind: &str, message: &MessageIn) -> String {
     if kind == "audio" && message.audio.as_ref().is_some_and(|a| a.voice) {
         return "[voice]".to_owned();
     }
-    let plain = !kind.is_empty()
-        && kind.len() <= 32
-        && kind.bytes().all(|b| b.is_ascii_lowercase() || b == b'_');
+    let plain =
+        !kind.is_empty() && kind.len() <= 32 && kind.bytes().all(|b| b.is_ascii_lowercase() || b == b'_');
     if plain {
         format!("[{kind}]")
     } else {
@@ -366,13 +353,10 @@ mod tests {
         "sha256=070b3a057e48f03d06df6a2aecc4f9b767bd545339b0470cf20afaee82015a73";
 
     const TEXT: &[u8] = include_bytes!("../../fixtures/whatsapp/text.json");
-    const BATCH: &[u8] =
-        include_bytes!("../../fixtures/whatsapp/batch_two_messages_two_statuses.json");
+    const BATCH: &[u8] = include_bytes!("../../fixtures/whatsapp/batch_two_messages_two_statuses.json");
     const IMAGE: &[u8] = include_bytes!("../../fixtures/whatsapp/image.json");
-    const SYSTEM_WITHOUT_FROM: &[u8] =
-        include_bytes!("../../fixtures/whatsapp/system_without_from.json");
-    const REPLY_WITH_CONTEXT: &[u8] =
-        include_bytes!("../../fixtures/whatsapp/reply_with_context.json");
+    const SYSTEM_WITHOUT_FROM: &[u8] = include_bytes!("../../fixtures/whatsapp/system_without_from.json");
+    const REPLY_WITH_CONTEXT: &[u8] = include_bytes!("../../fixtures/whatsapp/reply_with_context.json");
     const STATUS_FAILED: &[u8] = include_bytes!("../../fixtures/whatsapp/status_failed.json");
     const MESSAGE_ECHOES: &[u8] = include_bytes!("../../fixtures/whatsapp/message_echoes.json");
 
@@ -383,15 +367,8 @@ mod tests {
         connector
     }
 
-    fn verify(
-        connector: &Connector,
-        signature: Option<&str>,
-        body: &[u8],
-    ) -> Result<(), HookError> {
-        let pairs: Vec<_> = signature
-            .map(|s| (SIGNATURE_HEADER, s))
-            .into_iter()
-            .collect();
+    fn verify(connector: &Connector, signature: Option<&str>, body: &[u8]) -> Result<(), HookError> {
+        let pairs: Vec<_> = signature.map(|s| (SIGNATURE_HEADER, s)).into_iter().collect();
         let headers = testing::headers(&pairs);
         let request = HookRequest {
             headers: &headers,
@@ -435,10 +412,7 @@ mod tests {
     #[test]
     fn the_49_byte_vector_verifies() {
         assert_eq!(VECTOR_49.len(), 49);
-        assert_eq!(
-            verify(&connector(), Some(VECTOR_49_SIGNATURE), VECTOR_49),
-            Ok(())
-        );
+        assert_eq!(verify(&connector(), Some(VECTOR_49_SIGNATURE), VECTOR_49), Ok(()));
     }
 
     #[test]
@@ -458,11 +432,7 @@ mod tests {
     #[test]
     fn tampered_body_is_refused() {
         let tampered = String::from_utf8_lossy(VECTOR_403).replace("\"hi\"", "\"ho\"");
-        let result = verify(
-            &connector(),
-            Some(VECTOR_403_SIGNATURE),
-            tampered.as_bytes(),
-        );
+        let result = verify(&connector(), Some(VECTOR_403_SIGNATURE), tampered.as_bytes());
         assert_eq!(result, Err(HookError::BadSignature));
     }
 
@@ -472,10 +442,8 @@ mod tests {
             verify(&connector(), None, VECTOR_49),
             Err(HookError::MissingSignature(SIGNATURE_HEADER))
         );
-        let headers = testing::headers(&[(
-            "x-hub-signature",
-            "sha1=fc5983fdf1a4e15c8949b8af05322fede4063d27",
-        )]);
+        let headers =
+            testing::headers(&[("x-hub-signature", "sha1=fc5983fdf1a4e15c8949b8af05322fede4063d27")]);
         let request = HookRequest {
             headers: &headers,
             query: None,
@@ -506,10 +474,7 @@ mod tests {
             Err(HookError::BadSignature)
         );
         rotated.previous_verification_secret = Some(SECRET.into());
-        assert_eq!(
-            verify(&rotated, Some(VECTOR_49_SIGNATURE), VECTOR_49),
-            Ok(())
-        );
+        assert_eq!(verify(&rotated, Some(VECTOR_49_SIGNATURE), VECTOR_49), Ok(()));
     }
 
     #[test]
@@ -538,10 +503,7 @@ mod tests {
         let mut spaced = connector();
         spaced.verify_token = Some("meaty ham/hock".into());
         let query = "hub.verify_token=meaty+ham%2Fhock&hub.challenge=a%3Db&hub.mode=subscribe";
-        assert_eq!(
-            handshake(&spaced, Some(query)).map(|r| r.body),
-            Ok("a=b".into())
-        );
+        assert_eq!(handshake(&spaced, Some(query)).map(|r| r.body), Ok("a=b".into()));
     }
 
     #[test]
@@ -550,13 +512,7 @@ mod tests {
         let missing = "hub.mode=subscribe&hub.challenge=1";
         let bad_mode = "hub.mode=unsubscribe&hub.challenge=1&hub.verify_token=meatyhamhock";
         let bad_escape = "hub.mode=subscribe&hub.challenge=1&hub.verify_token=meatyhamhock%G";
-        for query in [
-            Some(wrong),
-            Some(missing),
-            Some(bad_mode),
-            Some(bad_escape),
-            None,
-        ] {
+        for query in [Some(wrong), Some(missing), Some(bad_mode), Some(bad_escape), None] {
             assert_eq!(
                 handshake(&connector(), query),
                 Err(HookError::HandshakeForbidden),
@@ -570,15 +526,9 @@ mod tests {
         let mut unset = connector();
         unset.verify_token = None;
         let query = "hub.mode=subscribe&hub.challenge=1&hub.verify_token=";
-        assert_eq!(
-            handshake(&unset, Some(query)),
-            Err(HookError::HandshakeForbidden)
-        );
+        assert_eq!(handshake(&unset, Some(query)), Err(HookError::HandshakeForbidden));
         unset.verify_token = Some("".into());
-        assert_eq!(
-            handshake(&unset, Some(query)),
-            Err(HookError::HandshakeForbidden)
-        );
+        assert_eq!(handshake(&unset, Some(query)), Err(HookError::HandshakeForbidden));
     }
 
     #[test]
@@ -667,11 +617,7 @@ mod tests {
             panic!("expected events");
         };
         assert!(inbound.messages.is_empty() && inbound.statuses.is_empty());
-        assert_eq!(
-            inbound.dropped,
-            vec!["other_phone_number"; 3],
-            "one per change"
-        );
+        assert_eq!(inbound.dropped, vec!["other_phone_number"; 3], "one per change");
     }
 
     #[test]

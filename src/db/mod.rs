@@ -114,9 +114,13 @@ pub async fn is_ready(pool: &PgPool) -> bool {
 /// retries) rather than a bug or a bad request.
 pub fn is_unavailable(err: &sqlx::Error) -> bool {
     match err {
-        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_) => {
-            true
-        }
+        // A broken wire (including a server that closes the socket during the TLS/startup
+        // exchange, as a restarting PostgreSQL does) is an outage too.
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_) => true,
         sqlx::Error::Database(db) => {
             // Class 08 connection exceptions, 57P01..57P03 shutdown / cannot connect now,
             // 53300 too many connections.

@@ -19,7 +19,10 @@ use crate::error::AppError;
 use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/v1/hooks/{tenant_id}/{connector_id}", post(receive).get(handshake))
+    Router::new().route(
+        "/v1/hooks/{tenant_id}/{connector_id}",
+        post(receive).get(handshake),
+    )
 }
 
 /// A platform's POST: an event delivery, or Slack's signed `url_verification`.
@@ -32,8 +35,15 @@ async fn receive(
     let connector = load_connector(&state, &ids).await?;
     let body = read_body(&state, &connector, &headers, body).await?;
     let channel = channel_for(connector.platform);
-    let request = HookRequest { headers: &headers, query: None, body: &body, now: (state.clock)() };
-    channel.verify(&connector, &request).inspect_err(|err| reject_metric(&connector, err))?;
+    let request = HookRequest {
+        headers: &headers,
+        query: None,
+        body: &body,
+        now: (state.clock)(),
+    };
+    channel
+        .verify(&connector, &request)
+        .inspect_err(|err| reject_metric(&connector, err))?;
     match channel.parse(&connector, &body)? {
         Parsed::Handshake(reply) => Ok(handshake_response(reply)),
         Parsed::Events(inbound) => accept(&state, &connector, &inbound).await,
@@ -49,14 +59,22 @@ async fn handshake(
     headers: HeaderMap,
 ) -> Result<Response, AppError> {
     let connector = load_connector(&state, &ids).await?;
-    let request = HookRequest { headers: &headers, query: query.as_deref(), body: &[], now: (state.clock)() };
+    let request = HookRequest {
+        headers: &headers,
+        query: query.as_deref(),
+        body: &[],
+        now: (state.clock)(),
+    };
     let reply = channel_for(connector.platform).handshake(&connector, &request)?;
     Ok(handshake_response(reply))
 }
 
 /// The enabled connector named by the path, read inside its tenant's transaction. Unknown
 /// tenant, unknown connector and disabled connector all answer the same 404.
-async fn load_connector(state: &AppState, (tenant, connector): &(String, String)) -> Result<Connector, AppError> {
+async fn load_connector(
+    state: &AppState,
+    (tenant, connector): &(String, String),
+) -> Result<Connector, AppError> {
     let not_found = || AppError::NotFound("connector");
     let tenant: TenantId = tenant.parse().map_err(|_| not_found())?;
     let connector_id: ConnectorId = connector.parse().map_err(|_| not_found())?;
@@ -72,7 +90,12 @@ async fn load_connector(state: &AppState, (tenant, connector): &(String, String)
 }
 
 /// Reads the raw body up to the platform's limit (Meta batches run to about 3 MB).
-async fn read_body(state: &AppState, connector: &Connector, headers: &HeaderMap, body: Body) -> Result<Bytes, AppError> {
+async fn read_body(
+    state: &AppState,
+    connector: &Connector,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Bytes, AppError> {
     let limit = match connector.platform {
         Platform::Whatsapp => state.settings.whatsapp_body_limit,
         Platform::Slack | Platform::Telegram => state.settings.body_limit,
@@ -86,7 +109,9 @@ async fn read_body(state: &AppState, connector: &Connector, headers: &HeaderMap,
     }
     // Past the declared length check, a read error is a body over the limit (chunked
     // encoding) or a client that went away; either way nothing was recorded.
-    axum::body::to_bytes(body, limit).await.map_err(|_| AppError::PayloadTooLarge(limit))
+    axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| AppError::PayloadTooLarge(limit))
 }
 
 async fn accept(state: &AppState, connector: &Connector, inbound: &Inbound) -> Result<Response, AppError> {
@@ -107,7 +132,12 @@ async fn accept(state: &AppState, connector: &Connector, inbound: &Inbound) -> R
 }
 
 fn handshake_response(reply: HandshakeReply) -> Response {
-    (StatusCode::OK, [(header::CONTENT_TYPE, reply.content_type)], reply.body).into_response()
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, reply.content_type)],
+        reply.body,
+    )
+        .into_response()
 }
 
 fn count_events(platform: Platform, inbound: &Inbound, outcome: &crate::ingress::RecordOutcome) {
@@ -120,7 +150,8 @@ fn count_events(platform: Platform, inbound: &Inbound, outcome: &crate::ingress:
         .increment(outcome.duplicates as u64);
     for reason in &inbound.dropped {
         tracing::debug!(reason, "inbound event dropped");
-        metrics::counter!("webhook_events_dropped_total", "platform" => platform, "reason" => *reason).increment(1);
+        metrics::counter!("webhook_events_dropped_total", "platform" => platform, "reason" => *reason)
+            .increment(1);
     }
 }
 

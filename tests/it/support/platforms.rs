@@ -55,7 +55,8 @@ pub fn connector(platform: Platform) -> NewConnector {
         bot_user_id: bot_user_id.map(Into::into),
         bot_id: bot_id.map(Into::into),
         verification_secret: SecretString::from(secret.to_owned()),
-        verify_token: (platform == Platform::Whatsapp).then(|| SecretString::from(WHATSAPP_VERIFY_TOKEN.to_owned())),
+        verify_token: (platform == Platform::Whatsapp)
+            .then(|| SecretString::from(WHATSAPP_VERIFY_TOKEN.to_owned())),
         outbound_token: Some(SecretString::from(format!("{platform}-outbound-token"))),
         api_base_url: None,
         unlinked_policy: UnlinkedPolicy::Deny,
@@ -65,10 +66,18 @@ pub fn connector(platform: Platform) -> NewConnector {
 /// A tenant with a Slack, a WhatsApp and a Telegram connector, and the fixtures' humans
 /// linked: Slack and Telegram to `alice` (one person, one history), WhatsApp to `bob`.
 pub async fn provision_tenant(pool: &PgPool, slug: &str) -> Provisioned {
-    let tenant = provision::create_tenant(pool, slug, slug, None).await.unwrap().tenant_id;
+    let tenant = provision::create_tenant(pool, slug, slug, None)
+        .await
+        .unwrap()
+        .tenant_id;
     let mut ids = Vec::new();
     for platform in Platform::ALL {
-        ids.push(provision::add_connector(pool, tenant, &connector(platform)).await.unwrap().connector_id);
+        ids.push(
+            provision::add_connector(pool, tenant, &connector(platform))
+                .await
+                .unwrap()
+                .connector_id,
+        );
     }
     for (platform, sender, user) in [
         (Platform::Slack, SLACK_USER, "alice"),
@@ -76,9 +85,16 @@ pub async fn provision_tenant(pool: &PgPool, slug: &str) -> Provisioned {
         (Platform::Whatsapp, WHATSAPP_USER, "bob"),
         (Platform::Whatsapp, WHATSAPP_USER_2, "carol"),
     ] {
-        provision::add_link(pool, tenant, platform, sender, user).await.unwrap();
+        provision::add_link(pool, tenant, platform, sender, user)
+            .await
+            .unwrap();
     }
-    Provisioned { tenant, slack: ids[0], whatsapp: ids[1], telegram: ids[2] }
+    Provisioned {
+        tenant,
+        slack: ids[0],
+        whatsapp: ids[1],
+        telegram: ids[2],
+    }
 }
 
 pub fn fixture(platform: Platform, name: &str) -> Vec<u8> {
@@ -104,7 +120,10 @@ pub fn signed_headers(platform: Platform, body: &[u8]) -> Vec<(&'static str, Str
         Platform::Slack => slack_headers(SLACK_SECRET, now(), body),
         Platform::Whatsapp => vec![
             ("content-type", "application/json".into()),
-            ("x-hub-signature-256", format!("sha256={}", hmac_hex(WHATSAPP_SECRET, &[body]))),
+            (
+                "x-hub-signature-256",
+                format!("sha256={}", hmac_hex(WHATSAPP_SECRET, &[body])),
+            ),
         ],
         Platform::Telegram => vec![
             ("content-type", "application/json".into()),
@@ -138,7 +157,18 @@ pub async fn post(
 }
 
 /// POSTs a fixture, correctly signed for its platform.
-pub async fn post_fixture(app: &super::TestApp, tenant: &Provisioned, platform: Platform, name: &str) -> reqwest::Response {
+pub async fn post_fixture(
+    app: &super::TestApp,
+    tenant: &Provisioned,
+    platform: Platform,
+    name: &str,
+) -> reqwest::Response {
     let body = fixture(platform, name);
-    post(app, &tenant.hook_path(platform), &signed_headers(platform, &body), body).await
+    post(
+        app,
+        &tenant.hook_path(platform),
+        &signed_headers(platform, &body),
+        body,
+    )
+    .await
 }
