@@ -207,13 +207,19 @@ impl Default for DispatchSettings {
 impl DispatchSettings {
     fn validate(&self) -> Result<(), SettingsError> {
         if self.max_attempts == 0 {
-            return Err(SettingsError("CB_DISPATCH_MAX_ATTEMPTS must be at least 1".into()));
+            return Err(SettingsError(
+                "CB_DISPATCH_MAX_ATTEMPTS must be at least 1".into(),
+            ));
         }
         if self.lease_secs <= self.agent_timeout_secs {
-            return Err(SettingsError("CB_LEASE_SECS must be longer than CB_AGENT_TIMEOUT_SECS".into()));
+            return Err(SettingsError(
+                "CB_LEASE_SECS must be longer than CB_AGENT_TIMEOUT_SECS".into(),
+            ));
         }
         if self.retry_base_ms > self.retry_max_ms {
-            return Err(SettingsError("CB_RETRY_BASE_MS must not exceed CB_RETRY_MAX_MS".into()));
+            return Err(SettingsError(
+                "CB_RETRY_BASE_MS must not exceed CB_RETRY_MAX_MS".into(),
+            ));
         }
         Ok(())
     }

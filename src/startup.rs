@@ -67,7 +67,10 @@ impl Application {
 
     /// Serves until `shutdown` resolves, then stops accepting, drains in-flight requests
     /// (bounded by the grace period) and returns.
-    pub async fn run_until(mut self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    pub async fn run_until(
+        mut self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
         let grace = Duration::from_secs(self.state.settings.shutdown_grace_secs);
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let server = self.listener.take().map(|listener| {
@@ -87,7 +90,10 @@ impl Application {
         let _ = stop_tx.send(true);
         let drained = async {
             if let Some(server) = server {
-                server.await.context("HTTP server task panicked")?.context("HTTP server failed")?;
+                server
+                    .await
+                    .context("HTTP server task panicked")?
+                    .context("HTTP server failed")?;
             }
             for task in background {
                 task.await.context("background task panicked")?;
@@ -96,7 +102,10 @@ impl Application {
         };
         match tokio::time::timeout(grace, drained).await {
             Ok(result) => result?,
-            Err(_) => tracing::warn!(grace_secs = grace.as_secs(), "grace period over; exiting with work in flight"),
+            Err(_) => tracing::warn!(
+                grace_secs = grace.as_secs(),
+                "grace period over; exiting with work in flight"
+            ),
         }
         self.state.pool.close().await;
         Ok(())
@@ -111,18 +120,28 @@ impl Application {
         let mut tasks = Vec::new();
         let wakeup = state.wakeup.clone();
         let (pool, stop_rx) = (state.pool.clone(), stop.clone());
-        tasks.push(tokio::spawn(async move { wakeup.run_notifier(pool, stop_rx).await }));
+        tasks.push(tokio::spawn(
+            async move { wakeup.run_notifier(pool, stop_rx).await },
+        ));
         if !state.settings.worker {
             return Ok(tasks);
         }
-        let worker = Arc::new(Worker::new(state.pool.clone(), state.settings.clone(), state.clock)?);
+        let worker = Arc::new(Worker::new(
+            state.pool.clone(),
+            state.settings.clone(),
+            state.clock,
+        )?);
         for _ in 0..state.settings.worker_concurrency {
-            tasks.push(tokio::spawn(worker.clone().run(state.wakeup.clone(), stop.clone())));
+            tasks.push(tokio::spawn(
+                worker.clone().run(state.wakeup.clone(), stop.clone()),
+            ));
         }
         tasks.push(tokio::spawn(worker.report_queue_stats(stop.clone())));
         let wakeup = state.wakeup.clone();
         let (pool, stop_rx) = (state.pool.clone(), stop.clone());
-        tasks.push(tokio::spawn(async move { wakeup.run_listener(pool, stop_rx).await }));
+        tasks.push(tokio::spawn(
+            async move { wakeup.run_listener(pool, stop_rx).await },
+        ));
         Ok(tasks)
     }
 }

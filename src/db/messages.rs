@@ -193,7 +193,12 @@ pub async fn store_answer(tx: &mut TenantTx, id: MessageId, parts: &[String]) ->
 }
 
 /// Records a failed attempt; with `terminal`, the turn becomes `dispatch_failed`.
-pub async fn record_failure(tx: &mut TenantTx, id: MessageId, error: &str, terminal: bool) -> Result<(), sqlx::Error> {
+pub async fn record_failure(
+    tx: &mut TenantTx,
+    id: MessageId,
+    error: &str,
+    terminal: bool,
+) -> Result<(), sqlx::Error> {
     let tenant = tx.tenant();
     sqlx::query(
         "update channel_messages

@@ -17,7 +17,11 @@ use super::TenantTx;
 use crate::domain::{MessageId, TenantId};
 
 /// Queues the dispatch of a freshly recorded message, in the same transaction.
-pub async fn enqueue(tx: &mut TenantTx, message: MessageId, conversation_key: &str) -> Result<(), sqlx::Error> {
+pub async fn enqueue(
+    tx: &mut TenantTx,
+    message: MessageId,
+    conversation_key: &str,
+) -> Result<(), sqlx::Error> {
     let tenant = tx.tenant();
     sqlx::query("insert into dispatch_queue (message_id, tenant_id, conversation_key) values ($1, $2, $3)")
         .bind(message)
@@ -102,7 +106,12 @@ impl Queue {
 
     /// Puts a job back for a later attempt. It stays the head of its conversation, so the
     /// user's later messages wait behind it and order is kept.
-    pub async fn retry_later(&self, message: MessageId, owner: Uuid, delay: Duration) -> Result<(), sqlx::Error> {
+    pub async fn retry_later(
+        &self,
+        message: MessageId,
+        owner: Uuid,
+        delay: Duration,
+    ) -> Result<(), sqlx::Error> {
         sqlx::query(
             "update dispatch_queue
                 set available_at = now() + make_interval(secs => $3), leased_until = null, lease_owner = null

@@ -21,7 +21,11 @@ pub enum CallOutcome {
     /// The reply parts, in order (possibly none).
     Answered(Vec<String>),
     /// Worth another attempt; `retry_after` is the agent's own wish, if it said one.
-    Retryable { reason: &'static str, error: String, retry_after: Option<Duration> },
+    Retryable {
+        reason: &'static str,
+        error: String,
+        retry_after: Option<Duration>,
+    },
     /// A repeat would fail the same way.
     Permanent { reason: &'static str, error: String },
 }
@@ -37,11 +41,21 @@ pub async fn call(
 ) -> CallOutcome {
     let body = match serde_json::to_vec(payload) {
         Ok(body) => body,
-        Err(err) => return CallOutcome::Permanent { reason: "encode", error: err.to_string() },
+        Err(err) => {
+            return CallOutcome::Permanent {
+                reason: "encode",
+                error: err.to_string(),
+            }
+        }
     };
     let signature = match signature::sign(secret, &payload.message_id, now, &body) {
         Ok(signature) => signature,
-        Err(err) => return CallOutcome::Permanent { reason: "dispatch_secret", error: err.to_string() },
+        Err(err) => {
+            return CallOutcome::Permanent {
+                reason: "dispatch_secret",
+                error: err.to_string(),
+            }
+        }
     };
     let response = client
         .post(url)
@@ -79,12 +93,19 @@ async fn classify(response: reqwest::Response) -> CallOutcome {
     } else if status.is_server_error() {
         retryable("server_error", error, retry_after)
     } else {
-        CallOutcome::Permanent { reason: "client_error", error }
+        CallOutcome::Permanent {
+            reason: "client_error",
+            error,
+        }
     }
 }
 
 fn retryable(reason: &'static str, error: String, retry_after: Option<Duration>) -> CallOutcome {
-    CallOutcome::Retryable { reason, error, retry_after }
+    CallOutcome::Retryable {
+        reason,
+        error,
+        retry_after,
+    }
 }
 
 /// reqwest errors print the URL, which may hold a token in its query string.
@@ -111,8 +132,15 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 /// honoured as a floor, within the same cap.
 pub fn backoff(settings: &DispatchSettings, attempt: u32, retry_after: Option<Duration>) -> Duration {
     let exponent = attempt.saturating_sub(1).min(30);
-    let ceiling = settings.retry_base_ms.saturating_mul(1u64 << exponent).min(settings.retry_max_ms);
-    let jittered = if ceiling == 0 { 0 } else { rand::thread_rng().gen_range(0..=ceiling) };
+    let ceiling = settings
+        .retry_base_ms
+        .saturating_mul(1u64 << exponent)
+        .min(settings.retry_max_ms);
+    let jittered = if ceiling == 0 {
+        0
+    } else {
+        rand::thread_rng().gen_range(0..=ceiling)
+    };
     let floor = retry_after.map_or(0, |d| (d.as_millis() as u64).min(settings.retry_max_ms));
     Duration::from_millis(jittered.max(floor))
 }
@@ -123,13 +151,20 @@ mod tests {
 
     #[test]
     fn backoff_grows_exponentially_within_the_cap_and_honours_retry_after() {
-        let settings = DispatchSettings { retry_base_ms: 100, retry_max_ms: 1000, ..Default::default() };
+        let settings = DispatchSettings {
+            retry_base_ms: 100,
+            retry_max_ms: 1000,
+            ..Default::default()
+        };
         for _ in 0..50 {
             assert!(backoff(&settings, 1, None) <= Duration::from_millis(100));
             assert!(backoff(&settings, 3, None) <= Duration::from_millis(400));
             assert!(backoff(&settings, 30, None) <= Duration::from_millis(1000));
             assert!(backoff(&settings, 1, Some(Duration::from_millis(700))) >= Duration::from_millis(700));
-            assert_eq!(backoff(&settings, 1, Some(Duration::from_secs(3600))), Duration::from_millis(1000));
+            assert_eq!(
+                backoff(&settings, 1, Some(Duration::from_secs(3600))),
+                Duration::from_millis(1000)
+            );
         }
     }
 

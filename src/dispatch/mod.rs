@@ -71,7 +71,14 @@ impl Worker {
             .user_agent(concat!("channel-bridge/", env!("CARGO_PKG_VERSION")))
             .build()
             .context("Failed to build the agent HTTP client")?;
-        Ok(Self { queue: Queue::new(pool.clone()), pool, settings, client, owner: Uuid::new_v4(), clock })
+        Ok(Self {
+            queue: Queue::new(pool.clone()),
+            pool,
+            settings,
+            client,
+            owner: Uuid::new_v4(),
+            clock,
+        })
     }
 
     fn lease(&self) -> Duration {
@@ -80,7 +87,12 @@ impl Worker {
 
     /// Claims and runs one job, if one is ready.
     pub async fn step(&self) -> anyhow::Result<StepOutcome> {
-        let Some(job) = self.queue.claim(self.lease(), self.owner).await.context("Failed to claim a job")? else {
+        let Some(job) = self
+            .queue
+            .claim(self.lease(), self.owner)
+            .await
+            .context("Failed to claim a job")?
+        else {
             return Ok(StepOutcome::Empty);
         };
         let span = tracing::info_span!("dispatch", tenant_id = %job.tenant_id, message_id = %job.message_id);
@@ -99,7 +111,11 @@ impl Worker {
         metrics::histogram!("dispatch_agent_seconds").record(started.elapsed().as_secs_f64());
         match outcome {
             CallOutcome::Answered(parts) => self.complete(&job, &parts).await,
-            CallOutcome::Retryable { reason, error, retry_after } if attempts < self.settings.dispatch.max_attempts => {
+            CallOutcome::Retryable {
+                reason,
+                error,
+                retry_after,
+            } if attempts < self.settings.dispatch.max_attempts => {
                 tracing::info!(reason, %error, attempts, "agent call failed; will retry");
                 let delay = agent::backoff(&self.settings.dispatch, attempts, retry_after);
                 self.retry(&job, &error, delay).await
@@ -233,7 +249,9 @@ async fn read_history_or_empty(tx: &mut TenantTx, message: &MessageRow) -> Vec<C
         Err(err) => {
             tracing::warn!(%err, "history read failed; dispatching without history");
             metrics::counter!("dispatch_history_failures_total").increment(1);
-            let _ = sqlx::query("rollback to savepoint history").execute(tx.conn()).await;
+            let _ = sqlx::query("rollback to savepoint history")
+                .execute(tx.conn())
+                .await;
             Vec::new()
         }
     }

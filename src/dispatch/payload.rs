@@ -15,11 +15,17 @@ pub struct ChatMessage {
 
 impl ChatMessage {
     pub fn user(content: impl Into<String>) -> Self {
-        Self { role: "user".into(), content: content.into() }
+        Self {
+            role: "user".into(),
+            content: content.into(),
+        }
     }
 
     pub fn assistant(content: impl Into<String>) -> Self {
-        Self { role: "assistant".into(), content: content.into() }
+        Self {
+            role: "assistant".into(),
+            content: content.into(),
+        }
     }
 }
 
@@ -82,13 +88,19 @@ pub fn parse_answer(body: &[u8]) -> Result<Vec<String>, InvalidAnswer> {
     } else if let Some(messages) = value.get("messages").and_then(Value::as_array) {
         assistant_parts(messages)?
     } else if let Some(choices) = value.get("choices").and_then(Value::as_array) {
-        let first = choices.first().ok_or_else(|| InvalidAnswer("`choices` is empty".into()))?;
-        let content = first.pointer("/message/content").ok_or_else(|| InvalidAnswer("no choices[0].message.content".into()))?;
+        let first = choices
+            .first()
+            .ok_or_else(|| InvalidAnswer("`choices` is empty".into()))?;
+        let content = first
+            .pointer("/message/content")
+            .ok_or_else(|| InvalidAnswer("no choices[0].message.content".into()))?;
         content_parts(content)?
     } else if let Some(output) = value.get("output").and_then(Value::as_array) {
         output_parts(output)?
     } else {
-        return Err(InvalidAnswer("expected `content`, `messages`, `choices` or `output`".into()));
+        return Err(InvalidAnswer(
+            "expected `content`, `messages`, `choices` or `output`".into(),
+        ));
     };
     Ok(parts.into_iter().filter(|part| !part.trim().is_empty()).collect())
 }
@@ -100,13 +112,18 @@ fn content_parts(content: &Value) -> Result<Vec<String>, InvalidAnswer> {
         Value::Null => Ok(Vec::new()),
         Value::String(text) => Ok(vec![text.clone()]),
         Value::Array(blocks) => {
-            let texts: Vec<&str> = blocks.iter().filter_map(|b| b.get("text").and_then(Value::as_str)).collect();
+            let texts: Vec<&str> = blocks
+                .iter()
+                .filter_map(|b| b.get("text").and_then(Value::as_str))
+                .collect();
             if texts.is_empty() && !blocks.is_empty() {
                 return Err(InvalidAnswer("content blocks carry no `text`".into()));
             }
             Ok(vec![texts.concat()])
         }
-        _ => Err(InvalidAnswer("`content` must be a string or a list of text blocks".into())),
+        _ => Err(InvalidAnswer(
+            "`content` must be a string or a list of text blocks".into(),
+        )),
     }
 }
 
@@ -119,7 +136,9 @@ fn assistant_parts(messages: &[Value]) -> Result<Vec<String>, InvalidAnswer> {
         if role != "assistant" {
             continue;
         }
-        let content = message.get("content").ok_or_else(|| InvalidAnswer("a message has no `content`".into()))?;
+        let content = message
+            .get("content")
+            .ok_or_else(|| InvalidAnswer("a message has no `content`".into()))?;
         parts.extend(content_parts(content)?);
     }
     Ok(parts)
@@ -129,8 +148,13 @@ fn assistant_parts(messages: &[Value]) -> Result<Vec<String>, InvalidAnswer> {
 /// items are not for the user.
 fn output_parts(output: &[Value]) -> Result<Vec<String>, InvalidAnswer> {
     let mut parts = Vec::new();
-    for item in output.iter().filter(|i| i.get("type").and_then(Value::as_str) == Some("message")) {
-        let content = item.get("content").ok_or_else(|| InvalidAnswer("an output message has no `content`".into()))?;
+    for item in output
+        .iter()
+        .filter(|i| i.get("type").and_then(Value::as_str) == Some("message"))
+    {
+        let content = item
+            .get("content")
+            .ok_or_else(|| InvalidAnswer("an output message has no `content`".into()))?;
         parts.extend(content_parts(content)?);
     }
     Ok(parts)

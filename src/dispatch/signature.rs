@@ -59,7 +59,10 @@ pub fn verify(
     let (Some(id), Some(timestamp), Some(signatures)) = (id, timestamp, signatures) else {
         return Err(SignatureError::MissingHeader);
     };
-    let timestamp: i64 = timestamp.trim().parse().map_err(|_| SignatureError::StaleTimestamp)?;
+    let timestamp: i64 = timestamp
+        .trim()
+        .parse()
+        .map_err(|_| SignatureError::StaleTimestamp)?;
     if (now - timestamp).abs() > TOLERANCE_SECS {
         return Err(SignatureError::StaleTimestamp);
     }
@@ -94,17 +97,33 @@ mod tests {
 
     #[test]
     fn verifies_good_and_rejects_tampered_stale_and_missing() {
-        assert_eq!(verify(SECRET, Some(ID), Some("1614265330"), Some(SIGNATURE), BODY, TS), Ok(()));
+        assert_eq!(
+            verify(SECRET, Some(ID), Some("1614265330"), Some(SIGNATURE), BODY, TS),
+            Ok(())
+        );
         let rotated = format!("v1,bm90LWl0 {SIGNATURE}");
-        assert_eq!(verify(SECRET, Some(ID), Some("1614265330"), Some(&rotated), BODY, TS), Ok(()));
+        assert_eq!(
+            verify(SECRET, Some(ID), Some("1614265330"), Some(&rotated), BODY, TS),
+            Ok(())
+        );
         assert_eq!(
             verify(SECRET, Some(ID), Some("1614265330"), Some(SIGNATURE), b"{}", TS),
             Err(SignatureError::Mismatch)
         );
         assert_eq!(
-            verify(SECRET, Some(ID), Some("1614265330"), Some(SIGNATURE), BODY, TS + 301),
+            verify(
+                SECRET,
+                Some(ID),
+                Some("1614265330"),
+                Some(SIGNATURE),
+                BODY,
+                TS + 301
+            ),
             Err(SignatureError::StaleTimestamp)
         );
-        assert_eq!(verify(SECRET, None, Some("1"), Some(SIGNATURE), BODY, TS), Err(SignatureError::MissingHeader));
+        assert_eq!(
+            verify(SECRET, None, Some("1"), Some(SIGNATURE), BODY, TS),
+            Err(SignatureError::MissingHeader)
+        );
     }
 }

@@ -41,7 +41,11 @@ impl Wakeup {
                 _ = stop.changed() => return,
             }
             self.remote_pending.store(false, Ordering::Release);
-            if let Err(err) = sqlx::query("select pg_notify($1, '')").bind(CHANNEL).execute(&pool).await {
+            if let Err(err) = sqlx::query("select pg_notify($1, '')")
+                .bind(CHANNEL)
+                .execute(&pool)
+                .await
+            {
                 tracing::debug!(%err, "NOTIFY failed; other instances will poll");
             }
         }

@@ -2,6 +2,7 @@
 
 mod support;
 
+mod dispatch;
 mod foundation;
 mod ingress;
 mod rls;
