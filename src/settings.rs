@@ -186,6 +186,16 @@ pub struct DispatchSettings {
     #[arg(long, env = "CB_LEASE_SECS", default_value_t = 120)]
     pub lease_secs: u64,
 
+    /// Send attempts per reply part whose sends fail without a platform verdict (rate-limit
+    /// answers do not count: the platform says when to come back).
+    #[arg(long, env = "CB_REPLY_MAX_ATTEMPTS", default_value_t = 8)]
+    pub reply_max_attempts: u32,
+
+    /// How long an interrupted WhatsApp send waits for the status callback that would
+    /// confirm it before it is sent again, in seconds.
+    #[arg(long, env = "CB_WHATSAPP_CONFIRM_SECS", default_value_t = 600)]
+    pub whatsapp_confirm_secs: u64,
+
     /// Polling fallback when no wake-up arrives, in milliseconds.
     #[arg(long, env = "CB_POLL_INTERVAL_MS", default_value_t = 1000)]
     pub poll_interval_ms: u64,
@@ -199,6 +209,8 @@ impl Default for DispatchSettings {
             retry_base_ms: 1000,
             retry_max_ms: 300_000,
             lease_secs: 120,
+            reply_max_attempts: 8,
+            whatsapp_confirm_secs: 600,
             poll_interval_ms: 1000,
         }
     }

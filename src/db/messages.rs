@@ -112,6 +112,8 @@ pub struct ReplyPart {
     pub delivery_status: Option<String>,
     pub attempts: i32,
     pub last_error: Option<String>,
+    pub sending_since: Option<chrono::DateTime<chrono::Utc>>,
+    pub sent_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// Creates the reply parts of a message, `part_index` 0..n in order. Existing parts are
@@ -141,7 +143,8 @@ pub async fn insert_reply_parts(
 pub async fn reply_parts(tx: &mut TenantTx, message: MessageId) -> Result<Vec<ReplyPart>, sqlx::Error> {
     let tenant = tx.tenant();
     sqlx::query_as(
-        "select part_index, content, status, platform_message_id, delivery_status, attempts, last_error
+        "select part_index, content, status, platform_message_id, delivery_status, attempts, last_error,
+                sending_since, sent_at
            from channel_replies where tenant_id = $1 and message_id = $2 order by part_index",
     )
     .bind(tenant)
@@ -166,10 +169,16 @@ pub async fn begin_dispatch(tx: &mut TenantTx, id: MessageId) -> Result<Option<M
     .await
 }
 
-/// Stores the agent's answer: status `executed`, the response (parts joined by a blank
-/// line, as history shows it), the decision and the reply parts. Only the first store of a
-/// turn counts: `false` when it was no longer `dispatching`.
-pub async fn store_answer(tx: &mut TenantTx, id: MessageId, parts: &[String]) -> Result<bool, sqlx::Error> {
+/// Stores the agent's answer: status `executed`, the response (the agent's parts joined by
+/// a blank line, as history shows it), the decision and the reply parts (the answer split
+/// to the platform's size). Only the first store of a turn counts: `false` when it was no
+/// longer `dispatching`.
+pub async fn store_answer(
+    tx: &mut TenantTx,
+    id: MessageId,
+    response: &str,
+    parts: &[String],
+) -> Result<bool, sqlx::Error> {
     let tenant = tx.tenant();
     let decision = if parts.is_empty() { "no_reply" } else { "respond" };
     let stored = sqlx::query(
@@ -180,7 +189,7 @@ pub async fn store_answer(tx: &mut TenantTx, id: MessageId, parts: &[String]) ->
     )
     .bind(tenant)
     .bind(id)
-    .bind(parts.join("\n\n"))
+    .bind(response)
     .bind(decision)
     .execute(tx.conn())
     .await?

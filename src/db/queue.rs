@@ -16,19 +16,66 @@ use uuid::Uuid;
 use super::TenantTx;
 use crate::domain::{MessageId, TenantId};
 
-/// Queues the dispatch of a freshly recorded message, in the same transaction.
+/// A job's stage: call the agent, or post the reply parts back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    Dispatch,
+    Reply,
+}
+
+impl Stage {
+    fn as_str(self) -> &'static str {
+        match self {
+            Stage::Dispatch => "dispatch",
+            Stage::Reply => "reply",
+        }
+    }
+}
+
+/// Queues work for a freshly recorded message, in the same transaction.
 pub async fn enqueue(
     tx: &mut TenantTx,
     message: MessageId,
     conversation_key: &str,
+    stage: Stage,
 ) -> Result<(), sqlx::Error> {
     let tenant = tx.tenant();
-    sqlx::query("insert into dispatch_queue (message_id, tenant_id, conversation_key) values ($1, $2, $3)")
+    sqlx::query(
+        "insert into dispatch_queue (message_id, tenant_id, conversation_key, stage) values ($1, $2, $3, $4)",
+    )
+    .bind(message)
+    .bind(tenant)
+    .bind(conversation_key)
+    .bind(stage.as_str())
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// Moves a job to its reply stage, in the transaction that stored the answer. It stays the
+/// head of its conversation (and keeps its lease), so the user's next message waits until
+/// every part of this answer is posted: replies stay in order.
+pub async fn to_reply_stage(tx: &mut TenantTx, message: MessageId) -> Result<(), sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query("update dispatch_queue set stage = 'reply' where message_id = $1 and tenant_id = $2")
         .bind(message)
         .bind(tenant)
-        .bind(conversation_key)
         .execute(tx.conn())
         .await?;
+    Ok(())
+}
+
+/// Makes a waiting reply job ready now (a WhatsApp status callback settled its part).
+pub async fn wake_reply(tx: &mut TenantTx, message: MessageId) -> Result<(), sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query(
+        "update dispatch_queue set available_at = now()
+          where message_id = $1 and tenant_id = $2 and stage = 'reply' and leased_until is null",
+    )
+    .bind(message)
+    .bind(tenant)
+    .execute(tx.conn())
+    .await?;
     Ok(())
 }
 

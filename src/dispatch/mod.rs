@@ -27,7 +27,8 @@ use self::wakeup::Wakeup;
 use crate::db::messages::MessageRow;
 use crate::db::queue::{Job, Queue};
 use crate::db::{self, TenantTx};
-use crate::domain::MessageId;
+use crate::delivery::{split, Delivery, DeliveryOutcome};
+use crate::domain::{MessageId, Platform};
 use crate::settings::ServeSettings;
 
 /// What one `step` did; tests drive the worker with it instead of sleeping.
@@ -37,10 +38,12 @@ pub enum StepOutcome {
     Empty,
     /// The agent answered; the turn is `executed`.
     Executed(MessageId),
-    /// The call failed and will be retried later.
+    /// The call (or a reply part) failed and will be retried later.
     Retrying(MessageId),
-    /// The turn is `dispatch_failed`.
+    /// The turn is `dispatch_failed`, or a reply part failed for good.
     Failed(MessageId),
+    /// Every reply part is posted.
+    Delivered(MessageId),
     /// The job's message was gone or already finished; the job was dropped.
     Skipped(MessageId),
 }
@@ -58,6 +61,8 @@ pub struct Worker {
     queue: Queue,
     settings: Arc<ServeSettings>,
     client: reqwest::Client,
+    /// For the platforms' send APIs: shorter timeouts than an agent call.
+    platform_client: reqwest::Client,
     /// This instance's lease owner id.
     owner: Uuid,
     clock: fn() -> i64,
@@ -71,11 +76,18 @@ impl Worker {
             .user_agent(concat!("channel-bridge/", env!("CARGO_PKG_VERSION")))
             .build()
             .context("Failed to build the agent HTTP client")?;
+        let platform_client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(15))
+            .connect_timeout(Duration::from_secs(5))
+            .user_agent(concat!("channel-bridge/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .context("Failed to build the platform HTTP client")?;
         Ok(Self {
             queue: Queue::new(pool.clone()),
             pool,
             settings,
             client,
+            platform_client,
             owner: Uuid::new_v4(),
             clock,
         })
@@ -95,8 +107,14 @@ impl Worker {
         else {
             return Ok(StepOutcome::Empty);
         };
-        let span = tracing::info_span!("dispatch", tenant_id = %job.tenant_id, message_id = %job.message_id);
-        tracing::Instrument::instrument(self.dispatch(job), span).await
+        let span = tracing::info_span!("job", tenant_id = %job.tenant_id, message_id = %job.message_id, stage = %job.stage);
+        let work = async {
+            match job.stage.as_str() {
+                "reply" => self.deliver(&job).await,
+                _ => self.dispatch(job.clone()).await,
+            }
+        };
+        tracing::Instrument::instrument(work, span).await
     }
 
     async fn dispatch(&self, job: Job) -> anyhow::Result<StepOutcome> {
@@ -110,7 +128,7 @@ impl Worker {
         let outcome = self.call_agent(&prepared).await;
         metrics::histogram!("dispatch_agent_seconds").record(started.elapsed().as_secs_f64());
         match outcome {
-            CallOutcome::Answered(parts) => self.complete(&job, &parts).await,
+            CallOutcome::Answered(parts) => self.complete(&job, &prepared.message, &parts).await,
             CallOutcome::Retryable {
                 reason,
                 error,
@@ -160,16 +178,58 @@ impl Worker {
     }
 
     /// Second tenant transaction: store the answer and its reply parts, finish the job.
-    async fn complete(&self, job: &Job, parts: &[String]) -> anyhow::Result<StepOutcome> {
+    async fn complete(
+        &self,
+        job: &Job,
+        message: &MessageRow,
+        answer: &[String],
+    ) -> anyhow::Result<StepOutcome> {
+        let platform: Platform = message.platform.parse()?;
+        let parts = split::split_parts(platform, answer);
         let mut tx = TenantTx::begin(&self.pool, job.tenant_id).await?;
-        if !db::messages::store_answer(&mut tx, job.message_id, parts).await? {
+        let first = db::messages::store_answer(&mut tx, job.message_id, &answer.join("\n\n"), &parts).await?;
+        if !first {
             tracing::info!("turn was already finished by another attempt; keeping the first answer");
         }
-        // Until replies are delivered by their own stage, the parts stay `pending` and the
-        // job ends here.
+        if parts.is_empty() {
+            db::replies::mark_delivered(&mut tx, job.message_id).await?;
+            db::queue::finish(&mut tx, job.message_id).await?;
+        } else {
+            db::queue::to_reply_stage(&mut tx, job.message_id).await?;
+        }
+        tx.commit().await?;
+        if !parts.is_empty() {
+            // Post at once, under the lease this step already holds.
+            self.deliver(job).await?;
+        }
+        Ok(StepOutcome::Executed(job.message_id))
+    }
+
+    /// The reply stage: one delivery pass; the job ends when every part is posted or one
+    /// failed for good, and otherwise waits its turn again.
+    async fn deliver(&self, job: &Job) -> anyhow::Result<StepOutcome> {
+        let delivery = Delivery {
+            pool: &self.pool,
+            client: &self.platform_client,
+            settings: &self.settings.dispatch,
+        };
+        let outcome = delivery.run(job.tenant_id, job.message_id).await?;
+        let finished = match outcome {
+            None => {
+                self.queue.discard(job.message_id).await?;
+                return Ok(StepOutcome::Skipped(job.message_id));
+            }
+            Some(DeliveryOutcome::Wait(delay)) => {
+                self.queue.retry_later(job.message_id, self.owner, delay).await?;
+                return Ok(StepOutcome::Retrying(job.message_id));
+            }
+            Some(DeliveryOutcome::Delivered) => StepOutcome::Delivered(job.message_id),
+            Some(DeliveryOutcome::Stopped) => StepOutcome::Failed(job.message_id),
+        };
+        let mut tx = TenantTx::begin(&self.pool, job.tenant_id).await?;
         db::queue::finish(&mut tx, job.message_id).await?;
         tx.commit().await?;
-        Ok(StepOutcome::Executed(job.message_id))
+        Ok(finished)
     }
 
     async fn retry(&self, job: &Job, error: &str, delay: Duration) -> anyhow::Result<StepOutcome> {

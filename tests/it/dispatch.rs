@@ -12,6 +12,7 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 
 use crate::support::fake_agent::{FakeAgent, Reply};
+use crate::support::fake_platforms::FakePlatforms;
 use crate::support::platforms::*;
 use crate::support::{spawn_app, TestApp};
 
@@ -64,7 +65,8 @@ async fn queue_len(app: &TestApp) -> i64 {
 #[tokio::test]
 async fn a_three_turn_conversation_gives_each_dispatch_exactly_the_earlier_turns_then_the_new_one() {
     let app = spawn_app().await;
-    let tenant = provision_tenant(&app.pool, "acme").await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
     let worker = worker_for(&app, &agent, |_| {});
 
@@ -159,7 +161,8 @@ async fn seed_turn(
 #[tokio::test]
 async fn history_is_the_newest_12_terminal_turns_of_the_same_tenant_and_user_oldest_first() {
     let app = spawn_app().await;
-    let tenant = provision_tenant(&app.pool, "acme").await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let other_tenant = provision_tenant(&app.pool, "other").await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
     let worker = worker_for(&app, &agent, |_| {});
@@ -221,7 +224,8 @@ async fn history_is_the_newest_12_terminal_turns_of_the_same_tenant_and_user_old
 #[tokio::test]
 async fn an_unlinked_sender_allowed_by_policy_has_a_history_of_their_own() {
     let app = spawn_app().await;
-    let tenant = provision_tenant(&app.pool, "acme").await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let mut owner = app.db.owner_conn().await;
     sqlx::query("delete from channel_links where platform = 'telegram'")
         .execute(&mut owner)
@@ -267,7 +271,8 @@ async fn an_unlinked_sender_allowed_by_policy_has_a_history_of_their_own() {
 #[tokio::test]
 async fn three_quick_messages_with_a_slow_agent_and_two_workers_are_dispatched_strictly_in_order() {
     let app = spawn_app().await;
-    let tenant = provision_tenant(&app.pool, "acme").await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let gate = Arc::new(Semaphore::new(0));
     let agent = FakeAgent::start_gated(&tenant.dispatch_secret, gate.clone()).await;
     let tweak = |s: &mut ServeSettings| s.dispatch.poll_interval_ms = 20;
@@ -327,7 +332,8 @@ async fn three_quick_messages_with_a_slow_agent_and_two_workers_are_dispatched_s
 #[tokio::test]
 async fn agent_500_twice_then_200_is_executed_after_3_attempts() {
     let app = spawn_app().await;
-    let tenant = provision_tenant(&app.pool, "acme").await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
     agent.script([
         Reply::Json(500, json!({"error": "boom"}), None),
@@ -355,7 +361,8 @@ async fn agent_500_twice_then_200_is_executed_after_3_attempts() {
 #[tokio::test]
 async fn agent_400_fails_at_once_and_releases_the_conversation() {
     let app = spawn_app().await;
-    let tenant = provision_tenant(&app.pool, "acme").await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
     agent.script([Reply::Json(400, json!({"error": "bad payload"}), None)]);
     let worker = worker_for(&app, &agent, |_| {});
@@ -385,7 +392,8 @@ async fn agent_400_fails_at_once_and_releases_the_conversation() {
 #[tokio::test]
 async fn retries_stop_at_the_attempt_limit_with_the_last_error_kept() {
     let app = spawn_app().await;
-    let tenant = provision_tenant(&app.pool, "acme").await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
     agent.script([
         Reply::Json(502, json!({}), None),
@@ -411,7 +419,8 @@ async fn retries_stop_at_the_attempt_limit_with_the_last_error_kept() {
 #[tokio::test]
 async fn a_429_is_retried_no_sooner_than_its_retry_after() {
     let app = spawn_app().await;
-    let tenant = provision_tenant(&app.pool, "acme").await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
     agent.script([Reply::Json(429, json!({"error": "slow down"}), Some(30))]);
     let worker = worker_for(&app, &agent, |_| {});
@@ -445,7 +454,8 @@ async fn a_429_is_retried_no_sooner_than_its_retry_after() {
 #[tokio::test]
 async fn a_worker_killed_mid_call_is_replaced_after_the_lease_with_the_same_idempotency_key() {
     let app = spawn_app().await;
-    let tenant = provision_tenant(&app.pool, "acme").await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
     agent.script([Reply::Hang]);
     let doomed = Arc::new(worker_for(&app, &agent, |_| {}));
@@ -483,7 +493,8 @@ async fn a_worker_killed_mid_call_is_replaced_after_the_lease_with_the_same_idem
 #[tokio::test]
 async fn a_failed_history_read_still_dispatches_with_empty_history() {
     let app = spawn_app().await;
-    let tenant = provision_tenant(&app.pool, "acme").await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
     let worker = worker_for(&app, &agent, |_| {});
     seed_turn(&app, &tenant, Some("alice"), "executed", "poison-history", 60).await;
@@ -513,7 +524,8 @@ async fn a_failed_history_read_still_dispatches_with_empty_history() {
 #[tokio::test]
 async fn a_multi_part_answer_gives_one_reply_part_row_per_part_in_order() {
     let app = spawn_app().await;
-    let tenant = provision_tenant(&app.pool, "acme").await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
     agent.script([Reply::Json(
         200,
@@ -546,11 +558,13 @@ async fn a_multi_part_answer_gives_one_reply_part_row_per_part_in_order() {
     assert_eq!(
         parts,
         [
-            (0, "part one", "pending"),
-            (1, "part two", "pending"),
-            (2, "part three", "pending")
+            (0, "part one", "sent"),
+            (1, "part two", "sent"),
+            (2, "part three", "sent")
         ]
     );
+    let posted: Vec<String> = platforms.sent().iter().map(|s| s.text().to_owned()).collect();
+    assert_eq!(posted, ["part one", "part two", "part three"]);
     let (_, _, _, response) = message_state(&app, id).await;
     assert_eq!(response.as_deref(), Some("part one\n\npart two\n\npart three"));
 }
@@ -558,7 +572,8 @@ async fn a_multi_part_answer_gives_one_reply_part_row_per_part_in_order() {
 #[tokio::test]
 async fn the_serving_application_dispatches_on_its_own_after_a_webhook() {
     let probe = spawn_app().await;
-    let tenant = provision_tenant(&probe.pool, "acme").await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&probe.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
     // A second application on the same database runs the worker role, woken by NOTIFY.
     let worker_app = crate::support::spawn_app_on(&probe.db, |s| {
@@ -573,7 +588,8 @@ async fn the_serving_application_dispatches_on_its_own_after_a_webhook() {
         telegram_text(9301, "hands free"),
     )
     .await;
-    agent.wait_for_calls(1).await;
+    platforms.wait_for_sends(1).await;
     worker_app.stop().await.unwrap();
     assert_eq!(agent.calls()[0].payload.content, "hands free");
+    assert_eq!(platforms.sent()[0].text(), "answer to hands free (0 before)");
 }

@@ -5,4 +5,5 @@ mod support;
 mod dispatch;
 mod foundation;
 mod ingress;
+mod replies;
 mod rls;

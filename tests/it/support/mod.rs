@@ -3,6 +3,7 @@
 
 pub mod db_proxy;
 pub mod fake_agent;
+pub mod fake_platforms;
 pub mod platforms;
 
 use std::net::SocketAddr;

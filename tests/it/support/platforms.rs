@@ -42,7 +42,7 @@ impl Provisioned {
     }
 }
 
-pub fn connector(platform: Platform) -> NewConnector {
+pub fn connector(platform: Platform, api_base_url: Option<&str>) -> NewConnector {
     let (secret, external_id, bot_user_id, bot_id) = match platform {
         Platform::Slack => (SLACK_SECRET, "T0001", Some("UBOT1"), Some("BBOT1")),
         Platform::Whatsapp => (WHATSAPP_SECRET, "106540352242922", None, None),
@@ -59,20 +59,28 @@ pub fn connector(platform: Platform) -> NewConnector {
         verify_token: (platform == Platform::Whatsapp)
             .then(|| SecretString::from(WHATSAPP_VERIFY_TOKEN.to_owned())),
         outbound_token: Some(SecretString::from(format!("{platform}-outbound-token"))),
-        api_base_url: None,
+        api_base_url: api_base_url.map(str::to_owned),
         unlinked_policy: UnlinkedPolicy::Deny,
+        telegram_delivery: Default::default(),
+        unlinked_notice: None,
     }
 }
 
 /// A tenant with a Slack, a WhatsApp and a Telegram connector, and the fixtures' humans
 /// linked: Slack and Telegram to `alice` (one person, one history), WhatsApp to `bob`.
 pub async fn provision_tenant(pool: &PgPool, slug: &str) -> Provisioned {
+    provision_tenant_at(pool, slug, None).await
+}
+
+/// Like `provision_tenant`, with every connector's platform API at `api_base_url` (a
+/// `FakePlatforms`).
+pub async fn provision_tenant_at(pool: &PgPool, slug: &str, api_base_url: Option<&str>) -> Provisioned {
     let created = provision::create_tenant(pool, slug, slug, None).await.unwrap();
     let tenant = created.tenant_id;
     let mut ids = Vec::new();
     for platform in Platform::ALL {
         ids.push(
-            provision::add_connector(pool, tenant, &connector(platform))
+            provision::add_connector(pool, tenant, &connector(platform, api_base_url))
                 .await
                 .unwrap()
                 .connector_id,
