@@ -7,6 +7,7 @@
 //! - `db`: pool, migrations, the tenant transaction (the one door to tenant tables).
 //! - `provision`, `cli`: provisioning and the command line.
 
+pub mod admin;
 pub mod channels;
 pub mod cli;
 pub mod db;

@@ -2,6 +2,7 @@
 
 mod support;
 
+mod admin;
 mod dispatch;
 mod foundation;
 mod ingress;
