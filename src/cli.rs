@@ -37,6 +37,12 @@ pub enum Command {
     /// Link platform senders to tenant users.
     #[command(subcommand)]
     Link(LinkCommand),
+    // --- agent side and first run (issue 7) ---
+    /// Receive signed dispatches and answer them from an OpenAI-compatible server (or --echo).
+    AgentBridge(crate::agent_bridge::BridgeArgs),
+    /// Run gateway, echo agent and platform stand-ins locally through a short conversation.
+    Demo(crate::demo::DemoArgs),
+    // --- end issue 7 ---
 }
 
 #[derive(Debug, Subcommand)]
@@ -176,6 +182,9 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
                 &crate::provision::add_link(&pool, tenant, platform, &platform_user_id, &user_id).await?,
             )
         }
+        // --- issue 7 ---
+        Command::AgentBridge(args) => crate::agent_bridge::run(args).await,
+        Command::Demo(args) => crate::demo::run_cli(args).await,
     }
 }
 

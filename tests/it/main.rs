@@ -2,6 +2,10 @@
 
 mod support;
 
+// --- issue 7 ---
+mod agent_bridge;
+mod demo;
+// --- end issue 7 ---
 mod dispatch;
 mod foundation;
 mod ingress;
