@@ -21,7 +21,11 @@ struct Args {
 }
 
 fn args() -> Args {
-    let mut args = Args { tenants: 10, rows_per_tenant: 100_000, samples: 2000 };
+    let mut args = Args {
+        tenants: 10,
+        rows_per_tenant: 100_000,
+        samples: 2000,
+    };
     let raw: Vec<String> = std::env::args().collect();
     let mut i = 1;
     while i < raw.len() {
@@ -60,7 +64,8 @@ fn report(label: &str, mut samples: Vec<Duration>) {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let args = args();
-    let admin_url = std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let admin_url = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
     let name = format!("cb_bench_{}", uuid::Uuid::new_v4().simple());
     let mut url = reqwest::Url::parse(&admin_url)?;
     url.set_path(&format!("/{name}"));
@@ -68,7 +73,9 @@ async fn main() -> anyhow::Result<()> {
     channel_bridge::db::migrate(&settings).await?;
     let result = run(&args, &settings, url.as_str()).await;
     let mut admin = PgConnection::connect(&admin_url).await?;
-    admin.execute(format!("drop database {name} with (force)").as_str()).await?;
+    admin
+        .execute(format!("drop database {name} with (force)").as_str())
+        .await?;
     result
 }
 
@@ -94,28 +101,62 @@ async fn run(args: &Args, settings: &DatabaseSettings, url: &str) -> anyhow::Res
     );
 
     let tenant = tenants[tenants.len() / 2];
-    let newest = MessagesQuery { limit: Some(50), ..Default::default() };
-    measure("newest 50 (no filter)", args.samples, || list_messages(&pool, tenant, &newest)).await?;
-    let by_user = MessagesQuery { user_id: Some("user-7".into()), limit: Some(50), ..Default::default() };
-    measure("newest 50 of one user", args.samples, || list_messages(&pool, tenant, &by_user)).await?;
-    let by_status = MessagesQuery { status: Some("dispatch_failed".into()), limit: Some(50), ..Default::default() };
-    measure("newest 50 dispatch_failed", args.samples, || list_messages(&pool, tenant, &by_status)).await?;
+    let newest = MessagesQuery {
+        limit: Some(50),
+        ..Default::default()
+    };
+    measure("newest 50 (no filter)", args.samples, || {
+        list_messages(&pool, tenant, &newest)
+    })
+    .await?;
+    let by_user = MessagesQuery {
+        user_id: Some("user-7".into()),
+        limit: Some(50),
+        ..Default::default()
+    };
+    measure("newest 50 of one user", args.samples, || {
+        list_messages(&pool, tenant, &by_user)
+    })
+    .await?;
+    let by_status = MessagesQuery {
+        status: Some("dispatch_failed".into()),
+        limit: Some(50),
+        ..Default::default()
+    };
+    measure("newest 50 dispatch_failed", args.samples, || {
+        list_messages(&pool, tenant, &by_status)
+    })
+    .await?;
 
     // A deep page: the cursor after 50,000 rows.
-    let mut query = MessagesQuery { limit: Some(200), ..Default::default() };
+    let mut query = MessagesQuery {
+        limit: Some(200),
+        ..Default::default()
+    };
     for _ in 0..250 {
-        let page = list_messages(&pool, tenant, &query).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        let page = list_messages(&pool, tenant, &query)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         query.cursor = page.next_cursor;
     }
-    let deep = MessagesQuery { limit: Some(50), cursor: query.cursor, ..Default::default() };
-    measure("50 after a cursor 50,000 rows deep", args.samples, || list_messages(&pool, tenant, &deep)).await?;
+    let deep = MessagesQuery {
+        limit: Some(50),
+        cursor: query.cursor,
+        ..Default::default()
+    };
+    measure("50 after a cursor 50,000 rows deep", args.samples, || {
+        list_messages(&pool, tenant, &deep)
+    })
+    .await?;
     Ok(())
 }
 
 async fn measure<F, Fut>(label: &str, samples: usize, mut f: F) -> anyhow::Result<()>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<channel_bridge::admin::messages::MessagePage, channel_bridge::error::AppError>>,
+    Fut: std::future::Future<
+        Output = Result<channel_bridge::admin::messages::MessagePage, channel_bridge::error::AppError>,
+    >,
 {
     for _ in 0..50 {
         f().await.map_err(|e| anyhow::anyhow!("{e}"))?; // warm-up

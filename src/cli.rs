@@ -52,6 +52,10 @@ pub enum Command {
         #[arg(long)]
         user: String,
     },
+    /// Receive signed dispatches and answer them from an OpenAI-compatible server (or --echo).
+    AgentBridge(crate::agent_bridge::BridgeArgs),
+    /// Run gateway, echo agent and platform stand-ins locally through a short conversation.
+    Demo(crate::demo::DemoArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -248,6 +252,8 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
                 &crate::provision::add_link(&pool, tenant, platform, &platform_user_id, &user_id).await?,
             )
         }
+        Command::AgentBridge(args) => crate::agent_bridge::run(args).await,
+        Command::Demo(args) => crate::demo::run_cli(args).await,
     }
 }
 

@@ -3,6 +3,8 @@
 mod support;
 
 mod admin;
+mod agent_bridge;
+mod demo;
 mod dispatch;
 mod foundation;
 mod ingress;
