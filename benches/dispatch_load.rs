@@ -1,0 +1,1396 @@
+//! Dispatch load benchmark: how many user turns per second the worker dispatches when the
+//! tenant already holds a realistic amount of history, and what each database phase of a
+//! dispatch costs.
+//!
+//! ```text
+//! cargo bench --bench dispatch_load -- [--rows 1000000] [--users 1000] [--jobs 5000] [--concurrency 8]
+//! ```
+//!
+//! What one run does:
+//! 1. creates a database `cb_bench_<random>` on DATABASE_URL's server (default
+//!    postgres://postgres@127.0.0.1:5432/postgres) and migrates it with the app's `migrate`;
+//! 2. provisions one tenant with a Telegram connector and `--users` linked senders;
+//! 3. bulk-loads `--rows` terminal turns (mostly `executed` with a response, a few
+//!    `dispatch_failed` and `ignored`) spread over those users and over 180 days, with
+//!    `insert … select generate_series(…)` as the owner, then VACUUM ANALYZE and CHECKPOINT,
+//!    so the measurement starts from a settled table rather than from setup debt;
+//! 4. starts a local server on 127.0.0.1:0 playing the agent (verifies each Standard Webhooks
+//!    signature, answers `{"content": "ok"}` at once, or `--answer-chars` of text) and the
+//!    Telegram Bot API the reply is
+//!    posted to (`sendMessage` answers `ok` with a message id at once); the connector's API
+//!    base URL points at it;
+//! 5. worker throughput: records `--jobs` turns through `ingress::record` (one per
+//!    transaction, as one Telegram webhook each, round-robin over the users) and runs
+//!    `Worker::step` from `--concurrency` tasks sharing one `Arc<Worker>` until every job is
+//!    done; prints dispatches/s (wall clock) and the step latency;
+//! 6. phase costs: records `--jobs` more turns and replays `Worker::step` phase by phase
+//!    through the same public functions, timing each, at the same concurrency:
+//!    claim (`Queue::claim`), prepare (`TenantTx` + `tenants::get` +
+//!    `messages::begin_dispatch` + `history::load` in a savepoint), agent (`agent::call`),
+//!    store (`TenantTx` + `messages::store_answer` + `queue::to_reply_stage`) and deliver
+//!    (`delivery::Delivery::run`, which posts the reply, then `queue::finish`). The worker
+//!    keeps these phases private, so the replay is the way to see them without timing code
+//!    in the library;
+//! 7. history alone: `history::load` in a `TenantTx` for `--history-samples` random messages,
+//!    one after another with nothing else running;
+//! 8. with `--explain`, prints EXPLAIN (ANALYZE, BUFFERS) of the history read and of the
+//!    claim (copies of the library's SQL, see `HISTORY_SQL` and `CLAIM_SQL`);
+//! 9. drops the database (unless `--keep-db`).
+//!
+//! The bench process (worker and agent) and PostgreSQL share the machine's cores, so the
+//! figures are a floor for a worker on its own hardware. `cargo bench` builds with the
+//! bench profile (release).
+
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::{Json, Router};
+use channel_bridge::channels::{Inbound, InboundKind, InboundMessage};
+use channel_bridge::db::connectors::NewConnector;
+use channel_bridge::db::queue::{Job, Queue};
+use channel_bridge::db::{self, TenantTx};
+use channel_bridge::delivery::{split, Delivery, DeliveryOutcome};
+use channel_bridge::dispatch::agent::{self, CallOutcome};
+use channel_bridge::dispatch::payload::{self, ChatMessage};
+use channel_bridge::dispatch::{history, signature, StepOutcome, Worker};
+use channel_bridge::domain::{Connector, MessageId, Platform, TelegramDelivery, TenantId, UnlinkedPolicy};
+use channel_bridge::settings::{DatabaseSettings, DispatchSettings, ServeSettings};
+use channel_bridge::{ingress, provision};
+use clap::Parser;
+use futures::{StreamExt, TryStreamExt};
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::json;
+use sqlx::{Connection, Executor, PgConnection, PgPool, Row};
+
+#[derive(Debug, Parser)]
+#[command(about = "Dispatch worker load benchmark on a database with a realistic history")]
+struct Args {
+    /// Terminal history turns bulk-loaded before measuring.
+    #[arg(long, default_value_t = 1_000_000)]
+    rows: i64,
+    /// Linked users the history and the jobs are spread over.
+    #[arg(long, default_value_t = 1000)]
+    users: i64,
+    /// Jobs per measured run (the worker run, then the phase replay).
+    #[arg(long, default_value_t = 5000)]
+    jobs: usize,
+    /// Worker tasks sharing one `Worker` (CB_WORKER_CONCURRENCY; the server default is 8).
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// Turns of one extra user queued ahead of each run's jobs, behind a head put back by
+    /// `Queue::retry_later` for an hour (as when the agent keeps failing that user's turn):
+    /// they stay queued through the run, and show what blocked jobs cost other claims.
+    #[arg(long, default_value_t = 0)]
+    stalled_backlog: usize,
+    /// Length of the agent's answer (default: `ok`). Real answers are hundreds of
+    /// characters; a longer answer makes the stored row grow.
+    #[arg(long)]
+    answer_chars: Option<usize>,
+    /// Sets channel_messages' fillfactor before the load, to compare storage settings
+    /// (default: whatever the migrations set).
+    #[arg(long)]
+    fillfactor: Option<u8>,
+    /// Random messages whose history is read alone.
+    #[arg(long, default_value_t = 2000)]
+    history_samples: i64,
+    /// The worker's pool size (default: the server default 16, or --concurrency if larger).
+    #[arg(long)]
+    pool_size: Option<u32>,
+    /// Print EXPLAIN (ANALYZE, BUFFERS) of the history read and the claim on the loaded data.
+    #[arg(long)]
+    explain: bool,
+    /// Keep the database afterwards (for manual EXPLAIN) instead of dropping it.
+    #[arg(long)]
+    keep_db: bool,
+    /// Passed by `cargo bench` to every bench binary; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+/// Telegram sender ids of the bench users start here (a realistic 9-digit id).
+const FIRST_SENDER_ID: i64 = 100_000_000;
+/// Rows per bulk-load statement, and the owner connections loading in parallel (one per
+/// core of the 2-core reference machine).
+const LOAD_CHUNK: i64 = 50_000;
+const LOAD_CONNECTIONS: usize = 2;
+/// Turns recorded through `ingress::record` at the same time while enqueueing.
+const ENQUEUE_CONCURRENCY: usize = 8;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    anyhow::ensure!(
+        args.rows >= 0 && args.users > 0,
+        "--rows must be >= 0 and --users > 0"
+    );
+    anyhow::ensure!(
+        args.jobs > 0 && args.concurrency > 0,
+        "--jobs and --concurrency must be > 0"
+    );
+    let db = BenchDb::create().await?;
+    println!("database {} (migrated)", db.name);
+    let outcome = run(&args, &db).await;
+    if args.keep_db {
+        println!("database {} kept: {}", db.name, db.url);
+    } else {
+        db.drop_now().await;
+    }
+    outcome
+}
+
+async fn run(args: &Args, db: &BenchDb) -> anyhow::Result<()> {
+    let mut settings = ServeSettings::for_database(db.url.clone());
+    settings.database.pool_size = args.pool_size.unwrap_or(16.max(args.concurrency as u32));
+    let answer = args.answer_chars.map_or_else(
+        || "ok".to_owned(),
+        |n| filler_text().chars().cycle().take(n).collect(),
+    );
+    let agent = LocalAgent::start(answer).await?;
+    settings.agent_url = Some(agent.agent_url());
+
+    let started = Instant::now();
+    let pool = db::connect_pool(&settings.database)?;
+    let fixture = provision_fixture(&pool, args.users, &agent.telegram_url()).await?;
+    close_pool(pool, &db.url).await?;
+    agent.set_secret(&fixture.dispatch_secret);
+    println!(
+        "provisioned 1 tenant, 1 Telegram connector, {} linked users in {}",
+        args.users,
+        secs(started.elapsed())
+    );
+    if let Some(fillfactor) = args.fillfactor {
+        let mut owner = PgConnection::connect(&db.url).await?;
+        owner
+            .execute(format!("alter table channel_messages set (fillfactor = {fillfactor})").as_str())
+            .await?;
+    }
+    bulk_load(&db.url, &fixture, args.rows).await?;
+
+    let mut next_update = args.rows + 1;
+    let throughput = measure_worker(args, db, &settings, &fixture, &mut next_update).await?;
+    measure_phases(args, &db.url, &settings, &fixture, &mut next_update).await?;
+
+    let pool = db::connect_pool(&settings.database)?;
+    let alone = sample_history(&pool, &db.url, &fixture, args.history_samples).await?;
+    alone.print();
+    if args.explain {
+        explain_history(&pool, &db.url, &fixture).await?;
+    }
+    agent.check()?;
+    print_verdict(&throughput, &alone);
+    Ok(())
+}
+
+/// Dispatches/s of the real worker. Each stage runs on its own pool, closed when it ends,
+/// so that the server's per-table counters (flushed when a backend exits) cover exactly
+/// the worker run.
+async fn measure_worker(
+    args: &Args,
+    db: &BenchDb,
+    settings: &ServeSettings,
+    fixture: &Fixture,
+    next_update: &mut i64,
+) -> anyhow::Result<WorkerRun> {
+    let ingress_pool = db::connect_pool(&settings.database)?;
+    enqueue_run(&ingress_pool, fixture, next_update, args).await?;
+    if args.explain {
+        explain_claim(&ingress_pool).await?;
+    }
+    close_pool(ingress_pool, &db.url).await?;
+
+    let pool = db::connect_pool(&settings.database)?;
+    let worker = Arc::new(Worker::new(pool.clone(), Arc::new(settings.clone()), unix_now)?);
+    let meter = Meter::start(&db.url).await?;
+    let run = run_worker(worker, args.concurrency, args.jobs).await?;
+    run.print(args);
+    meter.print_cpu(&db.url, run.tally.executed).await?;
+    close_pool(pool, &db.url).await?;
+    meter.print_counters(&db.url, run.tally.executed).await?;
+    check_all_dispatched(&db.url, fixture, args.rows, args.jobs).await?;
+    clear_stalled(&db.url, fixture).await?;
+    Ok(run)
+}
+
+/// The replay of `Worker::step`, phase by phase, on a fresh set of jobs.
+async fn measure_phases(
+    args: &Args,
+    url: &str,
+    settings: &ServeSettings,
+    fixture: &Fixture,
+    next_update: &mut i64,
+) -> anyhow::Result<()> {
+    let ingress_pool = db::connect_pool(&settings.database)?;
+    enqueue_run(&ingress_pool, fixture, next_update, args).await?;
+    close_pool(ingress_pool, url).await?;
+
+    let pool = db::connect_pool(&settings.database)?;
+    let replay = Replay::new(pool.clone(), settings)?;
+    let meter = Meter::start(url).await?;
+    let phases = run_replay(Arc::new(replay), args.concurrency, args.jobs).await?;
+    phases.print(args);
+    meter.print_cpu(url, phases.tally.deliver.len()).await?;
+    close_pool(pool, url).await?;
+    meter.print_counters(url, phases.tally.deliver.len()).await?;
+    clear_stalled(url, fixture).await
+}
+
+/// Closes a pool and waits until its server backends are gone (they flush their
+/// statistics as they exit).
+async fn close_pool(pool: PgPool, url: &str) -> anyhow::Result<()> {
+    pool.close().await;
+    let mut owner = PgConnection::connect(url).await?;
+    for _ in 0..500 {
+        let left: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity
+              where datname = current_database() and application_name = 'channel-bridge'",
+        )
+        .fetch_one(&mut owner)
+        .await?;
+        if left == 0 {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    anyhow::bail!("the pool's connections did not close within 5 s")
+}
+
+// ---------------------------------------------------------------------------------------
+// Database and fixture
+
+struct BenchDb {
+    name: String,
+    url: String,
+    admin_url: String,
+}
+
+impl BenchDb {
+    async fn create() -> anyhow::Result<Self> {
+        let admin_url = std::env::var("DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+        let name = format!("cb_bench_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        let mut url = reqwest::Url::parse(&admin_url).context("DATABASE_URL is not a URL")?;
+        url.set_path(&format!("/{name}"));
+        let db = Self {
+            name,
+            url: url.to_string(),
+            admin_url,
+        };
+        let report = db::migrate(&DatabaseSettings::from_url(db.url.clone())).await?;
+        anyhow::ensure!(report.database_created, "database {} already existed", db.name);
+        Ok(db)
+    }
+
+    async fn drop_now(&self) {
+        let statement = format!("drop database if exists {} with (force)", self.name);
+        let dropped = async {
+            let mut admin = PgConnection::connect(&self.admin_url).await?;
+            admin.execute(statement.as_str()).await?;
+            admin.close().await
+        };
+        match dropped.await {
+            Ok(()) => println!("database {} dropped", self.name),
+            Err(err) => eprintln!("could not drop database {}: {err}", self.name),
+        }
+    }
+}
+
+/// The tenant, its Telegram connector and how many users are linked.
+struct Fixture {
+    tenant: TenantId,
+    connector: Connector,
+    dispatch_secret: String,
+    users: i64,
+}
+
+fn sender_id(user: i64) -> String {
+    (FIRST_SENDER_ID + user).to_string()
+}
+
+/// The tenant's own user id of bench user `user` (the SQL load builds the same: 'u' || u).
+fn user_id(user: i64) -> String {
+    format!("u{user}")
+}
+
+async fn provision_fixture(pool: &PgPool, users: i64, telegram_url: &str) -> anyhow::Result<Fixture> {
+    let created = provision::create_tenant(pool, "bench", "Bench tenant", None).await?;
+    let tenant = created.tenant_id;
+    let added = provision::add_connector(pool, tenant, &telegram_connector(telegram_url)).await?;
+    // One more user than the history has: the `--stalled-backlog` user.
+    futures::stream::iter(0..=users)
+        .map(|u| async move {
+            provision::add_link(pool, tenant, Platform::Telegram, &sender_id(u), &user_id(u)).await
+        })
+        .buffer_unordered(ENQUEUE_CONCURRENCY)
+        .try_for_each(|_| async { Ok(()) })
+        .await?;
+    let mut tx = TenantTx::begin(pool, tenant).await?;
+    let connector = db::connectors::get(&mut tx, added.connector_id)
+        .await?
+        .context("the connector just added is readable")?;
+    tx.commit().await?;
+    Ok(Fixture {
+        tenant,
+        connector,
+        dispatch_secret: created.dispatch_secret,
+        users,
+    })
+}
+
+fn telegram_connector(api_base_url: &str) -> NewConnector {
+    NewConnector {
+        platform: Platform::Telegram,
+        name: "bench bot".into(),
+        external_id: Some("7000000001".into()),
+        app_id: None,
+        bot_user_id: Some("7000000001".into()),
+        bot_id: None,
+        verification_secret: SecretString::from("bench-telegram-secret_token"),
+        verify_token: None,
+        outbound_token: Some(SecretString::from("7000000001:bench-bot-token")),
+        api_base_url: Some(api_base_url.to_owned()),
+        unlinked_policy: UnlinkedPolicy::Deny,
+        telegram_delivery: TelegramDelivery::AtMostOnce,
+        unlinked_notice: None,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Bulk load
+
+/// One chunk of terminal turns. Per row `i`: the user is a hash of `i` (spread evenly, not
+/// in runs), `h` is 32 further hash bits that pick status and text; `received_at` climbs
+/// from `$8` over 180 days; the id is a UUIDv7 of `received_at`, like `MessageId::new`.
+/// 98 % `executed` and delivered with a 40–900 character response, 1 % `dispatch_failed` (no response,
+/// counts in history), 1 % `ignored` (a `[image]` placeholder, not in history). Requests are
+/// 8–247 characters. Idempotency keys are Telegram update ids `i`, unique.
+const LOAD_SQL: &str = "
+insert into channel_messages (tenant_id, id, connector_id, platform, idempotency_key,
+    platform_message_id, chat_id, platform_user_id, user_id, conversation_key,
+    request_content, response_content, decision, status, attempts, last_error,
+    received_at, completed_at, delivered_at, updated_at, metadata)
+select $1,
+       (lpad(to_hex((extract(epoch from ts) * 1000)::int8), 12, '0') || '7' || substr(m, 1, 3)
+            || '8' || substr(m, 4, 15))::uuid,
+       $2, 'telegram', i::text, (i / $6 + 1)::text, (100000000 + u)::text,
+       (100000000 + u)::text, 'u' || u, 'user:u' || u,
+       case when kind = 'ignored' then '[image]' else substr($7, (1 + h % 997)::int, (8 + (h / 1000) % 240)::int) end,
+       case when kind = 'executed' then substr($7, (1 + (h / 7) % 991)::int, (40 + (h / 300000) % 861)::int) end,
+       case kind when 'executed' then 'respond' when 'ignored' then 'ignore_non_text'
+                 else 'dispatch_failed' end,
+       kind,
+       case kind when 'executed' then 1 when 'ignored' then 0 else 5 end,
+       case when kind = 'dispatch_failed' then 'agent answered 503 Service Unavailable' end,
+       ts, ts + interval '2 seconds',
+       case when kind = 'executed' then ts + interval '3 seconds' end, ts + interval '3 seconds',
+       jsonb_build_object('chat_type', 'private', 'first_name', 'User ' || u)
+  from (select i, u, h, ts, md5(i::text) as m,
+               case h % 100 when 0 then 'dispatch_failed' when 1 then 'ignored'
+                    else 'executed' end as kind
+          from (select i,
+                       (hashint8(i)::int8 + 2147483648) % $6 as u,
+                       hashint8(i + 4294967296)::int8 + 2147483648 as h,
+                       $8::timestamptz + (i::float8 / $5) * interval '180 days' as ts
+                  from generate_series($3::int8, $4::int8) as i) raw) g";
+
+async fn bulk_load(url: &str, fixture: &Fixture, rows: i64) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let next = Arc::new(AtomicI64::new(1));
+    let loaders = (0..LOAD_CONNECTIONS).map(|_| load_chunks(url, fixture, rows, next.clone()));
+    futures::future::try_join_all(loaders).await?;
+    let inserted = started.elapsed();
+
+    let mut owner = PgConnection::connect(url).await?;
+    let settle = Instant::now();
+    owner.execute("vacuum (analyze)").await?;
+    let vacuumed = settle.elapsed();
+    // The load's dirty pages are setup debt: write them now, not during the measurement.
+    owner.execute("checkpoint").await?;
+    let size: String =
+        sqlx::query_scalar("select pg_size_pretty(pg_total_relation_size('channel_messages'))")
+            .fetch_one(&mut owner)
+            .await?;
+    println!(
+        "bulk load: {rows} rows in {} ({:.0} rows/s, {size} with indexes); vacuum analyze {}, \
+         checkpoint {}; total load {}",
+        secs(inserted),
+        rows as f64 / inserted.as_secs_f64(),
+        secs(vacuumed),
+        secs(settle.elapsed() - vacuumed),
+        secs(started.elapsed()),
+    );
+    Ok(())
+}
+
+/// Loads chunks until none is left. Owner connection: bulk setup is not app traffic.
+async fn load_chunks(url: &str, fixture: &Fixture, rows: i64, next: Arc<AtomicI64>) -> anyhow::Result<()> {
+    let mut conn = PgConnection::connect(url).await?;
+    // Setup, not the system under test: no need to wait for each chunk's WAL flush.
+    conn.execute("set synchronous_commit = off").await?;
+    let text = filler_text();
+    let start = chrono::Utc::now() - chrono::Duration::days(181);
+    loop {
+        let from = next.fetch_add(LOAD_CHUNK, Ordering::Relaxed);
+        if from > rows {
+            return Ok(());
+        }
+        let to = (from + LOAD_CHUNK - 1).min(rows);
+        sqlx::query(LOAD_SQL)
+            .bind(fixture.tenant)
+            .bind(fixture.connector.id)
+            .bind(from)
+            .bind(to)
+            .bind(rows.max(1))
+            .bind(fixture.users)
+            .bind(&text)
+            .bind(start)
+            .execute(&mut conn)
+            .await
+            .context("Failed to bulk-load history")?;
+    }
+}
+
+/// 2,400 characters of chat-like prose that the load cuts requests and responses from.
+fn filler_text() -> String {
+    const WORDS: [&str; 24] = [
+        "the",
+        "order",
+        "arrived",
+        "yesterday",
+        "but",
+        "could",
+        "you",
+        "check",
+        "my",
+        "invoice",
+        "please",
+        "thanks",
+        "for",
+        "the",
+        "quick",
+        "answer",
+        "when",
+        "does",
+        "the",
+        "store",
+        "open",
+        "tomorrow",
+        "morning",
+        "again",
+    ];
+    let mut text = String::with_capacity(2500);
+    let mut state: u32 = 12345;
+    while text.len() < 2400 {
+        // A small LCG: varied but reproducible text.
+        state = state.wrapping_mul(1_103_515_245).wrapping_add(12345);
+        text.push_str(WORDS[(state >> 16) as usize % WORDS.len()]);
+        text.push(if state % 11 == 0 { '.' } else { ' ' });
+    }
+    text
+}
+
+// ---------------------------------------------------------------------------------------
+// Enqueueing, as ingress does
+
+/// Records `jobs` new turns, one Telegram update per `ingress::record` call (one webhook,
+/// one transaction), from the users `user_of(update)` picks.
+async fn enqueue(
+    pool: &PgPool,
+    fixture: &Fixture,
+    next_update: &mut i64,
+    jobs: usize,
+    user_of: impl Fn(i64) -> i64 + Copy,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let first = *next_update;
+    *next_update += jobs as i64;
+    futures::stream::iter(first..first + jobs as i64)
+        .map(|update| async move {
+            let outcome = ingress::record(
+                pool,
+                &fixture.connector,
+                &telegram_turn(fixture, update, user_of(update)),
+            )
+            .await?;
+            anyhow::ensure!(
+                outcome.queued.len() == 1,
+                "update {update} was not queued: {outcome:?}"
+            );
+            Ok(())
+        })
+        .buffer_unordered(ENQUEUE_CONCURRENCY)
+        .try_for_each(|()| async { Ok(()) })
+        .await?;
+    println!(
+        "enqueued {jobs} turns through ingress::record in {}",
+        secs(started.elapsed())
+    );
+    Ok(())
+}
+
+/// The turns of one measured run: the stalled user's backlog first (so it is at the front
+/// of the queue, its head parked an hour ahead), then `--jobs` turns round-robin over the
+/// users.
+async fn enqueue_run(
+    pool: &PgPool,
+    fixture: &Fixture,
+    next_update: &mut i64,
+    args: &Args,
+) -> anyhow::Result<()> {
+    if args.stalled_backlog > 0 {
+        let stalled = fixture.users;
+        enqueue(pool, fixture, next_update, args.stalled_backlog, |_| stalled).await?;
+        park_stalled_head(pool, fixture).await?;
+    }
+    let users = fixture.users;
+    enqueue(pool, fixture, next_update, args.jobs, |update| update % users).await
+}
+
+/// Fails the stalled user's first turn the way `Worker::retry` does after an agent error:
+/// claimed, failure recorded, put back an hour later with `Queue::retry_later`.
+async fn park_stalled_head(pool: &PgPool, fixture: &Fixture) -> anyhow::Result<()> {
+    let queue = Queue::new(pool.clone());
+    let owner = uuid::Uuid::new_v4();
+    let job = queue
+        .claim(Duration::from_secs(120), owner)
+        .await?
+        .context("the stalled backlog is queued")?;
+    let stalled = format!("user:{}", user_id(fixture.users));
+    anyhow::ensure!(
+        job.conversation_key == stalled,
+        "claimed {} instead of the stalled head",
+        job.conversation_key
+    );
+    let mut tx = TenantTx::begin(pool, job.tenant_id).await?;
+    db::messages::record_failure(&mut tx, job.message_id, "agent answered 503 (bench)", false).await?;
+    tx.commit().await?;
+    queue
+        .retry_later(job.message_id, owner, Duration::from_secs(3600))
+        .await?;
+    Ok(())
+}
+
+/// Drops the stalled backlog's jobs, so the next run starts from the same queue.
+async fn clear_stalled(url: &str, fixture: &Fixture) -> anyhow::Result<()> {
+    let mut owner = PgConnection::connect(url).await?;
+    sqlx::query("delete from dispatch_queue where tenant_id = $1 and conversation_key = $2")
+        .bind(fixture.tenant)
+        .bind(format!("user:{}", user_id(fixture.users)))
+        .execute(&mut owner)
+        .await?;
+    Ok(())
+}
+
+fn telegram_turn(fixture: &Fixture, update: i64, user: i64) -> Inbound {
+    let text = format!(
+        "Hi, this is message {update}: could you check order #{} for me?",
+        update * 7
+    );
+    Inbound {
+        messages: vec![InboundMessage {
+            idempotency_key: update.to_string(),
+            kind: InboundKind::Text,
+            platform_message_id: (update / fixture.users + 1).to_string(),
+            chat_id: sender_id(user),
+            thread_id: None,
+            platform_user_id: sender_id(user),
+            reply_to_id: None,
+            text,
+            metadata: json!({ "chat_type": "private", "first_name": format!("User {user}") }),
+        }],
+        ..Inbound::default()
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The local agent
+
+struct AgentState {
+    answer: String,
+    secret: std::sync::OnceLock<String>,
+    calls: AtomicU64,
+    bad_signatures: AtomicU64,
+    sends: AtomicU64,
+}
+
+/// The agent and the Telegram Bot API, on one local server.
+struct LocalAgent {
+    base: String,
+    state: Arc<AgentState>,
+}
+
+impl LocalAgent {
+    async fn start(answer: String) -> anyhow::Result<Self> {
+        let state = Arc::new(AgentState {
+            answer,
+            secret: std::sync::OnceLock::new(),
+            calls: AtomicU64::new(0),
+            bad_signatures: AtomicU64::new(0),
+            sends: AtomicU64::new(0),
+        });
+        let app = Router::new()
+            .route("/agent", post(agent_answer))
+            .route("/telegram/{bot}/sendMessage", post(telegram_send))
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let base = format!("http://{}", listener.local_addr()?);
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Ok(Self { base, state })
+    }
+
+    fn agent_url(&self) -> String {
+        format!("{}/agent", self.base)
+    }
+
+    fn telegram_url(&self) -> String {
+        format!("{}/telegram", self.base)
+    }
+
+    /// The tenant's dispatch secret, known once the tenant exists.
+    fn set_secret(&self, secret: &str) {
+        let _ = self.state.secret.set(secret.to_owned());
+    }
+
+    fn check(&self) -> anyhow::Result<()> {
+        let bad = self.state.bad_signatures.load(Ordering::Relaxed);
+        let calls = self.state.calls.load(Ordering::Relaxed);
+        let sends = self.state.sends.load(Ordering::Relaxed);
+        println!("agent: {calls} calls, {bad} with a bad signature; Telegram: {sends} replies posted");
+        anyhow::ensure!(bad == 0, "{bad} dispatches failed signature verification");
+        Ok(())
+    }
+}
+
+/// Verifies the Standard Webhooks signature as a real agent would, then answers at once
+/// (`ok`, or `--answer-chars` of text).
+async fn agent_answer(
+    State(state): State<Arc<AgentState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> (StatusCode, Json<serde_json::Value>) {
+    state.calls.fetch_add(1, Ordering::Relaxed);
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let verified = signature::verify(
+        state.secret.get().map_or("", String::as_str),
+        header("webhook-id"),
+        header("webhook-timestamp"),
+        header("webhook-signature"),
+        &body,
+        unix_now(),
+    );
+    if verified.is_err() {
+        state.bad_signatures.fetch_add(1, Ordering::Relaxed);
+        return (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({ "error": "bad signature" })),
+        );
+    }
+    (StatusCode::OK, Json(json!({ "content": state.answer })))
+}
+
+/// Telegram's `sendMessage` answer: the posted message with a fresh id.
+async fn telegram_send(State(state): State<Arc<AgentState>>) -> Json<serde_json::Value> {
+    let id = state.sends.fetch_add(1, Ordering::Relaxed) + 1;
+    Json(json!({ "ok": true, "result": { "message_id": id } }))
+}
+
+fn unix_now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+// ---------------------------------------------------------------------------------------
+// Worker throughput
+
+#[derive(Default)]
+struct WorkerTally {
+    steps: Vec<Duration>,
+    executed: usize,
+    failed: usize,
+    skipped: usize,
+    retried: usize,
+    empty: usize,
+}
+
+impl WorkerTally {
+    fn merge(&mut self, other: WorkerTally) {
+        self.steps.extend(other.steps);
+        self.executed += other.executed;
+        self.failed += other.failed;
+        self.skipped += other.skipped;
+        self.retried += other.retried;
+        self.empty += other.empty;
+    }
+}
+
+struct WorkerRun {
+    elapsed: Duration,
+    tally: WorkerTally,
+}
+
+impl WorkerRun {
+    fn dispatches_per_sec(&self) -> f64 {
+        self.tally.executed as f64 / self.elapsed.as_secs_f64()
+    }
+
+    fn print(&self, args: &Args) {
+        let t = &self.tally;
+        println!(
+            "worker: {} dispatches in {} = {:.0} dispatches/s (concurrency {}; failed {}, skipped {}, \
+             retried {}, empty claims {})",
+            t.executed,
+            secs(self.elapsed),
+            self.dispatches_per_sec(),
+            args.concurrency,
+            t.failed,
+            t.skipped,
+            t.retried,
+            t.empty
+        );
+        println!("  Worker::step (agent call included) {}", Summary::of(&t.steps));
+    }
+}
+
+/// Runs `Worker::step` from `concurrency` tasks until `jobs` turns are finished.
+async fn run_worker(worker: Arc<Worker>, concurrency: usize, jobs: usize) -> anyhow::Result<WorkerRun> {
+    let finished = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|_| tokio::spawn(worker_task(worker.clone(), finished.clone(), jobs)))
+        .collect();
+    let mut tally = WorkerTally::default();
+    for task in tasks {
+        tally.merge(task.await??);
+    }
+    Ok(WorkerRun {
+        elapsed: started.elapsed(),
+        tally,
+    })
+}
+
+async fn worker_task(
+    worker: Arc<Worker>,
+    finished: Arc<AtomicUsize>,
+    jobs: usize,
+) -> anyhow::Result<WorkerTally> {
+    let mut tally = WorkerTally::default();
+    while finished.load(Ordering::Relaxed) < jobs {
+        let started = Instant::now();
+        let outcome = worker.step().await?;
+        let done = match outcome {
+            StepOutcome::Executed(_) => {
+                tally.steps.push(started.elapsed());
+                tally.executed += 1;
+                true
+            }
+            // A reply job claimed on its own: its turn was counted when it was executed.
+            StepOutcome::Delivered(_) => false,
+            StepOutcome::Failed(_) => fail_fast(&mut tally.failed),
+            StepOutcome::Skipped(_) => fail_fast(&mut tally.skipped),
+            StepOutcome::Retrying(_) => fail_fast(&mut tally.retried),
+            StepOutcome::Empty => {
+                // Every remaining job waits behind a head another task holds.
+                tally.empty += 1;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                false
+            }
+        };
+        if done {
+            finished.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    Ok(tally)
+}
+
+/// The agent always answers, so anything but `Executed` is counted and ends that job.
+fn fail_fast(counter: &mut usize) -> bool {
+    *counter += 1;
+    true
+}
+
+/// Every measured turn is `executed` and delivered, and only the stalled backlog is still
+/// queued.
+async fn check_all_dispatched(url: &str, fixture: &Fixture, rows: i64, jobs: usize) -> anyhow::Result<()> {
+    let mut owner = PgConnection::connect(url).await?;
+    let row = sqlx::query(
+        "select (select count(*) from dispatch_queue where conversation_key <> $3) as queued,
+                (select count(*) from channel_messages
+                  where tenant_id = $1 and idempotency_key::int8 > $2 and status = 'executed'
+                    and delivered_at is not null) as executed",
+    )
+    .bind(fixture.tenant)
+    .bind(rows)
+    .bind(format!("user:{}", user_id(fixture.users)))
+    .fetch_one(&mut owner)
+    .await?;
+    let (queued, executed): (i64, i64) = (row.get("queued"), row.get("executed"));
+    anyhow::ensure!(
+        queued == 0 && executed == jobs as i64,
+        "after the run: {queued} jobs still queued, {executed} of {jobs} turns executed and delivered"
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Where the CPU goes
+
+/// What a run cost: CPU time of this process and of the PostgreSQL backends serving the
+/// bench database, from /proc (Linux, with the server on this machine; otherwise nothing
+/// is printed), and the server's transaction and row-update counters. On a small machine
+/// the worker, the agent and PostgreSQL share the cores, so CPU per dispatch is what bounds
+/// dispatches/s. Background processes (WAL writer, checkpointer) are not counted.
+struct Meter {
+    started: Instant,
+    machine: Option<(u64, u64)>,
+    own: Option<u64>,
+    backends: Vec<(i32, u64)>,
+    counters: Counters,
+}
+
+/// Linux USER_HZ: /proc reports CPU time in 1/100 s on every mainstream configuration.
+const TICKS_PER_SEC: f64 = 100.0;
+
+impl Meter {
+    async fn start(url: &str) -> anyhow::Result<Self> {
+        let backends = backend_pids(url).await?;
+        Ok(Self {
+            counters: Counters::read(url).await?,
+            started: Instant::now(),
+            machine: machine_ticks(),
+            own: process_ticks("self"),
+            backends: backends
+                .into_iter()
+                .filter_map(|pid| Some((pid, process_ticks(&pid.to_string())?)))
+                .collect(),
+        })
+    }
+
+    async fn print_cpu(&self, url: &str, dispatches: usize) -> anyhow::Result<()> {
+        let elapsed = self.started.elapsed().as_secs_f64();
+        let (Some(own_before), Some(own_after)) = (self.own, process_ticks("self")) else {
+            return Ok(());
+        };
+        let mut backend_ticks = 0;
+        for pid in backend_pids(url).await? {
+            let before = self
+                .backends
+                .iter()
+                .find(|(p, _)| *p == pid)
+                .map_or(0, |(_, t)| *t);
+            backend_ticks += process_ticks(&pid.to_string()).map_or(0, |after| after.saturating_sub(before));
+        }
+        let per_dispatch = |ticks: u64| ticks as f64 / TICKS_PER_SEC / dispatches.max(1) as f64 * 1e6;
+        let machine = match (self.machine, machine_ticks()) {
+            (Some((busy0, all0)), Some((busy1, all1))) => {
+                format!(
+                    "; the whole machine was {:.0} % busy",
+                    100.0 * (busy1 - busy0) as f64 / (all1 - all0).max(1) as f64
+                )
+            }
+            _ => String::new(),
+        };
+        println!(
+            "  CPU per dispatch: bench process (worker + agent) {:.0} µs, PostgreSQL backends {:.0} µs; \
+             {:.2} cores in use on average{machine}",
+            per_dispatch(own_after - own_before),
+            per_dispatch(backend_ticks),
+            (own_after - own_before + backend_ticks) as f64 / TICKS_PER_SEC / elapsed,
+        );
+        Ok(())
+    }
+}
+
+impl Meter {
+    /// Commits per dispatch, and how many row updates were HOT (no new index entries).
+    async fn print_counters(&self, url: &str, dispatches: usize) -> anyhow::Result<()> {
+        let now = Counters::read(url).await?;
+        let before = &self.counters;
+        let per = |n: i64| n as f64 / dispatches.max(1) as f64;
+        let hot = |upd: i64, hot: i64| 100.0 * hot as f64 / upd.max(1) as f64;
+        let (mu, mh) = (
+            now.messages.0 - before.messages.0,
+            now.messages.1 - before.messages.1,
+        );
+        let (ru, rh) = (now.replies.0 - before.replies.0, now.replies.1 - before.replies.1);
+        println!(
+            "  per dispatch: {:.1} commits; channel_messages {:.1} row updates ({:.0} % HOT), \
+             channel_replies {:.1} ({:.0} % HOT)",
+            per(now.commits - before.commits),
+            per(mu),
+            hot(mu, mh),
+            per(ru),
+            hot(ru, rh)
+        );
+        Ok(())
+    }
+}
+
+/// The server's cumulative counters for the bench database: commits, and (updates, HOT
+/// updates) of the two tables a dispatch updates.
+struct Counters {
+    commits: i64,
+    messages: (i64, i64),
+    replies: (i64, i64),
+}
+
+impl Counters {
+    async fn read(url: &str) -> anyhow::Result<Self> {
+        let mut owner = PgConnection::connect(url).await?;
+        let row = sqlx::query(
+            "select (select xact_commit from pg_stat_database where datname = current_database()) as commits,
+                    m.n_tup_upd as m_upd, m.n_tup_hot_upd as m_hot, r.n_tup_upd as r_upd, r.n_tup_hot_upd as r_hot
+               from pg_stat_user_tables m, pg_stat_user_tables r
+              where m.relname = 'channel_messages' and r.relname = 'channel_replies'",
+        )
+        .fetch_one(&mut owner)
+        .await?;
+        Ok(Self {
+            commits: row.get("commits"),
+            messages: (row.get("m_upd"), row.get("m_hot")),
+            replies: (row.get("r_upd"), row.get("r_hot")),
+        })
+    }
+}
+
+async fn backend_pids(url: &str) -> anyhow::Result<Vec<i32>> {
+    let mut owner = PgConnection::connect(url).await?;
+    let pids = sqlx::query_scalar(
+        "select pid from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()",
+    )
+    .fetch_all(&mut owner)
+    .await?;
+    Ok(pids)
+}
+
+/// utime + stime of a process, in ticks.
+fn process_ticks(pid: &str) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+}
+
+/// (busy, total) ticks of all cores: busy is everything but idle and iowait.
+fn machine_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let ticks: Vec<u64> = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    let total: u64 = ticks.iter().sum();
+    let idle = ticks.get(3)? + ticks.get(4)?;
+    Some((total - idle, total))
+}
+
+// ---------------------------------------------------------------------------------------
+// Phase replay: Worker::step, phase by phase, through the same public functions
+
+struct Replay {
+    pool: PgPool,
+    queue: Queue,
+    client: reqwest::Client,
+    platform_client: reqwest::Client,
+    settings: DispatchSettings,
+    agent_url: String,
+    lease: Duration,
+    owner: uuid::Uuid,
+}
+
+impl Replay {
+    /// The same client settings as `Worker::new`.
+    fn new(pool: PgPool, settings: &ServeSettings) -> anyhow::Result<Self> {
+        let client = |timeout_secs| {
+            reqwest::Client::builder()
+                .timeout(Duration::from_secs(timeout_secs))
+                .connect_timeout(Duration::from_secs(5))
+                .build()
+        };
+        Ok(Self {
+            queue: Queue::new(pool.clone()),
+            pool,
+            client: client(settings.dispatch.agent_timeout_secs)?,
+            platform_client: client(15)?,
+            settings: settings.dispatch.clone(),
+            agent_url: settings.agent_url.clone().context("the agent URL is set")?,
+            lease: Duration::from_secs(settings.dispatch.lease_secs),
+            owner: uuid::Uuid::new_v4(),
+        })
+    }
+}
+
+#[derive(Default)]
+struct PhaseTally {
+    claim: Vec<Duration>,
+    prepare: Vec<Duration>,
+    history: Vec<Duration>,
+    agent: Vec<Duration>,
+    store: Vec<Duration>,
+    deliver: Vec<Duration>,
+    empty_claims: Vec<Duration>,
+}
+
+impl PhaseTally {
+    fn merge(&mut self, other: PhaseTally) {
+        self.claim.extend(other.claim);
+        self.prepare.extend(other.prepare);
+        self.history.extend(other.history);
+        self.agent.extend(other.agent);
+        self.store.extend(other.store);
+        self.deliver.extend(other.deliver);
+        self.empty_claims.extend(other.empty_claims);
+    }
+}
+
+struct ReplayRun {
+    elapsed: Duration,
+    tally: PhaseTally,
+}
+
+impl ReplayRun {
+    fn print(&self, args: &Args) {
+        let t = &self.tally;
+        println!(
+            "phases (replay of Worker::step, concurrency {}): {} dispatches in {} = {:.0}/s",
+            args.concurrency,
+            t.deliver.len(),
+            secs(self.elapsed),
+            t.deliver.len() as f64 / self.elapsed.as_secs_f64()
+        );
+        println!("  claim              {}", Summary::of(&t.claim));
+        println!("  prepare            {}", Summary::of(&t.prepare));
+        println!("    history, in it   {}", Summary::of(&t.history));
+        println!("  agent call         {}", Summary::of(&t.agent));
+        println!("  store (complete)   {}", Summary::of(&t.store));
+        println!("  deliver (+ finish) {}", Summary::of(&t.deliver));
+        println!(
+            "  claims that found nothing ready: {}",
+            Summary::of(&t.empty_claims)
+        );
+    }
+}
+
+async fn run_replay(replay: Arc<Replay>, concurrency: usize, jobs: usize) -> anyhow::Result<ReplayRun> {
+    let finished = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|_| tokio::spawn(replay_task(replay.clone(), finished.clone(), jobs)))
+        .collect();
+    let mut tally = PhaseTally::default();
+    for task in tasks {
+        tally.merge(task.await??);
+    }
+    Ok(ReplayRun {
+        elapsed: started.elapsed(),
+        tally,
+    })
+}
+
+async fn replay_task(
+    replay: Arc<Replay>,
+    finished: Arc<AtomicUsize>,
+    jobs: usize,
+) -> anyhow::Result<PhaseTally> {
+    let mut tally = PhaseTally::default();
+    while finished.load(Ordering::Relaxed) < jobs {
+        if replay_step(&replay, &mut tally).await? {
+            finished.fetch_add(1, Ordering::Relaxed);
+        } else {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    Ok(tally)
+}
+
+/// One dispatch, timed phase by phase. `false` when nothing was ready.
+async fn replay_step(replay: &Replay, tally: &mut PhaseTally) -> anyhow::Result<bool> {
+    let started = Instant::now();
+    let Some(job) = replay.queue.claim(replay.lease, replay.owner).await? else {
+        tally.empty_claims.push(started.elapsed());
+        return Ok(false);
+    };
+    tally.claim.push(started.elapsed());
+
+    let started = Instant::now();
+    let (message, history, secrets) = replay_prepare(replay, &job, tally).await?;
+    tally.prepare.push(started.elapsed());
+
+    let started = Instant::now();
+    let payload = payload::build(&message, history);
+    let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
+    let answer = match agent::call(&replay.client, &replay.agent_url, &secrets, &payload, unix_now()).await {
+        CallOutcome::Answered(answer) => answer,
+        other => anyhow::bail!("the local agent did not answer: {other:?}"),
+    };
+    tally.agent.push(started.elapsed());
+
+    let started = Instant::now();
+    let replies = replay_store(replay, &job, &message, &answer).await?;
+    tally.store.push(started.elapsed());
+
+    let started = Instant::now();
+    if replies {
+        replay_deliver(replay, &job).await?;
+    }
+    tally.deliver.push(started.elapsed());
+    Ok(true)
+}
+
+/// `Worker::prepare` and `read_history_or_empty`: mark `dispatching`, read the tenant and
+/// the history (in a savepoint), commit.
+async fn replay_prepare(
+    replay: &Replay,
+    job: &Job,
+    tally: &mut PhaseTally,
+) -> anyhow::Result<(db::messages::MessageRow, Vec<ChatMessage>, Vec<String>)> {
+    let mut tx = TenantTx::begin(&replay.pool, job.tenant_id).await?;
+    let tenant = db::tenants::get(tx.conn(), job.tenant_id)
+        .await?
+        .context("the job's tenant exists")?;
+    let message = db::messages::begin_dispatch(&mut tx, job.message_id)
+        .await?
+        .context("the job's message is waiting for dispatch")?;
+    sqlx::query("savepoint history").execute(tx.conn()).await?;
+    let started = Instant::now();
+    let history = history::load(&mut tx, &message).await?;
+    tally.history.push(started.elapsed());
+    sqlx::query("release savepoint history")
+        .execute(tx.conn())
+        .await?;
+    tx.commit().await?;
+    let mut secrets = vec![tenant.dispatch_secret.0.expose_secret().to_owned()];
+    secrets.extend(tenant.previous_dispatch_secret);
+    Ok((message, history, secrets))
+}
+
+/// `Worker::complete` up to delivery: store the answer and its parts, move the job to its
+/// reply stage (or finish it when there is nothing to post). `true` when there are replies.
+async fn replay_store(
+    replay: &Replay,
+    job: &Job,
+    message: &db::messages::MessageRow,
+    answer: &[String],
+) -> anyhow::Result<bool> {
+    let platform: Platform = message.platform.parse()?;
+    let parts = split::split_parts(platform, answer);
+    let mut tx = TenantTx::begin(&replay.pool, job.tenant_id).await?;
+    let stored = db::messages::store_answer(&mut tx, job.message_id, &answer.join("\n\n"), &parts).await?;
+    anyhow::ensure!(stored, "message {} was no longer dispatching", job.message_id);
+    if parts.is_empty() {
+        db::replies::mark_delivered(&mut tx, job.message_id).await?;
+        db::queue::finish(&mut tx, job.message_id).await?;
+    } else {
+        db::queue::to_reply_stage(&mut tx, job.message_id).await?;
+    }
+    tx.commit().await?;
+    Ok(!parts.is_empty())
+}
+
+/// `Worker::deliver`: one delivery pass (posts the parts), then the job is finished.
+async fn replay_deliver(replay: &Replay, job: &Job) -> anyhow::Result<()> {
+    let delivery = Delivery {
+        pool: &replay.pool,
+        client: &replay.platform_client,
+        settings: &replay.settings,
+    };
+    let outcome = delivery.run(job.tenant_id, job.message_id).await?;
+    anyhow::ensure!(
+        outcome == Some(DeliveryOutcome::Delivered),
+        "message {} was not delivered: {outcome:?}",
+        job.message_id
+    );
+    let mut tx = TenantTx::begin(&replay.pool, job.tenant_id).await?;
+    db::queue::finish(&mut tx, job.message_id).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// History alone
+
+struct HistoryAlone {
+    times: Vec<Duration>,
+    turns: usize,
+}
+
+impl HistoryAlone {
+    fn print(&self) {
+        println!(
+            "history::load alone ({} random messages, one at a time): {}; {:.1} messages[] entries on average",
+            self.times.len(),
+            Summary::of(&self.times),
+            self.turns as f64 / self.times.len().max(1) as f64
+        );
+    }
+
+    fn p99(&self) -> Duration {
+        Summary::of(&self.times).p99
+    }
+}
+
+/// Reads the history of `samples` random messages, each in its own tenant transaction,
+/// timing `history::load` alone (the message itself is read first, untimed).
+async fn sample_history(
+    pool: &PgPool,
+    url: &str,
+    fixture: &Fixture,
+    samples: i64,
+) -> anyhow::Result<HistoryAlone> {
+    let ids = random_messages(url, fixture.tenant, samples).await?;
+    let mut alone = HistoryAlone {
+        times: Vec::with_capacity(ids.len()),
+        turns: 0,
+    };
+    for id in ids {
+        let mut tx = TenantTx::begin(pool, fixture.tenant).await?;
+        let message = db::messages::get(&mut tx, id)
+            .await?
+            .context("a sampled message exists")?;
+        let started = Instant::now();
+        let history = history::load(&mut tx, &message).await?;
+        alone.times.push(started.elapsed());
+        alone.turns += history.len();
+        tx.rollback().await?;
+    }
+    Ok(alone)
+}
+
+async fn random_messages(url: &str, tenant: TenantId, samples: i64) -> anyhow::Result<Vec<MessageId>> {
+    let mut owner = PgConnection::connect(url).await?;
+    let ids =
+        sqlx::query_scalar("select id from channel_messages where tenant_id = $1 order by random() limit $2")
+            .bind(tenant)
+            .bind(samples)
+            .fetch_all(&mut owner)
+            .await?;
+    Ok(ids)
+}
+
+// ---------------------------------------------------------------------------------------
+// EXPLAIN (copies of the library's SQL; keep them in step with src/dispatch/history.rs and
+// src/db/queue.rs)
+
+const HISTORY_SQL: &str = "select request_content, response_content
+   from channel_messages
+  where tenant_id = $1 and user_id = $2
+    and (status in ('executed', 'dispatch_failed') or status like 'denied\\_%')
+    and btrim(request_content) <> ''
+    and (received_at, id) < ($3, $4)
+  order by received_at desc, id desc
+  limit 12";
+
+const CLAIM_SQL: &str = "with head as (
+     select q.message_id
+       from dispatch_queue q
+      where q.available_at <= now()
+        and (q.leased_until is null or q.leased_until < now())
+        and not exists (
+            select 1 from dispatch_queue older
+             where older.tenant_id = q.tenant_id
+               and older.conversation_key = q.conversation_key
+               and older.seq < q.seq)
+      order by q.available_at, q.seq
+      limit 1
+      for update of q skip locked)
+ update dispatch_queue q
+    set leased_until = now() + make_interval(secs => 120), lease_owner = gen_random_uuid(),
+        attempts = q.attempts + 1
+   from head
+  where q.message_id = head.message_id
+returning q.message_id";
+
+/// The newest turn of a random user, as the app role in a tenant transaction.
+async fn explain_history(pool: &PgPool, url: &str, fixture: &Fixture) -> anyhow::Result<()> {
+    let id = random_messages(url, fixture.tenant, 1).await?;
+    let mut tx = TenantTx::begin(pool, fixture.tenant).await?;
+    let message = db::messages::get(&mut tx, id[0])
+        .await?
+        .context("a sampled message exists")?;
+    let plan: Vec<String> = sqlx::query_scalar(&format!("explain (analyze, buffers) {HISTORY_SQL}"))
+        .bind(fixture.tenant)
+        .bind(&message.user_id)
+        .bind(message.received_at)
+        .bind(message.id)
+        .fetch_all(tx.conn())
+        .await?;
+    tx.rollback().await?;
+    println!("EXPLAIN history read:\n  {}", plan.join("\n  "));
+    Ok(())
+}
+
+/// The claim on the full queue, rolled back so the run still sees every job.
+async fn explain_claim(pool: &PgPool) -> anyhow::Result<()> {
+    let mut tx = pool.begin().await?;
+    let plan: Vec<String> = sqlx::query_scalar(&format!("explain (analyze, buffers) {CLAIM_SQL}"))
+        .fetch_all(&mut *tx)
+        .await?;
+    tx.rollback().await?;
+    println!("EXPLAIN claim:\n  {}", plan.join("\n  "));
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Figures
+
+struct Summary {
+    n: usize,
+    p50: Duration,
+    p99: Duration,
+    max: Duration,
+}
+
+impl Summary {
+    fn of(times: &[Duration]) -> Self {
+        let mut sorted = times.to_vec();
+        sorted.sort_unstable();
+        let at = |q: f64| {
+            let index = ((sorted.len().saturating_sub(1)) as f64 * q).round() as usize;
+            sorted.get(index).copied().unwrap_or_default()
+        };
+        Self {
+            n: sorted.len(),
+            p50: at(0.50),
+            p99: at(0.99),
+            max: sorted.last().copied().unwrap_or_default(),
+        }
+    }
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "p50 {} p99 {} max {} (n={})",
+            ms(self.p50),
+            ms(self.p99),
+            ms(self.max),
+            self.n
+        )
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+fn print_verdict(throughput: &WorkerRun, alone: &HistoryAlone) {
+    let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
+    let rate = throughput.dispatches_per_sec();
+    let p99 = alone.p99();
+    println!(
+        "targets: history p99 < 5 ms: {} ({}); >= 1000 dispatches/s: {} ({rate:.0}/s)",
+        verdict(p99 < Duration::from_millis(5)),
+        ms(p99),
+        verdict(rate >= 1000.0)
+    );
+}
