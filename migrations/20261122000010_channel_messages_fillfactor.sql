@@ -1,0 +1,15 @@
+-- Leave room on each page of channel_messages for the updates a turn goes through.
+--
+-- A turn is inserted `accepted` by ingress, then updated three times within seconds by the
+-- worker (`dispatching`; `executed` with the response; `delivered_at`). None of these
+-- updates touches an indexed column, so each could be a HOT update (new row version on the
+-- same page, no new index entries) -- but only if the page has room for the new version.
+-- At the default fillfactor of 100 ingress fills every page to the brim, and the
+-- dispatch-load benchmark (benches/dispatch_load.rs) measured only about 40 % of these
+-- updates as HOT: the rest each added an entry to all four indexes (primary key, dedupe,
+-- history, recent), which is extra CPU and WAL per dispatch and index bloat until vacuum.
+--
+-- 85 keeps ~1.2 kB free per 8 kB page for those versions (pruning reclaims the dead ones on
+-- the next visit). It applies to pages filled from now on; existing rows are not moved.
+-- Taken with a SHARE UPDATE EXCLUSIVE lock: reads and writes go on during the change.
+ALTER TABLE channel_messages SET (fillfactor = 85);
