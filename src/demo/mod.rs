@@ -720,7 +720,18 @@ fn conclude(summary: &DemoSummary, out: &mut (dyn Write + Send)) -> std::io::Res
     writeln!(out, "  tenant id: {}", summary.tenant_id)?;
     writeln!(
         out,
-        "  psql \"$DATABASE_URL\" -c 'select platform, user_id, status, request_content, response_content from channel_messages order by received_at'"
+        "  channel-bridge messages list --tenant {}",
+        summary.tenant_id
+    )?;
+    writeln!(
+        out,
+        "  channel-bridge history --tenant {} --user alice",
+        summary.tenant_id
+    )?;
+    writeln!(
+        out,
+        "  channel-bridge key issue --tenant {}   # then the admin API (README)",
+        summary.tenant_id
     )?;
     writeln!(
         out,
