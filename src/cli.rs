@@ -37,6 +37,9 @@ pub enum Command {
     /// Link platform senders to tenant users.
     #[command(subcommand)]
     Link(LinkCommand),
+    /// Post a JSON file to a running gateway, signed as the platform would sign it, and print
+    /// the answer (or, with --print-curl, an equivalent curl command).
+    SendFixture(crate::send_fixture::SendFixtureArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -168,6 +171,7 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
                 &crate::provision::add_link(&pool, tenant, platform, &platform_user_id, &user_id).await?,
             )
         }
+        Command::SendFixture(args) => crate::send_fixture::run(args).await,
     }
 }
 

@@ -6,6 +6,8 @@
 //! - `http`: the HTTP surface, one router per feature.
 //! - `db`: pool, migrations, the tenant transaction (the one door to tenant tables).
 //! - `provision`, `cli`: provisioning and the command line.
+//! - `sign`, `send_fixture`: signing webhooks as the platforms do, for `send-fixture` and the
+//!   ingress load generator (`benches/ingress_load.rs`).
 
 pub mod channels;
 pub mod cli;
@@ -15,7 +17,9 @@ pub mod error;
 pub mod http;
 pub mod ingress;
 pub mod provision;
+pub mod send_fixture;
 pub mod settings;
+pub mod sign;
 pub mod startup;
 pub mod state;
 pub mod telemetry;

@@ -5,3 +5,4 @@ mod support;
 mod foundation;
 mod ingress;
 mod rls;
+mod send_fixture;
