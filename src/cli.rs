@@ -4,7 +4,7 @@ use clap::{Args, Parser, Subcommand};
 use secrecy::SecretString;
 
 use crate::db::connectors::NewConnector;
-use crate::domain::{Platform, TenantId, UnlinkedPolicy};
+use crate::domain::{Platform, TelegramDelivery, TenantId, UnlinkedPolicy};
 use crate::settings::{DatabaseSettings, LogFormat, ServeSettings};
 
 #[derive(Debug, Parser)]
@@ -103,6 +103,12 @@ pub struct ConnectorAdd {
     /// What to do with senders that have no link.
     #[arg(long, value_enum, default_value_t = UnlinkedPolicy::Deny)]
     pub unlinked_policy: UnlinkedPolicy,
+    /// Telegram: resend a reply whose send was interrupted (at-least-once) or not.
+    #[arg(long, value_enum, default_value_t = TelegramDelivery::AtMostOnce)]
+    pub telegram_delivery: TelegramDelivery,
+    /// Text posted to unlinked senders (deny policy), at most once a day each.
+    #[arg(long)]
+    pub unlinked_notice: Option<String>,
 }
 
 impl ConnectorAdd {
@@ -119,6 +125,8 @@ impl ConnectorAdd {
             outbound_token: self.outbound_token.clone(),
             api_base_url: self.api_base_url.clone(),
             unlinked_policy: self.unlinked_policy,
+            telegram_delivery: self.telegram_delivery,
+            unlinked_notice: self.unlinked_notice.clone(),
         }
     }
 }

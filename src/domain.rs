@@ -212,4 +212,39 @@ pub struct Connector {
     pub api_base_url: Option<String>,
     pub enabled: bool,
     pub unlinked_policy: UnlinkedPolicy,
+    /// Telegram only: what to do with a send interrupted before its answer.
+    pub telegram_delivery: TelegramDelivery,
+    /// Posted to an unlinked sender under the deny policy, at most once a day each.
+    pub unlinked_notice: Option<String>,
+}
+
+/// Telegram offers no way to find out whether an interrupted `sendMessage` went through.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum TelegramDelivery {
+    /// Never resend a part whose outcome is unknown (it is marked failed): no duplicates.
+    #[default]
+    AtMostOnce,
+    /// Resend it: no lost replies, an occasional duplicate.
+    AtLeastOnce,
+}
+
+impl TelegramDelivery {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::AtMostOnce => "at_most_once",
+            Self::AtLeastOnce => "at_least_once",
+        }
+    }
+}
+
+impl FromStr for TelegramDelivery {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "at_most_once" => Ok(Self::AtMostOnce),
+            "at_least_once" => Ok(Self::AtLeastOnce),
+            other => Err(format!("unknown telegram delivery `{other}`")),
+        }
+    }
 }

@@ -17,6 +17,7 @@
 use sqlx::PgPool;
 
 use crate::channels::{Inbound, InboundKind, InboundMessage};
+use crate::db::queue::Stage;
 use crate::db::{self, messages::NewMessage, TenantTx};
 use crate::domain::{Connector, MessageId, MessageStatus, UnlinkedPolicy};
 
@@ -29,6 +30,17 @@ pub struct RecordOutcome {
     pub recorded_only: usize,
     /// Turns already recorded by an earlier delivery.
     pub duplicates: usize,
+    /// Unlinked-sender notices queued for posting.
+    pub notices: usize,
+    /// WhatsApp status callbacks that matched one of our reply parts.
+    pub statuses_applied: usize,
+}
+
+impl RecordOutcome {
+    /// Whether a worker has something new to do.
+    pub fn has_work(&self) -> bool {
+        !self.queued.is_empty() || self.notices > 0 || self.statuses_applied > 0
+    }
 }
 
 /// The decision for one inbound turn, before it is written.
@@ -46,7 +58,7 @@ pub async fn record(
     inbound: &Inbound,
 ) -> Result<RecordOutcome, sqlx::Error> {
     let mut outcome = RecordOutcome::default();
-    if inbound.messages.is_empty() {
+    if inbound.messages.is_empty() && inbound.statuses.is_empty() {
         return Ok(outcome);
     }
     let mut tx = TenantTx::begin(pool, connector.tenant_id).await?;
@@ -55,14 +67,52 @@ pub async fn record(
         match insert(&mut tx, connector, message, &routing).await? {
             None => outcome.duplicates += 1,
             Some(id) if routing.status == MessageStatus::Accepted => {
-                db::queue::enqueue(&mut tx, id, &routing.conversation_key).await?;
+                db::queue::enqueue(&mut tx, id, &routing.conversation_key, Stage::Dispatch).await?;
                 outcome.queued.push(id);
             }
-            Some(_) => outcome.recorded_only += 1,
+            Some(id) => {
+                outcome.recorded_only += 1;
+                if routing.status == MessageStatus::DeniedUnlinked
+                    && queue_notice(&mut tx, connector, message, id, &routing).await?
+                {
+                    outcome.notices += 1;
+                }
+            }
+        }
+    }
+    for status in &inbound.statuses {
+        if let Some(message) = db::replies::apply_status(&mut tx, status).await? {
+            db::queue::wake_reply(&mut tx, message).await?;
+            outcome.statuses_applied += 1;
         }
     }
     tx.commit().await?;
     Ok(outcome)
+}
+
+/// Queues the connector's notice to an unlinked sender, at most once per sender and day,
+/// as a reply part of their denied message (so it is delivered, threaded and reconciled
+/// like any reply). Off unless the connector has a notice text.
+async fn queue_notice(
+    tx: &mut TenantTx,
+    connector: &Connector,
+    message: &InboundMessage,
+    id: MessageId,
+    routing: &Routing,
+) -> Result<bool, sqlx::Error> {
+    let Some(notice) = connector
+        .unlinked_notice
+        .as_deref()
+        .filter(|n| !n.trim().is_empty())
+    else {
+        return Ok(false);
+    };
+    if !db::replies::claim_daily_notice(tx, connector.id.0, &message.platform_user_id).await? {
+        return Ok(false);
+    }
+    db::messages::insert_reply_parts(tx, id, &[notice.to_owned()]).await?;
+    db::queue::enqueue(tx, id, &routing.conversation_key, Stage::Reply).await?;
+    Ok(true)
 }
 
 /// Resolves the linked user and decides the status and conversation of one turn.

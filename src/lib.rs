@@ -12,6 +12,8 @@
 pub mod channels;
 pub mod cli;
 pub mod db;
+pub mod delivery;
+pub mod dispatch;
 pub mod domain;
 pub mod error;
 pub mod http;

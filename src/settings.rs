@@ -103,6 +103,9 @@ pub struct ServeSettings {
     #[arg(long, env = "CB_WORKER_CONCURRENCY", default_value_t = 8)]
     pub worker_concurrency: usize,
 
+    #[command(flatten)]
+    pub dispatch: DispatchSettings,
+
     /// Seconds to finish in-flight requests and jobs after SIGTERM or ctrl-c.
     #[arg(long, env = "CB_SHUTDOWN_GRACE_SECS", default_value_t = 30)]
     pub shutdown_grace_secs: u64,
@@ -125,6 +128,7 @@ impl ServeSettings {
             http: true,
             worker: true,
             worker_concurrency: 8,
+            dispatch: DispatchSettings::default(),
             shutdown_grace_secs: 30,
         }
     }
@@ -150,8 +154,84 @@ impl ServeSettings {
         if self.body_limit < 1024 || self.whatsapp_body_limit < 1024 {
             return Err(SettingsError("body limits must be at least 1024 bytes".into()));
         }
+        self.dispatch.validate()?;
         if self.worker && self.worker_concurrency == 0 {
             return Err(SettingsError("CB_WORKER_CONCURRENCY must be at least 1".into()));
+        }
+        Ok(())
+    }
+}
+
+/// How the worker calls agents and retries them.
+#[derive(Clone, Debug, Args)]
+pub struct DispatchSettings {
+    /// Timeout of one agent call, in seconds.
+    #[arg(long, env = "CB_AGENT_TIMEOUT_SECS", default_value_t = 30)]
+    pub agent_timeout_secs: u64,
+
+    /// Agent calls per message before it is `dispatch_failed` (first call included).
+    #[arg(long, env = "CB_DISPATCH_MAX_ATTEMPTS", default_value_t = 5)]
+    pub max_attempts: u32,
+
+    /// First retry delay, in milliseconds; doubles each attempt, with full jitter.
+    #[arg(long, env = "CB_RETRY_BASE_MS", default_value_t = 1000)]
+    pub retry_base_ms: u64,
+
+    /// Longest retry delay, in milliseconds (also caps an agent's `Retry-After`).
+    #[arg(long, env = "CB_RETRY_MAX_MS", default_value_t = 300_000)]
+    pub retry_max_ms: u64,
+
+    /// How long a claimed job stays invisible to other workers. Must exceed the agent
+    /// timeout, or a slow call would be dispatched twice.
+    #[arg(long, env = "CB_LEASE_SECS", default_value_t = 120)]
+    pub lease_secs: u64,
+
+    /// Send attempts per reply part whose sends fail without a platform verdict (rate-limit
+    /// answers do not count: the platform says when to come back).
+    #[arg(long, env = "CB_REPLY_MAX_ATTEMPTS", default_value_t = 8)]
+    pub reply_max_attempts: u32,
+
+    /// How long an interrupted WhatsApp send waits for the status callback that would
+    /// confirm it before it is sent again, in seconds.
+    #[arg(long, env = "CB_WHATSAPP_CONFIRM_SECS", default_value_t = 600)]
+    pub whatsapp_confirm_secs: u64,
+
+    /// Polling fallback when no wake-up arrives, in milliseconds.
+    #[arg(long, env = "CB_POLL_INTERVAL_MS", default_value_t = 1000)]
+    pub poll_interval_ms: u64,
+}
+
+impl Default for DispatchSettings {
+    fn default() -> Self {
+        Self {
+            agent_timeout_secs: 30,
+            max_attempts: 5,
+            retry_base_ms: 1000,
+            retry_max_ms: 300_000,
+            lease_secs: 120,
+            reply_max_attempts: 8,
+            whatsapp_confirm_secs: 600,
+            poll_interval_ms: 1000,
+        }
+    }
+}
+
+impl DispatchSettings {
+    fn validate(&self) -> Result<(), SettingsError> {
+        if self.max_attempts == 0 {
+            return Err(SettingsError(
+                "CB_DISPATCH_MAX_ATTEMPTS must be at least 1".into(),
+            ));
+        }
+        if self.lease_secs <= self.agent_timeout_secs {
+            return Err(SettingsError(
+                "CB_LEASE_SECS must be longer than CB_AGENT_TIMEOUT_SECS".into(),
+            ));
+        }
+        if self.retry_base_ms > self.retry_max_ms {
+            return Err(SettingsError(
+                "CB_RETRY_BASE_MS must not exceed CB_RETRY_MAX_MS".into(),
+            ));
         }
         Ok(())
     }

@@ -8,6 +8,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::dispatch::Worker;
 
 use crate::settings::ServeSettings;
 use crate::state::{system_clock, AppState};
@@ -38,7 +42,7 @@ impl Application {
             settings: Arc::new(settings),
             metrics: crate::telemetry::metrics_handle(),
             clock: system_clock,
-            wakeup: Arc::new(tokio::sync::Notify::new()),
+            wakeup: Arc::new(crate::dispatch::wakeup::Wakeup::default()),
         };
         Ok(Self {
             state,
@@ -63,10 +67,13 @@ impl Application {
 
     /// Serves until `shutdown` resolves, then stops accepting, drains in-flight requests
     /// (bounded by the grace period) and returns.
-    pub async fn run_until(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    pub async fn run_until(
+        mut self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
         let grace = Duration::from_secs(self.state.settings.shutdown_grace_secs);
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let server = self.listener.map(|listener| {
+        let server = self.listener.take().map(|listener| {
             let app = crate::http::router(self.state.clone());
             let mut stop = stop_rx.clone();
             tokio::spawn(async move {
@@ -77,22 +84,65 @@ impl Application {
                     .await
             })
         });
+        let background = self.spawn_background(&stop_rx)?;
         shutdown.await;
-        tracing::info!("shutting down: draining in-flight requests");
+        tracing::info!("shutting down: draining in-flight requests and jobs");
         let _ = stop_tx.send(true);
-        if let Some(server) = server {
-            match tokio::time::timeout(grace, server).await {
-                Ok(joined) => joined
+        let drained = async {
+            if let Some(server) = server {
+                server
+                    .await
                     .context("HTTP server task panicked")?
-                    .context("HTTP server failed")?,
-                Err(_) => tracing::warn!(
-                    grace_secs = grace.as_secs(),
-                    "grace period over; exiting with requests in flight"
-                ),
+                    .context("HTTP server failed")?;
             }
+            for task in background {
+                task.await.context("background task panicked")?;
+            }
+            anyhow::Ok(())
+        };
+        match tokio::time::timeout(grace, drained).await {
+            Ok(result) => result?,
+            Err(_) => tracing::warn!(
+                grace_secs = grace.as_secs(),
+                "grace period over; exiting with work in flight"
+            ),
         }
         self.state.pool.close().await;
         Ok(())
+    }
+}
+
+impl Application {
+    /// The worker tasks (when this instance runs the worker), the `LISTEN` task that wakes
+    /// them, the `NOTIFY` task that wakes other instances after ingress, and queue metrics.
+    fn spawn_background(&self, stop: &watch::Receiver<bool>) -> anyhow::Result<Vec<JoinHandle<()>>> {
+        let state = &self.state;
+        let mut tasks = Vec::new();
+        let wakeup = state.wakeup.clone();
+        let (pool, stop_rx) = (state.pool.clone(), stop.clone());
+        tasks.push(tokio::spawn(
+            async move { wakeup.run_notifier(pool, stop_rx).await },
+        ));
+        if !state.settings.worker {
+            return Ok(tasks);
+        }
+        let worker = Arc::new(Worker::new(
+            state.pool.clone(),
+            state.settings.clone(),
+            state.clock,
+        )?);
+        for _ in 0..state.settings.worker_concurrency {
+            tasks.push(tokio::spawn(
+                worker.clone().run(state.wakeup.clone(), stop.clone()),
+            ));
+        }
+        tasks.push(tokio::spawn(worker.report_queue_stats(stop.clone())));
+        let wakeup = state.wakeup.clone();
+        let (pool, stop_rx) = (state.pool.clone(), stop.clone());
+        tasks.push(tokio::spawn(
+            async move { wakeup.run_listener(pool, stop_rx).await },
+        ));
+        Ok(tasks)
     }
 }
 

@@ -15,12 +15,12 @@ pub struct AppState {
     /// Unix seconds now; replaced in tests that need a fixed clock.
     pub clock: fn() -> i64,
     /// Wakes this instance's dispatch workers after ingress committed new jobs.
-    pub wakeup: Arc<tokio::sync::Notify>,
+    pub wakeup: Arc<crate::dispatch::wakeup::Wakeup>,
 }
 
 impl AppState {
     pub fn wake_workers(&self) {
-        self.wakeup.notify_waiters();
+        self.wakeup.wake();
     }
 }
 

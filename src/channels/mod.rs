@@ -228,6 +228,8 @@ pub(crate) mod testing {
             api_base_url: None,
             enabled: true,
             unlinked_policy: UnlinkedPolicy::Deny,
+            telegram_delivery: Default::default(),
+            unlinked_notice: None,
         }
     }
 

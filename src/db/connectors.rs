@@ -3,7 +3,7 @@
 use secrecy::{ExposeSecret, SecretString};
 
 use super::TenantTx;
-use crate::domain::{Connector, ConnectorId, Platform, UnlinkedPolicy};
+use crate::domain::{Connector, ConnectorId, Platform, TelegramDelivery, UnlinkedPolicy};
 
 /// A connector to create. Secrets are only ever written, never read back by the API.
 #[derive(Debug, Clone)]
@@ -19,6 +19,8 @@ pub struct NewConnector {
     pub outbound_token: Option<SecretString>,
     pub api_base_url: Option<String>,
     pub unlinked_policy: UnlinkedPolicy,
+    pub telegram_delivery: TelegramDelivery,
+    pub unlinked_notice: Option<String>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -39,6 +41,8 @@ struct ConnectorRow {
     api_base_url: Option<String>,
     enabled: bool,
     unlinked_policy: String,
+    telegram_delivery: String,
+    unlinked_notice: Option<String>,
 }
 
 impl TryFrom<ConnectorRow> for Connector {
@@ -64,6 +68,8 @@ impl TryFrom<ConnectorRow> for Connector {
             api_base_url: row.api_base_url,
             enabled: row.enabled,
             unlinked_policy: row.unlinked_policy.parse().map_err(decode)?,
+            telegram_delivery: row.telegram_delivery.parse().map_err(decode)?,
+            unlinked_notice: row.unlinked_notice,
         })
     }
 }
@@ -73,7 +79,8 @@ const SELECT_CONNECTOR: &str =
         verification_secret,
         case when previous_secret_expires_at > now() then previous_verification_secret end
             as live_previous_secret,
-        verify_token, outbound_token, api_base_url, enabled, unlinked_policy
+        verify_token, outbound_token, api_base_url, enabled, unlinked_policy,
+        telegram_delivery, unlinked_notice
    from channel_connectors";
 
 pub async fn insert(tx: &mut TenantTx, new: &NewConnector) -> Result<Connector, sqlx::Error> {
@@ -82,8 +89,8 @@ pub async fn insert(tx: &mut TenantTx, new: &NewConnector) -> Result<Connector, 
     sqlx::query(
         "insert into channel_connectors (tenant_id, id, platform, name, external_id, app_id,
              bot_user_id, bot_id, verification_secret, verify_token, outbound_token,
-             api_base_url, unlinked_policy)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+             api_base_url, unlinked_policy, telegram_delivery, unlinked_notice)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
     )
     .bind(tenant)
     .bind(id)
@@ -98,6 +105,8 @@ pub async fn insert(tx: &mut TenantTx, new: &NewConnector) -> Result<Connector, 
     .bind(new.outbound_token.as_ref().map(|s| s.expose_secret()))
     .bind(&new.api_base_url)
     .bind(new.unlinked_policy.as_str())
+    .bind(new.telegram_delivery.as_str())
+    .bind(&new.unlinked_notice)
     .execute(tx.conn())
     .await?;
     get(tx, id).await?.ok_or(sqlx::Error::RowNotFound)

@@ -112,6 +112,8 @@ pub struct ReplyPart {
     pub delivery_status: Option<String>,
     pub attempts: i32,
     pub last_error: Option<String>,
+    pub sending_since: Option<chrono::DateTime<chrono::Utc>>,
+    pub sent_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// Creates the reply parts of a message, `part_index` 0..n in order. Existing parts are
@@ -141,11 +143,85 @@ pub async fn insert_reply_parts(
 pub async fn reply_parts(tx: &mut TenantTx, message: MessageId) -> Result<Vec<ReplyPart>, sqlx::Error> {
     let tenant = tx.tenant();
     sqlx::query_as(
-        "select part_index, content, status, platform_message_id, delivery_status, attempts, last_error
+        "select part_index, content, status, platform_message_id, delivery_status, attempts, last_error,
+                sending_since, sent_at
            from channel_replies where tenant_id = $1 and message_id = $2 order by part_index",
     )
     .bind(tenant)
     .bind(message)
     .fetch_all(tx.conn())
     .await
+}
+
+/// Marks a queued turn as being dispatched and counts the attempt. `None` when the turn is
+/// gone or already terminal (a repeat claim after another worker finished it).
+pub async fn begin_dispatch(tx: &mut TenantTx, id: MessageId) -> Result<Option<MessageRow>, sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query_as(&format!(
+        "update channel_messages
+            set status = 'dispatching', attempts = attempts + 1, updated_at = now()
+          where tenant_id = $1 and id = $2 and status in ('accepted', 'dispatching')
+      returning {MESSAGE_COLUMNS}"
+    ))
+    .bind(tenant)
+    .bind(id)
+    .fetch_optional(tx.conn())
+    .await
+}
+
+/// Stores the agent's answer: status `executed`, the response (the agent's parts joined by
+/// a blank line, as history shows it), the decision and the reply parts (the answer split
+/// to the platform's size). Only the first store of a turn counts: `false` when it was no
+/// longer `dispatching`.
+pub async fn store_answer(
+    tx: &mut TenantTx,
+    id: MessageId,
+    response: &str,
+    parts: &[String],
+) -> Result<bool, sqlx::Error> {
+    let tenant = tx.tenant();
+    let decision = if parts.is_empty() { "no_reply" } else { "respond" };
+    let stored = sqlx::query(
+        "update channel_messages
+            set status = 'executed', response_content = $3, decision = $4, last_error = null,
+                completed_at = now(), updated_at = now()
+          where tenant_id = $1 and id = $2 and status = 'dispatching'",
+    )
+    .bind(tenant)
+    .bind(id)
+    .bind(response)
+    .bind(decision)
+    .execute(tx.conn())
+    .await?
+    .rows_affected()
+        == 1;
+    if stored {
+        insert_reply_parts(tx, id, parts).await?;
+    }
+    Ok(stored)
+}
+
+/// Records a failed attempt; with `terminal`, the turn becomes `dispatch_failed`.
+pub async fn record_failure(
+    tx: &mut TenantTx,
+    id: MessageId,
+    error: &str,
+    terminal: bool,
+) -> Result<(), sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query(
+        "update channel_messages
+            set last_error = $3, updated_at = now(),
+                status = case when $4 then 'dispatch_failed' else status end,
+                decision = case when $4 then 'dispatch_failed' else decision end,
+                completed_at = case when $4 then now() else completed_at end
+          where tenant_id = $1 and id = $2 and status in ('accepted', 'dispatching')",
+    )
+    .bind(tenant)
+    .bind(id)
+    .bind(error)
+    .bind(terminal)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
 }

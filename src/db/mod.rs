@@ -8,6 +8,7 @@ pub mod connectors;
 pub mod links;
 pub mod messages;
 pub mod queue;
+pub mod replies;
 pub mod tenant_tx;
 pub mod tenants;
 

@@ -1,23 +1,193 @@
 //! `dispatch_queue`: the durable job queue (infrastructure, no RLS).
 //!
-//! Enqueueing happens inside the ingress tenant transaction, so a message row never exists
-//! without its job and a rolled-back webhook leaves neither.
+//! Two doors, on purpose:
+//! - `enqueue` and `finish` run inside a tenant transaction, atomically with the message
+//!   row they belong to (a message never exists without its job, a stored answer never
+//!   leaves its job behind);
+//! - `Queue` is the one cross-tenant piece of code: claiming looks at every tenant's jobs.
+//!   It reads and writes only this table, which holds ids and scheduling state, never
+//!   message content.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use uuid::Uuid;
 
 use super::TenantTx;
-use crate::domain::MessageId;
+use crate::domain::{MessageId, TenantId};
 
-/// Queues the dispatch of a freshly recorded message, in the same transaction.
+/// A job's stage: call the agent, or post the reply parts back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    Dispatch,
+    Reply,
+}
+
+impl Stage {
+    fn as_str(self) -> &'static str {
+        match self {
+            Stage::Dispatch => "dispatch",
+            Stage::Reply => "reply",
+        }
+    }
+}
+
+/// Queues work for a freshly recorded message, in the same transaction.
 pub async fn enqueue(
     tx: &mut TenantTx,
     message: MessageId,
     conversation_key: &str,
+    stage: Stage,
 ) -> Result<(), sqlx::Error> {
     let tenant = tx.tenant();
-    sqlx::query("insert into dispatch_queue (message_id, tenant_id, conversation_key) values ($1, $2, $3)")
+    sqlx::query(
+        "insert into dispatch_queue (message_id, tenant_id, conversation_key, stage) values ($1, $2, $3, $4)",
+    )
+    .bind(message)
+    .bind(tenant)
+    .bind(conversation_key)
+    .bind(stage.as_str())
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// Moves a job to its reply stage, in the transaction that stored the answer. It stays the
+/// head of its conversation (and keeps its lease), so the user's next message waits until
+/// every part of this answer is posted: replies stay in order.
+pub async fn to_reply_stage(tx: &mut TenantTx, message: MessageId) -> Result<(), sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query("update dispatch_queue set stage = 'reply' where message_id = $1 and tenant_id = $2")
         .bind(message)
         .bind(tenant)
-        .bind(conversation_key)
         .execute(tx.conn())
         .await?;
     Ok(())
+}
+
+/// Makes a waiting reply job ready now (a WhatsApp status callback settled its part).
+pub async fn wake_reply(tx: &mut TenantTx, message: MessageId) -> Result<(), sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query(
+        "update dispatch_queue set available_at = now()
+          where message_id = $1 and tenant_id = $2 and stage = 'reply' and leased_until is null",
+    )
+    .bind(message)
+    .bind(tenant)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// Removes a finished job, in the transaction that stores its result. The conversation's
+/// next message becomes the head of line at commit.
+pub async fn finish(tx: &mut TenantTx, message: MessageId) -> Result<(), sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query("delete from dispatch_queue where message_id = $1 and tenant_id = $2")
+        .bind(message)
+        .bind(tenant)
+        .execute(tx.conn())
+        .await?;
+    Ok(())
+}
+
+/// A claimed job.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Job {
+    pub message_id: MessageId,
+    pub tenant_id: TenantId,
+    pub conversation_key: String,
+    pub stage: String,
+    pub attempts: i32,
+}
+
+/// Queue depth and the age of its oldest job, for metrics.
+#[derive(Debug, Clone, Copy, sqlx::FromRow)]
+pub struct QueueStats {
+    pub depth: i64,
+    pub oldest_age_secs: f64,
+}
+
+/// The cross-tenant side of the queue.
+#[derive(Clone)]
+pub struct Queue {
+    pool: PgPool,
+}
+
+impl Queue {
+    pub fn new(pool: PgPool) -> Self {
+        Self { pool }
+    }
+
+    /// Claims the oldest ready job that is the head of its conversation, leasing it to
+    /// `owner`. Only the lowest `seq` of a conversation qualifies, and a leased head blocks
+    /// its conversation, so one message per conversation is in flight across all
+    /// instances. `SKIP LOCKED` lets concurrent claimers pass each other without waiting.
+    pub async fn claim(&self, lease: Duration, owner: Uuid) -> Result<Option<Job>, sqlx::Error> {
+        sqlx::query_as(
+            "with head as (
+                 select q.message_id
+                   from dispatch_queue q
+                  where q.available_at <= now()
+                    and (q.leased_until is null or q.leased_until < now())
+                    and not exists (
+                        select 1 from dispatch_queue older
+                         where older.tenant_id = q.tenant_id
+                           and older.conversation_key = q.conversation_key
+                           and older.seq < q.seq)
+                  order by q.available_at, q.seq
+                  limit 1
+                  for update of q skip locked)
+             update dispatch_queue q
+                set leased_until = now() + make_interval(secs => $1), lease_owner = $2,
+                    attempts = q.attempts + 1
+               from head
+              where q.message_id = head.message_id
+          returning q.message_id, q.tenant_id, q.conversation_key, q.stage, q.attempts",
+        )
+        .bind(lease.as_secs_f64())
+        .bind(owner)
+        .fetch_optional(&self.pool)
+        .await
+    }
+
+    /// Puts a job back for a later attempt. It stays the head of its conversation, so the
+    /// user's later messages wait behind it and order is kept.
+    pub async fn retry_later(
+        &self,
+        message: MessageId,
+        owner: Uuid,
+        delay: Duration,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "update dispatch_queue
+                set available_at = now() + make_interval(secs => $3), leased_until = null, lease_owner = null
+              where message_id = $1 and lease_owner = $2",
+        )
+        .bind(message)
+        .bind(owner)
+        .bind(delay.as_secs_f64())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Drops a job whose message is gone or already finished.
+    pub async fn discard(&self, message: MessageId) -> Result<(), sqlx::Error> {
+        sqlx::query("delete from dispatch_queue where message_id = $1")
+            .bind(message)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn stats(&self) -> Result<QueueStats, sqlx::Error> {
+        sqlx::query_as(
+            "select count(*) as depth,
+                    coalesce(extract(epoch from now() - min(enqueued_at))::float8, 0) as oldest_age_secs
+               from dispatch_queue",
+        )
+        .fetch_one(&self.pool)
+        .await
+    }
 }

@@ -116,7 +116,7 @@ async fn read_body(
 
 async fn accept(state: &AppState, connector: &Connector, inbound: &Inbound) -> Result<Response, AppError> {
     let outcome = crate::ingress::record(&state.pool, connector, inbound).await?;
-    if !outcome.queued.is_empty() {
+    if outcome.has_work() {
         state.wake_workers();
     }
     count_events(connector.platform, inbound, &outcome);

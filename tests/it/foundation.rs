@@ -34,6 +34,7 @@ async fn migrate_applies_on_an_empty_database_and_a_second_run_is_a_no_op() {
             "channel_connectors",
             "channel_links",
             "channel_messages",
+            "channel_notices",
             "channel_replies",
             "dispatch_queue",
             "tenants"
@@ -103,6 +104,8 @@ fn slack_connector() -> NewConnector {
         outbound_token: Some(SecretString::from("xoxb-token".to_owned())),
         api_base_url: None,
         unlinked_policy: UnlinkedPolicy::Deny,
+        telegram_delivery: Default::default(),
+        unlinked_notice: None,
     }
 }
 

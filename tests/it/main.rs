@@ -2,7 +2,9 @@
 
 mod support;
 
+mod dispatch;
 mod foundation;
 mod ingress;
+mod replies;
 mod rls;
 mod send_fixture;

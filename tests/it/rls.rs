@@ -33,6 +33,8 @@ async fn seed(pool: &PgPool, slug: &str) -> Seeded {
         outbound_token: None,
         api_base_url: None,
         unlinked_policy: Default::default(),
+        telegram_delivery: Default::default(),
+        unlinked_notice: None,
     };
     let connector = provision::add_connector(pool, tenant, &new)
         .await

@@ -2,6 +2,8 @@
 //! in front of PostgreSQL that a test can cut to simulate an outage.
 
 pub mod db_proxy;
+pub mod fake_agent;
+pub mod fake_platforms;
 pub mod platforms;
 
 use std::net::SocketAddr;
@@ -103,7 +105,7 @@ pub struct TestApp {
     pub client: reqwest::Client,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
-    pub db: TestDb,
+    pub db: std::sync::Arc<TestDb>,
 }
 
 #[allow(dead_code)]
@@ -150,10 +152,21 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut ServeSettings, &TestDb))
     let mut settings = ServeSettings::for_database(db.url());
     settings.worker = false;
     configure(&mut settings, &db);
-    start(db, settings).await
+    start(std::sync::Arc::new(db), settings).await
 }
 
-async fn start(db: TestDb, settings: ServeSettings) -> TestApp {
+/// Another application on an existing test database (e.g. a worker-only instance).
+pub async fn spawn_app_on(
+    db: &std::sync::Arc<TestDb>,
+    configure: impl FnOnce(&mut ServeSettings),
+) -> TestApp {
+    let mut settings = ServeSettings::for_database(db.url());
+    settings.worker = false;
+    configure(&mut settings);
+    start(db.clone(), settings).await
+}
+
+async fn start(db: std::sync::Arc<TestDb>, settings: ServeSettings) -> TestApp {
     let pool = channel_bridge::db::connect_pool(&settings.database).expect("pool settings are valid");
     let app = Application::build(settings).await.expect("application builds");
     let addr = app.local_addr().expect("HTTP is enabled");

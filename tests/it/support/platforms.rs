@@ -22,6 +22,7 @@ pub const TELEGRAM_USER: &str = "408258968";
 
 pub struct Provisioned {
     pub tenant: TenantId,
+    pub dispatch_secret: String,
     pub slack: ConnectorId,
     pub whatsapp: ConnectorId,
     pub telegram: ConnectorId,
@@ -41,7 +42,7 @@ impl Provisioned {
     }
 }
 
-pub fn connector(platform: Platform) -> NewConnector {
+pub fn connector(platform: Platform, api_base_url: Option<&str>) -> NewConnector {
     let (secret, external_id, bot_user_id, bot_id) = match platform {
         Platform::Slack => (SLACK_SECRET, "T0001", Some("UBOT1"), Some("BBOT1")),
         Platform::Whatsapp => (WHATSAPP_SECRET, "106540352242922", None, None),
@@ -58,22 +59,28 @@ pub fn connector(platform: Platform) -> NewConnector {
         verify_token: (platform == Platform::Whatsapp)
             .then(|| SecretString::from(WHATSAPP_VERIFY_TOKEN.to_owned())),
         outbound_token: Some(SecretString::from(format!("{platform}-outbound-token"))),
-        api_base_url: None,
+        api_base_url: api_base_url.map(str::to_owned),
         unlinked_policy: UnlinkedPolicy::Deny,
+        telegram_delivery: Default::default(),
+        unlinked_notice: None,
     }
 }
 
 /// A tenant with a Slack, a WhatsApp and a Telegram connector, and the fixtures' humans
 /// linked: Slack and Telegram to `alice` (one person, one history), WhatsApp to `bob`.
 pub async fn provision_tenant(pool: &PgPool, slug: &str) -> Provisioned {
-    let tenant = provision::create_tenant(pool, slug, slug, None)
-        .await
-        .unwrap()
-        .tenant_id;
+    provision_tenant_at(pool, slug, None).await
+}
+
+/// Like `provision_tenant`, with every connector's platform API at `api_base_url` (a
+/// `FakePlatforms`).
+pub async fn provision_tenant_at(pool: &PgPool, slug: &str, api_base_url: Option<&str>) -> Provisioned {
+    let created = provision::create_tenant(pool, slug, slug, None).await.unwrap();
+    let tenant = created.tenant_id;
     let mut ids = Vec::new();
     for platform in Platform::ALL {
         ids.push(
-            provision::add_connector(pool, tenant, &connector(platform))
+            provision::add_connector(pool, tenant, &connector(platform, api_base_url))
                 .await
                 .unwrap()
                 .connector_id,
@@ -91,6 +98,7 @@ pub async fn provision_tenant(pool: &PgPool, slug: &str) -> Provisioned {
     }
     Provisioned {
         tenant,
+        dispatch_secret: created.dispatch_secret,
         slack: ids[0],
         whatsapp: ids[1],
         telegram: ids[2],
@@ -171,4 +179,36 @@ pub async fn post_fixture(
         body,
     )
     .await
+}
+
+/// A Telegram private-chat text from the fixture's human, with its own update id.
+pub fn telegram_text(update_id: i64, text: &str) -> Vec<u8> {
+    let mut update: serde_json::Value =
+        serde_json::from_slice(&fixture(Platform::Telegram, "private_text")).unwrap();
+    update["update_id"] = update_id.into();
+    update["message"]["message_id"] = (update_id % 100_000).into();
+    update["message"]["text"] = text.into();
+    serde_json::to_vec(&update).unwrap()
+}
+
+/// A Slack DM from the fixture's human (the same person as the Telegram one), unique by ts.
+pub fn slack_text(ts: &str, text: &str) -> Vec<u8> {
+    let mut event: serde_json::Value = serde_json::from_slice(&fixture(Platform::Slack, "dm_text")).unwrap();
+    event["event"]["ts"] = ts.into();
+    event["event"]["event_ts"] = ts.into();
+    event["event"]["text"] = text.into();
+    event["event_id"] = format!("Ev{}", ts.replace('.', "")).into();
+    serde_json::to_vec(&event).unwrap()
+}
+
+/// POSTs a body, correctly signed, to the tenant's connector of `platform`; asserts 200.
+pub async fn deliver(app: &super::TestApp, tenant: &Provisioned, platform: Platform, body: Vec<u8>) {
+    let response = post(
+        app,
+        &tenant.hook_path(platform),
+        &signed_headers(platform, &body),
+        body,
+    )
+    .await;
+    assert_eq!(response.status(), 200, "{:?}", response.text().await);
 }

@@ -1,0 +1,489 @@
+//! The three platforms' send APIs (PLATFORMS.md §1.6, §2.6, §3.6), each answer classified
+//! so the delivery loop knows whether the part was posted, refused, or is in doubt.
+//!
+//! One shared client with timeouts and no retries of its own: a send whose outcome is
+//! unknown must be reconciled, never blindly repeated by a library underneath.
+
+use std::time::Duration;
+
+use reqwest::{Client, StatusCode};
+use secrecy::ExposeSecret;
+use serde_json::{json, Value};
+
+use crate::db::messages::MessageRow;
+use crate::domain::{Connector, Platform};
+
+/// Meta Graph API version the WhatsApp send is pinned to.
+pub const GRAPH_VERSION: &str = "v25.0";
+
+/// The outcome of one send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendOutcome {
+    /// Posted; the platform's id of the new message.
+    Sent(String),
+    /// Refused for now, certainly not posted; try again after the platform's delay.
+    RateLimited { retry_after: Duration, error: String },
+    /// Certainly not posted (no connection); try again later.
+    NotSent { error: String },
+    /// Maybe posted (timeout, 5xx, the platform's own "internal error"): reconcile first.
+    Unknown { error: String },
+    /// Refused for good: `<platform code>: <message>`.
+    Permanent { error: String },
+}
+
+/// One part to post, with everything needed to thread it.
+pub struct OutboundPart<'a> {
+    pub connector: &'a Connector,
+    pub message: &'a MessageRow,
+    /// `{message_id}:{part_index}`: sent along where the platform keeps it (Slack message
+    /// metadata, WhatsApp `biz_opaque_callback_data`) so an interrupted send can be found.
+    pub part_key: &'a str,
+    pub text: &'a str,
+}
+
+pub async fn send(client: &Client, part: &OutboundPart<'_>) -> SendOutcome {
+    let Some(token) = part.connector.outbound_token.as_ref() else {
+        return SendOutcome::Permanent {
+            error: "connector has no outbound token".into(),
+        };
+    };
+    let token = token.expose_secret();
+    match part.connector.platform {
+        Platform::Slack => slack_post(client, part, token).await,
+        Platform::Telegram => telegram_send(client, part, token).await,
+        Platform::Whatsapp => whatsapp_send(client, part, token).await,
+    }
+}
+
+fn base_url(connector: &Connector) -> &str {
+    let default = match connector.platform {
+        Platform::Slack => "https://slack.com",
+        Platform::Telegram => "https://api.telegram.org",
+        Platform::Whatsapp => "https://graph.facebook.com",
+    };
+    connector
+        .api_base_url
+        .as_deref()
+        .unwrap_or(default)
+        .trim_end_matches('/')
+}
+
+/// A transport error: a refused connection certainly posted nothing; anything after the
+/// request left (timeout, reset) may have. reqwest's error text loses the URL, which can
+/// hold a Telegram token.
+fn transport_error(err: reqwest::Error) -> SendOutcome {
+    let connect = err.is_connect();
+    let error = err.without_url().to_string();
+    if connect {
+        SendOutcome::NotSent { error }
+    } else {
+        SendOutcome::Unknown { error }
+    }
+}
+
+async fn read_json(response: reqwest::Response) -> (StatusCode, Option<Value>, Option<Duration>) {
+    let status = response.status();
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let body = response.json::<Value>().await.ok();
+    (status, body, retry_after)
+}
+
+// --- Slack -----------------------------------------------------------------------------
+
+/// Slack's control characters; nothing else is escaped (Slack formatting reference). This
+/// also keeps agent text from forming `<@U…>` mentions or `<!channel>` pings.
+pub fn slack_escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// Slack errors that a repeat cannot fix.
+const SLACK_PERMANENT: &[&str] = &[
+    "channel_not_found",
+    "not_in_channel",
+    "is_archived",
+    "invalid_auth",
+    "not_authed",
+    "token_revoked",
+    "token_expired",
+    "account_inactive",
+    "missing_scope",
+    "msg_too_long",
+    "no_text",
+    "restricted_action",
+    "restricted_action_thread_only_channel",
+    "invalid_arguments",
+    "cannot_reply_to_message",
+];
+
+/// Replies go under the thread's parent: `thread_ts` if the user wrote in a thread, else
+/// the user's own message starts one (PLATFORMS.md §1.6).
+pub fn slack_thread_ts(message: &MessageRow) -> &str {
+    message
+        .thread_id
+        .as_deref()
+        .unwrap_or(&message.platform_message_id)
+}
+
+async fn slack_post(client: &Client, part: &OutboundPart<'_>, token: &str) -> SendOutcome {
+    let body = json!({
+        "channel": part.message.chat_id,
+        "text": slack_escape(part.text),
+        "thread_ts": slack_thread_ts(part.message),
+        "metadata": { "event_type": "channel_bridge_reply", "event_payload": { "part_key": part.part_key } },
+    });
+    let response = client
+        .post(format!("{}/api/chat.postMessage", base_url(part.connector)))
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await;
+    let (status, body, retry_after) = match response {
+        Ok(response) => read_json(response).await,
+        Err(err) => return transport_error(err),
+    };
+    classify_slack(status, body, retry_after)
+}
+
+fn classify_slack(status: StatusCode, body: Option<Value>, retry_after: Option<Duration>) -> SendOutcome {
+    let error = body
+        .as_ref()
+        .and_then(|b| b["error"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    // Both spellings exist in Slack's docs (PLATFORMS.md §5.10).
+    if status == StatusCode::TOO_MANY_REQUESTS || error == "ratelimited" || error == "rate_limited" {
+        let retry_after = retry_after.unwrap_or(Duration::from_secs(1));
+        return SendOutcome::RateLimited {
+            retry_after,
+            error: format!("slack {status}: rate limited"),
+        };
+    }
+    if status.is_server_error() {
+        return SendOutcome::Unknown {
+            error: format!("slack answered {status}"),
+        };
+    }
+    match body {
+        Some(body) if body["ok"] == true => match body["ts"].as_str() {
+            Some(ts) => SendOutcome::Sent(ts.to_owned()),
+            None => SendOutcome::Unknown {
+                error: "slack ok without ts".into(),
+            },
+        },
+        Some(_) if SLACK_PERMANENT.contains(&error.as_str()) => SendOutcome::Permanent {
+            error: format!("slack: {error}"),
+        },
+        // internal_error, fatal_error, request_timeout…: "some aspect may have succeeded".
+        Some(_) => SendOutcome::Unknown {
+            error: format!("slack: {error}"),
+        },
+        None => SendOutcome::Unknown {
+            error: format!("slack answered {status} without JSON"),
+        },
+    }
+}
+
+/// Looks for a part we may already have posted: our part key in the thread's message
+/// metadata. `Ok(Some(ts))` when found, `Ok(None)` when certainly absent.
+pub async fn slack_find_part(
+    client: &Client,
+    connector: &Connector,
+    message: &MessageRow,
+    part_key: &str,
+) -> Result<Option<String>, String> {
+    let token = connector
+        .outbound_token
+        .as_ref()
+        .ok_or("connector has no outbound token")?;
+    let response = client
+        .get(format!("{}/api/conversations.replies", base_url(connector)))
+        .bearer_auth(token.expose_secret())
+        .query(&[
+            ("channel", message.chat_id.as_str()),
+            ("ts", slack_thread_ts(message)),
+            ("include_all_metadata", "true"),
+            ("limit", "200"),
+        ])
+        .send()
+        .await
+        .map_err(|e| e.without_url().to_string())?;
+    let body: Value = response.json().await.map_err(|e| e.without_url().to_string())?;
+    if body["ok"] != true {
+        return Err(format!(
+            "slack conversations.replies: {}",
+            body["error"].as_str().unwrap_or("unknown error")
+        ));
+    }
+    let found = body["messages"].as_array().into_iter().flatten().find(|m| {
+        m.pointer("/metadata/event_payload/part_key")
+            .and_then(Value::as_str)
+            == Some(part_key)
+    });
+    Ok(found.and_then(|m| m["ts"].as_str()).map(str::to_owned))
+}
+
+// --- Telegram --------------------------------------------------------------------------
+
+/// Telegram chat and message ids are integers; the JSON must carry numbers.
+fn telegram_int(value: &str) -> Value {
+    value
+        .parse::<i64>()
+        .map_or_else(|_| Value::String(value.to_owned()), Value::from)
+}
+
+async fn telegram_send(client: &Client, part: &OutboundPart<'_>, token: &str) -> SendOutcome {
+    let message = part.message;
+    // No parse_mode: agent text is sent as plain text, so nothing needs escaping and
+    // nothing in it can turn into markup or a mention.
+    let mut body = json!({
+        "chat_id": telegram_int(&message.chat_id),
+        "text": part.text,
+        "reply_parameters": {
+            "message_id": telegram_int(&message.platform_message_id),
+            "allow_sending_without_reply": true,
+        },
+        "link_preview_options": { "is_disabled": true },
+    });
+    if let Some(topic) = &message.thread_id {
+        body["message_thread_id"] = telegram_int(topic);
+    }
+    let response = client
+        .post(format!("{}/bot{token}/sendMessage", base_url(part.connector)))
+        .json(&body)
+        .send()
+        .await;
+    match response {
+        Ok(response) => {
+            let (status, body, _) = read_json(response).await;
+            classify_telegram(status, body)
+        }
+        Err(err) => transport_error(err),
+    }
+}
+
+fn classify_telegram(status: StatusCode, body: Option<Value>) -> SendOutcome {
+    let description = body
+        .as_ref()
+        .and_then(|b| b["description"].as_str())
+        .unwrap_or_default();
+    let error = format!("telegram {}: {description}", status.as_u16());
+    if let Some(id) = body
+        .as_ref()
+        .filter(|b| b["ok"] == true)
+        .and_then(|b| b.pointer("/result/message_id"))
+    {
+        return SendOutcome::Sent(id.to_string());
+    }
+    match status.as_u16() {
+        429 => {
+            let secs = body
+                .as_ref()
+                .and_then(|b| b.pointer("/parameters/retry_after"))
+                .and_then(Value::as_u64);
+            SendOutcome::RateLimited {
+                retry_after: Duration::from_secs(secs.unwrap_or(1)),
+                error,
+            }
+        }
+        // 403: blocked by the user or kicked from the chat; 400/401/404: a request that
+        // will never succeed as it is.
+        400..=499 => SendOutcome::Permanent { error },
+        _ => SendOutcome::Unknown { error },
+    }
+}
+
+// --- WhatsApp --------------------------------------------------------------------------
+
+/// Meta error codes that mean "slow down" (PLATFORMS.md §2.6): throughput 130429, pair
+/// rate 131056 (one message per 6 s to the same user), app/WABA limits 4 and 80007.
+fn whatsapp_rate_limit(code: i64) -> Option<Duration> {
+    match code {
+        131056 => Some(Duration::from_secs(6)),
+        130429 | 4 | 80007 => Some(Duration::from_secs(2)),
+        _ => None,
+    }
+}
+
+async fn whatsapp_send(client: &Client, part: &OutboundPart<'_>, token: &str) -> SendOutcome {
+    let message = part.message;
+    let phone_number_id = message.metadata["phone_number_id"]
+        .as_str()
+        .or(part.connector.external_id.as_deref());
+    let Some(phone_number_id) = phone_number_id else {
+        return SendOutcome::Permanent {
+            error: "connector has no phone_number_id (external id)".into(),
+        };
+    };
+    let body = json!({
+        "messaging_product": "whatsapp",
+        "recipient_type": "individual",
+        "to": format!("+{}", message.chat_id.trim_start_matches('+')),
+        "type": "text",
+        "context": { "message_id": message.platform_message_id },
+        "text": { "preview_url": false, "body": part.text },
+        "biz_opaque_callback_data": part.part_key,
+    });
+    let response = client
+        .post(format!(
+            "{}/{GRAPH_VERSION}/{phone_number_id}/messages",
+            base_url(part.connector)
+        ))
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await;
+    match response {
+        Ok(response) => {
+            let (status, body, _) = read_json(response).await;
+            classify_whatsapp(status, body)
+        }
+        Err(err) => transport_error(err),
+    }
+}
+
+fn classify_whatsapp(status: StatusCode, body: Option<Value>) -> SendOutcome {
+    if let Some(id) = body
+        .as_ref()
+        .and_then(|b| b.pointer("/messages/0/id"))
+        .and_then(Value::as_str)
+    {
+        return SendOutcome::Sent(id.to_owned());
+    }
+    let code = body
+        .as_ref()
+        .and_then(|b| b.pointer("/error/code"))
+        .and_then(Value::as_i64);
+    let text = body
+        .as_ref()
+        .and_then(|b| b.pointer("/error/message"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    // The HTTP status varies: match on error.code (PLATFORMS.md §2.6).
+    match code {
+        Some(code) => {
+            let error = format!("whatsapp {code}: {text}");
+            match whatsapp_rate_limit(code) {
+                Some(retry_after) => SendOutcome::RateLimited { retry_after, error },
+                None if status.is_server_error() || code == 1 || code == 2 => SendOutcome::Unknown { error },
+                None => SendOutcome::Permanent { error },
+            }
+        }
+        None => SendOutcome::Unknown {
+            error: format!("whatsapp answered {status} without an error code"),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slack_escapes_only_its_three_control_characters() {
+        assert_eq!(
+            slack_escape("a < b && c > d <@U123> *bold*"),
+            "a &lt; b &amp;&amp; c &gt; d &lt;@U123&gt; *bold*"
+        );
+    }
+
+    #[test]
+    fn slack_answers_are_classified() {
+        let ok = json!({"ok": true, "channel": "C1", "ts": "1.2"});
+        assert_eq!(
+            classify_slack(StatusCode::OK, Some(ok), None),
+            SendOutcome::Sent("1.2".into())
+        );
+        let limited = classify_slack(StatusCode::TOO_MANY_REQUESTS, None, Some(Duration::from_secs(30)));
+        assert!(
+            matches!(limited, SendOutcome::RateLimited { retry_after, .. } if retry_after == Duration::from_secs(30))
+        );
+        let spelled = classify_slack(
+            StatusCode::OK,
+            Some(json!({"ok": false, "error": "ratelimited"})),
+            None,
+        );
+        assert!(matches!(spelled, SendOutcome::RateLimited { .. }));
+        let gone = classify_slack(
+            StatusCode::OK,
+            Some(json!({"ok": false, "error": "channel_not_found"})),
+            None,
+        );
+        assert_eq!(
+            gone,
+            SendOutcome::Permanent {
+                error: "slack: channel_not_found".into()
+            }
+        );
+        let doubt = classify_slack(
+            StatusCode::OK,
+            Some(json!({"ok": false, "error": "internal_error"})),
+            None,
+        );
+        assert!(matches!(doubt, SendOutcome::Unknown { .. }));
+        assert!(matches!(
+            classify_slack(StatusCode::BAD_GATEWAY, None, None),
+            SendOutcome::Unknown { .. }
+        ));
+    }
+
+    #[test]
+    fn telegram_answers_are_classified() {
+        let ok = json!({"ok": true, "result": {"message_id": 321, "chat": {"id": 1}}});
+        assert_eq!(
+            classify_telegram(StatusCode::OK, Some(ok)),
+            SendOutcome::Sent("321".into())
+        );
+        let limited = json!({"ok": false, "error_code": 429, "description": "Too Many Requests: retry after 15", "parameters": {"retry_after": 15}});
+        let outcome = classify_telegram(StatusCode::TOO_MANY_REQUESTS, Some(limited));
+        assert!(
+            matches!(outcome, SendOutcome::RateLimited { retry_after, .. } if retry_after == Duration::from_secs(15))
+        );
+        let blocked =
+            json!({"ok": false, "error_code": 403, "description": "Forbidden: bot was blocked by the user"});
+        assert!(matches!(
+            classify_telegram(StatusCode::FORBIDDEN, Some(blocked)),
+            SendOutcome::Permanent { .. }
+        ));
+        assert!(matches!(
+            classify_telegram(StatusCode::BAD_GATEWAY, None),
+            SendOutcome::Unknown { .. }
+        ));
+    }
+
+    #[test]
+    fn whatsapp_answers_are_classified_by_error_code() {
+        let ok = json!({"messaging_product": "whatsapp", "contacts": [{"input": "+1", "wa_id": "1"}], "messages": [{"id": "wamid.OUT"}]});
+        assert_eq!(
+            classify_whatsapp(StatusCode::OK, Some(ok)),
+            SendOutcome::Sent("wamid.OUT".into())
+        );
+        let pair = json!({"error": {"message": "pair rate limit", "code": 131056}});
+        assert!(matches!(
+            classify_whatsapp(StatusCode::BAD_REQUEST, Some(pair)),
+            SendOutcome::RateLimited { .. }
+        ));
+        let window = json!({"error": {"message": "Re-engagement message", "code": 131047}});
+        assert_eq!(
+            classify_whatsapp(StatusCode::BAD_REQUEST, Some(window)),
+            SendOutcome::Permanent {
+                error: "whatsapp 131047: Re-engagement message".into()
+            }
+        );
+        let expired = json!({"error": {"message": "Session has expired", "code": 190}});
+        assert!(matches!(
+            classify_whatsapp(StatusCode::UNAUTHORIZED, Some(expired)),
+            SendOutcome::Permanent { .. }
+        ));
+        assert!(matches!(
+            classify_whatsapp(StatusCode::INTERNAL_SERVER_ERROR, None),
+            SendOutcome::Unknown { .. }
+        ));
+    }
+}

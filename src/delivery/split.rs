@@ -1,0 +1,130 @@
+//! Splitting an answer into parts that fit a platform's message limit.
+//!
+//! Limits are counted in UTF-16 code units: Telegram counts entity offsets that way and
+//! neither Telegram nor Meta says what its 4096 counts (PLATFORMS.md §2.6, §3.6), so the
+//! conservative unit is used for all three. A cut prefers a paragraph break, then a line
+//! break, then the end of a sentence, then a space, and only then falls back to the last
+//! whole character that fits; it never splits a character.
+
+use crate::domain::Platform;
+
+/// Longest part per platform, in UTF-16 units. Slack truncates at 40,000 characters but
+/// recommends about 4,000 for readability.
+pub fn limit(platform: Platform) -> usize {
+    match platform {
+        Platform::Slack => 4000,
+        Platform::Telegram | Platform::Whatsapp => 4096,
+    }
+}
+
+/// Splits each agent part to the platform's limit; the order of parts is kept.
+pub fn split_parts(platform: Platform, parts: &[String]) -> Vec<String> {
+    parts
+        .iter()
+        .flat_map(|part| split(part, limit(platform)))
+        .collect()
+}
+
+/// Splits `text` into chunks of at most `max_units` UTF-16 units, trimmed of the whitespace
+/// at the cut, none of them empty.
+pub fn split(text: &str, max_units: usize) -> Vec<String> {
+    let mut chunks = Vec::new();
+    let mut rest = text.trim();
+    while !rest.is_empty() {
+        let fit = fitting_prefix_len(rest, max_units);
+        if fit == rest.len() {
+            chunks.push(rest.to_owned());
+            break;
+        }
+        let cut = best_cut(&rest[..fit]).unwrap_or(fit);
+        chunks.push(rest[..cut].trim_end().to_owned());
+        rest = rest[cut..].trim_start();
+    }
+    chunks
+}
+
+/// Byte length of the longest prefix of whole characters within `max_units` UTF-16 units.
+fn fitting_prefix_len(text: &str, max_units: usize) -> usize {
+    let mut units = 0;
+    for (index, ch) in text.char_indices() {
+        units += ch.len_utf16();
+        if units > max_units {
+            return index;
+        }
+    }
+    text.len()
+}
+
+/// Where to cut `window` (a prefix that fits): after the last paragraph break, line break,
+/// sentence end or space, in that order of preference, if it leaves a chunk at least half
+/// the window (so a late break never makes a tiny chunk).
+fn best_cut(window: &str) -> Option<usize> {
+    let min = window.len() / 2;
+    let after = |pattern: &str| {
+        window
+            .rfind(pattern)
+            .map(|i| i + pattern.len())
+            .filter(|&i| i > min)
+    };
+    after("\n\n")
+        .or_else(|| after("\n"))
+        .or_else(|| [". ", "! ", "? ", "。"].iter().filter_map(|p| after(p)).max())
+        .or_else(|| after(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn units(s: &str) -> usize {
+        s.encode_utf16().count()
+    }
+
+    #[test]
+    fn short_text_is_one_part_and_blank_text_none() {
+        assert_eq!(split("hello", 10), ["hello"]);
+        assert!(split("  \n ", 10).is_empty());
+    }
+
+    #[test]
+    fn prefers_paragraph_then_sentence_then_word_boundaries() {
+        assert_eq!(split("aaaa bbbb\n\ncccc", 12), ["aaaa bbbb", "cccc"]);
+        assert_eq!(
+            split("One two. Three four five", 16),
+            ["One two.", "Three four five"]
+        );
+        assert_eq!(split("alpha beta gamma delta", 12), ["alpha beta", "gamma delta"]);
+        assert_eq!(split("abcdefghij", 4), ["abcd", "efgh", "ij"]);
+    }
+
+    #[test]
+    fn never_splits_a_character_and_counts_utf16_units() {
+        // Each emoji is 2 UTF-16 units and 4 bytes.
+        let text = "😀".repeat(5);
+        let chunks = split(&text, 3);
+        assert!(chunks.iter().all(|c| units(c) <= 3));
+        assert_eq!(chunks.concat(), text);
+    }
+
+    #[test]
+    fn a_10000_character_answer_fits_every_platform_and_loses_nothing() {
+        let sentence = "The quick brown fox jumps over the lazy dog. ";
+        let text: String = sentence
+            .repeat(10_000 / sentence.len() + 1)
+            .chars()
+            .take(10_000)
+            .collect();
+        for platform in Platform::ALL {
+            let chunks = split_parts(platform, std::slice::from_ref(&text));
+            assert!(chunks.len() >= 3, "{platform}");
+            assert!(chunks.iter().all(|c| units(c) <= limit(platform)), "{platform}");
+            let (_, cut) = chunks.split_last().unwrap();
+            assert!(
+                cut.iter().all(|c| c.ends_with('.')),
+                "{platform}: cut at sentence ends"
+            );
+            let rejoined: String = chunks.join(" ");
+            assert_eq!(rejoined, text.trim());
+        }
+    }
+}

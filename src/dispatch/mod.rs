@@ -1,0 +1,318 @@
+//! The dispatch worker: turns queued user turns into agent calls, in order per conversation,
+//! each with the user's recent history (DESIGN.md "Pipeline", "Ordering").
+//!
+//! A step claims one job, prepares it in a tenant transaction (mark `dispatching`, read the
+//! history), calls the agent, and stores the outcome in a second tenant transaction that
+//! also removes the job. A crash anywhere leaves the job leased; when the lease runs out it
+//! is claimed again and the agent sees the same `Idempotency-Key`.
+
+pub mod agent;
+pub mod history;
+pub mod payload;
+pub mod signature;
+pub mod wakeup;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use secrecy::ExposeSecret;
+use sqlx::PgPool;
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use self::agent::CallOutcome;
+use self::payload::ChatMessage;
+use self::wakeup::Wakeup;
+use crate::db::messages::MessageRow;
+use crate::db::queue::{Job, Queue};
+use crate::db::{self, TenantTx};
+use crate::delivery::{split, Delivery, DeliveryOutcome};
+use crate::domain::{MessageId, Platform};
+use crate::settings::ServeSettings;
+
+/// What one `step` did; tests drive the worker with it instead of sleeping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepOutcome {
+    /// Nothing was ready.
+    Empty,
+    /// The agent answered; the turn is `executed`.
+    Executed(MessageId),
+    /// The call (or a reply part) failed and will be retried later.
+    Retrying(MessageId),
+    /// The turn is `dispatch_failed`, or a reply part failed for good.
+    Failed(MessageId),
+    /// Every reply part is posted.
+    Delivered(MessageId),
+    /// The job's message was gone or already finished; the job was dropped.
+    Skipped(MessageId),
+}
+
+/// Everything a dispatch needs after the first transaction.
+struct Prepared {
+    message: MessageRow,
+    history: Vec<ChatMessage>,
+    agent_url: Option<String>,
+    dispatch_secret: secrecy::SecretString,
+}
+
+pub struct Worker {
+    pool: PgPool,
+    queue: Queue,
+    settings: Arc<ServeSettings>,
+    client: reqwest::Client,
+    /// For the platforms' send APIs: shorter timeouts than an agent call.
+    platform_client: reqwest::Client,
+    /// This instance's lease owner id.
+    owner: Uuid,
+    clock: fn() -> i64,
+}
+
+impl Worker {
+    pub fn new(pool: PgPool, settings: Arc<ServeSettings>, clock: fn() -> i64) -> anyhow::Result<Self> {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(settings.dispatch.agent_timeout_secs))
+            .connect_timeout(Duration::from_secs(5))
+            .user_agent(concat!("channel-bridge/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .context("Failed to build the agent HTTP client")?;
+        let platform_client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(15))
+            .connect_timeout(Duration::from_secs(5))
+            .user_agent(concat!("channel-bridge/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .context("Failed to build the platform HTTP client")?;
+        Ok(Self {
+            queue: Queue::new(pool.clone()),
+            pool,
+            settings,
+            client,
+            platform_client,
+            owner: Uuid::new_v4(),
+            clock,
+        })
+    }
+
+    fn lease(&self) -> Duration {
+        Duration::from_secs(self.settings.dispatch.lease_secs)
+    }
+
+    /// Claims and runs one job, if one is ready.
+    pub async fn step(&self) -> anyhow::Result<StepOutcome> {
+        let Some(job) = self
+            .queue
+            .claim(self.lease(), self.owner)
+            .await
+            .context("Failed to claim a job")?
+        else {
+            return Ok(StepOutcome::Empty);
+        };
+        let span = tracing::info_span!("job", tenant_id = %job.tenant_id, message_id = %job.message_id, stage = %job.stage);
+        let work = async {
+            match job.stage.as_str() {
+                "reply" => self.deliver(&job).await,
+                _ => self.dispatch(job.clone()).await,
+            }
+        };
+        tracing::Instrument::instrument(work, span).await
+    }
+
+    async fn dispatch(&self, job: Job) -> anyhow::Result<StepOutcome> {
+        let Some(prepared) = self.prepare(&job).await? else {
+            self.queue.discard(job.message_id).await?;
+            return Ok(StepOutcome::Skipped(job.message_id));
+        };
+        let attempts = u32::try_from(prepared.message.attempts).unwrap_or(u32::MAX);
+        metrics::counter!("dispatch_attempts_total").increment(1);
+        let started = Instant::now();
+        let outcome = self.call_agent(&prepared).await;
+        metrics::histogram!("dispatch_agent_seconds").record(started.elapsed().as_secs_f64());
+        match outcome {
+            CallOutcome::Answered(parts) => self.complete(&job, &prepared.message, &parts).await,
+            CallOutcome::Retryable {
+                reason,
+                error,
+                retry_after,
+            } if attempts < self.settings.dispatch.max_attempts => {
+                tracing::info!(reason, %error, attempts, "agent call failed; will retry");
+                let delay = agent::backoff(&self.settings.dispatch, attempts, retry_after);
+                self.retry(&job, &error, delay).await
+            }
+            CallOutcome::Retryable { reason, error, .. } | CallOutcome::Permanent { reason, error } => {
+                tracing::warn!(reason, %error, attempts, "dispatch failed");
+                metrics::counter!("dispatch_failures_total", "reason" => reason).increment(1);
+                self.fail(&job, &error).await
+            }
+        }
+    }
+
+    /// First tenant transaction: mark the turn `dispatching`, read tenant and history.
+    async fn prepare(&self, job: &Job) -> anyhow::Result<Option<Prepared>> {
+        let mut tx = TenantTx::begin(&self.pool, job.tenant_id).await?;
+        let Some(tenant) = db::tenants::get(tx.conn(), job.tenant_id).await? else {
+            return Ok(None);
+        };
+        let Some(message) = db::messages::begin_dispatch(&mut tx, job.message_id).await? else {
+            return Ok(None);
+        };
+        let history = read_history_or_empty(&mut tx, &message).await;
+        tx.commit().await?;
+        Ok(Some(Prepared {
+            message,
+            history,
+            agent_url: tenant.agent_url.or_else(|| self.settings.agent_url.clone()),
+            dispatch_secret: tenant.dispatch_secret.0,
+        }))
+    }
+
+    async fn call_agent(&self, prepared: &Prepared) -> CallOutcome {
+        let Some(url) = &prepared.agent_url else {
+            return CallOutcome::Permanent {
+                reason: "no_agent_url",
+                error: "neither the tenant nor CB_AGENT_URL names an agent".into(),
+            };
+        };
+        let payload = payload::build(&prepared.message, prepared.history.clone());
+        let secret = prepared.dispatch_secret.expose_secret();
+        agent::call(&self.client, url, secret, &payload, (self.clock)()).await
+    }
+
+    /// Second tenant transaction: store the answer and its reply parts, finish the job.
+    async fn complete(
+        &self,
+        job: &Job,
+        message: &MessageRow,
+        answer: &[String],
+    ) -> anyhow::Result<StepOutcome> {
+        let platform: Platform = message.platform.parse()?;
+        let parts = split::split_parts(platform, answer);
+        let mut tx = TenantTx::begin(&self.pool, job.tenant_id).await?;
+        let first = db::messages::store_answer(&mut tx, job.message_id, &answer.join("\n\n"), &parts).await?;
+        if !first {
+            tracing::info!("turn was already finished by another attempt; keeping the first answer");
+        }
+        if parts.is_empty() {
+            db::replies::mark_delivered(&mut tx, job.message_id).await?;
+            db::queue::finish(&mut tx, job.message_id).await?;
+        } else {
+            db::queue::to_reply_stage(&mut tx, job.message_id).await?;
+        }
+        tx.commit().await?;
+        if !parts.is_empty() {
+            // Post at once, under the lease this step already holds.
+            self.deliver(job).await?;
+        }
+        Ok(StepOutcome::Executed(job.message_id))
+    }
+
+    /// The reply stage: one delivery pass; the job ends when every part is posted or one
+    /// failed for good, and otherwise waits its turn again.
+    async fn deliver(&self, job: &Job) -> anyhow::Result<StepOutcome> {
+        let delivery = Delivery {
+            pool: &self.pool,
+            client: &self.platform_client,
+            settings: &self.settings.dispatch,
+        };
+        let outcome = delivery.run(job.tenant_id, job.message_id).await?;
+        let finished = match outcome {
+            None => {
+                self.queue.discard(job.message_id).await?;
+                return Ok(StepOutcome::Skipped(job.message_id));
+            }
+            Some(DeliveryOutcome::Wait(delay)) => {
+                self.queue.retry_later(job.message_id, self.owner, delay).await?;
+                return Ok(StepOutcome::Retrying(job.message_id));
+            }
+            Some(DeliveryOutcome::Delivered) => StepOutcome::Delivered(job.message_id),
+            Some(DeliveryOutcome::Stopped) => StepOutcome::Failed(job.message_id),
+        };
+        let mut tx = TenantTx::begin(&self.pool, job.tenant_id).await?;
+        db::queue::finish(&mut tx, job.message_id).await?;
+        tx.commit().await?;
+        Ok(finished)
+    }
+
+    async fn retry(&self, job: &Job, error: &str, delay: Duration) -> anyhow::Result<StepOutcome> {
+        let mut tx = TenantTx::begin(&self.pool, job.tenant_id).await?;
+        db::messages::record_failure(&mut tx, job.message_id, error, false).await?;
+        tx.commit().await?;
+        self.queue.retry_later(job.message_id, self.owner, delay).await?;
+        Ok(StepOutcome::Retrying(job.message_id))
+    }
+
+    async fn fail(&self, job: &Job, error: &str) -> anyhow::Result<StepOutcome> {
+        let mut tx = TenantTx::begin(&self.pool, job.tenant_id).await?;
+        db::messages::record_failure(&mut tx, job.message_id, error, true).await?;
+        db::queue::finish(&mut tx, job.message_id).await?;
+        tx.commit().await?;
+        Ok(StepOutcome::Failed(job.message_id))
+    }
+
+    /// Runs steps until `stop` turns true, sleeping on the wake-up signal (or the polling
+    /// interval) when the queue is empty. A job in progress is finished before returning.
+    pub async fn run(self: Arc<Self>, wakeup: Arc<Wakeup>, mut stop: watch::Receiver<bool>) {
+        let poll = Duration::from_millis(self.settings.dispatch.poll_interval_ms);
+        while !*stop.borrow() {
+            // Registered before the step, so a wake-up during the step is not lost.
+            let notified = wakeup.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let idle = match self.step().await {
+                Ok(StepOutcome::Empty) => true,
+                Ok(_) => false,
+                Err(err) => {
+                    tracing::error!(error = ?err, "dispatch step failed");
+                    true
+                }
+            };
+            if idle {
+                tokio::select! {
+                    () = &mut notified => {}
+                    () = tokio::time::sleep(poll) => {}
+                    _ = stop.changed() => {}
+                }
+            }
+        }
+    }
+
+    /// Publishes queue depth and oldest-job age every polling interval.
+    pub async fn report_queue_stats(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let every = Duration::from_millis(self.settings.dispatch.poll_interval_ms.max(1000));
+        while !*stop.borrow() {
+            if let Ok(stats) = self.queue.stats().await {
+                metrics::gauge!("dispatch_queue_depth").set(stats.depth as f64);
+                metrics::gauge!("dispatch_queue_oldest_age_seconds").set(stats.oldest_age_secs);
+            }
+            tokio::select! {
+                () = tokio::time::sleep(every) => {}
+                _ = stop.changed() => {}
+            }
+        }
+    }
+}
+
+/// History is best effort: a failed read is logged and counted, and the dispatch goes on
+/// with no history rather than not at all. The read runs in a savepoint so its failure
+/// leaves the surrounding transaction usable.
+async fn read_history_or_empty(tx: &mut TenantTx, message: &MessageRow) -> Vec<ChatMessage> {
+    let savepoint = sqlx::query("savepoint history").execute(tx.conn()).await;
+    if let Err(err) = savepoint {
+        tracing::warn!(%err, "history read failed; dispatching without history");
+        metrics::counter!("dispatch_history_failures_total").increment(1);
+        return Vec::new();
+    }
+    match history::load(tx, message).await {
+        Ok(history) => {
+            let _ = sqlx::query("release savepoint history").execute(tx.conn()).await;
+            history
+        }
+        Err(err) => {
+            tracing::warn!(%err, "history read failed; dispatching without history");
+            metrics::counter!("dispatch_history_failures_total").increment(1);
+            let _ = sqlx::query("rollback to savepoint history")
+                .execute(tx.conn())
+                .await;
+            Vec::new()
+        }
+    }
+}

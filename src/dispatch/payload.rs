@@ -1,0 +1,206 @@
+//! The dispatch payload sent to the agent, and the agent's answer read back into reply parts
+//! (DESIGN.md "Dispatch payload").
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::db::messages::MessageRow;
+
+/// One turn of `messages[]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn user(content: impl Into<String>) -> Self {
+        Self {
+            role: "user".into(),
+            content: content.into(),
+        }
+    }
+
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self {
+            role: "assistant".into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// Where the turn came from, so the agent can tell platforms and threads apart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChannelOut {
+    pub platform: String,
+    pub connector_id: String,
+    pub chat_id: String,
+    pub thread_id: Option<String>,
+    pub platform_user_id: String,
+}
+
+/// The JSON body of a dispatch. `role`/`content` repeat the current turn for agents that
+/// predate `messages[]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DispatchOut {
+    pub messages: Vec<ChatMessage>,
+    pub role: String,
+    pub content: String,
+    pub tenant_id: String,
+    pub user_id: Option<String>,
+    pub message_id: String,
+    pub channel: ChannelOut,
+}
+
+/// Builds the payload: the history (oldest first) followed by the current user turn.
+pub fn build(message: &MessageRow, history: Vec<ChatMessage>) -> DispatchOut {
+    let mut messages = history;
+    messages.push(ChatMessage::user(message.request_content.clone()));
+    DispatchOut {
+        messages,
+        role: "user".into(),
+        content: message.request_content.clone(),
+        tenant_id: message.tenant_id.to_string(),
+        user_id: message.user_id.clone(),
+        message_id: message.id.to_string(),
+        channel: ChannelOut {
+            platform: message.platform.clone(),
+            connector_id: message.connector_id.to_string(),
+            chat_id: message.chat_id.clone(),
+            thread_id: message.thread_id.clone(),
+            platform_user_id: message.platform_user_id.clone(),
+        },
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("the agent's answer is not a supported shape: {0}")]
+pub struct InvalidAnswer(pub String);
+
+/// Reads the agent's answer into reply parts, in order, whitespace-only parts dropped.
+/// Accepted shapes: `{"content": "…"}`, `{"messages": [{"role": "assistant", "content": …}]}`,
+/// an OpenAI chat completion (`choices[0].message.content`) and an OpenAI Responses
+/// `output[]` list of message items. Anything else is an error, never an empty answer.
+pub fn parse_answer(body: &[u8]) -> Result<Vec<String>, InvalidAnswer> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| InvalidAnswer(format!("not JSON ({e})")))?;
+    let parts = if let Some(content) = value.get("content") {
+        content_parts(content)?
+    } else if let Some(messages) = value.get("messages").and_then(Value::as_array) {
+        assistant_parts(messages)?
+    } else if let Some(choices) = value.get("choices").and_then(Value::as_array) {
+        let first = choices
+            .first()
+            .ok_or_else(|| InvalidAnswer("`choices` is empty".into()))?;
+        let content = first
+            .pointer("/message/content")
+            .ok_or_else(|| InvalidAnswer("no choices[0].message.content".into()))?;
+        content_parts(content)?
+    } else if let Some(output) = value.get("output").and_then(Value::as_array) {
+        output_parts(output)?
+    } else {
+        return Err(InvalidAnswer(
+            "expected `content`, `messages`, `choices` or `output`".into(),
+        ));
+    };
+    Ok(parts.into_iter().filter(|part| !part.trim().is_empty()).collect())
+}
+
+/// A content value: a string, null (no answer), or a list of text blocks
+/// (`{"type": "text"|"output_text", "text": "…"}`), which together make one part.
+fn content_parts(content: &Value) -> Result<Vec<String>, InvalidAnswer> {
+    match content {
+        Value::Null => Ok(Vec::new()),
+        Value::String(text) => Ok(vec![text.clone()]),
+        Value::Array(blocks) => {
+            let texts: Vec<&str> = blocks
+                .iter()
+                .filter_map(|b| b.get("text").and_then(Value::as_str))
+                .collect();
+            if texts.is_empty() && !blocks.is_empty() {
+                return Err(InvalidAnswer("content blocks carry no `text`".into()));
+            }
+            Ok(vec![texts.concat()])
+        }
+        _ => Err(InvalidAnswer(
+            "`content` must be a string or a list of text blocks".into(),
+        )),
+    }
+}
+
+/// `messages[]`: each assistant message is one part. Messages with another role (an agent
+/// echoing the conversation back) are skipped.
+fn assistant_parts(messages: &[Value]) -> Result<Vec<String>, InvalidAnswer> {
+    let mut parts = Vec::new();
+    for message in messages {
+        let role = message.get("role").and_then(Value::as_str).unwrap_or("assistant");
+        if role != "assistant" {
+            continue;
+        }
+        let content = message
+            .get("content")
+            .ok_or_else(|| InvalidAnswer("a message has no `content`".into()))?;
+        parts.extend(content_parts(content)?);
+    }
+    Ok(parts)
+}
+
+/// Responses API `output[]`: items of `"type": "message"` are parts; reasoning and tool
+/// items are not for the user.
+fn output_parts(output: &[Value]) -> Result<Vec<String>, InvalidAnswer> {
+    let mut parts = Vec::new();
+    for item in output
+        .iter()
+        .filter(|i| i.get("type").and_then(Value::as_str) == Some("message"))
+    {
+        let content = item
+            .get("content")
+            .ok_or_else(|| InvalidAnswer("an output message has no `content`".into()))?;
+        parts.extend(content_parts(content)?);
+    }
+    Ok(parts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(body: &str) -> Result<Vec<String>, InvalidAnswer> {
+        parse_answer(body.as_bytes())
+    }
+
+    #[test]
+    fn reads_every_accepted_answer_shape() {
+        assert_eq!(parts(r#"{"content": "hi"}"#).unwrap(), ["hi"]);
+        assert_eq!(
+            parts(r#"{"messages": [{"role": "assistant", "content": "one"}, {"role": "assistant", "content": "two"}]}"#)
+                .unwrap(),
+            ["one", "two"]
+        );
+        assert_eq!(
+            parts(r#"{"id": "chatcmpl-1", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": "from openai"}, "finish_reason": "stop"}]}"#).unwrap(),
+            ["from openai"]
+        );
+        assert_eq!(
+            parts(r#"{"output": [{"type": "reasoning", "summary": []}, {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "from ", "annotations": []}, {"type": "output_text", "text": "responses"}]}]}"#).unwrap(),
+            ["from responses"]
+        );
+    }
+
+    #[test]
+    fn drops_whitespace_parts_and_skips_non_assistant_messages() {
+        assert_eq!(
+            parts(r#"{"messages": [{"role": "user", "content": "echo"}, {"role": "assistant", "content": "  \n"}, {"role": "assistant", "content": "kept"}]}"#).unwrap(),
+            ["kept"]
+        );
+        assert_eq!(parts(r#"{"content": null}"#).unwrap(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn unreadable_answers_are_errors_not_empty_replies() {
+        assert!(parts("").is_err());
+        assert!(parts("<html>502</html>").is_err());
+        assert!(parts(r#"{"reply": "wrong field"}"#).is_err());
+        assert!(parts(r#"{"content": 42}"#).is_err());
+        assert!(parts(r#"{"choices": []}"#).is_err());
+    }
+}

@@ -1,0 +1,164 @@
+//! A real HTTP server playing the agent proxy. It verifies each dispatch's Standard Webhooks
+//! signature with the same verifier an agent would use, records what it received, and
+//! answers from a script (then with a default echo).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use channel_bridge::dispatch::payload::DispatchOut;
+use channel_bridge::dispatch::signature;
+use serde_json::{json, Value};
+use tokio::sync::{Notify, Semaphore};
+
+/// One dispatch as the agent saw it.
+#[derive(Debug, Clone)]
+pub struct AgentCall {
+    pub idempotency_key: String,
+    pub webhook_id: String,
+    pub payload: DispatchOut,
+    pub raw: Value,
+}
+
+/// How to answer the next call.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// Status, JSON body, optional Retry-After seconds.
+    Json(u16, Value, Option<u64>),
+    /// A raw body with status 200 (for unreadable answers).
+    Raw(&'static str),
+    /// Never answer (the worker's process is "killed" meanwhile).
+    Hang,
+}
+
+#[derive(Default)]
+struct AgentState {
+    secret: String,
+    calls: Mutex<Vec<AgentCall>>,
+    script: Mutex<VecDeque<Reply>>,
+    arrived: Notify,
+    /// When set, each answer waits for a permit (a "slow" agent the test paces).
+    gate: Option<Arc<Semaphore>>,
+    in_flight: Mutex<(usize, usize)>,
+}
+
+pub struct FakeAgent {
+    pub url: String,
+    state: Arc<AgentState>,
+}
+
+impl FakeAgent {
+    pub async fn start(secret: &str) -> Self {
+        Self::start_with(secret, None).await
+    }
+
+    /// An agent that holds every answer until the test adds a permit to `gate`.
+    pub async fn start_gated(secret: &str, gate: Arc<Semaphore>) -> Self {
+        Self::start_with(secret, Some(gate)).await
+    }
+
+    async fn start_with(secret: &str, gate: Option<Arc<Semaphore>>) -> Self {
+        let state = Arc::new(AgentState {
+            secret: secret.to_owned(),
+            gate,
+            ..Default::default()
+        });
+        let app = Router::new()
+            .route("/agent", post(receive))
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/agent", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self { url, state }
+    }
+
+    pub fn script(&self, replies: impl IntoIterator<Item = Reply>) {
+        self.state.script.lock().unwrap().extend(replies);
+    }
+
+    pub fn calls(&self) -> Vec<AgentCall> {
+        self.state.calls.lock().unwrap().clone()
+    }
+
+    /// The most calls that were ever being answered at the same time.
+    pub fn max_in_flight(&self) -> usize {
+        self.state.in_flight.lock().unwrap().1
+    }
+
+    /// Waits until at least `n` calls arrived.
+    pub async fn wait_for_calls(&self, n: usize) {
+        loop {
+            let notified = self.state.arrived.notified();
+            if self.state.calls.lock().unwrap().len() >= n {
+                return;
+            }
+            tokio::time::timeout(std::time::Duration::from_secs(20), notified)
+                .await
+                .expect("the agent receives the expected calls");
+        }
+    }
+}
+
+async fn receive(State(state): State<Arc<AgentState>>, headers: HeaderMap, body: Bytes) -> Response {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let now = chrono::Utc::now().timestamp();
+    let verified = signature::verify(
+        &state.secret,
+        header("webhook-id").as_deref(),
+        header("webhook-timestamp").as_deref(),
+        header("webhook-signature").as_deref(),
+        &body,
+        now,
+    );
+    if let Err(err) = verified {
+        return (StatusCode::UNAUTHORIZED, err.to_string()).into_response();
+    }
+    let raw: Value = serde_json::from_slice(&body).expect("dispatch body is JSON");
+    let payload: DispatchOut =
+        serde_json::from_value(raw.clone()).expect("dispatch body has the documented shape");
+    let call = AgentCall {
+        idempotency_key: header("idempotency-key").unwrap_or_default(),
+        webhook_id: header("webhook-id").unwrap_or_default(),
+        payload,
+        raw,
+    };
+    let content = call.payload.content.clone();
+    let history_len = call.payload.messages.len() - 1;
+    state.calls.lock().unwrap().push(call);
+    state.arrived.notify_waiters();
+    let reply = state.script.lock().unwrap().pop_front();
+
+    {
+        let mut in_flight = state.in_flight.lock().unwrap();
+        in_flight.0 += 1;
+        in_flight.1 = in_flight.1.max(in_flight.0);
+    }
+    if let Some(gate) = &state.gate {
+        gate.acquire().await.expect("gate stays open").forget();
+    }
+    state.in_flight.lock().unwrap().0 -= 1;
+
+    match reply {
+        None => (
+            StatusCode::OK,
+            axum::Json(json!({ "content": format!("answer to {content} ({history_len} before)") })),
+        )
+            .into_response(),
+        Some(Reply::Json(status, body, retry_after)) => {
+            let mut response = (StatusCode::from_u16(status).unwrap(), axum::Json(body)).into_response();
+            if let Some(secs) = retry_after {
+                response
+                    .headers_mut()
+                    .insert("retry-after", secs.to_string().parse().unwrap());
+            }
+            response
+        }
+        Some(Reply::Raw(body)) => (StatusCode::OK, body).into_response(),
+        Some(Reply::Hang) => std::future::pending().await,
+    }
+}
