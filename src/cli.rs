@@ -37,9 +37,82 @@ pub enum Command {
     /// Link platform senders to tenant users.
     #[command(subcommand)]
     Link(LinkCommand),
+    /// Issue and revoke tenant admin API keys.
+    #[command(subcommand)]
+    Key(KeyCommand),
+    /// Query a tenant's message history (the admin API's listing).
+    #[command(subcommand)]
+    Messages(MessagesCommand),
+    /// A user's history exactly as the agent would receive it with their next message.
+    History {
+        #[command(flatten)]
+        database: DatabaseSettings,
+        #[arg(long)]
+        tenant: TenantId,
+        #[arg(long)]
+        user: String,
+    },
+    /// Receive signed dispatches and answer them from an OpenAI-compatible server (or --echo).
+    AgentBridge(crate::agent_bridge::BridgeArgs),
+    /// Run gateway, echo agent and platform stand-ins locally through a short conversation.
+    Demo(crate::demo::DemoArgs),
     /// Post a JSON file to a running gateway, signed as the platform would sign it, and print
     /// the answer (or, with --print-curl, an equivalent curl command).
     SendFixture(crate::send_fixture::SendFixtureArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeyCommand {
+    /// Issue a key for a tenant; prints it once.
+    Issue {
+        #[command(flatten)]
+        database: DatabaseSettings,
+        #[arg(long)]
+        tenant: TenantId,
+        #[arg(long, default_value = "")]
+        name: String,
+    },
+    /// Revoke a key by id; its next request answers 401.
+    Revoke {
+        #[command(flatten)]
+        database: DatabaseSettings,
+        #[arg(long)]
+        id: uuid::Uuid,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MessagesCommand {
+    /// One page of messages, newest first; pass `next_cursor` as --cursor for the next.
+    List {
+        #[command(flatten)]
+        database: DatabaseSettings,
+        #[arg(long)]
+        tenant: TenantId,
+        #[arg(long)]
+        user: Option<String>,
+        #[arg(long)]
+        platform: Option<String>,
+        #[arg(long)]
+        connector: Option<uuid::Uuid>,
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long)]
+        decision: Option<String>,
+        /// RFC 3339.
+        #[arg(long)]
+        since: Option<chrono::DateTime<chrono::Utc>>,
+        /// RFC 3339.
+        #[arg(long)]
+        until: Option<chrono::DateTime<chrono::Utc>>,
+        /// Text search over request and response.
+        #[arg(long)]
+        search: Option<String>,
+        #[arg(long)]
+        cursor: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -167,6 +240,9 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
             let pool = crate::db::connect_pool(&add.database)?;
             print_json(&crate::provision::add_connector(&pool, add.tenant, &add.to_new_connector()).await?)
         }
+        command @ (Command::Key(_) | Command::Messages(_) | Command::History { .. }) => {
+            run_admin(command).await
+        }
         Command::Link(LinkCommand::Add {
             database,
             tenant,
@@ -180,6 +256,80 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
             )
         }
         Command::SendFixture(args) => crate::send_fixture::run(args).await,
+        Command::AgentBridge(args) => crate::agent_bridge::run(args).await,
+        Command::Demo(args) => crate::demo::run_cli(args).await,
+    }
+}
+
+async fn run_admin(command: Command) -> anyhow::Result<()> {
+    use crate::admin::{messages, operator};
+    match command {
+        Command::Key(KeyCommand::Issue {
+            database,
+            tenant,
+            name,
+        }) => {
+            let pool = crate::db::connect_pool(&database)?;
+            print_json(&operator::issue(&pool, tenant, &name).await.map_err(admin_error)?)
+        }
+        Command::Key(KeyCommand::Revoke { database, id }) => {
+            let pool = crate::db::connect_pool(&database)?;
+            print_json(&operator::revoke(&pool, id).await.map_err(admin_error)?)
+        }
+        Command::Messages(MessagesCommand::List {
+            database,
+            tenant,
+            user,
+            platform,
+            connector,
+            status,
+            decision,
+            since,
+            until,
+            search,
+            cursor,
+            limit,
+        }) => {
+            let pool = crate::db::connect_pool(&database)?;
+            let query = messages::MessagesQuery {
+                user_id: user,
+                platform,
+                connector_id: connector,
+                status,
+                decision,
+                since,
+                until,
+                q: search,
+                cursor,
+                limit: Some(limit),
+            };
+            print_json(
+                &messages::list_messages(&pool, tenant, &query)
+                    .await
+                    .map_err(admin_error)?,
+            )
+        }
+        Command::History {
+            database,
+            tenant,
+            user,
+        } => {
+            let pool = crate::db::connect_pool(&database)?;
+            print_json(
+                &messages::user_history(&pool, tenant, &user)
+                    .await
+                    .map_err(admin_error)?,
+            )
+        }
+        other => anyhow::bail!("not an admin command: {other:?}"),
+    }
+}
+
+/// The API's error as a CLI message (its client-facing text, never internals).
+fn admin_error(err: crate::error::AppError) -> anyhow::Error {
+    match err {
+        crate::error::AppError::Internal(err) => err,
+        other => anyhow::anyhow!("{other}"),
     }
 }
 

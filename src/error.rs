@@ -31,6 +31,8 @@ pub enum AppError {
     PayloadTooLarge(usize),
     #[error("{0}")]
     Unprocessable(String),
+    #[error("{0}")]
+    Conflict(&'static str),
     #[error("database unavailable")]
     Unavailable(#[source] sqlx::Error),
     #[error(transparent)]
@@ -47,6 +49,7 @@ impl AppError {
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             Self::Unprocessable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unprocessable"),
+            Self::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
@@ -91,5 +94,23 @@ impl IntoResponse for AppError {
             other => other.to_string(),
         };
         (status, Json(json!({ "error": code, "message": message }))).into_response()
+    }
+}
+
+impl From<axum::extract::rejection::JsonRejection> for AppError {
+    fn from(rejection: axum::extract::rejection::JsonRejection) -> Self {
+        Self::Unprocessable(rejection.body_text())
+    }
+}
+
+impl From<axum::extract::rejection::QueryRejection> for AppError {
+    fn from(rejection: axum::extract::rejection::QueryRejection) -> Self {
+        Self::Unprocessable(rejection.body_text())
+    }
+}
+
+impl From<axum::extract::rejection::PathRejection> for AppError {
+    fn from(_: axum::extract::rejection::PathRejection) -> Self {
+        Self::NotFound("resource")
     }
 }

@@ -6,13 +6,18 @@
 //! - `http`: the HTTP surface, one router per feature.
 //! - `db`: pool, migrations, the tenant transaction (the one door to tenant tables).
 //! - `provision`, `cli`: provisioning and the command line.
+//! - `agent_bridge`: the agent side of a dispatch, in front of an OpenAI-compatible server.
+//! - `demo`: the whole pipeline on one machine (`channel-bridge demo`).
 //! - `sign`, `send_fixture`: signing webhooks as the platforms do, for `send-fixture` and the
 //!   ingress load generator (`benches/ingress_load.rs`).
 
+pub mod admin;
+pub mod agent_bridge;
 pub mod channels;
 pub mod cli;
 pub mod db;
 pub mod delivery;
+pub mod demo;
 pub mod dispatch;
 pub mod domain;
 pub mod error;

@@ -134,3 +134,171 @@ pub async fn list(tx: &mut TenantTx) -> Result<Vec<Connector>, sqlx::Error> {
     .await?;
     rows.into_iter().map(Connector::try_from).collect()
 }
+
+/// What admins see of a connector: everything but the secrets, which are write-only.
+#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct ConnectorSummary {
+    pub id: uuid::Uuid,
+    pub platform: String,
+    pub name: String,
+    pub external_id: Option<String>,
+    pub app_id: Option<String>,
+    pub bot_user_id: Option<String>,
+    pub bot_id: Option<String>,
+    pub api_base_url: Option<String>,
+    pub enabled: bool,
+    pub unlinked_policy: String,
+    pub telegram_delivery: String,
+    pub unlinked_notice: Option<String>,
+    pub has_verify_token: bool,
+    pub has_outbound_token: bool,
+    /// Until when the secret replaced by the last rotation is still accepted.
+    pub previous_secret_expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+const SELECT_SUMMARY: &str = "select id, platform, name, external_id, app_id, bot_user_id, bot_id,
+        api_base_url, enabled, unlinked_policy, telegram_delivery, unlinked_notice,
+        verify_token is not null as has_verify_token, outbound_token is not null as has_outbound_token,
+        case when previous_secret_expires_at > now() then previous_secret_expires_at end
+            as previous_secret_expires_at,
+        created_at, updated_at
+   from channel_connectors";
+
+pub async fn summaries(tx: &mut TenantTx) -> Result<Vec<ConnectorSummary>, sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query_as(&format!(
+        "{SELECT_SUMMARY} where tenant_id = $1 order by created_at, id"
+    ))
+    .bind(tenant)
+    .fetch_all(tx.conn())
+    .await
+}
+
+pub async fn summary(tx: &mut TenantTx, id: ConnectorId) -> Result<Option<ConnectorSummary>, sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query_as(&format!("{SELECT_SUMMARY} where tenant_id = $1 and id = $2"))
+        .bind(tenant)
+        .bind(id)
+        .fetch_optional(tx.conn())
+        .await
+}
+
+/// A partial update. `Some("")` clears an optional text field.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectorChange {
+    pub name: Option<String>,
+    pub external_id: Option<String>,
+    pub app_id: Option<String>,
+    pub bot_user_id: Option<String>,
+    pub bot_id: Option<String>,
+    pub api_base_url: Option<String>,
+    pub enabled: Option<bool>,
+    pub unlinked_policy: Option<UnlinkedPolicy>,
+    pub telegram_delivery: Option<TelegramDelivery>,
+    pub unlinked_notice: Option<String>,
+    pub verify_token: Option<SecretString>,
+    pub outbound_token: Option<SecretString>,
+    /// A new verification secret; the current one stays valid for `grace`.
+    pub rotate_secret: Option<(SecretString, std::time::Duration)>,
+}
+
+/// Applies `change`; `false` when there is no such connector for this tenant.
+pub async fn update(
+    tx: &mut TenantTx,
+    id: ConnectorId,
+    change: &ConnectorChange,
+) -> Result<bool, sqlx::Error> {
+    let tenant = tx.tenant();
+    let mut sql =
+        sqlx::QueryBuilder::<sqlx::Postgres>::new("update channel_connectors set updated_at = now()");
+    let texts = [
+        ("name", change.name.clone()),
+        ("external_id", change.external_id.clone()),
+        ("app_id", change.app_id.clone()),
+        ("bot_user_id", change.bot_user_id.clone()),
+        ("bot_id", change.bot_id.clone()),
+        ("api_base_url", change.api_base_url.clone()),
+        ("unlinked_notice", change.unlinked_notice.clone()),
+        (
+            "verify_token",
+            change.verify_token.as_ref().map(|s| s.expose_secret().to_owned()),
+        ),
+        (
+            "outbound_token",
+            change
+                .outbound_token
+                .as_ref()
+                .map(|s| s.expose_secret().to_owned()),
+        ),
+        (
+            "unlinked_policy",
+            change.unlinked_policy.map(|p| p.as_str().to_owned()),
+        ),
+        (
+            "telegram_delivery",
+            change.telegram_delivery.map(|d| d.as_str().to_owned()),
+        ),
+    ];
+    for (column, value) in texts {
+        if let Some(value) = value {
+            // `name` is not nullable; for the others an empty string clears the field.
+            let value = (column == "name" || !value.is_empty()).then_some(value);
+            sql.push(format!(", {column} = ")).push_bind(value);
+        }
+    }
+    if let Some(enabled) = change.enabled {
+        sql.push(", enabled = ").push_bind(enabled);
+    }
+    if let Some((secret, grace)) = &change.rotate_secret {
+        // Right-hand sides read the old row: the current secret becomes the previous one.
+        sql.push(", previous_verification_secret = verification_secret");
+        sql.push(", previous_secret_expires_at = now() + make_interval(secs => ")
+            .push_bind(grace.as_secs_f64())
+            .push(")");
+        sql.push(", verification_secret = ")
+            .push_bind(secret.expose_secret().to_owned());
+    }
+    sql.push(" where tenant_id = ")
+        .push_bind(tenant)
+        .push(" and id = ")
+        .push_bind(id);
+    Ok(sql.build().execute(tx.conn()).await?.rows_affected() == 1)
+}
+
+/// Deletes a connector. Its messages go with it (foreign key cascade) only when `purge`;
+/// otherwise a connector with history is kept and `Err(HasHistory)` returned.
+pub async fn delete(tx: &mut TenantTx, id: ConnectorId, purge: bool) -> Result<DeleteOutcome, sqlx::Error> {
+    let tenant = tx.tenant();
+    if !purge {
+        let history: bool = sqlx::query_scalar(
+            "select exists (select 1 from channel_messages where tenant_id = $1 and connector_id = $2)",
+        )
+        .bind(tenant)
+        .bind(id)
+        .fetch_one(tx.conn())
+        .await?;
+        if history {
+            return Ok(DeleteOutcome::HasHistory);
+        }
+    }
+    let deleted = sqlx::query("delete from channel_connectors where tenant_id = $1 and id = $2")
+        .bind(tenant)
+        .bind(id)
+        .execute(tx.conn())
+        .await?
+        .rows_affected();
+    Ok(if deleted == 1 {
+        DeleteOutcome::Deleted
+    } else {
+        DeleteOutcome::NotFound
+    })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    Deleted,
+    NotFound,
+    HasHistory,
+}

@@ -5,7 +5,7 @@ use serde::Serialize;
 use super::TenantTx;
 use crate::domain::Platform;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Link {
     pub platform: String,
     pub platform_user_id: String,
@@ -63,4 +63,23 @@ pub async fn list(tx: &mut TenantTx) -> Result<Vec<Link>, sqlx::Error> {
     .bind(tenant)
     .fetch_all(tx.conn())
     .await
+}
+
+/// Unlinks a sender; `false` when there was no such link.
+pub async fn delete(
+    tx: &mut TenantTx,
+    platform: Platform,
+    platform_user_id: &str,
+) -> Result<bool, sqlx::Error> {
+    let tenant = tx.tenant();
+    let deleted = sqlx::query(
+        "delete from channel_links where tenant_id = $1 and platform = $2 and platform_user_id = $3",
+    )
+    .bind(tenant)
+    .bind(platform.as_str())
+    .bind(platform_user_id)
+    .execute(tx.conn())
+    .await?
+    .rows_affected();
+    Ok(deleted == 1)
 }

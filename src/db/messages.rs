@@ -83,13 +83,14 @@ pub struct MessageRow {
     pub last_error: Option<String>,
     pub received_at: chrono::DateTime<chrono::Utc>,
     pub completed_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub delivered_at: Option<chrono::DateTime<chrono::Utc>>,
     pub metadata: Value,
 }
 
 pub const MESSAGE_COLUMNS: &str = "id, tenant_id, connector_id, platform, idempotency_key,
     platform_message_id, chat_id, thread_id, platform_user_id, reply_to_id, user_id,
     conversation_key, request_content, response_content, decision, status, attempts,
-    last_error, received_at, completed_at, metadata";
+    last_error, received_at, completed_at, delivered_at, metadata";
 
 pub async fn get(tx: &mut TenantTx, id: MessageId) -> Result<Option<MessageRow>, sqlx::Error> {
     let tenant = tx.tenant();
@@ -224,4 +225,116 @@ pub async fn record_failure(
     .execute(tx.conn())
     .await?;
     Ok(())
+}
+
+/// Filters of the admin message listing. Every field narrows the result.
+#[derive(Debug, Clone, Default)]
+pub struct MessageFilter {
+    pub user_id: Option<String>,
+    pub platform: Option<String>,
+    pub connector_id: Option<uuid::Uuid>,
+    pub status: Option<String>,
+    pub decision: Option<String>,
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
+    /// Case-insensitive substring of the request or the response.
+    pub text: Option<String>,
+    /// Keyset position: only rows strictly older than this `(received_at, id)`.
+    pub before: Option<(chrono::DateTime<chrono::Utc>, MessageId)>,
+    pub limit: i64,
+}
+
+/// Newest first, in `(received_at, id)` order. Paging by keyset (`before`) instead of
+/// offsets keeps pages stable while new rows arrive: they sort before the first page.
+pub async fn list(tx: &mut TenantTx, filter: &MessageFilter) -> Result<Vec<MessageRow>, sqlx::Error> {
+    let tenant = tx.tenant();
+    let mut sql = sqlx::QueryBuilder::<sqlx::Postgres>::new(format!(
+        "select {MESSAGE_COLUMNS} from channel_messages where tenant_id = "
+    ));
+    sql.push_bind(tenant);
+    let mut eq = |column: &str, value: Option<String>| {
+        if let Some(value) = value {
+            sql.push(format!(" and {column} = ")).push_bind(value);
+        }
+    };
+    eq("user_id", filter.user_id.clone());
+    eq("platform", filter.platform.clone());
+    eq("status", filter.status.clone());
+    eq("decision", filter.decision.clone());
+    if let Some(connector) = filter.connector_id {
+        sql.push(" and connector_id = ").push_bind(connector);
+    }
+    if let Some(since) = filter.since {
+        sql.push(" and received_at >= ").push_bind(since);
+    }
+    if let Some(until) = filter.until {
+        sql.push(" and received_at < ").push_bind(until);
+    }
+    if let Some(text) = &filter.text {
+        let pattern = format!("%{}%", escape_like(text));
+        sql.push(" and (request_content ilike ")
+            .push_bind(pattern.clone());
+        sql.push(" or response_content ilike ")
+            .push_bind(pattern)
+            .push(")");
+    }
+    if let Some((received_at, id)) = filter.before {
+        sql.push(" and (received_at, id) < (")
+            .push_bind(received_at)
+            .push(", ")
+            .push_bind(id)
+            .push(")");
+    }
+    sql.push(" order by received_at desc, id desc limit ")
+        .push_bind(filter.limit);
+    sql.build_query_as().fetch_all(tx.conn()).await
+}
+
+/// `%`, `_` and `\` match themselves in a search, not as LIKE wildcards.
+fn escape_like(text: &str) -> String {
+    text.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_")
+}
+
+/// The local message a platform reply-to id points at: one of this tenant's inbound turns,
+/// or the turn whose reply part the user answered.
+pub async fn resolve_reply_to(
+    tx: &mut TenantTx,
+    connector: ConnectorId,
+    platform_message_id: &str,
+) -> Result<Option<MessageId>, sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query_scalar(
+        "select id from channel_messages
+          where tenant_id = $1 and connector_id = $2 and platform_message_id = $3
+         union all
+         select r.message_id from channel_replies r
+          where r.tenant_id = $1 and r.platform_message_id = $3
+         limit 1",
+    )
+    .bind(tenant)
+    .bind(connector)
+    .bind(platform_message_id)
+    .fetch_optional(tx.conn())
+    .await
+}
+
+/// Puts a failed turn back in the queue: status `accepted`, attempts and error cleared.
+/// `None` when the turn is not `dispatch_failed`.
+pub async fn redispatch(tx: &mut TenantTx, id: MessageId) -> Result<Option<MessageRow>, sqlx::Error> {
+    let tenant = tx.tenant();
+    let row: Option<MessageRow> = sqlx::query_as(&format!(
+        "update channel_messages
+            set status = 'accepted', decision = null, attempts = 0, last_error = null,
+                completed_at = null, updated_at = now()
+          where tenant_id = $1 and id = $2 and status = 'dispatch_failed'
+      returning {MESSAGE_COLUMNS}"
+    ))
+    .bind(tenant)
+    .bind(id)
+    .fetch_optional(tx.conn())
+    .await?;
+    if let Some(row) = &row {
+        super::queue::enqueue(tx, row.id, &row.conversation_key, super::queue::Stage::Dispatch).await?;
+    }
+    Ok(row)
 }

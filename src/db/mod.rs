@@ -4,6 +4,7 @@
 //! Queries are runtime-checked `sqlx::query_as` calls; every one of them is exercised by the
 //! integration tests against a real database (README, "Checked SQL").
 
+pub mod api_keys;
 pub mod connectors;
 pub mod links;
 pub mod messages;

@@ -15,8 +15,15 @@ pub struct TenantRow {
     pub agent_url: Option<String>,
     #[sqlx(try_from = "String")]
     pub dispatch_secret: DispatchSecret,
+    /// The secret replaced by the last rotation, while it is still honoured.
+    pub previous_dispatch_secret: Option<String>,
     pub created_at: chrono::DateTime<chrono::Utc>,
 }
+
+const COLUMNS: &str = "id, slug, name, agent_url, dispatch_secret,
+    case when previous_dispatch_secret_expires_at > now() then previous_dispatch_secret end
+        as previous_dispatch_secret,
+    created_at";
 
 /// A Standard Webhooks signing secret, `whsec_<base64 of 32 random bytes>`; the HMAC key
 /// is the decoded bytes, so agents can verify with any Standard Webhooks library.
@@ -51,7 +58,7 @@ pub async fn insert(conn: &mut PgConnection, new: &NewTenant<'_>) -> Result<Tena
     sqlx::query_as(
         "insert into tenants (id, slug, name, agent_url, dispatch_secret)
          values ($1, $2, $3, $4, $5)
-         returning id, slug, name, agent_url, dispatch_secret, created_at",
+         returning id, slug, name, agent_url, dispatch_secret, null::text as previous_dispatch_secret, created_at",
     )
     .bind(TenantId::new())
     .bind(new.slug)
@@ -63,8 +70,50 @@ pub async fn insert(conn: &mut PgConnection, new: &NewTenant<'_>) -> Result<Tena
 }
 
 pub async fn get(conn: &mut PgConnection, id: TenantId) -> Result<Option<TenantRow>, sqlx::Error> {
-    sqlx::query_as("select id, slug, name, agent_url, dispatch_secret, created_at from tenants where id = $1")
+    sqlx::query_as(&format!("select {COLUMNS} from tenants where id = $1"))
         .bind(id)
         .fetch_optional(conn)
         .await
+}
+
+/// Changes the agent URL (`Some("")` clears it, falling back to CB_AGENT_URL) and the name.
+pub async fn update(
+    conn: &mut PgConnection,
+    id: TenantId,
+    name: Option<&str>,
+    agent_url: Option<&str>,
+) -> Result<Option<TenantRow>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "update tenants set name = coalesce($2, name),
+                agent_url = case when $3::text is null then agent_url else nullif($3, '') end,
+                updated_at = now()
+          where id = $1 returning {COLUMNS}"
+    ))
+    .bind(id)
+    .bind(name)
+    .bind(agent_url)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Replaces the dispatch secret; the old one keeps signing alongside for `grace`.
+pub async fn rotate_dispatch_secret(
+    conn: &mut PgConnection,
+    id: TenantId,
+    grace: std::time::Duration,
+) -> Result<Option<DispatchSecret>, sqlx::Error> {
+    use secrecy::ExposeSecret;
+    let secret = DispatchSecret::generate();
+    let done = sqlx::query(
+        "update tenants set previous_dispatch_secret = dispatch_secret,
+                previous_dispatch_secret_expires_at = now() + make_interval(secs => $3),
+                dispatch_secret = $2, updated_at = now()
+          where id = $1",
+    )
+    .bind(id)
+    .bind(secret.0.expose_secret())
+    .bind(grace.as_secs_f64())
+    .execute(conn)
+    .await?;
+    Ok((done.rows_affected() == 1).then_some(secret))
 }

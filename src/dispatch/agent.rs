@@ -30,12 +30,12 @@ pub enum CallOutcome {
     Permanent { reason: &'static str, error: String },
 }
 
-/// Signs and posts one dispatch. `Idempotency-Key` and `webhook-id` are the message id, the
+/// Signs (with every live dispatch secret: two during a rotation) and posts one dispatch. `Idempotency-Key` and `webhook-id` are the message id, the
 /// same on every attempt, so an agent can drop a repeat after a lost answer.
 pub async fn call(
     client: &reqwest::Client,
     url: &str,
-    secret: &str,
+    secrets: &[&str],
     payload: &DispatchOut,
     now: i64,
 ) -> CallOutcome {
@@ -48,7 +48,7 @@ pub async fn call(
             }
         }
     };
-    let signature = match signature::sign(secret, &payload.message_id, now, &body) {
+    let signature = match signature::sign_all(secrets, &payload.message_id, now, &body) {
         Ok(signature) => signature,
         Err(err) => {
             return CallOutcome::Permanent {

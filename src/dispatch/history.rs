@@ -9,6 +9,7 @@
 use super::payload::ChatMessage;
 use crate::db::messages::MessageRow;
 use crate::db::TenantTx;
+use crate::domain::MessageId;
 
 /// Turns of history given to the agent.
 pub const HISTORY_TURNS: i64 = 12;
@@ -19,32 +20,69 @@ struct Turn {
     response_content: Option<String>,
 }
 
+/// Whose history, and up to where.
+#[derive(Debug, Clone)]
+pub struct HistoryScope<'a> {
+    /// The linked user; their history spans every platform.
+    pub user_id: Option<&'a str>,
+    /// For an unlinked sender: their own conversation.
+    pub conversation_key: &'a str,
+    /// Only turns strictly older than this one; `None` for "what the next turn would see".
+    pub before: Option<(chrono::DateTime<chrono::Utc>, MessageId)>,
+}
+
+impl<'a> HistoryScope<'a> {
+    /// The history the agent gets with `message`.
+    pub fn of(message: &'a MessageRow) -> Self {
+        Self {
+            user_id: message.user_id.as_deref(),
+            conversation_key: &message.conversation_key,
+            before: Some((message.received_at, message.id)),
+        }
+    }
+}
+
 /// Reads the history of `message`'s conversation inside the tenant transaction.
 pub async fn load(tx: &mut TenantTx, message: &MessageRow) -> Result<Vec<ChatMessage>, sqlx::Error> {
+    load_scope(tx, &HistoryScope::of(message)).await
+}
+
+/// Reads a conversation's history inside the tenant transaction: the worker and the admin
+/// API's "history as the agent would see it" both come here.
+pub async fn load_scope(
+    tx: &mut TenantTx,
+    scope: &HistoryScope<'_>,
+) -> Result<Vec<ChatMessage>, sqlx::Error> {
     let tenant = tx.tenant();
     // Two statements rather than one with an OR, so each uses its own index.
-    let scope = match &message.user_id {
+    let who = match scope.user_id {
         Some(_) => "user_id = $2",
         None => "user_id is null and conversation_key = $2",
     };
-    let key = message.user_id.as_deref().unwrap_or(&message.conversation_key);
-    let mut turns: Vec<Turn> = sqlx::query_as(&format!(
+    let before = if scope.before.is_some() {
+        "and (received_at, id) < ($4, $5)"
+    } else {
+        ""
+    };
+    let key = scope.user_id.unwrap_or(scope.conversation_key);
+    let sql = format!(
         "select request_content, response_content
            from channel_messages
-          where tenant_id = $1 and {scope}
+          where tenant_id = $1 and {who}
             and (status in ('executed', 'dispatch_failed') or status like 'denied\\_%')
             and btrim(request_content) <> ''
-            and (received_at, id) < ($3, $4)
+            {before}
           order by received_at desc, id desc
-          limit $5"
-    ))
-    .bind(tenant)
-    .bind(key)
-    .bind(message.received_at)
-    .bind(message.id)
-    .bind(HISTORY_TURNS)
-    .fetch_all(tx.conn())
-    .await?;
+          limit $3"
+    );
+    let mut query = sqlx::query_as::<_, Turn>(&sql)
+        .bind(tenant)
+        .bind(key)
+        .bind(HISTORY_TURNS);
+    if let Some((received_at, id)) = scope.before {
+        query = query.bind(received_at).bind(id);
+    }
+    let mut turns = query.fetch_all(tx.conn()).await?;
     turns.reverse();
     Ok(turns.into_iter().flat_map(into_messages).collect())
 }

@@ -54,6 +54,8 @@ struct Prepared {
     history: Vec<ChatMessage>,
     agent_url: Option<String>,
     dispatch_secret: secrecy::SecretString,
+    /// The previous secret during a rotation's grace period.
+    previous_dispatch_secret: Option<secrecy::SecretString>,
 }
 
 pub struct Worker {
@@ -162,6 +164,7 @@ impl Worker {
             history,
             agent_url: tenant.agent_url.or_else(|| self.settings.agent_url.clone()),
             dispatch_secret: tenant.dispatch_secret.0,
+            previous_dispatch_secret: tenant.previous_dispatch_secret.map(secrecy::SecretString::from),
         }))
     }
 
@@ -173,8 +176,14 @@ impl Worker {
             };
         };
         let payload = payload::build(&prepared.message, prepared.history.clone());
-        let secret = prepared.dispatch_secret.expose_secret();
-        agent::call(&self.client, url, secret, &payload, (self.clock)()).await
+        let mut secrets = vec![prepared.dispatch_secret.expose_secret()];
+        secrets.extend(
+            prepared
+                .previous_dispatch_secret
+                .as_ref()
+                .map(|s| s.expose_secret()),
+        );
+        agent::call(&self.client, url, &secrets, &payload, (self.clock)()).await
     }
 
     /// Second tenant transaction: store the answer and its reply parts, finish the job.

@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::db::messages::MessageRow;
 
 /// One turn of `messages[]`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ChatMessage {
     pub role: String,
     pub content: String,

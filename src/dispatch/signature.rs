@@ -45,6 +45,13 @@ pub fn sign(secret: &str, id: &str, timestamp: i64, body: &[u8]) -> Result<Strin
     Ok(format!("v1,{}", STANDARD.encode(digest)))
 }
 
+/// The header value signed with each secret, space separated (Standard Webhooks' form for
+/// a secret rotation: the receiver accepts any one that matches).
+pub fn sign_all(secrets: &[&str], id: &str, timestamp: i64, body: &[u8]) -> Result<String, SignatureError> {
+    let signatures: Result<Vec<String>, _> = secrets.iter().map(|s| sign(s, id, timestamp, body)).collect();
+    Ok(signatures?.join(" "))
+}
+
 /// Verifies the three headers against `body`. The signature header may carry several
 /// space-separated signatures (secret rotation); one match is enough. Comparison is
 /// constant-time.

@@ -8,24 +8,29 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::{Json, Router};
+use axum::Json;
 use serde_json::json;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
+use crate::admin::ApiJsonError;
 use crate::channels::{channel_for, HandshakeReply, HookRequest, Inbound, Parsed};
 use crate::db::{self, TenantTx};
 use crate::domain::{Connector, ConnectorId, Platform, TenantId};
 use crate::error::AppError;
 use crate::state::AppState;
 
-pub fn router() -> Router<AppState> {
-    Router::new().route(
-        "/v1/hooks/{tenant_id}/{connector_id}",
-        post(receive).get(handshake),
-    )
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(receive, handshake))
 }
 
 /// A platform's POST: an event delivery, or Slack's signed `url_verification`.
+#[utoipa::path(post, path = "/v1/hooks/{tenant_id}/{connector_id}", tag = "webhooks",
+    params(("tenant_id" = Uuid, Path), ("connector_id" = Uuid, Path)),
+    request_body(content = String, description = "The platform's signed payload, verified over its raw bytes"),
+    responses((status = 200, description = "verified and recorded (duplicates too), or handshake answered"),
+        (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 404, body = ApiJsonError),
+        (status = 413, body = ApiJsonError), (status = 503, body = ApiJsonError)))]
 async fn receive(
     State(state): State<AppState>,
     Path(ids): Path<(String, String)>,
@@ -52,6 +57,11 @@ async fn receive(
 
 /// Meta's GET handshake (`hub.mode=subscribe`). Unsigned by design: it proves the verify
 /// token instead.
+#[utoipa::path(get, path = "/v1/hooks/{tenant_id}/{connector_id}", tag = "webhooks",
+    params(("tenant_id" = Uuid, Path), ("connector_id" = Uuid, Path),
+        ("hub.mode" = Option<String>, Query), ("hub.challenge" = Option<String>, Query), ("hub.verify_token" = Option<String>, Query)),
+    responses((status = 200, description = "the challenge, verbatim", content_type = "text/plain"),
+        (status = 403, body = ApiJsonError), (status = 404, body = ApiJsonError), (status = 405, body = ApiJsonError)))]
 async fn handshake(
     State(state): State<AppState>,
     Path(ids): Path<(String, String)>,

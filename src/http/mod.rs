@@ -12,14 +12,68 @@ use axum::Router;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
 use crate::state::AppState;
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-pub fn router(state: AppState) -> Router {
-    Router::new()
+/// Every route, documented by the same calls that serve it, so `/v1/openapi.json` cannot
+/// drift from the handlers.
+pub fn api() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(health::router())
         .merge(hooks::router())
+        .merge(crate::admin::router())
+        .routes(routes!(openapi_json))
+}
+
+/// The OpenAPI document of `api()`.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    api().into_openapi()
+}
+
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(title = "channel-bridge", description = "Multi-tenant messaging gateway: webhooks, admin and operator API."),
+    modifiers(&SecuritySchemes)
+)]
+struct ApiDoc;
+
+struct SecuritySchemes;
+
+impl utoipa::Modify for SecuritySchemes {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        let bearer = |description: &str| {
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(description))
+                    .build(),
+            )
+        };
+        components.add_security_scheme("api_key", bearer("A tenant admin key, `cbk_<prefix>_<secret>`."));
+        components.add_security_scheme(
+            "operator_token",
+            bearer("The operator token (CB_OPERATOR_TOKEN)."),
+        );
+    }
+}
+
+/// This document.
+#[utoipa::path(get, path = "/v1/openapi.json", tag = "meta", responses((status = 200, description = "OpenAPI 3.1 document")))]
+async fn openapi_json() -> axum::Json<utoipa::openapi::OpenApi> {
+    static DOC: std::sync::OnceLock<utoipa::openapi::OpenApi> = std::sync::OnceLock::new();
+    axum::Json(DOC.get_or_init(openapi).clone())
+}
+
+pub fn router(state: AppState) -> Router {
+    let (routes, _) = api().split_for_parts();
+    routes
         .with_state(state)
         .layer(
             TraceLayer::new_for_http()

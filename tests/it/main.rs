@@ -2,6 +2,9 @@
 
 mod support;
 
+mod admin;
+mod agent_bridge;
+mod demo;
 mod dispatch;
 mod foundation;
 mod ingress;

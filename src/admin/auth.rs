@@ -1,0 +1,113 @@
+//! Who is calling the admin API.
+//!
+//! - Tenant admins present `Authorization: Bearer cbk_<prefix>_<secret>`. The key is
+//!   random (32 bytes), shown once, and stored as its SHA-256 only; the prefix is a
+//!   visible, non-secret handle. A key resolves to exactly one tenant, and every handler
+//!   behind `TenantAdmin` works inside that tenant's transaction.
+//! - The operator presents the configured `CB_OPERATOR_TOKEN`, compared in constant time.
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use base64::Engine;
+use rand::distributions::Alphanumeric;
+use rand::{Rng, RngCore};
+use secrecy::ExposeSecret;
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use crate::domain::TenantId;
+use crate::error::AppError;
+use crate::state::AppState;
+
+/// A freshly issued key: the secret text and what is stored of it.
+pub struct IssuedKey {
+    pub key: String,
+    pub prefix: String,
+    pub hash: Vec<u8>,
+}
+
+pub fn issue_key() -> IssuedKey {
+    let prefix: String = rand::rngs::OsRng
+        .sample_iter(&Alphanumeric)
+        .take(8)
+        .map(char::from)
+        .collect();
+    let mut secret = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut secret);
+    let secret = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret);
+    let key = format!("cbk_{prefix}_{secret}");
+    let hash = hash_key(&key);
+    IssuedKey { key, prefix, hash }
+}
+
+pub fn hash_key(key: &str) -> Vec<u8> {
+    Sha256::digest(key.as_bytes()).to_vec()
+}
+
+fn bearer(parts: &Parts) -> Option<&str> {
+    let value = parts
+        .headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// A request authenticated by a live tenant admin key.
+#[derive(Debug, Clone, Copy)]
+pub struct TenantAdmin {
+    pub tenant: TenantId,
+    pub key_id: Uuid,
+}
+
+impl FromRequestParts<AppState> for TenantAdmin {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        let key = bearer(parts).ok_or(AppError::Unauthorized("missing bearer token"))?;
+        let mut conn = state.pool.acquire().await?;
+        let found = crate::db::api_keys::authenticate(&mut conn, &hash_key(key)).await?;
+        let (key_id, tenant) = found.ok_or(AppError::Unauthorized("invalid or revoked API key"))?;
+        tracing::Span::current().record("tenant_id", tracing::field::display(tenant));
+        Ok(Self { tenant, key_id })
+    }
+}
+
+/// A request authenticated by the operator token.
+#[derive(Debug, Clone, Copy)]
+pub struct Operator;
+
+impl FromRequestParts<AppState> for Operator {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        let Some(expected) = state.settings.operator_token.as_ref() else {
+            return Err(AppError::Forbidden(
+                "operator endpoints are disabled (no CB_OPERATOR_TOKEN)",
+            ));
+        };
+        let token = bearer(parts).ok_or(AppError::Unauthorized("missing bearer token"))?;
+        if crate::channels::constant_time_eq(token.as_bytes(), expected.expose_secret().as_bytes()) {
+            Ok(Operator)
+        } else {
+            Err(AppError::Unauthorized("invalid operator token"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issued_keys_are_random_prefixed_and_stored_only_as_a_hash() {
+        let a = issue_key();
+        let b = issue_key();
+        assert_ne!(a.key, b.key);
+        assert!(a.key.starts_with(&format!("cbk_{}_", a.prefix)));
+        assert_eq!(a.hash, hash_key(&a.key));
+        assert_eq!(a.hash.len(), 32);
+        assert!(a.key.len() > 50);
+    }
+}

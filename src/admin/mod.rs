@@ -1,0 +1,69 @@
+//! The tenant admin API (`/v1/admin/…`, bearer API key, everything inside the key's tenant
+//! transaction) and the operator API (`/v1/operator/…`, the operator token): history
+//! queries, connectors, links, tenant settings, keys. Handlers are thin; the functions they
+//! call take a pool and a tenant, so the CLI runs the same code.
+
+pub mod auth;
+pub mod connectors;
+pub mod links;
+pub mod messages;
+pub mod operator;
+pub mod tenant;
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::error::AppError;
+use crate::state::AppState;
+
+/// Every admin and operator route; each is documented in the OpenAPI document by the same
+/// `routes!` call that serves it.
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(messages::list))
+        .routes(routes!(messages::get))
+        .routes(routes!(messages::post_redispatch))
+        .routes(routes!(messages::history))
+        .routes(routes!(connectors::list, connectors::create))
+        .routes(routes!(connectors::get, connectors::update, connectors::delete))
+        .routes(routes!(connectors::disable))
+        .routes(routes!(links::list, links::create))
+        .routes(routes!(links::delete))
+        .routes(routes!(tenant::get, tenant::update))
+        .routes(routes!(tenant::rotate_dispatch_secret))
+        .routes(routes!(operator::create_tenant))
+        .routes(routes!(operator::list_keys, operator::issue_key_route))
+        .routes(routes!(operator::revoke_key))
+}
+
+/// The JSON error body of every endpoint.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApiJsonError {
+    /// Stable code: `bad_request`, `unauthorized`, `forbidden`, `not_found`, `conflict`,
+    /// `unprocessable`, `payload_too_large`, `unavailable`, `internal`.
+    pub error: String,
+    pub message: String,
+}
+
+/// `Query<T>` whose rejection is a JSON 422.
+pub struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let axum::extract::Query(value) = axum::extract::Query::<T>::from_request_parts(parts, state).await?;
+        Ok(Self(value))
+    }
+}
+
+/// `Json<T>` whose rejection is a JSON 422 (400 for a body that is not JSON at all is
+/// folded into 422 too: the client sent something we cannot process).
+#[derive(axum::extract::FromRequest)]
+#[from_request(via(axum::Json), rejection(AppError))]
+pub struct ApiJson<T>(pub T);

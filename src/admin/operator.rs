@@ -1,0 +1,131 @@
+//! Operator endpoints (the `CB_OPERATOR_TOKEN`): create tenants, issue and revoke tenant
+//! admin keys. The CLI's `tenant create` and `key issue|revoke` call the same functions.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::auth::{issue_key, Operator};
+use super::{ApiJson, ApiJsonError};
+use crate::db::api_keys::ApiKeyRow;
+use crate::db::{self};
+use crate::domain::TenantId;
+use crate::error::AppError;
+use crate::provision::{self, TenantCreated};
+use crate::state::AppState;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TenantIn {
+    pub slug: String,
+    pub name: Option<String>,
+    pub agent_url: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KeyIn {
+    #[serde(default)]
+    pub name: String,
+}
+
+/// A new key. `key` is shown this once; only its hash is stored.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct KeyIssuedOut {
+    pub id: Uuid,
+    pub tenant_id: Uuid,
+    pub name: String,
+    pub prefix: String,
+    pub key: String,
+}
+
+/// Issues a tenant admin key. 404 for an unknown tenant.
+pub async fn issue(pool: &PgPool, tenant: TenantId, name: &str) -> Result<KeyIssuedOut, AppError> {
+    let issued = issue_key();
+    let mut conn = pool.acquire().await?;
+    let row = db::api_keys::insert(&mut conn, tenant, name, &issued.prefix, &issued.hash)
+        .await
+        .map_err(|err| match provision::constraint(&err) {
+            Some("api_keys_tenant_id_fkey") => AppError::NotFound("tenant"),
+            _ => err.into(),
+        })?;
+    Ok(KeyIssuedOut {
+        id: row.id,
+        tenant_id: tenant.0,
+        name: row.name,
+        prefix: row.prefix,
+        key: issued.key,
+    })
+}
+
+/// Revokes a key at once: its next request answers 401.
+pub async fn revoke(pool: &PgPool, id: Uuid) -> Result<ApiKeyRow, AppError> {
+    let mut conn = pool.acquire().await?;
+    db::api_keys::revoke(&mut conn, id)
+        .await?
+        .ok_or(AppError::NotFound("key"))
+}
+
+/// Create a tenant; the answer holds its dispatch secret, shown this once.
+#[utoipa::path(post, path = "/v1/operator/tenants", tag = "operator", security(("operator_token" = [])), request_body = TenantIn,
+    responses((status = 201, body = Object), (status = 401, body = ApiJsonError), (status = 409, body = ApiJsonError)))]
+pub async fn create_tenant(
+    State(state): State<AppState>,
+    _operator: Operator,
+    ApiJson(input): ApiJson<TenantIn>,
+) -> Result<(StatusCode, Json<TenantCreated>), AppError> {
+    let name = input.name.clone().unwrap_or_else(|| input.slug.clone());
+    let created = provision::create_tenant(&state.pool, &input.slug, &name, input.agent_url.as_deref())
+        .await
+        .map_err(|err| match err.to_string() {
+            m if m.contains("already exists") => AppError::Conflict("a tenant with this slug already exists"),
+            m if m.contains("slug must") => AppError::Unprocessable(m),
+            _ => AppError::Internal(err),
+        })?;
+    Ok((StatusCode::CREATED, Json(created)))
+}
+
+/// A tenant's keys (never the keys themselves).
+#[utoipa::path(get, path = "/v1/operator/tenants/{tenant_id}/keys", tag = "operator", security(("operator_token" = [])),
+    params(("tenant_id" = Uuid, Path)),
+    responses((status = 200, body = Vec<ApiKeyRow>), (status = 401, body = ApiJsonError)))]
+pub async fn list_keys(
+    State(state): State<AppState>,
+    _operator: Operator,
+    Path(tenant): Path<Uuid>,
+) -> Result<Json<Vec<ApiKeyRow>>, AppError> {
+    let mut conn = state.pool.acquire().await?;
+    Ok(Json(db::api_keys::list(&mut conn, TenantId(tenant)).await?))
+}
+
+/// Issue a tenant admin key.
+#[utoipa::path(post, path = "/v1/operator/tenants/{tenant_id}/keys", tag = "operator", security(("operator_token" = [])),
+    params(("tenant_id" = Uuid, Path)), request_body = KeyIn,
+    responses((status = 201, body = KeyIssuedOut), (status = 404, body = ApiJsonError)))]
+pub async fn issue_key_route(
+    State(state): State<AppState>,
+    _operator: Operator,
+    Path(tenant): Path<Uuid>,
+    ApiJson(input): ApiJson<KeyIn>,
+) -> Result<(StatusCode, Json<KeyIssuedOut>), AppError> {
+    Ok((
+        StatusCode::CREATED,
+        Json(issue(&state.pool, TenantId(tenant), &input.name).await?),
+    ))
+}
+
+/// Revoke a key.
+#[utoipa::path(delete, path = "/v1/operator/keys/{key_id}", tag = "operator", security(("operator_token" = [])),
+    params(("key_id" = Uuid, Path)),
+    responses((status = 200, body = ApiKeyRow), (status = 404, body = ApiJsonError)))]
+pub async fn revoke_key(
+    State(state): State<AppState>,
+    _operator: Operator,
+    Path(id): Path<Uuid>,
+) -> Result<Json<ApiKeyRow>, AppError> {
+    Ok(Json(revoke(&state.pool, id).await?))
+}

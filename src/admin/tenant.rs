@@ -1,0 +1,113 @@
+//! The calling tenant's own settings: name, agent URL, dispatch secret rotation.
+
+use axum::extract::State;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::auth::TenantAdmin;
+use super::{ApiJson, ApiJsonError};
+use crate::db;
+use crate::db::tenants::TenantRow;
+use crate::error::AppError;
+use crate::state::AppState;
+
+/// How long the previous dispatch secret keeps signing alongside the new one.
+const DISPATCH_SECRET_GRACE_SECS: u64 = 24 * 3600;
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TenantOut {
+    pub id: Uuid,
+    pub slug: String,
+    pub name: String,
+    /// The agent proxy; null means the server's CB_AGENT_URL.
+    pub agent_url: Option<String>,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl From<TenantRow> for TenantOut {
+    fn from(row: TenantRow) -> Self {
+        Self {
+            id: row.id.0,
+            slug: row.slug,
+            name: row.name,
+            agent_url: row.agent_url,
+            created_at: row.created_at,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TenantPatch {
+    pub name: Option<String>,
+    /// An empty string clears it.
+    pub agent_url: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DispatchSecretOut {
+    /// The new `whsec_…` secret, shown this once. The previous one keeps signing alongside
+    /// (a second `v1,` signature) until `previous_valid_until`.
+    pub dispatch_secret: String,
+    pub previous_valid_until: chrono::DateTime<chrono::Utc>,
+}
+
+/// The tenant's settings.
+#[utoipa::path(get, path = "/v1/admin/tenant", tag = "tenant", security(("api_key" = [])),
+    responses((status = 200, body = TenantOut), (status = 401, body = ApiJsonError)))]
+pub async fn get(State(state): State<AppState>, admin: TenantAdmin) -> Result<Json<TenantOut>, AppError> {
+    let mut conn = state.pool.acquire().await?;
+    let row = db::tenants::get(&mut conn, admin.tenant)
+        .await?
+        .ok_or(AppError::NotFound("tenant"))?;
+    Ok(Json(row.into()))
+}
+
+/// Change the name or the agent URL.
+#[utoipa::path(patch, path = "/v1/admin/tenant", tag = "tenant", security(("api_key" = [])), request_body = TenantPatch,
+    responses((status = 200, body = TenantOut), (status = 422, body = ApiJsonError)))]
+pub async fn update(
+    State(state): State<AppState>,
+    admin: TenantAdmin,
+    ApiJson(patch): ApiJson<TenantPatch>,
+) -> Result<Json<TenantOut>, AppError> {
+    if let Some(url) = patch.agent_url.as_deref().filter(|u| !u.is_empty()) {
+        reqwest::Url::parse(url)
+            .map_err(|e| AppError::Unprocessable(format!("agent_url is not a URL: {e}")))?;
+    }
+    if patch.name.as_deref().is_some_and(|n| n.trim().is_empty()) {
+        return Err(AppError::Unprocessable("name must not be empty".into()));
+    }
+    let mut conn = state.pool.acquire().await?;
+    let row = db::tenants::update(
+        &mut conn,
+        admin.tenant,
+        patch.name.as_deref(),
+        patch.agent_url.as_deref(),
+    )
+    .await?
+    .ok_or(AppError::NotFound("tenant"))?;
+    Ok(Json(row.into()))
+}
+
+/// Rotate the dispatch signing secret.
+#[utoipa::path(post, path = "/v1/admin/tenant/rotate-dispatch-secret", tag = "tenant", security(("api_key" = [])),
+    responses((status = 200, body = DispatchSecretOut), (status = 401, body = ApiJsonError)))]
+pub async fn rotate_dispatch_secret(
+    State(state): State<AppState>,
+    admin: TenantAdmin,
+) -> Result<Json<DispatchSecretOut>, AppError> {
+    use secrecy::ExposeSecret;
+    let grace = std::time::Duration::from_secs(DISPATCH_SECRET_GRACE_SECS);
+    let mut conn = state.pool.acquire().await?;
+    let secret = db::tenants::rotate_dispatch_secret(&mut conn, admin.tenant, grace)
+        .await?
+        .ok_or(AppError::NotFound("tenant"))?;
+    Ok(Json(DispatchSecretOut {
+        dispatch_secret: secret.0.expose_secret().to_owned(),
+        previous_valid_until: chrono::Utc::now()
+            + chrono::Duration::seconds(DISPATCH_SECRET_GRACE_SECS as i64),
+    }))
+}

@@ -1,0 +1,229 @@
+//! The dispatch payload as the bridge reads it (DESIGN.md "Dispatch payload"), checked at the
+//! edge: after this, the bridge holds a non-empty conversation that ends with the user's turn.
+//!
+//! Rules, each failing with a message the gateway's operator can act on (answered as 400):
+//! - the body is a JSON object;
+//! - `messages[]`, when present and non-empty, is the conversation: each item has `role`
+//!   `system`, `user` or `assistant` and a non-blank string `content`, and the last one is
+//!   the user's turn;
+//! - otherwise the legacy `role`/`content` pair makes one user message (`role` may be
+//!   omitted, and must be `user` when given).
+
+use serde_json::{Map, Value};
+
+use crate::dispatch::payload::ChatMessage;
+
+/// Roles the bridge forwards. `tool` and `developer` messages need fields the gateway never
+/// sends (tool call ids), so they are refused rather than forwarded half-formed.
+const ROLES: [&str; 3] = ["system", "user", "assistant"];
+
+/// One dispatch, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Turn {
+    /// The conversation, oldest first; the last message is the user's current turn.
+    pub messages: Vec<ChatMessage>,
+    pub message_id: Option<String>,
+    pub tenant_id: Option<String>,
+    pub user_id: Option<String>,
+    /// The gateway's conversation key parts for an unlinked sender.
+    pub connector_id: Option<String>,
+    pub platform_user_id: Option<String>,
+}
+
+impl Turn {
+    /// The current user message.
+    pub fn current(&self) -> &ChatMessage {
+        self.messages
+            .last()
+            .expect("parse never returns a turn without messages")
+    }
+
+    /// A stable end-user identity, the gateway's conversation key: `<tenant_id>:<user_id>`
+    /// for a linked user, `<tenant_id>:<connector_id>:<platform_user_id>` for an unlinked
+    /// sender, none when the payload does not say.
+    pub fn stable_user(&self) -> Option<String> {
+        let tenant = self.tenant_id.as_deref()?;
+        match (&self.user_id, &self.connector_id, &self.platform_user_id) {
+            (Some(user), _, _) => Some(format!("{tenant}:{user}")),
+            (None, Some(connector), Some(sender)) => Some(format!("{tenant}:{connector}:{sender}")),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidDispatch(pub String);
+
+fn invalid(message: impl Into<String>) -> InvalidDispatch {
+    InvalidDispatch(message.into())
+}
+
+/// Reads a verified request body into a `Turn`.
+pub fn parse(body: &[u8]) -> Result<Turn, InvalidDispatch> {
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| invalid(format!("the body is not JSON ({e})")))?;
+    let object = value
+        .as_object()
+        .ok_or_else(|| invalid("the body must be a JSON object"))?;
+    let messages = match object.get("messages") {
+        None | Some(Value::Null) => vec![legacy_message(object)?],
+        Some(Value::Array(items)) if items.is_empty() => vec![legacy_message(object)?],
+        Some(Value::Array(items)) => conversation(items)?,
+        Some(_) => return Err(invalid("`messages` must be an array")),
+    };
+    let text = |pointer: &str| value.pointer(pointer).and_then(Value::as_str).map(str::to_owned);
+    Ok(Turn {
+        messages,
+        message_id: text("/message_id"),
+        tenant_id: text("/tenant_id"),
+        user_id: text("/user_id"),
+        connector_id: text("/channel/connector_id"),
+        platform_user_id: text("/channel/platform_user_id"),
+    })
+}
+
+/// Agents that predate `messages[]` read the top-level `role`/`content`: one user message.
+fn legacy_message(object: &Map<String, Value>) -> Result<ChatMessage, InvalidDispatch> {
+    let Some(content) = object.get("content") else {
+        return Err(invalid("the payload has neither `messages` nor `content`"));
+    };
+    match object.get("role") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(role)) if role == "user" => {}
+        Some(other) => {
+            return Err(invalid(format!(
+                "`role` must be `user` when `messages` is absent, not {other}"
+            )))
+        }
+    }
+    Ok(ChatMessage::user(non_blank(content, "`content`")?))
+}
+
+fn conversation(items: &[Value]) -> Result<Vec<ChatMessage>, InvalidDispatch> {
+    let messages = items
+        .iter()
+        .enumerate()
+        .map(|(index, item)| chat_message(index, item))
+        .collect::<Result<Vec<_>, _>>()?;
+    let last = messages.last().expect("the caller passes a non-empty list");
+    if last.role != "user" {
+        return Err(invalid(format!(
+            "the last message must be the user's turn (role `user`), not `{}`",
+            last.role
+        )));
+    }
+    Ok(messages)
+}
+
+fn chat_message(index: usize, item: &Value) -> Result<ChatMessage, InvalidDispatch> {
+    let object = item
+        .as_object()
+        .ok_or_else(|| invalid(format!("messages[{index}] must be an object")))?;
+    let role = object.get("role").and_then(Value::as_str).unwrap_or_default();
+    if !ROLES.contains(&role) {
+        return Err(invalid(format!(
+            "messages[{index}].role must be `system`, `user` or `assistant`, not `{role}`"
+        )));
+    }
+    let content = object
+        .get("content")
+        .ok_or_else(|| invalid(format!("messages[{index}] has no `content`")))?;
+    let content = non_blank(content, &format!("messages[{index}].content"))?;
+    Ok(ChatMessage {
+        role: role.to_owned(),
+        content,
+    })
+}
+
+fn non_blank(content: &Value, name: &str) -> Result<String, InvalidDispatch> {
+    match content.as_str() {
+        Some(text) if !text.trim().is_empty() => Ok(text.to_owned()),
+        Some(_) => Err(invalid(format!("{name} is empty"))),
+        None => Err(invalid(format!("{name} must be a string"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(body: &str) -> String {
+        parse(body.as_bytes()).unwrap_err().0
+    }
+
+    #[test]
+    fn messages_are_taken_as_sent_with_the_identity_fields() {
+        let turn = parse(
+            br#"{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+                              {"role": "user", "content": "c"}],
+                 "role": "user", "content": "c", "tenant_id": "t1", "user_id": "alice",
+                 "message_id": "m1", "channel": {"connector_id": "c1", "platform_user_id": "U1"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            turn.messages,
+            [
+                ChatMessage::user("a"),
+                ChatMessage::assistant("b"),
+                ChatMessage::user("c")
+            ]
+        );
+        assert_eq!(turn.current().content, "c");
+        assert_eq!(turn.message_id.as_deref(), Some("m1"));
+        assert_eq!(turn.stable_user().as_deref(), Some("t1:alice"));
+    }
+
+    #[test]
+    fn legacy_role_and_content_make_one_user_message() {
+        let turn = parse(br#"{"role": "user", "content": "hello"}"#).unwrap();
+        assert_eq!(turn.messages, [ChatMessage::user("hello")]);
+        let turn = parse(br#"{"content": "no role", "messages": []}"#).unwrap();
+        assert_eq!(turn.messages, [ChatMessage::user("no role")]);
+        assert_eq!(turn.stable_user(), None);
+    }
+
+    #[test]
+    fn an_unlinked_sender_is_keyed_by_connector_and_platform_user() {
+        let turn = parse(
+            br#"{"content": "x", "tenant_id": "t1", "user_id": null,
+                 "channel": {"connector_id": "c1", "platform_user_id": "U9"}}"#,
+        )
+        .unwrap();
+        assert_eq!(turn.stable_user().as_deref(), Some("t1:c1:U9"));
+    }
+
+    #[test]
+    fn invalid_payloads_say_what_is_wrong() {
+        assert!(error("not json").starts_with("the body is not JSON"));
+        assert_eq!(error("[1]"), "the body must be a JSON object");
+        assert_eq!(
+            error(r#"{"tenant_id": "t"}"#),
+            "the payload has neither `messages` nor `content`"
+        );
+        assert_eq!(error(r#"{"messages": "hi"}"#), "`messages` must be an array");
+        assert_eq!(
+            error(r#"{"messages": [{"role": "tool", "content": "x"}]}"#),
+            "messages[0].role must be `system`, `user` or `assistant`, not `tool`"
+        );
+        assert_eq!(
+            error(r#"{"messages": [{"role": "user", "content": "  "}]}"#),
+            "messages[0].content is empty"
+        );
+        assert_eq!(
+            error(r#"{"messages": [{"role": "user", "content": 3}]}"#),
+            "messages[0].content must be a string"
+        );
+        assert_eq!(
+            error(
+                r#"{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}"#
+            ),
+            "the last message must be the user's turn (role `user`), not `assistant`"
+        );
+        assert_eq!(
+            error(r#"{"role": "assistant", "content": "x"}"#),
+            "`role` must be `user` when `messages` is absent, not \"assistant\""
+        );
+        assert_eq!(error(r#"{"content": ""}"#), "`content` is empty");
+    }
+}

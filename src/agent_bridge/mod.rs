@@ -1,0 +1,424 @@
+//! `agent-bridge`: the receiving end of a dispatch, in front of an OpenAI-compatible server.
+//!
+//! For each signed dispatch (DESIGN.md "Dispatch payload") the bridge: verifies the Standard
+//! Webhooks signature over the raw body (401), reads the conversation (400 when invalid),
+//! puts the configured system prompt first, asks the upstream's `/v1/chat/completions`, and
+//! answers `{"messages": [{"role": "assistant", "content": …}]}`. Upstream trouble answers
+//! statuses the gateway retries: 504 for a timeout, 502 for everything else (connection
+//! refused, 5xx, 4xx, an unreadable answer), 429 with the upstream's `Retry-After` when the
+//! upstream is rate limited. In `--echo` mode there is no upstream: the answer is
+//! `echo: <text> (history: N turns)`, N being the user messages before the current one.
+//!
+//! Routes: `POST` on any path (so a tenant's agent URL may be `http://host:9000/` or
+//! `…/agent`), and `GET /healthz`.
+
+pub mod inbound;
+pub mod upstream;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use secrecy::{ExposeSecret, SecretString};
+use serde::Serialize;
+use serde_json::json;
+use tokio::net::TcpListener;
+
+use self::inbound::{InvalidDispatch, Turn};
+use self::upstream::{UpstreamConfig, UpstreamError};
+use crate::dispatch::payload::ChatMessage;
+use crate::dispatch::signature::{self, SignatureError};
+
+/// Largest dispatch accepted: twelve turns of long messages fit with room to spare.
+const BODY_LIMIT: usize = 8 * 1024 * 1024;
+
+/// Flags of `channel-bridge agent-bridge`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BridgeArgs {
+    /// OpenAI-compatible server: a base URL (`http://host:8000`, `http://host:8000/v1`) or
+    /// the full `…/chat/completions` endpoint, used as is.
+    #[arg(
+        long,
+        env = "CB_BRIDGE_UPSTREAM",
+        required_unless_present = "echo",
+        conflicts_with = "echo"
+    )]
+    pub upstream: Option<String>,
+    /// The tenant's dispatch signing secret (`whsec_…`, printed once by `tenant create`).
+    #[arg(long, env = "CB_AGENT_SECRET", hide_env_values = true)]
+    pub secret: SecretString,
+    /// Address to listen on.
+    #[arg(long, env = "CB_BRIDGE_BIND", default_value = "127.0.0.1:9000")]
+    pub bind: SocketAddr,
+    /// A system message put before the conversation.
+    #[arg(long, env = "CB_BRIDGE_SYSTEM_PROMPT")]
+    pub system_prompt: Option<String>,
+    /// The upstream's model name (`model` of the request); omitted when unset.
+    #[arg(long, env = "CB_BRIDGE_MODEL")]
+    pub model: Option<String>,
+    /// Bearer token for the upstream.
+    #[arg(long, env = "CB_BRIDGE_UPSTREAM_API_KEY", hide_env_values = true)]
+    pub upstream_api_key: Option<SecretString>,
+    /// Timeout of one upstream call, in seconds; keep it below the gateway's
+    /// CB_AGENT_TIMEOUT_SECS (30) so the gateway sees a 504 instead of its own timeout.
+    #[arg(long, env = "CB_BRIDGE_UPSTREAM_TIMEOUT_SECS", default_value_t = 25)]
+    pub upstream_timeout_secs: u64,
+    /// No upstream: answer `echo: <text> (history: N turns)` (demos, tests).
+    #[arg(long)]
+    pub echo: bool,
+    /// Send `user = <tenant_id>:<user_id>` to the upstream. Only for upstreams that need a
+    /// stable end-user id and keep no transcript of their own: one that does (OpenClaw)
+    /// would see every earlier turn twice.
+    #[arg(long)]
+    pub stable_user: bool,
+}
+
+/// How the bridge answers.
+#[derive(Debug, Clone)]
+pub enum Answerer {
+    /// Deterministic, no upstream.
+    Echo,
+    Upstream(UpstreamConfig),
+}
+
+/// Everything the bridge needs; checked by `BridgeArgs::into_config` or built directly.
+#[derive(Debug, Clone)]
+pub struct BridgeConfig {
+    pub secret: SecretString,
+    pub system_prompt: Option<String>,
+    pub answerer: Answerer,
+}
+
+impl BridgeConfig {
+    pub fn echo(secret: &str) -> Self {
+        Self {
+            secret: SecretString::from(secret.to_owned()),
+            system_prompt: None,
+            answerer: Answerer::Echo,
+        }
+    }
+
+    pub fn upstream(secret: &str, upstream: UpstreamConfig) -> Self {
+        Self {
+            secret: SecretString::from(secret.to_owned()),
+            system_prompt: None,
+            answerer: Answerer::Upstream(upstream),
+        }
+    }
+
+    /// Fails fast on a secret that is not `whsec_<base64>` (every dispatch would be a 401).
+    pub fn validate(&self) -> anyhow::Result<()> {
+        signature::sign(self.secret.expose_secret(), "check", 0, b"")
+            .map_err(|_| anyhow::anyhow!("CB_AGENT_SECRET must be a whsec_<base64> secret"))?;
+        Ok(())
+    }
+}
+
+impl BridgeArgs {
+    pub fn into_config(self) -> anyhow::Result<BridgeConfig> {
+        let answerer = match (&self.upstream, self.echo) {
+            (_, true) => Answerer::Echo,
+            (Some(url), false) => {
+                if self.upstream_timeout_secs == 0 {
+                    anyhow::bail!("--upstream-timeout-secs must be at least 1");
+                }
+                let mut config = UpstreamConfig::new(url).map_err(anyhow::Error::msg)?;
+                config.model = self.model;
+                config.api_key = self.upstream_api_key;
+                config.timeout = Duration::from_secs(self.upstream_timeout_secs);
+                config.stable_user = self.stable_user;
+                Answerer::Upstream(config)
+            }
+            (None, false) => anyhow::bail!("give --upstream <url> or --echo"),
+        };
+        let config = BridgeConfig {
+            secret: self.secret,
+            system_prompt: self.system_prompt.filter(|p| !p.trim().is_empty()),
+            answerer,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+struct Bridge {
+    config: BridgeConfig,
+    client: reqwest::Client,
+}
+
+/// The bridge's routes. One HTTP client (pooled connections, no retries of its own) serves
+/// every upstream call; its timeout is set per request from the configuration.
+pub fn router(config: BridgeConfig) -> anyhow::Result<Router> {
+    let client = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .user_agent(concat!("channel-bridge-agent-bridge/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .context("Failed to build the upstream HTTP client")?;
+    let bridge = Arc::new(Bridge { config, client });
+    Ok(Router::new()
+        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/", post(receive))
+        .route("/{*path}", post(receive))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(bridge))
+}
+
+/// Serves the bridge on an already-bound listener until `shutdown` resolves.
+pub async fn serve(
+    listener: TcpListener,
+    config: BridgeConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    config.validate()?;
+    axum::serve(listener, router(config)?)
+        .with_graceful_shutdown(shutdown)
+        .await
+        .context("agent-bridge server failed")
+}
+
+/// `channel-bridge agent-bridge`: bind, serve until SIGTERM or ctrl-c.
+pub async fn run(args: BridgeArgs) -> anyhow::Result<()> {
+    let bind = args.bind;
+    let config = args.into_config()?;
+    let listener = TcpListener::bind(bind)
+        .await
+        .with_context(|| format!("Failed to bind {bind}"))?;
+    let mode = match &config.answerer {
+        Answerer::Echo => "echo".to_owned(),
+        Answerer::Upstream(upstream) => upstream.endpoint.to_string(),
+    };
+    tracing::info!(addr = %listener.local_addr()?, upstream = %mode, "agent-bridge listening");
+    serve(listener, config, crate::startup::shutdown_signal()).await
+}
+
+/// The answer to the gateway: one assistant message per reply part.
+#[derive(Debug, Serialize)]
+struct AnswerOut {
+    messages: Vec<ChatMessage>,
+}
+
+async fn receive(State(bridge): State<Arc<Bridge>>, headers: HeaderMap, body: Bytes) -> Response {
+    match answer(&bridge, &headers, &body).await {
+        Ok(parts) => Json(AnswerOut {
+            messages: parts.into_iter().map(ChatMessage::assistant).collect(),
+        })
+        .into_response(),
+        Err(err) => err.into_response(),
+    }
+}
+
+/// The handler's steps: verify, read, ask.
+async fn answer(bridge: &Bridge, headers: &HeaderMap, body: &[u8]) -> Result<Vec<String>, BridgeError> {
+    verify(bridge.config.secret.expose_secret(), headers, body)?;
+    let turn = inbound::parse(body)?;
+    let span = tracing::info_span!(
+        "dispatch",
+        message_id = turn.message_id.as_deref().unwrap_or_default(),
+        tenant_id = turn.tenant_id.as_deref().unwrap_or_default(),
+        turns = turn.messages.len(),
+    );
+    tracing::Instrument::instrument(ask(bridge, &turn), span).await
+}
+
+async fn ask(bridge: &Bridge, turn: &Turn) -> Result<Vec<String>, BridgeError> {
+    match &bridge.config.answerer {
+        Answerer::Echo => Ok(vec![echo_reply(&turn.messages)]),
+        Answerer::Upstream(config) => {
+            let messages = with_system_prompt(bridge.config.system_prompt.as_deref(), &turn.messages);
+            let started = std::time::Instant::now();
+            let result =
+                upstream::complete(&bridge.client, config, &messages, turn.stable_user().as_deref()).await;
+            let elapsed_ms = started.elapsed().as_millis() as u64;
+            match &result {
+                Ok(parts) => tracing::info!(elapsed_ms, parts = parts.len(), "upstream answered"),
+                Err(err) => tracing::warn!(elapsed_ms, error = %err, "upstream failed"),
+            }
+            Ok(result?)
+        }
+    }
+}
+
+fn verify(secret: &str, headers: &HeaderMap, body: &[u8]) -> Result<(), SignatureError> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    signature::verify(
+        secret,
+        header("webhook-id"),
+        header("webhook-timestamp"),
+        header("webhook-signature"),
+        body,
+        chrono::Utc::now().timestamp(),
+    )
+}
+
+/// The configured system prompt goes first; a system message of the payload's own (the
+/// gateway sends none) stays where it was.
+pub fn with_system_prompt(prompt: Option<&str>, messages: &[ChatMessage]) -> Vec<ChatMessage> {
+    let system = prompt.map(|p| ChatMessage {
+        role: "system".into(),
+        content: p.to_owned(),
+    });
+    system.into_iter().chain(messages.iter().cloned()).collect()
+}
+
+/// The `--echo` answer: `echo: <current text> (history: N turns)`, where N counts the user
+/// messages before the current one (assistant and system messages are not counted), and
+/// "turn" is singular for N = 1.
+pub fn echo_reply(messages: &[ChatMessage]) -> String {
+    let Some((current, earlier)) = messages.split_last() else {
+        return "echo: (nothing)".into();
+    };
+    let n = earlier.iter().filter(|m| m.role == "user").count();
+    let unit = if n == 1 { "turn" } else { "turns" };
+    format!("echo: {} (history: {n} {unit})", current.content)
+}
+
+/// Why a dispatch got no answer. The JSON body is `{"error": <code>, "message": …}`, as
+/// everywhere in channel-bridge; it never carries the upstream's body or URL.
+#[derive(Debug, thiserror::Error)]
+enum BridgeError {
+    #[error(transparent)]
+    Unauthorized(#[from] SignatureError),
+    #[error(transparent)]
+    BadRequest(#[from] InvalidDispatch),
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+}
+
+impl BridgeError {
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Self::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            Self::Upstream(UpstreamError::Timeout(_)) => (StatusCode::GATEWAY_TIMEOUT, "upstream_timeout"),
+            Self::Upstream(UpstreamError::RateLimited { .. }) => {
+                (StatusCode::TOO_MANY_REQUESTS, "upstream_rate_limited")
+            }
+            Self::Upstream(UpstreamError::Unreachable(_)) => {
+                (StatusCode::BAD_GATEWAY, "upstream_unreachable")
+            }
+            Self::Upstream(UpstreamError::Status(_)) => (StatusCode::BAD_GATEWAY, "upstream_error"),
+            Self::Upstream(UpstreamError::InvalidAnswer(_)) => {
+                (StatusCode::BAD_GATEWAY, "upstream_invalid_answer")
+            }
+        }
+    }
+}
+
+impl IntoResponse for BridgeError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        if let Self::Unauthorized(err) = &self {
+            tracing::info!(error = %err, "dispatch rejected");
+        }
+        let mut response =
+            (status, Json(json!({"error": code, "message": self.to_string()}))).into_response();
+        // The gateway honours Retry-After on a 429 (DESIGN.md "Dispatch payload").
+        if let Self::Upstream(UpstreamError::RateLimited {
+            retry_after: Some(secs),
+        }) = self
+        {
+            if let Ok(value) = HeaderValue::from_str(&secs.to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, value);
+            }
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn parse_cli(args: &[&str]) -> Result<crate::cli::Cli, clap::Error> {
+        crate::cli::Cli::try_parse_from(["channel-bridge", "agent-bridge"].iter().chain(args))
+    }
+
+    #[test]
+    fn echo_names_the_earlier_user_turns() {
+        let one = [ChatMessage::user("hi")];
+        assert_eq!(echo_reply(&one), "echo: hi (history: 0 turns)");
+        let three = [
+            ChatMessage::user("a"),
+            ChatMessage::assistant("b"),
+            ChatMessage::user("c"),
+        ];
+        assert_eq!(echo_reply(&three), "echo: c (history: 1 turn)");
+        let failed_turn_without_answer = [
+            ChatMessage::user("a"),
+            ChatMessage::user("b"),
+            ChatMessage::assistant("B"),
+            ChatMessage::user("c"),
+        ];
+        assert_eq!(
+            echo_reply(&failed_turn_without_answer),
+            "echo: c (history: 2 turns)"
+        );
+    }
+
+    #[test]
+    fn the_system_prompt_goes_first() {
+        let messages = [ChatMessage::user("hi")];
+        let sent = with_system_prompt(Some("be brief"), &messages);
+        assert_eq!(sent[0].role, "system");
+        assert_eq!(sent[0].content, "be brief");
+        assert_eq!(sent[1], messages[0]);
+        assert_eq!(with_system_prompt(None, &messages), messages);
+    }
+
+    #[test]
+    fn the_command_line_needs_an_upstream_or_echo_and_a_standard_webhooks_secret() {
+        let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        assert!(parse_cli(&["--secret", secret]).is_err(), "neither");
+        assert!(
+            parse_cli(&["--secret", secret, "--echo", "--upstream", "http://x"]).is_err(),
+            "both"
+        );
+        let crate::cli::Command::AgentBridge(args) = parse_cli(&[
+            "--secret",
+            secret,
+            "--upstream",
+            "http://llm:8000/v1",
+            "--model",
+            "m",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!("agent-bridge parses into its own command");
+        };
+        let config = args.into_config().unwrap();
+        let Answerer::Upstream(upstream) = config.answerer else {
+            panic!("an upstream was given");
+        };
+        assert_eq!(upstream.endpoint.as_str(), "http://llm:8000/v1/chat/completions");
+        assert_eq!(upstream.model.as_deref(), Some("m"));
+        assert!(!upstream.stable_user);
+
+        let crate::cli::Command::AgentBridge(args) =
+            parse_cli(&["--secret", "not-base64!", "--echo"]).unwrap().command
+        else {
+            panic!("agent-bridge parses into its own command");
+        };
+        let err = args.into_config().unwrap_err().to_string();
+        assert!(err.contains("CB_AGENT_SECRET"), "{err}");
+    }
+
+    #[test]
+    fn debug_output_never_contains_the_secret_or_the_api_key() {
+        let mut upstream = UpstreamConfig::new("http://llm").unwrap();
+        upstream.api_key = Some(SecretString::from("sk-very-secret".to_owned()));
+        let config = BridgeConfig::upstream("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", upstream);
+        let printed = format!("{config:?}");
+        assert!(!printed.contains("sk-very-secret"), "{printed}");
+        assert!(!printed.contains("MfKQ9r8G"), "{printed}");
+    }
+}

@@ -1,0 +1,199 @@
+//! The OpenAI-compatible upstream: one `POST …/chat/completions` per dispatch, its outcome
+//! classified so the bridge answers the gateway with a status the gateway retries.
+//!
+//! The bridge keeps no state. The gateway owns the conversation and sends it whole in
+//! `messages[]`; by default the upstream gets no `user` field, because servers that keep a
+//! transcript per stable `user` (OpenClaw's gateway derives its session key from it) would
+//! then hold the history a second time and feed every turn to the model twice.
+
+use std::time::Duration;
+
+use reqwest::{StatusCode, Url};
+use secrecy::{ExposeSecret, SecretString};
+use serde::Serialize;
+
+use crate::dispatch::payload::{parse_answer, ChatMessage};
+
+/// Where and how to call the upstream.
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    /// The full chat completions endpoint (see `endpoint`).
+    pub endpoint: Url,
+    /// Sent as `model` when set; most servers need one, llama.cpp's ignores it.
+    pub model: Option<String>,
+    /// Sent as `Authorization: Bearer …` when set.
+    pub api_key: Option<SecretString>,
+    /// One upstream call, connection included. Keep it below the gateway's
+    /// `CB_AGENT_TIMEOUT_SECS`, so the gateway hears our 504 rather than its own timeout.
+    pub timeout: Duration,
+    /// Send `user = <tenant_id>:<user_id>` (see module docs for the trade-off).
+    pub stable_user: bool,
+}
+
+impl UpstreamConfig {
+    pub fn new(upstream: &str) -> Result<Self, String> {
+        Ok(Self {
+            endpoint: endpoint(upstream)?,
+            model: None,
+            api_key: None,
+            timeout: Duration::from_secs(25),
+            stable_user: false,
+        })
+    }
+}
+
+/// The chat completions endpoint of `upstream`: used as is when it already ends with
+/// `/chat/completions`; a base URL ending with `/v1` (the OpenAI SDKs' `base_url`
+/// convention) gets `/chat/completions`; any other base gets `/v1/chat/completions`.
+pub fn endpoint(upstream: &str) -> Result<Url, String> {
+    let url = Url::parse(upstream).map_err(|e| format!("--upstream is not a URL ({e})"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err("--upstream must be an http:// or https:// URL".into());
+    }
+    let path = url.path().trim_end_matches('/');
+    let path = if path.ends_with("/chat/completions") {
+        path.to_owned()
+    } else if path.ends_with("/v1") {
+        format!("{path}/chat/completions")
+    } else {
+        format!("{path}/v1/chat/completions")
+    };
+    let mut url = url;
+    url.set_path(&path);
+    Ok(url)
+}
+
+/// What went wrong upstream; each maps to a status the gateway retries.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("the upstream did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("the upstream could not be reached: {0}")]
+    Unreachable(String),
+    #[error("the upstream is rate limited (429)")]
+    RateLimited { retry_after: Option<u64> },
+    #[error("the upstream answered {0}")]
+    Status(StatusCode),
+    #[error("the upstream's answer is not a chat completion: {0}")]
+    InvalidAnswer(String),
+}
+
+/// The request body of a chat completion.
+#[derive(Debug, Serialize)]
+pub struct ChatRequestOut<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<&'a str>,
+    pub messages: &'a [ChatMessage],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<&'a str>,
+    pub stream: bool,
+}
+
+/// Asks the upstream for the next assistant message; returns the reply parts (one for a
+/// chat completion, none when its content is empty).
+pub async fn complete(
+    client: &reqwest::Client,
+    config: &UpstreamConfig,
+    messages: &[ChatMessage],
+    stable_user: Option<&str>,
+) -> Result<Vec<String>, UpstreamError> {
+    let body = ChatRequestOut {
+        model: config.model.as_deref(),
+        messages,
+        user: stable_user.filter(|_| config.stable_user),
+        stream: false,
+    };
+    let mut request = client
+        .post(config.endpoint.clone())
+        .timeout(config.timeout)
+        .json(&body);
+    if let Some(key) = &config.api_key {
+        request = request.bearer_auth(key.expose_secret());
+    }
+    let response = request
+        .send()
+        .await
+        .map_err(|err| transport_error(err, config.timeout))?;
+    let status = response.status();
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        return Err(UpstreamError::RateLimited {
+            retry_after: retry_after(response.headers()),
+        });
+    }
+    if !status.is_success() {
+        return Err(UpstreamError::Status(status));
+    }
+    let body = response
+        .bytes()
+        .await
+        .map_err(|err| transport_error(err, config.timeout))?;
+    parse_answer(&body).map_err(|err| UpstreamError::InvalidAnswer(err.0))
+}
+
+/// reqwest's error text can carry the URL (credentials in it, for some deployments).
+fn transport_error(err: reqwest::Error, timeout: Duration) -> UpstreamError {
+    if err.is_timeout() {
+        UpstreamError::Timeout(timeout)
+    } else {
+        UpstreamError::Unreachable(err.without_url().to_string())
+    }
+}
+
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<u64> {
+    let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
+    value.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_endpoint_is_derived_from_a_base_url_or_taken_as_given() {
+        let cases = [
+            (
+                "http://127.0.0.1:8000",
+                "http://127.0.0.1:8000/v1/chat/completions",
+            ),
+            (
+                "http://127.0.0.1:8000/",
+                "http://127.0.0.1:8000/v1/chat/completions",
+            ),
+            ("http://llm:4000/v1", "http://llm:4000/v1/chat/completions"),
+            ("http://llm:4000/v1/", "http://llm:4000/v1/chat/completions"),
+            (
+                "https://gw.example/openai",
+                "https://gw.example/openai/v1/chat/completions",
+            ),
+            (
+                "http://gw:18789/v1/chat/completions",
+                "http://gw:18789/v1/chat/completions",
+            ),
+            (
+                "http://gw/api/chat/completions?x=1",
+                "http://gw/api/chat/completions?x=1",
+            ),
+        ];
+        for (given, expected) in cases {
+            assert_eq!(endpoint(given).unwrap().as_str(), expected, "{given}");
+        }
+        assert!(endpoint("localhost:8000").is_err());
+        assert!(endpoint("not a url").is_err());
+    }
+
+    #[test]
+    fn the_request_carries_no_user_unless_asked() {
+        let messages = [ChatMessage::user("hi")];
+        let body = ChatRequestOut {
+            model: Some("m"),
+            messages: &messages,
+            user: None,
+            stream: false,
+        };
+        let json = serde_json::to_value(&body).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": false})
+        );
+    }
+}

@@ -1,0 +1,148 @@
+//! Local stand-ins for the three platforms' send APIs, for the demo: Slack
+//! `POST /api/chat.postMessage`, Telegram `POST /bot<token>/sendMessage`, WhatsApp
+//! `POST /<version>/<phone_number_id>/messages` (the calls of `delivery::outbound`). Each
+//! records where the reply went and answers like the platform does on success.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::routing::post;
+use axum::{Json, Router};
+use serde::Serialize;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+
+use super::Served;
+use crate::domain::Platform;
+
+/// One reply as the platform received it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PostedReply {
+    pub platform: Platform,
+    /// Slack channel, Telegram chat id, WhatsApp recipient.
+    pub chat: String,
+    /// What the reply is threaded to: Slack `thread_ts`, Telegram
+    /// `reply_parameters.message_id`, WhatsApp `context.message_id`.
+    pub reply_to: String,
+    pub text: String,
+}
+
+#[derive(Default)]
+struct Recorded {
+    replies: Mutex<Vec<PostedReply>>,
+    arrived: Notify,
+}
+
+pub struct PlatformStandIns {
+    pub base_url: String,
+    recorded: Arc<Recorded>,
+    served: Served,
+}
+
+impl PlatformStandIns {
+    /// Starts the stand-ins on a free local port.
+    pub async fn start() -> anyhow::Result<Self> {
+        let recorded = Arc::new(Recorded::default());
+        let app = Router::new()
+            .route("/api/chat.postMessage", post(slack_post))
+            .route("/{bot}/sendMessage", post(telegram_send))
+            .route("/{version}/{phone}/messages", post(whatsapp_send))
+            .with_state(recorded.clone());
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let base_url = format!("http://{}", listener.local_addr()?);
+        Ok(Self {
+            base_url,
+            recorded,
+            served: Served::spawn(listener, app),
+        })
+    }
+
+    pub fn replies(&self) -> Vec<PostedReply> {
+        self.recorded
+            .replies
+            .lock()
+            .expect("lock holders never panic")
+            .clone()
+    }
+
+    /// Waits (without polling) until at least `n` replies arrived, or `timeout` passes.
+    pub async fn wait_for_replies(&self, n: usize, timeout: Duration) -> anyhow::Result<Vec<PostedReply>> {
+        let wait = async {
+            loop {
+                // Registered before the check, so an arrival in between is not missed.
+                let notified = self.recorded.arrived.notified();
+                let replies = self.replies();
+                if replies.len() >= n {
+                    return replies;
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(timeout, wait)
+            .await
+            .map_err(|_| anyhow::anyhow!("no reply reached the platform stand-ins within {timeout:?}"))
+    }
+
+    pub async fn stop(self) {
+        self.served.stop().await;
+    }
+}
+
+fn record(recorded: &Recorded, reply: PostedReply) -> usize {
+    let mut replies = recorded.replies.lock().expect("lock holders never panic");
+    replies.push(reply);
+    recorded.arrived.notify_waiters();
+    replies.len()
+}
+
+fn text_of(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+async fn slack_post(State(recorded): State<Arc<Recorded>>, Json(body): Json<Value>) -> Json<Value> {
+    let n = record(
+        &recorded,
+        PostedReply {
+            platform: Platform::Slack,
+            chat: text_of(&body["channel"]),
+            reply_to: text_of(&body["thread_ts"]),
+            text: text_of(&body["text"]),
+        },
+    );
+    Json(json!({"ok": true, "channel": body["channel"], "ts": format!("1900000000.{n:06}")}))
+}
+
+async fn telegram_send(State(recorded): State<Arc<Recorded>>, Json(body): Json<Value>) -> Json<Value> {
+    let n = record(
+        &recorded,
+        PostedReply {
+            platform: Platform::Telegram,
+            chat: text_of(&body["chat_id"]),
+            reply_to: text_of(&body["reply_parameters"]["message_id"]),
+            text: text_of(&body["text"]),
+        },
+    );
+    Json(json!({"ok": true, "result": {"message_id": 9000 + n, "chat": {"id": body["chat_id"]}}}))
+}
+
+async fn whatsapp_send(State(recorded): State<Arc<Recorded>>, Json(body): Json<Value>) -> Json<Value> {
+    let n = record(
+        &recorded,
+        PostedReply {
+            platform: Platform::Whatsapp,
+            chat: text_of(&body["to"]),
+            reply_to: text_of(&body["context"]["message_id"]),
+            text: text_of(&body["text"]["body"]),
+        },
+    );
+    Json(
+        json!({"messaging_product": "whatsapp", "contacts": [{"input": body["to"]}],
+                "messages": [{"id": format!("wamid.DEMO{n}")}]}),
+    )
+}

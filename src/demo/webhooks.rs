@@ -1,0 +1,156 @@
+//! What the demo's "platforms" post to the gateway: real-shaped webhook bodies (the
+//! fixtures of `fixtures/`, with the demo's ids and text) signed the way each platform signs
+//! (PLATFORMS.md §1.1, §2.1, §3.1).
+
+use hmac::{Hmac, Mac};
+use serde_json::Value;
+use sha2::Sha256;
+
+use crate::domain::Platform;
+
+/// The demo connectors' secrets. They guard a throw-away local database, and are written
+/// here (and in README) so that anyone exploring afterwards can sign requests of their own.
+pub const SLACK_SIGNING_SECRET: &str = "demo-slack-signing-secret";
+pub const WHATSAPP_APP_SECRET: &str = "demo-meta-app-secret";
+pub const TELEGRAM_SECRET_TOKEN: &str = "demo-telegram-secret-token";
+
+/// The fixtures' ids (fixtures/README.md), reused so the payloads stay real-shaped.
+pub const SLACK_TEAM: &str = "T0001";
+pub const SLACK_APP: &str = "A0001";
+pub const SLACK_BOT_USER: &str = "UBOT1";
+pub const SLACK_BOT_ID: &str = "BBOT1";
+pub const SLACK_DM_CHANNEL: &str = "D0DM00001";
+pub const SLACK_ALICE: &str = "U0USER1";
+pub const TELEGRAM_BOT: &str = "7000000001";
+pub const TELEGRAM_ALICE: &str = "408258968";
+pub const WHATSAPP_PHONE_NUMBER_ID: &str = "106540352242922";
+pub const WHATSAPP_BOB: &str = "16505551234";
+
+const SLACK_DM: &str = include_str!("../../fixtures/slack/dm_text.json");
+const SLACK_BOT_ECHO: &str = include_str!("../../fixtures/slack/bot_echo.json");
+const TELEGRAM_TEXT: &str = include_str!("../../fixtures/telegram/private_text.json");
+const WHATSAPP_TEXT: &str = include_str!("../../fixtures/whatsapp/text.json");
+
+fn fixture(text: &str) -> Value {
+    serde_json::from_str(text).expect("the fixtures are valid JSON (checked by their own tests)")
+}
+
+fn to_bytes(value: &Value) -> Vec<u8> {
+    serde_json::to_vec(value).expect("a JSON value always serialises")
+}
+
+/// Alice's Slack DM; `thread_ts` makes it a reply in the thread of an earlier message.
+pub fn slack_dm(ts: &str, thread_ts: Option<&str>, text: &str) -> Vec<u8> {
+    let mut event = fixture(SLACK_DM);
+    event["event_id"] = format!("Ev{}", ts.replace('.', "")).into();
+    event["event"]["ts"] = ts.into();
+    event["event"]["event_ts"] = ts.into();
+    event["event"]["text"] = text.into();
+    event["event"]["blocks"] = Value::Array(Vec::new());
+    if let Some(thread) = thread_ts {
+        event["event"]["thread_ts"] = thread.into();
+        event["event"]["parent_user_id"] = SLACK_ALICE.into();
+    }
+    to_bytes(&event)
+}
+
+/// Our own reply coming back as a message event: Slack sends the bot's messages to the
+/// app too (`bot_id` and `user` are the app's own).
+pub fn slack_bot_echo(ts: &str, thread_ts: &str, text: &str) -> Vec<u8> {
+    let mut event = fixture(SLACK_BOT_ECHO);
+    event["event_id"] = format!("Ev{}", ts.replace('.', "")).into();
+    event["event"]["ts"] = ts.into();
+    event["event"]["event_ts"] = ts.into();
+    event["event"]["thread_ts"] = thread_ts.into();
+    event["event"]["channel"] = SLACK_DM_CHANNEL.into();
+    event["event"]["channel_type"] = "im".into();
+    event["event"]["text"] = text.into();
+    event["event"]["blocks"] = Value::Array(Vec::new());
+    to_bytes(&event)
+}
+
+/// Alice writing to the Telegram bot in a private chat.
+pub fn telegram_text(update_id: i64, message_id: i64, text: &str) -> Vec<u8> {
+    let mut update = fixture(TELEGRAM_TEXT);
+    update["update_id"] = update_id.into();
+    update["message"]["message_id"] = message_id.into();
+    update["message"]["date"] = chrono::Utc::now().timestamp().into();
+    update["message"]["text"] = text.into();
+    to_bytes(&update)
+}
+
+/// Bob's WhatsApp text, one message in one change of one entry.
+pub fn whatsapp_text(wamid: &str, text: &str) -> Vec<u8> {
+    let mut batch = fixture(WHATSAPP_TEXT);
+    let message = &mut batch["entry"][0]["changes"][0]["value"]["messages"][0];
+    message["id"] = wamid.into();
+    message["timestamp"] = chrono::Utc::now().timestamp().to_string().into();
+    message["text"]["body"] = text.into();
+    to_bytes(&batch)
+}
+
+fn hmac_hex(key: &str, parts: &[&[u8]]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key.as_bytes()).expect("HMAC takes keys of any length");
+    for part in parts {
+        mac.update(part);
+    }
+    hex::encode(mac.finalize().into_bytes())
+}
+
+/// The headers the platform sends with `body`: Slack `v0=HMAC(secret, "v0:{ts}:{body}")`
+/// with its timestamp, Meta `sha256=HMAC(app secret, body)`, Telegram the secret token.
+pub fn signed_headers(platform: Platform, body: &[u8]) -> Vec<(&'static str, String)> {
+    let mut headers = vec![("content-type", "application/json".to_owned())];
+    match platform {
+        Platform::Slack => {
+            let ts = chrono::Utc::now().timestamp().to_string();
+            let signature = hmac_hex(SLACK_SIGNING_SECRET, &[b"v0:", ts.as_bytes(), b":", body]);
+            headers.push(("x-slack-request-timestamp", ts));
+            headers.push(("x-slack-signature", format!("v0={signature}")));
+        }
+        Platform::Whatsapp => headers.push((
+            "x-hub-signature-256",
+            format!("sha256={}", hmac_hex(WHATSAPP_APP_SECRET, &[body])),
+        )),
+        Platform::Telegram => headers.push(("x-telegram-bot-api-secret-token", TELEGRAM_SECRET_TOKEN.into())),
+    }
+    headers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slack_signature_matches_the_official_example() {
+        // Slack's documented example (PLATFORMS.md §1.1) with the fixtures' vector secret.
+        let body = include_bytes!("../../fixtures/slack/url_verification.json");
+        let signature = hmac_hex(
+            "8f742231b10e8888abcd99yyyzzz85a5",
+            &[b"v0:", b"1531420618", b":", body],
+        );
+        assert!(signature.starts_with("f9bd"), "{signature}");
+        assert!(signature.ends_with("3652"), "{signature}");
+    }
+
+    #[test]
+    fn bodies_keep_the_fixture_shape_with_the_demo_values() {
+        let dm: Value = serde_json::from_slice(&slack_dm("1.2", Some("1.1"), "hi")).unwrap();
+        assert_eq!(dm["event"]["text"], "hi");
+        assert_eq!(dm["event"]["thread_ts"], "1.1");
+        assert_eq!(dm["event"]["user"], SLACK_ALICE);
+        let echo: Value = serde_json::from_slice(&slack_bot_echo("1.3", "1.1", "x")).unwrap();
+        assert_eq!(echo["event"]["bot_id"], SLACK_BOT_ID);
+        let update: Value = serde_json::from_slice(&telegram_text(7, 8, "t")).unwrap();
+        assert_eq!(update["message"]["from"]["id"].to_string(), TELEGRAM_ALICE);
+        let batch: Value = serde_json::from_slice(&whatsapp_text("wamid.X", "w")).unwrap();
+        assert_eq!(
+            batch["entry"][0]["changes"][0]["value"]["metadata"]["phone_number_id"],
+            WHATSAPP_PHONE_NUMBER_ID
+        );
+        assert_eq!(
+            batch["entry"][0]["changes"][0]["value"]["messages"][0]["from"],
+            WHATSAPP_BOB
+        );
+    }
+}

@@ -1,0 +1,780 @@
+//! The tenant admin and operator API: every endpoint, tenant isolation on every route,
+//! keys, stable paging, and the OpenAPI document.
+
+use std::collections::HashSet;
+
+use channel_bridge::domain::Platform;
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use crate::support::platforms::*;
+use crate::support::{spawn_app_with, TestApp};
+
+const OPERATOR: &str = "operator-token-0123456789";
+
+async fn app() -> TestApp {
+    spawn_app_with(|settings, _| settings.operator_token = Some(OPERATOR.to_owned().into())).await
+}
+
+/// Sends a request with a bearer token; returns status and JSON body (Null when empty).
+async fn call(
+    app: &TestApp,
+    method: Method,
+    path: &str,
+    token: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let mut request = app.client.request(method, app.url(path)).bearer_auth(token);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status();
+    let text = response.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// A tenant provisioned like the webhook tests', with an admin key.
+struct Tenant {
+    p: Provisioned,
+    key: String,
+}
+
+async fn tenant_with_key(app: &TestApp, slug: &str) -> Tenant {
+    let p = provision_tenant(&app.pool, slug).await;
+    let path = format!("/v1/operator/tenants/{}/keys", p.tenant);
+    let (status, body) = call(app, Method::POST, &path, OPERATOR, Some(json!({"name": "ci"}))).await;
+    assert_eq!(status, 201, "{body}");
+    let key = body["key"].as_str().unwrap().to_owned();
+    assert!(key.starts_with(&format!("cbk_{}_", body["prefix"].as_str().unwrap())));
+    Tenant { p, key }
+}
+
+async fn seed_messages(app: &TestApp, tenant: &Tenant, from: i64, count: i64) {
+    for i in from..from + count {
+        deliver(
+            app,
+            &tenant.p,
+            Platform::Telegram,
+            telegram_text(100_000 + i, &format!("message {i}")),
+        )
+        .await;
+    }
+}
+
+async fn message_ids(app: &TestApp, tenant: &Tenant) -> Vec<String> {
+    let (status, page) = call(
+        app,
+        Method::GET,
+        "/v1/admin/messages?limit=200",
+        &tenant.key,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn operator_creates_tenants_and_issues_and_revokes_keys() {
+    let app = app().await;
+    let (status, created) = call(
+        &app,
+        Method::POST,
+        "/v1/operator/tenants",
+        OPERATOR,
+        Some(json!({"slug": "acme", "name": "Acme"})),
+    )
+    .await;
+    assert_eq!(status, 201);
+    assert!(created["dispatch_secret"].as_str().unwrap().starts_with("whsec_"));
+    let tenant = created["tenant_id"].as_str().unwrap();
+
+    let (status, _) = call(
+        &app,
+        Method::POST,
+        "/v1/operator/tenants",
+        OPERATOR,
+        Some(json!({"slug": "acme"})),
+    )
+    .await;
+    assert_eq!(status, 409);
+    let (status, _) = call(
+        &app,
+        Method::POST,
+        "/v1/operator/tenants",
+        "wrong-operator-token",
+        Some(json!({"slug": "x"})),
+    )
+    .await;
+    assert_eq!(status, 401);
+    let (status, _) = call(
+        &app,
+        Method::POST,
+        "/v1/operator/tenants",
+        OPERATOR,
+        Some(json!({"slug": "Not A Slug"})),
+    )
+    .await;
+    assert_eq!(status, 422);
+
+    let keys_path = format!("/v1/operator/tenants/{tenant}/keys");
+    let (status, issued) = call(
+        &app,
+        Method::POST,
+        &keys_path,
+        OPERATOR,
+        Some(json!({"name": "laptop"})),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let key = issued["key"].as_str().unwrap();
+    let (status, me) = call(&app, Method::GET, "/v1/admin/tenant", key, None).await;
+    assert_eq!((status, me["slug"].as_str()), (StatusCode::OK, Some("acme")));
+
+    let (status, keys) = call(&app, Method::GET, &keys_path, OPERATOR, None).await;
+    assert_eq!(status, 200);
+    assert_eq!(keys[0]["prefix"], issued["prefix"]);
+    assert!(keys[0]["last_used_at"].is_string(), "use is recorded");
+    assert!(!keys.to_string().contains(key), "listings never show the key");
+
+    let revoke = format!("/v1/operator/keys/{}", issued["id"].as_str().unwrap());
+    let (status, revoked) = call(&app, Method::DELETE, &revoke, OPERATOR, None).await;
+    assert_eq!(status, 200);
+    assert!(revoked["revoked_at"].is_string());
+    let (status, error) = call(&app, Method::GET, "/v1/admin/tenant", key, None).await;
+    assert_eq!(
+        (status, error["error"].as_str()),
+        (StatusCode::UNAUTHORIZED, Some("unauthorized"))
+    );
+    let (status, _) = call(&app, Method::GET, "/v1/admin/tenant", "cbk_nope_nope", None).await;
+    assert_eq!(status, 401);
+    let (status, _) = app
+        .client
+        .get(app.url("/v1/admin/tenant"))
+        .send()
+        .await
+        .map(|r| (r.status(), ()))
+        .unwrap();
+    assert_eq!(status, 401);
+}
+
+#[tokio::test]
+async fn operator_endpoints_are_forbidden_without_a_configured_token() {
+    let app = crate::support::spawn_app().await;
+    let (status, body) = call(
+        &app,
+        Method::POST,
+        "/v1/operator/tenants",
+        "anything-at-all-here",
+        Some(json!({"slug": "a"})),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::FORBIDDEN, Some("forbidden"))
+    );
+}
+
+#[tokio::test]
+async fn messages_can_be_listed_filtered_searched_and_read_with_their_reply_parts() {
+    let app = app().await;
+    let t = tenant_with_key(&app, "acme").await;
+    seed_messages(&app, &t, 0, 3).await;
+    assert_eq!(
+        post_fixture(&app, &t.p, Platform::Whatsapp, "text")
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(
+        post_fixture(&app, &t.p, Platform::Whatsapp, "image")
+            .await
+            .status(),
+        200
+    );
+
+    let (status, page) = call(&app, Method::GET, "/v1/admin/messages", &t.key, None).await;
+    assert_eq!(status, 200);
+    let items = page["items"].as_array().unwrap();
+    assert_eq!(items.len(), 5);
+    assert_eq!(items[0]["request_content"], "[image]", "newest first");
+    assert!(page["next_cursor"].is_null());
+
+    for (query, expected) in [
+        ("platform=telegram", 3),
+        ("user_id=bob", 2),
+        ("status=ignored", 1),
+        ("q=MESSAGE%201", 1),
+        ("q=another%20color", 1),
+        (&format!("connector_id={}", t.p.whatsapp), 2),
+        ("since=2999-01-01T00:00:00Z", 0),
+        ("until=2999-01-01T00:00:00Z", 5),
+        ("q=100%25", 0),
+    ] {
+        let (status, page) = call(
+            &app,
+            Method::GET,
+            &format!("/v1/admin/messages?{query}"),
+            &t.key,
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "{query}");
+        assert_eq!(page["items"].as_array().unwrap().len(), expected, "{query}");
+    }
+    for bad in [
+        "limit=0",
+        "limit=500",
+        "platform=irc",
+        "status=nope",
+        "cursor=garbage",
+        "since=yesterday",
+    ] {
+        let (status, error) = call(
+            &app,
+            Method::GET,
+            &format!("/v1/admin/messages?{bad}"),
+            &t.key,
+            None,
+        )
+        .await;
+        assert_eq!(
+            (status, error["error"].as_str()),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some("unprocessable")),
+            "{bad}"
+        );
+    }
+
+    // One message, with reply parts written as the worker would.
+    let id = items[1]["id"].as_str().unwrap();
+    let mut tx = app.tenant_tx(t.p.tenant).await;
+    channel_bridge::db::messages::insert_reply_parts(
+        &mut tx,
+        id.parse().unwrap(),
+        &["hi".into(), "there".into()],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let (status, detail) = call(
+        &app,
+        Method::GET,
+        &format!("/v1/admin/messages/{id}"),
+        &t.key,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(detail["request_content"], "Does it come in another color?");
+    assert_eq!(detail["reply_parts"][1]["content"], "there");
+    assert_eq!(detail["reply_parts"][1]["status"], "pending");
+    let (status, _) = call(
+        &app,
+        Method::GET,
+        &format!("/v1/admin/messages/{}", uuid::Uuid::new_v4()),
+        &t.key,
+        None,
+    )
+    .await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn paging_through_250_rows_while_new_rows_arrive_neither_loses_nor_repeats_a_row() {
+    let app = app().await;
+    let t = tenant_with_key(&app, "acme").await;
+    seed_messages(&app, &t, 0, 250).await;
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/v1/admin/messages?limit=40&cursor={c}"),
+            None => "/v1/admin/messages?limit=40".to_owned(),
+        };
+        let (status, page) = call(&app, Method::GET, &path, &t.key, None).await;
+        assert_eq!(status, 200);
+        seen.extend(
+            page["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["request_content"].as_str().unwrap().to_owned()),
+        );
+        pages += 1;
+        // New rows arrive between pages.
+        seed_messages(&app, &t, 1000 + pages * 2, 2).await;
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 7);
+    let expected: Vec<String> = (0..250).rev().map(|i| format!("message {i}")).collect();
+    assert_eq!(seen, expected, "every original row exactly once, newest first");
+}
+
+#[tokio::test]
+async fn history_shows_what_the_agent_would_receive_next() {
+    let app = app().await;
+    let t = tenant_with_key(&app, "acme").await;
+    let mut owner = app.db.owner_conn().await;
+    seed_messages(&app, &t, 0, 2).await;
+    sqlx::query(
+        "update channel_messages set status = 'executed', response_content = 'ok: ' || request_content",
+    )
+    .execute(&mut owner)
+    .await
+    .unwrap();
+    seed_messages(&app, &t, 2, 1).await; // still queued: not history yet
+
+    let (status, history) = call(&app, Method::GET, "/v1/admin/users/alice/history", &t.key, None).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        history["messages"],
+        json!([
+            {"role": "user", "content": "message 0"}, {"role": "assistant", "content": "ok: message 0"},
+            {"role": "user", "content": "message 1"}, {"role": "assistant", "content": "ok: message 1"},
+        ])
+    );
+}
+
+#[tokio::test]
+async fn a_failed_message_can_be_redispatched_and_nothing_else_can() {
+    let app = app().await;
+    let t = tenant_with_key(&app, "acme").await;
+    seed_messages(&app, &t, 0, 1).await;
+    let id = message_ids(&app, &t).await.remove(0);
+    let path = format!("/v1/admin/messages/{id}/redispatch");
+    let (status, error) = call(&app, Method::POST, &path, &t.key, None).await;
+    assert_eq!(
+        (status, error["error"].as_str()),
+        (StatusCode::CONFLICT, Some("conflict"))
+    );
+
+    let mut owner = app.db.owner_conn().await;
+    sqlx::raw_sql("update channel_messages set status = 'dispatch_failed', attempts = 5, last_error = 'agent down'; delete from dispatch_queue")
+        .execute(&mut owner)
+        .await
+        .unwrap();
+    let (status, message) = call(&app, Method::POST, &path, &t.key, None).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        (message["status"].as_str(), message["attempts"].as_i64()),
+        (Some("accepted"), Some(0))
+    );
+    let queued: i64 = sqlx::query_scalar("select count(*) from dispatch_queue")
+        .fetch_one(&mut owner)
+        .await
+        .unwrap();
+    assert_eq!(queued, 1);
+}
+
+#[tokio::test]
+async fn connectors_can_be_created_read_updated_rotated_disabled_and_deleted_and_secrets_never_come_back() {
+    let app = app().await;
+    let t = tenant_with_key(&app, "acme").await;
+    let create = json!({
+        "platform": "slack", "name": "second workspace", "verification_secret": "first-signing-secret",
+        "outbound_token": "xoxb-very-secret", "external_id": "T0001", "bot_user_id": "UBOT2", "bot_id": "BBOT2"
+    });
+    let (status, created) = call(&app, Method::POST, "/v1/admin/connectors", &t.key, Some(create)).await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["has_outbound_token"], true);
+    let id = created["id"].as_str().unwrap().to_owned();
+    let path = format!("/v1/admin/connectors/{id}");
+
+    let (status, list) = call(&app, Method::GET, "/v1/admin/connectors", &t.key, None).await;
+    assert_eq!((status, list.as_array().unwrap().len()), (StatusCode::OK, 4));
+    for secret in [
+        "first-signing-secret",
+        "xoxb-very-secret",
+        SLACK_SECRET,
+        TELEGRAM_SECRET,
+        "outbound-token",
+    ] {
+        assert!(!list.to_string().contains(secret), "secrets are write-only");
+    }
+
+    // Rotation: both secrets verify during the grace period.
+    let (status, rotated) = call(
+        &app,
+        Method::PATCH,
+        &path,
+        &t.key,
+        Some(json!({"verification_secret": "second-signing-secret"})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(rotated["previous_secret_expires_at"].is_string());
+    let body = slack_text("1718009000.000100", "signed with the old secret");
+    let hook = format!("/v1/hooks/{}/{id}", t.p.tenant);
+    let old = post(
+        &app,
+        &hook,
+        &slack_headers("first-signing-secret", now(), &body),
+        body.clone(),
+    )
+    .await;
+    assert_eq!(old.status(), 200);
+    let new = post(
+        &app,
+        &hook,
+        &slack_headers("second-signing-secret", now(), &body),
+        body.clone(),
+    )
+    .await;
+    assert_eq!(new.status(), 200);
+    let (status, _) = call(
+        &app,
+        Method::PATCH,
+        &path,
+        &t.key,
+        Some(json!({"verification_secret": "third-signing-secret", "previous_secret_grace_secs": 0})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let expired = post(
+        &app,
+        &hook,
+        &slack_headers("second-signing-secret", now(), &body),
+        body.clone(),
+    )
+    .await;
+    assert_eq!(
+        expired.status(),
+        401,
+        "no grace: the previous secret is refused at once"
+    );
+
+    let (status, updated) = call(
+        &app,
+        Method::PATCH,
+        &path,
+        &t.key,
+        Some(json!({"name": "renamed", "api_base_url": ""})),
+    )
+    .await;
+    assert_eq!(
+        (status, updated["name"].as_str()),
+        (StatusCode::OK, Some("renamed"))
+    );
+    let (status, _) = call(
+        &app,
+        Method::PATCH,
+        &path,
+        &t.key,
+        Some(json!({"api_base_url": "not a url"})),
+    )
+    .await;
+    assert_eq!(status, 422);
+    let (status, _) = call(
+        &app,
+        Method::PATCH,
+        &path,
+        &t.key,
+        Some(json!({"unknown_field": 1})),
+    )
+    .await;
+    assert_eq!(status, 422);
+
+    let (status, disabled) = call(&app, Method::POST, &format!("{path}/disable"), &t.key, None).await;
+    assert_eq!(
+        (status, disabled["enabled"].as_bool()),
+        (StatusCode::OK, Some(false))
+    );
+    let refused = post(
+        &app,
+        &hook,
+        &slack_headers("third-signing-secret", now(), &body),
+        body,
+    )
+    .await;
+    assert_eq!(refused.status(), 404, "a disabled connector takes no webhooks");
+
+    let (status, _) = call(&app, Method::DELETE, &path, &t.key, None).await;
+    assert_eq!(status, 409, "history is not deleted by accident");
+    let (status, _) = call(&app, Method::DELETE, &format!("{path}?purge=true"), &t.key, None).await;
+    assert_eq!(status, 204);
+    let (status, _) = call(&app, Method::GET, &path, &t.key, None).await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn links_and_tenant_settings_can_be_managed() {
+    let app = app().await;
+    let t = tenant_with_key(&app, "acme").await;
+    let link = json!({"platform": "slack", "platform_user_id": "U0NEW", "user_id": "dave"});
+    let (status, created) = call(&app, Method::POST, "/v1/admin/links", &t.key, Some(link)).await;
+    assert_eq!(
+        (status, created["user_id"].as_str()),
+        (StatusCode::CREATED, Some("dave"))
+    );
+    let (_, links) = call(&app, Method::GET, "/v1/admin/links", &t.key, None).await;
+    assert_eq!(links.as_array().unwrap().len(), 5);
+    let (status, _) = call(&app, Method::DELETE, "/v1/admin/links/slack/U0NEW", &t.key, None).await;
+    assert_eq!(status, 204);
+    let (status, _) = call(&app, Method::DELETE, "/v1/admin/links/slack/U0NEW", &t.key, None).await;
+    assert_eq!(status, 404);
+    let bad = json!({"platform": "irc", "platform_user_id": "x", "user_id": "y"});
+    assert_eq!(
+        call(&app, Method::POST, "/v1/admin/links", &t.key, Some(bad))
+            .await
+            .0,
+        422
+    );
+
+    let patch = json!({"agent_url": "http://127.0.0.1:9/agent", "name": "Acme Inc"});
+    let (status, tenant) = call(&app, Method::PATCH, "/v1/admin/tenant", &t.key, Some(patch)).await;
+    assert_eq!(
+        (status, tenant["agent_url"].as_str()),
+        (StatusCode::OK, Some("http://127.0.0.1:9/agent"))
+    );
+    let (status, rotated) = call(
+        &app,
+        Method::POST,
+        "/v1/admin/tenant/rotate-dispatch-secret",
+        &t.key,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let new_secret = rotated["dispatch_secret"].as_str().unwrap();
+    assert!(new_secret.starts_with("whsec_") && new_secret != t.p.dispatch_secret);
+    let (_, tenant) = call(&app, Method::GET, "/v1/admin/tenant", &t.key, None).await;
+    assert!(
+        !tenant.to_string().contains("whsec_"),
+        "the secret is shown only by the rotation"
+    );
+}
+
+#[tokio::test]
+async fn after_a_dispatch_secret_rotation_both_secrets_sign_until_the_grace_period_ends() {
+    use crate::support::fake_agent::FakeAgent;
+    use crate::support::fake_platforms::FakePlatforms;
+    use channel_bridge::dispatch::{StepOutcome, Worker};
+    let app = app().await;
+    let platforms = FakePlatforms::start().await;
+    let p = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
+    let (_, issued) = call(
+        &app,
+        Method::POST,
+        &format!("/v1/operator/tenants/{}/keys", p.tenant),
+        OPERATOR,
+        Some(json!({})),
+    )
+    .await;
+    let key = issued["key"].as_str().unwrap();
+    call(
+        &app,
+        Method::POST,
+        "/v1/admin/tenant/rotate-dispatch-secret",
+        key,
+        None,
+    )
+    .await;
+
+    // An agent that still only knows the old secret keeps verifying.
+    let agent = FakeAgent::start(&p.dispatch_secret).await;
+    let mut settings = channel_bridge::settings::ServeSettings::for_database(app.db.url());
+    settings.agent_url = Some(agent.url.clone());
+    let worker = Worker::new(app.pool.clone(), std::sync::Arc::new(settings), || {
+        chrono::Utc::now().timestamp()
+    })
+    .unwrap();
+    deliver(&app, &p, Platform::Telegram, telegram_text(777, "still signed")).await;
+    assert!(matches!(worker.step().await.unwrap(), StepOutcome::Executed(_)));
+    assert_eq!(agent.calls().len(), 1);
+}
+
+/// For every tenant-scoped route, tenant B's key aimed at tenant A's resources finds
+/// nothing (404 or an empty result) and changes nothing.
+#[tokio::test]
+async fn tenant_b_cannot_list_read_change_delete_or_redispatch_tenant_a_resources() {
+    let app = app().await;
+    let a = tenant_with_key(&app, "tenant-a").await;
+    let b = tenant_with_key(&app, "tenant-b").await;
+    seed_messages(&app, &a, 0, 3).await;
+    let mut owner = app.db.owner_conn().await;
+    sqlx::query("update channel_messages set status = 'dispatch_failed' where tenant_id = $1")
+        .bind(a.p.tenant)
+        .execute(&mut owner)
+        .await
+        .unwrap();
+    let a_message = message_ids(&app, &a).await.remove(0);
+    let a_connector = a.p.slack;
+    let before = snapshot(&app).await;
+
+    let (_, page) = call(&app, Method::GET, "/v1/admin/messages", &b.key, None).await;
+    assert!(page["items"].as_array().unwrap().is_empty());
+    let (_, page) = call(
+        &app,
+        Method::GET,
+        &format!("/v1/admin/messages?connector_id={a_connector}"),
+        &b.key,
+        None,
+    )
+    .await;
+    assert!(page["items"].as_array().unwrap().is_empty());
+    let (_, history) = call(&app, Method::GET, "/v1/admin/users/alice/history", &b.key, None).await;
+    assert_eq!(history["messages"], json!([]));
+    let (_, connectors) = call(&app, Method::GET, "/v1/admin/connectors", &b.key, None).await;
+    assert!(!connectors.to_string().contains(&a_connector.to_string()));
+    let (_, links) = call(&app, Method::GET, "/v1/admin/links", &b.key, None).await;
+    assert!(links
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|l| l["user_id"] != "alice-of-a"));
+
+    let attempts = [
+        (Method::GET, format!("/v1/admin/messages/{a_message}"), None),
+        (
+            Method::POST,
+            format!("/v1/admin/messages/{a_message}/redispatch"),
+            None,
+        ),
+        (Method::GET, format!("/v1/admin/connectors/{a_connector}"), None),
+        (
+            Method::PATCH,
+            format!("/v1/admin/connectors/{a_connector}"),
+            Some(json!({"name": "stolen"})),
+        ),
+        (
+            Method::PATCH,
+            format!("/v1/admin/connectors/{a_connector}"),
+            Some(json!({"verification_secret": "mine-now"})),
+        ),
+        (
+            Method::POST,
+            format!("/v1/admin/connectors/{a_connector}/disable"),
+            None,
+        ),
+        (
+            Method::DELETE,
+            format!("/v1/admin/connectors/{a_connector}?purge=true"),
+            None,
+        ),
+    ];
+    for (method, path, body) in attempts {
+        let (status, error) = call(&app, method.clone(), &path, &b.key, body).await;
+        assert_eq!(status, 404, "{method} {path} must answer 404, never 403");
+        assert_eq!(error["error"], "not_found");
+    }
+    // B's link writes land in B's tenant, never in A's.
+    let link = json!({"platform": "telegram", "platform_user_id": TELEGRAM_USER, "user_id": "mallory"});
+    call(&app, Method::POST, "/v1/admin/links", &b.key, Some(link)).await;
+    call(
+        &app,
+        Method::DELETE,
+        &format!("/v1/admin/links/slack/{SLACK_USER}"),
+        &b.key,
+        None,
+    )
+    .await;
+    let mut b_owned = snapshot(&app).await;
+    b_owned.retain(|row| !row.contains(&b.p.tenant.to_string()));
+    let mut a_before = before.clone();
+    a_before.retain(|row| !row.contains(&b.p.tenant.to_string()));
+    assert_eq!(a_before, b_owned, "tenant A's rows are unchanged");
+}
+
+/// Every row of every tenant table, as text, for before/after comparisons.
+async fn snapshot(app: &TestApp) -> HashSet<String> {
+    let mut owner = app.db.owner_conn().await;
+    let mut rows = HashSet::new();
+    for table in [
+        "channel_connectors",
+        "channel_links",
+        "channel_messages",
+        "channel_replies",
+        "dispatch_queue",
+    ] {
+        let table_rows: Vec<String> = sqlx::query_scalar(&format!("select t::text from {table} t"))
+            .fetch_all(&mut owner)
+            .await
+            .unwrap();
+        rows.extend(table_rows.into_iter().map(|r| format!("{table}: {r}")));
+    }
+    rows
+}
+
+#[tokio::test]
+async fn the_openapi_document_lists_every_route_the_router_serves() {
+    let app = app().await;
+    let response = app.client.get(app.url("/v1/openapi.json")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let doc: Value = response.json().await.unwrap();
+    let mut documented = HashSet::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            documented.insert(format!("{} {path}", method.to_uppercase()));
+        }
+    }
+    let served = [
+        "GET /healthz",
+        "GET /readyz",
+        "GET /metrics",
+        "GET /v1/openapi.json",
+        "POST /v1/hooks/{tenant_id}/{connector_id}",
+        "GET /v1/hooks/{tenant_id}/{connector_id}",
+        "GET /v1/admin/messages",
+        "GET /v1/admin/messages/{id}",
+        "POST /v1/admin/messages/{id}/redispatch",
+        "GET /v1/admin/users/{user_id}/history",
+        "GET /v1/admin/connectors",
+        "POST /v1/admin/connectors",
+        "GET /v1/admin/connectors/{id}",
+        "PATCH /v1/admin/connectors/{id}",
+        "DELETE /v1/admin/connectors/{id}",
+        "POST /v1/admin/connectors/{id}/disable",
+        "GET /v1/admin/links",
+        "POST /v1/admin/links",
+        "DELETE /v1/admin/links/{platform}/{platform_user_id}",
+        "GET /v1/admin/tenant",
+        "PATCH /v1/admin/tenant",
+        "POST /v1/admin/tenant/rotate-dispatch-secret",
+        "POST /v1/operator/tenants",
+        "GET /v1/operator/tenants/{tenant_id}/keys",
+        "POST /v1/operator/tenants/{tenant_id}/keys",
+        "DELETE /v1/operator/keys/{key_id}",
+    ];
+    let served: HashSet<String> = served.iter().map(|s| s.to_string()).collect();
+    assert_eq!(
+        documented, served,
+        "the document and the served routes are the same set"
+    );
+
+    // And every documented operation is really routed: the router answers it with its own
+    // JSON (or a handshake/metrics body), never an empty 404/405 of an unknown route.
+    for operation in &documented {
+        let (method, path) = operation.split_once(' ').unwrap();
+        let concrete = path
+            .replace("{tenant_id}", &uuid::Uuid::new_v4().to_string())
+            .replace("{connector_id}", &uuid::Uuid::new_v4().to_string())
+            .replace("{id}", &uuid::Uuid::new_v4().to_string())
+            .replace("{key_id}", &uuid::Uuid::new_v4().to_string())
+            .replace("{user_id}", "someone")
+            .replace("{platform}", "slack")
+            .replace("{platform_user_id}", "U1");
+        let response = app
+            .client
+            .request(method.parse().unwrap(), app.url(&concrete))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        let body = response.text().await.unwrap();
+        assert_ne!(status, 405, "{operation}");
+        assert!(
+            status != 404 || body.contains("not_found"),
+            "{operation} is routed"
+        );
+    }
+}

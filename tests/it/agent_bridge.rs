@@ -1,0 +1,506 @@
+//! `agent-bridge` on port 0 in front of a real local OpenAI-compatible stand-in: what the
+//! upstream receives, what the gateway gets back, every error status, and the whole path
+//! gateway → bridge → upstream → platform with the history intact.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{OriginalUri, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use channel_bridge::agent_bridge::upstream::UpstreamConfig;
+use channel_bridge::agent_bridge::{self, BridgeConfig};
+use channel_bridge::dispatch::payload::{ChannelOut, ChatMessage, DispatchOut};
+use channel_bridge::dispatch::signature;
+use channel_bridge::dispatch::{StepOutcome, Worker};
+use channel_bridge::domain::Platform;
+use channel_bridge::settings::ServeSettings;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+
+use crate::support::fake_platforms::FakePlatforms;
+use crate::support::platforms::*;
+use crate::support::spawn_app;
+
+/// The Standard Webhooks reference secret.
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+// --- an OpenAI-compatible stand-in ----------------------------------------------------
+
+/// One chat completion request the upstream received.
+#[derive(Debug, Clone)]
+struct UpstreamCall {
+    path: String,
+    authorization: Option<String>,
+    body: Value,
+}
+
+/// How the upstream answers the next request.
+#[allow(dead_code)] // not every variant is used by every test
+enum UpstreamAnswer {
+    Status(u16, Value, Option<u64>),
+    Raw(&'static str),
+    Hang,
+}
+
+#[derive(Default)]
+struct UpstreamState {
+    calls: Mutex<Vec<UpstreamCall>>,
+    script: Mutex<VecDeque<UpstreamAnswer>>,
+}
+
+/// A real HTTP server speaking `POST /v1/chat/completions`. Unscripted requests are
+/// answered `answer <n> to <last user text> (<messages> messages)`.
+struct Upstream {
+    base_url: String,
+    state: Arc<UpstreamState>,
+}
+
+impl Upstream {
+    async fn start() -> Self {
+        let state = Arc::new(UpstreamState::default());
+        let app = Router::new()
+            .route("/v1/chat/completions", post(complete))
+            .with_state(state.clone());
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base_url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self { base_url, state }
+    }
+
+    fn script(&self, answers: impl IntoIterator<Item = UpstreamAnswer>) {
+        self.state.script.lock().unwrap().extend(answers);
+    }
+
+    fn calls(&self) -> Vec<UpstreamCall> {
+        self.state.calls.lock().unwrap().clone()
+    }
+}
+
+async fn complete(
+    State(state): State<Arc<UpstreamState>>,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    let authorization = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let last = messages
+        .last()
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    let n = {
+        let mut calls = state.calls.lock().unwrap();
+        calls.push(UpstreamCall {
+            path: uri.path().to_owned(),
+            authorization,
+            body,
+        });
+        calls.len()
+    };
+    let scripted = state.script.lock().unwrap().pop_front();
+    match scripted {
+        None => Json(json!({
+            "id": format!("chatcmpl-{n}"), "object": "chat.completion", "model": "stand-in",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                "role": "assistant",
+                "content": format!("answer {n} to {last} ({} messages)", messages.len()),
+            }}],
+        }))
+        .into_response(),
+        Some(UpstreamAnswer::Status(status, body, retry_after)) => {
+            let mut response = (StatusCode::from_u16(status).unwrap(), Json(body)).into_response();
+            if let Some(secs) = retry_after {
+                response
+                    .headers_mut()
+                    .insert("retry-after", secs.to_string().parse().unwrap());
+            }
+            response
+        }
+        Some(UpstreamAnswer::Raw(body)) => (StatusCode::OK, body).into_response(),
+        Some(UpstreamAnswer::Hang) => std::future::pending().await,
+    }
+}
+
+// --- helpers --------------------------------------------------------------------------
+
+/// Serves the bridge on a bound port-0 listener; returns the agent URL.
+async fn spawn_bridge(config: BridgeConfig) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/agent", listener.local_addr().unwrap());
+    tokio::spawn(agent_bridge::serve(listener, config, std::future::pending()));
+    url
+}
+
+fn upstream_config(upstream: &Upstream) -> UpstreamConfig {
+    UpstreamConfig::new(&upstream.base_url).unwrap()
+}
+
+/// A dispatch exactly as the gateway shapes it.
+fn dispatch_payload(messages: Vec<ChatMessage>) -> Value {
+    let current = messages.last().unwrap().content.clone();
+    serde_json::to_value(DispatchOut {
+        messages,
+        role: "user".into(),
+        content: current,
+        tenant_id: "0190a8e0-0000-7000-8000-000000000001".into(),
+        user_id: Some("alice".into()),
+        message_id: "0190a8e0-0000-7000-8000-0000000000aa".into(),
+        channel: ChannelOut {
+            platform: "slack".into(),
+            connector_id: "0190a8e0-0000-7000-8000-0000000000cc".into(),
+            chat_id: "D0DM00001".into(),
+            thread_id: None,
+            platform_user_id: "U0USER1".into(),
+        },
+    })
+    .unwrap()
+}
+
+/// POSTs `body` signed with `secret` at `timestamp`, as the gateway does.
+async fn post_signed(url: &str, secret: &str, timestamp: i64, body: Vec<u8>) -> reqwest::Response {
+    let signature = signature::sign(secret, "msg_1", timestamp, &body).unwrap();
+    reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("webhook-id", "msg_1")
+        .header("webhook-timestamp", timestamp.to_string())
+        .header("webhook-signature", signature)
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn dispatch(url: &str, body: &Value) -> reqwest::Response {
+    post_signed(url, SECRET, now(), serde_json::to_vec(body).unwrap()).await
+}
+
+async fn status_and_json(response: reqwest::Response) -> (u16, Value) {
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap())
+}
+
+fn user(text: &str) -> ChatMessage {
+    ChatMessage::user(text)
+}
+
+fn assistant(text: &str) -> ChatMessage {
+    ChatMessage::assistant(text)
+}
+
+// --- the bridge alone -----------------------------------------------------------------
+
+#[tokio::test]
+async fn bridge_forwards_messages_with_the_system_prompt_first_the_model_and_no_user_field() {
+    let upstream = Upstream::start().await;
+    let mut config = upstream_config(&upstream);
+    config.model = Some("test-model".into());
+    config.api_key = Some("sk-test-key".to_owned().into());
+    let mut bridge = BridgeConfig::upstream(SECRET, config);
+    bridge.system_prompt = Some("You are terse.".into());
+    let url = spawn_bridge(bridge).await;
+
+    let conversation = vec![user("first"), assistant("one"), user("second")];
+    let (status, answer) = status_and_json(dispatch(&url, &dispatch_payload(conversation)).await).await;
+
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer,
+        json!({"messages": [{"role": "assistant", "content": "answer 1 to second (4 messages)"}]})
+    );
+    let calls = upstream.calls();
+    assert_eq!(calls.len(), 1);
+    let call = &calls[0];
+    assert_eq!(call.path, "/v1/chat/completions");
+    assert_eq!(call.authorization.as_deref(), Some("Bearer sk-test-key"));
+    assert_eq!(call.body["model"], "test-model");
+    assert_eq!(
+        call.body["messages"],
+        json!([
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "one"},
+            {"role": "user", "content": "second"},
+        ])
+    );
+    assert!(
+        call.body.get("user").is_none(),
+        "the history has one owner: no stable user by default: {}",
+        call.body
+    );
+    assert_eq!(call.body["stream"], false);
+}
+
+#[tokio::test]
+async fn bridge_builds_one_user_message_from_legacy_role_and_content() {
+    let upstream = Upstream::start().await;
+    let url = spawn_bridge(BridgeConfig::upstream(SECRET, upstream_config(&upstream))).await;
+
+    let legacy = json!({"role": "user", "content": "hello from an old gateway", "message_id": "m1"});
+    let (status, answer) = status_and_json(dispatch(&url, &legacy).await).await;
+
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["messages"][0]["content"],
+        "answer 1 to hello from an old gateway (1 messages)"
+    );
+    let body = &upstream.calls()[0].body;
+    assert_eq!(
+        body["messages"],
+        json!([{"role": "user", "content": "hello from an old gateway"}])
+    );
+    assert!(body.get("model").is_none(), "no model configured: {body}");
+    assert!(body.get("user").is_none(), "{body}");
+    assert!(upstream.calls()[0].authorization.is_none());
+}
+
+#[tokio::test]
+async fn stable_user_option_sends_tenant_and_user_as_the_upstream_user() {
+    let upstream = Upstream::start().await;
+    let mut config = upstream_config(&upstream);
+    config.stable_user = true;
+    let url = spawn_bridge(BridgeConfig::upstream(SECRET, config)).await;
+
+    let response = dispatch(&url, &dispatch_payload(vec![user("hi")])).await;
+
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        upstream.calls()[0].body["user"],
+        "0190a8e0-0000-7000-8000-000000000001:alice"
+    );
+}
+
+#[tokio::test]
+async fn bad_missing_or_stale_signatures_are_rejected_with_401_before_the_upstream_is_asked() {
+    let upstream = Upstream::start().await;
+    let url = spawn_bridge(BridgeConfig::upstream(SECRET, upstream_config(&upstream))).await;
+    let body = serde_json::to_vec(&dispatch_payload(vec![user("hi")])).unwrap();
+
+    let other_secret = "whsec_c2VjcmV0LW9mLWFub3RoZXItdGVuYW50LTMyYnl0ZXMh";
+    let wrong_secret = post_signed(&url, other_secret, now(), body.clone()).await;
+    let stale = post_signed(&url, SECRET, now() - 600, body.clone()).await;
+    let unsigned = reqwest::Client::new()
+        .post(&url)
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    let signature = signature::sign(SECRET, "msg_1", now(), &body).unwrap();
+    let tampered = reqwest::Client::new()
+        .post(&url)
+        .header("webhook-id", "msg_1")
+        .header("webhook-timestamp", now().to_string())
+        .header("webhook-signature", signature)
+        .body(serde_json::to_vec(&dispatch_payload(vec![user("changed")])).unwrap())
+        .send()
+        .await
+        .unwrap();
+
+    for (case, response) in [
+        ("wrong secret", wrong_secret),
+        ("stale timestamp", stale),
+        ("no signature headers", unsigned),
+        ("tampered body", tampered),
+    ] {
+        let (status, error) = status_and_json(response).await;
+        assert_eq!(status, 401, "{case}: {error}");
+        assert_eq!(error["error"], "unauthorized", "{case}");
+        assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()), "{case}");
+    }
+    assert!(upstream.calls().is_empty());
+}
+
+#[tokio::test]
+async fn invalid_payloads_are_rejected_with_400_and_a_clear_error() {
+    let upstream = Upstream::start().await;
+    let url = spawn_bridge(BridgeConfig::upstream(SECRET, upstream_config(&upstream))).await;
+
+    let cases: [(&[u8], &str); 5] = [
+        (b"not json at all", "the body is not JSON"),
+        (br#"{"tenant_id": "t"}"#, "neither `messages` nor `content`"),
+        (
+            br#"{"messages": [{"role": "robot", "content": "beep"}]}"#,
+            "messages[0].role must be `system`, `user` or `assistant`, not `robot`",
+        ),
+        (
+            br#"{"messages": [{"role": "user", "content": "   "}]}"#,
+            "messages[0].content is empty",
+        ),
+        (
+            br#"{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}"#,
+            "the last message must be the user's turn",
+        ),
+    ];
+    for (body, expected) in cases {
+        let response = post_signed(&url, SECRET, now(), body.to_vec()).await;
+        let (status, error) = status_and_json(response).await;
+        assert_eq!(status, 400, "{expected}: {error}");
+        assert_eq!(error["error"], "bad_request");
+        let message = error["message"].as_str().unwrap();
+        assert!(message.contains(expected), "{message:?} should say {expected:?}");
+    }
+    assert!(upstream.calls().is_empty());
+}
+
+#[tokio::test]
+async fn upstream_500_4xx_and_unreadable_answers_become_502_so_the_gateway_retries() {
+    let upstream = Upstream::start().await;
+    upstream.script([
+        UpstreamAnswer::Status(500, json!({"error": {"message": "model crashed"}}), None),
+        UpstreamAnswer::Status(400, json!({"error": {"message": "unknown model"}}), None),
+        UpstreamAnswer::Raw("<html>bad gateway</html>"),
+    ]);
+    let url = spawn_bridge(BridgeConfig::upstream(SECRET, upstream_config(&upstream))).await;
+    let payload = dispatch_payload(vec![user("hi")]);
+
+    for expected in ["upstream_error", "upstream_error", "upstream_invalid_answer"] {
+        let (status, error) = status_and_json(dispatch(&url, &payload).await).await;
+        assert_eq!(status, 502, "{error}");
+        assert_eq!(error["error"], expected);
+        assert!(
+            !error.to_string().contains("model crashed"),
+            "the upstream's body is not passed on: {error}"
+        );
+    }
+    assert_eq!(upstream.calls().len(), 3);
+}
+
+#[tokio::test]
+async fn an_unreachable_upstream_answers_502() {
+    // A port that was free a moment ago and has nobody listening now.
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = closed.local_addr().unwrap();
+    drop(closed);
+    let config = UpstreamConfig::new(&format!("http://{address}")).unwrap();
+    let url = spawn_bridge(BridgeConfig::upstream(SECRET, config)).await;
+
+    let (status, error) = status_and_json(dispatch(&url, &dispatch_payload(vec![user("hi")])).await).await;
+
+    assert_eq!(status, 502, "{error}");
+    assert_eq!(error["error"], "upstream_unreachable");
+}
+
+#[tokio::test]
+async fn an_upstream_rate_limit_is_passed_on_as_429_with_its_retry_after() {
+    let upstream = Upstream::start().await;
+    upstream.script([UpstreamAnswer::Status(
+        429,
+        json!({"error": {"message": "slow down"}}),
+        Some(7),
+    )]);
+    let url = spawn_bridge(BridgeConfig::upstream(SECRET, upstream_config(&upstream))).await;
+
+    let response = dispatch(&url, &dispatch_payload(vec![user("hi")])).await;
+
+    assert_eq!(response.status(), 429);
+    assert_eq!(response.headers()["retry-after"], "7");
+}
+
+#[tokio::test]
+async fn an_upstream_that_hangs_answers_504_after_the_configured_timeout() {
+    let upstream = Upstream::start().await;
+    upstream.script([UpstreamAnswer::Hang]);
+    let mut config = upstream_config(&upstream);
+    config.timeout = Duration::from_millis(300);
+    let url = spawn_bridge(BridgeConfig::upstream(SECRET, config)).await;
+
+    let started = Instant::now();
+    let (status, error) = status_and_json(dispatch(&url, &dispatch_payload(vec![user("hi")])).await).await;
+
+    assert_eq!(status, 504, "{error}");
+    assert_eq!(error["error"], "upstream_timeout");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "answered after {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn echo_mode_answers_without_an_upstream_and_names_the_earlier_user_turns() {
+    let url = spawn_bridge(BridgeConfig::echo(SECRET)).await;
+
+    let conversation = vec![user("a"), assistant("A"), user("b"), assistant("B"), user("c")];
+    let (status, answer) = status_and_json(dispatch(&url, &dispatch_payload(conversation)).await).await;
+    let (_, legacy) = status_and_json(dispatch(&url, &json!({"content": "solo"})).await).await;
+
+    assert_eq!(status, 200);
+    assert_eq!(
+        answer,
+        json!({"messages": [{"role": "assistant", "content": "echo: c (history: 2 turns)"}]})
+    );
+    assert_eq!(legacy["messages"][0]["content"], "echo: solo (history: 0 turns)");
+}
+
+// --- gateway → bridge → upstream → platform -------------------------------------------
+
+#[tokio::test]
+async fn gateway_to_bridge_to_upstream_keeps_the_history_intact_over_three_turns() {
+    let app = spawn_app().await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
+    let upstream = Upstream::start().await;
+    let mut bridge = BridgeConfig::upstream(&tenant.dispatch_secret, upstream_config(&upstream));
+    bridge.system_prompt = Some("You are the acme assistant.".into());
+    let agent_url = spawn_bridge(bridge).await;
+    let mut settings = ServeSettings::for_database(app.db.url());
+    settings.agent_url = Some(agent_url);
+    let worker = Worker::new(app.pool.clone(), Arc::new(settings), || {
+        chrono::Utc::now().timestamp()
+    })
+    .unwrap();
+
+    // Alice on Telegram, then on Slack (one linked person), then Telegram again.
+    deliver(&app, &tenant, Platform::Telegram, telegram_text(2001, "first")).await;
+    assert!(matches!(worker.step().await.unwrap(), StepOutcome::Executed(_)));
+    deliver(
+        &app,
+        &tenant,
+        Platform::Slack,
+        slack_text("1718000600.000100", "second"),
+    )
+    .await;
+    assert!(matches!(worker.step().await.unwrap(), StepOutcome::Executed(_)));
+    deliver(&app, &tenant, Platform::Telegram, telegram_text(2002, "third")).await;
+    assert!(matches!(worker.step().await.unwrap(), StepOutcome::Executed(_)));
+    assert_eq!(worker.step().await.unwrap(), StepOutcome::Empty);
+
+    let calls = upstream.calls();
+    assert_eq!(calls.len(), 3);
+    assert_eq!(
+        calls[2].body["messages"],
+        json!([
+            {"role": "system", "content": "You are the acme assistant."},
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "answer 1 to first (2 messages)"},
+            {"role": "user", "content": "second"},
+            {"role": "assistant", "content": "answer 2 to second (4 messages)"},
+            {"role": "user", "content": "third"},
+        ]),
+        "the third turn carries the two earlier turns and their answers, once"
+    );
+    assert!(calls.iter().all(|c| c.body.get("user").is_none()));
+
+    platforms.wait_for_sends(3).await;
+    let sent: Vec<(Platform, String)> = platforms
+        .sent()
+        .iter()
+        .map(|s| (s.platform, s.text().to_owned()))
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            (Platform::Telegram, "answer 1 to first (2 messages)".into()),
+            (Platform::Slack, "answer 2 to second (4 messages)".into()),
+            (Platform::Telegram, "answer 3 to third (6 messages)".into()),
+        ]
+    );
+}
