@@ -670,7 +670,10 @@ impl Script<'_> {
         extra_headers: &[(&'static str, String)],
     ) -> anyhow::Result<WebhookAnswer> {
         let mut request = self.client.post(self.stack.hook_url(platform));
-        for (name, value) in signed_headers(platform, &body).iter().chain(extra_headers) {
+        for (name, value) in signed_headers(platform, &body) {
+            request = request.header(name, value);
+        }
+        for (name, value) in extra_headers {
             request = request.header(*name, value);
         }
         let response = request
