@@ -56,6 +56,9 @@ pub enum Command {
     AgentBridge(crate::agent_bridge::BridgeArgs),
     /// Run gateway, echo agent and platform stand-ins locally through a short conversation.
     Demo(crate::demo::DemoArgs),
+    /// Post a JSON file to a running gateway, signed as the platform would sign it, and print
+    /// the answer (or, with --print-curl, an equivalent curl command).
+    SendFixture(crate::send_fixture::SendFixtureArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -252,6 +255,7 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
                 &crate::provision::add_link(&pool, tenant, platform, &platform_user_id, &user_id).await?,
             )
         }
+        Command::SendFixture(args) => crate::send_fixture::run(args).await,
         Command::AgentBridge(args) => crate::agent_bridge::run(args).await,
         Command::Demo(args) => crate::demo::run_cli(args).await,
     }

@@ -8,6 +8,8 @@
 //! - `provision`, `cli`: provisioning and the command line.
 //! - `agent_bridge`: the agent side of a dispatch, in front of an OpenAI-compatible server.
 //! - `demo`: the whole pipeline on one machine (`channel-bridge demo`).
+//! - `sign`, `send_fixture`: signing webhooks as the platforms do, for `send-fixture` and the
+//!   ingress load generator (`benches/ingress_load.rs`).
 
 pub mod admin;
 pub mod agent_bridge;
@@ -22,7 +24,9 @@ pub mod error;
 pub mod http;
 pub mod ingress;
 pub mod provision;
+pub mod send_fixture;
 pub mod settings;
+pub mod sign;
 pub mod startup;
 pub mod state;
 pub mod telemetry;

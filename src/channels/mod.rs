@@ -207,7 +207,37 @@ pub(crate) fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, HookErro
 
 #[cfg(test)]
 pub(crate) mod testing {
-    //! A connector for unit tests, with the fixture ids of `fixtures/README.md`.
+    //! A connector for unit tests, with the fixture ids of `fixtures/README.md`, and the
+    //! assertions every platform's tests share.
+
+    use super::{Channel, Inbound, InboundMessage, Parsed};
+
+    /// The events of a body that must parse as events (not a handshake, not an error).
+    pub(crate) fn events(channel: &dyn Channel, connector: &Connector, body: &[u8]) -> Inbound {
+        match channel.parse(connector, body) {
+            Ok(Parsed::Events(inbound)) => inbound,
+            other => panic!("expected events, got {other:?}"),
+        }
+    }
+
+    /// The one forwarded message of `inbound`, nothing dropped beside it.
+    pub(crate) fn single_message(inbound: Inbound) -> InboundMessage {
+        assert!(inbound.dropped.is_empty(), "dropped: {:?}", inbound.dropped);
+        assert!(inbound.statuses.is_empty(), "statuses: {:?}", inbound.statuses);
+        assert_eq!(inbound.messages.len(), 1);
+        inbound
+            .messages
+            .into_iter()
+            .next()
+            .expect("one message, asserted above")
+    }
+
+    /// The one drop reason of `inbound`, nothing forwarded.
+    pub(crate) fn dropped_reason(inbound: Inbound) -> &'static str {
+        assert!(inbound.messages.is_empty(), "forwarded: {:?}", inbound.messages);
+        assert_eq!(inbound.dropped.len(), 1);
+        inbound.dropped[0]
+    }
 
     use crate::domain::{Connector, ConnectorId, Platform, TenantId, UnlinkedPolicy};
 

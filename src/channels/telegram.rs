@@ -262,28 +262,15 @@ mod tests {
     }
 
     fn events(body: &[u8]) -> Inbound {
-        match Telegram.parse(&connector(), body) {
-            Ok(Parsed::Events(inbound)) => inbound,
-            other => panic!("expected events, got {other:?}"),
-        }
+        testing::events(&Telegram, &connector(), body)
     }
 
     fn single_message(body: &[u8]) -> InboundMessage {
-        let inbound = events(body);
-        assert!(inbound.dropped.is_empty(), "dropped: {:?}", inbound.dropped);
-        assert_eq!(inbound.messages.len(), 1);
-        inbound
-            .messages
-            .into_iter()
-            .next()
-            .expect("one message, asserted above")
+        testing::single_message(events(body))
     }
 
     fn dropped_reason(body: &[u8]) -> &'static str {
-        let inbound = events(body);
-        assert!(inbound.messages.is_empty(), "forwarded: {:?}", inbound.messages);
-        assert_eq!(inbound.dropped.len(), 1);
-        inbound.dropped[0]
+        testing::dropped_reason(events(body))
     }
 
     #[test]

@@ -391,22 +391,11 @@ mod tests {
     }
 
     fn events(body: &[u8]) -> Inbound {
-        match WhatsApp.parse(&connector(), body) {
-            Ok(Parsed::Events(inbound)) => inbound,
-            other => panic!("expected events, got {other:?}"),
-        }
+        testing::events(&WhatsApp, &connector(), body)
     }
 
     fn single_message(body: &[u8]) -> InboundMessage {
-        let inbound = events(body);
-        assert!(inbound.dropped.is_empty(), "dropped: {:?}", inbound.dropped);
-        assert!(inbound.statuses.is_empty());
-        assert_eq!(inbound.messages.len(), 1);
-        inbound
-            .messages
-            .into_iter()
-            .next()
-            .expect("one message, asserted above")
+        testing::single_message(events(body))
     }
 
     #[test]

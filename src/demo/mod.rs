@@ -670,7 +670,10 @@ impl Script<'_> {
         extra_headers: &[(&'static str, String)],
     ) -> anyhow::Result<WebhookAnswer> {
         let mut request = self.client.post(self.stack.hook_url(platform));
-        for (name, value) in signed_headers(platform, &body).iter().chain(extra_headers) {
+        for (name, value) in signed_headers(platform, &body) {
+            request = request.header(name, value);
+        }
+        for (name, value) in extra_headers {
             request = request.header(*name, value);
         }
         let response = request
@@ -720,7 +723,18 @@ fn conclude(summary: &DemoSummary, out: &mut (dyn Write + Send)) -> std::io::Res
     writeln!(out, "  tenant id: {}", summary.tenant_id)?;
     writeln!(
         out,
-        "  psql \"$DATABASE_URL\" -c 'select platform, user_id, status, request_content, response_content from channel_messages order by received_at'"
+        "  channel-bridge messages list --tenant {}",
+        summary.tenant_id
+    )?;
+    writeln!(
+        out,
+        "  channel-bridge history --tenant {} --user alice",
+        summary.tenant_id
+    )?;
+    writeln!(
+        out,
+        "  channel-bridge key issue --tenant {}   # then the admin API (README)",
+        summary.tenant_id
     )?;
     writeln!(
         out,

@@ -10,3 +10,4 @@ mod foundation;
 mod ingress;
 mod replies;
 mod rls;
+mod send_fixture;
