@@ -34,7 +34,7 @@ pub enum AppError {
     #[error("{0}")]
     Conflict(&'static str),
     #[error("database unavailable")]
-    Unavailable(#[source] sqlx::Error),
+    Unavailable(#[source] std::sync::Arc<sqlx::Error>),
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
@@ -56,10 +56,22 @@ impl AppError {
     }
 }
 
+impl AppError {
+    /// A database error several requests share (one failed ingress batch answers each of
+    /// its webhooks with it).
+    pub fn from_shared_db(err: std::sync::Arc<sqlx::Error>) -> Self {
+        if crate::db::is_unavailable(&err) {
+            Self::Unavailable(err)
+        } else {
+            Self::Internal(anyhow::Error::new(err).context("database query failed"))
+        }
+    }
+}
+
 impl From<sqlx::Error> for AppError {
     fn from(err: sqlx::Error) -> Self {
         if crate::db::is_unavailable(&err) {
-            Self::Unavailable(err)
+            Self::Unavailable(std::sync::Arc::new(err))
         } else {
             Self::Internal(anyhow::Error::new(err).context("database query failed"))
         }

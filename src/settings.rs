@@ -91,6 +91,20 @@ pub struct ServeSettings {
     #[arg(long, env = "CB_WHATSAPP_BODY_LIMIT", default_value_t = 4 * 1024 * 1024)]
     pub whatsapp_body_limit: usize,
 
+    /// Seconds a connector read for webhooks stays cached (0: read it for every webhook).
+    /// Changes made through this instance apply at once; changes made through another
+    /// instance apply within this time.
+    #[arg(long, env = "CB_CONNECTOR_CACHE_SECS", default_value_t = 5)]
+    pub connector_cache_secs: u64,
+
+    /// Ingress writer tasks: transactions recording webhooks at the same time.
+    #[arg(long, env = "CB_INGRESS_WRITERS", default_value_t = 4)]
+    pub ingress_writers: usize,
+
+    /// Most webhooks one ingress transaction records (they share its commit).
+    #[arg(long, env = "CB_INGRESS_BATCH_MAX", default_value_t = 64)]
+    pub ingress_batch_max: usize,
+
     /// Run the HTTP server (disable to run a worker-only instance).
     #[arg(long, env = "CB_HTTP", default_value_t = true, action = clap::ArgAction::Set)]
     pub http: bool,
@@ -125,6 +139,9 @@ impl ServeSettings {
             operator_token: None,
             body_limit: 1024 * 1024,
             whatsapp_body_limit: 4 * 1024 * 1024,
+            connector_cache_secs: 5,
+            ingress_writers: 4,
+            ingress_batch_max: 64,
             http: true,
             worker: true,
             worker_concurrency: 8,
@@ -153,6 +170,11 @@ impl ServeSettings {
         }
         if self.body_limit < 1024 || self.whatsapp_body_limit < 1024 {
             return Err(SettingsError("body limits must be at least 1024 bytes".into()));
+        }
+        if self.ingress_writers == 0 || self.ingress_batch_max == 0 {
+            return Err(SettingsError(
+                "CB_INGRESS_WRITERS and CB_INGRESS_BATCH_MAX must be at least 1".into(),
+            ));
         }
         self.dispatch.validate()?;
         if self.worker && self.worker_concurrency == 0 {

@@ -12,6 +12,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::dispatch::Worker;
+use crate::ingress::connectors::ConnectorCache;
+use crate::ingress::writer::Writer;
 
 use crate::settings::ServeSettings;
 use crate::state::{system_clock, AppState};
@@ -37,12 +39,16 @@ impl Application {
             None
         };
         let local_addr = listener.as_ref().map(TcpListener::local_addr).transpose()?;
+        let cache_ttl = Duration::from_secs(settings.connector_cache_secs);
+        let ingress = Writer::spawn(pool.clone(), settings.ingress_writers, settings.ingress_batch_max);
         let state = AppState {
             pool,
             settings: Arc::new(settings),
             metrics: crate::telemetry::metrics_handle(),
             clock: system_clock,
             wakeup: Arc::new(crate::dispatch::wakeup::Wakeup::default()),
+            connectors: Arc::new(ConnectorCache::new(cache_ttl)),
+            ingress: Arc::new(ingress),
         };
         Ok(Self {
             state,

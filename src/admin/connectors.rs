@@ -216,6 +216,7 @@ async fn apply(
     }
     let summary = summary_or_404(&mut tx, id).await?;
     tx.commit().await?;
+    state.connectors.invalidate(admin.tenant, id);
     Ok(Json(summary))
 }
 
@@ -248,6 +249,7 @@ pub async fn delete(
     let mut tx = TenantTx::begin(&state.pool, admin.tenant).await?;
     let outcome = db::connectors::delete(&mut tx, ConnectorId(id), query.purge).await?;
     tx.commit().await?;
+    state.connectors.invalidate(admin.tenant, ConnectorId(id));
     match outcome {
         DeleteOutcome::Deleted => Ok(StatusCode::NO_CONTENT),
         DeleteOutcome::NotFound => Err(AppError::NotFound("connector")),

@@ -34,11 +34,17 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 /// Opens the application pool. Connections are opened lazily, so the process starts (and
 /// `/readyz` answers 503) while the database is down; each new connection runs
 /// `SET ROLE channel_bridge_app` before it is handed out.
+///
+/// Connections are not pinged before each use (`test_before_acquire(false)`): the ping was
+/// a whole round trip in front of every transaction. A connection that died meanwhile (a
+/// database restart) fails its first query instead, which is an outage answer (503, or a
+/// retried job) like any other, and the pool replaces it.
 pub fn connect_pool(settings: &DatabaseSettings) -> anyhow::Result<PgPool> {
     let options = connect_options(settings)?;
     let pool = PgPoolOptions::new()
         .max_connections(settings.pool_size)
         .acquire_timeout(settings.acquire_timeout())
+        .test_before_acquire(false)
         .after_connect(|conn, _meta| {
             Box::pin(async move {
                 conn.execute("SET ROLE channel_bridge_app").await?;

@@ -9,6 +9,10 @@
 //! pgbouncer in transaction mode) never carries one tenant's setting into another's work.
 //! Under Citus this constructor is the single place that would switch to
 //! `SET LOCAL app.tenant_id = '<uuid>'`, which Citus propagates to workers.
+//!
+//! `BEGIN` and the setting travel in one simple-query round trip. The tenant id is a typed
+//! UUID rendered by `uuid` itself (hex digits and hyphens), so formatting it into the SQL
+//! text cannot inject anything.
 
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 
@@ -22,12 +26,24 @@ pub struct TenantTx {
 impl TenantTx {
     /// Begins a transaction scoped to `tenant`.
     pub async fn begin(pool: &PgPool, tenant: TenantId) -> Result<Self, sqlx::Error> {
-        let mut tx = pool.begin().await?;
-        sqlx::query("select set_config('app.tenant_id', $1, true)")
-            .bind(tenant.to_string())
-            .execute(&mut *tx)
-            .await?;
+        let tx = pool.begin_with(begin_statement(tenant)).await?;
         Ok(Self { tx, tenant })
+    }
+
+    /// Scopes the rest of this transaction to another tenant: the ingress batch writer
+    /// commits several webhooks, possibly of several tenants, in one transaction, and runs
+    /// each webhook's statements under its own tenant's setting. RLS checks every statement
+    /// against the setting in force when it runs, so rows written before the switch stay
+    /// out of reach of the statements after it.
+    pub async fn switch_tenant(&mut self, tenant: TenantId) -> Result<(), sqlx::Error> {
+        if tenant != self.tenant {
+            sqlx::query("select set_config('app.tenant_id', $1, true)")
+                .bind(tenant.to_string())
+                .execute(&mut *self.tx)
+                .await?;
+            self.tenant = tenant;
+        }
+        Ok(())
     }
 
     pub fn tenant(&self) -> TenantId {
@@ -45,5 +61,24 @@ impl TenantTx {
 
     pub async fn rollback(self) -> Result<(), sqlx::Error> {
         self.tx.rollback().await
+    }
+}
+
+fn begin_statement(tenant: TenantId) -> String {
+    let tenant: uuid::Uuid = tenant.0;
+    format!("begin; select set_config('app.tenant_id', '{tenant}', true)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn begin_statement_sets_the_tenant_locally() {
+        let tenant = TenantId(uuid::Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef));
+        assert_eq!(
+            begin_statement(tenant),
+            "begin; select set_config('app.tenant_id', '01234567-89ab-cdef-0123-456789abcdef', true)"
+        );
     }
 }

@@ -4,6 +4,8 @@
 //! scoped), read the body within the platform's limit, verify over the raw bytes, answer a
 //! handshake or parse, record, answer 200. JSON is never parsed before verification.
 
+use std::sync::Arc;
+
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -15,7 +17,6 @@ use utoipa_axum::routes;
 
 use crate::admin::ApiJsonError;
 use crate::channels::{channel_for, HandshakeReply, HookRequest, Inbound, Parsed};
-use crate::db::{self, TenantTx};
 use crate::domain::{Connector, ConnectorId, Platform, TenantId};
 use crate::error::AppError;
 use crate::state::AppState;
@@ -51,7 +52,7 @@ async fn receive(
         .inspect_err(|err| reject_metric(&connector, err))?;
     match channel.parse(&connector, &body)? {
         Parsed::Handshake(reply) => Ok(handshake_response(reply)),
-        Parsed::Events(inbound) => accept(&state, &connector, &inbound).await,
+        Parsed::Events(inbound) => accept(&state, connector, inbound).await,
     }
 }
 
@@ -79,22 +80,24 @@ async fn handshake(
     Ok(handshake_response(reply))
 }
 
-/// The enabled connector named by the path, read inside its tenant's transaction. Unknown
-/// tenant, unknown connector and disabled connector all answer the same 404.
+/// The enabled connector named by the path, from the connector cache or read inside its
+/// tenant's transaction. Unknown tenant, unknown connector and disabled connector all
+/// answer the same 404.
 async fn load_connector(
     state: &AppState,
     (tenant, connector): &(String, String),
-) -> Result<Connector, AppError> {
+) -> Result<Arc<Connector>, AppError> {
     let not_found = || AppError::NotFound("connector");
     let tenant: TenantId = tenant.parse().map_err(|_| not_found())?;
     let connector_id: ConnectorId = connector.parse().map_err(|_| not_found())?;
     let span = tracing::Span::current();
     span.record("tenant_id", tracing::field::display(tenant));
     span.record("connector_id", tracing::field::display(connector_id));
-    let mut tx = TenantTx::begin(&state.pool, tenant).await?;
-    let connector = db::connectors::get(&mut tx, connector_id).await?;
-    tx.commit().await?;
-    let connector = connector.filter(|c| c.enabled).ok_or_else(not_found)?;
+    let connector = state
+        .connectors
+        .get(&state.pool, tenant, connector_id)
+        .await?
+        .ok_or_else(not_found)?;
     span.record("platform", connector.platform.as_str());
     Ok(connector)
 }
@@ -124,18 +127,25 @@ async fn read_body(
         .map_err(|_| AppError::PayloadTooLarge(limit))
 }
 
-async fn accept(state: &AppState, connector: &Connector, inbound: &Inbound) -> Result<Response, AppError> {
-    let outcome = crate::ingress::record(&state.pool, connector, inbound).await?;
+async fn accept(state: &AppState, connector: Arc<Connector>, inbound: Inbound) -> Result<Response, AppError> {
+    let platform = connector.platform;
+    count_dropped(platform, &inbound.dropped);
+    let dropped = inbound.dropped.len();
+    let outcome = state
+        .ingress
+        .record(connector, inbound)
+        .await
+        .map_err(AppError::from_shared_db)?;
     if outcome.has_work() {
         state.wake_workers();
     }
-    count_events(connector.platform, inbound, &outcome);
+    count_recorded(platform, &outcome);
     let body = json!({
         "ok": true,
         "queued": outcome.queued.len(),
         "recorded_only": outcome.recorded_only,
         "duplicates": outcome.duplicates,
-        "dropped": inbound.dropped.len(),
+        "dropped": dropped,
     });
     // Meta counts anything but exactly 200 as a failure; the others accept any 2xx.
     Ok((StatusCode::OK, Json(body)).into_response())
@@ -150,7 +160,7 @@ fn handshake_response(reply: HandshakeReply) -> Response {
         .into_response()
 }
 
-fn count_events(platform: Platform, inbound: &Inbound, outcome: &crate::ingress::RecordOutcome) {
+fn count_recorded(platform: Platform, outcome: &crate::ingress::RecordOutcome) {
     let platform = platform.as_str();
     metrics::counter!("webhook_events_total", "platform" => platform, "result" => "queued")
         .increment(outcome.queued.len() as u64);
@@ -158,7 +168,11 @@ fn count_events(platform: Platform, inbound: &Inbound, outcome: &crate::ingress:
         .increment(outcome.recorded_only as u64);
     metrics::counter!("webhook_events_total", "platform" => platform, "result" => "duplicate")
         .increment(outcome.duplicates as u64);
-    for reason in &inbound.dropped {
+}
+
+fn count_dropped(platform: Platform, dropped: &[&'static str]) {
+    let platform = platform.as_str();
+    for reason in dropped {
         tracing::debug!(reason, "inbound event dropped");
         metrics::counter!("webhook_events_dropped_total", "platform" => platform, "reason" => *reason)
             .increment(1);

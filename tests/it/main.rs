@@ -8,6 +8,7 @@ mod demo;
 mod dispatch;
 mod foundation;
 mod ingress;
+mod ingress_batch;
 mod replies;
 mod rls;
 mod send_fixture;

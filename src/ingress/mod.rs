@@ -2,9 +2,11 @@
 //! row and, when it is to reach the agent, a `dispatch_queue` row, in one tenant
 //! transaction. A duplicate (same idempotency key) inserts nothing and is still a success.
 //!
-//! `record` is the single write entry point of ingress: a batching writer (several webhooks
-//! per commit, for more than PostgreSQL's per-commit ceiling) would replace its body without
-//! touching the HTTP handlers.
+//! `record_in` is what one webhook writes, inside a transaction it is given. The HTTP
+//! handlers go through the batching `writer::Writer` (several webhooks per commit, past
+//! PostgreSQL's per-commit ceiling); `record` is the same work in a transaction of its own
+//! (the writer's fallback, the CLI and the benchmarks). Handlers find connectors through
+//! `connectors::ConnectorCache`.
 //!
 //! What admins see of what is not dispatched:
 //! - a real user's non-text message (image, sticker, voice…) is recorded with a placeholder
@@ -13,6 +15,9 @@
 //! - bot echoes, our own messages, edits, deletes, joins, statuses and unknown update kinds
 //!   are not recorded at all: they are counted in `webhook_events_dropped_total` and logged
 //!   at debug level.
+
+pub mod connectors;
+pub mod writer;
 
 use sqlx::PgPool;
 
@@ -51,29 +56,42 @@ struct Routing {
     decision: Option<&'static str>,
 }
 
-/// Records every inbound turn of one verified webhook in one tenant transaction.
+/// Records every inbound turn of one verified webhook in a tenant transaction of its own.
 pub async fn record(
     pool: &PgPool,
     connector: &Connector,
     inbound: &Inbound,
 ) -> Result<RecordOutcome, sqlx::Error> {
-    let mut outcome = RecordOutcome::default();
     if inbound.messages.is_empty() && inbound.statuses.is_empty() {
-        return Ok(outcome);
+        return Ok(RecordOutcome::default());
     }
     let mut tx = TenantTx::begin(pool, connector.tenant_id).await?;
+    let outcome = record_in(&mut tx, connector, inbound).await?;
+    tx.commit().await?;
+    Ok(outcome)
+}
+
+/// Records every inbound turn of one verified webhook in `tx`, which must be scoped to the
+/// connector's tenant. Nothing is visible to workers before the caller commits.
+pub async fn record_in(
+    tx: &mut TenantTx,
+    connector: &Connector,
+    inbound: &Inbound,
+) -> Result<RecordOutcome, sqlx::Error> {
+    debug_assert_eq!(tx.tenant(), connector.tenant_id);
+    let mut outcome = RecordOutcome::default();
     for message in &inbound.messages {
-        let routing = route(&mut tx, connector, message).await?;
-        match insert(&mut tx, connector, message, &routing).await? {
+        let routing = route(tx, connector, message).await?;
+        match insert(tx, connector, message, &routing).await? {
             None => outcome.duplicates += 1,
             Some(id) if routing.status == MessageStatus::Accepted => {
-                db::queue::enqueue(&mut tx, id, &routing.conversation_key, Stage::Dispatch).await?;
+                db::queue::enqueue(tx, id, &routing.conversation_key, Stage::Dispatch).await?;
                 outcome.queued.push(id);
             }
             Some(id) => {
                 outcome.recorded_only += 1;
                 if routing.status == MessageStatus::DeniedUnlinked
-                    && queue_notice(&mut tx, connector, message, id, &routing).await?
+                    && queue_notice(tx, connector, message, id, &routing).await?
                 {
                     outcome.notices += 1;
                 }
@@ -81,12 +99,11 @@ pub async fn record(
         }
     }
     for status in &inbound.statuses {
-        if let Some(message) = db::replies::apply_status(&mut tx, status).await? {
-            db::queue::wake_reply(&mut tx, message).await?;
+        if let Some(message) = db::replies::apply_status(tx, status).await? {
+            db::queue::wake_reply(tx, message).await?;
             outcome.statuses_applied += 1;
         }
     }
-    tx.commit().await?;
     Ok(outcome)
 }
 
