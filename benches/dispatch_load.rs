@@ -23,14 +23,12 @@
 //!    transaction, as one Telegram webhook each, round-robin over the users) and runs
 //!    `Worker::step` from `--concurrency` tasks sharing one `Arc<Worker>` until every job is
 //!    done; prints dispatches/s (wall clock) and the step latency;
-//! 6. phase costs: records `--jobs` more turns and replays `Worker::step` phase by phase
-//!    through the same public functions, timing each, at the same concurrency:
-//!    claim (`Queue::claim`), prepare (`TenantTx` + `tenants::get` +
-//!    `messages::begin_dispatch` + `history::load` in a savepoint), agent (`agent::call`),
-//!    store (`TenantTx` + `messages::store_answer` + `queue::to_reply_stage`) and deliver
-//!    (`delivery::Delivery::run`, which posts the reply, then `queue::finish`). The worker
-//!    keeps these phases private, so the replay is the way to see them without timing code
-//!    in the library;
+//! 6. phase costs: the worker's own histograms for that run, every sample captured by a
+//!    debugging metrics recorder: `dispatch_phase_seconds{phase}` (claim; prepare = mark
+//!    `dispatching` + tenant + history + connector, committed with the claim; agent; reply =
+//!    store the answer + post + settle), `dispatch_history_seconds`, `reply_send_seconds`
+//!    (the platform request) and `dispatch_own_seconds` (a step minus the agent call and
+//!    the platform requests: what the worker itself costs per turn);
 //! 7. history alone: `history::load` in a `TenantTx` for `--history-samples` random messages,
 //!    one after another with nothing else running;
 //! 8. with `--explain`, prints EXPLAIN (ANALYZE, BUFFERS) of the history read and of the
@@ -53,18 +51,16 @@ use axum::routing::post;
 use axum::{Json, Router};
 use channel_bridge::channels::{Inbound, InboundKind, InboundMessage};
 use channel_bridge::db::connectors::NewConnector;
-use channel_bridge::db::queue::{Job, Queue};
+use channel_bridge::db::queue::Queue;
 use channel_bridge::db::{self, TenantTx};
-use channel_bridge::delivery::{split, Delivery, DeliveryOutcome};
-use channel_bridge::dispatch::agent::{self, CallOutcome};
-use channel_bridge::dispatch::payload::{self, ChatMessage};
 use channel_bridge::dispatch::{history, signature, StepOutcome, Worker};
 use channel_bridge::domain::{Connector, MessageId, Platform, TelegramDelivery, TenantId, UnlinkedPolicy};
-use channel_bridge::settings::{DatabaseSettings, DispatchSettings, ServeSettings};
+use channel_bridge::settings::{DatabaseSettings, ServeSettings};
 use channel_bridge::{ingress, provision};
 use clap::Parser;
 use futures::{StreamExt, TryStreamExt};
-use secrecy::{ExposeSecret, SecretString};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use secrecy::SecretString;
 use serde_json::json;
 use sqlx::{Connection, Executor, PgConnection, PgPool, Row};
 
@@ -173,8 +169,9 @@ async fn run(args: &Args, db: &BenchDb) -> anyhow::Result<()> {
     bulk_load(&db.url, &fixture, args.rows).await?;
 
     let mut next_update = args.rows + 1;
+    let phases = Phases::install()?;
     let throughput = measure_worker(args, db, &settings, &fixture, &mut next_update).await?;
-    measure_phases(args, &db.url, &settings, &fixture, &mut next_update).await?;
+    phases.print();
 
     let pool = db::connect_pool(&settings.database)?;
     let alone = sample_history(&pool, &db.url, &fixture, args.history_samples).await?;
@@ -215,29 +212,6 @@ async fn measure_worker(
     check_all_dispatched(&db.url, fixture, args.rows, args.jobs).await?;
     clear_stalled(&db.url, fixture).await?;
     Ok(run)
-}
-
-/// The replay of `Worker::step`, phase by phase, on a fresh set of jobs.
-async fn measure_phases(
-    args: &Args,
-    url: &str,
-    settings: &ServeSettings,
-    fixture: &Fixture,
-    next_update: &mut i64,
-) -> anyhow::Result<()> {
-    let ingress_pool = db::connect_pool(&settings.database)?;
-    enqueue_run(&ingress_pool, fixture, next_update, args).await?;
-    close_pool(ingress_pool, url).await?;
-
-    let pool = db::connect_pool(&settings.database)?;
-    let replay = Replay::new(pool.clone(), settings)?;
-    let meter = Meter::start(url).await?;
-    let phases = run_replay(Arc::new(replay), args.concurrency, args.jobs).await?;
-    phases.print(args);
-    meter.print_cpu(url, phases.tally.deliver.len()).await?;
-    close_pool(pool, url).await?;
-    meter.print_counters(url, phases.tally.deliver.len()).await?;
-    clear_stalled(url, fixture).await
 }
 
 /// Closes a pool and waits until its server backends are gone (they flush their
@@ -556,7 +530,7 @@ async fn enqueue_run(
 async fn park_stalled_head(pool: &PgPool, fixture: &Fixture) -> anyhow::Result<()> {
     let queue = Queue::new(pool.clone());
     let owner = uuid::Uuid::new_v4();
-    let job = queue
+    let (job, mut tx) = queue
         .claim(Duration::from_secs(120), owner)
         .await?
         .context("the stalled backlog is queued")?;
@@ -566,7 +540,6 @@ async fn park_stalled_head(pool: &PgPool, fixture: &Fixture) -> anyhow::Result<(
         "claimed {} instead of the stalled head",
         job.conversation_key
     );
-    let mut tx = TenantTx::begin(pool, job.tenant_id).await?;
     db::messages::record_failure(&mut tx, job.message_id, "agent answered 503 (bench)", false).await?;
     tx.commit().await?;
     queue
@@ -990,225 +963,50 @@ fn machine_ticks() -> Option<(u64, u64)> {
 }
 
 // ---------------------------------------------------------------------------------------
-// Phase replay: Worker::step, phase by phase, through the same public functions
+// Phases: the worker's own histograms
 
-struct Replay {
-    pool: PgPool,
-    queue: Queue,
-    client: reqwest::Client,
-    platform_client: reqwest::Client,
-    settings: DispatchSettings,
-    agent_url: String,
-    lease: Duration,
-    owner: uuid::Uuid,
+/// The worker's histograms (`dispatch_phase_seconds{phase}`, `dispatch_history_seconds`,
+/// `dispatch_own_seconds`, `reply_send_seconds`), captured with every sample by a
+/// debugging recorder installed for this process.
+struct Phases {
+    snapshotter: Snapshotter,
 }
 
-impl Replay {
-    /// The same client settings as `Worker::new`.
-    fn new(pool: PgPool, settings: &ServeSettings) -> anyhow::Result<Self> {
-        let client = |timeout_secs| {
-            reqwest::Client::builder()
-                .timeout(Duration::from_secs(timeout_secs))
-                .connect_timeout(Duration::from_secs(5))
-                .build()
-        };
-        Ok(Self {
-            queue: Queue::new(pool.clone()),
-            pool,
-            client: client(settings.dispatch.agent_timeout_secs)?,
-            platform_client: client(15)?,
-            settings: settings.dispatch.clone(),
-            agent_url: settings.agent_url.clone().context("the agent URL is set")?,
-            lease: Duration::from_secs(settings.dispatch.lease_secs),
-            owner: uuid::Uuid::new_v4(),
-        })
+impl Phases {
+    fn install() -> anyhow::Result<Self> {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder
+            .install()
+            .map_err(|err| anyhow::anyhow!("cannot install the metrics recorder: {err}"))?;
+        Ok(Self { snapshotter })
     }
-}
 
-#[derive(Default)]
-struct PhaseTally {
-    claim: Vec<Duration>,
-    prepare: Vec<Duration>,
-    history: Vec<Duration>,
-    agent: Vec<Duration>,
-    store: Vec<Duration>,
-    deliver: Vec<Duration>,
-    empty_claims: Vec<Duration>,
-}
-
-impl PhaseTally {
-    fn merge(&mut self, other: PhaseTally) {
-        self.claim.extend(other.claim);
-        self.prepare.extend(other.prepare);
-        self.history.extend(other.history);
-        self.agent.extend(other.agent);
-        self.store.extend(other.store);
-        self.deliver.extend(other.deliver);
-        self.empty_claims.extend(other.empty_claims);
-    }
-}
-
-struct ReplayRun {
-    elapsed: Duration,
-    tally: PhaseTally,
-}
-
-impl ReplayRun {
-    fn print(&self, args: &Args) {
-        let t = &self.tally;
-        println!(
-            "phases (replay of Worker::step, concurrency {}): {} dispatches in {} = {:.0}/s",
-            args.concurrency,
-            t.deliver.len(),
-            secs(self.elapsed),
-            t.deliver.len() as f64 / self.elapsed.as_secs_f64()
-        );
-        println!("  claim              {}", Summary::of(&t.claim));
-        println!("  prepare            {}", Summary::of(&t.prepare));
-        println!("    history, in it   {}", Summary::of(&t.history));
-        println!("  agent call         {}", Summary::of(&t.agent));
-        println!("  store (complete)   {}", Summary::of(&t.store));
-        println!("  deliver (+ finish) {}", Summary::of(&t.deliver));
-        println!(
-            "  claims that found nothing ready: {}",
-            Summary::of(&t.empty_claims)
-        );
-    }
-}
-
-async fn run_replay(replay: Arc<Replay>, concurrency: usize, jobs: usize) -> anyhow::Result<ReplayRun> {
-    let finished = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..concurrency)
-        .map(|_| tokio::spawn(replay_task(replay.clone(), finished.clone(), jobs)))
-        .collect();
-    let mut tally = PhaseTally::default();
-    for task in tasks {
-        tally.merge(task.await??);
-    }
-    Ok(ReplayRun {
-        elapsed: started.elapsed(),
-        tally,
-    })
-}
-
-async fn replay_task(
-    replay: Arc<Replay>,
-    finished: Arc<AtomicUsize>,
-    jobs: usize,
-) -> anyhow::Result<PhaseTally> {
-    let mut tally = PhaseTally::default();
-    while finished.load(Ordering::Relaxed) < jobs {
-        if replay_step(&replay, &mut tally).await? {
-            finished.fetch_add(1, Ordering::Relaxed);
-        } else {
-            tokio::time::sleep(Duration::from_millis(1)).await;
+    /// Prints and clears what the worker recorded since the last call.
+    fn print(&self) {
+        let mut rows: Vec<(String, Vec<Duration>)> = Vec::new();
+        for (key, _, _, value) in self.snapshotter.snapshot().into_vec() {
+            let DebugValue::Histogram(samples) = value else {
+                continue;
+            };
+            let key = key.key();
+            let label = key
+                .labels()
+                .map(|l| format!("{{{}}}", l.value()))
+                .collect::<String>();
+            let name = format!("{}{label}", key.name());
+            let times = samples
+                .iter()
+                .map(|s| Duration::from_secs_f64(s.into_inner()))
+                .collect();
+            rows.push((name, times));
+        }
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        println!("  worker histograms (claim + prepare + store/settle commits = the worker's own cost):");
+        for (name, times) in rows {
+            println!("    {name:<42} {}", Summary::of(&times));
         }
     }
-    Ok(tally)
-}
-
-/// One dispatch, timed phase by phase. `false` when nothing was ready.
-async fn replay_step(replay: &Replay, tally: &mut PhaseTally) -> anyhow::Result<bool> {
-    let started = Instant::now();
-    let Some(job) = replay.queue.claim(replay.lease, replay.owner).await? else {
-        tally.empty_claims.push(started.elapsed());
-        return Ok(false);
-    };
-    tally.claim.push(started.elapsed());
-
-    let started = Instant::now();
-    let (message, history, secrets) = replay_prepare(replay, &job, tally).await?;
-    tally.prepare.push(started.elapsed());
-
-    let started = Instant::now();
-    let payload = payload::build(&message, history);
-    let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
-    let answer = match agent::call(&replay.client, &replay.agent_url, &secrets, &payload, unix_now()).await {
-        CallOutcome::Answered(answer) => answer,
-        other => anyhow::bail!("the local agent did not answer: {other:?}"),
-    };
-    tally.agent.push(started.elapsed());
-
-    let started = Instant::now();
-    let replies = replay_store(replay, &job, &message, &answer).await?;
-    tally.store.push(started.elapsed());
-
-    let started = Instant::now();
-    if replies {
-        replay_deliver(replay, &job).await?;
-    }
-    tally.deliver.push(started.elapsed());
-    Ok(true)
-}
-
-/// `Worker::prepare` and `read_history_or_empty`: mark `dispatching`, read the tenant and
-/// the history (in a savepoint), commit.
-async fn replay_prepare(
-    replay: &Replay,
-    job: &Job,
-    tally: &mut PhaseTally,
-) -> anyhow::Result<(db::messages::MessageRow, Vec<ChatMessage>, Vec<String>)> {
-    let mut tx = TenantTx::begin(&replay.pool, job.tenant_id).await?;
-    let tenant = db::tenants::get(tx.conn(), job.tenant_id)
-        .await?
-        .context("the job's tenant exists")?;
-    let message = db::messages::begin_dispatch(&mut tx, job.message_id)
-        .await?
-        .context("the job's message is waiting for dispatch")?;
-    sqlx::query("savepoint history").execute(tx.conn()).await?;
-    let started = Instant::now();
-    let history = history::load(&mut tx, &message).await?;
-    tally.history.push(started.elapsed());
-    sqlx::query("release savepoint history")
-        .execute(tx.conn())
-        .await?;
-    tx.commit().await?;
-    let mut secrets = vec![tenant.dispatch_secret.0.expose_secret().to_owned()];
-    secrets.extend(tenant.previous_dispatch_secret);
-    Ok((message, history, secrets))
-}
-
-/// `Worker::complete` up to delivery: store the answer and its parts, move the job to its
-/// reply stage (or finish it when there is nothing to post). `true` when there are replies.
-async fn replay_store(
-    replay: &Replay,
-    job: &Job,
-    message: &db::messages::MessageRow,
-    answer: &[String],
-) -> anyhow::Result<bool> {
-    let platform: Platform = message.platform.parse()?;
-    let parts = split::split_parts(platform, answer);
-    let mut tx = TenantTx::begin(&replay.pool, job.tenant_id).await?;
-    let stored = db::messages::store_answer(&mut tx, job.message_id, &answer.join("\n\n"), &parts).await?;
-    anyhow::ensure!(stored, "message {} was no longer dispatching", job.message_id);
-    if parts.is_empty() {
-        db::replies::mark_delivered(&mut tx, job.message_id).await?;
-        db::queue::finish(&mut tx, job.message_id).await?;
-    } else {
-        db::queue::to_reply_stage(&mut tx, job.message_id).await?;
-    }
-    tx.commit().await?;
-    Ok(!parts.is_empty())
-}
-
-/// `Worker::deliver`: one delivery pass (posts the parts), then the job is finished.
-async fn replay_deliver(replay: &Replay, job: &Job) -> anyhow::Result<()> {
-    let delivery = Delivery {
-        pool: &replay.pool,
-        client: &replay.platform_client,
-        settings: &replay.settings,
-    };
-    let outcome = delivery.run(job.tenant_id, job.message_id).await?;
-    anyhow::ensure!(
-        outcome == Some(DeliveryOutcome::Delivered),
-        "message {} was not delivered: {outcome:?}",
-        job.message_id
-    );
-    let mut tx = TenantTx::begin(&replay.pool, job.tenant_id).await?;
-    db::queue::finish(&mut tx, job.message_id).await?;
-    tx.commit().await?;
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------

@@ -117,6 +117,23 @@ pub struct ReplyPart {
     pub sent_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
+impl ReplyPart {
+    /// A part as `insert_reply_parts` has just created it.
+    pub fn pending(part_index: i32, content: String) -> Self {
+        Self {
+            part_index,
+            content,
+            status: "pending".into(),
+            platform_message_id: None,
+            delivery_status: None,
+            attempts: 0,
+            last_error: None,
+            sending_since: None,
+            sent_at: None,
+        }
+    }
+}
+
 /// Creates the reply parts of a message, `part_index` 0..n in order. Existing parts are
 /// kept as they are (a repeated store after a crash must not reset a posted part).
 pub async fn insert_reply_parts(

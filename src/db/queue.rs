@@ -98,6 +98,26 @@ pub async fn finish(tx: &mut TenantTx, message: MessageId) -> Result<(), sqlx::E
     Ok(())
 }
 
+const CLAIM_SQL: &str = "with head as (
+         select q.message_id
+           from dispatch_queue q
+          where q.available_at <= now()
+            and (q.leased_until is null or q.leased_until < now())
+            and not exists (
+                select 1 from dispatch_queue older
+                 where older.tenant_id = q.tenant_id
+                   and older.conversation_key = q.conversation_key
+                   and older.seq < q.seq)
+          order by q.available_at, q.seq
+          limit 1
+          for update of q skip locked)
+     update dispatch_queue q
+        set leased_until = now() + make_interval(secs => $1), lease_owner = $2,
+            attempts = q.attempts + 1
+       from head
+      where q.message_id = head.message_id
+  returning q.message_id, q.tenant_id, q.conversation_key, q.stage, q.attempts";
+
 /// A claimed job.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Job {
@@ -127,35 +147,27 @@ impl Queue {
     }
 
     /// Claims the oldest ready job that is the head of its conversation, leasing it to
-    /// `owner`. Only the lowest `seq` of a conversation qualifies, and a leased head blocks
-    /// its conversation, so one message per conversation is in flight across all
-    /// instances. `SKIP LOCKED` lets concurrent claimers pass each other without waiting.
-    pub async fn claim(&self, lease: Duration, owner: Uuid) -> Result<Option<Job>, sqlx::Error> {
-        sqlx::query_as(
-            "with head as (
-                 select q.message_id
-                   from dispatch_queue q
-                  where q.available_at <= now()
-                    and (q.leased_until is null or q.leased_until < now())
-                    and not exists (
-                        select 1 from dispatch_queue older
-                         where older.tenant_id = q.tenant_id
-                           and older.conversation_key = q.conversation_key
-                           and older.seq < q.seq)
-                  order by q.available_at, q.seq
-                  limit 1
-                  for update of q skip locked)
-             update dispatch_queue q
-                set leased_until = now() + make_interval(secs => $1), lease_owner = $2,
-                    attempts = q.attempts + 1
-               from head
-              where q.message_id = head.message_id
-          returning q.message_id, q.tenant_id, q.conversation_key, q.stage, q.attempts",
-        )
-        .bind(lease.as_secs_f64())
-        .bind(owner)
-        .fetch_optional(&self.pool)
-        .await
+    /// `owner`, and hands back the open transaction, scoped to the job's tenant: the
+    /// caller's first tenant work (mark the turn `dispatching`, read its history) commits
+    /// with the lease, one commit instead of two. Until that commit the job's row stays
+    /// locked, and other claimers pass it by.
+    ///
+    /// Only the lowest `seq` of a conversation qualifies, and a leased head blocks its
+    /// conversation, so one message per conversation is in flight across all instances.
+    /// `SKIP LOCKED` lets concurrent claimers pass each other without waiting.
+    pub async fn claim(&self, lease: Duration, owner: Uuid) -> Result<Option<(Job, TenantTx)>, sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        let job: Option<Job> = sqlx::query_as(CLAIM_SQL)
+            .bind(lease.as_secs_f64())
+            .bind(owner)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(job) = job else {
+            tx.rollback().await?;
+            return Ok(None);
+        };
+        let tx = TenantTx::scope(tx, job.tenant_id).await?;
+        Ok(Some((job, tx)))
     }
 
     /// Puts a job back for a later attempt. It stays the head of its conversation, so the
@@ -191,15 +203,6 @@ impl Queue {
         .bind(delay.as_secs_f64())
         .execute(&self.pool)
         .await?;
-        Ok(())
-    }
-
-    /// Drops a job whose message is gone or already finished.
-    pub async fn discard(&self, message: MessageId) -> Result<(), sqlx::Error> {
-        sqlx::query("delete from dispatch_queue where message_id = $1")
-            .bind(message)
-            .execute(&self.pool)
-            .await?;
         Ok(())
     }
 

@@ -30,6 +30,20 @@ impl TenantTx {
         Ok(Self { tx, tenant })
     }
 
+    /// Scopes an open transaction to `tenant` for the rest of its life. The queue claim uses
+    /// it: the claim (infrastructure table, no tenant) and the claimed turn's first tenant
+    /// work share one commit.
+    pub async fn scope(
+        mut tx: Transaction<'static, Postgres>,
+        tenant: TenantId,
+    ) -> Result<Self, sqlx::Error> {
+        sqlx::query("select set_config('app.tenant_id', $1, true)")
+            .bind(tenant.to_string())
+            .execute(&mut *tx)
+            .await?;
+        Ok(Self { tx, tenant })
+    }
+
     /// Scopes the rest of this transaction to another tenant: the ingress batch writer
     /// commits several webhooks, possibly of several tenants, in one transaction, and runs
     /// each webhook's statements under its own tenant's setting. RLS checks every statement

@@ -15,7 +15,7 @@
 pub mod outbound;
 pub mod split;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 
@@ -28,12 +28,20 @@ use crate::settings::DispatchSettings;
 /// Where a message's delivery stands after one pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeliveryOutcome {
-    /// Every part is posted.
+    /// Every part is posted; the job is finished.
     Delivered,
-    /// Try again after this delay (rate limit, unknown outcome, awaiting a callback).
+    /// Try again after this delay (rate limit, unknown outcome, awaiting a callback); the
+    /// job is left to the caller to put back.
     Wait(Duration),
-    /// A part failed for good; the rest are not sent.
+    /// A part failed for good; the rest are not sent; the job is finished.
     Stopped,
+}
+
+/// One pass: its outcome, and the time spent waiting on the platform's API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryPass {
+    pub outcome: DeliveryOutcome,
+    pub platform_time: Duration,
 }
 
 /// What a single part came to.
@@ -61,68 +69,126 @@ pub struct Delivery<'a> {
     pub settings: &'a DispatchSettings,
 }
 
-struct Context {
+/// What a delivery pass works from.
+pub struct Outgoing {
+    pub message: MessageRow,
+    pub connector: Connector,
+    pub parts: Vec<ReplyPart>,
+}
+
+/// A pass's database writes: the transaction still open (its writes go out with the next
+/// commit) and the tenant to open the next one for.
+///
+/// Every commit carries as much as is known at that point: the caller's transaction (the
+/// claim, or the stored answer) also marks the first part `sending`; the transaction that
+/// settles a posted part also marks the next one `sending`; the last one also records the
+/// delivery and finishes the job. A platform request is only ever made with nothing left
+/// uncommitted, and a part is `sending` in a committed row before its request leaves.
+struct Writes {
     tenant: TenantId,
-    message: MessageRow,
-    connector: Connector,
-    parts: Vec<ReplyPart>,
+    open: Option<TenantTx>,
+}
+
+impl Writes {
+    async fn tx(&mut self, pool: &PgPool) -> Result<&mut TenantTx, sqlx::Error> {
+        if self.open.is_none() {
+            self.open = Some(TenantTx::begin(pool, self.tenant).await?);
+        }
+        Ok(self.open.as_mut().expect("opened above"))
+    }
+
+    async fn commit(&mut self) -> Result<(), sqlx::Error> {
+        match self.open.take() {
+            Some(tx) => tx.commit().await,
+            None => Ok(()),
+        }
+    }
 }
 
 impl Delivery<'_> {
-    /// One delivery pass over a message's parts. `None` when the message or its connector
-    /// no longer exists.
-    pub async fn run(&self, tenant: TenantId, message: MessageId) -> anyhow::Result<Option<DeliveryOutcome>> {
-        let Some(context) = self.load(tenant, message).await? else {
+    /// What a pass over `message`'s parts needs, read in the caller's transaction. `None`
+    /// when the message or its connector no longer exists.
+    pub async fn load(tx: &mut TenantTx, message: MessageId) -> Result<Option<Outgoing>, sqlx::Error> {
+        let Some(row) = db::messages::get(tx, message).await? else {
             return Ok(None);
         };
-        for part in &context.parts {
-            let outcome = match part.status.as_str() {
-                "sent" => continue,
-                "failed" => return Ok(Some(DeliveryOutcome::Stopped)),
-                _ => self.deliver_part(&context, part).await?,
-            };
-            match outcome {
-                PartOutcome::Posted => {}
-                PartOutcome::Wait(delay) => return Ok(Some(DeliveryOutcome::Wait(delay))),
-                PartOutcome::Failed => {
-                    let mut tx = TenantTx::begin(self.pool, tenant).await?;
-                    replies::fail_remaining(&mut tx, message, part.part_index).await?;
-                    tx.commit().await?;
-                    return Ok(Some(DeliveryOutcome::Stopped));
-                }
-            }
-        }
-        let mut tx = TenantTx::begin(self.pool, tenant).await?;
-        replies::mark_delivered(&mut tx, message).await?;
-        tx.commit().await?;
-        Ok(Some(DeliveryOutcome::Delivered))
-    }
-
-    async fn load(&self, tenant: TenantId, message: MessageId) -> anyhow::Result<Option<Context>> {
-        let mut tx = TenantTx::begin(self.pool, tenant).await?;
-        let Some(row) = db::messages::get(&mut tx, message).await? else {
+        let Some(connector) = db::connectors::get(tx, row.connector_id).await? else {
             return Ok(None);
         };
-        let Some(connector) = db::connectors::get(&mut tx, row.connector_id).await? else {
-            return Ok(None);
-        };
-        let parts = db::messages::reply_parts(&mut tx, message).await?;
-        tx.commit().await?;
-        Ok(Some(Context {
-            tenant,
+        let parts = db::messages::reply_parts(tx, message).await?;
+        Ok(Some(Outgoing {
             message: row,
             connector,
             parts,
         }))
     }
 
-    async fn deliver_part(&self, context: &Context, part: &ReplyPart) -> anyhow::Result<PartOutcome> {
+    /// One delivery pass over the parts not yet posted, continuing `tx` (the caller's open
+    /// transaction, committed before the first platform request). When every part is
+    /// posted, or one failed for good, the job is finished in the pass's last commit.
+    pub async fn run(&self, tx: TenantTx, outgoing: &Outgoing) -> anyhow::Result<DeliveryPass> {
+        let message = outgoing.message.id;
+        let mut writes = Writes {
+            tenant: tx.tenant(),
+            open: Some(tx),
+        };
+        let mut platform_time = Duration::ZERO;
+        let mut outcome = DeliveryOutcome::Delivered;
+        for part in &outgoing.parts {
+            let result = match part.status.as_str() {
+                "sent" => continue,
+                "failed" => PartOutcome::Failed,
+                _ => {
+                    self.deliver_part(&mut writes, outgoing, part, &mut platform_time)
+                        .await?
+                }
+            };
+            match result {
+                PartOutcome::Posted => {}
+                PartOutcome::Wait(delay) => {
+                    outcome = DeliveryOutcome::Wait(delay);
+                    break;
+                }
+                PartOutcome::Failed => {
+                    replies::fail_remaining(writes.tx(self.pool).await?, message, part.part_index).await?;
+                    outcome = DeliveryOutcome::Stopped;
+                    break;
+                }
+            }
+        }
+        match outcome {
+            DeliveryOutcome::Delivered => {
+                let tx = writes.tx(self.pool).await?;
+                replies::mark_delivered(tx, message).await?;
+                db::queue::finish(tx, message).await?;
+            }
+            DeliveryOutcome::Stopped => db::queue::finish(writes.tx(self.pool).await?, message).await?,
+            DeliveryOutcome::Wait(_) => {}
+        }
+        writes.commit().await?;
+        Ok(DeliveryPass {
+            outcome,
+            platform_time,
+        })
+    }
+
+    async fn deliver_part(
+        &self,
+        writes: &mut Writes,
+        outgoing: &Outgoing,
+        part: &ReplyPart,
+        platform_time: &mut Duration,
+    ) -> anyhow::Result<PartOutcome> {
+        let message = outgoing.message.id;
         if part.status == "sending" {
-            match self.reconcile(context, part).await {
+            writes.commit().await?;
+            let started = Instant::now();
+            let reconciled = self.reconcile(outgoing, part).await;
+            *platform_time += started.elapsed();
+            match reconciled {
                 Reconciled::Found(platform_id) => {
-                    let mut tx = TenantTx::begin(self.pool, context.tenant).await?;
-                    replies::mark_sent(&mut tx, context.message.id, part.part_index, &platform_id).await?;
-                    tx.commit().await?;
+                    let tx = writes.tx(self.pool).await?;
+                    replies::mark_sent(tx, message, part.part_index, &platform_id).await?;
                     return Ok(PartOutcome::Posted);
                 }
                 Reconciled::Absent => {}
@@ -131,69 +197,77 @@ impl Delivery<'_> {
                 }
                 Reconciled::Later(_) => {
                     let error = "outcome unknown after the last attempt; not resent";
-                    return self.fail(context, part, error).await;
+                    return self.fail(writes, message, part, error).await;
                 }
-                Reconciled::GiveUp(error) => return self.fail(context, part, &error).await,
+                Reconciled::GiveUp(error) => return self.fail(writes, message, part, &error).await,
             }
         }
-        self.send(context, part).await
+        self.send(writes, outgoing, part, platform_time).await
     }
 
-    async fn send(&self, context: &Context, part: &ReplyPart) -> anyhow::Result<PartOutcome> {
-        let message = context.message.id;
-        let mut tx = TenantTx::begin(self.pool, context.tenant).await?;
-        replies::mark_sending(&mut tx, message, part.part_index).await?;
-        tx.commit().await?;
+    async fn send(
+        &self,
+        writes: &mut Writes,
+        outgoing: &Outgoing,
+        part: &ReplyPart,
+        platform_time: &mut Duration,
+    ) -> anyhow::Result<PartOutcome> {
+        let message = outgoing.message.id;
+        replies::mark_sending(writes.tx(self.pool).await?, message, part.part_index).await?;
+        writes.commit().await?;
 
         let key = replies::part_key(message, part.part_index);
         let outbound = OutboundPart {
-            connector: &context.connector,
-            message: &context.message,
+            connector: &outgoing.connector,
+            message: &outgoing.message,
             part_key: &key,
             text: &part.content,
         };
+        let started = Instant::now();
         let outcome = outbound::send(self.client, &outbound).await;
-        let platform = context.connector.platform.as_str();
+        *platform_time += started.elapsed();
+        metrics::histogram!("reply_send_seconds").record(started.elapsed().as_secs_f64());
+        let platform = outgoing.connector.platform.as_str();
         let attempts = part.attempts + 1;
-        let mut tx = TenantTx::begin(self.pool, context.tenant).await?;
+        let tx = writes.tx(self.pool).await?;
         let result = match outcome {
             SendOutcome::Sent(platform_id) => {
-                replies::mark_sent(&mut tx, message, part.part_index, &platform_id).await?;
+                replies::mark_sent(tx, message, part.part_index, &platform_id).await?;
                 metrics::counter!("replies_sent_total", "platform" => platform).increment(1);
                 PartOutcome::Posted
             }
             SendOutcome::RateLimited { retry_after, error } => {
-                replies::mark_pending(&mut tx, message, part.part_index, &error).await?;
+                replies::mark_pending(tx, message, part.part_index, &error).await?;
                 metrics::counter!("replies_rate_limited_total", "platform" => platform).increment(1);
                 PartOutcome::Wait(retry_after.min(Duration::from_millis(self.settings.retry_max_ms)))
             }
             SendOutcome::NotSent { error } if attempts < self.max_attempts() => {
-                replies::mark_pending(&mut tx, message, part.part_index, &error).await?;
+                replies::mark_pending(tx, message, part.part_index, &error).await?;
                 PartOutcome::Wait(self.backoff(attempts))
             }
             SendOutcome::Unknown { error } if attempts < self.max_attempts() => {
                 tracing::warn!(%error, part = part.part_index, "reply send outcome unknown; will reconcile");
-                replies::note_error(&mut tx, message, part.part_index, &error).await?;
+                replies::note_error(tx, message, part.part_index, &error).await?;
                 PartOutcome::Wait(self.backoff(attempts))
             }
             SendOutcome::NotSent { error }
             | SendOutcome::Unknown { error }
             | SendOutcome::Permanent { error } => {
                 tracing::warn!(%error, part = part.part_index, "reply part failed");
-                replies::mark_failed(&mut tx, message, part.part_index, &error).await?;
+                replies::mark_failed(tx, message, part.part_index, &error).await?;
                 metrics::counter!("replies_failed_total", "platform" => platform).increment(1);
                 PartOutcome::Failed
             }
         };
-        tx.commit().await?;
         Ok(result)
     }
 
-    async fn reconcile(&self, context: &Context, part: &ReplyPart) -> Reconciled {
-        let key = replies::part_key(context.message.id, part.part_index);
-        match context.connector.platform {
+    async fn reconcile(&self, outgoing: &Outgoing, part: &ReplyPart) -> Reconciled {
+        let key = replies::part_key(outgoing.message.id, part.part_index);
+        match outgoing.connector.platform {
             Platform::Slack => {
-                match outbound::slack_find_part(self.client, &context.connector, &context.message, &key).await
+                match outbound::slack_find_part(self.client, &outgoing.connector, &outgoing.message, &key)
+                    .await
                 {
                     Ok(Some(ts)) => Reconciled::Found(ts),
                     Ok(None) => Reconciled::Absent,
@@ -211,7 +285,7 @@ impl Delivery<'_> {
                     _ => Reconciled::Absent,
                 }
             }
-            Platform::Telegram => match context.connector.telegram_delivery {
+            Platform::Telegram => match outgoing.connector.telegram_delivery {
                 TelegramDelivery::AtLeastOnce => Reconciled::Absent,
                 TelegramDelivery::AtMostOnce => {
                     Reconciled::GiveUp("send interrupted, outcome unknown; not resent (at-most-once)".into())
@@ -220,10 +294,14 @@ impl Delivery<'_> {
         }
     }
 
-    async fn fail(&self, context: &Context, part: &ReplyPart, error: &str) -> anyhow::Result<PartOutcome> {
-        let mut tx = TenantTx::begin(self.pool, context.tenant).await?;
-        replies::mark_failed(&mut tx, context.message.id, part.part_index, error).await?;
-        tx.commit().await?;
+    async fn fail(
+        &self,
+        writes: &mut Writes,
+        message: MessageId,
+        part: &ReplyPart,
+        error: &str,
+    ) -> anyhow::Result<PartOutcome> {
+        replies::mark_failed(writes.tx(self.pool).await?, message, part.part_index, error).await?;
         Ok(PartOutcome::Failed)
     }
 

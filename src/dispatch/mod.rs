@@ -1,10 +1,17 @@
 //! The dispatch worker: turns queued user turns into agent calls, in order per conversation,
 //! each with the user's recent history (DESIGN.md "Pipeline", "Ordering").
 //!
-//! A step claims one job, prepares it in a tenant transaction (mark `dispatching`, read the
-//! history), calls the agent, and stores the outcome in a second tenant transaction that
-//! also removes the job. A crash anywhere leaves the job leased; when the lease runs out it
-//! is claimed again and the agent sees the same `Idempotency-Key`.
+//! A step claims one job and, in the same transaction, prepares it (mark `dispatching`, read
+//! the tenant, the history and the connector); calls the agent; stores the answer and its
+//! reply parts in a second transaction that also marks the first part `sending`; posts the
+//! parts (`crate::delivery`), and settles the last one, records the delivery and removes
+//! the job in a third. Three commits for a one-part answer. A crash anywhere leaves the job
+//! leased; when the lease runs out it is claimed again and the agent sees the same
+//! `Idempotency-Key`.
+//!
+//! Each step records `dispatch_phase_seconds{phase}` (claim, prepare, agent, reply),
+//! `dispatch_history_seconds` (the history read inside prepare) and `dispatch_own_seconds`: the step's time minus the agent call and the platform requests,
+//! which is what the worker itself costs per turn.
 
 pub mod agent;
 pub mod history;
@@ -25,10 +32,11 @@ use self::agent::CallOutcome;
 use self::payload::ChatMessage;
 use self::wakeup::Wakeup;
 use crate::db::messages::MessageRow;
+use crate::db::messages::ReplyPart;
 use crate::db::queue::{Job, Queue};
 use crate::db::{self, TenantTx};
-use crate::delivery::{split, Delivery, DeliveryOutcome};
-use crate::domain::{MessageId, Platform};
+use crate::delivery::{split, Delivery, DeliveryOutcome, Outgoing};
+use crate::domain::{Connector, MessageId, Platform};
 use crate::settings::ServeSettings;
 
 /// What one `step` did; tests drive the worker with it instead of sleeping.
@@ -56,6 +64,17 @@ struct Prepared {
     dispatch_secret: secrecy::SecretString,
     /// The previous secret during a rotation's grace period.
     previous_dispatch_secret: Option<secrecy::SecretString>,
+    /// Where the answer goes (`None`: the connector was deleted meanwhile).
+    connector: Option<Connector>,
+}
+
+/// Time a step spent waiting on others (the agent, the platform), to tell the worker's own
+/// cost apart.
+#[derive(Default)]
+struct Waited(Duration);
+
+fn phase(name: &'static str, started: Instant) {
+    metrics::histogram!("dispatch_phase_seconds", "phase" => name).record(started.elapsed().as_secs_f64());
 }
 
 pub struct Worker {
@@ -101,7 +120,8 @@ impl Worker {
 
     /// Claims and runs one job, if one is ready.
     pub async fn step(&self) -> anyhow::Result<StepOutcome> {
-        let Some(job) = self
+        let started = Instant::now();
+        let Some((job, tx)) = self
             .queue
             .claim(self.lease(), self.owner)
             .await
@@ -109,28 +129,44 @@ impl Worker {
         else {
             return Ok(StepOutcome::Empty);
         };
+        phase("claim", started);
         let span = tracing::info_span!("job", tenant_id = %job.tenant_id, message_id = %job.message_id, stage = %job.stage);
+        let mut waited = Waited::default();
         let work = async {
             match job.stage.as_str() {
-                "reply" => self.deliver(&job).await,
-                _ => self.dispatch(job.clone()).await,
+                "reply" => self.deliver(&job, tx, &mut waited).await,
+                _ => self.dispatch(&job, tx, &mut waited).await,
             }
         };
-        tracing::Instrument::instrument(work, span).await
+        let outcome = tracing::Instrument::instrument(work, span).await;
+        let own = started.elapsed().saturating_sub(waited.0);
+        metrics::histogram!("dispatch_own_seconds").record(own.as_secs_f64());
+        outcome
     }
 
-    async fn dispatch(&self, job: Job) -> anyhow::Result<StepOutcome> {
-        let Some(prepared) = self.prepare(&job).await? else {
-            self.queue.discard(job.message_id).await?;
+    async fn dispatch(
+        &self,
+        job: &Job,
+        mut tx: TenantTx,
+        waited: &mut Waited,
+    ) -> anyhow::Result<StepOutcome> {
+        let started = Instant::now();
+        let Some(prepared) = self.prepare(&mut tx, job).await? else {
+            db::queue::finish(&mut tx, job.message_id).await?;
+            tx.commit().await?;
             return Ok(StepOutcome::Skipped(job.message_id));
         };
+        tx.commit().await?;
+        phase("prepare", started);
         let attempts = u32::try_from(prepared.message.attempts).unwrap_or(u32::MAX);
         metrics::counter!("dispatch_attempts_total").increment(1);
         let started = Instant::now();
         let outcome = self.call_agent(&prepared).await;
+        waited.0 += started.elapsed();
         metrics::histogram!("dispatch_agent_seconds").record(started.elapsed().as_secs_f64());
+        phase("agent", started);
         match outcome {
-            CallOutcome::Answered(parts) => self.complete(&job, &prepared.message, &parts).await,
+            CallOutcome::Answered(parts) => self.complete(job, prepared, &parts, waited).await,
             CallOutcome::Retryable {
                 reason,
                 error,
@@ -138,33 +174,34 @@ impl Worker {
             } if attempts < self.settings.dispatch.max_attempts => {
                 tracing::info!(reason, %error, attempts, "agent call failed; will retry");
                 let delay = agent::backoff(&self.settings.dispatch, attempts, retry_after);
-                self.retry(&job, &error, delay).await
+                self.retry(job, &error, delay).await
             }
             CallOutcome::Retryable { reason, error, .. } | CallOutcome::Permanent { reason, error } => {
                 tracing::warn!(reason, %error, attempts, "dispatch failed");
                 metrics::counter!("dispatch_failures_total", "reason" => reason).increment(1);
-                self.fail(&job, &error).await
+                self.fail(job, &error).await
             }
         }
     }
 
-    /// First tenant transaction: mark the turn `dispatching`, read tenant and history.
-    async fn prepare(&self, job: &Job) -> anyhow::Result<Option<Prepared>> {
-        let mut tx = TenantTx::begin(&self.pool, job.tenant_id).await?;
+    /// In the claim's transaction: mark the turn `dispatching`, read tenant, history and
+    /// connector.
+    async fn prepare(&self, tx: &mut TenantTx, job: &Job) -> anyhow::Result<Option<Prepared>> {
         let Some(tenant) = db::tenants::get(tx.conn(), job.tenant_id).await? else {
             return Ok(None);
         };
-        let Some(message) = db::messages::begin_dispatch(&mut tx, job.message_id).await? else {
+        let Some(message) = db::messages::begin_dispatch(tx, job.message_id).await? else {
             return Ok(None);
         };
-        let history = read_history_or_empty(&mut tx, &message).await;
-        tx.commit().await?;
+        let history = read_history_or_empty(tx, &message).await;
+        let connector = db::connectors::get(tx, message.connector_id).await?;
         Ok(Some(Prepared {
             message,
             history,
             agent_url: tenant.agent_url.or_else(|| self.settings.agent_url.clone()),
             dispatch_secret: tenant.dispatch_secret.0,
             previous_dispatch_secret: tenant.previous_dispatch_secret.map(secrecy::SecretString::from),
+            connector,
         }))
     }
 
@@ -186,14 +223,17 @@ impl Worker {
         agent::call(&self.client, url, &secrets, &payload, (self.clock)()).await
     }
 
-    /// Second tenant transaction: store the answer and its reply parts, finish the job.
+    /// Stores the answer and its reply parts, then posts them: the store commits together
+    /// with the first part's `sending` mark.
     async fn complete(
         &self,
         job: &Job,
-        message: &MessageRow,
+        prepared: Prepared,
         answer: &[String],
+        waited: &mut Waited,
     ) -> anyhow::Result<StepOutcome> {
-        let platform: Platform = message.platform.parse()?;
+        let started = Instant::now();
+        let platform: Platform = prepared.message.platform.parse()?;
         let parts = split::split_parts(platform, answer);
         let mut tx = TenantTx::begin(&self.pool, job.tenant_id).await?;
         let first = db::messages::store_answer(&mut tx, job.message_id, &answer.join("\n\n"), &parts).await?;
@@ -203,42 +243,71 @@ impl Worker {
         if parts.is_empty() {
             db::replies::mark_delivered(&mut tx, job.message_id).await?;
             db::queue::finish(&mut tx, job.message_id).await?;
-        } else {
-            db::queue::to_reply_stage(&mut tx, job.message_id).await?;
+            tx.commit().await?;
+            return Ok(StepOutcome::Executed(job.message_id));
         }
-        tx.commit().await?;
-        if !parts.is_empty() {
-            // Post at once, under the lease this step already holds.
-            self.deliver(job).await?;
-        }
+        db::queue::to_reply_stage(&mut tx, job.message_id).await?;
+        let context = match (first, prepared.connector) {
+            // The parts were created just now, exactly as split.
+            (true, Some(connector)) => Outgoing {
+                message: prepared.message,
+                connector,
+                parts: (0..)
+                    .zip(parts)
+                    .map(|(index, content)| ReplyPart::pending(index, content))
+                    .collect(),
+            },
+            _ => match Delivery::load(&mut tx, job.message_id).await? {
+                Some(context) => context,
+                None => {
+                    db::queue::finish(&mut tx, job.message_id).await?;
+                    tx.commit().await?;
+                    return Ok(StepOutcome::Executed(job.message_id));
+                }
+            },
+        };
+        // Post at once, under the lease this step already holds.
+        self.run_delivery(job, tx, &context, waited).await?;
+        phase("reply", started);
         Ok(StepOutcome::Executed(job.message_id))
     }
 
-    /// The reply stage: one delivery pass; the job ends when every part is posted or one
-    /// failed for good, and otherwise waits its turn again.
-    async fn deliver(&self, job: &Job) -> anyhow::Result<StepOutcome> {
+    /// The reply stage of a claimed job: one delivery pass; the job ends when every part is
+    /// posted or one failed for good, and otherwise waits its turn again.
+    async fn deliver(&self, job: &Job, mut tx: TenantTx, waited: &mut Waited) -> anyhow::Result<StepOutcome> {
+        let started = Instant::now();
+        let Some(context) = Delivery::load(&mut tx, job.message_id).await? else {
+            db::queue::finish(&mut tx, job.message_id).await?;
+            tx.commit().await?;
+            return Ok(StepOutcome::Skipped(job.message_id));
+        };
+        let outcome = self.run_delivery(job, tx, &context, waited).await?;
+        phase("reply", started);
+        Ok(outcome)
+    }
+
+    async fn run_delivery(
+        &self,
+        job: &Job,
+        tx: TenantTx,
+        context: &Outgoing,
+        waited: &mut Waited,
+    ) -> anyhow::Result<StepOutcome> {
         let delivery = Delivery {
             pool: &self.pool,
             client: &self.platform_client,
             settings: &self.settings.dispatch,
         };
-        let outcome = delivery.run(job.tenant_id, job.message_id).await?;
-        let finished = match outcome {
-            None => {
-                self.queue.discard(job.message_id).await?;
-                return Ok(StepOutcome::Skipped(job.message_id));
-            }
-            Some(DeliveryOutcome::Wait(delay)) => {
+        let pass = delivery.run(tx, context).await?;
+        waited.0 += pass.platform_time;
+        match pass.outcome {
+            DeliveryOutcome::Wait(delay) => {
                 self.queue.retry_later(job.message_id, self.owner, delay).await?;
-                return Ok(StepOutcome::Retrying(job.message_id));
+                Ok(StepOutcome::Retrying(job.message_id))
             }
-            Some(DeliveryOutcome::Delivered) => StepOutcome::Delivered(job.message_id),
-            Some(DeliveryOutcome::Stopped) => StepOutcome::Failed(job.message_id),
-        };
-        let mut tx = TenantTx::begin(&self.pool, job.tenant_id).await?;
-        db::queue::finish(&mut tx, job.message_id).await?;
-        tx.commit().await?;
-        Ok(finished)
+            DeliveryOutcome::Delivered => Ok(StepOutcome::Delivered(job.message_id)),
+            DeliveryOutcome::Stopped => Ok(StepOutcome::Failed(job.message_id)),
+        }
     }
 
     async fn retry(&self, job: &Job, error: &str, delay: Duration) -> anyhow::Result<StepOutcome> {
@@ -310,8 +379,10 @@ async fn read_history_or_empty(tx: &mut TenantTx, message: &MessageRow) -> Vec<C
         metrics::counter!("dispatch_history_failures_total").increment(1);
         return Vec::new();
     }
+    let started = Instant::now();
     match history::load(tx, message).await {
         Ok(history) => {
+            metrics::histogram!("dispatch_history_seconds").record(started.elapsed().as_secs_f64());
             let _ = sqlx::query("release savepoint history").execute(tx.conn()).await;
             history
         }
