@@ -219,7 +219,7 @@ async fn measure_worker(
 async fn close_pool(pool: PgPool, url: &str) -> anyhow::Result<()> {
     pool.close().await;
     let mut owner = PgConnection::connect(url).await?;
-    for _ in 0..500 {
+    for _ in 0..3000 {
         let left: i64 = sqlx::query_scalar(
             "select count(*) from pg_stat_activity
               where datname = current_database() and application_name = 'channel-bridge'",
@@ -231,7 +231,7 @@ async fn close_pool(pool: PgPool, url: &str) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    anyhow::bail!("the pool's connections did not close within 5 s")
+    anyhow::bail!("the pool's connections did not close within 30 s")
 }
 
 // ---------------------------------------------------------------------------------------

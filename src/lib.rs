@@ -5,6 +5,8 @@
 //! - `channels`: the three platform protocols behind one trait (verify, handshake, parse).
 //! - `http`: the HTTP surface, one router per feature.
 //! - `db`: pool, migrations, the tenant transaction (the one door to tenant tables).
+//! - `ingress`: recording webhooks (the batching writer); `cache`: connector and tenant
+//!   settings reused for a few seconds.
 //! - `provision`, `cli`: provisioning and the command line.
 //! - `agent_bridge`: the agent side of a dispatch, in front of an OpenAI-compatible server.
 //! - `demo`: the whole pipeline on one machine (`channel-bridge demo`).
@@ -13,6 +15,7 @@
 
 pub mod admin;
 pub mod agent_bridge;
+pub mod cache;
 pub mod channels;
 pub mod cli;
 pub mod db;

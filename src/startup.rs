@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::dispatch::Worker;
-use crate::ingress::connectors::ConnectorCache;
+use crate::cache::ConfigCache;
 use crate::ingress::writer::Writer;
 
 use crate::settings::ServeSettings;
@@ -39,7 +39,7 @@ impl Application {
             None
         };
         let local_addr = listener.as_ref().map(TcpListener::local_addr).transpose()?;
-        let cache_ttl = Duration::from_secs(settings.connector_cache_secs);
+        let cache_ttl = Duration::from_secs(settings.cache_secs);
         let ingress = Writer::spawn(pool.clone(), settings.ingress_writers, settings.ingress_batch_max);
         let state = AppState {
             pool,
@@ -47,7 +47,7 @@ impl Application {
             metrics: crate::telemetry::metrics_handle(),
             clock: system_clock,
             wakeup: Arc::new(crate::dispatch::wakeup::Wakeup::default()),
-            connectors: Arc::new(ConnectorCache::new(cache_ttl)),
+            cache: Arc::new(ConfigCache::new(cache_ttl)),
             ingress: Arc::new(ingress),
         };
         Ok(Self {
@@ -132,11 +132,10 @@ impl Application {
         if !state.settings.worker {
             return Ok(tasks);
         }
-        let worker = Arc::new(Worker::new(
-            state.pool.clone(),
-            state.settings.clone(),
-            state.clock,
-        )?);
+        let worker = Arc::new(
+            Worker::new(state.pool.clone(), state.settings.clone(), state.clock)?
+                .sharing_cache(state.cache.clone()),
+        );
         for _ in 0..state.settings.worker_concurrency {
             tasks.push(tokio::spawn(
                 worker.clone().run(state.wakeup.clone(), stop.clone()),

@@ -16,8 +16,8 @@ pub struct AppState {
     pub clock: fn() -> i64,
     /// Wakes this instance's dispatch workers after ingress committed new jobs.
     pub wakeup: Arc<crate::dispatch::wakeup::Wakeup>,
-    /// Connectors webhooks are verified against (admin changes invalidate entries).
-    pub connectors: Arc<crate::ingress::connectors::ConnectorCache>,
+    /// Connector and tenant settings, reused for a few seconds (admin changes forget them).
+    pub cache: Arc<crate::cache::ConfigCache>,
     /// Where webhook handlers record what they accepted (several per commit).
     pub ingress: Arc<crate::ingress::writer::Writer>,
 }

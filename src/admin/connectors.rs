@@ -216,7 +216,7 @@ async fn apply(
     }
     let summary = summary_or_404(&mut tx, id).await?;
     tx.commit().await?;
-    state.connectors.invalidate(admin.tenant, id);
+    state.cache.forget_connector(admin.tenant, id);
     Ok(Json(summary))
 }
 
@@ -249,7 +249,7 @@ pub async fn delete(
     let mut tx = TenantTx::begin(&state.pool, admin.tenant).await?;
     let outcome = db::connectors::delete(&mut tx, ConnectorId(id), query.purge).await?;
     tx.commit().await?;
-    state.connectors.invalidate(admin.tenant, ConnectorId(id));
+    state.cache.forget_connector(admin.tenant, ConnectorId(id));
     match outcome {
         DeleteOutcome::Deleted => Ok(StatusCode::NO_CONTENT),
         DeleteOutcome::NotFound => Err(AppError::NotFound("connector")),

@@ -3,7 +3,9 @@
 //! Two doors, on purpose:
 //! - `enqueue` and `finish` run inside a tenant transaction, atomically with the message
 //!   row they belong to (a message never exists without its job, a stored answer never
-//!   leaves its job behind);
+//!   leaves its job behind); for the same reason the statements that store an answer
+//!   (`messages::store_answer`, which moves the job to its reply stage) and record a
+//!   delivery (`replies::mark_delivered`, which removes it) touch the job themselves;
 //! - `Queue` is the one cross-tenant piece of code: claiming looks at every tenant's jobs.
 //!   It reads and writes only this table, which holds ids and scheduling state, never
 //!   message content.
@@ -49,19 +51,6 @@ pub async fn enqueue(
     .bind(stage.as_str())
     .execute(tx.conn())
     .await?;
-    Ok(())
-}
-
-/// Moves a job to its reply stage, in the transaction that stored the answer. It stays the
-/// head of its conversation (and keeps its lease), so the user's next message waits until
-/// every part of this answer is posted: replies stay in order.
-pub async fn to_reply_stage(tx: &mut TenantTx, message: MessageId) -> Result<(), sqlx::Error> {
-    let tenant = tx.tenant();
-    sqlx::query("update dispatch_queue set stage = 'reply' where message_id = $1 and tenant_id = $2")
-        .bind(message)
-        .bind(tenant)
-        .execute(tx.conn())
-        .await?;
     Ok(())
 }
 

@@ -110,14 +110,33 @@ pub async fn fail_remaining(tx: &mut TenantTx, message: MessageId, after: i32) -
     Ok(())
 }
 
-/// Every part is posted: the turn is delivered.
-pub async fn mark_delivered(tx: &mut TenantTx, message: MessageId) -> Result<(), sqlx::Error> {
+/// Every part is posted: the turn is delivered and its job removed (the conversation's
+/// next message may go), in one statement. `last_sent` settles the part just posted (index,
+/// platform id) in the same statement.
+pub async fn mark_delivered(
+    tx: &mut TenantTx,
+    message: MessageId,
+    last_sent: Option<(i32, &str)>,
+) -> Result<(), sqlx::Error> {
     let tenant = tx.tenant();
-    sqlx::query("update channel_messages set delivered_at = now(), updated_at = now() where tenant_id = $1 and id = $2")
-        .bind(tenant)
-        .bind(message)
-        .execute(tx.conn())
-        .await?;
+    let (part, platform_id) = last_sent.unzip();
+    sqlx::query(
+        "with part as (
+             update channel_replies
+                set status = 'sent', platform_message_id = $4, sent_at = now(), last_error = null,
+                    updated_at = now()
+              where tenant_id = $1 and message_id = $2 and part_index = $3),
+         job as (
+             delete from dispatch_queue where message_id = $2 and tenant_id = $1)
+         update channel_messages set delivered_at = now(), updated_at = now()
+          where tenant_id = $1 and id = $2",
+    )
+    .bind(tenant)
+    .bind(message)
+    .bind(part)
+    .bind(platform_id)
+    .execute(tx.conn())
+    .await?;
     Ok(())
 }
 

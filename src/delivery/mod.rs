@@ -15,6 +15,7 @@
 pub mod outbound;
 pub mod split;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
@@ -46,7 +47,8 @@ pub struct DeliveryPass {
 
 /// What a single part came to.
 enum PartOutcome {
-    Posted,
+    /// Posted, with the platform's id for it (not yet recorded).
+    Posted(String),
     Wait(Duration),
     Failed,
 }
@@ -72,8 +74,11 @@ pub struct Delivery<'a> {
 /// What a delivery pass works from.
 pub struct Outgoing {
     pub message: MessageRow,
-    pub connector: Connector,
+    pub connector: Arc<Connector>,
     pub parts: Vec<ReplyPart>,
+    /// A part the caller's transaction has just marked `sending` for this pass (the
+    /// stored answer's part 0): it is posted, not reconciled as an interrupted send.
+    pub marked: Option<i32>,
 }
 
 /// A pass's database writes: the transaction still open (its writes go out with the next
@@ -118,8 +123,9 @@ impl Delivery<'_> {
         let parts = db::messages::reply_parts(tx, message).await?;
         Ok(Some(Outgoing {
             message: row,
-            connector,
+            connector: Arc::new(connector),
             parts,
+            marked: None,
         }))
     }
 
@@ -134,17 +140,26 @@ impl Delivery<'_> {
         };
         let mut platform_time = Duration::ZERO;
         let mut outcome = DeliveryOutcome::Delivered;
+        // The last part posted in this pass, recorded with the delivery in one statement.
+        let mut last_sent = None;
         for part in &outgoing.parts {
             let result = match part.status.as_str() {
                 "sent" => continue,
                 "failed" => PartOutcome::Failed,
                 _ => {
-                    self.deliver_part(&mut writes, outgoing, part, &mut platform_time)
+                    let marked = outgoing.marked == Some(part.part_index);
+                    self.deliver_part(&mut writes, outgoing, part, marked, &mut platform_time)
                         .await?
                 }
             };
             match result {
-                PartOutcome::Posted => {}
+                PartOutcome::Posted(platform_id) if part.part_index == last_index(outgoing) => {
+                    last_sent = Some((part.part_index, platform_id));
+                }
+                PartOutcome::Posted(platform_id) => {
+                    let tx = writes.tx(self.pool).await?;
+                    replies::mark_sent(tx, message, part.part_index, &platform_id).await?;
+                }
                 PartOutcome::Wait(delay) => {
                     outcome = DeliveryOutcome::Wait(delay);
                     break;
@@ -158,9 +173,8 @@ impl Delivery<'_> {
         }
         match outcome {
             DeliveryOutcome::Delivered => {
-                let tx = writes.tx(self.pool).await?;
-                replies::mark_delivered(tx, message).await?;
-                db::queue::finish(tx, message).await?;
+                let last_sent = last_sent.as_ref().map(|(part, id)| (*part, id.as_str()));
+                replies::mark_delivered(writes.tx(self.pool).await?, message, last_sent).await?;
             }
             DeliveryOutcome::Stopped => db::queue::finish(writes.tx(self.pool).await?, message).await?,
             DeliveryOutcome::Wait(_) => {}
@@ -177,20 +191,17 @@ impl Delivery<'_> {
         writes: &mut Writes,
         outgoing: &Outgoing,
         part: &ReplyPart,
+        marked: bool,
         platform_time: &mut Duration,
     ) -> anyhow::Result<PartOutcome> {
         let message = outgoing.message.id;
-        if part.status == "sending" {
+        if part.status == "sending" && !marked {
             writes.commit().await?;
             let started = Instant::now();
             let reconciled = self.reconcile(outgoing, part).await;
             *platform_time += started.elapsed();
             match reconciled {
-                Reconciled::Found(platform_id) => {
-                    let tx = writes.tx(self.pool).await?;
-                    replies::mark_sent(tx, message, part.part_index, &platform_id).await?;
-                    return Ok(PartOutcome::Posted);
-                }
+                Reconciled::Found(platform_id) => return Ok(PartOutcome::Posted(platform_id)),
                 Reconciled::Absent => {}
                 Reconciled::Later(delay) if part.attempts < self.max_attempts() => {
                     return Ok(PartOutcome::Wait(delay))
@@ -202,7 +213,7 @@ impl Delivery<'_> {
                 Reconciled::GiveUp(error) => return self.fail(writes, message, part, &error).await,
             }
         }
-        self.send(writes, outgoing, part, platform_time).await
+        self.send(writes, outgoing, part, marked, platform_time).await
     }
 
     async fn send(
@@ -210,10 +221,13 @@ impl Delivery<'_> {
         writes: &mut Writes,
         outgoing: &Outgoing,
         part: &ReplyPart,
+        marked: bool,
         platform_time: &mut Duration,
     ) -> anyhow::Result<PartOutcome> {
         let message = outgoing.message.id;
-        replies::mark_sending(writes.tx(self.pool).await?, message, part.part_index).await?;
+        if !marked {
+            replies::mark_sending(writes.tx(self.pool).await?, message, part.part_index).await?;
+        }
         writes.commit().await?;
 
         let key = replies::part_key(message, part.part_index);
@@ -228,13 +242,12 @@ impl Delivery<'_> {
         *platform_time += started.elapsed();
         metrics::histogram!("reply_send_seconds").record(started.elapsed().as_secs_f64());
         let platform = outgoing.connector.platform.as_str();
-        let attempts = part.attempts + 1;
+        let attempts = if marked { part.attempts } else { part.attempts + 1 };
         let tx = writes.tx(self.pool).await?;
         let result = match outcome {
             SendOutcome::Sent(platform_id) => {
-                replies::mark_sent(tx, message, part.part_index, &platform_id).await?;
                 metrics::counter!("replies_sent_total", "platform" => platform).increment(1);
-                PartOutcome::Posted
+                PartOutcome::Posted(platform_id)
             }
             SendOutcome::RateLimited { retry_after, error } => {
                 replies::mark_pending(tx, message, part.part_index, &error).await?;
@@ -312,4 +325,8 @@ impl Delivery<'_> {
     fn backoff(&self, attempts: i32) -> Duration {
         crate::dispatch::agent::backoff(self.settings, u32::try_from(attempts).unwrap_or(1), None)
     }
+}
+
+fn last_index(outgoing: &Outgoing) -> i32 {
+    outgoing.parts.last().map_or(-1, |part| part.part_index)
 }

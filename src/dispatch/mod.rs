@@ -31,6 +31,7 @@ use uuid::Uuid;
 use self::agent::CallOutcome;
 use self::payload::ChatMessage;
 use self::wakeup::Wakeup;
+use crate::cache::ConfigCache;
 use crate::db::messages::MessageRow;
 use crate::db::messages::ReplyPart;
 use crate::db::queue::{Job, Queue};
@@ -65,7 +66,7 @@ struct Prepared {
     /// The previous secret during a rotation's grace period.
     previous_dispatch_secret: Option<secrecy::SecretString>,
     /// Where the answer goes (`None`: the connector was deleted meanwhile).
-    connector: Option<Connector>,
+    connector: Option<Arc<Connector>>,
 }
 
 /// Time a step spent waiting on others (the agent, the platform), to tell the worker's own
@@ -86,6 +87,9 @@ pub struct Worker {
     platform_client: reqwest::Client,
     /// This instance's lease owner id.
     owner: Uuid,
+    /// Tenant and connector settings (shared with the instance's admin API, which forgets
+    /// what it changes).
+    cache: Arc<ConfigCache>,
     clock: fn() -> i64,
 }
 
@@ -106,12 +110,20 @@ impl Worker {
         Ok(Self {
             queue: Queue::new(pool.clone()),
             pool,
-            settings,
             client,
             platform_client,
             owner: Uuid::new_v4(),
             clock,
+            cache: Arc::new(ConfigCache::new(Duration::from_secs(settings.cache_secs))),
+            settings,
         })
+    }
+
+    /// Uses the instance's settings cache instead of a private one, so that admin changes
+    /// made through this instance reach the worker at once.
+    pub fn sharing_cache(mut self, cache: Arc<ConfigCache>) -> Self {
+        self.cache = cache;
+        self
     }
 
     fn lease(&self) -> Duration {
@@ -187,20 +199,20 @@ impl Worker {
     /// In the claim's transaction: mark the turn `dispatching`, read tenant, history and
     /// connector.
     async fn prepare(&self, tx: &mut TenantTx, job: &Job) -> anyhow::Result<Option<Prepared>> {
-        let Some(tenant) = db::tenants::get(tx.conn(), job.tenant_id).await? else {
+        let Some(tenant) = self.cache.tenant(tx.conn(), job.tenant_id).await? else {
             return Ok(None);
         };
         let Some(message) = db::messages::begin_dispatch(tx, job.message_id).await? else {
             return Ok(None);
         };
         let history = read_history_or_empty(tx, &message).await;
-        let connector = db::connectors::get(tx, message.connector_id).await?;
+        let connector = self.cache.connector(tx, message.connector_id).await?;
         Ok(Some(Prepared {
             message,
             history,
-            agent_url: tenant.agent_url.or_else(|| self.settings.agent_url.clone()),
-            dispatch_secret: tenant.dispatch_secret.0,
-            previous_dispatch_secret: tenant.previous_dispatch_secret.map(secrecy::SecretString::from),
+            agent_url: tenant.agent_url.clone().or_else(|| self.settings.agent_url.clone()),
+            dispatch_secret: tenant.dispatch_secret.0.clone(),
+            previous_dispatch_secret: tenant.previous_dispatch_secret.clone().map(secrecy::SecretString::from),
             connector,
         }))
     }
@@ -241,21 +253,20 @@ impl Worker {
             tracing::info!("turn was already finished by another attempt; keeping the first answer");
         }
         if parts.is_empty() {
-            db::replies::mark_delivered(&mut tx, job.message_id).await?;
-            db::queue::finish(&mut tx, job.message_id).await?;
+            db::replies::mark_delivered(&mut tx, job.message_id, None).await?;
             tx.commit().await?;
             return Ok(StepOutcome::Executed(job.message_id));
         }
-        db::queue::to_reply_stage(&mut tx, job.message_id).await?;
         let context = match (first, prepared.connector) {
-            // The parts were created just now, exactly as split.
+            // The parts were created just now, exactly as split, part 0 marked `sending`.
             (true, Some(connector)) => Outgoing {
                 message: prepared.message,
                 connector,
                 parts: (0..)
                     .zip(parts)
-                    .map(|(index, content)| ReplyPart::pending(index, content))
+                    .map(|(index, content)| ReplyPart::created(index, content))
                     .collect(),
+                marked: Some(0),
             },
             _ => match Delivery::load(&mut tx, job.message_id).await? {
                 Some(context) => context,

@@ -94,9 +94,10 @@ async fn load_connector(
     span.record("tenant_id", tracing::field::display(tenant));
     span.record("connector_id", tracing::field::display(connector_id));
     let connector = state
-        .connectors
-        .get(&state.pool, tenant, connector_id)
+        .cache
+        .connector_of(&state.pool, tenant, connector_id)
         .await?
+        .filter(|c| c.enabled)
         .ok_or_else(not_found)?;
     span.record("platform", connector.platform.as_str());
     Ok(connector)

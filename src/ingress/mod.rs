@@ -6,7 +6,7 @@
 //! handlers go through the batching `writer::Writer` (several webhooks per commit, past
 //! PostgreSQL's per-commit ceiling); `record` is the same work in a transaction of its own
 //! (the writer's fallback, the CLI and the benchmarks). Handlers find connectors through
-//! `connectors::ConnectorCache`.
+//! `crate::cache::ConfigCache`.
 //!
 //! What admins see of what is not dispatched:
 //! - a real user's non-text message (image, sticker, voice…) is recorded with a placeholder
@@ -16,7 +16,6 @@
 //!   are not recorded at all: they are counted in `webhook_events_dropped_total` and logged
 //!   at debug level.
 
-pub mod connectors;
 pub mod writer;
 
 use sqlx::PgPool;

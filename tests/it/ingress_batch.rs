@@ -8,18 +8,20 @@ use std::time::Duration;
 use channel_bridge::channels::{channel_for, Inbound, Parsed};
 use channel_bridge::db;
 use channel_bridge::domain::{Connector, ConnectorId, Platform, TenantId};
-use channel_bridge::ingress::connectors::ConnectorCache;
+use channel_bridge::cache::ConfigCache;
 use channel_bridge::ingress::writer::Writer;
 use futures::future::join_all;
 use serde_json::json;
 use sqlx::PgPool;
 
+use crate::support::fake_agent::FakeAgent;
+use crate::support::fake_platforms::FakePlatforms;
 use crate::support::platforms::*;
 use crate::support::{spawn_app, TestApp};
 
 async fn connector(pool: &PgPool, tenant: TenantId, id: ConnectorId) -> Arc<Connector> {
-    ConnectorCache::new(Duration::ZERO)
-        .get(pool, tenant, id)
+    ConfigCache::new(Duration::ZERO)
+        .connector_of(pool, tenant, id)
         .await
         .unwrap()
         .expect("connector exists and is enabled")
@@ -236,4 +238,33 @@ async fn issue_key(app: &TestApp, tenant: TenantId) -> String {
         .await
         .unwrap()
         .key
+}
+
+#[tokio::test]
+async fn an_agent_url_changed_through_the_admin_api_gets_the_next_dispatch_of_the_same_instance() {
+    let platforms = FakePlatforms::start().await;
+    let app = crate::support::spawn_app_with(|s, _| s.worker = true).await;
+    let acme = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
+    let first = FakeAgent::start(&acme.dispatch_secret).await;
+    let second = FakeAgent::start(&acme.dispatch_secret).await;
+    let key = issue_key(&app, acme.tenant).await;
+    let set_agent = |url: String| {
+        app.client
+            .patch(app.url("/v1/admin/tenant"))
+            .bearer_auth(&key)
+            .json(&json!({ "agent_url": url }))
+            .send()
+    };
+
+    assert_eq!(set_agent(first.url.clone()).await.unwrap().status(), 200);
+    deliver(&app, &acme, Platform::Telegram, telegram_text(1, "one")).await;
+    platforms.wait_for_sends(1).await;
+    // The worker now holds the tenant in its cache; the change must replace it.
+    assert_eq!(set_agent(second.url.clone()).await.unwrap().status(), 200);
+    deliver(&app, &acme, Platform::Telegram, telegram_text(2, "two")).await;
+    platforms.wait_for_sends(2).await;
+
+    assert_eq!(first.calls().len(), 1);
+    assert_eq!(second.calls().len(), 1);
+    assert_eq!(second.calls()[0].payload.content, "two");
 }
