@@ -3,7 +3,7 @@
 //! dispatch costs.
 //!
 //! ```text
-//! cargo bench --bench dispatch_load -- [--rows 1000000] [--users 1000] [--jobs 5000] [--concurrency 8]
+//! cargo bench --bench dispatch_load -- [--rows 1000000] [--users 1000] [--jobs 5000] [--concurrency 16]
 //! ```
 //!
 //! What one run does:
@@ -73,11 +73,11 @@ struct Args {
     /// Linked users the history and the jobs are spread over.
     #[arg(long, default_value_t = 1000)]
     users: i64,
-    /// Jobs per measured run (the worker run, then the phase replay).
+    /// Jobs in the measured worker run.
     #[arg(long, default_value_t = 5000)]
     jobs: usize,
-    /// Worker tasks sharing one `Worker` (CB_WORKER_CONCURRENCY; the server default is 8).
-    #[arg(long, default_value_t = 8)]
+    /// Worker tasks sharing one `Worker` (CB_WORKER_CONCURRENCY; the server default is 16).
+    #[arg(long, default_value_t = 16)]
     concurrency: usize,
     /// Turns of one extra user queued ahead of each run's jobs, behind a head put back by
     /// `Queue::retry_later` for an hour (as when the agent keeps failing that user's turn):

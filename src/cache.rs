@@ -51,7 +51,10 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
     fn get_at(&self, key: &K, now: Instant) -> Option<V> {
         // Insert and remove are single calls, so a lock poisoned by a panic elsewhere still
         // guards a consistent map.
-        let entries = self.entries.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let entries = self
+            .entries
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         entries
             .get(key)
             .filter(|(_, stored)| now.saturating_duration_since(*stored) < self.ttl)
@@ -62,7 +65,10 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
         if self.ttl.is_zero() {
             return;
         }
-        let mut entries = self.entries.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut entries = self
+            .entries
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         if entries.len() >= MAX_ENTRIES {
             entries.clear();
         }
@@ -70,7 +76,10 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
     }
 
     pub fn remove(&self, key: &K) {
-        let mut entries = self.entries.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut entries = self
+            .entries
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         entries.remove(key);
     }
 }
@@ -128,7 +137,11 @@ impl ConfigCache {
     }
 
     /// The tenant row, from the cache or read on `conn`. `None` for an unknown tenant.
-    pub async fn tenant(&self, conn: &mut PgConnection, id: TenantId) -> Result<Option<Arc<TenantRow>>, sqlx::Error> {
+    pub async fn tenant(
+        &self,
+        conn: &mut PgConnection,
+        id: TenantId,
+    ) -> Result<Option<Arc<TenantRow>>, sqlx::Error> {
         if let Some(hit) = self.tenants.get(&id) {
             metrics::counter!("config_cache_total", "kind" => "tenant", "result" => "hit").increment(1);
             return Ok(Some(hit));
@@ -181,7 +194,11 @@ mod tests {
         assert_eq!(cache.get(&8), Some(8));
         cache.insert(MAX_ENTRIES, 0);
         cache.insert(MAX_ENTRIES + 1, 0);
-        assert_eq!(cache.get(&8), None, "the map was cleared when it reached its bound");
+        assert_eq!(
+            cache.get(&8),
+            None,
+            "the map was cleared when it reached its bound"
+        );
         assert_eq!(cache.get(&(MAX_ENTRIES + 1)), Some(0));
     }
 }

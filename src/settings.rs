@@ -114,7 +114,10 @@ pub struct ServeSettings {
     pub worker: bool,
 
     /// Concurrent dispatch tasks in this instance.
-    #[arg(long, env = "CB_WORKER_CONCURRENCY", default_value_t = 8)]
+    ///
+    /// A task waiting on the agent holds no database connection, so with slow agents (an
+    /// LLM answers in seconds) raise it: throughput is about concurrency / agent latency.
+    #[arg(long, env = "CB_WORKER_CONCURRENCY", default_value_t = 16)]
     pub worker_concurrency: usize,
 
     #[command(flatten)]
@@ -144,7 +147,7 @@ impl ServeSettings {
             ingress_batch_max: 64,
             http: true,
             worker: true,
-            worker_concurrency: 8,
+            worker_concurrency: 16,
             dispatch: DispatchSettings::default(),
             shutdown_grace_secs: 30,
         }

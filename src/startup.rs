@@ -11,8 +11,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::dispatch::Worker;
 use crate::cache::ConfigCache;
+use crate::dispatch::Worker;
 use crate::ingress::writer::Writer;
 
 use crate::settings::ServeSettings;

@@ -105,7 +105,8 @@ const CLAIM_SQL: &str = "with head as (
             attempts = q.attempts + 1
        from head
       where q.message_id = head.message_id
-  returning q.message_id, q.tenant_id, q.conversation_key, q.stage, q.attempts";
+  returning q.message_id, q.tenant_id, q.conversation_key, q.stage, q.attempts,
+            set_config('app.tenant_id', q.tenant_id::text, true) as tenant_scope";
 
 /// A claimed job.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -115,6 +116,15 @@ pub struct Job {
     pub conversation_key: String,
     pub stage: String,
     pub attempts: i32,
+}
+
+/// The claim's row: the job, and the tenant setting the same statement made for the rest of
+/// its transaction (saving a round trip; `TenantTx` checks it).
+#[derive(sqlx::FromRow)]
+struct Claimed {
+    #[sqlx(flatten)]
+    job: Job,
+    tenant_scope: String,
 }
 
 /// Queue depth and the age of its oldest job, for metrics.
@@ -136,7 +146,8 @@ impl Queue {
     }
 
     /// Claims the oldest ready job that is the head of its conversation, leasing it to
-    /// `owner`, and hands back the open transaction, scoped to the job's tenant: the
+    /// `owner`, and hands back the open transaction, scoped to the job's tenant (the claim
+    /// statement sets `app.tenant_id` itself): the
     /// caller's first tenant work (mark the turn `dispatching`, read its history) commits
     /// with the lease, one commit instead of two. Until that commit the job's row stays
     /// locked, and other claimers pass it by.
@@ -146,16 +157,16 @@ impl Queue {
     /// `SKIP LOCKED` lets concurrent claimers pass each other without waiting.
     pub async fn claim(&self, lease: Duration, owner: Uuid) -> Result<Option<(Job, TenantTx)>, sqlx::Error> {
         let mut tx = self.pool.begin().await?;
-        let job: Option<Job> = sqlx::query_as(CLAIM_SQL)
+        let claimed: Option<Claimed> = sqlx::query_as(CLAIM_SQL)
             .bind(lease.as_secs_f64())
             .bind(owner)
             .fetch_optional(&mut *tx)
             .await?;
-        let Some(job) = job else {
+        let Some(Claimed { job, tenant_scope }) = claimed else {
             tx.rollback().await?;
             return Ok(None);
         };
-        let tx = TenantTx::scope(tx, job.tenant_id).await?;
+        let tx = TenantTx::scoped_by_statement(tx, job.tenant_id, &tenant_scope)?;
         Ok(Some((job, tx)))
     }
 

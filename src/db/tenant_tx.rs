@@ -30,17 +30,21 @@ impl TenantTx {
         Ok(Self { tx, tenant })
     }
 
-    /// Scopes an open transaction to `tenant` for the rest of its life. The queue claim uses
-    /// it: the claim (infrastructure table, no tenant) and the claimed turn's first tenant
-    /// work share one commit.
-    pub async fn scope(
-        mut tx: Transaction<'static, Postgres>,
+    /// Wraps an open transaction whose last statement set `app.tenant_id` itself and
+    /// returned what `set_config` returned (`scope`). The queue claim uses it: the claim
+    /// (infrastructure table, no tenant) sets the claimed job's tenant in the same
+    /// statement, and the turn's first tenant work shares its commit. The setting is
+    /// checked against `tenant`, so a statement that set anything else fails here.
+    pub fn scoped_by_statement(
+        tx: Transaction<'static, Postgres>,
         tenant: TenantId,
+        scope: &str,
     ) -> Result<Self, sqlx::Error> {
-        sqlx::query("select set_config('app.tenant_id', $1, true)")
-            .bind(tenant.to_string())
-            .execute(&mut *tx)
-            .await?;
+        if scope.parse::<TenantId>().ok() != Some(tenant) {
+            return Err(sqlx::Error::Protocol(format!(
+                "transaction scoped to {scope:?}, expected tenant {tenant}"
+            )));
+        }
         Ok(Self { tx, tenant })
     }
 

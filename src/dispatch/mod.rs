@@ -210,9 +210,15 @@ impl Worker {
         Ok(Some(Prepared {
             message,
             history,
-            agent_url: tenant.agent_url.clone().or_else(|| self.settings.agent_url.clone()),
+            agent_url: tenant
+                .agent_url
+                .clone()
+                .or_else(|| self.settings.agent_url.clone()),
             dispatch_secret: tenant.dispatch_secret.0.clone(),
-            previous_dispatch_secret: tenant.previous_dispatch_secret.clone().map(secrecy::SecretString::from),
+            previous_dispatch_secret: tenant
+                .previous_dispatch_secret
+                .clone()
+                .map(secrecy::SecretString::from),
             connector,
         }))
     }
@@ -382,7 +388,9 @@ impl Worker {
 
 /// History is best effort: a failed read is logged and counted, and the dispatch goes on
 /// with no history rather than not at all. The read runs in a savepoint so its failure
-/// leaves the surrounding transaction usable.
+/// leaves the surrounding transaction usable. A successful read leaves the savepoint open:
+/// the commit that follows commits it with the rest, so releasing it would only cost a
+/// round trip.
 async fn read_history_or_empty(tx: &mut TenantTx, message: &MessageRow) -> Vec<ChatMessage> {
     let savepoint = sqlx::query("savepoint history").execute(tx.conn()).await;
     if let Err(err) = savepoint {
@@ -394,7 +402,6 @@ async fn read_history_or_empty(tx: &mut TenantTx, message: &MessageRow) -> Vec<C
     match history::load(tx, message).await {
         Ok(history) => {
             metrics::histogram!("dispatch_history_seconds").record(started.elapsed().as_secs_f64());
-            let _ = sqlx::query("release savepoint history").execute(tx.conn()).await;
             history
         }
         Err(err) => {

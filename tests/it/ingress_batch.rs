@@ -5,10 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use channel_bridge::cache::ConfigCache;
 use channel_bridge::channels::{channel_for, Inbound, Parsed};
 use channel_bridge::db;
 use channel_bridge::domain::{Connector, ConnectorId, Platform, TenantId};
-use channel_bridge::cache::ConfigCache;
 use channel_bridge::ingress::writer::Writer;
 use futures::future::join_all;
 use serde_json::json;
