@@ -1,6 +1,9 @@
 //! Admin listing benchmark (not a test): the 50 newest messages of one tenant, with
 //! 1,000,000 rows in `channel_messages` (10 tenants × 100,000), through the same library
-//! function the API and the CLI call (a tenant transaction under RLS).
+//! function the API and the CLI call (a tenant transaction under RLS), and end to end
+//! through the real server: `GET /v1/admin/messages?limit=50` with a tenant admin key over
+//! loopback HTTP/1.1 keep-alive (key check, tenant transaction, JSON), one request at a
+//! time.
 //!
 //!   cargo bench --bench admin_list -- [--tenants 10] [--rows-per-tenant 100000] [--samples 2000]
 //!
@@ -9,9 +12,11 @@
 
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use channel_bridge::admin::messages::{list_messages, MessagesQuery};
 use channel_bridge::domain::TenantId;
-use channel_bridge::settings::DatabaseSettings;
+use channel_bridge::settings::{DatabaseSettings, ServeSettings};
+use channel_bridge::startup::Application;
 use sqlx::{Connection, Executor, PgConnection};
 
 struct Args {
@@ -148,6 +153,45 @@ async fn run(args: &Args, settings: &DatabaseSettings, url: &str) -> anyhow::Res
         list_messages(&pool, tenant, &deep)
     })
     .await?;
+    measure_http(args, url, tenant).await
+}
+
+/// The newest 50 through the real server, as an admin's client sees it.
+async fn measure_http(args: &Args, url: &str, tenant: TenantId) -> anyhow::Result<()> {
+    let mut settings = ServeSettings::for_database(url);
+    settings.worker = false;
+    let app = Application::build(settings).await?;
+    let addr = app.local_addr().context("the HTTP role is on")?;
+    let pool = app.state().pool.clone();
+    let key = channel_bridge::admin::operator::issue(&pool, tenant, "bench")
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .key;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(app.run_until(async {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::new();
+    let endpoint = format!("http://{addr}/v1/admin/messages?limit=50");
+    let get = || async {
+        let response = client.get(&endpoint).bearer_auth(&key).send().await?;
+        anyhow::ensure!(response.status() == 200, "GET answered {}", response.status());
+        let page: serde_json::Value = response.json().await?;
+        anyhow::ensure!(page["items"].as_array().map(Vec::len) == Some(50), "a full page");
+        Ok(())
+    };
+    for _ in 0..50 {
+        get().await?; // warm-up
+    }
+    let mut timings = Vec::with_capacity(args.samples);
+    for _ in 0..args.samples {
+        let started = Instant::now();
+        get().await?;
+        timings.push(started.elapsed());
+    }
+    report("newest 50 over HTTP (key check included)", timings);
+    let _ = stop.send(());
+    server.await??;
     Ok(())
 }
 
