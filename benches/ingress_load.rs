@@ -73,15 +73,21 @@ struct Args {
     /// The gateway's database pool size (CB_DB_POOL_SIZE; the server default is 16).
     #[arg(long, default_value_t = 16)]
     pool_size: u32,
+    /// The gateway's ingress writer tasks (CB_INGRESS_WRITERS; the server default is 4).
+    #[arg(long, default_value_t = 4)]
+    ingress_writers: usize,
+    /// Most webhooks per ingress commit (CB_INGRESS_BATCH_MAX; the server default is 64).
+    #[arg(long, default_value_t = 64)]
+    ingress_batch_max: usize,
     /// Seconds of the raw PostgreSQL measurement (0 skips it).
     #[arg(long, default_value_t = 10)]
     pg_seconds: u64,
     /// Connections of the raw PostgreSQL measurement (default: --concurrency).
     #[arg(long)]
     pg_connections: Option<usize>,
-    /// Also measure where the gateway's database time goes, without HTTP: its whole database
-    /// path (connector read + record), the record transaction alone (as with a connector
-    /// cache), and both ceilings again without the pool's ping on every acquire.
+    /// Also measure where the gateway's database time goes, without HTTP: a connector read
+    /// transaction + `ingress::record` (one webhook per commit, no cache, no batching), the
+    /// record transaction alone, and both ceilings again.
     #[arg(long)]
     profile_db: bool,
     /// Passed by `cargo bench` to every bench binary; ignored.
@@ -117,6 +123,8 @@ async fn run(args: &Args, db: &BenchDb) -> anyhow::Result<()> {
     let mut settings = ServeSettings::for_database(db.url.clone());
     settings.worker = false;
     settings.database.pool_size = args.pool_size;
+    settings.ingress_writers = args.ingress_writers;
+    settings.ingress_batch_max = args.ingress_batch_max;
     let app = Application::build(settings).await?;
     let addr = app.local_addr().context("HTTP is enabled")?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
