@@ -1,28 +1,29 @@
-//! Connector and tenant settings read from the database, reused for a few seconds.
+//! Connectors read for webhook verification, reused for a few seconds.
 //!
-//! Every webhook needs its connector (secret, platform, policy) before anything else, and
-//! every dispatch needs its tenant (agent URL, dispatch secret) and its connector (where
-//! the answer goes). Each read is a round trip in a hot path whose answer almost never
-//! changes, so both are kept for `CB_CACHE_SECS` (default 5; 0 turns the cache off).
+//! Every webhook needs its connector (secret, platform, policy) before anything else; read
+//! each time, it is a tenant transaction of its own, as much database work as recording
+//! the turn. Connectors are kept for `CB_CONNECTOR_CACHE_SECS` (default 5; 0 turns the cache off).
 //!
-//! Freshness: this instance's admin API forgets an entry as soon as it changes it (connector
-//! update, disable, delete, secret rotation; tenant agent URL, dispatch-secret rotation), so
-//! the next webhook or dispatch here sees the change. A change made through another
-//! instance is seen here within the cache time at most. Rotations keep the previous secret
-//! valid far longer than that (Slack signing secret, dispatch secret: 24 h), so no platform
-//! delivery is rejected and no agent sees an unknown signature because of the delay.
+//! Freshness: this instance's admin API forgets an entry as soon as it changes it (update,
+//! disable, delete, secret rotation), so the next webhook here sees the change; a read that
+//! was in flight during the change does not put the old row back (a generation counter).
+//! A change made through another instance or the CLI is seen here within the cache time at
+//! most. A Slack signing-secret rotation keeps the previous secret valid for 24 h, so no
+//! platform delivery is rejected meanwhile.
 //!
-//! Only rows that exist are kept: an unknown connector or tenant is read again each time,
-//! so a new one is usable at once and a flood of made-up ids cannot fill the cache.
+//! The dispatch worker does not use the cache: it reads the tenant and the connector in the
+//! claim's transaction anyway (one statement each, measured as no slower than a cache
+//! hit), and a reply must go out with the outbound token as it is now.
+//!
+//! Only rows that exist are kept: an unknown connector is read again each time, so a new
+//! one is usable at once and a flood of made-up ids cannot fill the cache.
 
 use std::collections::HashMap;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use sqlx::PgConnection;
-
-use crate::db::tenants::TenantRow;
 use crate::db::{self, TenantTx};
 use crate::domain::{Connector, ConnectorId, TenantId};
 
@@ -34,6 +35,9 @@ const MAX_ENTRIES: usize = 10_000;
 pub struct TtlCache<K, V> {
     ttl: Duration,
     entries: RwLock<HashMap<K, (V, Instant)>>,
+    /// Bumped by every `remove`: a value read from the source before a removal must not be
+    /// stored after it.
+    generation: AtomicU64,
 }
 
 impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
@@ -41,7 +45,13 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
         Self {
             ttl,
             entries: RwLock::new(HashMap::new()),
+            generation: AtomicU64::new(0),
         }
+    }
+
+    /// Take before reading the value from its source; pass to `insert`.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
     }
 
     pub fn get(&self, key: &K) -> Option<V> {
@@ -61,7 +71,9 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
             .map(|(value, _)| value.clone())
     }
 
-    pub fn insert(&self, key: K, value: V) {
+    /// Stores a value read since `generation` was taken, unless an entry was removed since
+    /// (the value may then predate the change that removal stands for).
+    pub fn insert(&self, key: K, value: V, generation: u64) {
         if self.ttl.is_zero() {
             return;
         }
@@ -69,6 +81,9 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
             .entries
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if self.generation.load(Ordering::SeqCst) != generation {
+            return;
+        }
         if entries.len() >= MAX_ENTRIES {
             entries.clear();
         }
@@ -80,88 +95,51 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
             .entries
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
+        self.generation.fetch_add(1, Ordering::SeqCst);
         entries.remove(key);
     }
 }
 
-/// The settings cache one instance shares between its webhook handlers, its worker and its
-/// admin API (which invalidates).
+/// The connector cache one instance shares between its webhook handlers and its admin API
+/// (which forgets what it changes).
 pub struct ConfigCache {
     connectors: TtlCache<(TenantId, ConnectorId), Arc<Connector>>,
-    tenants: TtlCache<TenantId, Arc<TenantRow>>,
 }
 
 impl ConfigCache {
     pub fn new(ttl: Duration) -> Self {
         Self {
             connectors: TtlCache::new(ttl),
-            tenants: TtlCache::new(ttl),
         }
     }
 
-    /// The connector, enabled or not, from the cache or read in `tx` (scoped to its tenant).
-    /// `None` for an unknown connector or one of another tenant.
-    pub async fn connector(
-        &self,
-        tx: &mut TenantTx,
-        id: ConnectorId,
-    ) -> Result<Option<Arc<Connector>>, sqlx::Error> {
-        let key = (tx.tenant(), id);
-        if let Some(hit) = self.connectors.get(&key) {
-            metrics::counter!("config_cache_total", "kind" => "connector", "result" => "hit").increment(1);
-            return Ok(Some(hit));
-        }
-        metrics::counter!("config_cache_total", "kind" => "connector", "result" => "miss").increment(1);
-        let Some(connector) = db::connectors::get(tx, id).await?.map(Arc::new) else {
-            return Ok(None);
-        };
-        self.connectors.insert(key, connector.clone());
-        Ok(Some(connector))
-    }
-
-    /// Like `connector`, opening a tenant transaction only when the cache misses.
+    /// The connector, enabled or not, from the cache or read inside its tenant's
+    /// transaction. `None` for an unknown connector or one of another tenant.
     pub async fn connector_of(
         &self,
         pool: &sqlx::PgPool,
         tenant: TenantId,
         id: ConnectorId,
     ) -> Result<Option<Arc<Connector>>, sqlx::Error> {
-        if let Some(hit) = self.connectors.get(&(tenant, id)) {
-            metrics::counter!("config_cache_total", "kind" => "connector", "result" => "hit").increment(1);
+        let key = (tenant, id);
+        if let Some(hit) = self.connectors.get(&key) {
+            metrics::counter!("connector_cache_total", "result" => "hit").increment(1);
             return Ok(Some(hit));
         }
+        metrics::counter!("connector_cache_total", "result" => "miss").increment(1);
+        let generation = self.connectors.generation();
         let mut tx = TenantTx::begin(pool, tenant).await?;
-        let connector = self.connector(&mut tx, id).await?;
+        let connector = db::connectors::get(&mut tx, id).await?.map(Arc::new);
         tx.commit().await?;
-        Ok(connector)
-    }
-
-    /// The tenant row, from the cache or read on `conn`. `None` for an unknown tenant.
-    pub async fn tenant(
-        &self,
-        conn: &mut PgConnection,
-        id: TenantId,
-    ) -> Result<Option<Arc<TenantRow>>, sqlx::Error> {
-        if let Some(hit) = self.tenants.get(&id) {
-            metrics::counter!("config_cache_total", "kind" => "tenant", "result" => "hit").increment(1);
-            return Ok(Some(hit));
+        if let Some(connector) = &connector {
+            self.connectors.insert(key, connector.clone(), generation);
         }
-        metrics::counter!("config_cache_total", "kind" => "tenant", "result" => "miss").increment(1);
-        let Some(tenant) = db::tenants::get(conn, id).await?.map(Arc::new) else {
-            return Ok(None);
-        };
-        self.tenants.insert(id, tenant.clone());
-        Ok(Some(tenant))
+        Ok(connector)
     }
 
     /// Forgets a connector this instance just changed or deleted.
     pub fn forget_connector(&self, tenant: TenantId, id: ConnectorId) {
         self.connectors.remove(&(tenant, id));
-    }
-
-    /// Forgets a tenant this instance just changed.
-    pub fn forget_tenant(&self, tenant: TenantId) {
-        self.tenants.remove(&tenant);
     }
 }
 
@@ -173,27 +151,38 @@ mod tests {
     fn entries_expire_after_the_ttl_and_a_zero_ttl_keeps_nothing() {
         let ttl = Duration::from_secs(5);
         let cache = TtlCache::new(ttl);
-        cache.insert("a", 1);
+        cache.insert("a", 1, cache.generation());
         assert_eq!(cache.get(&"a"), Some(1));
         let later = Instant::now() + ttl;
         assert_eq!(cache.get_at(&"a", later), None);
 
         let off = TtlCache::new(Duration::ZERO);
-        off.insert("a", 1);
+        off.insert("a", 1, off.generation());
         assert_eq!(off.get(&"a"), None);
+    }
+
+    #[test]
+    fn a_value_read_before_a_removal_is_not_stored_after_it() {
+        let cache = TtlCache::new(Duration::from_secs(60));
+        let before_read = cache.generation();
+        cache.remove(&"a"); // the admin changed "a" while the old row was being read
+        cache.insert("a", "old", before_read);
+        assert_eq!(cache.get(&"a"), None);
+        cache.insert("a", "new", cache.generation());
+        assert_eq!(cache.get(&"a"), Some("new"));
     }
 
     #[test]
     fn removed_entries_are_gone_and_a_full_map_starts_over() {
         let cache = TtlCache::new(Duration::from_secs(60));
         for i in 0..MAX_ENTRIES {
-            cache.insert(i, i);
+            cache.insert(i, i, cache.generation());
         }
         cache.remove(&7);
         assert_eq!(cache.get(&7), None);
         assert_eq!(cache.get(&8), Some(8));
-        cache.insert(MAX_ENTRIES, 0);
-        cache.insert(MAX_ENTRIES + 1, 0);
+        cache.insert(MAX_ENTRIES, 0, cache.generation());
+        cache.insert(MAX_ENTRIES + 1, 0, cache.generation());
         assert_eq!(
             cache.get(&8),
             None,

@@ -35,6 +35,15 @@ impl Stage {
 }
 
 /// Queues work for a freshly recorded message, in the same transaction.
+///
+/// The statement first takes a transaction-scoped advisory lock on the conversation, so a
+/// conversation's jobs commit in `seq` order: a transaction that queues a later message of
+/// the conversation waits until the one holding an earlier, uncommitted job has committed
+/// (or rolled back). Without it the claim, which sees committed rows only, could find a
+/// later job with no older one and put two messages of one user in flight, out of order
+/// (two ingress batches, or two instances, recording M1 and M2 at the same time). Two
+/// batches that queue the same two conversations in opposite orders deadlock; PostgreSQL
+/// aborts one and the ingress writer records its webhooks again one by one.
 pub async fn enqueue(
     tx: &mut TenantTx,
     message: MessageId,
@@ -43,7 +52,9 @@ pub async fn enqueue(
 ) -> Result<(), sqlx::Error> {
     let tenant = tx.tenant();
     sqlx::query(
-        "insert into dispatch_queue (message_id, tenant_id, conversation_key, stage) values ($1, $2, $3, $4)",
+        "insert into dispatch_queue (message_id, tenant_id, conversation_key, stage)
+         select $1, $2, $3, $4
+           from (select pg_advisory_xact_lock(hashtextextended($2::text || '/' || $3, 0))) as in_order",
     )
     .bind(message)
     .bind(tenant)
@@ -105,8 +116,7 @@ const CLAIM_SQL: &str = "with head as (
             attempts = q.attempts + 1
        from head
       where q.message_id = head.message_id
-  returning q.message_id, q.tenant_id, q.conversation_key, q.stage, q.attempts,
-            set_config('app.tenant_id', q.tenant_id::text, true) as tenant_scope";
+  returning q.message_id, q.tenant_id, q.conversation_key, q.stage, q.attempts";
 
 /// A claimed job.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -116,15 +126,6 @@ pub struct Job {
     pub conversation_key: String,
     pub stage: String,
     pub attempts: i32,
-}
-
-/// The claim's row: the job, and the tenant setting the same statement made for the rest of
-/// its transaction (saving a round trip; `TenantTx` checks it).
-#[derive(sqlx::FromRow)]
-struct Claimed {
-    #[sqlx(flatten)]
-    job: Job,
-    tenant_scope: String,
 }
 
 /// Queue depth and the age of its oldest job, for metrics.
@@ -146,8 +147,7 @@ impl Queue {
     }
 
     /// Claims the oldest ready job that is the head of its conversation, leasing it to
-    /// `owner`, and hands back the open transaction, scoped to the job's tenant (the claim
-    /// statement sets `app.tenant_id` itself): the
+    /// `owner`, and hands back the open transaction, scoped to the job's tenant: the
     /// caller's first tenant work (mark the turn `dispatching`, read its history) commits
     /// with the lease, one commit instead of two. Until that commit the job's row stays
     /// locked, and other claimers pass it by.
@@ -157,16 +157,16 @@ impl Queue {
     /// `SKIP LOCKED` lets concurrent claimers pass each other without waiting.
     pub async fn claim(&self, lease: Duration, owner: Uuid) -> Result<Option<(Job, TenantTx)>, sqlx::Error> {
         let mut tx = self.pool.begin().await?;
-        let claimed: Option<Claimed> = sqlx::query_as(CLAIM_SQL)
+        let job: Option<Job> = sqlx::query_as(CLAIM_SQL)
             .bind(lease.as_secs_f64())
             .bind(owner)
             .fetch_optional(&mut *tx)
             .await?;
-        let Some(Claimed { job, tenant_scope }) = claimed else {
+        let Some(job) = job else {
             tx.rollback().await?;
             return Ok(None);
         };
-        let tx = TenantTx::scoped_by_statement(tx, job.tenant_id, &tenant_scope)?;
+        let tx = TenantTx::scope(tx, job.tenant_id).await?;
         Ok(Some((job, tx)))
     }
 
@@ -180,6 +180,10 @@ impl Queue {
     /// 50 ms per claim and throughput falling from ~140 to ~34 dispatches/s. Parked, they
     /// are outside the claim's `available_at <= now()` range. Only the owner's own retry
     /// parks anything (the head update must match), and `wake_reply` wakes them with it.
+    ///
+    /// A job nobody holds a live lease on qualifies too: a step that failed before its
+    /// claim committed (the claim rolled back with it) puts the job back this way, so a job
+    /// that fails every time waits its backoff instead of being claimed again at once.
     pub async fn retry_later(
         &self,
         message: MessageId,
@@ -191,7 +195,8 @@ impl Queue {
                  update dispatch_queue
                     set available_at = now() + make_interval(secs => $3), leased_until = null,
                         lease_owner = null
-                  where message_id = $1 and lease_owner = $2
+                  where message_id = $1
+                    and (lease_owner = $2 or leased_until is null or leased_until < now())
               returning tenant_id, conversation_key, seq, available_at)
              update dispatch_queue q set available_at = head.available_at
                from head

@@ -110,6 +110,21 @@ pub async fn fail_remaining(tx: &mut TenantTx, message: MessageId, after: i32) -
     Ok(())
 }
 
+/// Fails every part not yet posted (the connector is gone).
+pub async fn fail_unsent(tx: &mut TenantTx, message: MessageId, error: &str) -> Result<(), sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query(
+        "update channel_replies set status = 'failed', last_error = $3, updated_at = now()
+          where tenant_id = $1 and message_id = $2 and status in ('pending', 'sending')",
+    )
+    .bind(tenant)
+    .bind(message)
+    .bind(error)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
 /// Every part is posted: the turn is delivered and its job removed (the conversation's
 /// next message may go), in one statement. `last_sent` settles the part just posted (index,
 /// platform id) in the same statement.

@@ -30,21 +30,14 @@ impl TenantTx {
         Ok(Self { tx, tenant })
     }
 
-    /// Wraps an open transaction whose last statement set `app.tenant_id` itself and
-    /// returned what `set_config` returned (`scope`). The queue claim uses it: the claim
-    /// (infrastructure table, no tenant) sets the claimed job's tenant in the same
-    /// statement, and the turn's first tenant work shares its commit. The setting is
-    /// checked against `tenant`, so a statement that set anything else fails here.
-    pub fn scoped_by_statement(
-        tx: Transaction<'static, Postgres>,
+    /// Scopes an open transaction to `tenant` for the rest of its life. The queue claim uses
+    /// it: the claim (infrastructure table, no tenant) and the claimed turn's first tenant
+    /// work share one commit.
+    pub async fn scope(
+        mut tx: Transaction<'static, Postgres>,
         tenant: TenantId,
-        scope: &str,
     ) -> Result<Self, sqlx::Error> {
-        if scope.parse::<TenantId>().ok() != Some(tenant) {
-            return Err(sqlx::Error::Protocol(format!(
-                "transaction scoped to {scope:?}, expected tenant {tenant}"
-            )));
-        }
+        set_tenant(&mut tx, tenant).await?;
         Ok(Self { tx, tenant })
     }
 
@@ -55,10 +48,7 @@ impl TenantTx {
     /// out of reach of the statements after it.
     pub async fn switch_tenant(&mut self, tenant: TenantId) -> Result<(), sqlx::Error> {
         if tenant != self.tenant {
-            sqlx::query("select set_config('app.tenant_id', $1, true)")
-                .bind(tenant.to_string())
-                .execute(&mut *self.tx)
-                .await?;
+            set_tenant(&mut self.tx, tenant).await?;
             self.tenant = tenant;
         }
         Ok(())
@@ -80,6 +70,16 @@ impl TenantTx {
     pub async fn rollback(self) -> Result<(), sqlx::Error> {
         self.tx.rollback().await
     }
+}
+
+/// The tenant setting, transaction-local. With `begin_statement`, the only code that sets
+/// it (under Citus: the place to switch to `SET LOCAL`).
+async fn set_tenant(tx: &mut Transaction<'static, Postgres>, tenant: TenantId) -> Result<(), sqlx::Error> {
+    sqlx::query("select set_config('app.tenant_id', $1, true)")
+        .bind(tenant.to_string())
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
 }
 
 fn begin_statement(tenant: TenantId) -> String {

@@ -31,7 +31,6 @@ use uuid::Uuid;
 use self::agent::CallOutcome;
 use self::payload::ChatMessage;
 use self::wakeup::Wakeup;
-use crate::cache::ConfigCache;
 use crate::db::messages::MessageRow;
 use crate::db::messages::ReplyPart;
 use crate::db::queue::{Job, Queue};
@@ -87,9 +86,6 @@ pub struct Worker {
     platform_client: reqwest::Client,
     /// This instance's lease owner id.
     owner: Uuid,
-    /// Tenant and connector settings (shared with the instance's admin API, which forgets
-    /// what it changes).
-    cache: Arc<ConfigCache>,
     clock: fn() -> i64,
 }
 
@@ -114,16 +110,8 @@ impl Worker {
             platform_client,
             owner: Uuid::new_v4(),
             clock,
-            cache: Arc::new(ConfigCache::new(Duration::from_secs(settings.cache_secs))),
             settings,
         })
-    }
-
-    /// Uses the instance's settings cache instead of a private one, so that admin changes
-    /// made through this instance reach the worker at once.
-    pub fn sharing_cache(mut self, cache: Arc<ConfigCache>) -> Self {
-        self.cache = cache;
-        self
     }
 
     fn lease(&self) -> Duration {
@@ -153,6 +141,15 @@ impl Worker {
         let outcome = tracing::Instrument::instrument(work, span).await;
         let own = started.elapsed().saturating_sub(waited.0);
         metrics::histogram!("dispatch_own_seconds").record(own.as_secs_f64());
+        if outcome.is_err() {
+            // A database error, maybe before the claim committed (then the lease rolled back
+            // with it): back off, or a job that fails every time would be claimed again at
+            // once by every task. Best effort: with the database gone, the lease or the next
+            // claim decides.
+            let attempts = u32::try_from(job.attempts).unwrap_or(1);
+            let delay = agent::backoff(&self.settings.dispatch, attempts, None);
+            let _ = self.queue.retry_later(job.message_id, self.owner, delay).await;
+        }
         outcome
     }
 
@@ -199,26 +196,21 @@ impl Worker {
     /// In the claim's transaction: mark the turn `dispatching`, read tenant, history and
     /// connector.
     async fn prepare(&self, tx: &mut TenantTx, job: &Job) -> anyhow::Result<Option<Prepared>> {
-        let Some(tenant) = self.cache.tenant(tx.conn(), job.tenant_id).await? else {
+        let Some(tenant) = db::tenants::get(tx.conn(), job.tenant_id).await? else {
             return Ok(None);
         };
         let Some(message) = db::messages::begin_dispatch(tx, job.message_id).await? else {
             return Ok(None);
         };
         let history = read_history_or_empty(tx, &message).await;
-        let connector = self.cache.connector(tx, message.connector_id).await?;
+        // Read fresh, not from a cache: a token rotated a moment ago must not fail the reply.
+        let connector = db::connectors::get(tx, message.connector_id).await?.map(Arc::new);
         Ok(Some(Prepared {
             message,
             history,
-            agent_url: tenant
-                .agent_url
-                .clone()
-                .or_else(|| self.settings.agent_url.clone()),
-            dispatch_secret: tenant.dispatch_secret.0.clone(),
-            previous_dispatch_secret: tenant
-                .previous_dispatch_secret
-                .clone()
-                .map(secrecy::SecretString::from),
+            agent_url: tenant.agent_url.or_else(|| self.settings.agent_url.clone()),
+            dispatch_secret: tenant.dispatch_secret.0,
+            previous_dispatch_secret: tenant.previous_dispatch_secret.map(secrecy::SecretString::from),
             connector,
         }))
     }
@@ -277,7 +269,7 @@ impl Worker {
             _ => match Delivery::load(&mut tx, job.message_id).await? {
                 Some(context) => context,
                 None => {
-                    db::queue::finish(&mut tx, job.message_id).await?;
+                    abandon_reply(&mut tx, job.message_id).await?;
                     tx.commit().await?;
                     return Ok(StepOutcome::Executed(job.message_id));
                 }
@@ -294,7 +286,7 @@ impl Worker {
     async fn deliver(&self, job: &Job, mut tx: TenantTx, waited: &mut Waited) -> anyhow::Result<StepOutcome> {
         let started = Instant::now();
         let Some(context) = Delivery::load(&mut tx, job.message_id).await? else {
-            db::queue::finish(&mut tx, job.message_id).await?;
+            abandon_reply(&mut tx, job.message_id).await?;
             tx.commit().await?;
             return Ok(StepOutcome::Skipped(job.message_id));
         };
@@ -384,6 +376,13 @@ impl Worker {
             }
         }
     }
+}
+
+/// The message or its connector is gone: nothing can be posted. Its parts are failed
+/// (not left `pending` or `sending` for ever) and the job ends.
+async fn abandon_reply(tx: &mut TenantTx, message: MessageId) -> Result<(), sqlx::Error> {
+    db::replies::fail_unsent(tx, message, "not posted: the connector was deleted").await?;
+    db::queue::finish(tx, message).await
 }
 
 /// History is best effort: a failed read is logged and counted, and the dispatch goes on

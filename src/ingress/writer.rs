@@ -50,7 +50,7 @@ impl Writer {
         let (jobs, receiver) = mpsc::channel(writers.max(1) * batch_max.max(1) * 4);
         let receiver = Arc::new(Mutex::new(receiver));
         for _ in 0..writers.max(1) {
-            tokio::spawn(run(pool.clone(), receiver.clone(), batch_max.max(1)));
+            tokio::spawn(supervise(pool.clone(), receiver.clone(), batch_max.max(1)));
         }
         Self { jobs }
     }
@@ -77,6 +77,22 @@ impl Writer {
         // A writer task that ended without answering (the runtime is shutting down) leaves
         // the webhook unrecorded: an outage answer, so the platform retries.
         outcome.await.unwrap_or(Err(Arc::new(sqlx::Error::PoolClosed)))
+    }
+}
+
+/// Runs a writer, and starts it again if it panics (a bug in one batch must not leave the
+/// instance answering 503 to every webhook from then on). The batch it was writing gets
+/// its 503s from the dropped replies.
+async fn supervise(pool: PgPool, receiver: Arc<Mutex<mpsc::Receiver<Job>>>, batch_max: usize) {
+    loop {
+        match tokio::spawn(run(pool.clone(), receiver.clone(), batch_max)).await {
+            Err(err) if err.is_panic() => {
+                tracing::error!("ingress writer panicked; starting it again");
+                metrics::counter!("ingress_writer_restarts_total").increment(1);
+            }
+            // The last handle was dropped (or the runtime is shutting down).
+            _ => return,
+        }
     }
 }
 

@@ -593,3 +593,46 @@ async fn the_serving_application_dispatches_on_its_own_after_a_webhook() {
     assert_eq!(agent.calls()[0].payload.content, "hands free");
     assert_eq!(platforms.sent()[0].text(), "answer to hands free (0 before)");
 }
+
+#[tokio::test]
+async fn a_job_whose_preparation_fails_backs_off_instead_of_being_claimed_again_at_once() {
+    let app = spawn_app().await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
+    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
+    let worker = worker_for(&app, &agent, |s| s.dispatch.retry_base_ms = 60_000);
+    deliver(&app, &tenant, Platform::Telegram, telegram_text(9401, "hello")).await;
+
+    // The tenant row cannot be read: preparing fails after the claim, in its transaction.
+    let mut owner = app.db.owner_conn().await;
+    sqlx::query("revoke select on tenants from channel_bridge_app")
+        .execute(&mut owner)
+        .await
+        .unwrap();
+    assert!(worker.step().await.is_err());
+    assert_eq!(
+        worker.step().await.unwrap(),
+        StepOutcome::Empty,
+        "the job waits its backoff"
+    );
+    let (leased, waits): (bool, bool) = sqlx::query_as(
+        "select leased_until is not null, available_at > now() + interval '1 second' from dispatch_queue",
+    )
+    .fetch_one(&mut owner)
+    .await
+    .unwrap();
+    assert!(!leased && waits);
+    assert!(agent.calls().is_empty());
+
+    // Fixed, and its time come: dispatched as usual.
+    sqlx::query("grant select on tenants to channel_bridge_app")
+        .execute(&mut owner)
+        .await
+        .unwrap();
+    sqlx::query("update dispatch_queue set available_at = now()")
+        .execute(&mut owner)
+        .await
+        .unwrap();
+    assert!(matches!(worker.step().await.unwrap(), StepOutcome::Executed(_)));
+    assert_eq!(agent.calls().len(), 1);
+}

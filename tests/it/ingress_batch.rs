@@ -9,6 +9,7 @@ use channel_bridge::cache::ConfigCache;
 use channel_bridge::channels::{channel_for, Inbound, Parsed};
 use channel_bridge::db;
 use channel_bridge::domain::{Connector, ConnectorId, Platform, TenantId};
+use channel_bridge::ingress;
 use channel_bridge::ingress::writer::Writer;
 use futures::future::join_all;
 use serde_json::json;
@@ -267,4 +268,46 @@ async fn an_agent_url_changed_through_the_admin_api_gets_the_next_dispatch_of_th
     assert_eq!(first.calls().len(), 1);
     assert_eq!(second.calls().len(), 1);
     assert_eq!(second.calls()[0].payload.content, "two");
+}
+
+#[tokio::test]
+async fn a_conversation_s_jobs_commit_in_queue_order_even_from_two_transactions_at_once() {
+    let app = spawn_app().await;
+    let acme = provision_tenant(&app.pool, "acme").await;
+    let bot = connector(&app.pool, acme.tenant, acme.telegram).await;
+    let first = parsed(&bot, &telegram_text(1, "first"));
+    let second = parsed(&bot, &telegram_text(2, "second"));
+
+    // M1 is queued in a transaction that stays open (a batch still recording others).
+    let mut open = app.tenant_tx(acme.tenant).await;
+    ingress::record_in(&mut open, &bot, &first).await.unwrap();
+    // M2 of the same user, in another transaction: it must wait for M1's commit.
+    let pool = app.pool.clone();
+    let later = tokio::spawn(async move { ingress::record(&pool, &bot, &second).await });
+    let mut owner = app.db.owner_conn().await;
+    while !later.is_finished() {
+        let waiting: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity
+              where datname = current_database() and wait_event_type = 'Lock' and wait_event = 'advisory'",
+        )
+        .fetch_one(&mut owner)
+        .await
+        .unwrap();
+        if waiting == 1 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(!later.is_finished(), "M2 is not queued while M1 is uncommitted");
+    open.commit().await.unwrap();
+    later.await.unwrap().unwrap();
+
+    let order: Vec<String> = sqlx::query_scalar(
+        "select m.request_content from dispatch_queue q join channel_messages m on m.id = q.message_id
+          order by q.seq",
+    )
+    .fetch_all(&mut owner)
+    .await
+    .unwrap();
+    assert_eq!(order, ["first", "second"]);
 }
