@@ -1,19 +1,23 @@
-//! Connectors read for webhook verification, reused for a few seconds.
+//! Connectors read for webhook verification and tenants read for dispatch, reused for a
+//! few seconds.
 //!
 //! Every webhook needs its connector (secret, platform, policy) before anything else; read
 //! each time, it is a tenant transaction of its own, as much database work as recording
-//! the turn. Connectors are kept for `CB_CONNECTOR_CACHE_SECS` (default 5; 0 turns the cache off).
+//! the turn. Every dispatch needs its tenant (agent URL, dispatch secret): a round trip in
+//! the claim's transaction, about a tenth of the worker's database work per turn. Both are
+//! kept for `CB_CONFIG_CACHE_SECS` (default 5; 0 turns the cache off).
 //!
 //! Freshness: this instance's admin API forgets an entry as soon as it changes it (update,
-//! disable, delete, secret rotation), so the next webhook here sees the change; a read that
+//! disable, delete, secret rotation; tenant agent URL, dispatch-secret rotation), so the
+//! next webhook or dispatch here sees the change; a read that
 //! was in flight during the change does not put the old row back (a generation counter).
 //! A change made through another instance or the CLI is seen here within the cache time at
-//! most. A Slack signing-secret rotation keeps the previous secret valid for 24 h, so no
-//! platform delivery is rejected meanwhile.
+//! most. Rotations keep the previous secret valid for 24 h (Slack signing secret, dispatch
+//! secret), so no platform delivery is rejected and no agent sees an unknown signature
+//! meanwhile; a new agent URL set elsewhere gets dispatches within the cache time.
 //!
-//! The dispatch worker does not use the cache: it reads the tenant and the connector in the
-//! claim's transaction anyway (one statement each, measured as no slower than a cache
-//! hit), and a reply must go out with the outbound token as it is now.
+//! The worker reads the connector fresh, not from here: a reply must go out with the
+//! outbound token as it is now.
 //!
 //! Only rows that exist are kept: an unknown connector is read again each time, so a new
 //! one is usable at once and a flood of made-up ids cannot fill the cache.
@@ -24,6 +28,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
+use sqlx::PgConnection;
+
+use crate::db::tenants::TenantRow;
 use crate::db::{self, TenantTx};
 use crate::domain::{Connector, ConnectorId, TenantId};
 
@@ -100,16 +107,18 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
     }
 }
 
-/// The connector cache one instance shares between its webhook handlers and its admin API
+/// The cache one instance shares between its webhook handlers, its worker and its admin API
 /// (which forgets what it changes).
 pub struct ConfigCache {
     connectors: TtlCache<(TenantId, ConnectorId), Arc<Connector>>,
+    tenants: TtlCache<TenantId, Arc<TenantRow>>,
 }
 
 impl ConfigCache {
     pub fn new(ttl: Duration) -> Self {
         Self {
             connectors: TtlCache::new(ttl),
+            tenants: TtlCache::new(ttl),
         }
     }
 
@@ -135,6 +144,28 @@ impl ConfigCache {
             self.connectors.insert(key, connector.clone(), generation);
         }
         Ok(connector)
+    }
+
+    /// The tenant row, from the cache or read on `conn`. `None` for an unknown tenant.
+    pub async fn tenant(
+        &self,
+        conn: &mut PgConnection,
+        id: TenantId,
+    ) -> Result<Option<Arc<TenantRow>>, sqlx::Error> {
+        if let Some(hit) = self.tenants.get(&id) {
+            return Ok(Some(hit));
+        }
+        let generation = self.tenants.generation();
+        let tenant = db::tenants::get(conn, id).await?.map(Arc::new);
+        if let Some(tenant) = &tenant {
+            self.tenants.insert(id, tenant.clone(), generation);
+        }
+        Ok(tenant)
+    }
+
+    /// Forgets a tenant this instance just changed.
+    pub fn forget_tenant(&self, tenant: TenantId) {
+        self.tenants.remove(&tenant);
     }
 
     /// Forgets a connector this instance just changed or deleted.

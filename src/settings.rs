@@ -91,11 +91,11 @@ pub struct ServeSettings {
     #[arg(long, env = "CB_WHATSAPP_BODY_LIMIT", default_value_t = 4 * 1024 * 1024)]
     pub whatsapp_body_limit: usize,
 
-    /// Seconds a connector read for webhook verification is reused (0: read it for every
-    /// webhook). Changes made through this instance apply at once; changes made through
-    /// another instance or the CLI apply within this time.
-    #[arg(long, env = "CB_CONNECTOR_CACHE_SECS", default_value_t = 5)]
-    pub connector_cache_secs: u64,
+    /// Seconds a connector read for webhook verification, and a tenant read for dispatch,
+    /// are reused (0: read them every time). Changes made through this instance apply at
+    /// once; changes made through another instance or the CLI apply within this time.
+    #[arg(long, env = "CB_CONFIG_CACHE_SECS", default_value_t = 5)]
+    pub config_cache_secs: u64,
 
     /// Ingress writer tasks: transactions recording webhooks at the same time.
     #[arg(long, env = "CB_INGRESS_WRITERS", default_value_t = 4)]
@@ -142,7 +142,7 @@ impl ServeSettings {
             operator_token: None,
             body_limit: 1024 * 1024,
             whatsapp_body_limit: 4 * 1024 * 1024,
-            connector_cache_secs: 5,
+            config_cache_secs: 5,
             ingress_writers: 4,
             ingress_batch_max: 64,
             http: true,

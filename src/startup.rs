@@ -39,7 +39,7 @@ impl Application {
             None
         };
         let local_addr = listener.as_ref().map(TcpListener::local_addr).transpose()?;
-        let cache_ttl = Duration::from_secs(settings.connector_cache_secs);
+        let cache_ttl = Duration::from_secs(settings.config_cache_secs);
         let ingress = Writer::spawn(pool.clone(), settings.ingress_writers, settings.ingress_batch_max);
         let state = AppState {
             pool,
@@ -132,11 +132,10 @@ impl Application {
         if !state.settings.worker {
             return Ok(tasks);
         }
-        let worker = Arc::new(Worker::new(
-            state.pool.clone(),
-            state.settings.clone(),
-            state.clock,
-        )?);
+        let worker = Arc::new(
+            Worker::new(state.pool.clone(), state.settings.clone(), state.clock)?
+                .sharing_cache(state.cache.clone()),
+        );
         for _ in 0..state.settings.worker_concurrency {
             tasks.push(tokio::spawn(
                 worker.clone().run(state.wakeup.clone(), stop.clone()),

@@ -89,6 +89,7 @@ pub async fn update(
     )
     .await?
     .ok_or(AppError::NotFound("tenant"))?;
+    state.cache.forget_tenant(admin.tenant);
     Ok(Json(row.into()))
 }
 
@@ -105,6 +106,7 @@ pub async fn rotate_dispatch_secret(
     let secret = db::tenants::rotate_dispatch_secret(&mut conn, admin.tenant, grace)
         .await?
         .ok_or(AppError::NotFound("tenant"))?;
+    state.cache.forget_tenant(admin.tenant);
     Ok(Json(DispatchSecretOut {
         dispatch_secret: secret.0.expose_secret().to_owned(),
         previous_valid_until: chrono::Utc::now()

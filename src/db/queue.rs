@@ -36,14 +36,15 @@ impl Stage {
 
 /// Queues work for a freshly recorded message, in the same transaction.
 ///
-/// The statement first takes a transaction-scoped advisory lock on the conversation, so a
-/// conversation's jobs commit in `seq` order: a transaction that queues a later message of
-/// the conversation waits until the one holding an earlier, uncommitted job has committed
-/// (or rolled back). Without it the claim, which sees committed rows only, could find a
-/// later job with no older one and put two messages of one user in flight, out of order
-/// (two ingress batches, or two instances, recording M1 and M2 at the same time). Two
-/// batches that queue the same two conversations in opposite orders deadlock; PostgreSQL
-/// aborts one and the ingress writer records its webhooks again one by one.
+/// The statement also takes a *shared* transaction-scoped advisory lock on the
+/// conversation (`conversation_lock`), held until this transaction ends. The claim only
+/// takes a conversation's head after winning the *exclusive* lock without waiting, so it
+/// never picks a later message while an earlier one of the same conversation is still
+/// uncommitted: without this, two ingress batches (or two instances) recording M1 and M2
+/// at the same time could commit M2 first, have it claimed as the head, and then M1 would
+/// become a second head in flight. Shared locks never conflict with each other, so
+/// ingress transactions do not wait for one another; one waits only while a claim of the
+/// same conversation commits (milliseconds), and a claim never waits at all.
 pub async fn enqueue(
     tx: &mut TenantTx,
     message: MessageId,
@@ -54,7 +55,7 @@ pub async fn enqueue(
     sqlx::query(
         "insert into dispatch_queue (message_id, tenant_id, conversation_key, stage)
          select $1, $2, $3, $4
-           from (select pg_advisory_xact_lock(hashtextextended($2::text || '/' || $3, 0))) as in_order",
+           from (select pg_advisory_xact_lock_shared(hashtextextended($2::text || '/' || $3, 0))) as recording",
     )
     .bind(message)
     .bind(tenant)
@@ -98,16 +99,24 @@ pub async fn finish(tx: &mut TenantTx, message: MessageId) -> Result<(), sqlx::E
     Ok(())
 }
 
-const CLAIM_SQL: &str = "with head as (
+/// The claim, scoped to the job's tenant by its own select list (built once).
+static CLAIM_SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+const CLAIM_HEAD: &str = "with head as (
          select q.message_id
            from dispatch_queue q
           where q.available_at <= now()
             and (q.leased_until is null or q.leased_until < now())
-            and not exists (
-                select 1 from dispatch_queue older
-                 where older.tenant_id = q.tenant_id
-                   and older.conversation_key = q.conversation_key
-                   and older.seq < q.seq)
+            -- The head of its conversation (no older job), and no transaction is still
+            -- recording a message of it (see `enqueue`). The CASE keeps the order: the
+            -- lock is only tried on a head.
+            and case when not exists (
+                         select 1 from dispatch_queue older
+                          where older.tenant_id = q.tenant_id
+                            and older.conversation_key = q.conversation_key
+                            and older.seq < q.seq)
+                     then pg_try_advisory_xact_lock(hashtextextended(q.tenant_id::text || '/' || q.conversation_key, 0))
+                     else false end
           order by q.available_at, q.seq
           limit 1
           for update of q skip locked)
@@ -117,6 +126,14 @@ const CLAIM_SQL: &str = "with head as (
        from head
       where q.message_id = head.message_id
   returning q.message_id, q.tenant_id, q.conversation_key, q.stage, q.attempts";
+
+/// The claim's row: the job, and what the statement set the tenant to.
+#[derive(sqlx::FromRow)]
+struct Claimed {
+    #[sqlx(flatten)]
+    job: Job,
+    tenant_scope: String,
+}
 
 /// A claimed job.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -147,7 +164,8 @@ impl Queue {
     }
 
     /// Claims the oldest ready job that is the head of its conversation, leasing it to
-    /// `owner`, and hands back the open transaction, scoped to the job's tenant: the
+    /// `owner`, and hands back the open transaction, scoped to the job's tenant by the claim
+    /// statement itself: the
     /// caller's first tenant work (mark the turn `dispatching`, read its history) commits
     /// with the lease, one commit instead of two. Until that commit the job's row stays
     /// locked, and other claimers pass it by.
@@ -157,16 +175,20 @@ impl Queue {
     /// `SKIP LOCKED` lets concurrent claimers pass each other without waiting.
     pub async fn claim(&self, lease: Duration, owner: Uuid) -> Result<Option<(Job, TenantTx)>, sqlx::Error> {
         let mut tx = self.pool.begin().await?;
-        let job: Option<Job> = sqlx::query_as(CLAIM_SQL)
+        let sql = CLAIM_SQL.get_or_init(|| {
+            let scope = super::tenant_tx::SCOPE_FROM_STATEMENT.replace("$tenant", "q.tenant_id");
+            format!("{CLAIM_HEAD}, {scope} as tenant_scope")
+        });
+        let claimed: Option<Claimed> = sqlx::query_as(sql)
             .bind(lease.as_secs_f64())
             .bind(owner)
             .fetch_optional(&mut *tx)
             .await?;
-        let Some(job) = job else {
+        let Some(Claimed { job, tenant_scope }) = claimed else {
             tx.rollback().await?;
             return Ok(None);
         };
-        let tx = TenantTx::scope(tx, job.tenant_id).await?;
+        let tx = TenantTx::scoped_by_statement(tx, job.tenant_id, &tenant_scope)?;
         Ok(Some((job, tx)))
     }
 

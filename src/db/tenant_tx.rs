@@ -30,14 +30,23 @@ impl TenantTx {
         Ok(Self { tx, tenant })
     }
 
-    /// Scopes an open transaction to `tenant` for the rest of its life. The queue claim uses
-    /// it: the claim (infrastructure table, no tenant) and the claimed turn's first tenant
-    /// work share one commit.
-    pub async fn scope(
-        mut tx: Transaction<'static, Postgres>,
+    /// Wraps an open transaction whose last statement scoped it itself: a statement that
+    /// finds the tenant (the queue claim) selects `SCOPE_FROM_STATEMENT` with the tenant id
+    /// column as `$tenant`, and hands back what it returned as `scope`. The claim and the
+    /// claimed turn's first tenant work then share one commit without an extra round trip.
+    /// The returned setting is checked against `tenant`, so a statement that set anything
+    /// else fails here. (Under Citus, which needs `SET LOCAL`, such a statement would run
+    /// `set_tenant` after it instead; this file is the place that would change.)
+    pub fn scoped_by_statement(
+        tx: Transaction<'static, Postgres>,
         tenant: TenantId,
+        scope: &str,
     ) -> Result<Self, sqlx::Error> {
-        set_tenant(&mut tx, tenant).await?;
+        if scope.parse::<TenantId>().ok() != Some(tenant) {
+            return Err(sqlx::Error::Protocol(format!(
+                "transaction scoped to {scope:?}, expected tenant {tenant}"
+            )));
+        }
         Ok(Self { tx, tenant })
     }
 
@@ -72,8 +81,13 @@ impl TenantTx {
     }
 }
 
-/// The tenant setting, transaction-local. With `begin_statement`, the only code that sets
-/// it (under Citus: the place to switch to `SET LOCAL`).
+/// The select-list expression that scopes a statement's transaction to the tenant in the
+/// column named by `$tenant` (see `TenantTx::scoped_by_statement`).
+pub const SCOPE_FROM_STATEMENT: &str = "set_config('app.tenant_id', $tenant::text, true)";
+
+/// The tenant setting, transaction-local. With `begin_statement` and
+/// `SCOPE_FROM_STATEMENT`, the only code that sets it (under Citus: the place to switch to
+/// `SET LOCAL`).
 async fn set_tenant(tx: &mut Transaction<'static, Postgres>, tenant: TenantId) -> Result<(), sqlx::Error> {
     sqlx::query("select set_config('app.tenant_id', $1, true)")
         .bind(tenant.to_string())

@@ -31,6 +31,7 @@ use uuid::Uuid;
 use self::agent::CallOutcome;
 use self::payload::ChatMessage;
 use self::wakeup::Wakeup;
+use crate::cache::ConfigCache;
 use crate::db::messages::MessageRow;
 use crate::db::messages::ReplyPart;
 use crate::db::queue::{Job, Queue};
@@ -86,6 +87,8 @@ pub struct Worker {
     platform_client: reqwest::Client,
     /// This instance's lease owner id.
     owner: Uuid,
+    /// Tenant settings (shared with the instance's admin API, which forgets what it changes).
+    cache: Arc<ConfigCache>,
     clock: fn() -> i64,
 }
 
@@ -110,8 +113,16 @@ impl Worker {
             platform_client,
             owner: Uuid::new_v4(),
             clock,
+            cache: Arc::new(ConfigCache::new(Duration::from_secs(settings.config_cache_secs))),
             settings,
         })
+    }
+
+    /// Uses the instance's cache instead of a private one, so that tenant changes made
+    /// through this instance's admin API reach the worker at once.
+    pub fn sharing_cache(mut self, cache: Arc<ConfigCache>) -> Self {
+        self.cache = cache;
+        self
     }
 
     fn lease(&self) -> Duration {
@@ -196,7 +207,7 @@ impl Worker {
     /// In the claim's transaction: mark the turn `dispatching`, read tenant, history and
     /// connector.
     async fn prepare(&self, tx: &mut TenantTx, job: &Job) -> anyhow::Result<Option<Prepared>> {
-        let Some(tenant) = db::tenants::get(tx.conn(), job.tenant_id).await? else {
+        let Some(tenant) = self.cache.tenant(tx.conn(), job.tenant_id).await? else {
             return Ok(None);
         };
         let Some(message) = db::messages::begin_dispatch(tx, job.message_id).await? else {
@@ -208,9 +219,15 @@ impl Worker {
         Ok(Some(Prepared {
             message,
             history,
-            agent_url: tenant.agent_url.or_else(|| self.settings.agent_url.clone()),
-            dispatch_secret: tenant.dispatch_secret.0,
-            previous_dispatch_secret: tenant.previous_dispatch_secret.map(secrecy::SecretString::from),
+            agent_url: tenant
+                .agent_url
+                .clone()
+                .or_else(|| self.settings.agent_url.clone()),
+            dispatch_secret: tenant.dispatch_secret.0.clone(),
+            previous_dispatch_secret: tenant
+                .previous_dispatch_secret
+                .clone()
+                .map(secrecy::SecretString::from),
             connector,
         }))
     }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use channel_bridge::cache::ConfigCache;
 use channel_bridge::channels::{channel_for, Inbound, Parsed};
 use channel_bridge::db;
+use channel_bridge::dispatch::{StepOutcome, Worker};
 use channel_bridge::domain::{Connector, ConnectorId, Platform, TenantId};
 use channel_bridge::ingress;
 use channel_bridge::ingress::writer::Writer;
@@ -271,43 +272,40 @@ async fn an_agent_url_changed_through_the_admin_api_gets_the_next_dispatch_of_th
 }
 
 #[tokio::test]
-async fn a_conversation_s_jobs_commit_in_queue_order_even_from_two_transactions_at_once() {
+async fn a_later_message_is_not_claimed_while_an_earlier_one_of_the_conversation_is_uncommitted() {
     let app = spawn_app().await;
-    let acme = provision_tenant(&app.pool, "acme").await;
+    let platforms = FakePlatforms::start().await;
+    let acme = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
+    let agent = FakeAgent::start(&acme.dispatch_secret).await;
+    let mut settings = channel_bridge::settings::ServeSettings::for_database(app.db.url());
+    settings.agent_url = Some(agent.url.clone());
+    let worker = Worker::new(app.pool.clone(), Arc::new(settings), || {
+        chrono::Utc::now().timestamp()
+    })
+    .unwrap();
     let bot = connector(&app.pool, acme.tenant, acme.telegram).await;
-    let first = parsed(&bot, &telegram_text(1, "first"));
-    let second = parsed(&bot, &telegram_text(2, "second"));
 
-    // M1 is queued in a transaction that stays open (a batch still recording others).
+    // M1 is queued in a transaction that stays open (a batch still recording others);
+    // M2 of the same user commits meanwhile in another (another batch, another instance).
     let mut open = app.tenant_tx(acme.tenant).await;
-    ingress::record_in(&mut open, &bot, &first).await.unwrap();
-    // M2 of the same user, in another transaction: it must wait for M1's commit.
-    let pool = app.pool.clone();
-    let later = tokio::spawn(async move { ingress::record(&pool, &bot, &second).await });
-    let mut owner = app.db.owner_conn().await;
-    while !later.is_finished() {
-        let waiting: i64 = sqlx::query_scalar(
-            "select count(*) from pg_stat_activity
-              where datname = current_database() and wait_event_type = 'Lock' and wait_event = 'advisory'",
-        )
-        .fetch_one(&mut owner)
+    ingress::record_in(&mut open, &bot, &parsed(&bot, &telegram_text(1, "first")))
         .await
         .unwrap();
-        if waiting == 1 {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
-    assert!(!later.is_finished(), "M2 is not queued while M1 is uncommitted");
-    open.commit().await.unwrap();
-    later.await.unwrap().unwrap();
+    ingress::record(&app.pool, &bot, &parsed(&bot, &telegram_text(2, "second")))
+        .await
+        .unwrap();
+    // M2 is committed and looks like its conversation's head, but M1 is still coming.
+    assert_eq!(worker.step().await.unwrap(), StepOutcome::Empty);
+    assert!(agent.calls().is_empty());
 
-    let order: Vec<String> = sqlx::query_scalar(
-        "select m.request_content from dispatch_queue q join channel_messages m on m.id = q.message_id
-          order by q.seq",
-    )
-    .fetch_all(&mut owner)
-    .await
-    .unwrap();
-    assert_eq!(order, ["first", "second"]);
+    open.commit().await.unwrap();
+    assert!(matches!(worker.step().await.unwrap(), StepOutcome::Executed(_)));
+    assert!(matches!(worker.step().await.unwrap(), StepOutcome::Executed(_)));
+    let texts: Vec<String> = agent.calls().iter().map(|c| c.payload.content.clone()).collect();
+    assert_eq!(texts, ["first", "second"]);
+    assert_eq!(
+        agent.calls()[1].payload.messages.len(),
+        3,
+        "M2 sees M1 and its answer"
+    );
 }
