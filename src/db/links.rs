@@ -54,6 +54,33 @@ pub async fn resolve(
     .await
 }
 
+/// The users linked to several senders at once: `(platform, platform_user_id) → user_id`
+/// for those that are linked.
+pub async fn resolve_many(
+    tx: &mut TenantTx,
+    senders: &[(Platform, &str)],
+) -> Result<std::collections::HashMap<(String, String), String>, sqlx::Error> {
+    let tenant = tx.tenant();
+    let platforms: Vec<&str> = senders.iter().map(|(p, _)| p.as_str()).collect();
+    let ids: Vec<&str> = senders.iter().map(|(_, id)| *id).collect();
+    let rows: Vec<(String, String, String)> = sqlx::query_as(
+        "select l.platform, l.platform_user_id, l.user_id
+           from channel_links l
+           join unnest($2::text[], $3::text[]) as s(platform, platform_user_id)
+             on l.platform = s.platform and l.platform_user_id = s.platform_user_id
+          where l.tenant_id = $1",
+    )
+    .bind(tenant)
+    .bind(&platforms)
+    .bind(&ids)
+    .fetch_all(tx.conn())
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(platform, sender, user)| ((platform, sender), user))
+        .collect())
+}
+
 pub async fn list(tx: &mut TenantTx) -> Result<Vec<Link>, sqlx::Error> {
     let tenant = tx.tenant();
     sqlx::query_as(

@@ -66,6 +66,36 @@ pub async fn enqueue(
     Ok(())
 }
 
+/// `enqueue` for several messages in one statement, in the order given (that is their
+/// order in their conversations), each with its conversation's shared lock.
+pub async fn enqueue_many(
+    tx: &mut TenantTx,
+    jobs: &[(MessageId, &str)],
+    stage: Stage,
+) -> Result<(), sqlx::Error> {
+    if jobs.is_empty() {
+        return Ok(());
+    }
+    let tenant = tx.tenant();
+    let ids: Vec<MessageId> = jobs.iter().map(|(id, _)| *id).collect();
+    let keys: Vec<&str> = jobs.iter().map(|(_, key)| *key).collect();
+    sqlx::query(
+        "insert into dispatch_queue (message_id, tenant_id, conversation_key, stage)
+         select j.id, $1, j.key, $4
+           from unnest($2::uuid[], $3::text[]) with ordinality as j(id, key, ord)
+           cross join lateral (
+               select pg_advisory_xact_lock_shared(hashtextextended($1::text || '/' || j.key, 0))) as recording
+          order by j.ord",
+    )
+    .bind(tenant)
+    .bind(&ids)
+    .bind(&keys)
+    .bind(stage.as_str())
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
 /// Makes a waiting reply job ready now (a WhatsApp status callback settled its part),
 /// with the conversation's later jobs that `retry_later` parked behind it.
 pub async fn wake_reply(tx: &mut TenantTx, message: MessageId) -> Result<(), sqlx::Error> {

@@ -2,10 +2,11 @@
 //! row and, when it is to reach the agent, a `dispatch_queue` row, in one tenant
 //! transaction. A duplicate (same idempotency key) inserts nothing and is still a success.
 //!
-//! `record_in` is what one webhook writes, inside a transaction it is given. The HTTP
-//! handlers go through the batching `writer::Writer` (several webhooks per commit, past
-//! PostgreSQL's per-commit ceiling); `record` is the same work in a transaction of its own
-//! (the writer's fallback, the CLI and the benchmarks). Handlers find connectors through
+//! `record_many_in` is what webhooks of one tenant write, inside a transaction it is given,
+//! in a fixed number of statements whatever their number. The HTTP handlers go through the
+//! batching `writer::Writer` (several webhooks per commit, past PostgreSQL's per-commit
+//! ceiling); `record` is one webhook in a transaction of its own (the writer's fallback and
+//! the benchmarks). Handlers find connectors through
 //! `crate::cache::ConfigCache`.
 //!
 //! What admins see of what is not dispatched:
@@ -23,7 +24,7 @@ use sqlx::PgPool;
 use crate::channels::{Inbound, InboundKind, InboundMessage};
 use crate::db::queue::Stage;
 use crate::db::{self, messages::NewMessage, TenantTx};
-use crate::domain::{Connector, MessageId, MessageStatus, UnlinkedPolicy};
+use crate::domain::{Connector, MessageId, MessageStatus, Platform, UnlinkedPolicy};
 
 /// What `record` did with one webhook.
 #[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
@@ -77,33 +78,83 @@ pub async fn record_in(
     connector: &Connector,
     inbound: &Inbound,
 ) -> Result<RecordOutcome, sqlx::Error> {
-    debug_assert_eq!(tx.tenant(), connector.tenant_id);
-    let mut outcome = RecordOutcome::default();
-    for message in &inbound.messages {
-        let routing = route(tx, connector, message).await?;
-        match insert(tx, connector, message, &routing).await? {
-            None => outcome.duplicates += 1,
-            Some(id) if routing.status == MessageStatus::Accepted => {
-                db::queue::enqueue(tx, id, &routing.conversation_key, Stage::Dispatch).await?;
-                outcome.queued.push(id);
-            }
-            Some(id) => {
-                outcome.recorded_only += 1;
-                if routing.status == MessageStatus::DeniedUnlinked
-                    && queue_notice(tx, connector, message, id, &routing).await?
-                {
-                    outcome.notices += 1;
+    let mut outcomes = record_many_in(tx, &[(connector, inbound)]).await?;
+    Ok(outcomes.pop().unwrap_or_default())
+}
+
+/// Records several verified webhooks of one tenant in `tx` (scoped to that tenant), with a
+/// fixed number of statements for all their turns: one link lookup, one insert of the
+/// message rows, one insert of the jobs (in arrival order). Only what is rare goes turn by
+/// turn: unlinked-sender notices and WhatsApp status callbacks. Returns one outcome per
+/// webhook, in order.
+pub async fn record_many_in(
+    tx: &mut TenantTx,
+    webhooks: &[(&Connector, &Inbound)],
+) -> Result<Vec<RecordOutcome>, sqlx::Error> {
+    let mut outcomes = vec![RecordOutcome::default(); webhooks.len()];
+    let turns: Vec<(usize, &Connector, &InboundMessage)> = webhooks
+        .iter()
+        .enumerate()
+        .flat_map(|(at, (connector, inbound))| {
+            debug_assert_eq!(tx.tenant(), connector.tenant_id);
+            inbound
+                .messages
+                .iter()
+                .map(move |message| (at, *connector, message))
+        })
+        .collect();
+    if !turns.is_empty() {
+        let senders: Vec<(Platform, &str)> = turns
+            .iter()
+            .map(|(_, connector, message)| (connector.platform, message.platform_user_id.as_str()))
+            .collect();
+        let links = db::links::resolve_many(tx, &senders).await?;
+        let routings: Vec<Routing> = turns
+            .iter()
+            .map(|(_, connector, message)| {
+                let key = (
+                    connector.platform.as_str().to_owned(),
+                    message.platform_user_id.clone(),
+                );
+                route(connector, message, links.get(&key).cloned())
+            })
+            .collect();
+        let rows: Vec<NewMessage<'_>> = turns
+            .iter()
+            .zip(&routings)
+            .map(|((_, connector, message), routing)| new_message(connector, message, routing))
+            .collect();
+        let ids = db::messages::insert_many(tx, &rows).await?;
+        let mut jobs = Vec::new();
+        for (((at, connector, message), routing), id) in turns.iter().zip(&routings).zip(ids) {
+            let outcome = &mut outcomes[*at];
+            match id {
+                None => outcome.duplicates += 1,
+                Some(id) if routing.status == MessageStatus::Accepted => {
+                    jobs.push((id, routing.conversation_key.as_str()));
+                    outcome.queued.push(id);
+                }
+                Some(id) => {
+                    outcome.recorded_only += 1;
+                    if routing.status == MessageStatus::DeniedUnlinked
+                        && queue_notice(tx, connector, message, id, routing).await?
+                    {
+                        outcome.notices += 1;
+                    }
                 }
             }
         }
+        db::queue::enqueue_many(tx, &jobs, Stage::Dispatch).await?;
     }
-    for status in &inbound.statuses {
-        if let Some(message) = db::replies::apply_status(tx, status).await? {
-            db::queue::wake_reply(tx, message).await?;
-            outcome.statuses_applied += 1;
+    for ((_, inbound), outcome) in webhooks.iter().zip(&mut outcomes) {
+        for status in &inbound.statuses {
+            if let Some(message) = db::replies::apply_status(tx, status).await? {
+                db::queue::wake_reply(tx, message).await?;
+                outcome.statuses_applied += 1;
+            }
         }
     }
-    Ok(outcome)
+    Ok(outcomes)
 }
 
 /// Queues the connector's notice to an unlinked sender, at most once per sender and day,
@@ -131,13 +182,8 @@ async fn queue_notice(
     Ok(true)
 }
 
-/// Resolves the linked user and decides the status and conversation of one turn.
-async fn route(
-    tx: &mut TenantTx,
-    connector: &Connector,
-    message: &InboundMessage,
-) -> Result<Routing, sqlx::Error> {
-    let user_id = db::links::resolve(tx, connector.platform, &message.platform_user_id).await?;
+/// Decides the status and conversation of one turn, given its sender's linked user.
+fn route(connector: &Connector, message: &InboundMessage, user_id: Option<String>) -> Routing {
     let conversation_key = match &user_id {
         Some(user) => format!("user:{user}"),
         None => format!("sender:{}:{}", connector.id, message.platform_user_id),
@@ -149,21 +195,20 @@ async fn route(
         }
         (InboundKind::Text, _, _) => (MessageStatus::Accepted, None),
     };
-    Ok(Routing {
+    Routing {
         user_id,
         conversation_key,
         status,
         decision,
-    })
+    }
 }
 
-async fn insert(
-    tx: &mut TenantTx,
+fn new_message<'a>(
     connector: &Connector,
-    message: &InboundMessage,
-    routing: &Routing,
-) -> Result<Option<MessageId>, sqlx::Error> {
-    let new = NewMessage {
+    message: &'a InboundMessage,
+    routing: &'a Routing,
+) -> NewMessage<'a> {
+    NewMessage {
         connector_id: connector.id,
         platform: connector.platform,
         idempotency_key: &message.idempotency_key,
@@ -178,6 +223,5 @@ async fn insert(
         status: routing.status,
         decision: routing.decision,
         metadata: &message.metadata,
-    };
-    db::messages::insert_new(tx, &new).await
+    }
 }

@@ -4,10 +4,11 @@
 //! PostgreSQL's per-commit ceiling. Handlers hand their verified, parsed webhook to
 //! `Writer::record` and wait for its outcome; `CB_INGRESS_WRITERS` writer tasks each take
 //! whatever has queued up meanwhile (up to `CB_INGRESS_BATCH_MAX` webhooks) and record it
-//! in one transaction, each webhook under its own tenant's setting
-//! (`TenantTx::switch_tenant`). At low load a batch is one webhook and nothing waits; under
-//! load batches grow by themselves while the other writers' commits are in flight (group
-//! commit).
+//! in one transaction: grouped by tenant, each group under its own tenant's setting
+//! (`TenantTx::switch_tenant`), each group's turns in a fixed number of statements
+//! (`record_many_in`: one link lookup, one insert of the rows, one of the jobs). At low
+//! load a batch is one webhook and nothing waits; under load batches grow by themselves
+//! while the other writers' commits are in flight (group commit).
 //!
 //! A webhook is answered only after the commit that holds it, so a 200 still means
 //! "recorded". When a batch fails for a reason other than an outage (a deadlock between
@@ -21,7 +22,7 @@ use std::sync::Arc;
 use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot, Mutex};
 
-use super::{record, record_in, RecordOutcome};
+use super::{record, record_many_in, RecordOutcome};
 use crate::channels::Inbound;
 use crate::db::TenantTx;
 use crate::domain::Connector;
@@ -151,9 +152,15 @@ async fn write_batch(pool: &PgPool, batch: &[Job]) -> Result<Vec<RecordOutcome>,
     };
     let mut tx = TenantTx::begin(pool, first.connector.tenant_id).await?;
     let mut outcomes = Vec::with_capacity(batch.len());
-    for job in batch {
-        tx.switch_tenant(job.connector.tenant_id).await?;
-        outcomes.push(record_in(&mut tx, &job.connector, &job.inbound).await?);
+    // The batch is sorted by tenant: each tenant's webhooks are recorded together, with a
+    // fixed number of statements (`record_many_in`).
+    for group in batch.chunk_by(|a, b| a.connector.tenant_id == b.connector.tenant_id) {
+        tx.switch_tenant(group[0].connector.tenant_id).await?;
+        let webhooks: Vec<(&Connector, &Inbound)> = group
+            .iter()
+            .map(|job| (job.connector.as_ref(), &job.inbound))
+            .collect();
+        outcomes.extend(record_many_in(&mut tx, &webhooks).await?);
     }
     tx.commit().await?;
     Ok(outcomes)
