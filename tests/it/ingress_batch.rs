@@ -309,3 +309,57 @@ async fn a_later_message_is_not_claimed_while_an_earlier_one_of_the_conversation
         "M2 sees M1 and its answer"
     );
 }
+
+#[tokio::test]
+async fn webhooks_recorded_together_keep_their_order_and_outcomes_each() {
+    let app = spawn_app().await;
+    let acme = provision_tenant(&app.pool, "acme").await;
+    let bot = connector(&app.pool, acme.tenant, acme.telegram).await;
+    let slack = connector(&app.pool, acme.tenant, acme.slack).await;
+    let first = parsed(&bot, &telegram_text(1, "first"));
+    let second = parsed(&slack, &slack_text("1718000001.000100", "second")); // same person
+    let again = parsed(&bot, &telegram_text(1, "first"));
+    let mut stranger = telegram_text(3, "who am I");
+    stranger = String::from_utf8(stranger)
+        .unwrap()
+        .replace(TELEGRAM_USER, "999")
+        .into_bytes();
+    let stranger = parsed(&bot, &stranger);
+
+    let mut tx = app.tenant_tx(acme.tenant).await;
+    let webhooks = [
+        (bot.as_ref(), &first),
+        (slack.as_ref(), &second),
+        (bot.as_ref(), &again),
+        (bot.as_ref(), &stranger),
+    ];
+    let outcomes = ingress::record_many_in(&mut tx, &webhooks).await.unwrap();
+    tx.commit().await.unwrap();
+
+    let counts: Vec<(usize, usize, usize)> = outcomes
+        .iter()
+        .map(|o| (o.queued.len(), o.duplicates, o.recorded_only))
+        .collect();
+    assert_eq!(counts, [(1, 0, 0), (1, 0, 0), (0, 1, 0), (0, 0, 1)]);
+    let mut owner = app.db.owner_conn().await;
+    let queued: Vec<(String, String)> = sqlx::query_as(
+        "select m.request_content, q.conversation_key
+           from dispatch_queue q join channel_messages m on m.id = q.message_id order by q.seq",
+    )
+    .fetch_all(&mut owner)
+    .await
+    .unwrap();
+    assert_eq!(
+        queued,
+        [
+            ("first".to_owned(), "user:alice".to_owned()),
+            ("second".to_owned(), "user:alice".to_owned())
+        ]
+    );
+    let denied: String =
+        sqlx::query_scalar("select status from channel_messages where platform_user_id = '999'")
+            .fetch_one(&mut owner)
+            .await
+            .unwrap();
+    assert_eq!(denied, "denied_unlinked");
+}
