@@ -66,6 +66,28 @@ pub async fn enqueue(
     Ok(())
 }
 
+/// Extends a job's lease while its owner is still working on it (between the parts of a
+/// long delivery). Does nothing when the lease is no longer this owner's.
+pub async fn renew_lease(
+    tx: &mut TenantTx,
+    message: MessageId,
+    owner: Uuid,
+    lease: Duration,
+) -> Result<(), sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query(
+        "update dispatch_queue set leased_until = now() + make_interval(secs => $4)
+          where message_id = $1 and tenant_id = $2 and lease_owner = $3",
+    )
+    .bind(message)
+    .bind(tenant)
+    .bind(owner)
+    .bind(lease.as_secs_f64())
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
 /// `enqueue` for several messages in one statement, in the order given (that is their
 /// order in their conversations), each with its conversation's shared lock.
 pub async fn enqueue_many(

@@ -69,6 +69,9 @@ pub struct Delivery<'a> {
     pub pool: &'a PgPool,
     pub client: &'a reqwest::Client,
     pub settings: &'a DispatchSettings,
+    /// The lease owner of the job being delivered: each part posted renews its lease, so a
+    /// long answer (many parts, slow platform) does not outlive it mid-delivery.
+    pub owner: uuid::Uuid,
 }
 
 /// What a delivery pass works from.
@@ -159,6 +162,8 @@ impl Delivery<'_> {
                 PartOutcome::Posted(platform_id) => {
                     let tx = writes.tx(self.pool).await?;
                     replies::mark_sent(tx, message, part.part_index, &platform_id).await?;
+                    let lease = Duration::from_secs(self.settings.lease_secs);
+                    db::queue::renew_lease(tx, message, self.owner, lease).await?;
                 }
                 PartOutcome::Wait(delay) => {
                     outcome = DeliveryOutcome::Wait(delay);

@@ -323,6 +323,7 @@ impl Worker {
             pool: &self.pool,
             client: &self.platform_client,
             settings: &self.settings.dispatch,
+            owner: self.owner,
         };
         let pass = delivery.run(tx, context).await?;
         waited.0 += pass.platform_time;

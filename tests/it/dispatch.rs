@@ -636,3 +636,58 @@ async fn a_job_whose_preparation_fails_backs_off_instead_of_being_claimed_again_
     assert!(matches!(worker.step().await.unwrap(), StepOutcome::Executed(_)));
     assert_eq!(agent.calls().len(), 1);
 }
+
+#[tokio::test]
+async fn a_lease_is_renewed_only_by_its_owner() {
+    use channel_bridge::db::queue::{self, Queue};
+    use std::time::Duration;
+
+    let app = spawn_app().await;
+    let tenant = provision_tenant(&app.pool, "acme").await;
+    deliver(
+        &app,
+        &tenant,
+        Platform::Telegram,
+        telegram_text(9501, "long answer"),
+    )
+    .await;
+    let owner = uuid::Uuid::new_v4();
+    let (job, tx) = Queue::new(app.pool.clone())
+        .claim(Duration::from_secs(60), owner)
+        .await
+        .unwrap()
+        .expect("a job is ready");
+    tx.commit().await.unwrap();
+    let lease_left = |app: &TestApp| {
+        let db = app.db.clone();
+        async move {
+            let mut owner = db.owner_conn().await;
+            let secs: f64 = sqlx::query_scalar(
+                "select extract(epoch from leased_until - now())::float8 from dispatch_queue",
+            )
+            .fetch_one(&mut owner)
+            .await
+            .unwrap();
+            secs
+        }
+    };
+
+    let mut tx = app.tenant_tx(tenant.tenant).await;
+    queue::renew_lease(
+        &mut tx,
+        job.message_id,
+        uuid::Uuid::new_v4(),
+        Duration::from_secs(3600),
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    assert!(lease_left(&app).await < 61.0, "another owner cannot extend it");
+
+    let mut tx = app.tenant_tx(tenant.tenant).await;
+    queue::renew_lease(&mut tx, job.message_id, owner, Duration::from_secs(3600))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert!(lease_left(&app).await > 3500.0);
+}
