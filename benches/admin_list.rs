@@ -10,6 +10,8 @@
 //! Uses DATABASE_URL's server (default postgres://postgres@127.0.0.1:5432/postgres) and a
 //! fresh database that it drops at the end.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -17,6 +19,7 @@ use channel_bridge::admin::messages::{list_messages, MessagesQuery};
 use channel_bridge::domain::TenantId;
 use channel_bridge::settings::{DatabaseSettings, ServeSettings};
 use channel_bridge::startup::Application;
+use common::BenchDb;
 use sqlx::{Connection, Executor, PgConnection};
 
 struct Args {
@@ -69,18 +72,9 @@ fn report(label: &str, mut samples: Vec<Duration>) {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let args = args();
-    let admin_url = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-    let name = format!("cb_bench_{}", uuid::Uuid::new_v4().simple());
-    let mut url = reqwest::Url::parse(&admin_url)?;
-    url.set_path(&format!("/{name}"));
-    let settings = DatabaseSettings::from_url(url.to_string());
-    channel_bridge::db::migrate(&settings).await?;
-    let result = run(&args, &settings, url.as_str()).await;
-    let mut admin = PgConnection::connect(&admin_url).await?;
-    admin
-        .execute(format!("drop database {name} with (force)").as_str())
-        .await?;
+    let db = BenchDb::create().await?;
+    let result = run(&args, &db.settings(), &db.url).await;
+    db.drop_now().await;
     result
 }
 

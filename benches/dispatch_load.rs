@@ -39,6 +39,8 @@
 //! figures are a floor for a worker on its own hardware. `cargo bench` builds with the
 //! bench profile (release).
 
+mod common;
+
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,9 +57,10 @@ use channel_bridge::db::queue::Queue;
 use channel_bridge::db::{self, TenantTx};
 use channel_bridge::dispatch::{history, signature, StepOutcome, Worker};
 use channel_bridge::domain::{Connector, MessageId, Platform, TelegramDelivery, TenantId, UnlinkedPolicy};
-use channel_bridge::settings::{DatabaseSettings, ServeSettings};
+use channel_bridge::settings::ServeSettings;
 use channel_bridge::{ingress, provision};
 use clap::Parser;
+use common::BenchDb;
 use futures::{StreamExt, TryStreamExt};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use secrecy::SecretString;
@@ -236,43 +239,6 @@ async fn close_pool(pool: PgPool, url: &str) -> anyhow::Result<()> {
 
 // ---------------------------------------------------------------------------------------
 // Database and fixture
-
-struct BenchDb {
-    name: String,
-    url: String,
-    admin_url: String,
-}
-
-impl BenchDb {
-    async fn create() -> anyhow::Result<Self> {
-        let admin_url = std::env::var("DATABASE_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-        let name = format!("cb_bench_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-        let mut url = reqwest::Url::parse(&admin_url).context("DATABASE_URL is not a URL")?;
-        url.set_path(&format!("/{name}"));
-        let db = Self {
-            name,
-            url: url.to_string(),
-            admin_url,
-        };
-        let report = db::migrate(&DatabaseSettings::from_url(db.url.clone())).await?;
-        anyhow::ensure!(report.database_created, "database {} already existed", db.name);
-        Ok(db)
-    }
-
-    async fn drop_now(&self) {
-        let statement = format!("drop database if exists {} with (force)", self.name);
-        let dropped = async {
-            let mut admin = PgConnection::connect(&self.admin_url).await?;
-            admin.execute(statement.as_str()).await?;
-            admin.close().await
-        };
-        match dropped.await {
-            Ok(()) => println!("database {} dropped", self.name),
-            Err(err) => eprintln!("could not drop database {}: {err}", self.name),
-        }
-    }
-}
 
 /// The tenant, its Telegram connector and how many users are linked.
 struct Fixture {

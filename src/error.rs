@@ -70,11 +70,7 @@ impl AppError {
 
 impl From<sqlx::Error> for AppError {
     fn from(err: sqlx::Error) -> Self {
-        if crate::db::is_unavailable(&err) {
-            Self::Unavailable(std::sync::Arc::new(err))
-        } else {
-            Self::Internal(anyhow::Error::new(err).context("database query failed"))
-        }
+        Self::from_shared_db(std::sync::Arc::new(err))
     }
 }
 

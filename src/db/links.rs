@@ -42,16 +42,8 @@ pub async fn resolve(
     platform: Platform,
     platform_user_id: &str,
 ) -> Result<Option<String>, sqlx::Error> {
-    let tenant = tx.tenant();
-    sqlx::query_scalar(
-        "select user_id from channel_links
-          where tenant_id = $1 and platform = $2 and platform_user_id = $3",
-    )
-    .bind(tenant)
-    .bind(platform.as_str())
-    .bind(platform_user_id)
-    .fetch_optional(tx.conn())
-    .await
+    let mut linked = resolve_many(tx, &[(platform, platform_user_id)]).await?;
+    Ok(linked.remove(&(platform.as_str().to_owned(), platform_user_id.to_owned())))
 }
 
 /// The users linked to several senders at once: `(platform, platform_user_id) → user_id`

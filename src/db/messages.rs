@@ -27,42 +27,10 @@ pub struct NewMessage<'a> {
     pub metadata: &'a Value,
 }
 
-/// Inserts the turn unless its idempotency key is already recorded. `None` means a
-/// duplicate: the unique index decided, with no check-then-insert race.
-pub async fn insert_new(tx: &mut TenantTx, new: &NewMessage<'_>) -> Result<Option<MessageId>, sqlx::Error> {
-    let tenant = tx.tenant();
-    sqlx::query_scalar(
-        "insert into channel_messages (tenant_id, id, connector_id, platform, idempotency_key,
-             platform_message_id, chat_id, thread_id, platform_user_id, reply_to_id, user_id,
-             conversation_key, request_content, status, decision, metadata, completed_at)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-                 case when $14 = 'accepted' then null else now() end)
-         on conflict (tenant_id, connector_id, idempotency_key) do nothing
-         returning id",
-    )
-    .bind(tenant)
-    .bind(MessageId::new())
-    .bind(new.connector_id)
-    .bind(new.platform.as_str())
-    .bind(new.idempotency_key)
-    .bind(new.platform_message_id)
-    .bind(new.chat_id)
-    .bind(new.thread_id)
-    .bind(new.platform_user_id)
-    .bind(new.reply_to_id)
-    .bind(new.user_id)
-    .bind(new.conversation_key)
-    .bind(new.request_content)
-    .bind(new.status.as_str())
-    .bind(new.decision)
-    .bind(new.metadata)
-    .fetch_optional(tx.conn())
-    .await
-}
-
-/// Inserts several turns in one statement, in order, each unless its idempotency key is
-/// already recorded (by an earlier transaction, or earlier in the same list). Returns, per
-/// input position, the new id, or `None` for a duplicate.
+/// Inserts turns in one statement, in order, each unless its idempotency key is already
+/// recorded (by an earlier transaction, or earlier in the same list): the unique index
+/// decides, with no check-then-insert race. Returns, per input position, the new id, or
+/// `None` for a duplicate.
 pub async fn insert_many(
     tx: &mut TenantTx,
     rows: &[NewMessage<'_>],

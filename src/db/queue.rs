@@ -10,6 +10,7 @@
 //!   It reads and writes only this table, which holds ids and scheduling state, never
 //!   message content.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use sqlx::PgPool;
@@ -34,9 +35,27 @@ impl Stage {
     }
 }
 
-/// Queues work for a freshly recorded message, in the same transaction.
+/// The advisory-lock key of a conversation, from SQL expressions for its tenant id and its
+/// conversation key: `enqueue_many` takes it shared, the claim tries it exclusive.
+fn conversation_lock(tenant: &str, key: &str) -> String {
+    format!("hashtextextended({tenant}::text || '/' || {key}, 0)")
+}
+
+/// Queues work for a freshly recorded message, in the same transaction (see
+/// `enqueue_many`).
+pub async fn enqueue(
+    tx: &mut TenantTx,
+    message: MessageId,
+    conversation_key: &str,
+    stage: Stage,
+) -> Result<(), sqlx::Error> {
+    enqueue_many(tx, &[(message, conversation_key)], stage).await
+}
+
+/// Queues work for freshly recorded messages in one statement, in the order given (that is
+/// their order in their conversations).
 ///
-/// The statement also takes a *shared* transaction-scoped advisory lock on the
+/// The statement also takes a *shared* transaction-scoped advisory lock on each message's
 /// conversation (`conversation_lock`), held until this transaction ends. The claim only
 /// takes a conversation's head after winning the *exclusive* lock without waiting, so it
 /// never picks a later message while an earlier one of the same conversation is still
@@ -45,24 +64,35 @@ impl Stage {
 /// become a second head in flight. Shared locks never conflict with each other, so
 /// ingress transactions do not wait for one another; one waits only while a claim of the
 /// same conversation commits (milliseconds), and a claim never waits at all.
-pub async fn enqueue(
+pub async fn enqueue_many(
     tx: &mut TenantTx,
-    message: MessageId,
-    conversation_key: &str,
+    jobs: &[(MessageId, &str)],
     stage: Stage,
 ) -> Result<(), sqlx::Error> {
+    static SQL: OnceLock<String> = OnceLock::new();
+    if jobs.is_empty() {
+        return Ok(());
+    }
+    let sql = SQL.get_or_init(|| {
+        let lock = conversation_lock("$1", "j.key");
+        format!(
+            "insert into dispatch_queue (message_id, tenant_id, conversation_key, stage)
+             select j.id, $1, j.key, $4
+               from unnest($2::uuid[], $3::text[]) with ordinality as j(id, key, ord)
+               cross join lateral (select pg_advisory_xact_lock_shared({lock})) as recording
+              order by j.ord"
+        )
+    });
     let tenant = tx.tenant();
-    sqlx::query(
-        "insert into dispatch_queue (message_id, tenant_id, conversation_key, stage)
-         select $1, $2, $3, $4
-           from (select pg_advisory_xact_lock_shared(hashtextextended($2::text || '/' || $3, 0))) as recording",
-    )
-    .bind(message)
-    .bind(tenant)
-    .bind(conversation_key)
-    .bind(stage.as_str())
-    .execute(tx.conn())
-    .await?;
+    let ids: Vec<MessageId> = jobs.iter().map(|(id, _)| *id).collect();
+    let keys: Vec<&str> = jobs.iter().map(|(_, key)| *key).collect();
+    sqlx::query(sql)
+        .bind(tenant)
+        .bind(&ids)
+        .bind(&keys)
+        .bind(stage.as_str())
+        .execute(tx.conn())
+        .await?;
     Ok(())
 }
 
@@ -83,36 +113,6 @@ pub async fn renew_lease(
     .bind(tenant)
     .bind(owner)
     .bind(lease.as_secs_f64())
-    .execute(tx.conn())
-    .await?;
-    Ok(())
-}
-
-/// `enqueue` for several messages in one statement, in the order given (that is their
-/// order in their conversations), each with its conversation's shared lock.
-pub async fn enqueue_many(
-    tx: &mut TenantTx,
-    jobs: &[(MessageId, &str)],
-    stage: Stage,
-) -> Result<(), sqlx::Error> {
-    if jobs.is_empty() {
-        return Ok(());
-    }
-    let tenant = tx.tenant();
-    let ids: Vec<MessageId> = jobs.iter().map(|(id, _)| *id).collect();
-    let keys: Vec<&str> = jobs.iter().map(|(_, key)| *key).collect();
-    sqlx::query(
-        "insert into dispatch_queue (message_id, tenant_id, conversation_key, stage)
-         select j.id, $1, j.key, $4
-           from unnest($2::uuid[], $3::text[]) with ordinality as j(id, key, ord)
-           cross join lateral (
-               select pg_advisory_xact_lock_shared(hashtextextended($1::text || '/' || j.key, 0))) as recording
-          order by j.ord",
-    )
-    .bind(tenant)
-    .bind(&ids)
-    .bind(&keys)
-    .bind(stage.as_str())
     .execute(tx.conn())
     .await?;
     Ok(())
@@ -152,7 +152,7 @@ pub async fn finish(tx: &mut TenantTx, message: MessageId) -> Result<(), sqlx::E
 }
 
 /// The claim, scoped to the job's tenant by its own select list (built once).
-static CLAIM_SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+static CLAIM_SQL: OnceLock<String> = OnceLock::new();
 
 const CLAIM_HEAD: &str = "with head as (
          select q.message_id
@@ -167,7 +167,7 @@ const CLAIM_HEAD: &str = "with head as (
                           where older.tenant_id = q.tenant_id
                             and older.conversation_key = q.conversation_key
                             and older.seq < q.seq)
-                     then pg_try_advisory_xact_lock(hashtextextended(q.tenant_id::text || '/' || q.conversation_key, 0))
+                     then pg_try_advisory_xact_lock({conversation_lock})
                      else false end
           order by q.available_at, q.seq
           limit 1
@@ -229,7 +229,9 @@ impl Queue {
         let mut tx = self.pool.begin().await?;
         let sql = CLAIM_SQL.get_or_init(|| {
             let scope = super::tenant_tx::SCOPE_FROM_STATEMENT.replace("$tenant", "q.tenant_id");
-            format!("{CLAIM_HEAD}, {scope} as tenant_scope")
+            let lock = conversation_lock("q.tenant_id", "q.conversation_key");
+            let head = CLAIM_HEAD.replace("{conversation_lock}", &lock);
+            format!("{head}, {scope} as tenant_scope")
         });
         let claimed: Option<Claimed> = sqlx::query_as(sql)
             .bind(lease.as_secs_f64())

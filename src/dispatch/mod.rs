@@ -10,8 +10,9 @@
 //! `Idempotency-Key`.
 //!
 //! Each step records `dispatch_phase_seconds{phase}` (claim, prepare, agent, reply),
-//! `dispatch_history_seconds` (the history read inside prepare) and `dispatch_own_seconds`: the step's time minus the agent call and the platform requests,
-//! which is what the worker itself costs per turn.
+//! `dispatch_history_seconds` (the history read inside prepare) and `dispatch_own_seconds`:
+//! the step's time minus the agent call and the platform requests, which is what the worker
+//! itself costs per turn.
 
 pub mod agent;
 pub mod history;
@@ -32,9 +33,9 @@ use self::agent::CallOutcome;
 use self::payload::ChatMessage;
 use self::wakeup::Wakeup;
 use crate::cache::ConfigCache;
-use crate::db::messages::MessageRow;
-use crate::db::messages::ReplyPart;
+use crate::db::messages::{MessageRow, ReplyPart};
 use crate::db::queue::{Job, Queue};
+use crate::db::tenants::TenantRow;
 use crate::db::{self, TenantTx};
 use crate::delivery::{split, Delivery, DeliveryOutcome, Outgoing};
 use crate::domain::{Connector, MessageId, Platform};
@@ -61,10 +62,8 @@ pub enum StepOutcome {
 struct Prepared {
     message: MessageRow,
     history: Vec<ChatMessage>,
-    agent_url: Option<String>,
-    dispatch_secret: secrecy::SecretString,
-    /// The previous secret during a rotation's grace period.
-    previous_dispatch_secret: Option<secrecy::SecretString>,
+    /// Agent URL and dispatch secrets.
+    tenant: Arc<TenantRow>,
     /// Where the answer goes (`None`: the connector was deleted meanwhile).
     connector: Option<Arc<Connector>>,
 }
@@ -219,34 +218,22 @@ impl Worker {
         Ok(Some(Prepared {
             message,
             history,
-            agent_url: tenant
-                .agent_url
-                .clone()
-                .or_else(|| self.settings.agent_url.clone()),
-            dispatch_secret: tenant.dispatch_secret.0.clone(),
-            previous_dispatch_secret: tenant
-                .previous_dispatch_secret
-                .clone()
-                .map(secrecy::SecretString::from),
+            tenant,
             connector,
         }))
     }
 
     async fn call_agent(&self, prepared: &Prepared) -> CallOutcome {
-        let Some(url) = &prepared.agent_url else {
+        let tenant = &prepared.tenant;
+        let Some(url) = tenant.agent_url.as_ref().or(self.settings.agent_url.as_ref()) else {
             return CallOutcome::Permanent {
                 reason: "no_agent_url",
                 error: "neither the tenant nor CB_AGENT_URL names an agent".into(),
             };
         };
         let payload = payload::build(&prepared.message, prepared.history.clone());
-        let mut secrets = vec![prepared.dispatch_secret.expose_secret()];
-        secrets.extend(
-            prepared
-                .previous_dispatch_secret
-                .as_ref()
-                .map(|s| s.expose_secret()),
-        );
+        let mut secrets = vec![tenant.dispatch_secret.0.expose_secret()];
+        secrets.extend(tenant.previous_dispatch_secret.as_deref());
         agent::call(&self.client, url, &secrets, &payload, (self.clock)()).await
     }
 

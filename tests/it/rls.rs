@@ -52,9 +52,9 @@ async fn seed(pool: &PgPool, slug: &str) -> Seeded {
 
     let mut tx = TenantTx::begin(pool, tenant).await.unwrap();
     let metadata = serde_json::json!({});
-    let message = db::messages::insert_new(
+    let message = db::messages::insert_many(
         &mut tx,
-        &db::messages::NewMessage {
+        &[db::messages::NewMessage {
             connector_id: connector,
             platform: Platform::Telegram,
             idempotency_key: "1",
@@ -69,10 +69,11 @@ async fn seed(pool: &PgPool, slug: &str) -> Seeded {
             status: MessageStatus::Executed,
             decision: None,
             metadata: &metadata,
-        },
+        }],
     )
     .await
     .unwrap()
+    .remove(0)
     .expect("first insert is new");
     db::messages::insert_reply_parts(&mut tx, message, &["answer".to_owned()])
         .await
