@@ -53,7 +53,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use channel_bridge::channels::{Inbound, InboundKind, InboundMessage};
 use channel_bridge::db::connectors::NewConnector;
-use channel_bridge::db::queue::Queue;
+use channel_bridge::db::queue::{ClaimRequest, Queue};
 use channel_bridge::db::{self, TenantTx};
 use channel_bridge::dispatch::{history, signature, StepOutcome, Worker};
 use channel_bridge::domain::{Connector, MessageId, Platform, TelegramDelivery, TenantId, UnlinkedPolicy};
@@ -491,25 +491,30 @@ async fn enqueue_run(
     enqueue(pool, fixture, next_update, args.jobs, |update| update % users).await
 }
 
-/// Fails the stalled user's first turn the way `Worker::retry` does after an agent error:
-/// claimed, failure recorded, put back an hour later with `Queue::retry_later`.
+/// Puts the stalled user's first turn back the way the worker does after an agent error:
+/// claimed, then put back an hour later with `Queue::retry_later`.
 async fn park_stalled_head(pool: &PgPool, fixture: &Fixture) -> anyhow::Result<()> {
     let queue = Queue::new(pool.clone());
-    let owner = uuid::Uuid::new_v4();
-    let (job, mut tx) = queue
-        .claim(Duration::from_secs(120), owner)
+    let request = ClaimRequest {
+        wanted: 1,
+        default_room: 1,
+        lease: Duration::from_secs(120),
+        ..Default::default()
+    };
+    let (mut jobs, tx) = queue
+        .claim(&request)
         .await?
         .context("the stalled backlog is queued")?;
+    let job = jobs.pop().context("a claim returns its job")?;
     let stalled = format!("user:{}", user_id(fixture.users));
     anyhow::ensure!(
         job.conversation_key == stalled,
         "claimed {} instead of the stalled head",
         job.conversation_key
     );
-    db::messages::record_failure(&mut tx, job.message_id, "agent answered 503 (bench)", false).await?;
     tx.commit().await?;
     queue
-        .retry_later(job.message_id, owner, Duration::from_secs(3600))
+        .retry_later(job.message_id, job.lease, Duration::from_secs(3600))
         .await?;
     Ok(())
 }
@@ -730,7 +735,7 @@ async fn worker_task(
             StepOutcome::Delivered(_) => false,
             StepOutcome::Failed(_) => fail_fast(&mut tally.failed),
             StepOutcome::Skipped(_) => fail_fast(&mut tally.skipped),
-            StepOutcome::Retrying(_) => fail_fast(&mut tally.retried),
+            StepOutcome::Retrying(_) | StepOutcome::LeaseLost(_) => fail_fast(&mut tally.retried),
             StepOutcome::Empty => {
                 // Every remaining job waits behind a head another task holds.
                 tally.empty += 1;
@@ -1053,7 +1058,6 @@ const CLAIM_SQL: &str = "with head as (
      select q.message_id
        from dispatch_queue q
       where q.available_at <= now()
-        and (q.leased_until is null or q.leased_until < now())
         and not exists (
             select 1 from dispatch_queue older
              where older.tenant_id = q.tenant_id
@@ -1063,7 +1067,7 @@ const CLAIM_SQL: &str = "with head as (
       limit 1
       for update of q skip locked)
  update dispatch_queue q
-    set leased_until = now() + make_interval(secs => 120), lease_owner = gen_random_uuid(),
+    set available_at = now() + make_interval(secs => 120), lease_owner = gen_random_uuid(),
         attempts = q.attempts + 1
    from head
   where q.message_id = head.message_id

@@ -27,6 +27,7 @@ pub mod error;
 pub mod http;
 pub mod ingress;
 pub mod provision;
+pub mod retry;
 pub mod send_fixture;
 pub mod settings;
 pub mod sign;

@@ -113,12 +113,32 @@ pub struct ServeSettings {
     #[arg(long, env = "CB_WORKER", default_value_t = true, action = clap::ArgAction::Set)]
     pub worker: bool,
 
-    /// Concurrent dispatch tasks in this instance.
-    ///
-    /// A task waiting on the agent holds no database connection, so with slow agents (an
-    /// LLM answers in seconds) raise it: throughput is about concurrency / agent latency.
-    #[arg(long, env = "CB_WORKER_CONCURRENCY", default_value_t = 16)]
-    pub worker_concurrency: usize,
+    /// Most jobs this instance keeps in flight (agent calls and reply posts). A ceiling, not
+    /// a number of pollers: one claimer fills it. A job waiting on the agent holds no
+    /// database connection; throughput is about this ÷ the agent's latency.
+    #[arg(long, env = "CB_MAX_IN_FLIGHT", default_value_t = 4096)]
+    pub max_in_flight: usize,
+
+    /// The share of `CB_MAX_IN_FLIGHT` one tenant may hold, in percent, unless the operator
+    /// set the tenant's own `max_in_flight`.
+    #[arg(long, env = "CB_TENANT_SHARE_PERCENT", default_value_t = 50)]
+    pub tenant_share_percent: u8,
+
+    /// Most jobs one claim statement takes.
+    #[arg(long, env = "CB_CLAIM_BATCH_MAX", default_value_t = 256)]
+    pub claim_batch_max: usize,
+
+    /// Turn-writer tasks: transactions recording dispatch state changes at the same time.
+    #[arg(long, env = "CB_STATE_WRITERS", default_value_t = 4)]
+    pub state_writers: usize,
+
+    /// Most state changes one turn-writer transaction applies (they share its commit).
+    #[arg(long, env = "CB_STATE_BATCH_MAX", default_value_t = 128)]
+    pub state_batch_max: usize,
+
+    /// Tenants with the deepest queues that get per-tenant queue metrics (0: none).
+    #[arg(long, env = "CB_METRICS_TOP_TENANTS", default_value_t = 10)]
+    pub metrics_top_tenants: usize,
 
     #[command(flatten)]
     pub dispatch: DispatchSettings,
@@ -147,7 +167,12 @@ impl ServeSettings {
             ingress_batch_max: 64,
             http: true,
             worker: true,
-            worker_concurrency: 16,
+            max_in_flight: 4096,
+            tenant_share_percent: 50,
+            claim_batch_max: 256,
+            state_writers: 4,
+            state_batch_max: 128,
+            metrics_top_tenants: 10,
             dispatch: DispatchSettings::default(),
             shutdown_grace_secs: 30,
         }
@@ -180,8 +205,20 @@ impl ServeSettings {
             ));
         }
         self.dispatch.validate()?;
-        if self.worker && self.worker_concurrency == 0 {
-            return Err(SettingsError("CB_WORKER_CONCURRENCY must be at least 1".into()));
+        if self.worker && (self.max_in_flight == 0 || self.claim_batch_max == 0) {
+            return Err(SettingsError(
+                "CB_MAX_IN_FLIGHT and CB_CLAIM_BATCH_MAX must be at least 1".into(),
+            ));
+        }
+        if !(1..=100).contains(&self.tenant_share_percent) {
+            return Err(SettingsError(
+                "CB_TENANT_SHARE_PERCENT must be between 1 and 100".into(),
+            ));
+        }
+        if self.state_writers == 0 || self.state_batch_max == 0 {
+            return Err(SettingsError(
+                "CB_STATE_WRITERS and CB_STATE_BATCH_MAX must be at least 1".into(),
+            ));
         }
         Ok(())
     }
@@ -194,9 +231,20 @@ pub struct DispatchSettings {
     #[arg(long, env = "CB_AGENT_TIMEOUT_SECS", default_value_t = 30)]
     pub agent_timeout_secs: u64,
 
-    /// Agent calls per message before it is `dispatch_failed` (first call included).
-    #[arg(long, env = "CB_DISPATCH_MAX_ATTEMPTS", default_value_t = 5)]
+    /// Agent calls per message before it is `dispatch_failed` (first call included); 0: no
+    /// limit by count, only the retry horizon.
+    #[arg(long, env = "CB_DISPATCH_MAX_ATTEMPTS", default_value_t = 0)]
     pub max_attempts: u32,
+
+    /// How long an unreachable or failing agent is retried, in seconds, counted from when
+    /// the turn was queued (default one day, as Svix retries a webhook for about a day).
+    #[arg(long, env = "CB_DISPATCH_RETRY_HORIZON_SECS", default_value_t = 86_400)]
+    pub retry_horizon_secs: u64,
+
+    /// Timeout of one request to a platform's API (a reply part, a reconciliation), in
+    /// seconds.
+    #[arg(long, env = "CB_PLATFORM_TIMEOUT_SECS", default_value_t = 15)]
+    pub platform_timeout_secs: u64,
 
     /// First retry delay, in milliseconds; doubles each attempt, with full jitter.
     #[arg(long, env = "CB_RETRY_BASE_MS", default_value_t = 1000)]
@@ -206,8 +254,10 @@ pub struct DispatchSettings {
     #[arg(long, env = "CB_RETRY_MAX_MS", default_value_t = 300_000)]
     pub retry_max_ms: u64,
 
-    /// How long a claimed job stays invisible to other workers. Must exceed the agent
-    /// timeout, or a slow call would be dispatched twice.
+    /// How long a claimed job stays invisible to other workers, in seconds. The holder renews
+    /// it every third of this while it works; it must exceed the agent timeout and the
+    /// platform timeout, so that one request started right after a renewal that was then
+    /// lost still ends before the lease does.
     #[arg(long, env = "CB_LEASE_SECS", default_value_t = 120)]
     pub lease_secs: u64,
 
@@ -230,7 +280,9 @@ impl Default for DispatchSettings {
     fn default() -> Self {
         Self {
             agent_timeout_secs: 30,
-            max_attempts: 5,
+            max_attempts: 0,
+            retry_horizon_secs: 86_400,
+            platform_timeout_secs: 15,
             retry_base_ms: 1000,
             retry_max_ms: 300_000,
             lease_secs: 120,
@@ -243,14 +295,14 @@ impl Default for DispatchSettings {
 
 impl DispatchSettings {
     fn validate(&self) -> Result<(), SettingsError> {
-        if self.max_attempts == 0 {
+        if self.lease_secs <= self.agent_timeout_secs || self.lease_secs <= self.platform_timeout_secs {
             return Err(SettingsError(
-                "CB_DISPATCH_MAX_ATTEMPTS must be at least 1".into(),
+                "CB_LEASE_SECS must be longer than CB_AGENT_TIMEOUT_SECS and CB_PLATFORM_TIMEOUT_SECS".into(),
             ));
         }
-        if self.lease_secs <= self.agent_timeout_secs {
+        if self.agent_timeout_secs == 0 || self.platform_timeout_secs == 0 {
             return Err(SettingsError(
-                "CB_LEASE_SECS must be longer than CB_AGENT_TIMEOUT_SECS".into(),
+                "CB_AGENT_TIMEOUT_SECS and CB_PLATFORM_TIMEOUT_SECS must be at least 1".into(),
             ));
         }
         if self.retry_base_ms > self.retry_max_ms {

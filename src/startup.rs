@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::cache::ConfigCache;
+use crate::dispatch::dispatcher::Dispatcher;
 use crate::dispatch::Worker;
 use crate::ingress::writer::Writer;
 
@@ -136,12 +137,12 @@ impl Application {
             Worker::new(state.pool.clone(), state.settings.clone(), state.clock)?
                 .sharing_cache(state.cache.clone()),
         );
-        for _ in 0..state.settings.worker_concurrency {
-            tasks.push(tokio::spawn(
-                worker.clone().run(state.wakeup.clone(), stop.clone()),
-            ));
-        }
-        tasks.push(tokio::spawn(worker.report_queue_stats(stop.clone())));
+        let dispatcher = Dispatcher::new(worker);
+        tasks.push(tokio::spawn(
+            dispatcher.clone().run(state.wakeup.clone(), stop.clone()),
+        ));
+        tasks.push(tokio::spawn(dispatcher.clone().keep_leases(stop.clone())));
+        tasks.push(tokio::spawn(dispatcher.report_queue_stats(stop.clone())));
         let wakeup = state.wakeup.clone();
         let (pool, stop_rx) = (state.pool.clone(), stop.clone());
         tasks.push(tokio::spawn(

@@ -123,7 +123,7 @@ impl From<ReplyPart> for ReplyPartOut {
         Self {
             part_index: part.part_index,
             content: part.content,
-            status: part.status,
+            status: part.status.as_str().to_owned(),
             platform_message_id: part.platform_message_id,
             delivery_status: part.delivery_status,
             attempts: part.attempts,

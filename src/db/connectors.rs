@@ -124,6 +124,19 @@ pub async fn get(tx: &mut TenantTx, id: ConnectorId) -> Result<Option<Connector>
     row.map(Connector::try_from).transpose()
 }
 
+/// Several connectors of the tenant at once (a claimed batch's); missing ones are absent.
+pub async fn get_many(tx: &mut TenantTx, ids: &[ConnectorId]) -> Result<Vec<Connector>, sqlx::Error> {
+    let tenant = tx.tenant();
+    let rows: Vec<ConnectorRow> = sqlx::query_as(&format!(
+        "{SELECT_CONNECTOR} where tenant_id = $1 and id = any($2)"
+    ))
+    .bind(tenant)
+    .bind(ids)
+    .fetch_all(tx.conn())
+    .await?;
+    rows.into_iter().map(Connector::try_from).collect()
+}
+
 pub async fn list(tx: &mut TenantTx) -> Result<Vec<Connector>, sqlx::Error> {
     let tenant = tx.tenant();
     let rows: Vec<ConnectorRow> = sqlx::query_as(&format!(

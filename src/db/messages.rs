@@ -129,32 +129,13 @@ pub async fn get(tx: &mut TenantTx, id: MessageId) -> Result<Option<MessageRow>,
 pub struct ReplyPart {
     pub part_index: i32,
     pub content: String,
-    pub status: String,
+    pub status: super::turns::PartStatus,
     pub platform_message_id: Option<String>,
     pub delivery_status: Option<String>,
     pub attempts: i32,
     pub last_error: Option<String>,
     pub sending_since: Option<chrono::DateTime<chrono::Utc>>,
     pub sent_at: Option<chrono::DateTime<chrono::Utc>>,
-}
-
-impl ReplyPart {
-    /// A part as `store_answer` has just created it: part 0 `sending` (attempt 1), the
-    /// others `pending`.
-    pub fn created(part_index: i32, content: String) -> Self {
-        let first = part_index == 0;
-        Self {
-            part_index,
-            content,
-            status: if first { "sending" } else { "pending" }.into(),
-            platform_message_id: None,
-            delivery_status: None,
-            attempts: i32::from(first),
-            last_error: None,
-            sending_since: None,
-            sent_at: None,
-        }
-    }
 }
 
 /// Creates the reply parts of a message, `part_index` 0..n in order. Existing parts are
@@ -192,98 +173,6 @@ pub async fn reply_parts(tx: &mut TenantTx, message: MessageId) -> Result<Vec<Re
     .bind(message)
     .fetch_all(tx.conn())
     .await
-}
-
-/// Marks a queued turn as being dispatched and counts the attempt. `None` when the turn is
-/// gone or already terminal (a repeat claim after another worker finished it).
-pub async fn begin_dispatch(tx: &mut TenantTx, id: MessageId) -> Result<Option<MessageRow>, sqlx::Error> {
-    let tenant = tx.tenant();
-    sqlx::query_as(&format!(
-        "update channel_messages
-            set status = 'dispatching', attempts = attempts + 1, updated_at = now()
-          where tenant_id = $1 and id = $2 and status in ('accepted', 'dispatching')
-      returning {MESSAGE_COLUMNS}"
-    ))
-    .bind(tenant)
-    .bind(id)
-    .fetch_optional(tx.conn())
-    .await
-}
-
-/// Stores the agent's answer: status `executed`, the response (the agent's parts joined by
-/// a blank line, as history shows it), the decision and the reply parts (the answer split
-/// to the platform's size). Only the first store of a turn counts: `false` when it was no
-/// longer `dispatching`, and then nothing but the job's stage is touched.
-///
-/// With parts, the same statement moves the job to its reply stage and creates part 0
-/// already `sending` (attempt 1): the caller posts it right after this transaction
-/// commits, so the mark that must precede the request rides on this commit instead of a
-/// commit of its own. Without parts the turn has nothing to post; the caller finishes it.
-pub async fn store_answer(
-    tx: &mut TenantTx,
-    id: MessageId,
-    response: &str,
-    parts: &[String],
-) -> Result<bool, sqlx::Error> {
-    let tenant = tx.tenant();
-    let decision = if parts.is_empty() { "no_reply" } else { "respond" };
-    let indexes: Vec<i32> = (0..parts.len() as i32).collect();
-    let stored: i64 = sqlx::query_scalar(
-        "with stored as (
-             update channel_messages
-                set status = 'executed', response_content = $3, decision = $4, last_error = null,
-                    completed_at = now(), updated_at = now()
-              where tenant_id = $1 and id = $2 and status = 'dispatching'
-          returning id),
-         parts as (
-             insert into channel_replies (tenant_id, message_id, part_index, content, status, attempts,
-                                          sending_since)
-             select $1, $2, part.idx, part.content,
-                    case when part.idx = 0 then 'sending' else 'pending' end,
-                    case when part.idx = 0 then 1 else 0 end,
-                    case when part.idx = 0 then now() end
-               from unnest($5::int[], $6::text[]) as part(idx, content)
-              where exists (select 1 from stored)
-             on conflict (tenant_id, message_id, part_index) do nothing),
-         staged as (
-             update dispatch_queue set stage = 'reply'
-              where message_id = $2 and tenant_id = $1 and cardinality($5::int[]) > 0)
-         select count(*) from stored",
-    )
-    .bind(tenant)
-    .bind(id)
-    .bind(response)
-    .bind(decision)
-    .bind(&indexes)
-    .bind(parts)
-    .fetch_one(tx.conn())
-    .await?;
-    Ok(stored == 1)
-}
-
-/// Records a failed attempt; with `terminal`, the turn becomes `dispatch_failed`.
-pub async fn record_failure(
-    tx: &mut TenantTx,
-    id: MessageId,
-    error: &str,
-    terminal: bool,
-) -> Result<(), sqlx::Error> {
-    let tenant = tx.tenant();
-    sqlx::query(
-        "update channel_messages
-            set last_error = $3, updated_at = now(),
-                status = case when $4 then 'dispatch_failed' else status end,
-                decision = case when $4 then 'dispatch_failed' else decision end,
-                completed_at = case when $4 then now() else completed_at end
-          where tenant_id = $1 and id = $2 and status in ('accepted', 'dispatching')",
-    )
-    .bind(tenant)
-    .bind(id)
-    .bind(error)
-    .bind(terminal)
-    .execute(tx.conn())
-    .await?;
-    Ok(())
 }
 
 /// Filters of the admin message listing. Every field narrows the result.

@@ -12,6 +12,7 @@ pub mod queue;
 pub mod replies;
 pub mod tenant_tx;
 pub mod tenants;
+pub mod turns;
 
 use std::str::FromStr;
 

@@ -13,27 +13,41 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use sqlx::PgPool;
+use sqlx::{PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use super::TenantTx;
 use crate::domain::{MessageId, TenantId};
 
 /// A job's stage: call the agent, or post the reply parts back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
 pub enum Stage {
     Dispatch,
     Reply,
 }
 
 impl Stage {
-    fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Stage::Dispatch => "dispatch",
             Stage::Reply => "reply",
         }
     }
 }
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Who holds a job: a token drawn by the claim for that job alone. Every write a holder
+/// makes on the job's behalf names it, so a holder whose lease ran out and was claimed again
+/// (by any instance, this one included) changes nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, sqlx::Type)]
+#[sqlx(transparent)]
+pub struct LeaseToken(pub Uuid);
 
 /// The advisory-lock key of a conversation, from SQL expressions for its tenant id and its
 /// conversation key: `enqueue_many` takes it shared, the claim tries it exclusive.
@@ -96,36 +110,40 @@ pub async fn enqueue_many(
     Ok(())
 }
 
-/// Extends a job's lease while its owner is still working on it (between the parts of a
-/// long delivery). Does nothing when the lease is no longer this owner's.
+/// Extends a job's lease, in the caller's tenant transaction, and says whether the lease
+/// was still `token`'s: `false` means the job was claimed again (or finished) and the
+/// caller must stop touching it. The check and the extension are one statement, and the
+/// row lock it takes holds off a concurrent claim until the caller commits.
 pub async fn renew_lease(
     tx: &mut TenantTx,
     message: MessageId,
-    owner: Uuid,
+    token: LeaseToken,
     lease: Duration,
-) -> Result<(), sqlx::Error> {
+) -> Result<bool, sqlx::Error> {
     let tenant = tx.tenant();
-    sqlx::query(
-        "update dispatch_queue set leased_until = now() + make_interval(secs => $4)
+    let renewed = sqlx::query(
+        "update dispatch_queue set available_at = now() + make_interval(secs => $4)
           where message_id = $1 and tenant_id = $2 and lease_owner = $3",
     )
     .bind(message)
     .bind(tenant)
-    .bind(owner)
+    .bind(token)
     .bind(lease.as_secs_f64())
     .execute(tx.conn())
-    .await?;
-    Ok(())
+    .await?
+    .rows_affected();
+    Ok(renewed == 1)
 }
 
 /// Makes a waiting reply job ready now (a WhatsApp status callback settled its part),
-/// with the conversation's later jobs that `retry_later` parked behind it.
+/// with the conversation's later jobs that `retry_later` parked behind it. A job under a
+/// live lease is left alone (its holder is working on it).
 pub async fn wake_reply(tx: &mut TenantTx, message: MessageId) -> Result<(), sqlx::Error> {
     let tenant = tx.tenant();
     sqlx::query(
         "with head as (
              update dispatch_queue set available_at = now()
-              where message_id = $1 and tenant_id = $2 and stage = 'reply' and leased_until is null
+              where message_id = $1 and tenant_id = $2 and stage = 'reply' and lease_owner is null
           returning tenant_id, conversation_key, seq)
          update dispatch_queue q set available_at = now()
            from head
@@ -151,41 +169,64 @@ pub async fn finish(tx: &mut TenantTx, message: MessageId) -> Result<(), sqlx::E
     Ok(())
 }
 
-/// The claim, scoped to the job's tenant by its own select list (built once).
+/// `Queue::retry_later`'s statement (also run inside a turn's transaction by
+/// `turns::apply`): `$1` message, `$2` lease token, `$3` delay in seconds.
+pub(crate) const RETRY_LATER_SQL: &str = "with head as (
+         update dispatch_queue
+            set available_at = now() + make_interval(secs => $3), lease_owner = null
+          where message_id = $1
+            and (lease_owner = $2 or lease_owner is null or available_at <= now())
+      returning tenant_id, conversation_key, seq, available_at)
+     update dispatch_queue q set available_at = head.available_at
+       from head
+      where q.tenant_id = head.tenant_id and q.conversation_key = head.conversation_key
+        and q.seq > head.seq and q.available_at < head.available_at";
+
+/// The batch claim (built once; see `Queue::claim`).
 static CLAIM_SQL: OnceLock<String> = OnceLock::new();
 
-const CLAIM_HEAD: &str = "with head as (
-         select q.message_id
+/// `$1` tenants with no room left, `$2` rows scanned, `$3`/`$4` room of tenants that
+/// already have jobs in flight, `$5` room of any other tenant, `$6` jobs wanted, `$7`
+/// lease seconds.
+const CLAIM_BATCH: &str = "with candidates as (
+         -- Ready jobs in arrival order, past the tenants that have no room. Leased jobs
+         -- are not ready (their lease end is their `available_at`).
+         select q.message_id, q.tenant_id, q.conversation_key, q.seq, q.available_at
            from dispatch_queue q
-          where q.available_at <= now()
-            and (q.leased_until is null or q.leased_until < now())
-            -- The head of its conversation (no older job), and no transaction is still
-            -- recording a message of it (see `enqueue`). The CASE keeps the order: the
-            -- lock is only tried on a head.
-            and case when not exists (
-                         select 1 from dispatch_queue older
-                          where older.tenant_id = q.tenant_id
-                            and older.conversation_key = q.conversation_key
-                            and older.seq < q.seq)
+          where q.available_at <= now() and q.tenant_id <> all($1::uuid[])
+          order by q.available_at, q.seq
+          limit $2
+          for update of q skip locked),
+     heads as (
+         -- Only the head of its conversation (no older job) qualifies: one message per
+         -- conversation in flight, and never two of one conversation in a batch. Ranked
+         -- within their tenant, so the batch interleaves tenants.
+         select c.*, row_number() over (partition by c.tenant_id order by c.available_at, c.seq) as rank
+           from candidates c
+          where not exists (
+                    select 1 from dispatch_queue older
+                     where older.tenant_id = c.tenant_id
+                       and older.conversation_key = c.conversation_key
+                       and older.seq < c.seq)),
+     chosen as (
+         -- Within each tenant's room; and no transaction may still be recording a message
+         -- of the conversation (see `enqueue_many`). The CASE keeps the order: the lock is
+         -- only tried where there is room.
+         select h.message_id, h.rank, h.available_at, h.seq
+           from heads h
+           left join unnest($3::uuid[], $4::int[]) as room(tenant_id, n) on room.tenant_id = h.tenant_id
+          where case when h.rank <= coalesce(room.n, $5)
                      then pg_try_advisory_xact_lock({conversation_lock})
                      else false end
-          order by q.available_at, q.seq
-          limit 1
-          for update of q skip locked)
+          order by h.rank, h.available_at, h.seq
+          limit $6)
      update dispatch_queue q
-        set leased_until = now() + make_interval(secs => $1), lease_owner = $2,
+        set available_at = now() + make_interval(secs => $7), lease_owner = gen_random_uuid(),
             attempts = q.attempts + 1
-       from head
-      where q.message_id = head.message_id
-  returning q.message_id, q.tenant_id, q.conversation_key, q.stage, q.attempts";
-
-/// The claim's row: the job, and what the statement set the tenant to.
-#[derive(sqlx::FromRow)]
-struct Claimed {
-    #[sqlx(flatten)]
-    job: Job,
-    tenant_scope: String,
-}
+       from chosen
+      where q.message_id = chosen.message_id
+  returning q.message_id, q.tenant_id, q.conversation_key, q.stage, q.attempts,
+            q.lease_owner as lease, q.enqueued_at";
 
 /// A claimed job.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -193,13 +234,39 @@ pub struct Job {
     pub message_id: MessageId,
     pub tenant_id: TenantId,
     pub conversation_key: String,
-    pub stage: String,
+    pub stage: Stage,
+    /// Claims of this job so far, this one included.
     pub attempts: i32,
+    /// This claim's lease.
+    pub lease: LeaseToken,
+    /// When the job was queued: the retry horizon counts from here.
+    pub enqueued_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// What a batch claim may take.
+#[derive(Debug, Clone, Default)]
+pub struct ClaimRequest {
+    /// Most jobs to claim.
+    pub wanted: usize,
+    /// Jobs each tenant with jobs in flight may still take (tenants at zero are skipped
+    /// without looking at their jobs).
+    pub room: Vec<(TenantId, usize)>,
+    /// Jobs any other tenant may take.
+    pub default_room: usize,
+    pub lease: Duration,
 }
 
 /// Queue depth and the age of its oldest job, for metrics.
 #[derive(Debug, Clone, Copy, sqlx::FromRow)]
 pub struct QueueStats {
+    pub depth: i64,
+    pub oldest_age_secs: f64,
+}
+
+/// One tenant's share of the queue, for metrics.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct TenantQueueStats {
+    pub tenant_id: TenantId,
     pub depth: i64,
     pub oldest_age_secs: f64,
 }
@@ -210,80 +277,117 @@ pub struct Queue {
     pool: PgPool,
 }
 
+/// Rows a claim looks at per job it wants: room to pass over non-heads and jobs of tenants
+/// that are at their cap within the batch.
+const SCAN_FACTOR: usize = 4;
+
 impl Queue {
     pub fn new(pool: PgPool) -> Self {
         Self { pool }
     }
 
-    /// Claims the oldest ready job that is the head of its conversation, leasing it to
-    /// `owner`, and hands back the open transaction, scoped to the job's tenant by the claim
-    /// statement itself: the
-    /// caller's first tenant work (mark the turn `dispatching`, read its history) commits
-    /// with the lease, one commit instead of two. Until that commit the job's row stays
-    /// locked, and other claimers pass it by.
+    /// Claims up to `request.wanted` jobs in one statement, each the oldest job of its
+    /// conversation, leasing each to a token of its own, and hands back the open
+    /// transaction so the claimed turns' first tenant work commits with the lease (one
+    /// commit for the batch). Until that commit the rows stay locked and other claimers
+    /// pass them by (`SKIP LOCKED`). `None` when nothing was ready.
     ///
-    /// Only the lowest `seq` of a conversation qualifies, and a leased head blocks its
-    /// conversation, so one message per conversation is in flight across all instances.
-    /// `SKIP LOCKED` lets concurrent claimers pass each other without waiting.
-    pub async fn claim(&self, lease: Duration, owner: Uuid) -> Result<Option<(Job, TenantTx)>, sqlx::Error> {
-        let mut tx = self.pool.begin().await?;
+    /// Tenants interleave: the batch takes each tenant's oldest ready head before any
+    /// tenant's second, and no tenant more than its room.
+    pub async fn claim(
+        &self,
+        request: &ClaimRequest,
+    ) -> Result<Option<(Vec<Job>, Transaction<'static, Postgres>)>, sqlx::Error> {
         let sql = CLAIM_SQL.get_or_init(|| {
-            let scope = super::tenant_tx::SCOPE_FROM_STATEMENT.replace("$tenant", "q.tenant_id");
-            let lock = conversation_lock("q.tenant_id", "q.conversation_key");
-            let head = CLAIM_HEAD.replace("{conversation_lock}", &lock);
-            format!("{head}, {scope} as tenant_scope")
+            let lock = conversation_lock("h.tenant_id", "h.conversation_key");
+            CLAIM_BATCH.replace("{conversation_lock}", &lock)
         });
-        let claimed: Option<Claimed> = sqlx::query_as(sql)
-            .bind(lease.as_secs_f64())
-            .bind(owner)
-            .fetch_optional(&mut *tx)
+        let full: Vec<TenantId> = request
+            .room
+            .iter()
+            .filter(|(_, room)| *room == 0)
+            .map(|(tenant, _)| *tenant)
+            .collect();
+        let (room_tenants, room): (Vec<TenantId>, Vec<i32>) = request
+            .room
+            .iter()
+            .map(|(tenant, room)| (*tenant, clamp(*room)))
+            .unzip();
+        let mut tx = self.pool.begin().await?;
+        let jobs: Vec<Job> = sqlx::query_as(sql)
+            .bind(&full)
+            .bind(clamp(request.wanted.saturating_mul(SCAN_FACTOR).max(16)))
+            .bind(&room_tenants)
+            .bind(&room)
+            .bind(clamp(request.default_room))
+            .bind(clamp(request.wanted))
+            .bind(request.lease.as_secs_f64())
+            .fetch_all(&mut *tx)
             .await?;
-        let Some(Claimed { job, tenant_scope }) = claimed else {
+        if jobs.is_empty() {
             tx.rollback().await?;
             return Ok(None);
-        };
-        let tx = TenantTx::scoped_by_statement(tx, job.tenant_id, &tenant_scope)?;
-        Ok(Some((job, tx)))
+        }
+        Ok(Some((jobs, tx)))
     }
 
-    /// Puts a job back for a later attempt. It stays the head of its conversation, so the
-    /// user's later messages wait behind it and order is kept.
+    /// Whether any job is ready: the cheap look an idle instance takes on each polling tick
+    /// before it opens a claim transaction.
+    pub async fn any_ready(&self) -> Result<bool, sqlx::Error> {
+        sqlx::query_scalar("select exists (select 1 from dispatch_queue where available_at <= now())")
+            .fetch_one(&self.pool)
+            .await
+    }
+
+    /// Extends the leases of every job this instance holds, in one statement, and returns
+    /// the ones it still held: a job missing from the answer was claimed again elsewhere
+    /// (its lease had run out) or is gone, and its holder must stop.
+    pub async fn renew_leases(
+        &self,
+        held: &[(MessageId, LeaseToken)],
+        lease: Duration,
+    ) -> Result<Vec<MessageId>, sqlx::Error> {
+        let (ids, tokens): (Vec<MessageId>, Vec<LeaseToken>) = held.iter().copied().unzip();
+        sqlx::query_scalar(
+            "update dispatch_queue q set available_at = now() + make_interval(secs => $3)
+               from unnest($1::uuid[], $2::uuid[]) as held(message_id, token)
+              where q.message_id = held.message_id and q.lease_owner = held.token
+          returning q.message_id",
+        )
+        .bind(&ids)
+        .bind(&tokens)
+        .bind(lease.as_secs_f64())
+        .fetch_all(&self.pool)
+        .await
+    }
+
+    /// Puts a job back for a later attempt and ends the lease. It stays the head of its
+    /// conversation, so the user's later messages wait behind it and order is kept.
     ///
     /// Those later jobs are parked until the same time. They could not run earlier anyway,
     /// and a job that is ready but blocked costs every claim, of every conversation, a
     /// look at it (the claim scans ready jobs in order and rejects non-heads one by one):
     /// with 3,000 turns behind one head in backoff, the dispatch-load benchmark measured
     /// 50 ms per claim and throughput falling from ~140 to ~34 dispatches/s. Parked, they
-    /// are outside the claim's `available_at <= now()` range. Only the owner's own retry
+    /// are outside the claim's `available_at <= now()` range. Only the holder's own retry
     /// parks anything (the head update must match), and `wake_reply` wakes them with it.
     ///
-    /// A job nobody holds a live lease on qualifies too: a step that failed before its
-    /// claim committed (the claim rolled back with it) puts the job back this way, so a job
-    /// that fails every time waits its backoff instead of being claimed again at once.
+    /// A job nobody holds a live lease on qualifies too: a batch whose preparation failed
+    /// before its claim committed (the leases rolled back with it) puts its jobs back this
+    /// way, so a job that fails every time waits its backoff instead of being claimed again
+    /// at once.
     pub async fn retry_later(
         &self,
         message: MessageId,
-        owner: Uuid,
+        token: LeaseToken,
         delay: Duration,
     ) -> Result<(), sqlx::Error> {
-        sqlx::query(
-            "with head as (
-                 update dispatch_queue
-                    set available_at = now() + make_interval(secs => $3), leased_until = null,
-                        lease_owner = null
-                  where message_id = $1
-                    and (lease_owner = $2 or leased_until is null or leased_until < now())
-              returning tenant_id, conversation_key, seq, available_at)
-             update dispatch_queue q set available_at = head.available_at
-               from head
-              where q.tenant_id = head.tenant_id and q.conversation_key = head.conversation_key
-                and q.seq > head.seq and q.available_at < head.available_at",
-        )
-        .bind(message)
-        .bind(owner)
-        .bind(delay.as_secs_f64())
-        .execute(&self.pool)
-        .await?;
+        sqlx::query(RETRY_LATER_SQL)
+            .bind(message)
+            .bind(token)
+            .bind(delay.as_secs_f64())
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 
@@ -296,4 +400,23 @@ impl Queue {
         .fetch_one(&self.pool)
         .await
     }
+
+    /// The `top` tenants with the deepest queues.
+    pub async fn tenant_stats(&self, top: usize) -> Result<Vec<TenantQueueStats>, sqlx::Error> {
+        sqlx::query_as(
+            "select tenant_id, count(*) as depth,
+                    extract(epoch from now() - min(enqueued_at))::float8 as oldest_age_secs
+               from dispatch_queue
+              group by tenant_id
+              order by count(*) desc
+              limit $1",
+        )
+        .bind(clamp(top))
+        .fetch_all(&self.pool)
+        .await
+    }
+}
+
+fn clamp(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
 }

@@ -5,16 +5,16 @@
 //! one is `TenantTx::begin`, which sets `app.tenant_id` for this transaction alone. RLS then
 //! hides every other tenant's rows even if a query forgets its `tenant_id = $1` predicate.
 //!
-//! The setting is transaction-local (`set_config(…, true)`), so a pooled connection (or a
-//! pgbouncer in transaction mode) never carries one tenant's setting into another's work.
-//! Under Citus this constructor is the single place that would switch to
-//! `SET LOCAL app.tenant_id = '<uuid>'`, which Citus propagates to workers.
+//! The setting is transaction-local (`SET LOCAL app.tenant_id = '<uuid>'`), so a pooled
+//! connection (or a pgbouncer in transaction mode) never carries one tenant's setting into
+//! another's work, and it is the form Citus propagates to its workers (`set_config()` is
+//! not).
 //!
 //! `BEGIN` and the setting travel in one simple-query round trip. The tenant id is a typed
 //! UUID rendered by `uuid` itself (hex digits and hyphens), so formatting it into the SQL
 //! text cannot inject anything.
 
-use sqlx::{PgConnection, PgPool, Postgres, Transaction};
+use sqlx::{Executor, PgConnection, PgPool, Postgres, Transaction};
 
 use crate::domain::TenantId;
 
@@ -30,23 +30,14 @@ impl TenantTx {
         Ok(Self { tx, tenant })
     }
 
-    /// Wraps an open transaction whose last statement scoped it itself: a statement that
-    /// finds the tenant (the queue claim) selects `SCOPE_FROM_STATEMENT` with the tenant id
-    /// column as `$tenant`, and hands back what it returned as `scope`. The claim and the
-    /// claimed turn's first tenant work then share one commit without an extra round trip.
-    /// The returned setting is checked against `tenant`, so a statement that set anything
-    /// else fails here. (Under Citus, which needs `SET LOCAL`, such a statement would run
-    /// `set_tenant` after it instead; this file is the place that would change.)
-    pub fn scoped_by_statement(
-        tx: Transaction<'static, Postgres>,
+    /// Scopes a transaction that began without a tenant (the queue claim, which looks at
+    /// every tenant's jobs) to `tenant`, so the claimed turns' first tenant work commits
+    /// with the claim.
+    pub async fn after_claim(
+        mut tx: Transaction<'static, Postgres>,
         tenant: TenantId,
-        scope: &str,
     ) -> Result<Self, sqlx::Error> {
-        if scope.parse::<TenantId>().ok() != Some(tenant) {
-            return Err(sqlx::Error::Protocol(format!(
-                "transaction scoped to {scope:?}, expected tenant {tenant}"
-            )));
-        }
+        set_tenant(&mut tx, tenant).await?;
         Ok(Self { tx, tenant })
     }
 
@@ -81,24 +72,23 @@ impl TenantTx {
     }
 }
 
-/// The select-list expression that scopes a statement's transaction to the tenant in the
-/// column named by `$tenant` (see `TenantTx::scoped_by_statement`).
-pub const SCOPE_FROM_STATEMENT: &str = "set_config('app.tenant_id', $tenant::text, true)";
-
-/// The tenant setting, transaction-local. With `begin_statement` and
-/// `SCOPE_FROM_STATEMENT`, the only code that sets it (under Citus: the place to switch to
-/// `SET LOCAL`).
+/// The tenant setting, transaction-local. With `begin_statement`, the only code that sets
+/// it. `SET LOCAL` (not `set_config`) because it is the form Citus propagates to its
+/// workers; it cannot take a bind parameter, so it is sent as a simple query with the
+/// tenant id rendered by `uuid` itself (hex digits and hyphens only).
 async fn set_tenant(tx: &mut Transaction<'static, Postgres>, tenant: TenantId) -> Result<(), sqlx::Error> {
-    sqlx::query("select set_config('app.tenant_id', $1, true)")
-        .bind(tenant.to_string())
-        .execute(&mut **tx)
-        .await?;
+    let statement = set_local(tenant);
+    (&mut **tx).execute(statement.as_str()).await?;
     Ok(())
 }
 
-fn begin_statement(tenant: TenantId) -> String {
+fn set_local(tenant: TenantId) -> String {
     let tenant: uuid::Uuid = tenant.0;
-    format!("begin; select set_config('app.tenant_id', '{tenant}', true)")
+    format!("set local app.tenant_id = '{tenant}'")
+}
+
+fn begin_statement(tenant: TenantId) -> String {
+    format!("begin; {}", set_local(tenant))
 }
 
 #[cfg(test)]
@@ -110,7 +100,7 @@ mod tests {
         let tenant = TenantId(uuid::Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef));
         assert_eq!(
             begin_statement(tenant),
-            "begin; select set_config('app.tenant_id', '01234567-89ab-cdef-0123-456789abcdef', true)"
+            "begin; set local app.tenant_id = '01234567-89ab-cdef-0123-456789abcdef'"
         );
     }
 }

@@ -17,13 +17,15 @@ pub struct TenantRow {
     pub dispatch_secret: DispatchSecret,
     /// The secret replaced by the last rotation, while it is still honoured.
     pub previous_dispatch_secret: Option<String>,
+    /// Most jobs of this tenant one instance keeps in flight (`None`: the instance default).
+    pub max_in_flight: Option<i32>,
     pub created_at: chrono::DateTime<chrono::Utc>,
 }
 
 const COLUMNS: &str = "id, slug, name, agent_url, dispatch_secret,
     case when previous_dispatch_secret_expires_at > now() then previous_dispatch_secret end
         as previous_dispatch_secret,
-    created_at";
+    max_in_flight, created_at";
 
 /// A Standard Webhooks signing secret, `whsec_<base64 of 32 random bytes>`; the HMAC key
 /// is the decoded bytes, so agents can verify with any Standard Webhooks library.
@@ -58,7 +60,8 @@ pub async fn insert(conn: &mut PgConnection, new: &NewTenant<'_>) -> Result<Tena
     sqlx::query_as(
         "insert into tenants (id, slug, name, agent_url, dispatch_secret)
          values ($1, $2, $3, $4, $5)
-         returning id, slug, name, agent_url, dispatch_secret, null::text as previous_dispatch_secret, created_at",
+         returning id, slug, name, agent_url, dispatch_secret, null::text as previous_dispatch_secret,
+                   max_in_flight, created_at",
     )
     .bind(TenantId::new())
     .bind(new.slug)

@@ -11,6 +11,11 @@
 //!
 //! Rate-limit answers put the part back to `pending` and the job waits the platform's delay;
 //! a permanent refusal fails the part and the ones after it and releases the conversation.
+//!
+//! Every state change goes through the turn writer (`crate::dispatch::writer`) as a
+//! `db::turns::Transition`, committed (together with other turns' changes) before the pass
+//! goes on, and each renews the job's lease and checks it is still held: a pass whose
+//! lease was lost stops before its next request.
 
 pub mod outbound;
 pub mod split;
@@ -18,12 +23,13 @@ pub mod split;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sqlx::PgPool;
-
 use self::outbound::{OutboundPart, SendOutcome};
 use crate::db::messages::{MessageRow, ReplyPart};
+use crate::db::queue::Job;
+use crate::db::turns::{Applied, Change, PartStatus, Transition};
 use crate::db::{self, replies, TenantTx};
-use crate::domain::{Connector, MessageId, Platform, TelegramDelivery, TenantId};
+use crate::dispatch::writer::TurnWriter;
+use crate::domain::{Connector, MessageId, Platform, TelegramDelivery};
 use crate::settings::DispatchSettings;
 
 /// Where a message's delivery stands after one pass.
@@ -31,11 +37,13 @@ use crate::settings::DispatchSettings;
 pub enum DeliveryOutcome {
     /// Every part is posted; the job is finished.
     Delivered,
-    /// Try again after this delay (rate limit, unknown outcome, awaiting a callback); the
-    /// job is left to the caller to put back.
-    Wait(Duration),
+    /// The job was put back to try again later (rate limit, unknown outcome, awaiting a
+    /// callback).
+    Wait,
     /// A part failed for good; the rest are not sent; the job is finished.
     Stopped,
+    /// The job's lease was lost (claimed again elsewhere): the pass stopped.
+    LeaseLost,
 }
 
 /// One pass: its outcome, and the time spent waiting on the platform's API.
@@ -49,8 +57,8 @@ pub struct DeliveryPass {
 enum PartOutcome {
     /// Posted, with the platform's id for it (not yet recorded).
     Posted(String),
-    Wait(Duration),
-    Failed,
+    /// A transition that ends the pass (wait, fail).
+    End(Transition, DeliveryOutcome),
 }
 
 /// Reconciling an interrupted send.
@@ -66,12 +74,9 @@ enum Reconciled {
 }
 
 pub struct Delivery<'a> {
-    pub pool: &'a PgPool,
+    pub writer: &'a TurnWriter,
     pub client: &'a reqwest::Client,
     pub settings: &'a DispatchSettings,
-    /// The lease owner of the job being delivered: each part posted renews its lease, so a
-    /// long answer (many parts, slow platform) does not outlive it mid-delivery.
-    pub owner: uuid::Uuid,
 }
 
 /// What a delivery pass works from.
@@ -79,36 +84,37 @@ pub struct Outgoing {
     pub message: MessageRow,
     pub connector: Arc<Connector>,
     pub parts: Vec<ReplyPart>,
-    /// A part the caller's transaction has just marked `sending` for this pass (the
-    /// stored answer's part 0): it is posted, not reconciled as an interrupted send.
+    /// A part a committed transition has just marked `sending` for this pass (the stored
+    /// answer's part 0): it is posted, not reconciled as an interrupted send.
     pub marked: Option<i32>,
 }
 
-/// A pass's database writes: the transaction still open (its writes go out with the next
-/// commit) and the tenant to open the next one for.
-///
-/// Every commit carries as much as is known at that point: the caller's transaction (the
-/// claim, or the stored answer) also marks the first part `sending`; the transaction that
-/// settles a posted part also marks the next one `sending`; the last one also records the
-/// delivery and finishes the job. A platform request is only ever made with nothing left
-/// uncommitted, and a part is `sending` in a committed row before its request leaves.
-struct Writes {
-    tenant: TenantId,
-    open: Option<TenantTx>,
-}
-
-impl Writes {
-    async fn tx(&mut self, pool: &PgPool) -> Result<&mut TenantTx, sqlx::Error> {
-        if self.open.is_none() {
-            self.open = Some(TenantTx::begin(pool, self.tenant).await?);
-        }
-        Ok(self.open.as_mut().expect("opened above"))
-    }
-
-    async fn commit(&mut self) -> Result<(), sqlx::Error> {
-        match self.open.take() {
-            Some(tx) => tx.commit().await,
-            None => Ok(()),
+impl Outgoing {
+    /// A freshly stored answer: its parts exactly as created, part 0 marked `sending`.
+    pub fn fresh(message: MessageRow, connector: Arc<Connector>, parts: Vec<String>) -> Self {
+        let parts = (0..)
+            .zip(parts)
+            .map(|(part_index, content)| ReplyPart {
+                part_index,
+                content,
+                status: if part_index == 0 {
+                    PartStatus::Sending
+                } else {
+                    PartStatus::Pending
+                },
+                platform_message_id: None,
+                delivery_status: None,
+                attempts: i32::from(part_index == 0),
+                last_error: None,
+                sending_since: None,
+                sent_at: None,
+            })
+            .collect();
+        Self {
+            message,
+            connector,
+            parts,
+            marked: Some(0),
         }
     }
 }
@@ -132,76 +138,118 @@ impl Delivery<'_> {
         }))
     }
 
-    /// One delivery pass over the parts not yet posted, continuing `tx` (the caller's open
-    /// transaction, committed before the first platform request). When every part is
-    /// posted, or one failed for good, the job is finished in the pass's last commit.
-    pub async fn run(&self, tx: TenantTx, outgoing: &Outgoing) -> anyhow::Result<DeliveryPass> {
-        let message = outgoing.message.id;
-        let mut writes = Writes {
-            tenant: tx.tenant(),
-            open: Some(tx),
-        };
+    /// One delivery pass over the parts not yet posted. When every part is posted, or one
+    /// failed for good, the job is finished in the pass's last transition.
+    pub async fn run(&self, job: &Job, outgoing: &Outgoing) -> anyhow::Result<DeliveryPass> {
         let mut platform_time = Duration::ZERO;
-        let mut outcome = DeliveryOutcome::Delivered;
-        // The last part posted in this pass, recorded with the delivery in one statement.
-        let mut last_sent = None;
-        for part in &outgoing.parts {
-            let result = match part.status.as_str() {
-                "sent" => continue,
-                "failed" => PartOutcome::Failed,
+        let mut marked = outgoing.marked;
+        let pending: Vec<&ReplyPart> = outgoing
+            .parts
+            .iter()
+            .filter(|part| part.status != PartStatus::Sent)
+            .collect();
+        if pending.is_empty() {
+            let outcome = self
+                .transition(
+                    job,
+                    Transition::Delivered { last: None },
+                    DeliveryOutcome::Delivered,
+                )
+                .await?;
+            return Ok(DeliveryPass {
+                outcome,
+                platform_time,
+            });
+        }
+        for (position, part) in pending.iter().enumerate() {
+            let is_marked = marked == Some(part.part_index);
+            let result = match part.status {
+                PartStatus::Failed => PartOutcome::End(
+                    Transition::PartFailed {
+                        part: part.part_index,
+                        error: part.last_error.clone().unwrap_or_else(|| "failed".into()),
+                    },
+                    DeliveryOutcome::Stopped,
+                ),
                 _ => {
-                    let marked = outgoing.marked == Some(part.part_index);
-                    self.deliver_part(&mut writes, outgoing, part, marked, &mut platform_time)
+                    self.deliver_part(job, outgoing, part, is_marked, &mut platform_time)
                         .await?
                 }
             };
-            match result {
-                PartOutcome::Posted(platform_id) if part.part_index == last_index(outgoing) => {
-                    last_sent = Some((part.part_index, platform_id));
+            let (transition, outcome) = match result {
+                PartOutcome::Posted(platform_id) => match pending.get(position + 1) {
+                    None => (
+                        Transition::Delivered {
+                            last: Some((part.part_index, platform_id)),
+                        },
+                        DeliveryOutcome::Delivered,
+                    ),
+                    Some(next) => {
+                        // The next part's `sending` mark rides on this commit, and the
+                        // lease check with it: a lost lease stops the pass here.
+                        let next_sending = (next.status == PartStatus::Pending).then_some(next.part_index);
+                        let posted = Transition::PartPosted {
+                            part: part.part_index,
+                            platform_id,
+                            next: next_sending,
+                        };
+                        let outcome = self.transition(job, posted, DeliveryOutcome::Wait).await?;
+                        if outcome == DeliveryOutcome::LeaseLost {
+                            return Ok(DeliveryPass {
+                                outcome,
+                                platform_time,
+                            });
+                        }
+                        marked = next_sending;
+                        continue;
+                    }
+                },
+                PartOutcome::End(_, DeliveryOutcome::LeaseLost) => {
+                    let outcome = DeliveryOutcome::LeaseLost;
+                    return Ok(DeliveryPass {
+                        outcome,
+                        platform_time,
+                    });
                 }
-                PartOutcome::Posted(platform_id) => {
-                    let tx = writes.tx(self.pool).await?;
-                    replies::mark_sent(tx, message, part.part_index, &platform_id).await?;
-                    let lease = Duration::from_secs(self.settings.lease_secs);
-                    db::queue::renew_lease(tx, message, self.owner, lease).await?;
-                }
-                PartOutcome::Wait(delay) => {
-                    outcome = DeliveryOutcome::Wait(delay);
-                    break;
-                }
-                PartOutcome::Failed => {
-                    replies::fail_remaining(writes.tx(self.pool).await?, message, part.part_index).await?;
-                    outcome = DeliveryOutcome::Stopped;
-                    break;
-                }
-            }
+                PartOutcome::End(transition, outcome) => (transition, outcome),
+            };
+            let outcome = self.transition(job, transition, outcome).await?;
+            return Ok(DeliveryPass {
+                outcome,
+                platform_time,
+            });
         }
-        match outcome {
-            DeliveryOutcome::Delivered => {
-                let last_sent = last_sent.as_ref().map(|(part, id)| (*part, id.as_str()));
-                replies::mark_delivered(writes.tx(self.pool).await?, message, last_sent).await?;
-            }
-            DeliveryOutcome::Stopped => db::queue::finish(writes.tx(self.pool).await?, message).await?,
-            DeliveryOutcome::Wait(_) => {}
+        unreachable!("the loop returns at the last pending part")
+    }
+
+    /// Applies a transition of the job's turn: `outcome` when it was applied.
+    async fn transition(
+        &self,
+        job: &Job,
+        transition: Transition,
+        outcome: DeliveryOutcome,
+    ) -> anyhow::Result<DeliveryOutcome> {
+        let change = Change {
+            message: job.message_id,
+            lease: job.lease,
+            transition,
+        };
+        match self.writer.apply(job.tenant_id, change).await? {
+            Applied::LeaseLost => Ok(DeliveryOutcome::LeaseLost),
+            Applied::Done | Applied::Stored { .. } => Ok(outcome),
         }
-        writes.commit().await?;
-        Ok(DeliveryPass {
-            outcome,
-            platform_time,
-        })
     }
 
     async fn deliver_part(
         &self,
-        writes: &mut Writes,
+        job: &Job,
         outgoing: &Outgoing,
         part: &ReplyPart,
         marked: bool,
         platform_time: &mut Duration,
     ) -> anyhow::Result<PartOutcome> {
-        let message = outgoing.message.id;
-        if part.status == "sending" && !marked {
-            writes.commit().await?;
+        let index = part.part_index;
+        if part.status == PartStatus::Sending && !marked {
             let started = Instant::now();
             let reconciled = self.reconcile(outgoing, part).await;
             *platform_time += started.elapsed();
@@ -209,33 +257,32 @@ impl Delivery<'_> {
                 Reconciled::Found(platform_id) => return Ok(PartOutcome::Posted(platform_id)),
                 Reconciled::Absent => {}
                 Reconciled::Later(delay) if part.attempts < self.max_attempts() => {
-                    return Ok(PartOutcome::Wait(delay))
+                    return Ok(wait(index, "send outcome not known yet".into(), true, delay));
                 }
                 Reconciled::Later(_) => {
                     let error = "outcome unknown after the last attempt; not resent";
-                    return self.fail(writes, message, part, error).await;
+                    return Ok(failed(index, error.into()));
                 }
-                Reconciled::GiveUp(error) => return self.fail(writes, message, part, &error).await,
+                Reconciled::GiveUp(error) => return Ok(failed(index, error)),
             }
         }
-        self.send(writes, outgoing, part, marked, platform_time).await
+        if !marked {
+            let mark = Transition::MarkSending { part: index };
+            if self.transition(job, mark, DeliveryOutcome::Wait).await? == DeliveryOutcome::LeaseLost {
+                return Ok(PartOutcome::End(Transition::Skipped, DeliveryOutcome::LeaseLost));
+            }
+        }
+        Ok(self.send(outgoing, part, marked, platform_time).await)
     }
 
     async fn send(
         &self,
-        writes: &mut Writes,
         outgoing: &Outgoing,
         part: &ReplyPart,
         marked: bool,
         platform_time: &mut Duration,
-    ) -> anyhow::Result<PartOutcome> {
-        let message = outgoing.message.id;
-        if !marked {
-            replies::mark_sending(writes.tx(self.pool).await?, message, part.part_index).await?;
-        }
-        writes.commit().await?;
-
-        let key = replies::part_key(message, part.part_index);
+    ) -> PartOutcome {
+        let key = replies::part_key(outgoing.message.id, part.part_index);
         let outbound = OutboundPart {
             connector: &outgoing.connector,
             message: &outgoing.message,
@@ -248,36 +295,32 @@ impl Delivery<'_> {
         metrics::histogram!("reply_send_seconds").record(started.elapsed().as_secs_f64());
         let platform = outgoing.connector.platform.as_str();
         let attempts = if marked { part.attempts } else { part.attempts + 1 };
-        let tx = writes.tx(self.pool).await?;
-        let result = match outcome {
+        let index = part.part_index;
+        match outcome {
             SendOutcome::Sent(platform_id) => {
                 metrics::counter!("replies_sent_total", "platform" => platform).increment(1);
                 PartOutcome::Posted(platform_id)
             }
             SendOutcome::RateLimited { retry_after, error } => {
-                replies::mark_pending(tx, message, part.part_index, &error).await?;
                 metrics::counter!("replies_rate_limited_total", "platform" => platform).increment(1);
-                PartOutcome::Wait(retry_after.min(Duration::from_millis(self.settings.retry_max_ms)))
+                let delay = retry_after.min(Duration::from_millis(self.settings.retry_max_ms));
+                wait(index, error, false, delay)
             }
             SendOutcome::NotSent { error } if attempts < self.max_attempts() => {
-                replies::mark_pending(tx, message, part.part_index, &error).await?;
-                PartOutcome::Wait(self.backoff(attempts))
+                wait(index, error, false, self.backoff(attempts))
             }
             SendOutcome::Unknown { error } if attempts < self.max_attempts() => {
-                tracing::warn!(%error, part = part.part_index, "reply send outcome unknown; will reconcile");
-                replies::note_error(tx, message, part.part_index, &error).await?;
-                PartOutcome::Wait(self.backoff(attempts))
+                tracing::warn!(%error, part = index, "reply send outcome unknown; will reconcile");
+                wait(index, error, true, self.backoff(attempts))
             }
             SendOutcome::NotSent { error }
             | SendOutcome::Unknown { error }
             | SendOutcome::Permanent { error } => {
-                tracing::warn!(%error, part = part.part_index, "reply part failed");
-                replies::mark_failed(tx, message, part.part_index, &error).await?;
+                tracing::warn!(%error, part = index, "reply part failed");
                 metrics::counter!("replies_failed_total", "platform" => platform).increment(1);
-                PartOutcome::Failed
+                failed(index, error)
             }
-        };
-        Ok(result)
+        }
     }
 
     async fn reconcile(&self, outgoing: &Outgoing, part: &ReplyPart) -> Reconciled {
@@ -312,26 +355,25 @@ impl Delivery<'_> {
         }
     }
 
-    async fn fail(
-        &self,
-        writes: &mut Writes,
-        message: MessageId,
-        part: &ReplyPart,
-        error: &str,
-    ) -> anyhow::Result<PartOutcome> {
-        replies::mark_failed(writes.tx(self.pool).await?, message, part.part_index, error).await?;
-        Ok(PartOutcome::Failed)
-    }
-
     fn max_attempts(&self) -> i32 {
         i32::try_from(self.settings.reply_max_attempts).unwrap_or(i32::MAX)
     }
 
     fn backoff(&self, attempts: i32) -> Duration {
-        crate::dispatch::agent::backoff(self.settings, u32::try_from(attempts).unwrap_or(1), None)
+        crate::retry::backoff(self.settings, u32::try_from(attempts).unwrap_or(1), None)
     }
 }
 
-fn last_index(outgoing: &Outgoing) -> i32 {
-    outgoing.parts.last().map_or(-1, |part| part.part_index)
+fn wait(part: i32, error: String, in_doubt: bool, delay: Duration) -> PartOutcome {
+    let transition = Transition::PartWait {
+        part,
+        error,
+        in_doubt,
+        delay,
+    };
+    PartOutcome::End(transition, DeliveryOutcome::Wait)
+}
+
+fn failed(part: i32, error: String) -> PartOutcome {
+    PartOutcome::End(Transition::PartFailed { part, error }, DeliveryOutcome::Stopped)
 }

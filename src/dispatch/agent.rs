@@ -8,12 +8,10 @@
 use std::time::Duration;
 
 use axum::http::HeaderMap;
-use rand::Rng;
 use reqwest::StatusCode;
 
 use super::payload::{parse_answer, DispatchOut};
 use super::signature;
-use crate::settings::DispatchSettings;
 
 /// What one agent call came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,27 +65,62 @@ pub async fn call(
         .body(body)
         .send()
         .await;
+    let host = host_of(url);
     match response {
-        Ok(response) => classify(response).await,
-        Err(err) if err.is_timeout() => retryable("timeout", err.to_string(), None),
-        Err(err) => retryable("connect", without_url(err).to_string(), None),
+        Ok(response) => classify(response, &host).await,
+        Err(err) if err.is_timeout() => {
+            retryable("timeout", format!("agent {host}: no answer in time"), None)
+        }
+        Err(err) => retryable("connect", format!("agent {host}: {}", cause(&err)), None),
     }
 }
 
-async fn classify(response: reqwest::Response) -> CallOutcome {
+/// `host:port` of the agent URL, for errors: enough to tell which agent failed, without the
+/// path or query, which may hold a token.
+fn host_of(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(url) => match (url.host_str(), url.port_or_known_default()) {
+            (Some(host), Some(port)) => format!("{host}:{port}"),
+            (Some(host), None) => host.to_owned(),
+            _ => "(no host)".to_owned(),
+        },
+        Err(_) => "(invalid URL)".to_owned(),
+    }
+}
+
+/// The innermost cause of a transport error ("Connection refused (os error 111)",
+/// "dns error: …"), without the URL reqwest would print.
+fn cause(err: &reqwest::Error) -> String {
+    let mut source: &dyn std::error::Error = err;
+    while let Some(inner) = source.source() {
+        source = inner;
+    }
+    let kind = if err.is_connect() { "cannot connect: " } else { "" };
+    format!("{kind}{source}")
+}
+
+async fn classify(response: reqwest::Response, host: &str) -> CallOutcome {
     let status = response.status();
     let retry_after = retry_after(response.headers());
     let body = match response.bytes().await {
         Ok(body) => body,
-        Err(err) => return retryable("read_body", without_url(err).to_string(), None),
+        Err(err) => {
+            return retryable(
+                "read_body",
+                format!("agent {host}: answer cut off: {}", cause(&err)),
+                None,
+            )
+        }
     };
     if status.is_success() {
         return match parse_answer(&body) {
             Ok(parts) => CallOutcome::Answered(parts),
-            Err(err) => retryable("invalid_answer", err.to_string(), None),
+            Err(err) => retryable("invalid_answer", format!("agent {host}: {err}"), None),
         };
     }
-    let error = format!("agent answered {status}: {}", snippet(&body));
+    // The body is not kept: the agent URL is the tenant's to set, and what a server the
+    // tenant chose answers must not come back through the admin API.
+    let error = format!("agent {host} answered {status}");
     if status == StatusCode::TOO_MANY_REQUESTS {
         retryable("rate_limited", error, retry_after)
     } else if status.is_server_error() {
@@ -108,17 +141,6 @@ fn retryable(reason: &'static str, error: String, retry_after: Option<Duration>)
     }
 }
 
-/// reqwest errors print the URL, which may hold a token in its query string.
-fn without_url(err: reqwest::Error) -> reqwest::Error {
-    err.without_url()
-}
-
-/// The start of an error body, enough to diagnose, too short to flood `last_error`.
-fn snippet(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(body);
-    text.chars().take(300).collect()
-}
-
 /// `Retry-After` in delta-seconds (the form agents and proxies send; an HTTP date is
 /// treated as absent and the normal backoff applies).
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
@@ -126,47 +148,9 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     value.trim().parse::<u64>().ok().map(Duration::from_secs)
 }
 
-/// Delay before attempt `attempt + 1`, after `attempt` failed calls (1-based): exponential
-/// from `retry_base_ms`, capped at `retry_max_ms`, with full jitter (uniform in [0, cap]) so
-/// that many jobs failing together do not retry together. An agent's `Retry-After` is
-/// honoured as a floor, within the same cap.
-pub fn backoff(settings: &DispatchSettings, attempt: u32, retry_after: Option<Duration>) -> Duration {
-    let exponent = attempt.saturating_sub(1).min(30);
-    let ceiling = settings
-        .retry_base_ms
-        .saturating_mul(1u64 << exponent)
-        .min(settings.retry_max_ms);
-    let jittered = if ceiling == 0 {
-        0
-    } else {
-        rand::thread_rng().gen_range(0..=ceiling)
-    };
-    let floor = retry_after.map_or(0, |d| (d.as_millis() as u64).min(settings.retry_max_ms));
-    Duration::from_millis(jittered.max(floor))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_grows_exponentially_within_the_cap_and_honours_retry_after() {
-        let settings = DispatchSettings {
-            retry_base_ms: 100,
-            retry_max_ms: 1000,
-            ..Default::default()
-        };
-        for _ in 0..50 {
-            assert!(backoff(&settings, 1, None) <= Duration::from_millis(100));
-            assert!(backoff(&settings, 3, None) <= Duration::from_millis(400));
-            assert!(backoff(&settings, 30, None) <= Duration::from_millis(1000));
-            assert!(backoff(&settings, 1, Some(Duration::from_millis(700))) >= Duration::from_millis(700));
-            assert_eq!(
-                backoff(&settings, 1, Some(Duration::from_secs(3600))),
-                Duration::from_millis(1000)
-            );
-        }
-    }
 
     #[test]
     fn retry_after_reads_delta_seconds_only() {

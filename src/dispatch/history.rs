@@ -6,6 +6,8 @@
 //! when there is one. A linked user's history spans all their platforms (`user_id`); an
 //! unlinked sender's is their own conversation key.
 
+use std::collections::HashMap;
+
 use super::payload::ChatMessage;
 use crate::db::messages::MessageRow;
 use crate::db::TenantTx;
@@ -85,6 +87,69 @@ pub async fn load_scope(
     let mut turns = query.fetch_all(tx.conn()).await?;
     turns.reverse();
     Ok(turns.into_iter().flat_map(into_messages).collect())
+}
+
+/// One history row of a batch read: whose history it belongs to.
+#[derive(sqlx::FromRow)]
+struct BatchTurn {
+    for_id: MessageId,
+    #[sqlx(flatten)]
+    turn: Turn,
+}
+
+/// Reads the histories of several turns of one tenant (a claimed batch) in at most two
+/// statements, one for linked users and one for unlinked senders: the same rule as `load`,
+/// each turn's history strictly older than itself. Keyed by the turn's id.
+pub async fn load_many(
+    tx: &mut TenantTx,
+    messages: &[&MessageRow],
+) -> Result<HashMap<MessageId, Vec<ChatMessage>>, sqlx::Error> {
+    let mut histories: HashMap<MessageId, Vec<ChatMessage>> =
+        messages.iter().map(|m| (m.id, Vec::new())).collect();
+    let (linked, unlinked): (Vec<&MessageRow>, Vec<&MessageRow>) =
+        messages.iter().partition(|m| m.user_id.is_some());
+    for (group, who) in [
+        (linked, "h.user_id = m.who"),
+        (unlinked, "h.user_id is null and h.conversation_key = m.who"),
+    ] {
+        if group.is_empty() {
+            continue;
+        }
+        let ids: Vec<MessageId> = group.iter().map(|m| m.id).collect();
+        let keys: Vec<&str> = group
+            .iter()
+            .map(|m| m.user_id.as_deref().unwrap_or(&m.conversation_key))
+            .collect();
+        let received: Vec<chrono::DateTime<chrono::Utc>> = group.iter().map(|m| m.received_at).collect();
+        let sql = format!(
+            "select m.id as for_id, h.request_content, h.response_content
+               from unnest($2::uuid[], $3::text[], $4::timestamptz[]) as m(id, who, received_at)
+               cross join lateral (
+                     select h.request_content, h.response_content, h.received_at, h.id
+                       from channel_messages h
+                      where h.tenant_id = $1 and {who}
+                        and (h.status in ('executed', 'dispatch_failed') or h.status like 'denied\\_%')
+                        and btrim(h.request_content) <> ''
+                        and (h.received_at, h.id) < (m.received_at, m.id)
+                      order by h.received_at desc, h.id desc
+                      limit $5) h
+              order by m.id, h.received_at, h.id"
+        );
+        let rows: Vec<BatchTurn> = sqlx::query_as(&sql)
+            .bind(tx.tenant())
+            .bind(&ids)
+            .bind(&keys)
+            .bind(&received)
+            .bind(HISTORY_TURNS)
+            .fetch_all(tx.conn())
+            .await?;
+        for row in rows {
+            if let Some(history) = histories.get_mut(&row.for_id) {
+                history.extend(into_messages(row.turn));
+            }
+        }
+    }
+    Ok(histories)
 }
 
 fn into_messages(turn: Turn) -> Vec<ChatMessage> {

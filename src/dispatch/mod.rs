@@ -1,47 +1,57 @@
 //! The dispatch worker: turns queued user turns into agent calls, in order per conversation,
 //! each with the user's recent history (DESIGN.md "Pipeline", "Ordering").
 //!
-//! A step claims one job and, in the same transaction, prepares it (mark `dispatching`, read
-//! the tenant, the history and the connector); calls the agent; stores the answer and its
-//! reply parts in a second transaction that also marks the first part `sending`; posts the
-//! parts (`crate::delivery`), and settles the last one, records the delivery and removes
-//! the job in a third. Three commits for a one-part answer. A crash anywhere leaves the job
-//! leased; when the lease runs out it is claimed again and the agent sees the same
+//! `Worker::claim` takes a batch of jobs (each the head of its conversation) and prepares
+//! them in the claim's own transaction: grouped by tenant, each group marked `dispatching`
+//! in one statement, its histories read in at most two and its connectors in one, then one
+//! commit for the whole batch. `Worker::run_job` then works one claimed job with no
+//! database connection held while it waits on the agent or the platform: it calls the
+//! agent, hands the answer to the turn writer (`writer`, many turns per commit; the same
+//! commit marks the first part `sending`), posts the parts (`crate::delivery`) and records
+//! the delivery, which removes the job, through the writer again. Three commits for a
+//! one-part answer, each shared with other turns. A crash anywhere leaves the job leased;
+//! when the lease runs out it is claimed again and the agent sees the same
 //! `Idempotency-Key`.
 //!
-//! Each step records `dispatch_phase_seconds{phase}` (claim, prepare, agent, reply),
-//! `dispatch_history_seconds` (the history read inside prepare) and `dispatch_own_seconds`:
-//! the step's time minus the agent call and the platform requests, which is what the worker
-//! itself costs per turn.
+//! `dispatcher` runs this: one claimer per instance feeding a bounded in-flight set.
+//! `Worker::step` claims one job and runs it to the end, for tests and tools that drive the
+//! worker deterministically.
+//!
+//! Retries are scheduled in the queue by time: a retryable agent failure puts the job back
+//! after an exponential, jittered delay (`crate::retry`) until the retry horizon
+//! (`CB_DISPATCH_RETRY_HORIZON_SECS`, counted from when the job was queued) or the optional
+//! attempt limit is reached.
 
 pub mod agent;
+pub mod dispatcher;
 pub mod history;
 pub mod payload;
 pub mod signature;
 pub mod wakeup;
+pub mod writer;
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use secrecy::ExposeSecret;
-use sqlx::PgPool;
-use tokio::sync::watch;
-use uuid::Uuid;
+use sqlx::{PgPool, Postgres, Transaction};
 
 use self::agent::CallOutcome;
 use self::payload::ChatMessage;
-use self::wakeup::Wakeup;
+use self::writer::TurnWriter;
 use crate::cache::ConfigCache;
-use crate::db::messages::{MessageRow, ReplyPart};
-use crate::db::queue::{Job, Queue};
+use crate::db::messages::MessageRow;
+use crate::db::queue::{ClaimRequest, Job, Queue, Stage};
 use crate::db::tenants::TenantRow;
-use crate::db::{self, TenantTx};
+use crate::db::turns::{self, Applied, Change, Transition};
+use crate::db::TenantTx;
 use crate::delivery::{split, Delivery, DeliveryOutcome, Outgoing};
-use crate::domain::{Connector, MessageId, Platform};
+use crate::domain::{Connector, MessageId, Platform, TenantId};
 use crate::settings::ServeSettings;
 
-/// What one `step` did; tests drive the worker with it instead of sleeping.
+/// What one job came to; tests drive the worker with it instead of sleeping.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StepOutcome {
     /// Nothing was ready.
@@ -56,9 +66,39 @@ pub enum StepOutcome {
     Delivered(MessageId),
     /// The job's message was gone or already finished; the job was dropped.
     Skipped(MessageId),
+    /// The job's lease was lost (it was claimed again): this holder stopped.
+    LeaseLost(MessageId),
 }
 
-/// Everything a dispatch needs after the first transaction.
+/// A claimed job and what its claim prepared for it.
+pub struct Claimed {
+    pub job: Job,
+    work: Work,
+}
+
+impl Claimed {
+    /// The operator's cap on the job's tenant, when the claim read the tenant.
+    fn tenant_cap(&self) -> Option<usize> {
+        match &self.work {
+            Work::Dispatch(prepared) => prepared
+                .tenant
+                .max_in_flight
+                .and_then(|cap| usize::try_from(cap).ok()),
+            _ => None,
+        }
+    }
+}
+
+enum Work {
+    Dispatch(Box<Prepared>),
+    Deliver(Box<Outgoing>),
+    /// The message is gone or already finished.
+    Skip,
+    /// A reply whose message or connector is gone: nothing can be posted.
+    Abandon,
+}
+
+/// Everything a dispatch needs after the claim's transaction.
 struct Prepared {
     message: MessageRow,
     history: Vec<ChatMessage>,
@@ -68,7 +108,7 @@ struct Prepared {
     connector: Option<Arc<Connector>>,
 }
 
-/// Time a step spent waiting on others (the agent, the platform), to tell the worker's own
+/// Time a job spent waiting on others (the agent, the platform), to tell the worker's own
 /// cost apart.
 #[derive(Default)]
 struct Waited(Duration);
@@ -84,33 +124,41 @@ pub struct Worker {
     client: reqwest::Client,
     /// For the platforms' send APIs: shorter timeouts than an agent call.
     platform_client: reqwest::Client,
-    /// This instance's lease owner id.
-    owner: Uuid,
+    writer: TurnWriter,
     /// Tenant settings (shared with the instance's admin API, which forgets what it changes).
     cache: Arc<ConfigCache>,
     clock: fn() -> i64,
 }
 
 impl Worker {
+    /// A worker on the current runtime (its turn writer's tasks start here).
     pub fn new(pool: PgPool, settings: Arc<ServeSettings>, clock: fn() -> i64) -> anyhow::Result<Self> {
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(settings.dispatch.agent_timeout_secs))
             .connect_timeout(Duration::from_secs(5))
+            .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("channel-bridge/", env!("CARGO_PKG_VERSION")))
             .build()
             .context("Failed to build the agent HTTP client")?;
         let platform_client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(15))
+            .timeout(Duration::from_secs(settings.dispatch.platform_timeout_secs))
             .connect_timeout(Duration::from_secs(5))
+            .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("channel-bridge/", env!("CARGO_PKG_VERSION")))
             .build()
             .context("Failed to build the platform HTTP client")?;
+        let writer = TurnWriter::spawn(
+            pool.clone(),
+            settings.state_writers,
+            settings.state_batch_max,
+            Duration::from_secs(settings.dispatch.lease_secs),
+        );
         Ok(Self {
             queue: Queue::new(pool.clone()),
             pool,
             client,
             platform_client,
-            owner: Uuid::new_v4(),
+            writer,
             clock,
             cache: Arc::new(ConfigCache::new(Duration::from_secs(settings.config_cache_secs))),
             settings,
@@ -124,41 +172,187 @@ impl Worker {
         self
     }
 
+    pub fn settings(&self) -> &ServeSettings {
+        &self.settings
+    }
+
+    pub fn queue(&self) -> &Queue {
+        &self.queue
+    }
+
     fn lease(&self) -> Duration {
         Duration::from_secs(self.settings.dispatch.lease_secs)
     }
 
-    /// Claims and runs one job, if one is ready.
+    /// Claims one job, if one is ready, and runs it to the end.
     pub async fn step(&self) -> anyhow::Result<StepOutcome> {
+        let request = ClaimRequest {
+            wanted: 1,
+            room: Vec::new(),
+            default_room: 1,
+            lease: self.lease(),
+        };
+        let mut claimed = self.claim(&request).await?;
+        match claimed.pop() {
+            Some(claimed) => self.run_job(claimed).await,
+            None => Ok(StepOutcome::Empty),
+        }
+    }
+
+    /// Claims up to `request.wanted` jobs and prepares them, in one transaction. When the
+    /// preparation fails, the batch's jobs are put back with a backoff (a job that fails
+    /// every time must not be claimed again at once) and the error is returned.
+    pub async fn claim(&self, request: &ClaimRequest) -> anyhow::Result<Vec<Claimed>> {
         let started = Instant::now();
-        let Some((job, tx)) = self
-            .queue
-            .claim(self.lease(), self.owner)
-            .await
-            .context("Failed to claim a job")?
-        else {
-            return Ok(StepOutcome::Empty);
+        let Some((jobs, tx)) = self.queue.claim(request).await.context("Failed to claim jobs")? else {
+            return Ok(Vec::new());
         };
         phase("claim", started);
+        metrics::histogram!("dispatch_claim_batch_size").record(jobs.len() as f64);
+        let started = Instant::now();
+        match self.prepare(tx, &jobs).await {
+            Ok(claimed) => {
+                phase("prepare", started);
+                Ok(claimed)
+            }
+            Err(err) => {
+                for job in &jobs {
+                    let attempts = u32::try_from(job.attempts).unwrap_or(1);
+                    let delay = crate::retry::backoff(&self.settings.dispatch, attempts, None);
+                    let _ = self.queue.retry_later(job.message_id, job.lease, delay).await;
+                }
+                Err(err.context("Failed to prepare claimed jobs"))
+            }
+        }
+    }
+
+    /// In the claim's transaction, tenant by tenant: mark the turns `dispatching`, read
+    /// tenant, histories and connectors (or a reply's parts), then commit.
+    async fn prepare(
+        &self,
+        tx: Transaction<'static, Postgres>,
+        jobs: &[Job],
+    ) -> anyhow::Result<Vec<Claimed>> {
+        let mut by_tenant: Vec<&Job> = jobs.iter().collect();
+        by_tenant.sort_by_key(|job| job.tenant_id);
+        let Some(first) = by_tenant.first() else {
+            tx.rollback().await?;
+            return Ok(Vec::new());
+        };
+        let mut tx = TenantTx::after_claim(tx, first.tenant_id).await?;
+        let mut claimed = Vec::with_capacity(jobs.len());
+        for group in by_tenant.chunk_by(|a, b| a.tenant_id == b.tenant_id) {
+            tx.switch_tenant(group[0].tenant_id).await?;
+            claimed.extend(self.prepare_tenant(&mut tx, group).await?);
+        }
+        tx.commit().await?;
+        Ok(claimed)
+    }
+
+    async fn prepare_tenant(&self, tx: &mut TenantTx, jobs: &[&Job]) -> anyhow::Result<Vec<Claimed>> {
+        let tenant_id = tx.tenant();
+        let tenant = self.cache.tenant(tx.conn(), tenant_id).await?;
+        let mut claimed = Vec::with_capacity(jobs.len());
+        let (dispatch, reply): (Vec<&Job>, Vec<&Job>) =
+            jobs.iter().partition(|job| job.stage == Stage::Dispatch);
+        for job in reply {
+            let work = match Delivery::load(tx, job.message_id).await? {
+                Some(outgoing) => Work::Deliver(Box::new(outgoing)),
+                None => Work::Abandon,
+            };
+            claimed.push(Claimed {
+                job: (*job).clone(),
+                work,
+            });
+        }
+        if dispatch.is_empty() {
+            return Ok(claimed);
+        }
+        let Some(tenant) = tenant else {
+            claimed.extend(dispatch.into_iter().map(|job| Claimed {
+                job: job.clone(),
+                work: Work::Skip,
+            }));
+            return Ok(claimed);
+        };
+        let ids: Vec<MessageId> = dispatch.iter().map(|job| job.message_id).collect();
+        let mut messages: HashMap<MessageId, MessageRow> = turns::begin_dispatch(tx, &ids)
+            .await?
+            .into_iter()
+            .map(|row| (row.id, row))
+            .collect();
+        let rows: Vec<&MessageRow> = messages.values().collect();
+        let mut histories = read_histories_or_empty(tx, &rows).await;
+        let connectors = self.connectors_of(tx, &rows).await?;
+        for job in dispatch {
+            let work = match messages.remove(&job.message_id) {
+                Some(message) => Work::Dispatch(Box::new(Prepared {
+                    history: histories.remove(&message.id).unwrap_or_default(),
+                    connector: connectors.get(&message.connector_id).cloned(),
+                    tenant: tenant.clone(),
+                    message,
+                })),
+                None => Work::Skip,
+            };
+            claimed.push(Claimed {
+                job: job.clone(),
+                work,
+            });
+        }
+        Ok(claimed)
+    }
+
+    /// The connectors the answers go to, read fresh rather than from a cache: a token
+    /// rotated a moment ago must not fail the reply.
+    async fn connectors_of(
+        &self,
+        tx: &mut TenantTx,
+        messages: &[&MessageRow],
+    ) -> Result<HashMap<crate::domain::ConnectorId, Arc<Connector>>, sqlx::Error> {
+        let ids: Vec<crate::domain::ConnectorId> = messages
+            .iter()
+            .map(|m| m.connector_id)
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        if ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let connectors = crate::db::connectors::get_many(tx, &ids).await?;
+        Ok(connectors.into_iter().map(|c| (c.id, Arc::new(c))).collect())
+    }
+
+    /// Works one claimed job to its outcome.
+    pub async fn run_job(&self, claimed: Claimed) -> anyhow::Result<StepOutcome> {
+        let started = Instant::now();
+        let job = claimed.job;
         let span = tracing::info_span!("job", tenant_id = %job.tenant_id, message_id = %job.message_id, stage = %job.stage);
         let mut waited = Waited::default();
         let work = async {
-            match job.stage.as_str() {
-                "reply" => self.deliver(&job, tx, &mut waited).await,
-                _ => self.dispatch(&job, tx, &mut waited).await,
+            match claimed.work {
+                Work::Dispatch(prepared) => self.dispatch(&job, *prepared, &mut waited).await,
+                Work::Deliver(outgoing) => self.deliver(&job, &outgoing, &mut waited).await,
+                Work::Skip => {
+                    self.conclude(&job, Transition::Skipped, StepOutcome::Skipped(job.message_id))
+                        .await
+                }
+                Work::Abandon => {
+                    let error = "not posted: the message or its connector was deleted".to_owned();
+                    let abandoned = Transition::Abandoned { error };
+                    self.conclude(&job, abandoned, StepOutcome::Skipped(job.message_id))
+                        .await
+                }
             }
         };
         let outcome = tracing::Instrument::instrument(work, span).await;
         let own = started.elapsed().saturating_sub(waited.0);
         metrics::histogram!("dispatch_own_seconds").record(own.as_secs_f64());
         if outcome.is_err() {
-            // A database error, maybe before the claim committed (then the lease rolled back
-            // with it): back off, or a job that fails every time would be claimed again at
-            // once by every task. Best effort: with the database gone, the lease or the next
-            // claim decides.
+            // A database error: back off, or a job that fails every time would be claimed
+            // again at once. Best effort: with the database gone, the lease decides.
             let attempts = u32::try_from(job.attempts).unwrap_or(1);
-            let delay = agent::backoff(&self.settings.dispatch, attempts, None);
-            let _ = self.queue.retry_later(job.message_id, self.owner, delay).await;
+            let delay = crate::retry::backoff(&self.settings.dispatch, attempts, None);
+            let _ = self.queue.retry_later(job.message_id, job.lease, delay).await;
         }
         outcome
     }
@@ -166,17 +360,9 @@ impl Worker {
     async fn dispatch(
         &self,
         job: &Job,
-        mut tx: TenantTx,
+        prepared: Prepared,
         waited: &mut Waited,
     ) -> anyhow::Result<StepOutcome> {
-        let started = Instant::now();
-        let Some(prepared) = self.prepare(&mut tx, job).await? else {
-            db::queue::finish(&mut tx, job.message_id).await?;
-            tx.commit().await?;
-            return Ok(StepOutcome::Skipped(job.message_id));
-        };
-        tx.commit().await?;
-        phase("prepare", started);
         let attempts = u32::try_from(prepared.message.attempts).unwrap_or(u32::MAX);
         metrics::counter!("dispatch_attempts_total").increment(1);
         let started = Instant::now();
@@ -184,43 +370,64 @@ impl Worker {
         waited.0 += started.elapsed();
         metrics::histogram!("dispatch_agent_seconds").record(started.elapsed().as_secs_f64());
         phase("agent", started);
+        let id = job.message_id;
         match outcome {
             CallOutcome::Answered(parts) => self.complete(job, prepared, &parts, waited).await,
             CallOutcome::Retryable {
                 reason,
                 error,
                 retry_after,
-            } if attempts < self.settings.dispatch.max_attempts => {
-                tracing::info!(reason, %error, attempts, "agent call failed; will retry");
-                let delay = agent::backoff(&self.settings.dispatch, attempts, retry_after);
-                self.retry(job, &error, delay).await
+            } => {
+                let delay = crate::retry::backoff(&self.settings.dispatch, attempts, retry_after);
+                if self.may_retry(job, attempts, delay) {
+                    tracing::info!(reason, %error, attempts, "agent call failed; will retry");
+                    let retry = Transition::AgentRetry { error, delay };
+                    self.conclude(job, retry, StepOutcome::Retrying(id)).await
+                } else {
+                    tracing::warn!(reason, %error, attempts, "dispatch failed; retries are over");
+                    metrics::counter!("dispatch_failures_total", "reason" => reason).increment(1);
+                    self.conclude(job, Transition::AgentFailed { error }, StepOutcome::Failed(id))
+                        .await
+                }
             }
-            CallOutcome::Retryable { reason, error, .. } | CallOutcome::Permanent { reason, error } => {
+            CallOutcome::Permanent { reason, error } => {
                 tracing::warn!(reason, %error, attempts, "dispatch failed");
                 metrics::counter!("dispatch_failures_total", "reason" => reason).increment(1);
-                self.fail(job, &error).await
+                self.conclude(job, Transition::AgentFailed { error }, StepOutcome::Failed(id))
+                    .await
             }
         }
     }
 
-    /// In the claim's transaction: mark the turn `dispatching`, read tenant, history and
-    /// connector.
-    async fn prepare(&self, tx: &mut TenantTx, job: &Job) -> anyhow::Result<Option<Prepared>> {
-        let Some(tenant) = self.cache.tenant(tx.conn(), job.tenant_id).await? else {
-            return Ok(None);
+    /// Whether a failed call gets another attempt after `delay`: within the attempt limit
+    /// (when one is set) and within the retry horizon, counted from when the job was queued.
+    fn may_retry(&self, job: &Job, attempts: u32, delay: Duration) -> bool {
+        let settings = &self.settings.dispatch;
+        if settings.max_attempts != 0 && attempts >= settings.max_attempts {
+            return false;
+        }
+        let queued_for = (chrono::Utc::now() - job.enqueued_at)
+            .to_std()
+            .unwrap_or_default();
+        queued_for + delay <= Duration::from_secs(settings.retry_horizon_secs)
+    }
+
+    /// Applies a transition that ends this holder's work on the job.
+    async fn conclude(
+        &self,
+        job: &Job,
+        transition: Transition,
+        outcome: StepOutcome,
+    ) -> anyhow::Result<StepOutcome> {
+        let change = Change {
+            message: job.message_id,
+            lease: job.lease,
+            transition,
         };
-        let Some(message) = db::messages::begin_dispatch(tx, job.message_id).await? else {
-            return Ok(None);
-        };
-        let history = read_history_or_empty(tx, &message).await;
-        // Read fresh, not from a cache: a token rotated a moment ago must not fail the reply.
-        let connector = db::connectors::get(tx, message.connector_id).await?.map(Arc::new);
-        Ok(Some(Prepared {
-            message,
-            history,
-            tenant,
-            connector,
-        }))
+        match self.writer.apply(job.tenant_id, change).await? {
+            Applied::LeaseLost => Ok(StepOutcome::LeaseLost(job.message_id)),
+            Applied::Done | Applied::Stored { .. } => Ok(outcome),
+        }
     }
 
     async fn call_agent(&self, prepared: &Prepared) -> CallOutcome {
@@ -237,8 +444,8 @@ impl Worker {
         agent::call(&self.client, url, &secrets, &payload, (self.clock)()).await
     }
 
-    /// Stores the answer and its reply parts, then posts them: the store commits together
-    /// with the first part's `sending` mark.
+    /// Stores the answer and its reply parts (the store commits together with the first
+    /// part's `sending` mark), then posts them.
     async fn complete(
         &self,
         job: &Job,
@@ -249,52 +456,68 @@ impl Worker {
         let started = Instant::now();
         let platform: Platform = prepared.message.platform.parse()?;
         let parts = split::split_parts(platform, answer);
-        let mut tx = TenantTx::begin(&self.pool, job.tenant_id).await?;
-        let first = db::messages::store_answer(&mut tx, job.message_id, &answer.join("\n\n"), &parts).await?;
+        let has_parts = !parts.is_empty();
+        let answered = Transition::Answered {
+            response: answer.join("\n\n"),
+            parts: parts.clone(),
+        };
+        let change = Change {
+            message: job.message_id,
+            lease: job.lease,
+            transition: answered,
+        };
+        let first = match self.writer.apply(job.tenant_id, change).await? {
+            Applied::LeaseLost => return Ok(StepOutcome::LeaseLost(job.message_id)),
+            Applied::Stored { first } => first,
+            Applied::Done => true,
+        };
         if !first {
             tracing::info!("turn was already finished by another attempt; keeping the first answer");
         }
-        if parts.is_empty() {
-            db::replies::mark_delivered(&mut tx, job.message_id, None).await?;
-            tx.commit().await?;
+        if !has_parts {
             return Ok(StepOutcome::Executed(job.message_id));
         }
-        let context = match (first, prepared.connector) {
-            // The parts were created just now, exactly as split, part 0 marked `sending`.
-            (true, Some(connector)) => Outgoing {
-                message: prepared.message,
-                connector,
-                parts: (0..)
-                    .zip(parts)
-                    .map(|(index, content)| ReplyPart::created(index, content))
-                    .collect(),
-                marked: Some(0),
-            },
-            _ => match Delivery::load(&mut tx, job.message_id).await? {
-                Some(context) => context,
+        let outgoing = match (first, prepared.connector) {
+            (true, Some(connector)) => Outgoing::fresh(prepared.message, connector, parts),
+            _ => match self.load_outgoing(job.tenant_id, job.message_id).await? {
+                Some(outgoing) => outgoing,
                 None => {
-                    abandon_reply(&mut tx, job.message_id).await?;
-                    tx.commit().await?;
+                    let error = "not posted: the message or its connector was deleted".to_owned();
+                    self.conclude(
+                        job,
+                        Transition::Abandoned { error },
+                        StepOutcome::Executed(job.message_id),
+                    )
+                    .await?;
                     return Ok(StepOutcome::Executed(job.message_id));
                 }
             },
         };
-        // Post at once, under the lease this step already holds.
-        self.run_delivery(job, tx, &context, waited).await?;
+        let outcome = self.run_delivery(job, &outgoing, waited).await?;
         phase("reply", started);
-        Ok(StepOutcome::Executed(job.message_id))
+        Ok(match outcome {
+            StepOutcome::LeaseLost(id) => StepOutcome::LeaseLost(id),
+            _ => StepOutcome::Executed(job.message_id),
+        })
+    }
+
+    async fn load_outgoing(&self, tenant: TenantId, message: MessageId) -> anyhow::Result<Option<Outgoing>> {
+        let mut tx = TenantTx::begin(&self.pool, tenant).await?;
+        let outgoing = Delivery::load(&mut tx, message).await?;
+        tx.commit().await?;
+        Ok(outgoing)
     }
 
     /// The reply stage of a claimed job: one delivery pass; the job ends when every part is
     /// posted or one failed for good, and otherwise waits its turn again.
-    async fn deliver(&self, job: &Job, mut tx: TenantTx, waited: &mut Waited) -> anyhow::Result<StepOutcome> {
+    async fn deliver(
+        &self,
+        job: &Job,
+        outgoing: &Outgoing,
+        waited: &mut Waited,
+    ) -> anyhow::Result<StepOutcome> {
         let started = Instant::now();
-        let Some(context) = Delivery::load(&mut tx, job.message_id).await? else {
-            abandon_reply(&mut tx, job.message_id).await?;
-            tx.commit().await?;
-            return Ok(StepOutcome::Skipped(job.message_id));
-        };
-        let outcome = self.run_delivery(job, tx, &context, waited).await?;
+        let outcome = self.run_delivery(job, outgoing, waited).await?;
         phase("reply", started);
         Ok(outcome)
     }
@@ -302,92 +525,24 @@ impl Worker {
     async fn run_delivery(
         &self,
         job: &Job,
-        tx: TenantTx,
-        context: &Outgoing,
+        outgoing: &Outgoing,
         waited: &mut Waited,
     ) -> anyhow::Result<StepOutcome> {
         let delivery = Delivery {
-            pool: &self.pool,
+            writer: &self.writer,
             client: &self.platform_client,
             settings: &self.settings.dispatch,
-            owner: self.owner,
         };
-        let pass = delivery.run(tx, context).await?;
+        let pass = delivery.run(job, outgoing).await?;
         waited.0 += pass.platform_time;
-        match pass.outcome {
-            DeliveryOutcome::Wait(delay) => {
-                self.queue.retry_later(job.message_id, self.owner, delay).await?;
-                Ok(StepOutcome::Retrying(job.message_id))
-            }
-            DeliveryOutcome::Delivered => Ok(StepOutcome::Delivered(job.message_id)),
-            DeliveryOutcome::Stopped => Ok(StepOutcome::Failed(job.message_id)),
-        }
+        let id = job.message_id;
+        Ok(match pass.outcome {
+            DeliveryOutcome::Wait => StepOutcome::Retrying(id),
+            DeliveryOutcome::Delivered => StepOutcome::Delivered(id),
+            DeliveryOutcome::Stopped => StepOutcome::Failed(id),
+            DeliveryOutcome::LeaseLost => StepOutcome::LeaseLost(id),
+        })
     }
-
-    async fn retry(&self, job: &Job, error: &str, delay: Duration) -> anyhow::Result<StepOutcome> {
-        let mut tx = TenantTx::begin(&self.pool, job.tenant_id).await?;
-        db::messages::record_failure(&mut tx, job.message_id, error, false).await?;
-        tx.commit().await?;
-        self.queue.retry_later(job.message_id, self.owner, delay).await?;
-        Ok(StepOutcome::Retrying(job.message_id))
-    }
-
-    async fn fail(&self, job: &Job, error: &str) -> anyhow::Result<StepOutcome> {
-        let mut tx = TenantTx::begin(&self.pool, job.tenant_id).await?;
-        db::messages::record_failure(&mut tx, job.message_id, error, true).await?;
-        db::queue::finish(&mut tx, job.message_id).await?;
-        tx.commit().await?;
-        Ok(StepOutcome::Failed(job.message_id))
-    }
-
-    /// Runs steps until `stop` turns true, sleeping on the wake-up signal (or the polling
-    /// interval) when the queue is empty. A job in progress is finished before returning.
-    pub async fn run(self: Arc<Self>, wakeup: Arc<Wakeup>, mut stop: watch::Receiver<bool>) {
-        let poll = Duration::from_millis(self.settings.dispatch.poll_interval_ms);
-        while !*stop.borrow() {
-            // Registered before the step, so a wake-up during the step is not lost.
-            let notified = wakeup.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let idle = match self.step().await {
-                Ok(StepOutcome::Empty) => true,
-                Ok(_) => false,
-                Err(err) => {
-                    tracing::error!(error = ?err, "dispatch step failed");
-                    true
-                }
-            };
-            if idle {
-                tokio::select! {
-                    () = &mut notified => {}
-                    () = tokio::time::sleep(poll) => {}
-                    _ = stop.changed() => {}
-                }
-            }
-        }
-    }
-
-    /// Publishes queue depth and oldest-job age every polling interval.
-    pub async fn report_queue_stats(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        let every = Duration::from_millis(self.settings.dispatch.poll_interval_ms.max(1000));
-        while !*stop.borrow() {
-            if let Ok(stats) = self.queue.stats().await {
-                metrics::gauge!("dispatch_queue_depth").set(stats.depth as f64);
-                metrics::gauge!("dispatch_queue_oldest_age_seconds").set(stats.oldest_age_secs);
-            }
-            tokio::select! {
-                () = tokio::time::sleep(every) => {}
-                _ = stop.changed() => {}
-            }
-        }
-    }
-}
-
-/// The message or its connector is gone: nothing can be posted. Its parts are failed
-/// (not left `pending` or `sending` for ever) and the job ends.
-async fn abandon_reply(tx: &mut TenantTx, message: MessageId) -> Result<(), sqlx::Error> {
-    db::replies::fail_unsent(tx, message, "not posted: the connector was deleted").await?;
-    db::queue::finish(tx, message).await
 }
 
 /// History is best effort: a failed read is logged and counted, and the dispatch goes on
@@ -395,15 +550,21 @@ async fn abandon_reply(tx: &mut TenantTx, message: MessageId) -> Result<(), sqlx
 /// leaves the surrounding transaction usable. A successful read leaves the savepoint open:
 /// the commit that follows commits it with the rest, so releasing it would only cost a
 /// round trip.
-async fn read_history_or_empty(tx: &mut TenantTx, message: &MessageRow) -> Vec<ChatMessage> {
+async fn read_histories_or_empty(
+    tx: &mut TenantTx,
+    messages: &[&MessageRow],
+) -> HashMap<MessageId, Vec<ChatMessage>> {
+    if messages.is_empty() {
+        return HashMap::new();
+    }
     let savepoint = sqlx::query("savepoint history").execute(tx.conn()).await;
     if let Err(err) = savepoint {
         tracing::warn!(%err, "history read failed; dispatching without history");
         metrics::counter!("dispatch_history_failures_total").increment(1);
-        return Vec::new();
+        return HashMap::new();
     }
     let started = Instant::now();
-    match history::load(tx, message).await {
+    match history::load_many(tx, messages).await {
         Ok(history) => {
             metrics::histogram!("dispatch_history_seconds").record(started.elapsed().as_secs_f64());
             history
@@ -414,7 +575,7 @@ async fn read_history_or_empty(tx: &mut TenantTx, message: &MessageRow) -> Vec<C
             let _ = sqlx::query("rollback to savepoint history")
                 .execute(tx.conn())
                 .await;
-            Vec::new()
+            HashMap::new()
         }
     }
 }

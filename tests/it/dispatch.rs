@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use channel_bridge::dispatch::dispatcher::Dispatcher;
 use channel_bridge::dispatch::payload::ChatMessage;
 use channel_bridge::dispatch::wakeup::Wakeup;
 use channel_bridge::dispatch::{StepOutcome, Worker};
@@ -294,9 +295,8 @@ async fn three_quick_messages_with_a_slow_agent_and_two_workers_are_dispatched_s
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();
     for worker in &workers {
-        for _ in 0..2 {
-            tasks.push(tokio::spawn(worker.clone().run(wakeup.clone(), stop_rx.clone())));
-        }
+        let dispatcher = Dispatcher::new(worker.clone());
+        tasks.push(tokio::spawn(dispatcher.run(wakeup.clone(), stop_rx.clone())));
     }
 
     // Let the agent answer one call at a time; each time, no second call may have started.
@@ -476,7 +476,7 @@ async fn a_worker_killed_mid_call_is_replaced_after_the_lease_with_the_same_idem
         "the lease still holds the job"
     );
     let mut owner = app.db.owner_conn().await;
-    sqlx::query("update dispatch_queue set leased_until = now() - interval '1 second'")
+    sqlx::query("update dispatch_queue set available_at = now() - interval '1 second'")
         .execute(&mut owner)
         .await
         .unwrap();
@@ -616,7 +616,7 @@ async fn a_job_whose_preparation_fails_backs_off_instead_of_being_claimed_again_
         "the job waits its backoff"
     );
     let (leased, waits): (bool, bool) = sqlx::query_as(
-        "select leased_until is not null, available_at > now() + interval '1 second' from dispatch_queue",
+        "select lease_owner is not null, available_at > now() + interval '1 second' from dispatch_queue",
     )
     .fetch_one(&mut owner)
     .await
@@ -651,19 +651,25 @@ async fn a_lease_is_renewed_only_by_its_owner() {
         telegram_text(9501, "long answer"),
     )
     .await;
-    let owner = uuid::Uuid::new_v4();
-    let (job, tx) = Queue::new(app.pool.clone())
-        .claim(Duration::from_secs(60), owner)
+    let request = queue::ClaimRequest {
+        wanted: 1,
+        default_room: 1,
+        lease: Duration::from_secs(60),
+        ..Default::default()
+    };
+    let (mut jobs, tx) = Queue::new(app.pool.clone())
+        .claim(&request)
         .await
         .unwrap()
         .expect("a job is ready");
     tx.commit().await.unwrap();
+    let job = jobs.pop().unwrap();
     let lease_left = |app: &TestApp| {
         let db = app.db.clone();
         async move {
             let mut owner = db.owner_conn().await;
             let secs: f64 = sqlx::query_scalar(
-                "select extract(epoch from leased_until - now())::float8 from dispatch_queue",
+                "select extract(epoch from available_at - now())::float8 from dispatch_queue",
             )
             .fetch_one(&mut owner)
             .await
@@ -673,21 +679,23 @@ async fn a_lease_is_renewed_only_by_its_owner() {
     };
 
     let mut tx = app.tenant_tx(tenant.tenant).await;
-    queue::renew_lease(
+    let renewed = queue::renew_lease(
         &mut tx,
         job.message_id,
-        uuid::Uuid::new_v4(),
+        queue::LeaseToken(uuid::Uuid::new_v4()),
         Duration::from_secs(3600),
     )
     .await
     .unwrap();
+    assert!(!renewed, "the renewal reports that the lease is not the caller's");
     tx.commit().await.unwrap();
     assert!(lease_left(&app).await < 61.0, "another owner cannot extend it");
 
     let mut tx = app.tenant_tx(tenant.tenant).await;
-    queue::renew_lease(&mut tx, job.message_id, owner, Duration::from_secs(3600))
+    let renewed = queue::renew_lease(&mut tx, job.message_id, job.lease, Duration::from_secs(3600))
         .await
         .unwrap();
+    assert!(renewed);
     tx.commit().await.unwrap();
     assert!(lease_left(&app).await > 3500.0);
 }

@@ -60,7 +60,7 @@ impl Setup {
 
     /// Time passes: every waiting job and lease is due now.
     async fn time_passes(&self) {
-        self.owner_exec("update dispatch_queue set available_at = now(), leased_until = null")
+        self.owner_exec("update dispatch_queue set available_at = now(), lease_owner = null")
             .await;
     }
 

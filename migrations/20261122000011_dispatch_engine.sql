@@ -1,0 +1,12 @@
+-- The dispatch engine (one claimer per instance, batch claims, per-tenant caps).
+
+-- A claimed job's lease now lives in `available_at`: the claim sets it to the lease's end,
+-- so a leased job is out of the claim's ready range (`available_at <= now()`) and a claim
+-- never scans past the thousands of jobs in flight; an expired lease is simply a job whose
+-- time has come again. `lease_owner` is a token drawn per claim (not per instance), so two
+-- claims of the same job, even by one instance, are told apart.
+ALTER TABLE dispatch_queue DROP COLUMN leased_until;
+
+-- The most jobs of this tenant one instance keeps in flight at once (NULL: the instance's
+-- default share, CB_TENANT_MAX_IN_FLIGHT). Set by the operator, never by the tenant.
+ALTER TABLE tenants ADD COLUMN max_in_flight integer CHECK (max_in_flight > 0);

@@ -1,0 +1,309 @@
+//! One claimer per instance feeding a bounded in-flight set (DESIGN.md "Scale").
+//!
+//! The dispatcher claims several conversation heads per statement, up to the free capacity
+//! (`CB_MAX_IN_FLIGHT`), and runs each claimed job in a task of its own; a task waiting on
+//! the agent holds no database connection, so thousands can be in flight. It claims again
+//! when work may be ready:
+//! - a wake-up: this instance recorded a webhook, or another one did (`LISTEN/NOTIFY`);
+//! - a job of this instance ended (the conversation's next message is now its head) —
+//!   completions are gathered for a few milliseconds, so a busy instance claims in batches
+//!   rather than once per completion;
+//! - the last claim filled the batch it asked for (more is probably ready);
+//! - the polling timer (`CB_POLL_INTERVAL_MS`), the fallback for missed wake-ups and for
+//!   retries whose time has come. A timer tick first asks whether anything is ready at all
+//!   (one cheap statement) before it opens a claim transaction, so an idle instance costs
+//!   the database one statement per tick, plus the queue metrics every ten seconds.
+//!
+//! Fairness: no tenant holds more than its cap of the in-flight set (its `max_in_flight`,
+//! else `CB_TENANT_SHARE_PERCENT` of the capacity), and each claim takes every tenant's
+//! oldest ready head before any tenant's second, so one tenant's backlog does not delay
+//! another's fresh message.
+//!
+//! Leases: every lease/3 the dispatcher renews the leases of all its jobs in one
+//! statement, so a slow agent or a slow platform never outlives one; every state change of
+//! a job also checks its lease (`db::turns`), so a job whose lease was lost anyway (the
+//! database was out of reach for longer than the lease) stops before its next request.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinSet;
+
+use super::wakeup::Wakeup;
+use super::{StepOutcome, Worker};
+use crate::db::queue::{ClaimRequest, LeaseToken};
+use crate::domain::{MessageId, TenantId};
+
+/// How long completions are gathered before they trigger a claim.
+const COMPLETION_GATHER: Duration = Duration::from_millis(5);
+/// How often queue metrics are read.
+const STATS_EVERY: Duration = Duration::from_secs(10);
+
+/// The in-flight set.
+#[derive(Default)]
+struct InFlight {
+    total: usize,
+    per_tenant: HashMap<TenantId, usize>,
+    leases: HashMap<MessageId, LeaseToken>,
+    /// Caps of tenants seen in this instance's claims (their `max_in_flight`).
+    caps: HashMap<TenantId, usize>,
+}
+
+pub struct Dispatcher {
+    worker: Arc<Worker>,
+    capacity: usize,
+    default_cap: usize,
+    batch_max: usize,
+    in_flight: Mutex<InFlight>,
+    /// A job ended.
+    freed: Notify,
+    /// Claim statements issued (for tests and metrics).
+    claims: std::sync::atomic::AtomicU64,
+}
+
+impl Dispatcher {
+    pub fn new(worker: Arc<Worker>) -> Arc<Self> {
+        let settings = worker.settings();
+        let capacity = settings.max_in_flight.max(1);
+        let default_cap = (capacity * usize::from(settings.tenant_share_percent))
+            .div_ceil(100)
+            .max(1);
+        Arc::new(Self {
+            capacity,
+            default_cap,
+            batch_max: settings.claim_batch_max.max(1),
+            worker,
+            in_flight: Mutex::new(InFlight::default()),
+            freed: Notify::new(),
+            claims: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    /// Jobs in flight now.
+    pub fn in_flight(&self) -> usize {
+        self.lock().total
+    }
+
+    /// Claim statements issued so far.
+    pub fn claims_issued(&self) -> u64 {
+        self.claims.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, InFlight> {
+        // The lock only guards counters; a panic while it is held cannot leave them torn
+        // in a way that matters more than losing the dispatcher, so poisoning is ignored.
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// What the next claim may take: the free capacity, and each busy tenant's room.
+    fn claim_request(&self) -> Option<ClaimRequest> {
+        let state = self.lock();
+        let free = self.capacity.saturating_sub(state.total);
+        if free == 0 {
+            return None;
+        }
+        let room = state
+            .per_tenant
+            .iter()
+            .map(|(tenant, busy)| {
+                (
+                    *tenant,
+                    self.cap_of(&state, *tenant).saturating_sub(*busy).min(free),
+                )
+            })
+            .collect();
+        Some(ClaimRequest {
+            wanted: free.min(self.batch_max),
+            room,
+            default_room: self.default_cap.min(free),
+            lease: Duration::from_secs(self.worker.settings().dispatch.lease_secs),
+        })
+    }
+
+    fn cap_of(&self, state: &InFlight, tenant: TenantId) -> usize {
+        state.caps.get(&tenant).copied().unwrap_or(self.default_cap)
+    }
+
+    /// Claims one batch and starts its jobs. Returns whether the claim filled its batch.
+    async fn claim_once(self: &Arc<Self>, tasks: &mut JoinSet<()>) -> bool {
+        let Some(request) = self.claim_request() else {
+            return false;
+        };
+        self.claims.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let claimed = match self.worker.claim(&request).await {
+            Ok(claimed) => claimed,
+            Err(err) => {
+                tracing::error!(error = ?err, "claim failed");
+                return false;
+            }
+        };
+        let full = claimed.len() == request.wanted;
+        for job in claimed {
+            self.start(job, tasks);
+        }
+        metrics::gauge!("dispatch_in_flight").set(self.in_flight() as f64);
+        full
+    }
+
+    fn start(self: &Arc<Self>, claimed: super::Claimed, tasks: &mut JoinSet<()>) {
+        let (tenant, message, lease) = (claimed.job.tenant_id, claimed.job.message_id, claimed.job.lease);
+        {
+            let mut state = self.lock();
+            state.total += 1;
+            *state.per_tenant.entry(tenant).or_default() += 1;
+            state.leases.insert(message, lease);
+            if let Some(cap) = claimed.tenant_cap() {
+                state.caps.insert(tenant, cap.min(self.capacity));
+            }
+        }
+        let this = self.clone();
+        tasks.spawn(async move {
+            match this.worker.run_job(claimed).await {
+                Ok(StepOutcome::LeaseLost(_)) => {
+                    tracing::warn!(%message, "lease lost; another holder has the job");
+                    metrics::counter!("dispatch_leases_lost_total").increment(1);
+                }
+                Ok(_) => {}
+                Err(err) => tracing::error!(error = ?err, %message, "dispatch job failed"),
+            }
+            this.finish(tenant, message);
+        });
+    }
+
+    fn finish(&self, tenant: TenantId, message: MessageId) {
+        {
+            let mut state = self.lock();
+            state.total = state.total.saturating_sub(1);
+            if let Some(busy) = state.per_tenant.get_mut(&tenant) {
+                *busy -= 1;
+                if *busy == 0 {
+                    state.per_tenant.remove(&tenant);
+                }
+            }
+            state.leases.remove(&message);
+        }
+        self.freed.notify_one();
+    }
+
+    /// Claims and runs jobs until `stop` turns true, then waits for the jobs in flight.
+    pub async fn run(self: Arc<Self>, wakeup: Arc<Wakeup>, mut stop: watch::Receiver<bool>) {
+        let settings = self.worker.settings();
+        let mut poll =
+            tokio::time::interval(Duration::from_millis(settings.dispatch.poll_interval_ms.max(1)));
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut tasks = JoinSet::new();
+        // Anything may be ready at start.
+        let mut ready = true;
+        while !*stop.borrow() {
+            // Registered before the claim, so a wake-up during it is not lost.
+            let notified = wakeup.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if ready {
+                ready = self.claim_once(&mut tasks).await;
+                if ready {
+                    continue;
+                }
+            }
+            tokio::select! {
+                () = &mut notified => ready = true,
+                () = self.freed.notified() => {
+                    tokio::time::sleep(COMPLETION_GATHER).await;
+                    ready = true;
+                }
+                _ = poll.tick() => ready = self.anything_ready().await,
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+                _ = stop.changed() => {}
+            }
+        }
+        while tasks.join_next().await.is_some() {}
+    }
+
+    /// The polling tick's look: only when capacity is free, one cheap statement.
+    async fn anything_ready(&self) -> bool {
+        if self.in_flight() >= self.capacity {
+            return false;
+        }
+        match self.worker.queue().any_ready().await {
+            Ok(ready) => ready,
+            Err(err) => {
+                tracing::debug!(%err, "cannot look at the queue");
+                false
+            }
+        }
+    }
+
+    /// Renews the leases of every job in flight, every lease/3, until `stop`.
+    pub async fn keep_leases(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let lease = Duration::from_secs(self.worker.settings().dispatch.lease_secs);
+        let every = (lease / 3).max(Duration::from_millis(100));
+        while !*stop.borrow() {
+            tokio::select! {
+                () = tokio::time::sleep(every) => {}
+                _ = stop.changed() => return,
+            }
+            let held: Vec<(MessageId, LeaseToken)> =
+                self.lock().leases.iter().map(|(m, t)| (*m, *t)).collect();
+            if held.is_empty() {
+                continue;
+            }
+            let started = Instant::now();
+            match self.worker.queue().renew_leases(&held, lease).await {
+                Ok(renewed) if renewed.len() < held.len() => {
+                    // Finished meanwhile, or claimed again after an expiry: either way the
+                    // holder's next state change finds out (it checks its lease).
+                    tracing::debug!(
+                        held = held.len(),
+                        renewed = renewed.len(),
+                        "some leases were not renewed"
+                    );
+                }
+                Ok(_) => {}
+                Err(err) => tracing::warn!(%err, "lease renewal failed; retrying next round"),
+            }
+            metrics::histogram!("dispatch_lease_renewal_seconds").record(started.elapsed().as_secs_f64());
+        }
+    }
+
+    /// Publishes queue depth and oldest-job age every ten seconds, per tenant for the
+    /// `CB_METRICS_TOP_TENANTS` deepest queues (bounded label cardinality; a tenant that
+    /// leaves the top is set to zero).
+    pub async fn report_queue_stats(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let top = self.worker.settings().metrics_top_tenants;
+        let mut published: Vec<TenantId> = Vec::new();
+        while !*stop.borrow() {
+            if let Ok(stats) = self.worker.queue().stats().await {
+                metrics::gauge!("dispatch_queue_depth").set(stats.depth as f64);
+                metrics::gauge!("dispatch_queue_oldest_age_seconds").set(stats.oldest_age_secs);
+            }
+            if top > 0 {
+                if let Ok(tenants) = self.worker.queue().tenant_stats(top).await {
+                    for gone in published
+                        .iter()
+                        .filter(|t| !tenants.iter().any(|s| s.tenant_id == **t))
+                    {
+                        metrics::gauge!("dispatch_tenant_queue_depth", "tenant" => gone.to_string()).set(0.0);
+                        metrics::gauge!("dispatch_tenant_queue_oldest_age_seconds", "tenant" => gone.to_string())
+                            .set(0.0);
+                    }
+                    for stats in &tenants {
+                        let tenant = stats.tenant_id.to_string();
+                        metrics::gauge!("dispatch_tenant_queue_depth", "tenant" => tenant.clone())
+                            .set(stats.depth as f64);
+                        metrics::gauge!("dispatch_tenant_queue_oldest_age_seconds", "tenant" => tenant)
+                            .set(stats.oldest_age_secs);
+                    }
+                    published = tenants.into_iter().map(|s| s.tenant_id).collect();
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(STATS_EVERY) => {}
+                _ = stop.changed() => {}
+            }
+        }
+    }
+}

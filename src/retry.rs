@@ -1,0 +1,50 @@
+//! Retry timing shared by agent calls, reply sends and failed worker steps.
+
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::settings::DispatchSettings;
+
+/// Delay before attempt `attempt + 1`, after `attempt` failed calls (1-based): exponential
+/// from `retry_base_ms`, capped at `retry_max_ms`, with full jitter (uniform in [0, cap]) so
+/// that many jobs failing together do not retry together. An agent's `Retry-After` is
+/// honoured as a floor, within the same cap.
+pub fn backoff(settings: &DispatchSettings, attempt: u32, retry_after: Option<Duration>) -> Duration {
+    let exponent = attempt.saturating_sub(1).min(30);
+    let ceiling = settings
+        .retry_base_ms
+        .saturating_mul(1u64 << exponent)
+        .min(settings.retry_max_ms);
+    let jittered = if ceiling == 0 {
+        0
+    } else {
+        rand::thread_rng().gen_range(0..=ceiling)
+    };
+    let floor = retry_after.map_or(0, |d| (d.as_millis() as u64).min(settings.retry_max_ms));
+    Duration::from_millis(jittered.max(floor))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_exponentially_within_the_cap_and_honours_retry_after() {
+        let settings = DispatchSettings {
+            retry_base_ms: 100,
+            retry_max_ms: 1000,
+            ..Default::default()
+        };
+        for _ in 0..50 {
+            assert!(backoff(&settings, 1, None) <= Duration::from_millis(100));
+            assert!(backoff(&settings, 3, None) <= Duration::from_millis(400));
+            assert!(backoff(&settings, 30, None) <= Duration::from_millis(1000));
+            assert!(backoff(&settings, 1, Some(Duration::from_millis(700))) >= Duration::from_millis(700));
+            assert_eq!(
+                backoff(&settings, 1, Some(Duration::from_secs(3600))),
+                Duration::from_millis(1000)
+            );
+        }
+    }
+}
