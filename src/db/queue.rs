@@ -331,6 +331,14 @@ impl Queue {
         Ok(Some((jobs, tx)))
     }
 
+    /// The tenants the operator gave a cap of their own (`tenants.max_in_flight`): few, so
+    /// the dispatcher reads them all and knows every cap before it claims.
+    pub async fn tenant_caps(&self) -> Result<Vec<(TenantId, i32)>, sqlx::Error> {
+        sqlx::query_as("select id, max_in_flight from tenants where max_in_flight is not null")
+            .fetch_all(&self.pool)
+            .await
+    }
+
     /// Whether any job is ready: the cheap look an idle instance takes on each polling tick
     /// before it opens a claim transaction.
     pub async fn any_ready(&self) -> Result<bool, sqlx::Error> {

@@ -16,9 +16,10 @@
 //!
 //! Every transition is made by the holder of the job's lease and first renews it
 //! (`queue::renew_lease`), in the same transaction: a holder whose lease ran out and whose
-//! job was claimed again gets `Applied::LeaseLost` and nothing is written. In particular a
-//! part is only ever marked `sending` (the mark that precedes its request) under a lease
-//! that was still held when the mark committed.
+//! job was claimed again gets `Applied::LeaseLost` and nothing is written, except that a
+//! part it did post is still recorded as `sent` (a fact, whoever holds the job now). In
+//! particular a part is only ever marked `sending` (the mark that precedes its request)
+//! under a lease that was still held when the mark committed.
 //!
 //! `Answered` creates part 0 already `sending` (attempt 1) and `PartPosted` marks the next
 //! part `sending` with the settling of the one just posted, so each commit carries every
@@ -114,14 +115,26 @@ pub struct Change {
 /// renewing the lease for `lease` first.
 pub async fn apply(tx: &mut TenantTx, change: &Change, lease: Duration) -> Result<Applied, sqlx::Error> {
     let message = change.message;
-    if !queue::renew_lease(tx, message, change.lease, lease).await? {
+    let held = queue::renew_lease(tx, message, change.lease, lease).await?;
+    // A part that was posted is a fact whoever holds the lease now: it is recorded either
+    // way, so that a new holder finds it `sent` instead of reconciling (or resending) it.
+    if let Transition::PartPosted {
+        part, platform_id, ..
+    }
+    | Transition::Delivered {
+        last: Some((part, platform_id)),
+    } = &change.transition
+    {
+        mark_sent(tx, message, *part, platform_id).await?;
+    }
+    if !held {
         return Ok(Applied::LeaseLost);
     }
     match &change.transition {
         Transition::Answered { response, parts } => {
             let first = store_answer(tx, message, response, parts).await?;
             if parts.is_empty() {
-                mark_delivered(tx, message, None).await?;
+                mark_delivered(tx, message).await?;
             }
             return Ok(Applied::Stored { first });
         }
@@ -135,20 +148,12 @@ pub async fn apply(tx: &mut TenantTx, change: &Change, lease: Duration) -> Resul
         }
         Transition::Skipped => queue::finish(tx, message).await?,
         Transition::MarkSending { part } => mark_sending(tx, message, *part).await?,
-        Transition::PartPosted {
-            part,
-            platform_id,
-            next,
-        } => {
-            mark_sent(tx, message, *part, platform_id).await?;
+        Transition::PartPosted { next, .. } => {
             if let Some(next) = next {
                 mark_sending(tx, message, *next).await?;
             }
         }
-        Transition::Delivered { last } => {
-            let last = last.as_ref().map(|(part, id)| (*part, id.as_str()));
-            mark_delivered(tx, message, last).await?;
-        }
+        Transition::Delivered { .. } => mark_delivered(tx, message).await?,
         Transition::PartWait {
             part,
             error,
@@ -367,30 +372,16 @@ async fn fail_unsent(tx: &mut TenantTx, message: MessageId, error: &str) -> Resu
 }
 
 /// Every part is posted: the turn is delivered and its job removed (the conversation's
-/// next message may go), in one statement. `last_sent` settles the part just posted (index,
-/// platform id) in the same statement.
-async fn mark_delivered(
-    tx: &mut TenantTx,
-    message: MessageId,
-    last_sent: Option<(i32, &str)>,
-) -> Result<(), sqlx::Error> {
+/// next message may go), in one statement.
+async fn mark_delivered(tx: &mut TenantTx, message: MessageId) -> Result<(), sqlx::Error> {
     let tenant = tx.tenant();
-    let (part, platform_id) = last_sent.unzip();
     sqlx::query(
-        "with part as (
-             update channel_replies
-                set status = 'sent', platform_message_id = $4, sent_at = now(), last_error = null,
-                    updated_at = now()
-              where tenant_id = $1 and message_id = $2 and part_index = $3),
-         job as (
-             delete from dispatch_queue where message_id = $2 and tenant_id = $1)
+        "with job as (delete from dispatch_queue where message_id = $2 and tenant_id = $1)
          update channel_messages set delivered_at = now(), updated_at = now()
           where tenant_id = $1 and id = $2",
     )
     .bind(tenant)
     .bind(message)
-    .bind(part)
-    .bind(platform_id)
     .execute(tx.conn())
     .await?;
     Ok(())

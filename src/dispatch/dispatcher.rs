@@ -47,8 +47,9 @@ struct InFlight {
     total: usize,
     per_tenant: HashMap<TenantId, usize>,
     leases: HashMap<MessageId, LeaseToken>,
-    /// Caps of tenants seen in this instance's claims (their `max_in_flight`).
+    /// The caps the operator set per tenant, and when they were read.
     caps: HashMap<TenantId, usize>,
+    caps_read: Option<Instant>,
 }
 
 pub struct Dispatcher {
@@ -99,21 +100,41 @@ impl Dispatcher {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// What the next claim may take: the free capacity, and each busy tenant's room.
+    /// Reads the operator's per-tenant caps when they are older than the config cache time
+    /// (only when claiming, so an idle instance does not read them).
+    async fn refresh_caps(&self) {
+        let ttl = Duration::from_secs(self.worker.settings().config_cache_secs.max(1));
+        if self.lock().caps_read.is_some_and(|read| read.elapsed() < ttl) {
+            return;
+        }
+        match self.worker.queue().tenant_caps().await {
+            Ok(caps) => {
+                let mut state = self.lock();
+                state.caps = caps
+                    .into_iter()
+                    .map(|(tenant, cap)| (tenant, usize::try_from(cap).unwrap_or(1)))
+                    .collect();
+                state.caps_read = Some(Instant::now());
+            }
+            Err(err) => tracing::warn!(%err, "cannot read tenant caps; keeping the last ones"),
+        }
+    }
+
+    /// What the next claim may take: the free capacity, and the room of each tenant that is
+    /// busy or has a cap of its own.
     fn claim_request(&self) -> Option<ClaimRequest> {
         let state = self.lock();
         let free = self.capacity.saturating_sub(state.total);
         if free == 0 {
             return None;
         }
-        let room = state
-            .per_tenant
-            .iter()
-            .map(|(tenant, busy)| {
-                (
-                    *tenant,
-                    self.cap_of(&state, *tenant).saturating_sub(*busy).min(free),
-                )
+        let mut tenants: Vec<TenantId> = state.per_tenant.keys().copied().collect();
+        tenants.extend(state.caps.keys().filter(|t| !state.per_tenant.contains_key(t)));
+        let room = tenants
+            .into_iter()
+            .map(|tenant| {
+                let busy = state.per_tenant.get(&tenant).copied().unwrap_or(0);
+                (tenant, self.cap_of(&state, tenant).saturating_sub(busy).min(free))
             })
             .collect();
         Some(ClaimRequest {
@@ -125,11 +146,15 @@ impl Dispatcher {
     }
 
     fn cap_of(&self, state: &InFlight, tenant: TenantId) -> usize {
-        state.caps.get(&tenant).copied().unwrap_or(self.default_cap)
+        state
+            .caps
+            .get(&tenant)
+            .map_or(self.default_cap, |cap| (*cap).min(self.capacity))
     }
 
     /// Claims one batch and starts its jobs. Returns whether the claim filled its batch.
     async fn claim_once(self: &Arc<Self>, tasks: &mut JoinSet<()>) -> bool {
+        self.refresh_caps().await;
         let Some(request) = self.claim_request() else {
             return false;
         };
@@ -156,9 +181,6 @@ impl Dispatcher {
             state.total += 1;
             *state.per_tenant.entry(tenant).or_default() += 1;
             state.leases.insert(message, lease);
-            if let Some(cap) = claimed.tenant_cap() {
-                state.caps.insert(tenant, cap.min(self.capacity));
-            }
         }
         let this = self.clone();
         tasks.spawn(async move {

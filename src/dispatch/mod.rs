@@ -76,19 +76,6 @@ pub struct Claimed {
     work: Work,
 }
 
-impl Claimed {
-    /// The operator's cap on the job's tenant, when the claim read the tenant.
-    fn tenant_cap(&self) -> Option<usize> {
-        match &self.work {
-            Work::Dispatch(prepared) => prepared
-                .tenant
-                .max_in_flight
-                .and_then(|cap| usize::try_from(cap).ok()),
-            _ => None,
-        }
-    }
-}
-
 enum Work {
     Dispatch(Box<Prepared>),
     Deliver(Box<Outgoing>),

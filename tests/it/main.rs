@@ -6,6 +6,7 @@ mod admin;
 mod agent_bridge;
 mod demo;
 mod dispatch;
+mod dispatcher;
 mod foundation;
 mod ingress;
 mod ingress_batch;

@@ -1,15 +1,20 @@
 //! A TCP proxy in front of PostgreSQL. `cut()` closes every open connection and refuses new
 //! ones, the way a database outage looks to the application; `restore()` ends the outage.
+//! It also counts the statements clients send (`statements()`), reading the frontend
+//! protocol as it passes.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 pub struct DbProxy {
     pub addr: SocketAddr,
     up: Arc<watch::Sender<bool>>,
+    statements: Arc<AtomicU64>,
 }
 
 impl DbProxy {
@@ -19,16 +24,24 @@ impl DbProxy {
         let (up, _) = watch::channel(true);
         let up = Arc::new(up);
         let state = up.clone();
+        let statements = Arc::new(AtomicU64::new(0));
+        let counter = statements.clone();
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 if !*state.borrow() {
                     drop(client);
                     continue;
                 }
-                tokio::spawn(pipe(client, upstream, state.subscribe()));
+                tokio::spawn(pipe(client, upstream, state.subscribe(), counter.clone()));
             }
         });
-        Self { addr, up }
+        Self { addr, up, statements }
+    }
+
+    /// Statements sent through the proxy so far: simple queries (`Q`, which may hold
+    /// several) and executions of prepared ones (`E`).
+    pub fn statements(&self) -> u64 {
+        self.statements.load(Ordering::Relaxed)
     }
 
     pub fn cut(&self) {
@@ -40,13 +53,93 @@ impl DbProxy {
     }
 }
 
-async fn pipe(mut client: TcpStream, upstream: SocketAddr, mut up: watch::Receiver<bool>) {
-    let Ok(mut server) = TcpStream::connect(upstream).await else {
+async fn pipe(
+    client: TcpStream,
+    upstream: SocketAddr,
+    mut up: watch::Receiver<bool>,
+    statements: Arc<AtomicU64>,
+) {
+    let Ok(server) = TcpStream::connect(upstream).await else {
         return;
     };
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = server.into_split();
+    let to_server = async {
+        let mut counter = FrontendCounter::default();
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            let n = match client_read.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            counter.feed(&buf[..n], &statements);
+            if server_write.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+        }
+        let _ = server_write.shutdown().await;
+    };
+    let to_client = async {
+        let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+        let _ = client_write.shutdown().await;
+    };
     tokio::select! {
-        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+        _ = async { tokio::join!(to_server, to_client) } => {}
         _ = up.wait_for(|up| !*up) => {}
+    }
+}
+
+/// Reads the client's side of the PostgreSQL protocol as it streams by: the untyped start
+/// (an optional SSLRequest, then the StartupMessage: length first, no type byte), then
+/// typed messages (1 type byte, then a length that counts itself).
+#[derive(Default)]
+struct FrontendCounter {
+    started: bool,
+    /// Bytes of the current message still to skip.
+    skip: usize,
+    /// Header bytes gathered so far (type byte and/or length).
+    header: Vec<u8>,
+}
+
+impl FrontendCounter {
+    fn feed(&mut self, mut data: &[u8], statements: &AtomicU64) {
+        while !data.is_empty() {
+            if self.skip > 0 {
+                let n = self.skip.min(data.len());
+                self.skip -= n;
+                data = &data[n..];
+                continue;
+            }
+            // Typed: type byte and length. Untyped: length and the request code.
+            let header_len = if self.started { 5 } else { 8 };
+            let n = (header_len - self.header.len()).min(data.len());
+            self.header.extend_from_slice(&data[..n]);
+            data = &data[n..];
+            if self.header.len() < header_len {
+                return;
+            }
+            let word = |at: usize| {
+                u32::from_be_bytes([
+                    self.header[at],
+                    self.header[at + 1],
+                    self.header[at + 2],
+                    self.header[at + 3],
+                ])
+            };
+            if self.started {
+                if matches!(self.header[0], b'Q' | b'E') {
+                    statements.fetch_add(1, Ordering::Relaxed);
+                }
+                self.skip = (word(1) as usize).saturating_sub(4);
+            } else {
+                // The SSLRequest (8 bytes, code 80877103) is followed by another untyped
+                // message, the StartupMessage; after that every message is typed.
+                let ssl_request = word(4) == 80_877_103;
+                self.skip = (word(0) as usize).saturating_sub(8);
+                self.started = !ssl_request;
+            }
+            self.header.clear();
+        }
     }
 }
 

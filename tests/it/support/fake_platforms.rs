@@ -44,6 +44,9 @@ pub enum Answer {
     HangAfterPosting,
     /// Never answer and keep nothing.
     HangBeforePosting,
+    /// Post, then answer with success only once the test adds a permit (a slow platform
+    /// the test paces).
+    OkWhenReleased(Arc<tokio::sync::Semaphore>),
 }
 
 struct ThreadMessage {
@@ -170,6 +173,10 @@ async fn answer(answer: Answer, success: Value) -> Response {
             response
         }
         Answer::HangAfterPosting | Answer::HangBeforePosting => std::future::pending().await,
+        Answer::OkWhenReleased(gate) => {
+            gate.acquire().await.expect("gate stays open").forget();
+            Json(success).into_response()
+        }
     }
 }
 
@@ -187,7 +194,10 @@ async fn slack_post(
     );
     let reply = next_answer(&state, Platform::Slack);
     let ts = format!("1800000000.{n:06}");
-    if matches!(reply, Answer::Ok | Answer::HangAfterPosting) {
+    if matches!(
+        reply,
+        Answer::Ok | Answer::HangAfterPosting | Answer::OkWhenReleased(_)
+    ) {
         let key = body
             .pointer("/metadata/event_payload/part_key")
             .and_then(Value::as_str)

@@ -1,0 +1,464 @@
+//! The dispatch engine: batch claims, the bounded in-flight set, per-tenant caps, leases
+//! that are renewed and checked, retries by time, and the cost of an idle instance. Driven
+//! by gates the test opens (agent answers, platform posts), never by sleeping.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use channel_bridge::db::queue::ClaimRequest;
+use channel_bridge::dispatch::dispatcher::Dispatcher;
+use channel_bridge::dispatch::wakeup::Wakeup;
+use channel_bridge::dispatch::{StepOutcome, Worker};
+use channel_bridge::domain::{MessageId, Platform, TenantId};
+use channel_bridge::provision;
+use channel_bridge::settings::ServeSettings;
+use serde_json::json;
+use tokio::sync::{watch, Semaphore};
+
+use crate::support::db_proxy::{upstream_addr, DbProxy};
+use crate::support::fake_agent::{FakeAgent, Reply};
+use crate::support::fake_platforms::{Answer, FakePlatforms};
+use crate::support::platforms::*;
+use crate::support::{spawn_app, spawn_app_with, url_with, TestApp};
+
+fn worker(app: &TestApp, agent_url: Option<&str>, tweak: impl FnOnce(&mut ServeSettings)) -> Arc<Worker> {
+    let mut settings = ServeSettings::for_database(app.db.url());
+    settings.agent_url = agent_url.map(str::to_owned);
+    settings.dispatch.retry_base_ms = 0;
+    tweak(&mut settings);
+    Arc::new(
+        Worker::new(app.pool.clone(), Arc::new(settings), || {
+            chrono::Utc::now().timestamp()
+        })
+        .unwrap(),
+    )
+}
+
+/// Telegram sender ids of the extra people `link_people` creates.
+fn person(n: usize) -> String {
+    (500_000 + n).to_string()
+}
+
+/// Links `count` more Telegram senders, each a person of their own (one conversation each).
+async fn link_people(app: &TestApp, tenant: TenantId, count: usize) {
+    for n in 0..count {
+        provision::add_link(
+            &app.pool,
+            tenant,
+            Platform::Telegram,
+            &person(n),
+            &format!("person{n}"),
+        )
+        .await
+        .unwrap();
+    }
+}
+
+/// A Telegram private text from `sender`.
+fn telegram_from(update_id: i64, sender: &str, text: &str) -> Vec<u8> {
+    let mut update: serde_json::Value = serde_json::from_slice(&telegram_text(update_id, text)).unwrap();
+    let id: i64 = sender.parse().unwrap();
+    update["message"]["from"]["id"] = id.into();
+    update["message"]["chat"]["id"] = id.into();
+    serde_json::to_vec(&update).unwrap()
+}
+
+async fn texts_of(app: &TestApp, ids: &[MessageId]) -> Vec<String> {
+    let mut owner = app.db.owner_conn().await;
+    sqlx::query_scalar(
+        "select request_content from channel_messages where id = any($1) order by request_content",
+    )
+    .bind(ids)
+    .fetch_all(&mut owner)
+    .await
+    .unwrap()
+}
+
+/// Waits until `done` holds, looking every few milliseconds, for at most 20 s.
+async fn eventually<F, Fut>(what: &str, mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done().await {
+        assert!(Instant::now() < deadline, "timed out waiting: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn request(wanted: usize) -> ClaimRequest {
+    ClaimRequest {
+        wanted,
+        default_room: wanted,
+        lease: Duration::from_secs(60),
+        ..Default::default()
+    }
+}
+
+/// Runs a dispatcher (with its lease keeper) until the returned sender says stop.
+fn run_dispatcher(dispatcher: &Arc<Dispatcher>) -> watch::Sender<bool> {
+    let (stop, stop_rx) = watch::channel(false);
+    tokio::spawn(
+        dispatcher
+            .clone()
+            .run(Arc::new(Wakeup::default()), stop_rx.clone()),
+    );
+    tokio::spawn(dispatcher.clone().keep_leases(stop_rx));
+    stop
+}
+
+#[tokio::test]
+async fn a_batch_claim_takes_one_head_per_conversation_and_two_instances_never_share_one() {
+    let app = spawn_app().await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
+    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
+    link_people(&app, tenant.tenant, 4).await;
+    for round in 0..3 {
+        for n in 0..4 {
+            let body = telegram_from(
+                1000 + round * 10 + n as i64,
+                &person(n),
+                &format!("p{n} m{round}"),
+            );
+            deliver(&app, &tenant, Platform::Telegram, body).await;
+        }
+    }
+    let (a, b) = (
+        worker(&app, Some(&agent.url), |_| {}),
+        worker(&app, Some(&agent.url), |_| {}),
+    );
+
+    // Two instances claim at the same moment, each asking for more than there are heads.
+    let ten = request(10);
+    let (batch_a, batch_b) = tokio::join!(a.claim(&ten), b.claim(&ten));
+    let (batch_a, batch_b) = (batch_a.unwrap(), batch_b.unwrap());
+    let claimed: Vec<_> = batch_a.iter().chain(&batch_b).map(|c| c.job.clone()).collect();
+    let conversations: HashSet<&str> = claimed.iter().map(|j| j.conversation_key.as_str()).collect();
+    assert_eq!(claimed.len(), 4, "one head per conversation, all four taken");
+    assert_eq!(conversations.len(), 4, "never two messages of one conversation");
+    let ids: Vec<MessageId> = claimed.iter().map(|j| j.message_id).collect();
+    assert_eq!(texts_of(&app, &ids).await, ["p0 m0", "p1 m0", "p2 m0", "p3 m0"]);
+    assert!(
+        a.claim(&request(10)).await.unwrap().is_empty(),
+        "while the heads are held, the later messages wait"
+    );
+
+    for claimed in batch_a.into_iter().chain(batch_b) {
+        let outcome = a.run_job(claimed).await.unwrap();
+        assert!(matches!(outcome, StepOutcome::Executed(_)), "{outcome:?}");
+    }
+    let next = b.claim(&request(10)).await.unwrap();
+    let ids: Vec<MessageId> = next.iter().map(|c| c.job.message_id).collect();
+    assert_eq!(texts_of(&app, &ids).await, ["p0 m1", "p1 m1", "p2 m1", "p3 m1"]);
+}
+
+#[tokio::test]
+async fn the_dispatcher_keeps_exactly_its_capacity_of_agent_calls_in_flight() {
+    let app = spawn_app().await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
+    let gate = Arc::new(Semaphore::new(0));
+    let agent = FakeAgent::start_gated(&tenant.dispatch_secret, gate.clone()).await;
+    link_people(&app, tenant.tenant, 8).await;
+    for n in 0..8 {
+        let body = telegram_from(2000 + n as i64, &person(n), &format!("hello {n}"));
+        deliver(&app, &tenant, Platform::Telegram, body).await;
+    }
+    let dispatcher = Dispatcher::new(worker(&app, Some(&agent.url), |s| {
+        s.max_in_flight = 3;
+        s.tenant_share_percent = 100;
+    }));
+    let stop = run_dispatcher(&dispatcher);
+
+    agent.wait_for_calls(3).await;
+    assert_eq!(dispatcher.in_flight(), 3);
+    gate.add_permits(8);
+    platforms.wait_for_sends(8).await;
+    stop.send_replace(true);
+
+    assert_eq!(agent.calls().len(), 8);
+    assert_eq!(
+        agent.max_in_flight(),
+        3,
+        "the capacity is used, and never exceeded"
+    );
+}
+
+#[tokio::test]
+async fn a_tenant_at_its_cap_does_not_block_another_tenants_fresh_message() {
+    let app = spawn_app().await;
+    let platforms = FakePlatforms::start().await;
+    let busy = provision_tenant_at(&app.pool, "busy", Some(&platforms.base_url)).await;
+    let quiet = provision_tenant_at(&app.pool, "quiet", Some(&platforms.base_url)).await;
+    let gate = Arc::new(Semaphore::new(0));
+    let busy_agent = FakeAgent::start_gated(&busy.dispatch_secret, gate.clone()).await;
+    let quiet_agent = FakeAgent::start(&quiet.dispatch_secret).await;
+    let mut owner = app.db.owner_conn().await;
+    for (tenant, url, cap) in [
+        (busy.tenant, &busy_agent.url, Some(2)),
+        (quiet.tenant, &quiet_agent.url, None),
+    ] {
+        sqlx::query("update tenants set agent_url = $2, max_in_flight = $3 where id = $1")
+            .bind(tenant)
+            .bind(url)
+            .bind(cap)
+            .execute(&mut owner)
+            .await
+            .unwrap();
+    }
+    link_people(&app, busy.tenant, 6).await;
+    for n in 0..6 {
+        let body = telegram_from(3000 + n as i64, &person(n), &format!("busy {n}"));
+        deliver(&app, &busy, Platform::Telegram, body).await;
+    }
+    deliver(&app, &quiet, Platform::Telegram, telegram_text(3100, "quiet one")).await;
+    let dispatcher = Dispatcher::new(worker(&app, None, |s| s.max_in_flight = 10));
+    let stop = run_dispatcher(&dispatcher);
+
+    // The busy tenant's agent holds its two calls; the quiet tenant is answered meanwhile.
+    busy_agent.wait_for_calls(2).await;
+    platforms.wait_for_sends(1).await;
+    assert_eq!(platforms.sent()[0].text(), "answer to quiet one (0 before)");
+    assert_eq!(
+        busy_agent.calls().len(),
+        2,
+        "the busy tenant stays at its cap of 2"
+    );
+
+    gate.add_permits(6);
+    platforms.wait_for_sends(7).await;
+    stop.send_replace(true);
+    assert_eq!(busy_agent.max_in_flight(), 2);
+}
+
+/// Three parts from the agent, posted to Slack (where an interrupted send can be looked up).
+async fn three_part_slack_turn(app: &TestApp, tenant: &Provisioned, agent: &FakeAgent) {
+    let parts = json!({"messages": [
+        {"role": "assistant", "content": "part one"},
+        {"role": "assistant", "content": "part two"},
+        {"role": "assistant", "content": "part three"}]});
+    agent.script([Reply::Json(200, parts, None)]);
+    deliver(
+        app,
+        tenant,
+        Platform::Slack,
+        slack_text("1700000000.000100", "tell me"),
+    )
+    .await;
+}
+
+async fn lease_end(app: &TestApp) -> chrono::DateTime<chrono::Utc> {
+    let mut owner = app.db.owner_conn().await;
+    sqlx::query_scalar("select available_at from dispatch_queue")
+        .fetch_one(&mut owner)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_lease_is_renewed_while_a_slow_platform_posts_and_every_part_is_posted_once() {
+    let app = spawn_app().await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
+    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
+    three_part_slack_turn(&app, &tenant, &agent).await;
+    let slow = Arc::new(Semaphore::new(0));
+    platforms.script(Platform::Slack, [Answer::OkWhenReleased(slow.clone())]);
+    // A short lease, renewed every 2 s; the platform may take up to 5 s.
+    let dispatcher = Dispatcher::new(worker(&app, Some(&agent.url), |s| {
+        s.dispatch.lease_secs = 6;
+        s.dispatch.agent_timeout_secs = 1;
+        s.dispatch.platform_timeout_secs = 5;
+    }));
+    let stop = run_dispatcher(&dispatcher);
+
+    platforms.wait_for_sends(1).await;
+    let first_end = lease_end(&app).await;
+    // The platform is still answering the first part; the lease keeper extends the lease.
+    eventually("the lease is renewed while the part is being posted", || async {
+        lease_end(&app).await > first_end
+    })
+    .await;
+    let other = worker(&app, Some(&agent.url), |_| {});
+    assert_eq!(
+        other.step().await.unwrap(),
+        StepOutcome::Empty,
+        "nobody else can take the job"
+    );
+
+    slow.add_permits(1);
+    platforms.wait_for_sends(3).await;
+    let texts: Vec<String> = platforms.sent().iter().map(|s| s.text().to_owned()).collect();
+    assert_eq!(texts, ["part one", "part two", "part three"]);
+    eventually("the job ends", || async { dispatcher.in_flight() == 0 }).await;
+    stop.send_replace(true);
+    let mut owner = app.db.owner_conn().await;
+    let queued: i64 = sqlx::query_scalar("select count(*) from dispatch_queue")
+        .fetch_one(&mut owner)
+        .await
+        .unwrap();
+    assert_eq!(queued, 0);
+}
+
+#[tokio::test]
+async fn a_holder_that_lost_its_lease_stops_before_its_next_part() {
+    let app = spawn_app().await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
+    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
+    three_part_slack_turn(&app, &tenant, &agent).await;
+    let slow = Arc::new(Semaphore::new(0));
+    platforms.script(Platform::Slack, [Answer::OkWhenReleased(slow.clone())]);
+    let stale = worker(&app, Some(&agent.url), |_| {});
+    let holder = tokio::spawn({
+        let stale = stale.clone();
+        async move { stale.step().await }
+    });
+
+    // Part one is on its way when the lease runs out (no keeper here) and another
+    // instance takes the job: it finds part one in the thread and posts the rest.
+    platforms.wait_for_sends(1).await;
+    let mut owner = app.db.owner_conn().await;
+    sqlx::query("update dispatch_queue set available_at = now() - interval '1 second'")
+        .execute(&mut owner)
+        .await
+        .unwrap();
+    let successor = worker(&app, Some(&agent.url), |_| {});
+    let outcome = successor.step().await.unwrap();
+    assert!(matches!(outcome, StepOutcome::Delivered(_)), "{outcome:?}");
+
+    // The first holder hears back about part one now: it records it, and sends nothing more.
+    slow.add_permits(1);
+    let outcome = holder.await.unwrap().unwrap();
+    assert!(matches!(outcome, StepOutcome::LeaseLost(_)), "{outcome:?}");
+    let texts: Vec<String> = platforms.sent().iter().map(|s| s.text().to_owned()).collect();
+    assert_eq!(
+        texts,
+        ["part one", "part two", "part three"],
+        "each part posted once"
+    );
+    let statuses: Vec<String> = sqlx::query_scalar("select status from channel_replies order by part_index")
+        .fetch_all(&mut owner)
+        .await
+        .unwrap();
+    assert_eq!(statuses, ["sent", "sent", "sent"]);
+}
+
+#[tokio::test]
+async fn an_agent_down_for_many_attempts_still_answers_every_turn_in_order_once_it_is_back() {
+    let app = spawn_app().await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
+    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
+    // More failures than the old limit of 5 attempts (about 12 s of backoff).
+    agent.script((0..8).map(|_| Reply::Json(503, json!({"error": "restarting"}), None)));
+    let worker = worker(&app, Some(&agent.url), |_| {});
+    deliver(&app, &tenant, Platform::Telegram, telegram_text(4001, "first")).await;
+    deliver(&app, &tenant, Platform::Telegram, telegram_text(4002, "second")).await;
+
+    let mut outcomes = Vec::new();
+    for _ in 0..20 {
+        match worker.step().await.unwrap() {
+            StepOutcome::Empty => break,
+            outcome => outcomes.push(outcome),
+        }
+        if outcomes.len() == 8 {
+            let mut owner = app.db.owner_conn().await;
+            let error: String =
+                sqlx::query_scalar("select last_error from channel_messages where request_content = 'first'")
+                    .fetch_one(&mut owner)
+                    .await
+                    .unwrap();
+            let host = agent
+                .url
+                .trim_start_matches("http://")
+                .split('/')
+                .next()
+                .unwrap()
+                .to_owned();
+            assert_eq!(error, format!("agent {host} answered 503 Service Unavailable"));
+        }
+    }
+
+    assert!(
+        outcomes[..8]
+            .iter()
+            .all(|o| matches!(o, StepOutcome::Retrying(_))),
+        "{outcomes:?}"
+    );
+    assert!(matches!(outcomes[8], StepOutcome::Executed(_)), "{outcomes:?}");
+    assert!(matches!(outcomes[9], StepOutcome::Executed(_)), "{outcomes:?}");
+    let contents: Vec<String> = agent.calls().iter().map(|c| c.payload.content.clone()).collect();
+    assert_eq!(
+        contents[..9].iter().filter(|c| *c == "first").count(),
+        9,
+        "the second waited"
+    );
+    assert_eq!(contents[9], "second");
+    let texts: Vec<String> = platforms.sent().iter().map(|s| s.text().to_owned()).collect();
+    assert_eq!(
+        texts,
+        ["answer to first (0 before)", "answer to second (2 before)"]
+    );
+}
+
+#[tokio::test]
+async fn a_turn_fails_for_good_once_its_retry_horizon_has_passed() {
+    let app = spawn_app().await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
+    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
+    agent.script([Reply::Json(503, json!({}), None)]);
+    let worker = worker(&app, Some(&agent.url), |s| s.dispatch.retry_horizon_secs = 3600);
+    deliver(&app, &tenant, Platform::Telegram, telegram_text(4101, "too late")).await;
+    let mut owner = app.db.owner_conn().await;
+    sqlx::query("update dispatch_queue set enqueued_at = now() - interval '2 hours'")
+        .execute(&mut owner)
+        .await
+        .unwrap();
+
+    let outcome = worker.step().await.unwrap();
+    assert!(matches!(outcome, StepOutcome::Failed(_)), "{outcome:?}");
+    let status: String = sqlx::query_scalar("select status from channel_messages")
+        .fetch_one(&mut owner)
+        .await
+        .unwrap();
+    assert_eq!(status, "dispatch_failed");
+}
+
+#[tokio::test]
+async fn an_idle_instance_sends_at_most_one_statement_per_polling_tick() {
+    let proxy = DbProxy::start(upstream_addr()).await;
+    let poll = Duration::from_millis(50);
+    let app = spawn_app_with(|settings, db| {
+        // In clear, so the proxy can read the statements.
+        let url = format!("{}?sslmode=disable", url_with(&db.name, Some(proxy.addr)));
+        settings.database.url = url.into();
+        settings.worker = true;
+        settings.dispatch.poll_interval_ms = poll.as_millis() as u64;
+    })
+    .await;
+    assert_eq!(
+        app.client.get(app.url("/readyz")).send().await.unwrap().status(),
+        200
+    );
+
+    // Ten statements, counted once start-up is behind: with one per tick they take at least
+    // seven ticks even if the queue metrics (two statements) land in the window. A
+    // poller per task would send them in a few milliseconds.
+    let target = proxy.statements() + 10;
+    eventually("start-up statements", || async { proxy.statements() >= target }).await;
+    let (start, started) = (proxy.statements(), Instant::now());
+    eventually("ten polling statements", || async {
+        proxy.statements() >= start + 10
+    })
+    .await;
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= poll * 7,
+        "10 statements in {elapsed:?}, polling every {poll:?}"
+    );
+}
