@@ -26,6 +26,22 @@ pub struct TenantIn {
     pub agent_url: Option<String>,
 }
 
+/// What the operator sets on a tenant.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TenantLimitsIn {
+    /// Most of this tenant's jobs one instance keeps in flight; `null` for the instance
+    /// default (`CB_TENANT_SHARE_PERCENT` of `CB_MAX_IN_FLIGHT`).
+    pub max_in_flight: Option<i32>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TenantLimitsOut {
+    pub tenant_id: Uuid,
+    pub slug: String,
+    pub max_in_flight: Option<i32>,
+}
+
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KeyIn {
@@ -128,4 +144,32 @@ pub async fn revoke_key(
     Path(id): Path<Uuid>,
 ) -> Result<Json<ApiKeyRow>, AppError> {
     Ok(Json(revoke(&state.pool, id).await?))
+}
+
+/// Set a tenant's limits (its share of each instance's in-flight dispatches). Instances
+/// apply it within `CB_CONFIG_CACHE_SECS`.
+#[utoipa::path(patch, path = "/v1/operator/tenants/{tenant_id}", tag = "operator", security(("operator_token" = [])),
+    params(("tenant_id" = Uuid, Path)), request_body = TenantLimitsIn,
+    responses((status = 200, body = TenantLimitsOut), (status = 404, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
+pub async fn update_tenant(
+    State(state): State<AppState>,
+    _operator: Operator,
+    Path(tenant): Path<Uuid>,
+    ApiJson(input): ApiJson<TenantLimitsIn>,
+) -> Result<Json<TenantLimitsOut>, AppError> {
+    if input.max_in_flight.is_some_and(|n| n < 1) {
+        return Err(AppError::Unprocessable(
+            "max_in_flight must be at least 1, or null".into(),
+        ));
+    }
+    let mut conn = state.pool.acquire().await?;
+    let row = db::tenants::set_max_in_flight(&mut conn, TenantId(tenant), input.max_in_flight)
+        .await?
+        .ok_or(AppError::NotFound("tenant"))?;
+    state.cache.forget_tenant(row.id);
+    Ok(Json(TenantLimitsOut {
+        tenant_id: row.id.0,
+        slug: row.slug,
+        max_in_flight: row.max_in_flight,
+    }))
 }

@@ -99,6 +99,22 @@ pub async fn update(
     .await
 }
 
+/// Sets the most jobs of this tenant one instance keeps in flight (`None`: the instance
+/// default). The operator's to set, never the tenant's.
+pub async fn set_max_in_flight(
+    conn: &mut PgConnection,
+    id: TenantId,
+    max_in_flight: Option<i32>,
+) -> Result<Option<TenantRow>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "update tenants set max_in_flight = $2, updated_at = now() where id = $1 returning {COLUMNS}"
+    ))
+    .bind(id)
+    .bind(max_in_flight)
+    .fetch_optional(conn)
+    .await
+}
+
 /// Replaces the dispatch secret; the old one keeps signing alongside for `grace`.
 pub async fn rotate_dispatch_secret(
     conn: &mut PgConnection,

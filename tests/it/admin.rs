@@ -123,6 +123,51 @@ async fn operator_creates_tenants_and_issues_and_revokes_keys() {
     .await;
     assert_eq!(status, 422);
 
+    let tenant_path = format!("/v1/operator/tenants/{tenant}");
+    let (status, limits) = call(
+        &app,
+        Method::PATCH,
+        &tenant_path,
+        OPERATOR,
+        Some(json!({"max_in_flight": 25})),
+    )
+    .await;
+    assert_eq!(
+        (status, limits["max_in_flight"].clone()),
+        (StatusCode::OK, json!(25))
+    );
+    let (status, _) = call(
+        &app,
+        Method::PATCH,
+        &tenant_path,
+        OPERATOR,
+        Some(json!({"max_in_flight": 0})),
+    )
+    .await;
+    assert_eq!(status, 422);
+    let (status, limits) = call(
+        &app,
+        Method::PATCH,
+        &tenant_path,
+        OPERATOR,
+        Some(json!({"max_in_flight": null})),
+    )
+    .await;
+    assert_eq!(
+        (status, limits["max_in_flight"].clone()),
+        (StatusCode::OK, Value::Null)
+    );
+    let unknown = format!("/v1/operator/tenants/{}", uuid::Uuid::new_v4());
+    let (status, _) = call(
+        &app,
+        Method::PATCH,
+        &unknown,
+        OPERATOR,
+        Some(json!({"max_in_flight": 5})),
+    )
+    .await;
+    assert_eq!(status, 404);
+
     let keys_path = format!("/v1/operator/tenants/{tenant}/keys");
     let (status, issued) = call(
         &app,
@@ -741,6 +786,7 @@ async fn the_openapi_document_lists_every_route_the_router_serves() {
         "PATCH /v1/admin/tenant",
         "POST /v1/admin/tenant/rotate-dispatch-secret",
         "POST /v1/operator/tenants",
+        "PATCH /v1/operator/tenants/{tenant_id}",
         "GET /v1/operator/tenants/{tenant_id}/keys",
         "POST /v1/operator/tenants/{tenant_id}/keys",
         "DELETE /v1/operator/keys/{key_id}",
