@@ -114,30 +114,96 @@ pub struct Change {
 /// Applies `change` inside the caller's transaction (scoped to the turn's tenant),
 /// renewing the lease for `lease` first.
 pub async fn apply(tx: &mut TenantTx, change: &Change, lease: Duration) -> Result<Applied, sqlx::Error> {
-    let message = change.message;
-    let held = queue::renew_lease(tx, message, change.lease, lease).await?;
+    let mut applied = apply_many(tx, &[change], lease).await?;
+    Ok(applied.pop().unwrap_or(Applied::Done))
+}
+
+/// Applies several turns' changes (at most one per turn) inside the caller's transaction,
+/// scoped to their tenant, and answers in the same order. The frequent transitions cost a
+/// fixed number of statements whatever their number: one renews every lease, one records
+/// the posted parts, one stores every answer, one marks the next parts `sending`, one
+/// records every delivery; the rare ones (retries, failures) go one by one.
+pub async fn apply_many(
+    tx: &mut TenantTx,
+    changes: &[&Change],
+    lease: Duration,
+) -> Result<Vec<Applied>, sqlx::Error> {
+    let held = renew_leases(tx, changes, lease).await?;
     // A part that was posted is a fact whoever holds the lease now: it is recorded either
     // way, so that a new holder finds it `sent` instead of reconciling (or resending) it.
-    if let Transition::PartPosted {
-        part, platform_id, ..
-    }
-    | Transition::Delivered {
-        last: Some((part, platform_id)),
-    } = &change.transition
-    {
-        mark_sent(tx, message, *part, platform_id).await?;
-    }
-    if !held {
-        return Ok(Applied::LeaseLost);
-    }
-    match &change.transition {
-        Transition::Answered { response, parts } => {
-            let first = store_answer(tx, message, response, parts).await?;
-            if parts.is_empty() {
-                mark_delivered(tx, message).await?;
+    let posted: Vec<(MessageId, i32, &str)> = changes
+        .iter()
+        .filter_map(|change| match &change.transition {
+            Transition::PartPosted {
+                part, platform_id, ..
             }
-            return Ok(Applied::Stored { first });
+            | Transition::Delivered {
+                last: Some((part, platform_id)),
+            } => Some((change.message, *part, platform_id.as_str())),
+            _ => None,
+        })
+        .collect();
+    mark_sent_many(tx, &posted).await?;
+
+    let mut applied: Vec<Applied> = changes
+        .iter()
+        .map(|change| {
+            if held.contains(&change.message) {
+                Applied::Done
+            } else {
+                Applied::LeaseLost
+            }
+        })
+        .collect();
+    let live = |i: &usize| applied[*i] == Applied::Done;
+    let indexes: Vec<usize> = (0..changes.len()).filter(live).collect();
+
+    let answers: Vec<(MessageId, &str, &[String])> = indexes
+        .iter()
+        .filter_map(|&i| match &changes[i].transition {
+            Transition::Answered { response, parts } => {
+                Some((changes[i].message, response.as_str(), parts.as_slice()))
+            }
+            _ => None,
+        })
+        .collect();
+    let stored = store_answers(tx, &answers).await?;
+    let next_parts: Vec<(MessageId, i32)> = indexes
+        .iter()
+        .filter_map(|&i| match &changes[i].transition {
+            Transition::PartPosted { next: Some(next), .. } => Some((changes[i].message, *next)),
+            Transition::MarkSending { part } => Some((changes[i].message, *part)),
+            _ => None,
+        })
+        .collect();
+    mark_sending_many(tx, &next_parts).await?;
+    let delivered: Vec<MessageId> = indexes
+        .iter()
+        .filter(|&&i| matches!(changes[i].transition, Transition::Delivered { .. }))
+        .map(|&i| changes[i].message)
+        .collect();
+    mark_delivered(tx, &delivered).await?;
+
+    for i in indexes {
+        let change = changes[i];
+        match &change.transition {
+            Transition::Answered { .. } => {
+                applied[i] = Applied::Stored {
+                    first: stored.contains(&change.message),
+                }
+            }
+            Transition::PartPosted { .. } | Transition::MarkSending { .. } | Transition::Delivered { .. } => {
+            }
+            _ => apply_rare(tx, change).await?,
         }
+    }
+    Ok(applied)
+}
+
+/// The transitions of retries and failures, one statement or two each.
+async fn apply_rare(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Error> {
+    let message = change.message;
+    match &change.transition {
         Transition::AgentRetry { error, delay } => {
             record_failure(tx, message, error, false).await?;
             put_back(tx, message, change.lease, *delay).await?;
@@ -147,25 +213,18 @@ pub async fn apply(tx: &mut TenantTx, change: &Change, lease: Duration) -> Resul
             queue::finish(tx, message).await?;
         }
         Transition::Skipped => queue::finish(tx, message).await?,
-        Transition::MarkSending { part } => mark_sending(tx, message, *part).await?,
-        Transition::PartPosted { next, .. } => {
-            if let Some(next) = next {
-                mark_sending(tx, message, *next).await?;
-            }
-        }
-        Transition::Delivered { .. } => mark_delivered(tx, message).await?,
         Transition::PartWait {
             part,
             error,
             in_doubt,
             delay,
         } => {
-            if *in_doubt {
-                part_update(tx, message, *part, "last_error = $4", Some(error)).await?;
+            let set = if *in_doubt {
+                "last_error = $4"
             } else {
-                let set = "status = 'pending', sending_since = null, last_error = $4";
-                part_update(tx, message, *part, set, Some(error)).await?;
-            }
+                "status = 'pending', sending_since = null, last_error = $4"
+            };
+            part_update(tx, message, *part, set, Some(error)).await?;
             put_back(tx, message, change.lease, *delay).await?;
         }
         Transition::PartFailed { part, error } => {
@@ -184,8 +243,36 @@ pub async fn apply(tx: &mut TenantTx, change: &Change, lease: Duration) -> Resul
             fail_unsent(tx, message, error).await?;
             queue::finish(tx, message).await?;
         }
+        Transition::Answered { .. }
+        | Transition::MarkSending { .. }
+        | Transition::PartPosted { .. }
+        | Transition::Delivered { .. } => {}
     }
-    Ok(Applied::Done)
+    Ok(())
+}
+
+/// Renews the leases the changes name, in one statement; returns the jobs whose lease was
+/// still the caller's (see `queue::renew_lease`).
+async fn renew_leases(
+    tx: &mut TenantTx,
+    changes: &[&Change],
+    lease: Duration,
+) -> Result<std::collections::HashSet<MessageId>, sqlx::Error> {
+    let ids: Vec<MessageId> = changes.iter().map(|c| c.message).collect();
+    let tokens: Vec<LeaseToken> = changes.iter().map(|c| c.lease).collect();
+    let held: Vec<MessageId> = sqlx::query_scalar(
+        "update dispatch_queue q set available_at = now() + make_interval(secs => $4)
+           from unnest($2::uuid[], $3::uuid[]) as held(message_id, token)
+          where q.tenant_id = $1 and q.message_id = held.message_id and q.lease_owner = held.token
+      returning q.message_id",
+    )
+    .bind(tx.tenant())
+    .bind(&ids)
+    .bind(&tokens)
+    .bind(lease.as_secs_f64())
+    .fetch_all(tx.conn())
+    .await?;
+    Ok(held.into_iter().collect())
 }
 
 /// Marks claimed turns as being dispatched and counts the attempt, in one statement.
@@ -209,54 +296,74 @@ pub async fn begin_dispatch(
     .await
 }
 
-/// Stores the agent's answer: status `executed`, the response (the agent's parts joined by
-/// a blank line, as history shows it), the decision and the reply parts (the answer split
-/// to the platform's size). Only the first store of a turn counts: `false` when it was no
-/// longer `dispatching`, and then nothing is touched.
-async fn store_answer(
+/// Stores agents' answers, one statement for all: status `executed`, the response (the
+/// agent's parts joined by a blank line, as history shows it), the decision and the reply
+/// parts (the answer split to the platform's size), part 0 already `sending` (attempt 1),
+/// the job moved to its reply stage; an answer without parts is delivered at once and its
+/// job removed. Only the first store of a turn counts: a turn no longer `dispatching` is
+/// missing from the answer and nothing of it is touched.
+async fn store_answers(
     tx: &mut TenantTx,
-    id: MessageId,
-    response: &str,
-    parts: &[String],
-) -> Result<bool, sqlx::Error> {
-    let tenant = tx.tenant();
-    let decision = if parts.is_empty() { "no_reply" } else { "respond" };
-    let indexes: Vec<i32> = (0..parts.len() as i32).collect();
-    let stored: i64 = sqlx::query_scalar(
+    answers: &[(MessageId, &str, &[String])],
+) -> Result<std::collections::HashSet<MessageId>, sqlx::Error> {
+    if answers.is_empty() {
+        return Ok(Default::default());
+    }
+    let ids: Vec<MessageId> = answers.iter().map(|(id, ..)| *id).collect();
+    let responses: Vec<&str> = answers.iter().map(|(_, response, _)| *response).collect();
+    let decisions: Vec<&str> = answers
+        .iter()
+        .map(|(.., parts)| if parts.is_empty() { "no_reply" } else { "respond" })
+        .collect();
+    let (mut part_ids, mut part_indexes, mut part_texts) = (Vec::new(), Vec::new(), Vec::new());
+    for (id, _, parts) in answers {
+        for (index, text) in (0..).zip(parts.iter()) {
+            part_ids.push(*id);
+            part_indexes.push(index);
+            part_texts.push(text.as_str());
+        }
+    }
+    let stored: Vec<MessageId> = sqlx::query_scalar(
         "with stored as (
-             update channel_messages
-                set status = 'executed', response_content = $3, decision = $4, last_error = null,
-                    completed_at = now(), updated_at = now()
-              where tenant_id = $1 and id = $2 and status = 'dispatching'
-          returning id),
+             update channel_messages m
+                set status = 'executed', response_content = a.response, decision = a.decision,
+                    last_error = null, completed_at = now(), updated_at = now(),
+                    delivered_at = case when a.decision = 'no_reply' then $8::timestamptz end
+               from unnest($2::uuid[], $3::text[], $4::text[]) as a(id, response, decision)
+              where m.tenant_id = $1 and m.id = a.id and m.status = 'dispatching'
+          returning m.id, a.decision),
          parts as (
              insert into channel_replies (tenant_id, message_id, part_index, content, status, attempts,
                                           sending_since)
-             select $1, $2, part.idx, part.content,
-                    case when part.idx = 0 then 'sending' else 'pending' end,
-                    case when part.idx = 0 then 1 else 0 end,
-                    case when part.idx = 0 then $7::timestamptz end
-               from unnest($5::int[], $6::text[]) as part(idx, content)
-              where exists (select 1 from stored)
+             select $1, p.id, p.idx, p.content,
+                    case when p.idx = 0 then 'sending' else 'pending' end,
+                    case when p.idx = 0 then 1 else 0 end,
+                    case when p.idx = 0 then $8::timestamptz end
+               from unnest($5::uuid[], $6::int[], $7::text[]) as p(id, idx, content)
+              where p.id in (select id from stored)
              on conflict (tenant_id, message_id, part_index) do nothing),
          staged as (
-             update dispatch_queue set stage = 'reply'
-              where message_id = $2 and tenant_id = $1 and cardinality($5::int[]) > 0
-                and exists (select 1 from stored))
-         select count(*) from stored",
+             update dispatch_queue q set stage = 'reply'
+               from stored s
+              where q.tenant_id = $1 and q.message_id = s.id and s.decision = 'respond'),
+         finished as (
+             delete from dispatch_queue q using stored s
+              where q.tenant_id = $1 and q.message_id = s.id and s.decision = 'no_reply')
+         select id from stored",
     )
-    .bind(tenant)
-    .bind(id)
-    .bind(response)
-    .bind(decision)
-    .bind(&indexes)
-    .bind(parts)
-    // The clock is read here, not by `now()` inside the CASE: Citus refuses non-immutable
+    .bind(tx.tenant())
+    .bind(&ids)
+    .bind(&responses)
+    .bind(&decisions)
+    .bind(&part_ids)
+    .bind(&part_indexes)
+    .bind(&part_texts)
+    // The clock is read here, not by `now()` inside a CASE: Citus refuses non-immutable
     // functions there on a distributed table.
     .bind(chrono::Utc::now())
-    .fetch_one(tx.conn())
+    .fetch_all(tx.conn())
     .await?;
-    Ok(stored == 1)
+    Ok(stored.into_iter().collect())
 }
 
 /// Records a failed attempt; with `terminal`, the turn becomes `dispatch_failed`.
@@ -323,21 +430,48 @@ async fn part_update(
     Ok(())
 }
 
-/// The request is about to leave: from here on its outcome may be unknown.
-async fn mark_sending(tx: &mut TenantTx, message: MessageId, part: i32) -> Result<(), sqlx::Error> {
-    let set = "status = 'sending', attempts = attempts + 1, sending_since = now(), last_error = coalesce($4, last_error)";
-    part_update(tx, message, part, set, None).await
+/// The parts' requests are about to leave: from here on their outcome may be unknown.
+async fn mark_sending_many(tx: &mut TenantTx, parts: &[(MessageId, i32)]) -> Result<(), sqlx::Error> {
+    if parts.is_empty() {
+        return Ok(());
+    }
+    let (ids, indexes): (Vec<MessageId>, Vec<i32>) = parts.iter().copied().unzip();
+    sqlx::query(
+        "update channel_replies r
+            set status = 'sending', attempts = r.attempts + 1, sending_since = now(), updated_at = now()
+           from unnest($2::uuid[], $3::int[]) as n(message_id, part)
+          where r.tenant_id = $1 and r.message_id = n.message_id and r.part_index = n.part",
+    )
+    .bind(tx.tenant())
+    .bind(&ids)
+    .bind(&indexes)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
 }
 
-/// Posted, with the platform's id for it.
-async fn mark_sent(
-    tx: &mut TenantTx,
-    message: MessageId,
-    part: i32,
-    platform_id: &str,
-) -> Result<(), sqlx::Error> {
-    let set = "status = 'sent', platform_message_id = $4, sent_at = now(), last_error = null";
-    part_update(tx, message, part, set, Some(platform_id)).await
+/// Posted, each with the platform's id for it.
+async fn mark_sent_many(tx: &mut TenantTx, parts: &[(MessageId, i32, &str)]) -> Result<(), sqlx::Error> {
+    if parts.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<MessageId> = parts.iter().map(|(id, ..)| *id).collect();
+    let indexes: Vec<i32> = parts.iter().map(|(_, index, _)| *index).collect();
+    let platform_ids: Vec<&str> = parts.iter().map(|(.., platform_id)| *platform_id).collect();
+    sqlx::query(
+        "update channel_replies r
+            set status = 'sent', platform_message_id = s.platform_id, sent_at = now(), last_error = null,
+                updated_at = now()
+           from unnest($2::uuid[], $3::int[], $4::text[]) as s(message_id, part, platform_id)
+          where r.tenant_id = $1 and r.message_id = s.message_id and r.part_index = s.part",
+    )
+    .bind(tx.tenant())
+    .bind(&ids)
+    .bind(&indexes)
+    .bind(&platform_ids)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
 }
 
 /// After a part failed for good, the parts behind it are not sent either (a reply with a
@@ -371,17 +505,19 @@ async fn fail_unsent(tx: &mut TenantTx, message: MessageId, error: &str) -> Resu
     Ok(())
 }
 
-/// Every part is posted: the turn is delivered and its job removed (the conversation's
-/// next message may go), in one statement.
-async fn mark_delivered(tx: &mut TenantTx, message: MessageId) -> Result<(), sqlx::Error> {
-    let tenant = tx.tenant();
+/// Every part is posted: the turns are delivered and their jobs removed (each
+/// conversation's next message may go), in one statement.
+async fn mark_delivered(tx: &mut TenantTx, messages: &[MessageId]) -> Result<(), sqlx::Error> {
+    if messages.is_empty() {
+        return Ok(());
+    }
     sqlx::query(
-        "with job as (delete from dispatch_queue where message_id = $2 and tenant_id = $1)
+        "with job as (delete from dispatch_queue where tenant_id = $1 and message_id = any($2))
          update channel_messages set delivered_at = now(), updated_at = now()
-          where tenant_id = $1 and id = $2",
+          where tenant_id = $1 and id = any($2)",
     )
-    .bind(tenant)
-    .bind(message)
+    .bind(tx.tenant())
+    .bind(messages)
     .execute(tx.conn())
     .await?;
     Ok(())

@@ -462,3 +462,97 @@ async fn an_idle_instance_sends_at_most_one_statement_per_polling_tick() {
         "10 statements in {elapsed:?}, polling every {poll:?}"
     );
 }
+
+#[tokio::test]
+async fn changes_of_several_turns_applied_together_each_get_their_own_outcome() {
+    use channel_bridge::db::queue::LeaseToken;
+    use channel_bridge::db::turns::{self, Applied, Change, Transition};
+
+    let app = spawn_app().await;
+    let tenant = provision_tenant(&app.pool, "acme").await;
+    link_people(&app, tenant.tenant, 3).await;
+    for n in 0..3 {
+        let body = telegram_from(5000 + n as i64, &person(n), &format!("turn {n}"));
+        deliver(&app, &tenant, Platform::Telegram, body).await;
+    }
+    let worker = worker(&app, None, |_| {});
+    let mut jobs: Vec<_> = worker
+        .claim(&request(3))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.job)
+        .collect();
+    jobs.sort_by_key(|job| job.conversation_key.clone());
+    let change = |i: usize, lease: LeaseToken, transition: Transition| Change {
+        message: jobs[i].message_id,
+        lease,
+        transition,
+    };
+    let answered = |text: &str| Transition::Answered {
+        response: text.into(),
+        parts: vec![text.into()],
+    };
+    let changes = [
+        change(0, jobs[0].lease, answered("for 0")),
+        change(1, LeaseToken(uuid::Uuid::new_v4()), answered("not the holder")),
+        change(
+            2,
+            jobs[2].lease,
+            Transition::AgentRetry {
+                error: "agent down".into(),
+                delay: Duration::from_secs(60),
+            },
+        ),
+    ];
+
+    let mut tx = app.tenant_tx(tenant.tenant).await;
+    let refs: Vec<&Change> = changes.iter().collect();
+    let applied = turns::apply_many(&mut tx, &refs, Duration::from_secs(60))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+
+    assert_eq!(
+        applied,
+        [Applied::Stored { first: true }, Applied::LeaseLost, Applied::Done]
+    );
+    let mut owner = app.db.owner_conn().await;
+    let rows: Vec<(String, Option<String>, Option<String>, Option<String>, bool)> = sqlx::query_as(
+        "select m.status, m.response_content, m.last_error, q.stage, q.lease_owner is not null
+           from channel_messages m join dispatch_queue q on q.message_id = m.id
+          order by m.conversation_key",
+    )
+    .fetch_all(&mut owner)
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        [
+            (
+                "executed".into(),
+                Some("for 0".into()),
+                None,
+                Some("reply".into()),
+                true
+            ),
+            ("dispatching".into(), None, None, Some("dispatch".into()), true),
+            (
+                "dispatching".into(),
+                None,
+                Some("agent down".into()),
+                Some("dispatch".into()),
+                false
+            ),
+        ]
+    );
+    let part: (String, i32) = sqlx::query_as("select status, attempts from channel_replies")
+        .fetch_one(&mut owner)
+        .await
+        .unwrap();
+    assert_eq!(
+        part,
+        ("sending".into(), 1),
+        "the first part is marked with the stored answer"
+    );
+}
