@@ -518,7 +518,9 @@ async fn changes_of_several_turns_applied_together_each_get_their_own_outcome() 
         [Applied::Stored { first: true }, Applied::LeaseLost, Applied::Done]
     );
     let mut owner = app.db.owner_conn().await;
-    let rows: Vec<(String, Option<String>, Option<String>, Option<String>, bool)> = sqlx::query_as(
+    /// status, response, last error, job stage, leased.
+    type Row = (String, Option<String>, Option<String>, Option<String>, bool);
+    let rows: Vec<Row> = sqlx::query_as(
         "select m.status, m.response_content, m.last_error, q.stage, q.lease_owner is not null
            from channel_messages m join dispatch_queue q on q.message_id = m.id
           order by m.conversation_key",
