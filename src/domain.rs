@@ -129,9 +129,11 @@ impl FromStr for UnlinkedPolicy {
     }
 }
 
-/// Lifecycle of a `channel_messages` row (DESIGN.md, "Statuses and decisions").
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Lifecycle of a `channel_messages` row (DESIGN.md, "Statuses and decisions"; the
+/// worker's transitions are drawn in `crate::db::turns`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, sqlx::Type)]
 #[serde(rename_all = "snake_case")]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
 pub enum MessageStatus {
     /// Recorded and queued for dispatch.
     Accepted,

@@ -86,7 +86,7 @@ impl From<MessageRow> for MessageOut {
             request_content: row.request_content,
             response_content: row.response_content,
             decision: row.decision,
-            status: row.status,
+            status: row.status.as_str().to_owned(),
             attempts: row.attempts,
             last_error: row.last_error,
             received_at: row.received_at,

@@ -99,7 +99,7 @@ pub struct MessageRow {
     pub request_content: String,
     pub response_content: Option<String>,
     pub decision: Option<String>,
-    pub status: String,
+    pub status: MessageStatus,
     pub attempts: i32,
     pub last_error: Option<String>,
     pub received_at: chrono::DateTime<chrono::Utc>,
