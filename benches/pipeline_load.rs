@@ -1,0 +1,1569 @@
+//! End-to-end pipeline load: signed Telegram webhooks into the real gateway binary, its
+//! dispatch worker calling a slow agent, the replies posted back to a Telegram stand-in;
+//! what the whole path sustains, how long a turn waits, and what each turn costs.
+//!
+//! ```text
+//! cargo bench --bench pipeline_load -- --seconds 10 --rate 1200 --agent-latency-ms 2000
+//! CB_DB_POOL_SIZE=32 cargo bench --bench pipeline_load -- --rate 0 --concurrency 64
+//! ```
+//!
+//! What one run does:
+//! 1. creates a database `cb_bench_<random>` on DATABASE_URL's server (default
+//!    postgres://postgres@127.0.0.1:5432/postgres), migrated with the app's `migrate`, and
+//!    drops it at the end unless `--keep-db`;
+//! 2. starts, in this process on 127.0.0.1:0, the agent stand-in (verifies each dispatch's
+//!    Standard Webhooks signature, waits `--agent-latency-ms`, answers `--answer-chars` of
+//!    text) and the Telegram Bot API stand-in (`sendMessage` answers `ok` at once);
+//! 3. provisions `--tenants` tenants through the library, each with its agent URL and one
+//!    Telegram connector whose API base URL is the stand-in and which lets unlinked senders
+//!    through, so each of the `--users` senders is a conversation of its own;
+//! 4. starts the gateway binary (`channel-bridge serve`, HTTP and worker) as a child process
+//!    on the bench database with this process's environment, so `CB_*` settings given to
+//!    `cargo bench` apply; its log goes to a file under target/; waits for `/readyz`;
+//! 5. posts signed webhooks with the text `load <seq>`, round-robin over the users, for
+//!    `--seconds`: open loop at `--rate` per second (webhook *i* is due at start + i/rate,
+//!    with at most `--concurrency` in flight), or closed loop with `--rate 0`;
+//! 6. waits, at most `--drain-secs`, until a reply was posted for every accepted webhook;
+//! 7. stops the gateway (SIGTERM, then kill), then, unless `--skip-idle`, starts a second,
+//!    worker-only gateway (`CB_HTTP=false`) whose database connections pass through a proxy
+//!    that counts protocol messages, and counts its statements over `--idle-secs` once it
+//!    has settled.
+//!
+//! Reading the figures:
+//! - *accepted/s* is over the posting window: first post to the last webhook answer;
+//!   *webhook answer* is each webhook's HTTP round trip, from its send (in open loop a
+//!   generator that falls behind shows as *max send lag* instead);
+//! - *turns/s steady* counts replies posted from the first reply to the end of the posting
+//!   window, i.e. once the agent's latency is filled: what the pipeline sustains at this
+//!   load; *overall* is every turn over first post → last reply, ramp and drain included;
+//! - *webhook→agent* runs from just before the webhook was sent to the first agent call of
+//!   that turn (ingress, queue wait, claim, history): it grows for as long as the worker
+//!   cannot keep up with the rate; *webhook→reply* adds the agent's latency and the post;
+//! - *agent in flight* is counted by the agent stand-in; the mean is time-weighted over the
+//!   posting window; sustained turns/s ≈ mean in flight / agent latency;
+//! - CPU per turn is CPU time from the first post to the end of the drain divided by turns
+//!   posted. PostgreSQL is every process named `postgres` on this machine (background
+//!   writers, and other databases' work too); the bench database's backends are shown apart
+//!   (without those that exited during the run); *others* is the machine's remaining busy
+//!   time, which skews everything else: compare runs made back to back on a quiet machine;
+//! - idle statements/s are the simple queries ('Q') and extended-protocol executes ('E')
+//!   the idle instance sends: its polling and housekeeping cost with nothing to do.
+//!
+//! `--json` prints the figures as one JSON object on the last line of stdout instead of
+//! the text block; progress goes to stderr.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use axum::body::Bytes;
+use axum::extract::{Path as UrlPath, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::{Json, Router};
+use channel_bridge::db::connectors::NewConnector;
+use channel_bridge::dispatch::signature;
+use channel_bridge::domain::{Platform, TelegramDelivery, UnlinkedPolicy};
+use channel_bridge::{db, provision};
+use clap::Parser;
+use common::BenchDb;
+use secrecy::SecretString;
+use serde::Serialize;
+use serde_json::{json, Value};
+use sqlx::{Connection, PgConnection};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+#[derive(Debug, Clone, Parser, Serialize)]
+#[command(about = "End-to-end load: webhooks → gateway → slow agent → replies, with costs")]
+struct Args {
+    /// Seconds of posting webhooks.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Webhooks per second (open loop); 0: as fast as --concurrency posters go (closed loop).
+    #[arg(long, default_value_t = 1200.0)]
+    rate: f64,
+    /// Posters: webhook requests in flight at most.
+    #[arg(long, default_value_t = 128)]
+    concurrency: usize,
+    /// Telegram senders, each a conversation of its own (one turn in flight at a time).
+    #[arg(long, default_value_t = 20_000)]
+    users: u64,
+    /// Tenants, each with its agent URL and one Telegram connector; users are spread over them.
+    #[arg(long, default_value_t = 1)]
+    tenants: u64,
+    /// How long the agent stand-in takes to answer, in milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    agent_latency_ms: u64,
+    /// Length of the agent's answer (1 to 4096: one Telegram message).
+    #[arg(long, default_value_t = 40)]
+    answer_chars: usize,
+    /// Longest wait after posting for the replies of every accepted webhook, in seconds.
+    #[arg(long, default_value_t = 60)]
+    drain_secs: u64,
+    /// Seconds over which the idle instance's statements are counted.
+    #[arg(long, default_value_t = 10)]
+    idle_secs: u64,
+    /// Skip the idle-instance measurement.
+    #[arg(long)]
+    skip_idle: bool,
+    /// Keep the database afterwards instead of dropping it.
+    #[arg(long)]
+    keep_db: bool,
+    /// Print the figures as one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Passed by `cargo bench` to every bench binary; ignored.
+    #[arg(long, hide = true)]
+    #[serde(skip)]
+    bench: bool,
+}
+
+impl Args {
+    fn check(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.seconds > 0 && self.concurrency > 0,
+            "--seconds and --concurrency must be > 0"
+        );
+        anyhow::ensure!(self.users > 0, "--users must be > 0");
+        anyhow::ensure!(
+            (1..=self.users).contains(&self.tenants),
+            "--tenants must be 1 to --users"
+        );
+        anyhow::ensure!(
+            (1..=4096).contains(&self.answer_chars),
+            "--answer-chars must be 1 to 4096"
+        );
+        anyhow::ensure!(
+            (0.0..=100_000.0).contains(&self.rate),
+            "--rate must be 0 to 100000"
+        );
+        Ok(())
+    }
+
+    /// Sequence numbers the run may use: the size of the per-turn timestamp tables.
+    fn capacity(&self) -> usize {
+        if self.rate > 0.0 {
+            (self.rate * self.seconds as f64).ceil() as usize + 1
+        } else {
+            CLOSED_LOOP_MAX_RATE * self.seconds as usize
+        }
+    }
+}
+
+/// Closed loop: more webhooks per second than ingress has ever accepted on the reference
+/// machine; a run that reaches it stops posting early and says so.
+const CLOSED_LOOP_MAX_RATE: usize = 30_000;
+/// Telegram sender ids of the bench users start here (a realistic 9-digit id).
+const FIRST_SENDER_ID: u64 = 100_000_000;
+const TELEGRAM_SECRET: &str = "bench-telegram-secret_token";
+/// The secret half of every bench bot token (`<bot id>:<secret>`).
+const BOT_SECRET: &str = "bench-bot-token";
+const READY_LIMIT: Duration = Duration::from_secs(30);
+const STOP_LIMIT: Duration = Duration::from_secs(15);
+/// The idle instance connects lazily; statements are counted only after this.
+const IDLE_SETTLE: Duration = Duration::from_secs(3);
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    args.check()?;
+    let db = BenchDb::create().await?;
+    eprintln!("database {} (migrated)", db.name);
+    let outcome = run(&args, &db).await;
+    if args.keep_db {
+        eprintln!("database {} kept: {}", db.name, db.url);
+    } else {
+        db.drop_now().await;
+    }
+    let results = outcome?;
+    if args.json {
+        println!("{}", serde_json::to_string(&results)?);
+    } else {
+        results.print();
+    }
+    Ok(())
+}
+
+async fn run(args: &Args, db: &BenchDb) -> anyhow::Result<Results> {
+    let shared = Arc::new(Shared::new(args));
+    let stand_ins = start_stand_ins(shared.clone()).await?;
+    let tenants = provision_tenants(db, args.tenants, &stand_ins).await?;
+    let _ = shared.secrets.set(tenants.secrets);
+
+    let addr = free_local_port()?;
+    let mut gateway = Gateway::start("gateway", &db.url, Some(addr), log_path(db, "gateway"))?;
+    eprintln!(
+        "gateway pid {} on {addr}, log {}",
+        gateway.pid(),
+        gateway.log.display()
+    );
+    let ready = gateway.wait_ready(addr).await?;
+    let targets = Arc::new(Targets::new(addr, &tenants.hook_paths, args)?);
+    let load = run_load(args, &shared, targets, gateway.pid(), &db.url).await?;
+    let stopped = gateway.stop().await?;
+    let run = GatewayRun {
+        ready_secs: ready.as_secs_f64(),
+        rss_max_mb: load.rss_max_mb,
+        stopped,
+        log: scan_log(&gateway.log),
+    };
+    let idle = if args.skip_idle {
+        None
+    } else {
+        Some(measure_idle(args, db).await?)
+    };
+    Ok(Results::new(args, &shared, load, run, idle))
+}
+
+// ---------------------------------------------------------------------------------------
+// What the stand-ins and the posters record
+
+/// Shared by the posters and the stand-ins. Per turn (index = sequence number): when its
+/// webhook was sent and answered, its first agent call, its first reply; µs since `epoch`
+/// + 1, 0 = not yet.
+struct Shared {
+    epoch: Instant,
+    posted: Vec<AtomicU64>,
+    answered: Vec<AtomicU64>,
+    called: Vec<AtomicU64>,
+    replied: Vec<AtomicU64>,
+    answer: String,
+    agent_latency: Duration,
+    /// Dispatch secrets by tenant index (the agent URL path names the index).
+    secrets: OnceLock<Vec<String>>,
+    counts: Counts,
+    in_flight: Mutex<InFlight>,
+}
+
+#[derive(Default)]
+struct Counts {
+    agent_calls: AtomicU64,
+    bad_signatures: AtomicU64,
+    /// Agent calls of a turn that had been called before.
+    repeat_calls: AtomicU64,
+    /// Agent calls or replies whose turn could not be identified.
+    unknown_turns: AtomicU64,
+    turns_posted: AtomicU64,
+    reply_parts: AtomicU64,
+    /// Replies to a turn that already had one (answers fit one part, so: duplicates).
+    repeat_replies: AtomicU64,
+}
+
+impl Shared {
+    fn new(args: &Args) -> Self {
+        let table = || (0..args.capacity()).map(|_| AtomicU64::new(0)).collect();
+        Self {
+            epoch: Instant::now(),
+            posted: table(),
+            answered: table(),
+            called: table(),
+            replied: table(),
+            answer: "lorem ipsum dolor sit amet "
+                .chars()
+                .cycle()
+                .take(args.answer_chars)
+                .collect(),
+            agent_latency: Duration::from_millis(args.agent_latency_ms),
+            secrets: OnceLock::new(),
+            counts: Counts::default(),
+            in_flight: Mutex::new(InFlight::default()),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_micros() as u64 + 1
+    }
+
+    /// Stamps `table[seq]` now unless it is stamped: `Some(false)` for a repeat, `None` for
+    /// a sequence number out of range.
+    fn stamp_first(&self, table: &[AtomicU64], seq: u64) -> Option<bool> {
+        let slot = table.get(usize::try_from(seq).ok()?)?;
+        Some(slot.compare_exchange(0, self.now(), Relaxed, Relaxed).is_ok())
+    }
+
+    fn in_flight(&self) -> MutexGuard<'_, InFlight> {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn signature_ok(&self, tenant: usize, headers: &HeaderMap, body: &[u8]) -> bool {
+        let Some(secret) = self.secrets.get().and_then(|s| s.get(tenant)) else {
+            return false;
+        };
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        signature::verify(
+            secret,
+            header("webhook-id"),
+            header("webhook-timestamp"),
+            header("webhook-signature"),
+            body,
+            chrono::Utc::now().timestamp(),
+        )
+        .is_ok()
+    }
+}
+
+/// Nonzero stamps of a table.
+fn stamps(table: &[AtomicU64]) -> impl Iterator<Item = u64> + '_ {
+    table.iter().map(|t| t.load(Relaxed)).filter(|&t| t > 0)
+}
+
+/// `to - from` in µs for every turn stamped in both tables.
+fn intervals(from: &[AtomicU64], to: &[AtomicU64]) -> Vec<u64> {
+    from.iter()
+        .zip(to)
+        .map(|(a, b)| (a.load(Relaxed), b.load(Relaxed)))
+        .filter(|&(a, b)| a > 0 && b > 0)
+        .map(|(a, b)| b.saturating_sub(a))
+        .collect()
+}
+
+/// Agent calls in flight: current, maxima, and the integral over time (call·seconds), from
+/// which `close_window` gives the time-weighted mean.
+#[derive(Default)]
+struct InFlight {
+    current: u64,
+    max: u64,
+    window_max: u64,
+    call_secs: f64,
+    since: Option<Instant>,
+}
+
+impl InFlight {
+    fn advance(&mut self) {
+        let now = Instant::now();
+        if let Some(since) = self.since {
+            self.call_secs += self.current as f64 * (now - since).as_secs_f64();
+        }
+        self.since = Some(now);
+    }
+
+    fn enter(&mut self) {
+        self.advance();
+        self.current += 1;
+        self.max = self.max.max(self.current);
+        self.window_max = self.window_max.max(self.current);
+    }
+
+    fn leave(&mut self) {
+        self.advance();
+        self.current = self.current.saturating_sub(1);
+    }
+
+    /// Starts a window; returns the integral so far.
+    fn open_window(&mut self) -> f64 {
+        self.advance();
+        self.window_max = self.current;
+        self.call_secs
+    }
+
+    /// (integral so far, max since `open_window`).
+    fn close_window(&mut self) -> (f64, u64) {
+        self.advance();
+        (self.call_secs, self.window_max)
+    }
+}
+
+/// One agent call in flight, for as long as it lives (a dropped request included).
+struct AgentCall<'a>(&'a Shared);
+
+impl<'a> AgentCall<'a> {
+    fn enter(shared: &'a Shared) -> Self {
+        shared.in_flight().enter();
+        Self(shared)
+    }
+}
+
+impl Drop for AgentCall<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight().leave();
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The agent and Telegram stand-ins
+
+/// Serves both stand-ins; returns their base URL.
+async fn start_stand_ins(shared: Arc<Shared>) -> anyhow::Result<String> {
+    let app = Router::new()
+        .route("/agent/{tenant}", post(agent_call))
+        .route("/telegram/{bot}/sendMessage", post(telegram_send))
+        .with_state(shared);
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("Failed to bind the stand-ins")?;
+    let base = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(base)
+}
+
+/// Verifies the signature as a real agent would, waits the agent's latency, answers.
+async fn agent_call(
+    State(shared): State<Arc<Shared>>,
+    UrlPath(tenant): UrlPath<usize>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> (StatusCode, Json<Value>) {
+    let counts = &shared.counts;
+    counts.agent_calls.fetch_add(1, Relaxed);
+    if !shared.signature_ok(tenant, &headers, &body) {
+        counts.bad_signatures.fetch_add(1, Relaxed);
+        return (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({ "error": "bad signature" })),
+        );
+    }
+    let _call = AgentCall::enter(&shared);
+    match turn_of_dispatch(&body).and_then(|seq| shared.stamp_first(&shared.called, seq)) {
+        Some(true) => {}
+        Some(false) => _ = counts.repeat_calls.fetch_add(1, Relaxed),
+        None => _ = counts.unknown_turns.fetch_add(1, Relaxed),
+    }
+    tokio::time::sleep(shared.agent_latency).await;
+    (StatusCode::OK, Json(json!({ "content": shared.answer })))
+}
+
+/// The sequence number in the dispatched turn's text (`load <seq>`).
+fn turn_of_dispatch(body: &[u8]) -> Option<u64> {
+    let payload: Value = serde_json::from_slice(body).ok()?;
+    payload
+        .get("content")?
+        .as_str()?
+        .strip_prefix("load ")?
+        .parse()
+        .ok()
+}
+
+/// `sendMessage`: the reply threads to the webhook's message id, which is seq + 1.
+async fn telegram_send(
+    State(shared): State<Arc<Shared>>,
+    UrlPath(bot): UrlPath<String>,
+    body: Bytes,
+) -> (StatusCode, Json<Value>) {
+    let token_ok = bot
+        .strip_prefix("bot")
+        .and_then(|token| token.split_once(':'))
+        .is_some_and(|(_, secret)| secret == BOT_SECRET);
+    let request = serde_json::from_slice::<Value>(&body).ok();
+    let (Some(request), true) = (request, token_ok) else {
+        let answer = json!({ "ok": false, "error_code": 400, "description": "Bad Request" });
+        return (StatusCode::BAD_REQUEST, Json(answer));
+    };
+    let counts = &shared.counts;
+    let message_id = counts.reply_parts.fetch_add(1, Relaxed) + 1;
+    let turn = request
+        .pointer("/reply_parameters/message_id")
+        .and_then(Value::as_u64)
+        .and_then(|id| id.checked_sub(1));
+    match turn.and_then(|seq| shared.stamp_first(&shared.replied, seq)) {
+        Some(true) => _ = counts.turns_posted.fetch_add(1, Relaxed),
+        Some(false) => _ = counts.repeat_replies.fetch_add(1, Relaxed),
+        None => _ = counts.unknown_turns.fetch_add(1, Relaxed),
+    }
+    let result = json!({
+        "message_id": message_id,
+        "date": chrono::Utc::now().timestamp(),
+        "chat": { "id": request["chat_id"], "type": "private" },
+        "text": request["text"],
+    });
+    (StatusCode::OK, Json(json!({ "ok": true, "result": result })))
+}
+
+// ---------------------------------------------------------------------------------------
+// Provisioning
+
+struct Tenants {
+    /// Webhook path of each tenant's connector.
+    hook_paths: Vec<String>,
+    secrets: Vec<String>,
+}
+
+async fn provision_tenants(db: &BenchDb, count: u64, stand_ins: &str) -> anyhow::Result<Tenants> {
+    let pool = db::connect_pool(&db.settings())?;
+    let mut tenants = Tenants {
+        hook_paths: Vec::new(),
+        secrets: Vec::new(),
+    };
+    for t in 0..count {
+        let agent_url = format!("{stand_ins}/agent/{t}");
+        let created = provision::create_tenant(&pool, &format!("bench-{t}"), "Bench", Some(&agent_url))
+            .await
+            .context("Failed to create a tenant")?;
+        let connector = telegram_connector(t, &format!("{stand_ins}/telegram"));
+        let added = provision::add_connector(&pool, created.tenant_id, &connector)
+            .await
+            .context("Failed to add a connector")?;
+        tenants.hook_paths.push(added.webhook_path);
+        tenants.secrets.push(created.dispatch_secret);
+    }
+    pool.close().await;
+    eprintln!("provisioned {count} tenant(s), one Telegram connector each");
+    Ok(tenants)
+}
+
+/// A bot of its own per tenant; unlinked senders are dispatched (one conversation each).
+fn telegram_connector(tenant: u64, api_base_url: &str) -> NewConnector {
+    let bot = (7_000_000_001 + tenant).to_string();
+    NewConnector {
+        platform: Platform::Telegram,
+        name: format!("bench bot {tenant}"),
+        external_id: Some(bot.clone()),
+        app_id: None,
+        bot_user_id: Some(bot.clone()),
+        bot_id: None,
+        verification_secret: SecretString::from(TELEGRAM_SECRET),
+        verify_token: None,
+        outbound_token: Some(SecretString::from(format!("{bot}:{BOT_SECRET}"))),
+        api_base_url: Some(api_base_url.to_owned()),
+        unlinked_policy: UnlinkedPolicy::Allow,
+        telegram_delivery: TelegramDelivery::AtMostOnce,
+        unlinked_notice: None,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The gateway as a child process
+
+struct Gateway {
+    name: &'static str,
+    child: Child,
+    log: PathBuf,
+}
+
+#[derive(Serialize)]
+struct Stopped {
+    secs: f64,
+    /// Killed after `STOP_LIMIT` because SIGTERM did not stop it.
+    killed: bool,
+    status: String,
+}
+
+impl Gateway {
+    /// `serve` on `database_url`; with `bind`, HTTP on that address, else worker only.
+    fn start(
+        name: &'static str,
+        database_url: &str,
+        bind: Option<SocketAddr>,
+        log: PathBuf,
+    ) -> anyhow::Result<Self> {
+        let file =
+            std::fs::File::create(&log).with_context(|| format!("Failed to create {}", log.display()))?;
+        let mut command = Command::new(env!("CARGO_BIN_EXE_channel-bridge"));
+        command
+            .arg("serve")
+            .env("DATABASE_URL", database_url)
+            .env("CB_LOG_FORMAT", "json")
+            .env("CB_WORKER", "true")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file);
+        match bind {
+            Some(addr) => command.env("CB_HTTP", "true").env("CB_BIND", addr.to_string()),
+            None => command.env("CB_HTTP", "false"),
+        };
+        if std::env::var_os("RUST_LOG").is_none() {
+            command.env("RUST_LOG", "warn");
+        }
+        let child = command.spawn().context("Failed to start the gateway binary")?;
+        Ok(Self { name, child, log })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn ensure_running(&mut self) -> anyhow::Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            anyhow::bail!(
+                "the {} instance exited ({status}); see {}",
+                self.name,
+                self.log.display()
+            );
+        }
+        Ok(())
+    }
+
+    /// Polls `/readyz` until it answers 200; returns how long that took.
+    async fn wait_ready(&mut self, addr: SocketAddr) -> anyhow::Result<Duration> {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(1))
+            .build()?;
+        let url = format!("http://{addr}/readyz");
+        let started = Instant::now();
+        while started.elapsed() < READY_LIMIT {
+            self.ensure_running()?;
+            if let Ok(response) = client.get(&url).send().await {
+                if response.status() == StatusCode::OK {
+                    return Ok(started.elapsed());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        anyhow::bail!("the {} instance was not ready within {READY_LIMIT:?}", self.name)
+    }
+
+    /// SIGTERM, then a kill if it has not exited within `STOP_LIMIT`.
+    async fn stop(&mut self) -> anyhow::Result<Stopped> {
+        let started = Instant::now();
+        let signalled = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status();
+        if signalled.is_ok_and(|s| s.success()) {
+            while started.elapsed() < STOP_LIMIT {
+                if let Some(status) = self.child.try_wait()? {
+                    let (secs, status) = (started.elapsed().as_secs_f64(), status.to_string());
+                    return Ok(Stopped {
+                        secs,
+                        killed: false,
+                        status,
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        self.child.kill().context("Failed to kill the gateway")?;
+        let status = self.child.wait()?.to_string();
+        let secs = started.elapsed().as_secs_f64();
+        Ok(Stopped {
+            secs,
+            killed: true,
+            status,
+        })
+    }
+}
+
+impl Drop for Gateway {
+    /// On an early return the child must not outlive the bench.
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn free_local_port() -> anyhow::Result<SocketAddr> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("Failed to find a free port")?;
+    Ok(listener.local_addr()?)
+}
+
+fn log_path(db: &BenchDb, name: &str) -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("target"),
+        PathBuf::from,
+    );
+    target.join(format!("pipeline_load-{}-{name}.log", db.name))
+}
+
+#[derive(Serialize)]
+struct LogSummary {
+    path: String,
+    warnings: usize,
+    errors: usize,
+    /// The first warning or error, shortened.
+    first: Option<String>,
+}
+
+fn scan_log(path: &Path) -> LogSummary {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let warning = |line: &str| line.contains("\"level\":\"WARN\"");
+    // JSON error events, and what `main` prints when the process fails.
+    let error = |line: &str| line.contains("\"level\":\"ERROR\"") || line.starts_with("error");
+    let problems: Vec<&str> = text.lines().filter(|l| warning(l) || error(l)).collect();
+    LogSummary {
+        path: path.display().to_string(),
+        warnings: problems.iter().filter(|l| warning(l)).count(),
+        errors: problems.iter().filter(|l| error(l)).count(),
+        first: problems.first().map(|l| l.chars().take(300).collect()),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Load
+
+/// Webhook URLs by tenant; users are spread round-robin over the tenants.
+struct Targets {
+    hooks: Vec<reqwest::Url>,
+    users: u64,
+    rate: f64,
+    capacity: u64,
+}
+
+impl Targets {
+    fn new(addr: SocketAddr, hook_paths: &[String], args: &Args) -> anyhow::Result<Self> {
+        let hooks = hook_paths
+            .iter()
+            .map(|path| format!("http://{addr}{path}").parse())
+            .collect::<Result<Vec<_>, _>>()
+            .context("a webhook URL")?;
+        anyhow::ensure!(!hooks.is_empty(), "no tenant was provisioned");
+        Ok(Self {
+            hooks,
+            users: args.users,
+            rate: args.rate,
+            capacity: args.capacity() as u64,
+        })
+    }
+
+    /// Turn `seq`: a private text message from user `seq % users`, ids seq + 1.
+    fn webhook(&self, seq: u64) -> (reqwest::Url, String) {
+        let user = seq % self.users;
+        let (id, sender, date) = (seq + 1, FIRST_SENDER_ID + user, chrono::Utc::now().timestamp());
+        let body = format!(
+            r#"{{"update_id":{id},"message":{{"message_id":{id},"from":{{"id":{sender},"is_bot":false,"first_name":"User {user}"}},"chat":{{"id":{sender},"first_name":"User {user}","type":"private"}},"date":{date},"text":"load {seq}"}}}}"#
+        );
+        let hook = &self.hooks[(user % self.hooks.len() as u64) as usize];
+        (hook.clone(), body)
+    }
+}
+
+/// What the posters saw; `started`/`ended` are stamps (µs since the epoch).
+#[derive(Default)]
+struct Posting {
+    started: u64,
+    ended: u64,
+    sent: u64,
+    accepted: u64,
+    errors: BTreeMap<String, u64>,
+    /// Open loop: the longest a webhook was sent after its due time.
+    max_lag: Duration,
+    capacity_reached: bool,
+}
+
+impl Posting {
+    fn merge(&mut self, other: Posting) {
+        self.sent += other.sent;
+        self.accepted += other.accepted;
+        for (kind, n) in other.errors {
+            *self.errors.entry(kind).or_default() += n;
+        }
+        self.max_lag = self.max_lag.max(other.max_lag);
+        self.capacity_reached |= other.capacity_reached;
+    }
+
+    fn secs(&self) -> f64 {
+        self.ended.saturating_sub(self.started) as f64 / 1e6
+    }
+}
+
+struct LoadRun {
+    posting: Posting,
+    in_flight_max: u64,
+    in_flight_mean: f64,
+    drained: bool,
+    drain_wait: Duration,
+    cpu: Option<CpuFigures>,
+    rss_max_mb: Option<f64>,
+}
+
+/// Posting, then the drain, with the gateway's RSS and everyone's CPU measured throughout.
+async fn run_load(
+    args: &Args,
+    shared: &Arc<Shared>,
+    targets: Arc<Targets>,
+    gateway: u32,
+    db_url: &str,
+) -> anyhow::Result<LoadRun> {
+    let rss = RssSampler::start(gateway);
+    let (cpu_before, cpu_started) = (CpuSnapshot::take(gateway, db_url).await?, Instant::now());
+    let before = shared.in_flight().open_window();
+    let posting = post_webhooks(args, targets, shared.clone()).await?;
+    let (after, in_flight_max) = shared.in_flight().close_window();
+    eprintln!(
+        "posted {} webhooks, {} accepted; draining",
+        posting.sent, posting.accepted
+    );
+    let drain_limit = Duration::from_secs(args.drain_secs);
+    let (drained, drain_wait) = wait_for_replies(shared, posting.accepted, drain_limit).await;
+    let turns = shared.counts.turns_posted.load(Relaxed);
+    let cpu_after = CpuSnapshot::take(gateway, db_url).await?;
+    let cpu = cpu_figures(&cpu_before, &cpu_after, cpu_started.elapsed(), turns);
+    Ok(LoadRun {
+        in_flight_mean: (after - before) / posting.secs().max(1e-9),
+        posting,
+        in_flight_max,
+        drained,
+        drain_wait,
+        cpu,
+        rss_max_mb: rss.finish().await,
+    })
+}
+
+/// `--concurrency` posters for `--seconds`, open loop at `--rate` or closed loop.
+async fn post_webhooks(args: &Args, targets: Arc<Targets>, shared: Arc<Shared>) -> anyhow::Result<Posting> {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.concurrency)
+        .tcp_nodelay(true)
+        .timeout(Duration::from_secs(10))
+        .build()?;
+    let next = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(args.seconds);
+    let mut total = Posting {
+        started: shared.now(),
+        ..Posting::default()
+    };
+    let tasks: Vec<_> = (0..args.concurrency)
+        .map(|_| {
+            let (client, targets, shared, next) =
+                (client.clone(), targets.clone(), shared.clone(), next.clone());
+            tokio::spawn(async move { poster(client, targets, shared, next, start, deadline).await })
+        })
+        .collect();
+    for task in tasks {
+        total.merge(task.await.context("a poster panicked")?);
+    }
+    total.ended = shared.now();
+    Ok(total)
+}
+
+async fn poster(
+    client: reqwest::Client,
+    targets: Arc<Targets>,
+    shared: Arc<Shared>,
+    next: Arc<AtomicU64>,
+    start: Instant,
+    deadline: Instant,
+) -> Posting {
+    let mut report = Posting::default();
+    loop {
+        let seq = next.fetch_add(1, Relaxed);
+        if seq >= targets.capacity {
+            report.capacity_reached = targets.rate == 0.0;
+            break;
+        }
+        let due = if targets.rate > 0.0 {
+            start + Duration::from_secs_f64(seq as f64 / targets.rate)
+        } else {
+            Instant::now()
+        };
+        // Open loop: every webhook due before the deadline is sent, late or not.
+        if due >= deadline {
+            break;
+        }
+        tokio::time::sleep_until(due.into()).await;
+        report.max_lag = report.max_lag.max(due.elapsed());
+        let (url, body) = targets.webhook(seq);
+        shared.posted[seq as usize].store(shared.now(), Relaxed);
+        report.sent += 1;
+        let outcome = post_webhook(&client, url, body).await;
+        shared.answered[seq as usize].store(shared.now(), Relaxed);
+        match outcome {
+            Ok(()) => report.accepted += 1,
+            Err(kind) => *report.errors.entry(kind).or_default() += 1,
+        }
+    }
+    report
+}
+
+/// One signed webhook. `Ok` means 200 with the turn queued; anything else is named.
+async fn post_webhook(client: &reqwest::Client, url: reqwest::Url, body: String) -> Result<(), String> {
+    let now = chrono::Utc::now().timestamp();
+    let headers =
+        channel_bridge::sign::sign_headers(Platform::Telegram, TELEGRAM_SECRET, body.as_bytes(), now);
+    let mut request = client
+        .post(url)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body);
+    for (name, value) in headers {
+        request = request.header(name, value);
+    }
+    let response = request.send().await.map_err(transport_error)?;
+    let status = response.status();
+    let answer = response.bytes().await.map_err(transport_error)?;
+    if status != reqwest::StatusCode::OK {
+        return Err(status.as_u16().to_string());
+    }
+    if !answer.windows(10).any(|w| w == b"\"queued\":1") {
+        return Err("200 not queued".into());
+    }
+    Ok(())
+}
+
+fn transport_error(err: reqwest::Error) -> String {
+    if err.is_timeout() {
+        "timeout".into()
+    } else if err.is_connect() {
+        "connect".into()
+    } else {
+        "transport".into()
+    }
+}
+
+/// Polls until `accepted` turns have a reply, or `limit` passed: (all there, waited).
+async fn wait_for_replies(shared: &Shared, accepted: u64, limit: Duration) -> (bool, Duration) {
+    let started = Instant::now();
+    loop {
+        if shared.counts.turns_posted.load(Relaxed) >= accepted {
+            return (true, started.elapsed());
+        }
+        if started.elapsed() >= limit {
+            return (false, started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Memory and CPU, from /proc
+
+/// The child's VmRSS every 100 ms, keeping the maximum.
+struct RssSampler {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<Option<u64>>,
+}
+
+impl RssSampler {
+    fn start(pid: u32) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut max: Option<u64> = None;
+            while !stopped.load(Relaxed) {
+                if let Some(kb) = vm_rss_kb(pid) {
+                    max = Some(max.map_or(kb, |m| m.max(kb)));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            max
+        });
+        Self { stop, task }
+    }
+
+    /// The maximum in MB.
+    async fn finish(self) -> Option<f64> {
+        self.stop.store(true, Relaxed);
+        let kb = self.task.await.ok()??;
+        Some(kb as f64 / 1024.0)
+    }
+}
+
+fn vm_rss_kb(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// CPU ticks at one moment: the machine (busy, total), all `postgres` processes, the bench
+/// database's backends by pid, the gateway, this process (posters and stand-ins).
+struct CpuSnapshot {
+    machine: Option<(u64, u64)>,
+    postgres: u64,
+    backends: HashMap<u32, u64>,
+    gateway: Option<u64>,
+    bench: Option<u64>,
+}
+
+impl CpuSnapshot {
+    async fn take(gateway: u32, db_url: &str) -> anyhow::Result<Self> {
+        let postgres = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .filter_map(|entry| process_ticks(&entry.ok()?.path().join("stat")))
+            .filter(|(comm, _)| comm == "postgres")
+            .map(|(_, ticks)| ticks)
+            .sum();
+        Ok(Self {
+            machine: machine_ticks(),
+            postgres,
+            backends: backend_ticks(db_url).await?,
+            gateway: pid_ticks(gateway),
+            bench: process_ticks(Path::new("/proc/self/stat")).map(|(_, t)| t),
+        })
+    }
+}
+
+/// Ticks of the bench database's backends (not this query's own), by pid.
+async fn backend_ticks(db_url: &str) -> anyhow::Result<HashMap<u32, u64>> {
+    let mut conn = PgConnection::connect(db_url).await?;
+    let pids: Vec<i32> = sqlx::query_scalar(
+        "select pid from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .context("Failed to list the database's backends")?;
+    conn.close().await?;
+    let ticks = |pid: i32| {
+        let pid = u32::try_from(pid).ok()?;
+        Some((pid, pid_ticks(pid)?))
+    };
+    Ok(pids.into_iter().filter_map(ticks).collect())
+}
+
+fn pid_ticks(pid: u32) -> Option<u64> {
+    process_ticks(Path::new(&format!("/proc/{pid}/stat"))).map(|(_, t)| t)
+}
+
+/// (comm, utime + stime) of one /proc/<pid>/stat.
+fn process_ticks(path: &Path) -> Option<(String, u64)> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    let (head, rest) = stat.rsplit_once(')')?;
+    let comm = head.split_once('(')?.1.to_owned();
+    // After the comm: state is field 3; utime and stime are fields 14 and 15.
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some((comm, ticks))
+}
+
+/// (busy, total) ticks of all cores; busy is everything but idle and iowait.
+fn machine_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let ticks: Vec<u64> = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    let total: u64 = ticks.iter().take(8).sum();
+    Some((total - ticks.get(3)? - ticks.get(4)?, total))
+}
+
+/// USER_HZ from `getconf CLK_TCK`, else the usual 100.
+fn ticks_per_sec() -> f64 {
+    static TICKS: OnceLock<f64> = OnceLock::new();
+    *TICKS.get_or_init(|| {
+        let output = Command::new("getconf").arg("CLK_TCK").output().ok();
+        output
+            .and_then(|o| String::from_utf8(o.stdout).ok()?.trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}
+
+#[derive(Serialize)]
+struct CpuFigures {
+    window_secs: f64,
+    postgres_ms_per_turn: f64,
+    /// The part of it spent in the bench database's backends (a backend that exited during
+    /// the run is missing).
+    backends_ms_per_turn: f64,
+    gateway_ms_per_turn: f64,
+    bench_ms_per_turn: f64,
+    machine_busy_pct: f64,
+    cores: usize,
+    /// Busy cores outside the gateway, this process and PostgreSQL.
+    other_cores: f64,
+}
+
+fn cpu_figures(
+    before: &CpuSnapshot,
+    after: &CpuSnapshot,
+    elapsed: Duration,
+    turns: u64,
+) -> Option<CpuFigures> {
+    let ((busy0, total0), (busy1, total1)) = (before.machine?, after.machine?);
+    let secs = |ticks: u64| ticks as f64 / ticks_per_sec();
+    let postgres = secs(after.postgres.saturating_sub(before.postgres));
+    let backends = after.backends.iter().map(|(pid, &ticks)| {
+        let earlier = before.backends.get(pid).copied().unwrap_or(0);
+        ticks.saturating_sub(earlier)
+    });
+    let backends = secs(backends.sum());
+    let gateway = secs(after.gateway?.saturating_sub(before.gateway?));
+    let bench = secs(after.bench?.saturating_sub(before.bench?));
+    let per_turn = |s: f64| s * 1e3 / turns.max(1) as f64;
+    let window = elapsed.as_secs_f64();
+    let busy = secs(busy1.saturating_sub(busy0));
+    Some(CpuFigures {
+        window_secs: window,
+        postgres_ms_per_turn: per_turn(postgres),
+        backends_ms_per_turn: per_turn(backends),
+        gateway_ms_per_turn: per_turn(gateway),
+        bench_ms_per_turn: per_turn(bench),
+        machine_busy_pct: 100.0 * busy1.saturating_sub(busy0) as f64
+            / total1.saturating_sub(total0).max(1) as f64,
+        cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        other_cores: ((busy - postgres - gateway - bench) / window).max(0.0),
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Idle cost: a worker-only instance behind a counting PostgreSQL proxy
+
+/// Frontend messages seen by the proxy.
+#[derive(Default)]
+struct ProtocolCounts {
+    connections: AtomicU64,
+    queries: AtomicU64,
+    executes: AtomicU64,
+    syncs: AtomicU64,
+}
+
+impl ProtocolCounts {
+    fn count(&self, kind: u8) {
+        match kind {
+            b'Q' => _ = self.queries.fetch_add(1, Relaxed),
+            b'E' => _ = self.executes.fetch_add(1, Relaxed),
+            b'S' => _ = self.syncs.fetch_add(1, Relaxed),
+            _ => {}
+        }
+    }
+
+    fn snapshot(&self) -> [u64; 3] {
+        [&self.queries, &self.executes, &self.syncs].map(|n| n.load(Relaxed))
+    }
+}
+
+const SSL_REQUEST: u32 = 80_877_103;
+const GSSENC_REQUEST: u32 = 80_877_104;
+
+struct Proxy {
+    addr: SocketAddr,
+    counts: Arc<ProtocolCounts>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start(upstream: String) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .context("Failed to bind the proxy")?;
+        let addr = listener.local_addr()?;
+        let counts = Arc::new(ProtocolCounts::default());
+        let shared = counts.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                shared.connections.fetch_add(1, Relaxed);
+                tokio::spawn(proxy_connection(client, upstream.clone(), shared.clone()));
+            }
+        });
+        Ok(Self { addr, counts, task })
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Server to client copied as is; client to server parsed and counted.
+async fn proxy_connection(client: TcpStream, upstream: String, counts: Arc<ProtocolCounts>) {
+    let Ok(server) = TcpStream::connect(&upstream).await else {
+        return;
+    };
+    let _ = (client.set_nodelay(true), server.set_nodelay(true));
+    let (client_read, mut client_write) = client.into_split();
+    let (mut server_read, server_write) = server.into_split();
+    let backend = tokio::spawn(async move { tokio::io::copy(&mut server_read, &mut client_write).await });
+    let _ = forward_frontend(client_read, server_write, &counts).await;
+    let _ = backend.await;
+}
+
+/// The frontend protocol: untyped startup messages (an optional SSLRequest or
+/// GSSENCRequest, whose one-byte answer the backend copy forwards, then the StartupMessage),
+/// then typed messages: one type byte and an int32 length that counts itself.
+async fn forward_frontend(
+    from: impl AsyncRead + Unpin,
+    mut to: impl AsyncWrite + Unpin,
+    counts: &ProtocolCounts,
+) -> std::io::Result<()> {
+    let mut from = BufReader::new(from);
+    loop {
+        let message = read_message(&mut from, 0).await?;
+        to.write_all(&message).await?;
+        let code = message
+            .get(4..8)
+            .and_then(|c| c.try_into().ok())
+            .map(u32::from_be_bytes);
+        if code != Some(SSL_REQUEST) && code != Some(GSSENC_REQUEST) {
+            break;
+        }
+    }
+    loop {
+        let message = match read_message(&mut from, 1).await {
+            Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            other => other?,
+        };
+        counts.count(message[0]);
+        to.write_all(&message).await?;
+    }
+}
+
+/// One whole message: `type_bytes` (0 or 1), an int32 length that counts itself, the rest.
+async fn read_message(from: &mut (impl AsyncRead + Unpin), type_bytes: usize) -> std::io::Result<Vec<u8>> {
+    let mut message = vec![0; type_bytes + 4];
+    from.read_exact(&mut message).await?;
+    let mut len = [0; 4];
+    len.copy_from_slice(&message[type_bytes..]);
+    message.resize(type_bytes + (u32::from_be_bytes(len) as usize).max(4), 0);
+    from.read_exact(&mut message[type_bytes + 4..]).await?;
+    Ok(message)
+}
+
+#[derive(Serialize)]
+struct IdleFigures {
+    window_secs: f64,
+    statements_per_sec: f64,
+    queries_per_sec: f64,
+    executes_per_sec: f64,
+    syncs_per_sec: f64,
+    connections: u64,
+    stopped: Stopped,
+    log: LogSummary,
+}
+
+/// A worker-only instance through the proxy: statements/s over `--idle-secs` once settled.
+async fn measure_idle(args: &Args, db: &BenchDb) -> anyhow::Result<IdleFigures> {
+    let url = reqwest::Url::parse(&db.url).context("the bench database URL")?;
+    let host = url.host_str().context("the database URL names no host")?;
+    let proxy = Proxy::start(format!("{host}:{}", url.port().unwrap_or(5432))).await?;
+    let mut gateway = Gateway::start(
+        "idle",
+        &through_proxy(&url, proxy.addr)?,
+        None,
+        log_path(db, "idle"),
+    )?;
+    eprintln!(
+        "idle instance pid {}, log {}",
+        gateway.pid(),
+        gateway.log.display()
+    );
+    tokio::time::sleep(IDLE_SETTLE).await;
+    gateway.ensure_running()?;
+    let (before, started) = (proxy.counts.snapshot(), Instant::now());
+    tokio::time::sleep(Duration::from_secs(args.idle_secs)).await;
+    let (after, secs) = (proxy.counts.snapshot(), started.elapsed().as_secs_f64());
+    gateway.ensure_running()?;
+    let stopped = gateway.stop().await?;
+    let [queries, executes, syncs] = [0, 1, 2].map(|i| after[i].saturating_sub(before[i]) as f64 / secs);
+    Ok(IdleFigures {
+        window_secs: secs,
+        statements_per_sec: queries + executes,
+        queries_per_sec: queries,
+        executes_per_sec: executes,
+        syncs_per_sec: syncs,
+        connections: proxy.counts.connections.load(Relaxed),
+        stopped,
+        log: scan_log(&gateway.log),
+    })
+}
+
+/// The same database through the proxy, in clear text (TLS would hide the messages).
+fn through_proxy(url: &reqwest::Url, proxy: SocketAddr) -> anyhow::Result<String> {
+    let mut url = url.clone();
+    url.set_ip_host(proxy.ip())
+        .and_then(|()| url.set_port(Some(proxy.port())))
+        .map_err(|()| anyhow::anyhow!("cannot point the database URL at the proxy"))?;
+    let kept: Vec<(String, String)> = url
+        .query_pairs()
+        .filter(|(key, _)| key != "sslmode")
+        .map(|(key, value)| (key.into_owned(), value.into_owned()))
+        .collect();
+    url.query_pairs_mut()
+        .clear()
+        .extend_pairs(kept)
+        .append_pair("sslmode", "disable");
+    Ok(url.to_string())
+}
+
+// ---------------------------------------------------------------------------------------
+// Figures
+
+#[derive(Serialize)]
+struct Results {
+    /// Closed loop: `rate` 0.
+    setup: Args,
+    /// The `CB_*` settings the gateway inherited.
+    settings: BTreeMap<String, String>,
+    webhooks: WebhookFigures,
+    turns: TurnFigures,
+    /// The webhook's HTTP answer, from the send (not from the due time).
+    webhook_answer_ms: Percentiles,
+    webhook_to_agent_ms: Percentiles,
+    webhook_to_reply_ms: Percentiles,
+    agent: AgentFigures,
+    gateway: GatewayRun,
+    cpu: Option<CpuFigures>,
+    idle: Option<IdleFigures>,
+}
+
+#[derive(Serialize)]
+struct WebhookFigures {
+    window_secs: f64,
+    sent: u64,
+    accepted: u64,
+    accepted_per_sec: f64,
+    errors: BTreeMap<String, u64>,
+    max_send_lag_ms: f64,
+    capacity_reached: bool,
+}
+
+#[derive(Serialize)]
+struct TurnFigures {
+    posted: u64,
+    drained: bool,
+    drain_wait_secs: f64,
+    steady_per_sec: Option<f64>,
+    steady_window_secs: Option<f64>,
+    overall_per_sec: Option<f64>,
+    overall_window_secs: Option<f64>,
+    reply_parts: u64,
+    repeat_replies: u64,
+}
+
+#[derive(Serialize)]
+struct AgentFigures {
+    calls: u64,
+    repeat_calls: u64,
+    bad_signatures: u64,
+    unknown_turns: u64,
+    in_flight_max: u64,
+    in_flight_mean: f64,
+}
+
+#[derive(Serialize)]
+struct GatewayRun {
+    ready_secs: f64,
+    rss_max_mb: Option<f64>,
+    stopped: Stopped,
+    log: LogSummary,
+}
+
+#[derive(Serialize)]
+struct Percentiles {
+    n: usize,
+    p50: f64,
+    p99: f64,
+    max: f64,
+}
+
+fn percentiles(mut micros: Vec<u64>) -> Percentiles {
+    micros.sort_unstable();
+    let at = |q: f64| micros.get(((micros.len().saturating_sub(1)) as f64 * q).round() as usize);
+    let ms = |v: Option<&u64>| v.map_or(0.0, |&v| v as f64 / 1e3);
+    Percentiles {
+        n: micros.len(),
+        p50: ms(at(0.5)),
+        p99: ms(at(0.99)),
+        max: ms(micros.last()),
+    }
+}
+
+impl Results {
+    fn new(
+        args: &Args,
+        shared: &Shared,
+        load: LoadRun,
+        gateway: GatewayRun,
+        idle: Option<IdleFigures>,
+    ) -> Self {
+        let posting = &load.posting;
+        let counts = &shared.counts;
+        let get = |n: &AtomicU64| n.load(Relaxed);
+        Self {
+            setup: args.clone(),
+            settings: std::env::vars().filter(|(k, _)| k.starts_with("CB_")).collect(),
+            webhooks: WebhookFigures {
+                window_secs: posting.secs(),
+                sent: posting.sent,
+                accepted: posting.accepted,
+                accepted_per_sec: posting.accepted as f64 / posting.secs().max(1e-9),
+                errors: posting.errors.clone(),
+                max_send_lag_ms: posting.max_lag.as_secs_f64() * 1e3,
+                capacity_reached: posting.capacity_reached,
+            },
+            turns: turn_figures(shared, &load),
+            webhook_answer_ms: percentiles(intervals(&shared.posted, &shared.answered)),
+            webhook_to_agent_ms: percentiles(intervals(&shared.posted, &shared.called)),
+            webhook_to_reply_ms: percentiles(intervals(&shared.posted, &shared.replied)),
+            agent: AgentFigures {
+                calls: get(&counts.agent_calls),
+                repeat_calls: get(&counts.repeat_calls),
+                bad_signatures: get(&counts.bad_signatures),
+                unknown_turns: get(&counts.unknown_turns),
+                in_flight_max: load.in_flight_max,
+                in_flight_mean: load.in_flight_mean,
+            },
+            gateway,
+            cpu: load.cpu,
+            idle,
+        }
+    }
+
+    fn print(&self) {
+        let (s, w, t) = (&self.setup, &self.webhooks, &self.turns);
+        let mode = if s.rate > 0.0 {
+            format!("open loop at {}/s", s.rate)
+        } else {
+            "closed loop".into()
+        };
+        let settings: Vec<String> = self.settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!(
+            "\npipeline_load: {mode} for {} s, {} posters, {} users, {} tenant(s), agent {} ms, \
+             answers {} chars; {}",
+            s.seconds,
+            s.concurrency,
+            s.users,
+            s.tenants,
+            s.agent_latency_ms,
+            s.answer_chars,
+            if settings.is_empty() {
+                "server defaults".into()
+            } else {
+                settings.join(" ")
+            }
+        );
+        let errors: Vec<String> = w.errors.iter().map(|(k, n)| format!("{k}: {n}")).collect();
+        println!(
+            "  webhooks       {} sent, {} accepted in {:.2} s = {:.0}/s; errors {}; max send lag {:.1} ms{}",
+            w.sent,
+            w.accepted,
+            w.window_secs,
+            w.accepted_per_sec,
+            if errors.is_empty() {
+                "none".into()
+            } else {
+                errors.join(", ")
+            },
+            w.max_send_lag_ms,
+            if w.capacity_reached {
+                " (stopped early: capacity reached)"
+            } else {
+                ""
+            }
+        );
+        println!(
+            "  turns posted   {} of {} accepted, {} {:.1} s after posting; {} reply parts, {} repeats",
+            t.posted,
+            w.accepted,
+            if t.drained {
+                "all posted"
+            } else {
+                "NOT DRAINED, gave up"
+            },
+            t.drain_wait_secs,
+            t.reply_parts,
+            t.repeat_replies
+        );
+        let rate = |r: Option<f64>, secs: Option<f64>| match (r, secs) {
+            (Some(r), Some(secs)) => format!("{r:.0}/s over {secs:.1} s"),
+            _ => "n/a".into(),
+        };
+        println!(
+            "  turns/s        steady {} (first reply → end of posting); overall {} (first post → last reply)",
+            rate(t.steady_per_sec, t.steady_window_secs),
+            rate(t.overall_per_sec, t.overall_window_secs)
+        );
+        print_percentiles("webhook answer", &self.webhook_answer_ms);
+        print_percentiles("webhook→agent", &self.webhook_to_agent_ms);
+        print_percentiles("webhook→reply", &self.webhook_to_reply_ms);
+        let a = &self.agent;
+        println!(
+            "  agent          {} calls ({} repeats, {} bad signatures, {} unknown turns); in flight \
+             during posting max {}, mean {:.1}",
+            a.calls, a.repeat_calls, a.bad_signatures, a.unknown_turns, a.in_flight_max, a.in_flight_mean
+        );
+        self.print_gateway();
+        self.print_cpu();
+        self.print_idle();
+    }
+
+    fn print_gateway(&self) {
+        let g = &self.gateway;
+        let rss = g.rss_max_mb.map_or("n/a".into(), |mb| format!("{mb:.1} MB"));
+        println!(
+            "  gateway        RSS max {rss}; ready in {:.2} s; {}",
+            g.ready_secs,
+            stopped_text(&g.stopped)
+        );
+        print_log("gateway log", &g.log);
+    }
+
+    fn print_cpu(&self) {
+        let Some(c) = &self.cpu else {
+            println!("  cpu            n/a (no /proc)");
+            return;
+        };
+        println!(
+            "  cpu per turn   PostgreSQL {:.3} ms (bench database's backends {:.3} ms), gateway {:.3} ms, \
+             bench (posters + stand-ins) {:.3} ms; machine {:.0} % busy of {} cores over {:.1} s \
+             (others {:.2} cores)",
+            c.postgres_ms_per_turn,
+            c.backends_ms_per_turn,
+            c.gateway_ms_per_turn,
+            c.bench_ms_per_turn,
+            c.machine_busy_pct,
+            c.cores,
+            c.window_secs,
+            c.other_cores
+        );
+    }
+
+    fn print_idle(&self) {
+        let Some(i) = &self.idle else {
+            println!("  idle instance  skipped");
+            return;
+        };
+        println!(
+            "  idle instance  {:.2} statements/s (Q {:.2}/s, E {:.2}/s; Sync {:.2}/s) over {:.1} s, \
+             {} connections; {}",
+            i.statements_per_sec,
+            i.queries_per_sec,
+            i.executes_per_sec,
+            i.syncs_per_sec,
+            i.window_secs,
+            i.connections,
+            stopped_text(&i.stopped)
+        );
+        print_log("idle log", &i.log);
+    }
+}
+
+fn turn_figures(shared: &Shared, load: &LoadRun) -> TurnFigures {
+    let posting = &load.posting;
+    let replies: Vec<u64> = stamps(&shared.replied).collect();
+    let first_reply = replies.iter().min().copied();
+    let last_reply = replies.iter().max().copied();
+    let steady_window = first_reply
+        .filter(|&first| first < posting.ended)
+        .map(|first| (posting.ended - first) as f64 / 1e6);
+    let steady_turns = replies.iter().filter(|&&t| t <= posting.ended).count();
+    let overall_window = last_reply.map(|last| last.saturating_sub(posting.started) as f64 / 1e6);
+    TurnFigures {
+        posted: replies.len() as u64,
+        drained: load.drained,
+        drain_wait_secs: load.drain_wait.as_secs_f64(),
+        steady_per_sec: steady_window.map(|secs| steady_turns as f64 / secs),
+        steady_window_secs: steady_window,
+        overall_per_sec: overall_window.map(|secs| replies.len() as f64 / secs.max(1e-9)),
+        overall_window_secs: overall_window,
+        reply_parts: shared.counts.reply_parts.load(Relaxed),
+        repeat_replies: shared.counts.repeat_replies.load(Relaxed),
+    }
+}
+
+fn print_percentiles(label: &str, p: &Percentiles) {
+    println!(
+        "  {label:<14} p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms  (n={})",
+        p.p50, p.p99, p.max, p.n
+    );
+}
+
+fn stopped_text(s: &Stopped) -> String {
+    let how = if s.killed {
+        "KILLED after SIGTERM was ignored"
+    } else {
+        "stopped on SIGTERM"
+    };
+    format!("{how} in {:.2} s ({})", s.secs, s.status)
+}
+
+fn print_log(label: &str, log: &LogSummary) {
+    println!(
+        "  {label:<14} {} warnings, {} errors: {}",
+        log.warnings, log.errors, log.path
+    );
+    if let Some(first) = &log.first {
+        println!("                 first: {first}");
+    }
+}
