@@ -116,7 +116,7 @@ pub struct ServeSettings {
     /// Most jobs this instance keeps in flight (agent calls and reply posts). A ceiling, not
     /// a number of pollers: one claimer fills it. A job waiting on the agent holds no
     /// database connection; throughput is about this ÷ the agent's latency.
-    #[arg(long, env = "CB_MAX_IN_FLIGHT", default_value_t = 4096)]
+    #[arg(long, env = "CB_MAX_IN_FLIGHT", default_value_t = 8192)]
     pub max_in_flight: usize,
 
     /// The share of `CB_MAX_IN_FLIGHT` one tenant may hold, in percent, unless the operator
@@ -167,7 +167,7 @@ impl ServeSettings {
             ingress_batch_max: 64,
             http: true,
             worker: true,
-            max_in_flight: 4096,
+            max_in_flight: 8192,
             tenant_share_percent: 50,
             claim_batch_max: 256,
             state_writers: 4,

@@ -170,7 +170,7 @@ pub async fn finish(tx: &mut TenantTx, message: MessageId) -> Result<(), sqlx::E
 }
 
 /// `Queue::retry_later`'s statement (also run inside a turn's transaction by
-/// `turns::apply`): `$1` message, `$2` lease token, `$3` delay in seconds.
+/// `turns::apply_many`): `$1` message, `$2` lease token, `$3` delay in seconds.
 pub(crate) const RETRY_LATER_SQL: &str = "with head as (
          update dispatch_queue
             set available_at = now() + make_interval(secs => $3), lease_owner = null

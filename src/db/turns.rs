@@ -14,9 +14,10 @@
 //!             └─ Answered without parts / AgentFailed / Skipped ─▶ gone
 //! ```
 //!
-//! Every transition is made by the holder of the job's lease and first renews it
-//! (`queue::renew_lease`), in the same transaction: a holder whose lease ran out and whose
-//! job was claimed again gets `Applied::LeaseLost` and nothing is written, except that a
+//! Every transition is made by the holder of the job's lease and first checks it (and locks
+//! the job's row until the commit, which holds off any claim), in the same transaction: a
+//! holder whose lease ran out and whose job was claimed again gets `Applied::LeaseLost`
+//! and nothing is written, except that a
 //! part it did post is still recorded as `sent` (a fact, whoever holds the job now). In
 //! particular a part is only ever marked `sending` (the mark that precedes its request)
 //! under a lease that was still held when the mark committed.
@@ -111,24 +112,13 @@ pub struct Change {
     pub transition: Transition,
 }
 
-/// Applies `change` inside the caller's transaction (scoped to the turn's tenant),
-/// renewing the lease for `lease` first.
-pub async fn apply(tx: &mut TenantTx, change: &Change, lease: Duration) -> Result<Applied, sqlx::Error> {
-    let mut applied = apply_many(tx, &[change], lease).await?;
-    Ok(applied.pop().unwrap_or(Applied::Done))
-}
-
 /// Applies several turns' changes (at most one per turn) inside the caller's transaction,
 /// scoped to their tenant, and answers in the same order. The frequent transitions cost a
-/// fixed number of statements whatever their number: one renews every lease, one records
+/// fixed number of statements whatever their number: one checks every lease, one records
 /// the posted parts, one stores every answer, one marks the next parts `sending`, one
 /// records every delivery; the rare ones (retries, failures) go one by one.
-pub async fn apply_many(
-    tx: &mut TenantTx,
-    changes: &[&Change],
-    lease: Duration,
-) -> Result<Vec<Applied>, sqlx::Error> {
-    let held = renew_leases(tx, changes, lease).await?;
+pub async fn apply_many(tx: &mut TenantTx, changes: &[&Change]) -> Result<Vec<Applied>, sqlx::Error> {
+    let held = held_leases(tx, changes).await?;
     // A part that was posted is a fact whoever holds the lease now: it is recorded either
     // way, so that a new holder finds it `sent` instead of reconciling (or resending) it.
     let posted: Vec<(MessageId, i32, &str)> = changes
@@ -251,25 +241,28 @@ async fn apply_rare(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Erro
     Ok(())
 }
 
-/// Renews the leases the changes name, in one statement; returns the jobs whose lease was
-/// still the caller's (see `queue::renew_lease`).
-async fn renew_leases(
+/// Checks, in one statement, that the changes' leases are still the callers', and locks
+/// those jobs' rows until the commit, so that no claim can take one of them meanwhile (a
+/// claim skips locked rows). Returns the jobs whose lease was held. The lease itself is
+/// extended by the dispatcher's keeper (`Queue::renew_leases`), not here: a lock writes no
+/// new row version.
+async fn held_leases(
     tx: &mut TenantTx,
     changes: &[&Change],
-    lease: Duration,
 ) -> Result<std::collections::HashSet<MessageId>, sqlx::Error> {
     let ids: Vec<MessageId> = changes.iter().map(|c| c.message).collect();
     let tokens: Vec<LeaseToken> = changes.iter().map(|c| c.lease).collect();
     let held: Vec<MessageId> = sqlx::query_scalar(
-        "update dispatch_queue q set available_at = now() + make_interval(secs => $4)
-           from unnest($2::uuid[], $3::uuid[]) as held(message_id, token)
-          where q.tenant_id = $1 and q.message_id = held.message_id and q.lease_owner = held.token
-      returning q.message_id",
+        "select q.message_id
+           from dispatch_queue q
+           join unnest($2::uuid[], $3::uuid[]) as held(message_id, token)
+             on q.message_id = held.message_id and q.lease_owner = held.token
+          where q.tenant_id = $1
+            for update of q",
     )
     .bind(tx.tenant())
     .bind(&ids)
     .bind(&tokens)
-    .bind(lease.as_secs_f64())
     .fetch_all(tx.conn())
     .await?;
     Ok(held.into_iter().collect())

@@ -134,12 +134,7 @@ impl Worker {
             .user_agent(concat!("channel-bridge/", env!("CARGO_PKG_VERSION")))
             .build()
             .context("Failed to build the platform HTTP client")?;
-        let writer = TurnWriter::spawn(
-            pool.clone(),
-            settings.state_writers,
-            settings.state_batch_max,
-            Duration::from_secs(settings.dispatch.lease_secs),
-        );
+        let writer = TurnWriter::spawn(pool.clone(), settings.state_writers, settings.state_batch_max);
         Ok(Self {
             queue: Queue::new(pool.clone()),
             pool,

@@ -15,7 +15,6 @@
 //! batch: each task gets the error and its job is retried when its lease runs out.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot, Mutex};
@@ -40,24 +39,14 @@ pub struct TurnWriter {
     requests: mpsc::Sender<Request>,
 }
 
-#[derive(Clone, Copy)]
-struct Config {
-    batch_max: usize,
-    /// Each change renews its job's lease by this much.
-    lease: Duration,
-}
-
 impl TurnWriter {
     /// Starts `writers` writer tasks on the current runtime.
-    pub fn spawn(pool: PgPool, writers: usize, batch_max: usize, lease: Duration) -> Self {
-        let config = Config {
-            batch_max: batch_max.max(1),
-            lease,
-        };
-        let (requests, receiver) = mpsc::channel(writers.max(1) * config.batch_max * 4);
+    pub fn spawn(pool: PgPool, writers: usize, batch_max: usize) -> Self {
+        let batch_max = batch_max.max(1);
+        let (requests, receiver) = mpsc::channel(writers.max(1) * batch_max * 4);
         let receiver = Arc::new(Mutex::new(receiver));
         for _ in 0..writers.max(1) {
-            tokio::spawn(supervise(pool.clone(), receiver.clone(), config));
+            tokio::spawn(supervise(pool.clone(), receiver.clone(), batch_max));
         }
         Self { requests }
     }
@@ -80,9 +69,9 @@ impl TurnWriter {
 
 /// Runs a writer, and starts it again if it panics; the batch it was writing gets errors
 /// from the dropped replies, and those jobs are retried after their leases.
-async fn supervise(pool: PgPool, receiver: Arc<Mutex<mpsc::Receiver<Request>>>, config: Config) {
+async fn supervise(pool: PgPool, receiver: Arc<Mutex<mpsc::Receiver<Request>>>, batch_max: usize) {
     loop {
-        match tokio::spawn(run(pool.clone(), receiver.clone(), config)).await {
+        match tokio::spawn(run(pool.clone(), receiver.clone(), batch_max)).await {
             Err(err) if err.is_panic() => {
                 tracing::error!("turn writer panicked; starting it again");
                 metrics::counter!("turn_writer_restarts_total").increment(1);
@@ -92,7 +81,7 @@ async fn supervise(pool: PgPool, receiver: Arc<Mutex<mpsc::Receiver<Request>>>, 
     }
 }
 
-async fn run(pool: PgPool, receiver: Arc<Mutex<mpsc::Receiver<Request>>>, config: Config) {
+async fn run(pool: PgPool, receiver: Arc<Mutex<mpsc::Receiver<Request>>>, batch_max: usize) {
     loop {
         let batch = {
             let mut receiver = receiver.lock().await;
@@ -100,7 +89,7 @@ async fn run(pool: PgPool, receiver: Arc<Mutex<mpsc::Receiver<Request>>>, config
                 return;
             };
             let mut batch = vec![first];
-            while batch.len() < config.batch_max {
+            while batch.len() < batch_max {
                 match receiver.try_recv() {
                     Ok(request) => batch.push(request),
                     Err(_) => break,
@@ -108,14 +97,14 @@ async fn run(pool: PgPool, receiver: Arc<Mutex<mpsc::Receiver<Request>>>, config
             }
             batch
         };
-        write(&pool, batch, config.lease).await;
+        write(&pool, batch).await;
     }
 }
 
-async fn write(pool: &PgPool, mut batch: Vec<Request>, lease: Duration) {
+async fn write(pool: &PgPool, mut batch: Vec<Request>) {
     metrics::histogram!("turn_writer_batch_size").record(batch.len() as f64);
     batch.sort_by_key(|request| request.tenant);
-    match write_batch(pool, &batch, lease).await {
+    match write_batch(pool, &batch).await {
         Ok(applied) => {
             for (request, applied) in batch.into_iter().zip(applied) {
                 let _ = request.reply.send(Ok(applied));
@@ -131,7 +120,7 @@ async fn write(pool: &PgPool, mut batch: Vec<Request>, lease: Duration) {
             tracing::warn!(error = %err, changes = batch.len(), "turn batch failed; applying its changes one by one");
             metrics::counter!("turn_writer_fallbacks_total").increment(1);
             for request in batch {
-                let applied = write_batch(pool, std::slice::from_ref(&request), lease)
+                let applied = write_batch(pool, std::slice::from_ref(&request))
                     .await
                     .map(|mut applied| applied.pop().unwrap_or(Applied::Done))
                     .map_err(Arc::new);
@@ -141,7 +130,7 @@ async fn write(pool: &PgPool, mut batch: Vec<Request>, lease: Duration) {
     }
 }
 
-async fn write_batch(pool: &PgPool, batch: &[Request], lease: Duration) -> Result<Vec<Applied>, sqlx::Error> {
+async fn write_batch(pool: &PgPool, batch: &[Request]) -> Result<Vec<Applied>, sqlx::Error> {
     let Some(first) = batch.first() else {
         return Ok(Vec::new());
     };
@@ -152,7 +141,7 @@ async fn write_batch(pool: &PgPool, batch: &[Request], lease: Duration) -> Resul
     for group in batch.chunk_by(|a, b| a.tenant == b.tenant) {
         tx.switch_tenant(group[0].tenant).await?;
         let changes: Vec<&Change> = group.iter().map(|request| &request.change).collect();
-        applied.extend(turns::apply_many(&mut tx, &changes, lease).await?);
+        applied.extend(turns::apply_many(&mut tx, &changes).await?);
     }
     tx.commit().await?;
     Ok(applied)

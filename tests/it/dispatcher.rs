@@ -508,9 +508,7 @@ async fn changes_of_several_turns_applied_together_each_get_their_own_outcome() 
 
     let mut tx = app.tenant_tx(tenant.tenant).await;
     let refs: Vec<&Change> = changes.iter().collect();
-    let applied = turns::apply_many(&mut tx, &refs, Duration::from_secs(60))
-        .await
-        .unwrap();
+    let applied = turns::apply_many(&mut tx, &refs).await.unwrap();
     tx.commit().await.unwrap();
 
     assert_eq!(
