@@ -185,43 +185,59 @@ pub(crate) const RETRY_LATER_SQL: &str = "with head as (
 /// The batch claim (built once; see `Queue::claim`).
 static CLAIM_SQL: OnceLock<String> = OnceLock::new();
 
-/// `$1` tenants with no room left, `$2` rows scanned, `$3`/`$4` room of tenants that
-/// already have jobs in flight, `$5` room of any other tenant, `$6` jobs wanted, `$7`
-/// lease seconds.
-const CLAIM_BATCH: &str = "with candidates as (
-         -- Ready jobs in arrival order, past the tenants that have no room. Leased jobs
-         -- are not ready (their lease end is their `available_at`).
-         select q.message_id, q.tenant_id, q.conversation_key, q.seq, q.available_at
-           from dispatch_queue q
-          where q.available_at <= now() and q.tenant_id <> all($1::uuid[])
-          order by q.available_at, q.seq
-          limit $2
-          for update of q skip locked),
-     heads as (
-         -- Only the head of its conversation (no older job) qualifies: one message per
-         -- conversation in flight, and never two of one conversation in a batch. Ranked
-         -- within their tenant, so the batch interleaves tenants.
-         select c.*, row_number() over (partition by c.tenant_id order by c.available_at, c.seq) as rank
-           from candidates c
-          where not exists (
-                    select 1 from dispatch_queue older
-                     where older.tenant_id = c.tenant_id
-                       and older.conversation_key = c.conversation_key
-                       and older.seq < c.seq)),
+/// `$1`/`$2` the room of tenants that have jobs in flight or a cap of their own, `$3` the
+/// room of any other tenant, `$4` jobs wanted, `$5` lease seconds.
+///
+/// Tenant by tenant, so that a tenant at its cap costs the claim nothing however deep its
+/// backlog, and every tenant with a ready job gets a look at every claim.
+const CLAIM_BATCH: &str = "with recursive ready_tenants(tenant_id) as (
+         -- The tenants with a ready job: a loose scan of the (tenant_id, available_at, seq)
+         -- index, one descent per tenant. Leased jobs are not ready (their lease end is
+         -- their `available_at`).
+         (select q.tenant_id from dispatch_queue q
+           where q.available_at <= now()
+           order by q.tenant_id limit 1)
+         union all
+         select (select q.tenant_id from dispatch_queue q
+                  where q.tenant_id > r.tenant_id and q.available_at <= now()
+                  order by q.tenant_id limit 1)
+           from ready_tenants r
+          where r.tenant_id is not null),
+     room as (
+         select r.tenant_id, least(coalesce(given.n, $3), $4) as n
+           from ready_tenants r
+           left join unnest($1::uuid[], $2::int[]) as given(tenant_id, n) on given.tenant_id = r.tenant_id
+          where r.tenant_id is not null and coalesce(given.n, $3) > 0),
+     candidates as (
+         -- Each tenant's oldest ready jobs that head their conversation (no older job: one
+         -- message per conversation in flight, never two of one conversation in a batch),
+         -- at most its room.
+         select c.*
+           from room
+           cross join lateral (
+                 select q.message_id, q.tenant_id, q.conversation_key, q.seq, q.available_at
+                   from dispatch_queue q
+                  where q.tenant_id = room.tenant_id and q.available_at <= now()
+                    and not exists (
+                          select 1 from dispatch_queue older
+                           where older.tenant_id = q.tenant_id
+                             and older.conversation_key = q.conversation_key
+                             and older.seq < q.seq)
+                  order by q.available_at, q.seq
+                  limit room.n
+                  for update of q skip locked) c),
      chosen as (
-         -- Within each tenant's room; and no transaction may still be recording a message
-         -- of the conversation (see `enqueue_many`). The CASE keeps the order: the lock is
-         -- only tried where there is room.
-         select h.message_id, h.rank, h.available_at, h.seq
-           from heads h
-           left join unnest($3::uuid[], $4::int[]) as room(tenant_id, n) on room.tenant_id = h.tenant_id
-          where case when h.rank <= coalesce(room.n, $5)
-                     then pg_try_advisory_xact_lock({conversation_lock})
-                     else false end
-          order by h.rank, h.available_at, h.seq
-          limit $6)
+         -- Tenants interleaved: every tenant's first job before any tenant's second. And no
+         -- transaction may still be recording a message of the conversation (see
+         -- `enqueue_many`).
+         select ranked.message_id
+           from (select c.*, row_number() over (partition by c.tenant_id order by c.available_at, c.seq) as rank
+                   from candidates c) ranked
+          where pg_try_advisory_xact_lock({conversation_lock})
+          order by ranked.rank, ranked.available_at, ranked.seq
+          limit $4)
      update dispatch_queue q
-        set available_at = now() + make_interval(secs => $7), lease_owner = gen_random_uuid(),
+        set available_at = now() + make_interval(secs => $5), lease_owner = gen_random_uuid(),
             attempts = q.attempts + 1
        from chosen
       where q.message_id = chosen.message_id
@@ -248,8 +264,8 @@ pub struct Job {
 pub struct ClaimRequest {
     /// Most jobs to claim.
     pub wanted: usize,
-    /// Jobs each tenant with jobs in flight may still take (tenants at zero are skipped
-    /// without looking at their jobs).
+    /// Jobs each tenant with jobs in flight (or a cap of its own) may still take; tenants
+    /// at zero are skipped without looking at their jobs.
     pub room: Vec<(TenantId, usize)>,
     /// Jobs any other tenant may take.
     pub default_room: usize,
@@ -277,10 +293,6 @@ pub struct Queue {
     pool: PgPool,
 }
 
-/// Rows a claim looks at per job it wants: room to pass over non-heads and jobs of tenants
-/// that are at their cap within the batch.
-const SCAN_FACTOR: usize = 4;
-
 impl Queue {
     pub fn new(pool: PgPool) -> Self {
         Self { pool }
@@ -299,15 +311,9 @@ impl Queue {
         request: &ClaimRequest,
     ) -> Result<Option<(Vec<Job>, Transaction<'static, Postgres>)>, sqlx::Error> {
         let sql = CLAIM_SQL.get_or_init(|| {
-            let lock = conversation_lock("h.tenant_id", "h.conversation_key");
+            let lock = conversation_lock("ranked.tenant_id", "ranked.conversation_key");
             CLAIM_BATCH.replace("{conversation_lock}", &lock)
         });
-        let full: Vec<TenantId> = request
-            .room
-            .iter()
-            .filter(|(_, room)| *room == 0)
-            .map(|(tenant, _)| *tenant)
-            .collect();
         let (room_tenants, room): (Vec<TenantId>, Vec<i32>) = request
             .room
             .iter()
@@ -315,8 +321,6 @@ impl Queue {
             .unzip();
         let mut tx = self.pool.begin().await?;
         let jobs: Vec<Job> = sqlx::query_as(sql)
-            .bind(&full)
-            .bind(clamp(request.wanted.saturating_mul(SCAN_FACTOR).max(16)))
             .bind(&room_tenants)
             .bind(&room)
             .bind(clamp(request.default_room))
