@@ -5,9 +5,9 @@
 //! the agent holds no database connection, so thousands can be in flight. It claims again
 //! when work may be ready:
 //! - a wake-up: this instance recorded a webhook, or another one did (`LISTEN/NOTIFY`);
-//! - a job of this instance ended (the conversation's next message is now its head) —
-//!   completions are gathered for a few milliseconds, so a busy instance claims in batches
-//!   rather than once per completion;
+//! - a job of this instance ended (the conversation's next message is now its head);
+//!   wake-ups and completions are gathered for a few milliseconds, so a busy instance claims
+//!   in batches rather than once per webhook or completion;
 //! - the last claim filled the batch it asked for (more is probably ready);
 //! - the polling timer (`CB_POLL_INTERVAL_MS`), the fallback for missed wake-ups and for
 //!   retries whose time has come. A timer tick first asks whether anything is ready at all
@@ -36,8 +36,9 @@ use super::{StepOutcome, Worker};
 use crate::db::queue::{ClaimRequest, LeaseToken};
 use crate::domain::{MessageId, TenantId};
 
-/// How long completions are gathered before they trigger a claim.
-const COMPLETION_GATHER: Duration = Duration::from_millis(5);
+/// How long wake-ups and completions are gathered before they trigger a claim: under load
+/// many arrive per millisecond, and one claim serves them all.
+const GATHER: Duration = Duration::from_millis(5);
 /// How often queue metrics are read.
 const STATS_EVERY: Duration = Duration::from_secs(10);
 
@@ -232,9 +233,12 @@ impl Dispatcher {
                 }
             }
             tokio::select! {
-                () = &mut notified => ready = true,
+                () = &mut notified => {
+                    tokio::time::sleep(GATHER).await;
+                    ready = true;
+                }
                 () = self.freed.notified() => {
-                    tokio::time::sleep(COMPLETION_GATHER).await;
+                    tokio::time::sleep(GATHER).await;
                     ready = true;
                 }
                 _ = poll.tick() => ready = self.anything_ready().await,
