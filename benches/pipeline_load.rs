@@ -17,14 +17,25 @@
 //! 3. provisions `--tenants` tenants through the library, each with its agent URL and one
 //!    Telegram connector whose API base URL is the stand-in and which lets unlinked senders
 //!    through, so each of the `--users` senders is a conversation of its own;
-//! 4. starts the gateway binary (`channel-bridge serve`, HTTP and worker) as a child process
+//! 4. unless `--history-rows 0`, gives the senders a past: bulk-loads `--history-rows`
+//!    terminal turns as the database owner (`insert … select … generate_series` in chunks,
+//!    two connections), written as the gateway writes the turns of these unlinked senders
+//!    (same conversation keys, ids, chat and sender fields and metadata; Telegram update ids
+//!    in a range of their own), round-robin over the users and so over the tenants as the
+//!    webhooks are, received over the last `HISTORY_DAYS` days before the run: mostly
+//!    `executed` with a response and its posted reply part, a few `dispatch_failed` and
+//!    `ignored`. Each live turn then reads real history (the agent gets the newest earlier
+//!    turns). Then `VACUUM (ANALYZE)` and `CHECKPOINT`: a deployment has history and
+//!    statistics (autovacuum may be off on a bench server), and the gateway's prepared
+//!    statements are planned on them; the load's dirty pages are written before measuring;
+//! 5. starts the gateway binary (`channel-bridge serve`, HTTP and worker) as a child process
 //!    on the bench database with this process's environment, so `CB_*` settings given to
 //!    `cargo bench` apply; its log goes to a file under target/; waits for `/readyz`;
-//! 5. posts signed webhooks with the text `load <seq>`, round-robin over the users, for
+//! 6. posts signed webhooks with the text `load <seq>`, round-robin over the users, for
 //!    `--seconds`: open loop at `--rate` per second (webhook *i* is due at start + i/rate,
 //!    with at most `--concurrency` in flight), or closed loop with `--rate 0`;
-//! 6. waits, at most `--drain-secs`, until a reply was posted for every accepted webhook;
-//! 7. stops the gateway (SIGTERM, then kill), then, unless `--skip-idle`, starts a second,
+//! 7. waits, at most `--drain-secs`, until a reply was posted for every accepted webhook;
+//! 8. stops the gateway (SIGTERM, then kill), then, unless `--skip-idle`, starts a second,
 //!    worker-only gateway (`CB_HTTP=false`) whose database connections pass through a proxy
 //!    that counts protocol messages, and counts its statements over `--idle-secs` once it
 //!    has settled.
@@ -58,7 +69,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -77,7 +88,7 @@ use common::BenchDb;
 use secrecy::SecretString;
 use serde::Serialize;
 use serde_json::{json, Value};
-use sqlx::{Connection, PgConnection};
+use sqlx::{Connection, Executor, PgConnection};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -105,6 +116,9 @@ struct Args {
     /// Length of the agent's answer (1 to 4096: one Telegram message).
     #[arg(long, default_value_t = 40)]
     answer_chars: usize,
+    /// Terminal turns bulk-loaded as the users' history before the gateway starts; 0: none.
+    #[arg(long, default_value_t = 200_000)]
+    history_rows: u64,
     /// Longest wait after posting for the replies of every accepted webhook, in seconds.
     #[arg(long, default_value_t = 60)]
     drain_secs: u64,
@@ -145,6 +159,14 @@ impl Args {
             (0.0..=100_000.0).contains(&self.rate),
             "--rate must be 0 to 100000"
         );
+        anyhow::ensure!(
+            (self.capacity() as u64) < FIRST_HISTORY_UPDATE_ID,
+            "--seconds is too long: the live update ids would reach the history's"
+        );
+        anyhow::ensure!(
+            self.history_rows <= MAX_HISTORY_ROWS,
+            "--history-rows must be 0 to {MAX_HISTORY_ROWS}"
+        );
         Ok(())
     }
 
@@ -166,6 +188,16 @@ const FIRST_SENDER_ID: u64 = 100_000_000;
 const TELEGRAM_SECRET: &str = "bench-telegram-secret_token";
 /// The secret half of every bench bot token (`<bot id>:<secret>`).
 const BOT_SECRET: &str = "bench-bot-token";
+/// Telegram update ids (idempotency keys) of the history turns start here, far above the
+/// live webhooks' (sequence number + 1), so that no live webhook is taken for a duplicate.
+const FIRST_HISTORY_UPDATE_ID: u64 = 1_000_000_000;
+/// Keeps the history's update ids within Telegram's (32-bit) range.
+const MAX_HISTORY_ROWS: u64 = 1_000_000_000;
+/// The history is received over this many days, ending an hour before the load.
+const HISTORY_DAYS: i64 = 30;
+/// History rows per bulk-load statement, and the owner connections loading in parallel.
+const LOAD_CHUNK: i64 = 50_000;
+const LOAD_CONNECTIONS: usize = 2;
 const READY_LIMIT: Duration = Duration::from_secs(30);
 const STOP_LIMIT: Duration = Duration::from_secs(15);
 /// The idle instance connects lazily; statements are counted only after this.
@@ -196,6 +228,11 @@ async fn run(args: &Args, db: &BenchDb) -> anyhow::Result<Results> {
     let shared = Arc::new(Shared::new(args));
     let stand_ins = start_stand_ins(shared.clone()).await?;
     let tenants = provision_tenants(db, args.tenants, &stand_ins).await?;
+    let history = if args.history_rows > 0 {
+        Some(load_history(args, db, &tenants, &stand_ins).await?)
+    } else {
+        None
+    };
     let _ = shared.secrets.set(tenants.secrets);
 
     let addr = free_local_port()?;
@@ -220,7 +257,7 @@ async fn run(args: &Args, db: &BenchDb) -> anyhow::Result<Results> {
     } else {
         Some(measure_idle(args, db).await?)
     };
-    Ok(Results::new(args, &shared, load, run, idle))
+    Ok(Results::new(args, &shared, history, load, run, idle))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -481,7 +518,11 @@ async fn telegram_send(
 // ---------------------------------------------------------------------------------------
 // Provisioning
 
+/// By tenant index.
 struct Tenants {
+    ids: Vec<uuid::Uuid>,
+    /// Each tenant's Telegram connector.
+    connectors: Vec<uuid::Uuid>,
     /// Webhook path of each tenant's connector.
     hook_paths: Vec<String>,
     secrets: Vec<String>,
@@ -490,6 +531,8 @@ struct Tenants {
 async fn provision_tenants(db: &BenchDb, count: u64, stand_ins: &str) -> anyhow::Result<Tenants> {
     let pool = db::connect_pool(&db.settings())?;
     let mut tenants = Tenants {
+        ids: Vec::new(),
+        connectors: Vec::new(),
         hook_paths: Vec::new(),
         secrets: Vec::new(),
     };
@@ -502,6 +545,8 @@ async fn provision_tenants(db: &BenchDb, count: u64, stand_ins: &str) -> anyhow:
         let added = provision::add_connector(&pool, created.tenant_id, &connector)
             .await
             .context("Failed to add a connector")?;
+        tenants.ids.push(created.tenant_id.0);
+        tenants.connectors.push(added.connector_id.0);
         tenants.hook_paths.push(added.webhook_path);
         tenants.secrets.push(created.dispatch_secret);
     }
@@ -528,6 +573,238 @@ fn telegram_connector(tenant: u64, api_base_url: &str) -> NewConnector {
         telegram_delivery: TelegramDelivery::AtMostOnce,
         unlinked_notice: None,
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// History
+
+/// One chunk of history turns, written as the gateway writes an unlinked Telegram sender's
+/// turn and its reply. Per row `i` (from 0): user `i % users` (round-robin, as the webhooks
+/// go), whose sender id is `$10 + user`, of tenant `user % tenants` (`$1`/`$2` by index, as
+/// `Targets::webhook` picks the connector); the update id (idempotency key) is `$9 + i`;
+/// the Telegram message id is the user's `k`-th message in the chat, `2k + 1`, the bot's
+/// reply to it `2k + 2`; `received_at` climbs from `$8` over `HISTORY_DAYS` days; the id is
+/// a UUIDv7 of `received_at`, like `MessageId::new`; `h` (a hash of `i`) picks status and
+/// text. 98 % `executed` and delivered (decision `respond`, one attempt) with a 40–900
+/// character response and its one reply part `sent`; 1 % `dispatch_failed` (the agent
+/// refused the call: one attempt, no response; counts in history); 1 % `ignored` (a
+/// `[image]` placeholder decided at ingress, not in history). Requests are 8–247
+/// characters. Metadata is what the Telegram parser keeps of the bench's webhooks. Rows
+/// affected: the reply parts.
+const HISTORY_SQL: &str = "
+with g as (
+    select i, u, h, ts, $10 + u as sender, 1 + (u % cardinality($1::uuid[]))::int as t,
+           md5(i::text) as m,
+           case h % 100 when 0 then 'dispatch_failed' when 1 then 'ignored' else 'executed' end as kind
+      from (select i, i % $6 as u, hashint8(i)::int8 + 2147483648 as h,
+                   $8::timestamptz + (i::float8 / $5) * interval '1 day' * $12 as ts
+              from generate_series($3::int8, $4::int8) as i) raw),
+messages as (
+    insert into channel_messages (tenant_id, id, connector_id, platform, idempotency_key,
+        platform_message_id, chat_id, platform_user_id, user_id, conversation_key,
+        request_content, response_content, decision, status, attempts, last_error,
+        received_at, completed_at, delivered_at, updated_at, metadata)
+    select ($1::uuid[])[t],
+           (lpad(to_hex((extract(epoch from ts) * 1000)::int8), 12, '0') || '7' || substr(m, 1, 3)
+                || '8' || substr(m, 4, 15))::uuid,
+           ($2::uuid[])[t], 'telegram', ($9 + i)::text, (2 * (i / $6) + 1)::text,
+           sender::text, sender::text, null, 'sender:' || ($2::uuid[])[t] || ':' || sender,
+           case when kind = 'ignored' then '[image]'
+                else substr($7, (1 + h % 997)::int, (8 + (h / 1000) % 240)::int) end,
+           case when kind = 'executed' then substr($7, (1 + (h / 7) % 991)::int, (40 + (h / 300000) % 861)::int) end,
+           case kind when 'executed' then 'respond' when 'ignored' then 'ignore_non_text'
+                     else 'dispatch_failed' end,
+           kind,
+           case when kind = 'ignored' then 0 else 1 end,
+           case when kind = 'dispatch_failed' then $11 end,
+           ts,
+           case when kind = 'ignored' then ts else ts + interval '2 seconds' end,
+           case when kind = 'executed' then ts + interval '2300 milliseconds' end,
+           case kind when 'executed' then ts + interval '2300 milliseconds'
+                     when 'ignored' then ts else ts + interval '2 seconds' end,
+           jsonb_build_object('chat_type', 'private', 'chat_title', null, 'username', null,
+                              'first_name', 'User ' || u, 'date', floor(extract(epoch from ts))::int8,
+                              'message_thread_id', null, 'caption', null)
+      from g
+ returning tenant_id, id, platform_message_id, status, response_content, completed_at, delivered_at)
+insert into channel_replies (tenant_id, message_id, part_index, content, status, platform_message_id,
+    attempts, created_at, updated_at, sent_at, sending_since)
+select tenant_id, id, 0, response_content, 'sent', (platform_message_id::int8 + 1)::text, 1,
+       completed_at, delivered_at, delivered_at, completed_at
+  from messages
+ where status = 'executed'";
+
+#[derive(Serialize)]
+struct HistoryLoad {
+    rows: u64,
+    /// Of which `executed`, each with one reply part.
+    replies: u64,
+    per_user: f64,
+    days: i64,
+    insert_secs: f64,
+    vacuum_analyze_secs: f64,
+    checkpoint_secs: f64,
+    /// With indexes and TOAST.
+    messages_mb: f64,
+    replies_mb: f64,
+}
+
+/// Bulk-loads `--history-rows` turns, then VACUUM (ANALYZE) and CHECKPOINT, as the owner.
+async fn load_history(
+    args: &Args,
+    db: &BenchDb,
+    tenants: &Tenants,
+    stand_ins: &str,
+) -> anyhow::Result<HistoryLoad> {
+    let started = Instant::now();
+    // The newest history turn is an hour before now: older than any live turn.
+    let first_at = chrono::Utc::now() - chrono::Duration::days(HISTORY_DAYS) - chrono::Duration::hours(1);
+    let stand_ins = reqwest::Url::parse(stand_ins).context("the stand-ins' URL")?;
+    // What `dispatch::agent` records when the agent refuses a call.
+    let error = format!(
+        "agent {}:{} answered 400 Bad Request",
+        stand_ins.host_str().unwrap_or("127.0.0.1"),
+        stand_ins.port_or_known_default().unwrap_or(80)
+    );
+    let plan = HistoryPlan {
+        url: &db.url,
+        tenants,
+        rows: i64::try_from(args.history_rows)?,
+        users: i64::try_from(args.users)?,
+        first_at,
+        error,
+        text: filler_text(),
+        next: AtomicI64::new(0),
+    };
+    let loaders = (0..LOAD_CONNECTIONS).map(|_| load_history_chunks(&plan));
+    let replies: u64 = futures::future::try_join_all(loaders).await?.into_iter().sum();
+    let inserted = started.elapsed();
+
+    let mut owner = PgConnection::connect(&db.url).await?;
+    let vacuum = Instant::now();
+    owner.execute("vacuum (analyze)").await?;
+    let vacuumed = vacuum.elapsed();
+    let checkpoint = Instant::now();
+    owner.execute("checkpoint").await?;
+    let checkpointed = checkpoint.elapsed();
+    let (messages, reply_parts): (i64, i64) = sqlx::query_as(
+        "select pg_total_relation_size('channel_messages'), pg_total_relation_size('channel_replies')",
+    )
+    .fetch_one(&mut owner)
+    .await?;
+    owner.close().await?;
+    let mb = |bytes: i64| bytes as f64 / (1024.0 * 1024.0);
+    let load = HistoryLoad {
+        rows: args.history_rows,
+        replies,
+        per_user: args.history_rows as f64 / args.users as f64,
+        days: HISTORY_DAYS,
+        insert_secs: inserted.as_secs_f64(),
+        vacuum_analyze_secs: vacuumed.as_secs_f64(),
+        checkpoint_secs: checkpointed.as_secs_f64(),
+        messages_mb: mb(messages),
+        replies_mb: mb(reply_parts),
+    };
+    eprintln!(
+        "history: {} turns ({} with a reply) in {:.1} s ({:.0} rows/s); vacuum analyze {:.1} s, \
+         checkpoint {:.1} s; channel_messages {:.1} MB, channel_replies {:.1} MB; total {:.1} s",
+        load.rows,
+        load.replies,
+        load.insert_secs,
+        load.rows as f64 / load.insert_secs.max(1e-9),
+        load.vacuum_analyze_secs,
+        load.checkpoint_secs,
+        load.messages_mb,
+        load.replies_mb,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(load)
+}
+
+/// What the loaders share; `next` is the first row of the next chunk to take.
+struct HistoryPlan<'a> {
+    url: &'a str,
+    tenants: &'a Tenants,
+    rows: i64,
+    users: i64,
+    first_at: chrono::DateTime<chrono::Utc>,
+    error: String,
+    text: String,
+    next: AtomicI64,
+}
+
+/// Loads chunks until none is left; returns the reply parts inserted. Owner connection:
+/// bulk setup is not app traffic.
+async fn load_history_chunks(plan: &HistoryPlan<'_>) -> anyhow::Result<u64> {
+    let mut conn = PgConnection::connect(plan.url).await?;
+    // Setup, not the system under test: no need to wait for each chunk's WAL flush.
+    conn.execute("set synchronous_commit = off").await?;
+    let mut replies = 0;
+    loop {
+        let from = plan.next.fetch_add(LOAD_CHUNK, Relaxed);
+        if from >= plan.rows {
+            conn.close().await?;
+            return Ok(replies);
+        }
+        let to = (from + LOAD_CHUNK).min(plan.rows) - 1;
+        let done = sqlx::query(HISTORY_SQL)
+            .bind(&plan.tenants.ids)
+            .bind(&plan.tenants.connectors)
+            .bind(from)
+            .bind(to)
+            .bind(plan.rows)
+            .bind(plan.users)
+            .bind(&plan.text)
+            .bind(plan.first_at)
+            .bind(FIRST_HISTORY_UPDATE_ID as i64)
+            .bind(FIRST_SENDER_ID as i64)
+            .bind(&plan.error)
+            .bind(HISTORY_DAYS as f64)
+            .execute(&mut conn)
+            .await
+            .context("Failed to bulk-load history")?;
+        replies += done.rows_affected();
+    }
+}
+
+/// 2,400 characters of chat-like prose that the history's texts are cut from (as in
+/// `dispatch_load`).
+fn filler_text() -> String {
+    const WORDS: [&str; 24] = [
+        "the",
+        "order",
+        "arrived",
+        "yesterday",
+        "but",
+        "could",
+        "you",
+        "check",
+        "my",
+        "invoice",
+        "please",
+        "thanks",
+        "for",
+        "the",
+        "quick",
+        "answer",
+        "when",
+        "does",
+        "the",
+        "store",
+        "open",
+        "tomorrow",
+        "morning",
+        "again",
+    ];
+    let mut text = String::with_capacity(2500);
+    let mut state: u32 = 12345;
+    while text.len() < 2400 {
+        // A small LCG: varied but reproducible text.
+        state = state.wrapping_mul(1_103_515_245).wrapping_add(12345);
+        text.push_str(WORDS[(state >> 16) as usize % WORDS.len()]);
+        text.push(if state % 11 == 0 { '.' } else { ' ' });
+    }
+    text
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1275,6 +1552,8 @@ struct Results {
     setup: Args,
     /// The `CB_*` settings the gateway inherited.
     settings: BTreeMap<String, String>,
+    /// The history loaded before the gateway started; null with `--history-rows 0`.
+    history: Option<HistoryLoad>,
     webhooks: WebhookFigures,
     turns: TurnFigures,
     /// The webhook's HTTP answer, from the send (not from the due time).
@@ -1353,6 +1632,7 @@ impl Results {
     fn new(
         args: &Args,
         shared: &Shared,
+        history: Option<HistoryLoad>,
         load: LoadRun,
         gateway: GatewayRun,
         idle: Option<IdleFigures>,
@@ -1363,6 +1643,7 @@ impl Results {
         Self {
             setup: args.clone(),
             settings: std::env::vars().filter(|(k, _)| k.starts_with("CB_")).collect(),
+            history,
             webhooks: WebhookFigures {
                 window_secs: posting.secs(),
                 sent: posting.sent,
@@ -1413,6 +1694,7 @@ impl Results {
                 settings.join(" ")
             }
         );
+        self.print_history();
         let errors: Vec<String> = w.errors.iter().map(|(k, n)| format!("{k}: {n}")).collect();
         println!(
             "  webhooks       {} sent, {} accepted in {:.2} s = {:.0}/s; errors {}; max send lag {:.1} ms{}",
@@ -1466,6 +1748,26 @@ impl Results {
         self.print_gateway();
         self.print_cpu();
         self.print_idle();
+    }
+
+    fn print_history(&self) {
+        let Some(h) = &self.history else {
+            println!("  history        none (--history-rows 0): every sender starts with no past");
+            return;
+        };
+        println!(
+            "  history        {} turns loaded ({:.1} per user over {} days, {} with a reply) in {:.1} s; \
+             vacuum analyze {:.1} s, checkpoint {:.1} s; channel_messages {:.1} MB, channel_replies {:.1} MB",
+            h.rows,
+            h.per_user,
+            h.days,
+            h.replies,
+            h.insert_secs,
+            h.vacuum_analyze_secs,
+            h.checkpoint_secs,
+            h.messages_mb,
+            h.replies_mb
+        );
     }
 
     fn print_gateway(&self) {
