@@ -34,10 +34,13 @@ pub async fn call(
     client: &reqwest::Client,
     url: &str,
     secrets: &[&str],
-    payload: &DispatchOut,
+    payload: DispatchOut,
     now: i64,
 ) -> CallOutcome {
-    let body = match serde_json::to_vec(payload) {
+    // Only the encoded body lives on while the call waits (thousands of calls wait at
+    // once); the payload and its history are dropped here.
+    let message_id = payload.message_id.clone();
+    let body = match serde_json::to_vec(&payload) {
         Ok(body) => body,
         Err(err) => {
             return CallOutcome::Permanent {
@@ -46,7 +49,8 @@ pub async fn call(
             }
         }
     };
-    let signature = match signature::sign_all(secrets, &payload.message_id, now, &body) {
+    drop(payload);
+    let signature = match signature::sign_all(secrets, &message_id, now, &body) {
         Ok(signature) => signature,
         Err(err) => {
             return CallOutcome::Permanent {
@@ -58,8 +62,8 @@ pub async fn call(
     let response = client
         .post(url)
         .header("content-type", "application/json")
-        .header("idempotency-key", &payload.message_id)
-        .header("webhook-id", &payload.message_id)
+        .header("idempotency-key", &message_id)
+        .header("webhook-id", &message_id)
         .header("webhook-timestamp", now.to_string())
         .header("webhook-signature", signature)
         .body(body)

@@ -342,13 +342,14 @@ impl Worker {
     async fn dispatch(
         &self,
         job: &Job,
-        prepared: Prepared,
+        mut prepared: Prepared,
         waited: &mut Waited,
     ) -> anyhow::Result<StepOutcome> {
         let attempts = u32::try_from(prepared.message.attempts).unwrap_or(u32::MAX);
         metrics::counter!("dispatch_attempts_total").increment(1);
         let started = Instant::now();
-        let outcome = self.call_agent(&prepared).await;
+        let history = std::mem::take(&mut prepared.history);
+        let outcome = self.call_agent(&prepared, history).await;
         waited.0 += started.elapsed();
         metrics::histogram!("dispatch_agent_seconds").record(started.elapsed().as_secs_f64());
         phase("agent", started);
@@ -412,7 +413,9 @@ impl Worker {
         }
     }
 
-    async fn call_agent(&self, prepared: &Prepared) -> CallOutcome {
+    /// Calls the agent with the turn and its `history`, which is consumed: only the encoded
+    /// request lives on while the call waits.
+    async fn call_agent(&self, prepared: &Prepared, history: Vec<ChatMessage>) -> CallOutcome {
         let tenant = &prepared.tenant;
         let Some(url) = tenant.agent_url.as_ref().or(self.settings.agent_url.as_ref()) else {
             return CallOutcome::Permanent {
@@ -420,10 +423,10 @@ impl Worker {
                 error: "neither the tenant nor CB_AGENT_URL names an agent".into(),
             };
         };
-        let payload = payload::build(&prepared.message, prepared.history.clone());
+        let payload = payload::build(&prepared.message, history);
         let mut secrets = vec![tenant.dispatch_secret.0.expose_secret()];
         secrets.extend(tenant.previous_dispatch_secret.as_deref());
-        agent::call(&self.client, url, &secrets, &payload, (self.clock)()).await
+        agent::call(&self.client, url, &secrets, payload, (self.clock)()).await
     }
 
     /// Stores the answer and its reply parts (the store commits together with the first
