@@ -60,12 +60,6 @@ fn connect_options(settings: &DatabaseSettings) -> anyhow::Result<PgConnectOptio
     let options = PgConnectOptions::from_str(settings.url.expose_secret())
         .context("DATABASE_URL is not a valid PostgreSQL URL")?
         .application_name("channel-bridge")
-        // Plan each execution for its own parameters. The hot statements work on batches
-        // (arrays of ids), whose size a cached generic plan cannot know, and a generic plan
-        // made while a table was small (a fresh deployment, a queue that was empty) keeps
-        // scanning it whole after it has grown, until the next ANALYZE. Planning is paid
-        // once per batch, not per turn.
-        .options([("plan_cache_mode", "force_custom_plan")])
         // Statement logging would put message text in the server log at debug level.
         .disable_statement_logging();
     Ok(options)

@@ -361,9 +361,10 @@ impl Queue {
     ) -> Result<Vec<MessageId>, sqlx::Error> {
         let (ids, tokens): (Vec<MessageId>, Vec<LeaseToken>) = held.iter().copied().unzip();
         sqlx::query_scalar(
+            // Tokens are drawn per claim: a row holding one of ours is the job it was
+            // drawn for (see `turns::held_leases`).
             "update dispatch_queue q set available_at = now() + make_interval(secs => $3)
-               from unnest($1::uuid[], $2::uuid[]) as held(message_id, token)
-              where q.message_id = held.message_id and q.lease_owner = held.token
+              where q.message_id = any($1) and q.lease_owner = any($2)
           returning q.message_id",
         )
         .bind(&ids)

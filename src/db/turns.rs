@@ -138,7 +138,7 @@ pub async fn apply_many(tx: &mut TenantTx, changes: &[&Change]) -> Result<Vec<Ap
     let mut applied: Vec<Applied> = changes
         .iter()
         .map(|change| {
-            if held.contains(&change.message) {
+            if held.contains(&(change.message, change.lease)) {
                 Applied::Done
             } else {
                 Applied::LeaseLost
@@ -243,26 +243,24 @@ async fn apply_rare(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Erro
 
 /// Checks, in one statement, that the changes' leases are still the callers', and locks
 /// those jobs' rows until the commit, so that no claim can take one of them meanwhile (a
-/// claim skips locked rows). Returns the jobs whose lease was held. The lease itself is
+/// claim skips locked rows). Returns the (job, token) pairs that hold. The lease itself is
 /// extended by the dispatcher's keeper (`Queue::renew_leases`), not here: a lock writes no
 /// new row version.
 async fn held_leases(
     tx: &mut TenantTx,
     changes: &[&Change],
-) -> Result<std::collections::HashSet<MessageId>, sqlx::Error> {
+) -> Result<std::collections::HashSet<(MessageId, LeaseToken)>, sqlx::Error> {
     let ids: Vec<MessageId> = changes.iter().map(|c| c.message).collect();
-    let tokens: Vec<LeaseToken> = changes.iter().map(|c| c.lease).collect();
-    let held: Vec<MessageId> = sqlx::query_scalar(
-        "select q.message_id
+    // Two plain `= any` conditions keep the plan a primary-key lookup whatever the
+    // statistics say; the pairs are matched exactly by the caller.
+    let held: Vec<(MessageId, LeaseToken)> = sqlx::query_as(
+        "select q.message_id, q.lease_owner
            from dispatch_queue q
-           join unnest($2::uuid[], $3::uuid[]) as held(message_id, token)
-             on q.message_id = held.message_id and q.lease_owner = held.token
-          where q.tenant_id = $1
+          where q.tenant_id = $1 and q.message_id = any($2) and q.lease_owner is not null
             for update of q",
     )
     .bind(tx.tenant())
     .bind(&ids)
-    .bind(&tokens)
     .fetch_all(tx.conn())
     .await?;
     Ok(held.into_iter().collect())

@@ -38,7 +38,7 @@ use crate::domain::{MessageId, TenantId};
 
 /// How long wake-ups and completions are gathered before they trigger a claim: under load
 /// many arrive per millisecond, and one claim serves them all.
-const GATHER: Duration = Duration::from_millis(5);
+const GATHER: Duration = Duration::from_millis(10);
 /// How often queue metrics are read.
 const STATS_EVERY: Duration = Duration::from_secs(10);
 
@@ -193,11 +193,11 @@ impl Dispatcher {
                 Ok(_) => {}
                 Err(err) => tracing::error!(error = ?err, %message, "dispatch job failed"),
             }
-            this.finish(tenant, message);
+            this.finish(tenant, message, lease);
         });
     }
 
-    fn finish(&self, tenant: TenantId, message: MessageId) {
+    fn finish(&self, tenant: TenantId, message: MessageId, lease: LeaseToken) {
         {
             let mut state = self.lock();
             state.total = state.total.saturating_sub(1);
@@ -207,7 +207,11 @@ impl Dispatcher {
                     state.per_tenant.remove(&tenant);
                 }
             }
-            state.leases.remove(&message);
+            // Only this claim's entry: after an expiry the same job may have been claimed
+            // again by this instance, and that holder's lease must still be renewed.
+            if state.leases.get(&message) == Some(&lease) {
+                state.leases.remove(&message);
+            }
         }
         self.freed.notify_one();
     }

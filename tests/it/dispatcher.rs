@@ -504,6 +504,8 @@ async fn changes_of_several_turns_applied_together_each_get_their_own_outcome() 
                 delay: Duration::from_secs(60),
             },
         ),
+        // A stale holder of job 0 in the same batch as its real holder.
+        change(0, LeaseToken(uuid::Uuid::new_v4()), answered("stale")),
     ];
 
     let mut tx = app.tenant_tx(tenant.tenant).await;
@@ -513,7 +515,12 @@ async fn changes_of_several_turns_applied_together_each_get_their_own_outcome() 
 
     assert_eq!(
         applied,
-        [Applied::Stored { first: true }, Applied::LeaseLost, Applied::Done]
+        [
+            Applied::Stored { first: true },
+            Applied::LeaseLost,
+            Applied::Done,
+            Applied::LeaseLost
+        ]
     );
     let mut owner = app.db.owner_conn().await;
     /// status, response, last error, job stage, leased.
