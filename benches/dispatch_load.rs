@@ -60,7 +60,7 @@ use channel_bridge::domain::{Connector, MessageId, Platform, TelegramDelivery, T
 use channel_bridge::settings::ServeSettings;
 use channel_bridge::{ingress, provision};
 use clap::Parser;
-use common::BenchDb;
+use common::{filler_text, BenchDb};
 use futures::{StreamExt, TryStreamExt};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use secrecy::SecretString;
@@ -393,45 +393,6 @@ async fn load_chunks(url: &str, fixture: &Fixture, rows: i64, next: Arc<AtomicI6
             .await
             .context("Failed to bulk-load history")?;
     }
-}
-
-/// 2,400 characters of chat-like prose that the load cuts requests and responses from.
-fn filler_text() -> String {
-    const WORDS: [&str; 24] = [
-        "the",
-        "order",
-        "arrived",
-        "yesterday",
-        "but",
-        "could",
-        "you",
-        "check",
-        "my",
-        "invoice",
-        "please",
-        "thanks",
-        "for",
-        "the",
-        "quick",
-        "answer",
-        "when",
-        "does",
-        "the",
-        "store",
-        "open",
-        "tomorrow",
-        "morning",
-        "again",
-    ];
-    let mut text = String::with_capacity(2500);
-    let mut state: u32 = 12345;
-    while text.len() < 2400 {
-        // A small LCG: varied but reproducible text.
-        state = state.wrapping_mul(1_103_515_245).wrapping_add(12345);
-        text.push_str(WORDS[(state >> 16) as usize % WORDS.len()]);
-        text.push(if state % 11 == 0 { '.' } else { ' ' });
-    }
-    text
 }
 
 // ---------------------------------------------------------------------------------------

@@ -84,7 +84,7 @@ use channel_bridge::dispatch::signature;
 use channel_bridge::domain::{Platform, TelegramDelivery, UnlinkedPolicy};
 use channel_bridge::{db, provision};
 use clap::Parser;
-use common::BenchDb;
+use common::{filler_text, BenchDb};
 use secrecy::SecretString;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -765,46 +765,6 @@ async fn load_history_chunks(plan: &HistoryPlan<'_>) -> anyhow::Result<u64> {
             .context("Failed to bulk-load history")?;
         replies += done.rows_affected();
     }
-}
-
-/// 2,400 characters of chat-like prose that the history's texts are cut from (as in
-/// `dispatch_load`).
-fn filler_text() -> String {
-    const WORDS: [&str; 24] = [
-        "the",
-        "order",
-        "arrived",
-        "yesterday",
-        "but",
-        "could",
-        "you",
-        "check",
-        "my",
-        "invoice",
-        "please",
-        "thanks",
-        "for",
-        "the",
-        "quick",
-        "answer",
-        "when",
-        "does",
-        "the",
-        "store",
-        "open",
-        "tomorrow",
-        "morning",
-        "again",
-    ];
-    let mut text = String::with_capacity(2500);
-    let mut state: u32 = 12345;
-    while text.len() < 2400 {
-        // A small LCG: varied but reproducible text.
-        state = state.wrapping_mul(1_103_515_245).wrapping_add(12345);
-        text.push_str(WORDS[(state >> 16) as usize % WORDS.len()]);
-        text.push(if state % 11 == 0 { '.' } else { ' ' });
-    }
-    text
 }
 
 // ---------------------------------------------------------------------------------------

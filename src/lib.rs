@@ -15,6 +15,7 @@
 
 pub mod admin;
 pub mod agent_bridge;
+pub mod batch;
 pub mod cache;
 pub mod channels;
 pub mod cli;

@@ -49,3 +49,43 @@ impl BenchDb {
         }
     }
 }
+
+/// 2,400 characters of chat-like prose that the load cuts requests and responses from.
+#[allow(dead_code)] // used by the benches that write text, not by all
+pub fn filler_text() -> String {
+    const WORDS: [&str; 24] = [
+        "the",
+        "order",
+        "arrived",
+        "yesterday",
+        "but",
+        "could",
+        "you",
+        "check",
+        "my",
+        "invoice",
+        "please",
+        "thanks",
+        "for",
+        "the",
+        "quick",
+        "answer",
+        "when",
+        "does",
+        "the",
+        "store",
+        "open",
+        "tomorrow",
+        "morning",
+        "again",
+    ];
+    let mut text = String::with_capacity(2500);
+    let mut state: u32 = 12345;
+    while text.len() < 2400 {
+        // A small LCG: varied but reproducible text.
+        state = state.wrapping_mul(1_103_515_245).wrapping_add(12345);
+        text.push_str(WORDS[(state >> 16) as usize % WORDS.len()]);
+        text.push(if state % 11 == 0 { '.' } else { ' ' });
+    }
+    text
+}

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use self::outbound::{OutboundPart, SendOutcome};
 use crate::db::messages::{MessageRow, ReplyPart};
 use crate::db::queue::Job;
-use crate::db::turns::{Applied, Change, PartStatus, Transition};
+use crate::db::turns::{Applied, PartStatus, Transition};
 use crate::db::{self, replies, TenantTx};
 use crate::dispatch::writer::TurnWriter;
 use crate::domain::{Connector, MessageId, Platform, TelegramDelivery};
@@ -229,12 +229,7 @@ impl Delivery<'_> {
         transition: Transition,
         outcome: DeliveryOutcome,
     ) -> anyhow::Result<DeliveryOutcome> {
-        let change = Change {
-            message: job.message_id,
-            lease: job.lease,
-            transition,
-        };
-        match self.writer.apply(job.tenant_id, change).await? {
+        match self.writer.apply(job, transition).await? {
             Applied::LeaseLost => Ok(DeliveryOutcome::LeaseLost),
             Applied::Done | Applied::Stored { .. } => Ok(outcome),
         }

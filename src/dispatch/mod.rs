@@ -45,7 +45,7 @@ use crate::cache::ConfigCache;
 use crate::db::messages::MessageRow;
 use crate::db::queue::{ClaimRequest, Job, Queue, Stage};
 use crate::db::tenants::TenantRow;
-use crate::db::turns::{self, Applied, Change, Transition};
+use crate::db::turns::{self, Applied, Transition};
 use crate::db::TenantTx;
 use crate::delivery::{split, Delivery, DeliveryOutcome, Outgoing};
 use crate::domain::{Connector, MessageId, Platform, TenantId};
@@ -402,12 +402,7 @@ impl Worker {
         transition: Transition,
         outcome: StepOutcome,
     ) -> anyhow::Result<StepOutcome> {
-        let change = Change {
-            message: job.message_id,
-            lease: job.lease,
-            transition,
-        };
-        match self.writer.apply(job.tenant_id, change).await? {
+        match self.writer.apply(job, transition).await? {
             Applied::LeaseLost => Ok(StepOutcome::LeaseLost(job.message_id)),
             Applied::Done | Applied::Stored { .. } => Ok(outcome),
         }
@@ -446,12 +441,7 @@ impl Worker {
             response: answer.join("\n\n"),
             parts: parts.clone(),
         };
-        let change = Change {
-            message: job.message_id,
-            lease: job.lease,
-            transition: answered,
-        };
-        let first = match self.writer.apply(job.tenant_id, change).await? {
+        let first = match self.writer.apply(job, answered).await? {
             Applied::LeaseLost => return Ok(StepOutcome::LeaseLost(job.message_id)),
             Applied::Stored { first } => first,
             Applied::Done => true,

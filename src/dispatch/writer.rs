@@ -17,9 +17,11 @@
 use std::sync::Arc;
 
 use sqlx::PgPool;
-use tokio::sync::{mpsc, oneshot, Mutex};
+use tokio::sync::oneshot;
 
-use crate::db::turns::{self, Applied, Change};
+use crate::batch::Batcher;
+use crate::db::queue::Job;
+use crate::db::turns::{self, Applied, Change, Transition};
 use crate::db::TenantTx;
 use crate::domain::TenantId;
 
@@ -32,72 +34,40 @@ struct Request {
     reply: oneshot::Sender<Result<Applied, WriteError>>,
 }
 
-/// The handle tasks write through. The writer tasks stop when the last handle is dropped,
-/// after finishing what was handed to them.
+/// The handle tasks write through.
 #[derive(Clone)]
 pub struct TurnWriter {
-    requests: mpsc::Sender<Request>,
+    requests: Batcher<Request>,
 }
 
 impl TurnWriter {
     /// Starts `writers` writer tasks on the current runtime.
     pub fn spawn(pool: PgPool, writers: usize, batch_max: usize) -> Self {
-        let batch_max = batch_max.max(1);
-        let (requests, receiver) = mpsc::channel(writers.max(1) * batch_max * 4);
-        let receiver = Arc::new(Mutex::new(receiver));
-        for _ in 0..writers.max(1) {
-            tokio::spawn(supervise(pool.clone(), receiver.clone(), batch_max));
-        }
+        let requests = Batcher::spawn("turn", writers, batch_max, move |batch| {
+            let pool = pool.clone();
+            async move { write(&pool, batch).await }
+        });
         Self { requests }
     }
 
-    /// Applies one change of a turn of `tenant`; returns once it is committed (or failed).
-    pub async fn apply(&self, tenant: TenantId, change: Change) -> Result<Applied, WriteError> {
+    /// Applies one transition of a claimed job's turn; returns once it is committed (or
+    /// failed).
+    pub async fn apply(&self, job: &Job, transition: Transition) -> Result<Applied, WriteError> {
         let (reply, applied) = oneshot::channel();
+        let change = Change {
+            message: job.message_id,
+            lease: job.lease,
+            transition,
+        };
         let request = Request {
-            tenant,
+            tenant: job.tenant_id,
             change,
             reply,
         };
-        self.requests
-            .send(request)
-            .await
-            .map_err(|_| Arc::new(sqlx::Error::PoolClosed))?;
-        applied.await.unwrap_or(Err(Arc::new(sqlx::Error::PoolClosed)))
-    }
-}
-
-/// Runs a writer, and starts it again if it panics; the batch it was writing gets errors
-/// from the dropped replies, and those jobs are retried after their leases.
-async fn supervise(pool: PgPool, receiver: Arc<Mutex<mpsc::Receiver<Request>>>, batch_max: usize) {
-    loop {
-        match tokio::spawn(run(pool.clone(), receiver.clone(), batch_max)).await {
-            Err(err) if err.is_panic() => {
-                tracing::error!("turn writer panicked; starting it again");
-                metrics::counter!("turn_writer_restarts_total").increment(1);
-            }
-            _ => return,
+        if self.requests.send(request).await.is_err() {
+            return Err(Arc::new(sqlx::Error::PoolClosed));
         }
-    }
-}
-
-async fn run(pool: PgPool, receiver: Arc<Mutex<mpsc::Receiver<Request>>>, batch_max: usize) {
-    loop {
-        let batch = {
-            let mut receiver = receiver.lock().await;
-            let Some(first) = receiver.recv().await else {
-                return;
-            };
-            let mut batch = vec![first];
-            while batch.len() < batch_max {
-                match receiver.try_recv() {
-                    Ok(request) => batch.push(request),
-                    Err(_) => break,
-                }
-            }
-            batch
-        };
-        write(&pool, batch).await;
+        applied.await.unwrap_or(Err(Arc::new(sqlx::Error::PoolClosed)))
     }
 }
 

@@ -1,10 +1,8 @@
-//! The batching writer: several webhooks per commit.
+//! The batching writer: several webhooks per commit (`crate::batch`).
 //!
-//! A commit waits for its WAL flush, so one webhook per transaction caps ingress at
-//! PostgreSQL's per-commit ceiling. Handlers hand their verified, parsed webhook to
-//! `Writer::record` and wait for its outcome; `CB_INGRESS_WRITERS` writer tasks each take
-//! whatever has queued up meanwhile (up to `CB_INGRESS_BATCH_MAX` webhooks) and record it
-//! in one transaction: grouped by tenant, each group under its own tenant's setting
+//! Handlers hand their verified, parsed webhook to `Writer::record` and wait for its
+//! outcome; `CB_INGRESS_WRITERS` writer tasks each take whatever has queued up meanwhile
+//! (up to `CB_INGRESS_BATCH_MAX` webhooks) and record it in one transaction: grouped by tenant, each group under its own tenant's setting
 //! (`TenantTx::switch_tenant`), each group's turns in a fixed number of statements
 //! (`record_many_in`: one link lookup, one insert of the rows, one of the jobs). At low
 //! load a batch is one webhook and nothing waits; under load batches grow by themselves
@@ -20,9 +18,10 @@
 use std::sync::Arc;
 
 use sqlx::PgPool;
-use tokio::sync::{mpsc, oneshot, Mutex};
+use tokio::sync::oneshot;
 
 use super::{record, record_many_in, RecordOutcome};
+use crate::batch::Batcher;
 use crate::channels::Inbound;
 use crate::db::TenantTx;
 use crate::domain::Connector;
@@ -41,18 +40,17 @@ struct Job {
 /// The handle handlers record through. Cheap to share; the writer tasks stop when the last
 /// handle is dropped, after finishing what was handed to them.
 pub struct Writer {
-    jobs: mpsc::Sender<Job>,
+    jobs: Batcher<Job>,
 }
 
 impl Writer {
     /// Starts `writers` writer tasks on the current runtime, each committing up to
     /// `batch_max` webhooks at a time.
     pub fn spawn(pool: PgPool, writers: usize, batch_max: usize) -> Self {
-        let (jobs, receiver) = mpsc::channel(writers.max(1) * batch_max.max(1) * 4);
-        let receiver = Arc::new(Mutex::new(receiver));
-        for _ in 0..writers.max(1) {
-            tokio::spawn(supervise(pool.clone(), receiver.clone(), batch_max.max(1)));
-        }
+        let jobs = Batcher::spawn("ingress", writers, batch_max, move |batch| {
+            let pool = pool.clone();
+            async move { write(&pool, batch).await }
+        });
         Self { jobs }
     }
 
@@ -71,49 +69,12 @@ impl Writer {
             inbound,
             reply,
         };
-        self.jobs
-            .send(job)
-            .await
-            .map_err(|_| Arc::new(sqlx::Error::PoolClosed))?;
+        if self.jobs.send(job).await.is_err() {
+            return Err(Arc::new(sqlx::Error::PoolClosed));
+        }
         // A writer task that ended without answering (the runtime is shutting down) leaves
         // the webhook unrecorded: an outage answer, so the platform retries.
         outcome.await.unwrap_or(Err(Arc::new(sqlx::Error::PoolClosed)))
-    }
-}
-
-/// Runs a writer, and starts it again if it panics (a bug in one batch must not leave the
-/// instance answering 503 to every webhook from then on). The batch it was writing gets
-/// its 503s from the dropped replies.
-async fn supervise(pool: PgPool, receiver: Arc<Mutex<mpsc::Receiver<Job>>>, batch_max: usize) {
-    loop {
-        match tokio::spawn(run(pool.clone(), receiver.clone(), batch_max)).await {
-            Err(err) if err.is_panic() => {
-                tracing::error!("ingress writer panicked; starting it again");
-                metrics::counter!("ingress_writer_restarts_total").increment(1);
-            }
-            // The last handle was dropped (or the runtime is shutting down).
-            _ => return,
-        }
-    }
-}
-
-async fn run(pool: PgPool, receiver: Arc<Mutex<mpsc::Receiver<Job>>>, batch_max: usize) {
-    loop {
-        let batch = {
-            let mut receiver = receiver.lock().await;
-            let Some(first) = receiver.recv().await else {
-                return;
-            };
-            let mut batch = vec![first];
-            while batch.len() < batch_max {
-                match receiver.try_recv() {
-                    Ok(job) => batch.push(job),
-                    Err(_) => break,
-                }
-            }
-            batch
-        };
-        write(&pool, batch).await;
     }
 }
 
