@@ -3,7 +3,7 @@
 //! dispatch costs.
 //!
 //! ```text
-//! cargo bench --bench dispatch_load -- [--rows 1000000] [--users 1000] [--jobs 5000] [--concurrency 16]
+//! cargo bench --bench dispatch_load -- [--rows 1000000] [--users 1000] [--jobs 5000] [--max-in-flight N | --steps 16]
 //! ```
 //!
 //! What one run does:
@@ -21,7 +21,8 @@
 //!    base URL points at it;
 //! 5. worker throughput: records `--jobs` turns through `ingress::record` (one per
 //!    transaction, as one Telegram webhook each, round-robin over the users) and runs
-//!    `Worker::step` from `--concurrency` tasks sharing one `Arc<Worker>` until every job is
+//!    the instance's dispatcher (or, with `--steps N`, `Worker::step` from N tasks sharing
+//!    one `Arc<Worker>`, the path the tests drive) until every job is
 //!    done; prints dispatches/s (wall clock) and the step latency;
 //! 6. phase costs: the worker's own histograms for that run, every sample captured by a
 //!    debugging metrics recorder: `dispatch_phase_seconds{phase}` (claim; prepare = mark
@@ -55,6 +56,8 @@ use channel_bridge::channels::{Inbound, InboundKind, InboundMessage};
 use channel_bridge::db::connectors::NewConnector;
 use channel_bridge::db::queue::{ClaimRequest, Queue};
 use channel_bridge::db::{self, TenantTx};
+use channel_bridge::dispatch::dispatcher::Dispatcher;
+use channel_bridge::dispatch::wakeup::Wakeup;
 use channel_bridge::dispatch::{history, signature, StepOutcome, Worker};
 use channel_bridge::domain::{Connector, MessageId, Platform, TelegramDelivery, TenantId, UnlinkedPolicy};
 use channel_bridge::settings::ServeSettings;
@@ -79,9 +82,13 @@ struct Args {
     /// Jobs in the measured worker run.
     #[arg(long, default_value_t = 5000)]
     jobs: usize,
-    /// Worker tasks sharing one `Worker` (CB_WORKER_CONCURRENCY; the server default is 16).
-    #[arg(long, default_value_t = 16)]
-    concurrency: usize,
+    /// Drive the worker with `Worker::step` from this many tasks (each claims one job at a
+    /// time, as tests do) instead of the instance's dispatcher.
+    #[arg(long)]
+    steps: Option<usize>,
+    /// The dispatcher's in-flight ceiling (CB_MAX_IN_FLIGHT; default: the server default).
+    #[arg(long)]
+    max_in_flight: Option<usize>,
     /// Turns of one extra user queued ahead of each run's jobs, behind a head put back by
     /// `Queue::retry_later` for an hour (as when the agent keeps failing that user's turn):
     /// they stay queued through the run, and show what blocked jobs cost other claims.
@@ -129,8 +136,8 @@ async fn main() -> anyhow::Result<()> {
         "--rows must be >= 0 and --users > 0"
     );
     anyhow::ensure!(
-        args.jobs > 0 && args.concurrency > 0,
-        "--jobs and --concurrency must be > 0"
+        args.jobs > 0 && args.steps != Some(0),
+        "--jobs and --steps must be > 0"
     );
     let db = BenchDb::create().await?;
     println!("database {} (migrated)", db.name);
@@ -145,7 +152,10 @@ async fn main() -> anyhow::Result<()> {
 
 async fn run(args: &Args, db: &BenchDb) -> anyhow::Result<()> {
     let mut settings = ServeSettings::for_database(db.url.clone());
-    settings.database.pool_size = args.pool_size.unwrap_or(16.max(args.concurrency as u32));
+    settings.database.pool_size = args.pool_size.unwrap_or(16.max(args.steps.unwrap_or(0) as u32));
+    if let Some(max) = args.max_in_flight {
+        settings.max_in_flight = max;
+    }
     let answer = args.answer_chars.map_or_else(
         || "ok".to_owned(),
         |n| filler_text().chars().cycle().take(n).collect(),
@@ -207,7 +217,10 @@ async fn measure_worker(
     let pool = db::connect_pool(&settings.database)?;
     let worker = Arc::new(Worker::new(pool.clone(), Arc::new(settings.clone()), unix_now)?);
     let meter = Meter::start(&db.url).await?;
-    let run = run_worker(worker, args.concurrency, args.jobs).await?;
+    let run = match args.steps {
+        Some(tasks) => run_worker(worker, tasks, args.jobs).await?,
+        None => run_dispatcher(worker, &db.url, fixture, args.jobs).await?,
+    };
     run.print(args);
     meter.print_cpu(&db.url, run.tally.executed).await?;
     close_pool(pool, &db.url).await?;
@@ -644,13 +657,21 @@ impl WorkerRun {
 
     fn print(&self, args: &Args) {
         let t = &self.tally;
+        let Some(tasks) = args.steps else {
+            println!(
+                "worker (the instance's dispatcher): {} dispatches in {} = {:.0} dispatches/s",
+                t.executed,
+                secs(self.elapsed),
+                self.dispatches_per_sec(),
+            );
+            return;
+        };
         println!(
-            "worker: {} dispatches in {} = {:.0} dispatches/s (concurrency {}; failed {}, skipped {}, \
-             retried {}, empty claims {})",
+            "worker: {} dispatches in {} = {:.0} dispatches/s (Worker::step from {tasks} tasks; failed {}, \
+             skipped {}, retried {}, empty claims {})",
             t.executed,
             secs(self.elapsed),
             self.dispatches_per_sec(),
-            args.concurrency,
             t.failed,
             t.skipped,
             t.retried,
@@ -658,6 +679,48 @@ impl WorkerRun {
         );
         println!("  Worker::step (agent call included) {}", Summary::of(&t.steps));
     }
+}
+
+/// Runs the instance's dispatcher (one claimer feeding the in-flight set, the turn writer,
+/// the lease keeper) until every job of the run is finished: the queue holds nothing but
+/// the stalled backlog (looked at every 5 ms by an owner connection).
+async fn run_dispatcher(
+    worker: Arc<Worker>,
+    url: &str,
+    fixture: &Fixture,
+    jobs: usize,
+) -> anyhow::Result<WorkerRun> {
+    let stalled = format!("user:{}", user_id(fixture.users));
+    let dispatcher = Dispatcher::new(worker);
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let mut owner = PgConnection::connect(url).await?;
+    let started = Instant::now();
+    let claimer = tokio::spawn(
+        dispatcher
+            .clone()
+            .run(Arc::new(Wakeup::default()), stop_rx.clone()),
+    );
+    let keeper = tokio::spawn(dispatcher.keep_leases(stop_rx));
+    loop {
+        let left: i64 =
+            sqlx::query_scalar("select count(*) from dispatch_queue where conversation_key <> $1")
+                .bind(&stalled)
+                .fetch_one(&mut owner)
+                .await?;
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let elapsed = started.elapsed();
+    stop.send_replace(true);
+    claimer.await?;
+    keeper.await?;
+    let tally = WorkerTally {
+        executed: jobs,
+        ..Default::default()
+    };
+    Ok(WorkerRun { elapsed, tally })
 }
 
 /// Runs `Worker::step` from `concurrency` tasks until `jobs` turns are finished.
@@ -917,6 +980,7 @@ impl Phases {
     /// Prints and clears what the worker recorded since the last call.
     fn print(&self) {
         let mut rows: Vec<(String, Vec<Duration>)> = Vec::new();
+        let mut counts: Vec<(String, String)> = Vec::new();
         for (key, _, _, value) in self.snapshotter.snapshot().into_vec() {
             let DebugValue::Histogram(samples) = value else {
                 continue;
@@ -927,6 +991,17 @@ impl Phases {
                 .map(|l| format!("{{{}}}", l.value()))
                 .collect::<String>();
             let name = format!("{}{label}", key.name());
+            if name.ends_with("_size") {
+                // A count, not a time.
+                let mut sizes: Vec<f64> = samples.iter().map(|s| s.into_inner()).collect();
+                sizes.sort_by(f64::total_cmp);
+                if let Some(max) = sizes.last() {
+                    let at = |q: f64| sizes[((sizes.len() - 1) as f64 * q) as usize];
+                    let summary = format!("p50 {} p99 {} max {max} (n={})", at(0.5), at(0.99), sizes.len());
+                    counts.push((name, summary));
+                }
+                continue;
+            }
             let times = samples
                 .iter()
                 .map(|s| Duration::from_secs_f64(s.into_inner()))
@@ -937,6 +1012,10 @@ impl Phases {
         println!("  worker histograms (claim + prepare + store/settle commits = the worker's own cost):");
         for (name, times) in rows {
             println!("    {name:<42} {}", Summary::of(&times));
+        }
+        counts.sort();
+        for (name, summary) in counts {
+            println!("    {name:<42} {summary}");
         }
     }
 }
