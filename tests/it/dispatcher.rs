@@ -563,3 +563,69 @@ async fn changes_of_several_turns_applied_together_each_get_their_own_outcome() 
         "the first part is marked with the stored answer"
     );
 }
+
+/// The reproduction from the issue, in real time: lease 6 s, agent timeout 4 s, the agent
+/// answering 3 parts after 3.5 s, the platform taking 3 s per post; two instances. The
+/// reply takes 12.5 s, twice the lease: without renewal the second instance would take the
+/// job over and post again.
+#[tokio::test]
+async fn a_reply_that_outlasts_the_lease_is_posted_once_across_two_instances() {
+    let app = spawn_app().await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
+    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
+    let parts = json!({"messages": [
+        {"role": "assistant", "content": "part one"},
+        {"role": "assistant", "content": "part two"},
+        {"role": "assistant", "content": "part three"}]});
+    agent.script([Reply::JsonAfter(Duration::from_millis(3500), parts)]);
+    let slow = Duration::from_secs(3);
+    platforms.script(
+        Platform::Telegram,
+        [
+            Answer::OkAfter(slow),
+            Answer::OkAfter(slow),
+            Answer::OkAfter(slow),
+        ],
+    );
+    let instance = || {
+        Dispatcher::new(worker(&app, Some(&agent.url), |s| {
+            s.dispatch.lease_secs = 6;
+            s.dispatch.agent_timeout_secs = 4;
+            s.dispatch.platform_timeout_secs = 5;
+            s.dispatch.poll_interval_ms = 100;
+        }))
+    };
+    let (first, second) = (instance(), instance());
+    let stops = [run_dispatcher(&first), run_dispatcher(&second)];
+    deliver(
+        &app,
+        &tenant,
+        Platform::Telegram,
+        telegram_text(6001, "long answer please"),
+    )
+    .await;
+
+    platforms.wait_for_sends(3).await;
+    eventually("the job ends", || async {
+        first.in_flight() + second.in_flight() == 0
+    })
+    .await;
+    for stop in stops {
+        stop.send_replace(true);
+    }
+
+    let texts: Vec<String> = platforms.sent().iter().map(|s| s.text().to_owned()).collect();
+    assert_eq!(
+        texts,
+        ["part one", "part two", "part three"],
+        "each part posted once"
+    );
+    assert_eq!(agent.calls().len(), 1, "the agent was called once");
+    let mut owner = app.db.owner_conn().await;
+    let delivered: bool = sqlx::query_scalar("select delivered_at is not null from channel_messages")
+        .fetch_one(&mut owner)
+        .await
+        .unwrap();
+    assert!(delivered);
+}

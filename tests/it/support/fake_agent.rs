@@ -34,6 +34,8 @@ pub enum Reply {
     Raw(&'static str),
     /// Never answer (the worker's process is "killed" meanwhile).
     Hang,
+    /// This answer (status 200, JSON body) after this long (an agent that thinks).
+    JsonAfter(std::time::Duration, Value),
 }
 
 #[derive(Default)]
@@ -160,5 +162,9 @@ async fn receive(State(state): State<Arc<AgentState>>, headers: HeaderMap, body:
         }
         Some(Reply::Raw(body)) => (StatusCode::OK, body).into_response(),
         Some(Reply::Hang) => std::future::pending().await,
+        Some(Reply::JsonAfter(delay, body)) => {
+            tokio::time::sleep(delay).await;
+            (StatusCode::OK, axum::Json(body)).into_response()
+        }
     }
 }

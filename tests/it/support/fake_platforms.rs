@@ -47,6 +47,8 @@ pub enum Answer {
     /// Post, then answer with success only once the test adds a permit (a slow platform
     /// the test paces).
     OkWhenReleased(Arc<tokio::sync::Semaphore>),
+    /// Post, then answer with success after this long (a platform that is slow for real).
+    OkAfter(std::time::Duration),
 }
 
 struct ThreadMessage {
@@ -173,6 +175,10 @@ async fn answer(answer: Answer, success: Value) -> Response {
             response
         }
         Answer::HangAfterPosting | Answer::HangBeforePosting => std::future::pending().await,
+        Answer::OkAfter(delay) => {
+            tokio::time::sleep(delay).await;
+            Json(success).into_response()
+        }
         Answer::OkWhenReleased(gate) => {
             gate.acquire().await.expect("gate stays open").forget();
             Json(success).into_response()
