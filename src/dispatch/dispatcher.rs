@@ -53,6 +53,21 @@ struct InFlight {
     caps_read: Option<Instant>,
 }
 
+/// A job's place in the in-flight set, given back when dropped: when the job ends, and
+/// also if its task panics (a bug in one job must not shrink the capacity for good).
+struct Slot {
+    dispatcher: Arc<Dispatcher>,
+    tenant: TenantId,
+    message: MessageId,
+    lease: LeaseToken,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.dispatcher.finish(self.tenant, self.message, self.lease);
+    }
+}
+
 pub struct Dispatcher {
     worker: Arc<Worker>,
     capacity: usize,
@@ -183,9 +198,14 @@ impl Dispatcher {
             *state.per_tenant.entry(tenant).or_default() += 1;
             state.leases.insert(message, lease);
         }
-        let this = self.clone();
+        let slot = Slot {
+            dispatcher: self.clone(),
+            tenant,
+            message,
+            lease,
+        };
         tasks.spawn(async move {
-            match this.worker.run_job(claimed).await {
+            match slot.dispatcher.worker.run_job(claimed).await {
                 Ok(StepOutcome::LeaseLost(_)) => {
                     tracing::warn!(%message, "lease lost; another holder has the job");
                     metrics::counter!("dispatch_leases_lost_total").increment(1);
@@ -193,7 +213,7 @@ impl Dispatcher {
                 Ok(_) => {}
                 Err(err) => tracing::error!(error = ?err, %message, "dispatch job failed"),
             }
-            this.finish(tenant, message, lease);
+            drop(slot);
         });
     }
 
