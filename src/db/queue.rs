@@ -110,31 +110,6 @@ pub async fn enqueue_many(
     Ok(())
 }
 
-/// Extends a job's lease, in the caller's tenant transaction, and says whether the lease
-/// was still `token`'s: `false` means the job was claimed again (or finished) and the
-/// caller must stop touching it. The check and the extension are one statement, and the
-/// row lock it takes holds off a concurrent claim until the caller commits.
-pub async fn renew_lease(
-    tx: &mut TenantTx,
-    message: MessageId,
-    token: LeaseToken,
-    lease: Duration,
-) -> Result<bool, sqlx::Error> {
-    let tenant = tx.tenant();
-    let renewed = sqlx::query(
-        "update dispatch_queue set available_at = now() + make_interval(secs => $4)
-          where message_id = $1 and tenant_id = $2 and lease_owner = $3",
-    )
-    .bind(message)
-    .bind(tenant)
-    .bind(token)
-    .bind(lease.as_secs_f64())
-    .execute(tx.conn())
-    .await?
-    .rows_affected();
-    Ok(renewed == 1)
-}
-
 /// Makes a waiting reply job ready now (a WhatsApp status callback settled its part),
 /// with the conversation's later jobs that `retry_later` parked behind it. A job under a
 /// live lease is left alone (its holder is working on it).

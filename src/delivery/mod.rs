@@ -14,7 +14,7 @@
 //!
 //! Every state change goes through the turn writer (`crate::dispatch::writer`) as a
 //! `db::turns::Transition`, committed (together with other turns' changes) before the pass
-//! goes on, and each renews the job's lease and checks it is still held: a pass whose
+//! goes on, and each checks that the job's lease is still held (the dispatcher renews it): a pass whose
 //! lease was lost stops before its next request.
 
 pub mod outbound;

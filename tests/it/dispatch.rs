@@ -678,24 +678,22 @@ async fn a_lease_is_renewed_only_by_its_owner() {
         }
     };
 
-    let mut tx = app.tenant_tx(tenant.tenant).await;
-    let renewed = queue::renew_lease(
-        &mut tx,
-        job.message_id,
-        queue::LeaseToken(uuid::Uuid::new_v4()),
-        Duration::from_secs(3600),
-    )
-    .await
-    .unwrap();
-    assert!(!renewed, "the renewal reports that the lease is not the caller's");
-    tx.commit().await.unwrap();
-    assert!(lease_left(&app).await < 61.0, "another owner cannot extend it");
-
-    let mut tx = app.tenant_tx(tenant.tenant).await;
-    let renewed = queue::renew_lease(&mut tx, job.message_id, job.lease, Duration::from_secs(3600))
+    let queue = Queue::new(app.pool.clone());
+    let stranger = queue::LeaseToken(uuid::Uuid::new_v4());
+    let renewed = queue
+        .renew_leases(&[(job.message_id, stranger)], Duration::from_secs(3600))
         .await
         .unwrap();
-    assert!(renewed);
-    tx.commit().await.unwrap();
+    assert!(
+        renewed.is_empty(),
+        "the renewal reports that the lease is not the caller's"
+    );
+    assert!(lease_left(&app).await < 61.0, "another owner cannot extend it");
+
+    let renewed = queue
+        .renew_leases(&[(job.message_id, job.lease)], Duration::from_secs(3600))
+        .await
+        .unwrap();
+    assert_eq!(renewed, [job.message_id]);
     assert!(lease_left(&app).await > 3500.0);
 }
