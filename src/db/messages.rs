@@ -29,8 +29,11 @@ pub struct NewMessage<'a> {
 
 /// Inserts turns in one statement, in order, each unless its idempotency key is already
 /// recorded (by an earlier transaction, or earlier in the same list): the unique index
-/// decides, with no check-then-insert race. Returns, per input position, the new id, or
-/// `None` for a duplicate.
+/// decides, with no check-then-insert race. The same statement queues the dispatch job of
+/// every `accepted` turn it inserted, in the same order (see `queue::enqueue_many`, whose
+/// rule it follows: a shared advisory lock on each turn's conversation), so a turn never
+/// exists without its job, and ingress pays one round trip for both. Returns, per input
+/// position, the new id, or `None` for a duplicate.
 pub async fn insert_many(
     tx: &mut TenantTx,
     rows: &[NewMessage<'_>],
@@ -38,42 +41,59 @@ pub async fn insert_many(
     let tenant = tx.tenant();
     let ids: Vec<MessageId> = rows.iter().map(|_| MessageId::new()).collect();
     let column = |f: fn(&NewMessage<'_>) -> Option<String>| rows.iter().map(f).collect::<Vec<_>>();
-    let inserted: Vec<MessageId> = sqlx::query_scalar(
-        "insert into channel_messages (tenant_id, id, connector_id, platform, idempotency_key,
-             platform_message_id, chat_id, thread_id, platform_user_id, reply_to_id, user_id,
-             conversation_key, request_content, status, decision, metadata, completed_at)
-         select $1, r.id, r.connector_id, r.platform, r.idempotency_key, r.platform_message_id,
-                r.chat_id, r.thread_id, r.platform_user_id, r.reply_to_id, r.user_id,
-                r.conversation_key, r.request_content, r.status, r.decision, r.metadata,
-                case when r.status = 'accepted' then null else now() end
-           from unnest($2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[],
-                       $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[],
-                       $14::text[], $15::text[], $16::jsonb[])
-                with ordinality as r(id, connector_id, platform, idempotency_key, platform_message_id,
-                     chat_id, thread_id, platform_user_id, reply_to_id, user_id, conversation_key,
-                     request_content, status, decision, metadata, ord)
-          order by r.ord
-         on conflict (tenant_id, connector_id, idempotency_key) do nothing
-         returning id",
-    )
-    .bind(tenant)
-    .bind(&ids)
-    .bind(rows.iter().map(|r| r.connector_id).collect::<Vec<_>>())
-    .bind(column(|r| Some(r.platform.as_str().to_owned())))
-    .bind(column(|r| Some(r.idempotency_key.to_owned())))
-    .bind(column(|r| Some(r.platform_message_id.to_owned())))
-    .bind(column(|r| Some(r.chat_id.to_owned())))
-    .bind(column(|r| r.thread_id.map(str::to_owned)))
-    .bind(column(|r| Some(r.platform_user_id.to_owned())))
-    .bind(column(|r| r.reply_to_id.map(str::to_owned)))
-    .bind(column(|r| r.user_id.map(str::to_owned)))
-    .bind(column(|r| Some(r.conversation_key.to_owned())))
-    .bind(column(|r| Some(r.request_content.to_owned())))
-    .bind(column(|r| Some(r.status.as_str().to_owned())))
-    .bind(column(|r| r.decision.map(str::to_owned)))
-    .bind(rows.iter().map(|r| r.metadata.clone()).collect::<Vec<Value>>())
-    .fetch_all(tx.conn())
-    .await?;
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let sql = SQL.get_or_init(|| {
+        let lock = super::queue::conversation_lock("$1", "i.conversation_key");
+        format!(
+            "with rows as (
+                 select * from unnest($2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[],
+                                      $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
+                                      $12::text[], $13::text[], $14::text[], $15::text[], $16::jsonb[])
+                      with ordinality as r(id, connector_id, platform, idempotency_key,
+                           platform_message_id, chat_id, thread_id, platform_user_id, reply_to_id,
+                           user_id, conversation_key, request_content, status, decision, metadata, ord)),
+             inserted as (
+                 insert into channel_messages (tenant_id, id, connector_id, platform, idempotency_key,
+                     platform_message_id, chat_id, thread_id, platform_user_id, reply_to_id, user_id,
+                     conversation_key, request_content, status, decision, metadata, completed_at)
+                 select $1, r.id, r.connector_id, r.platform, r.idempotency_key, r.platform_message_id,
+                        r.chat_id, r.thread_id, r.platform_user_id, r.reply_to_id, r.user_id,
+                        r.conversation_key, r.request_content, r.status, r.decision, r.metadata,
+                        case when r.status = 'accepted' then null else now() end
+                   from rows r
+                  order by r.ord
+                 on conflict (tenant_id, connector_id, idempotency_key) do nothing
+                 returning id, conversation_key, status),
+             queued as (
+                 insert into dispatch_queue (message_id, tenant_id, conversation_key, stage)
+                 select i.id, $1, i.conversation_key, 'dispatch'
+                   from inserted i
+                   join rows r on r.id = i.id
+                   cross join lateral (select pg_advisory_xact_lock_shared({lock})) as recording
+                  where i.status = 'accepted'
+                  order by r.ord)
+             select id from inserted"
+        )
+    });
+    let inserted: Vec<MessageId> = sqlx::query_scalar(sql)
+        .bind(tenant)
+        .bind(&ids)
+        .bind(rows.iter().map(|r| r.connector_id).collect::<Vec<_>>())
+        .bind(column(|r| Some(r.platform.as_str().to_owned())))
+        .bind(column(|r| Some(r.idempotency_key.to_owned())))
+        .bind(column(|r| Some(r.platform_message_id.to_owned())))
+        .bind(column(|r| Some(r.chat_id.to_owned())))
+        .bind(column(|r| r.thread_id.map(str::to_owned)))
+        .bind(column(|r| Some(r.platform_user_id.to_owned())))
+        .bind(column(|r| r.reply_to_id.map(str::to_owned)))
+        .bind(column(|r| r.user_id.map(str::to_owned)))
+        .bind(column(|r| Some(r.conversation_key.to_owned())))
+        .bind(column(|r| Some(r.request_content.to_owned())))
+        .bind(column(|r| Some(r.status.as_str().to_owned())))
+        .bind(column(|r| r.decision.map(str::to_owned)))
+        .bind(rows.iter().map(|r| r.metadata.clone()).collect::<Vec<Value>>())
+        .fetch_all(tx.conn())
+        .await?;
     let inserted: std::collections::HashSet<MessageId> = inserted.into_iter().collect();
     Ok(ids
         .into_iter()

@@ -51,7 +51,7 @@ pub struct LeaseToken(pub Uuid);
 
 /// The advisory-lock key of a conversation, from SQL expressions for its tenant id and its
 /// conversation key: `enqueue_many` takes it shared, the claim tries it exclusive.
-fn conversation_lock(tenant: &str, key: &str) -> String {
+pub(crate) fn conversation_lock(tenant: &str, key: &str) -> String {
     format!("hashtextextended({tenant}::text || '/' || {key}, 0)")
 }
 

@@ -124,16 +124,13 @@ pub async fn record_many_in(
             .zip(&routings)
             .map(|((_, connector, message), routing)| new_message(connector, message, routing))
             .collect();
+        // Queues the accepted turns' dispatch jobs in the same statement.
         let ids = db::messages::insert_many(tx, &rows).await?;
-        let mut jobs = Vec::new();
         for (((at, connector, message), routing), id) in turns.iter().zip(&routings).zip(ids) {
             let outcome = &mut outcomes[*at];
             match id {
                 None => outcome.duplicates += 1,
-                Some(id) if routing.status == MessageStatus::Accepted => {
-                    jobs.push((id, routing.conversation_key.as_str()));
-                    outcome.queued.push(id);
-                }
+                Some(id) if routing.status == MessageStatus::Accepted => outcome.queued.push(id),
                 Some(id) => {
                     outcome.recorded_only += 1;
                     if routing.status == MessageStatus::DeniedUnlinked
@@ -144,7 +141,6 @@ pub async fn record_many_in(
                 }
             }
         }
-        db::queue::enqueue_many(tx, &jobs, Stage::Dispatch).await?;
     }
     for ((_, inbound), outcome) in webhooks.iter().zip(&mut outcomes) {
         for status in &inbound.statuses {
