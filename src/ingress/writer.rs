@@ -81,7 +81,7 @@ impl Writer {
 /// Commits one batch and answers each of its webhooks.
 async fn write(pool: &PgPool, mut batch: Vec<Job>) {
     metrics::histogram!("ingress_batch_size").record(batch.len() as f64);
-    // Grouping by tenant saves `set_config` round trips; the sort is stable, so one
+    // Grouping by tenant saves `SET LOCAL` round trips; the sort is stable, so one
     // conversation's webhooks keep their arrival order.
     batch.sort_by_key(|job| job.connector.tenant_id);
     match write_batch(pool, &batch).await {
