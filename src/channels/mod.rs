@@ -113,6 +113,69 @@ pub struct Inbound {
     pub dropped: Vec<&'static str>,
 }
 
+impl Inbound {
+    /// Replaces every U+0000 in what will be stored with U+FFFD. PostgreSQL's `text` and
+    /// `jsonb` cannot hold NUL, and a platform retries a webhook it got a 5xx for with the
+    /// same body (Meta for days), so a NUL must not fail the insert: the message is kept and
+    /// answered, with the replacement character where the NUL was. Replacing (rather than
+    /// dropping) keeps "a\0b" apart from "ab", and is the same on every retry, so dedupe keys
+    /// stay exact.
+    pub fn scrub_nul(&mut self) {
+        for message in &mut self.messages {
+            for field in [
+                &mut message.idempotency_key,
+                &mut message.platform_message_id,
+                &mut message.chat_id,
+                &mut message.platform_user_id,
+                &mut message.text,
+            ] {
+                scrub(field);
+            }
+            for field in [&mut message.thread_id, &mut message.reply_to_id]
+                .into_iter()
+                .flatten()
+            {
+                scrub(field);
+            }
+            scrub_json(&mut message.metadata);
+        }
+        for status in &mut self.statuses {
+            scrub(&mut status.platform_message_id);
+            scrub(&mut status.status);
+            for field in [&mut status.callback_data, &mut status.error]
+                .into_iter()
+                .flatten()
+            {
+                scrub(field);
+            }
+        }
+    }
+}
+
+fn scrub(text: &mut String) {
+    if text.contains('\0') {
+        *text = text.replace('\0', "\u{FFFD}");
+    }
+}
+
+fn scrub_json(value: &mut Value) {
+    match value {
+        Value::String(text) => scrub(text),
+        Value::Array(items) => items.iter_mut().for_each(scrub_json),
+        Value::Object(map) => {
+            if map.keys().any(|key| key.contains('\0')) {
+                let entries = std::mem::take(map);
+                for (mut key, value) in entries {
+                    scrub(&mut key);
+                    map.insert(key, value);
+                }
+            }
+            map.values_mut().for_each(scrub_json);
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
+}
+
 /// What a verified POST turned out to be.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Parsed {
@@ -272,5 +335,57 @@ pub(crate) mod testing {
                 (axum::http::HeaderName::from_static(name), value)
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod scrub_tests {
+    use super::*;
+
+    #[test]
+    fn every_nul_that_would_be_stored_becomes_a_replacement_character() {
+        let mut inbound = Inbound {
+            messages: vec![InboundMessage {
+                idempotency_key: "k\0".into(),
+                kind: InboundKind::Text,
+                platform_message_id: "m\0".into(),
+                chat_id: "c".into(),
+                thread_id: Some("t\0".into()),
+                platform_user_id: "u".into(),
+                reply_to_id: None,
+                text: "a\0b".into(),
+                metadata: serde_json::json!({"na\u{0}me": ["x\u{0}", 1, {"deep": "\u{0}"}]}),
+            }],
+            statuses: vec![DeliveryStatus {
+                platform_message_id: "w\0".into(),
+                status: "sent".into(),
+                callback_data: Some("p\0".into()),
+                error: None,
+            }],
+            dropped: Vec::new(),
+        };
+        inbound.scrub_nul();
+        let message = &inbound.messages[0];
+        assert_eq!(
+            (
+                message.idempotency_key.as_str(),
+                message.platform_message_id.as_str(),
+                message.text.as_str()
+            ),
+            ("k\u{FFFD}", "m\u{FFFD}", "a\u{FFFD}b")
+        );
+        assert_eq!(message.thread_id.as_deref(), Some("t\u{FFFD}"));
+        assert_eq!(
+            message.metadata,
+            serde_json::json!({"na\u{FFFD}me": ["x\u{FFFD}", 1, {"deep": "\u{FFFD}"}]})
+        );
+        let status = &inbound.statuses[0];
+        assert_eq!(
+            (
+                status.platform_message_id.as_str(),
+                status.callback_data.as_deref()
+            ),
+            ("w\u{FFFD}", Some("p\u{FFFD}"))
+        );
     }
 }

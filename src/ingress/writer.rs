@@ -63,6 +63,8 @@ impl Writer {
         if inbound.messages.is_empty() && inbound.statuses.is_empty() {
             return Ok(RecordOutcome::default());
         }
+        let mut inbound = inbound;
+        inbound.scrub_nul();
         let (reply, outcome) = oneshot::channel();
         let job = Job {
             connector,

@@ -611,3 +611,52 @@ async fn a_failure_between_the_message_row_and_its_queue_row_is_503_and_writes_n
         }
     );
 }
+
+#[tokio::test]
+async fn a_nul_in_the_text_of_any_platform_is_stored_as_a_replacement_character_and_answered() {
+    use std::sync::Arc;
+
+    use channel_bridge::dispatch::{StepOutcome, Worker};
+    use channel_bridge::settings::ServeSettings;
+
+    use crate::support::fake_agent::FakeAgent;
+    use crate::support::fake_platforms::FakePlatforms;
+
+    let app = spawn_app().await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
+    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
+    let mut wa: Value = serde_json::from_slice(&fixture(Platform::Whatsapp, "text")).unwrap();
+    wa["entry"][0]["changes"][0]["value"]["messages"][0]["text"]["body"] = "wa\u{0}text".into();
+    let bodies = [
+        (Platform::Telegram, telegram_text(7001, "tg\u{0}text")),
+        (Platform::Slack, slack_text("1700000001.000100", "slack\u{0}text")),
+        (Platform::Whatsapp, serde_json::to_vec(&wa).unwrap()),
+    ];
+    for (platform, body) in bodies {
+        assert!(
+            String::from_utf8_lossy(&body).contains("\\u0000"),
+            "the body carries a NUL"
+        );
+        // A signed body with a NUL is recorded (200), not failed for ever (500).
+        deliver(&app, &tenant, platform, body).await;
+    }
+
+    let mut settings = ServeSettings::for_database(app.db.url());
+    settings.agent_url = Some(agent.url.clone());
+    let worker = Worker::new(app.pool.clone(), Arc::new(settings), || {
+        chrono::Utc::now().timestamp()
+    })
+    .unwrap();
+    for _ in 0..3 {
+        let outcome = worker.step().await.unwrap();
+        assert!(matches!(outcome, StepOutcome::Executed(_)), "{outcome:?}");
+    }
+    let mut contents: Vec<String> = agent.calls().iter().map(|c| c.payload.content.clone()).collect();
+    contents.sort();
+    assert_eq!(
+        contents,
+        ["slack\u{FFFD}text", "tg\u{FFFD}text", "wa\u{FFFD}text"]
+    );
+    assert_eq!(platforms.sent().len(), 3, "each turn answered");
+}
