@@ -9,8 +9,9 @@
 //! part     pending ─MarkSending─▶ sending ─PartPosted / Delivered─▶ sent
 //!                                   │  ├─ PartWait (not sent) ─▶ pending
 //!                                   │  ├─ PartWait (in doubt) ─▶ sending (reconciled first)
-//!                                   └──┴─ PartFailed ─▶ failed (and every later part)
-//! job      dispatch ─Answered with parts─▶ reply ─Delivered / PartFailed / Abandoned─▶ gone
+//!                                   ├──┴─ PartFailed ─▶ failed (and every later part)
+//!                                   └─ PartUnknown (Telegram at-most-once) ─▶ unknown
+//! job      dispatch ─Answered with parts─▶ reply ─Delivered / Concluded / PartFailed / Abandoned─▶ gone
 //!             └─ Answered without parts / AgentFailed / Skipped ─▶ gone
 //! ```
 //!
@@ -43,6 +44,9 @@ pub enum PartStatus {
     Sending,
     Sent,
     Failed,
+    /// Its request may or may not have been posted, and the platform offers no way to
+    /// tell (Telegram, at-most-once): never resent, the parts after it still are.
+    Unknown,
 }
 
 impl PartStatus {
@@ -52,6 +56,7 @@ impl PartStatus {
             Self::Sending => "sending",
             Self::Sent => "sent",
             Self::Failed => "failed",
+            Self::Unknown => "unknown",
         }
     }
 }
@@ -88,6 +93,13 @@ pub enum Transition {
     },
     /// A part failed for good: it and every later part fail, the job is gone.
     PartFailed { part: i32, error: String },
+    /// A part's outcome cannot be known and it will not be resent (Telegram at-most-once):
+    /// it is `unknown`, and the parts after it are still sent.
+    PartUnknown { part: i32, error: String },
+    /// Nothing is left to send but not every part is known to be posted (some are
+    /// `unknown`): the last one posted (when given) is recorded, the job is gone, and the
+    /// turn is not marked delivered.
+    Concluded { last: Option<(i32, String)> },
     /// Nothing can be posted (the connector is gone): unsent parts fail, the job is gone.
     Abandoned { error: String },
 }
@@ -128,6 +140,9 @@ pub async fn apply_many(tx: &mut TenantTx, changes: &[&Change]) -> Result<Vec<Ap
                 part, platform_id, ..
             }
             | Transition::Delivered {
+                last: Some((part, platform_id)),
+            }
+            | Transition::Concluded {
                 last: Some((part, platform_id)),
             } => Some((change.message, *part, platform_id.as_str())),
             _ => None,
@@ -233,6 +248,17 @@ async fn apply_rare(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Erro
             fail_unsent(tx, message, error).await?;
             queue::finish(tx, message).await?;
         }
+        Transition::PartUnknown { part, error } => {
+            part_update(
+                tx,
+                message,
+                *part,
+                "status = 'unknown', last_error = $4",
+                Some(error),
+            )
+            .await?;
+        }
+        Transition::Concluded { .. } => queue::finish(tx, message).await?,
         Transition::Answered { .. }
         | Transition::MarkSending { .. }
         | Transition::PartPosted { .. }

@@ -6,7 +6,8 @@
 //!   for the part key in the thread's message metadata; WhatsApp waits for the status
 //!   callback that echoes the part key, and resends only when none came within
 //!   `CB_WHATSAPP_CONFIRM_SECS`; Telegram, which offers no way to look, follows the
-//!   connector's choice (at-most-once: mark failed; at-least-once: resend).
+//!   connector's choice (at-most-once: mark it `unknown` and go on with the parts after it,
+//!   which were certainly never sent; at-least-once: resend).
 //! - then the part is marked `sending` (committed), posted, and settled from the answer.
 //!
 //! Rate-limit answers put the part back to `pending` and the job waits the platform's delay;
@@ -57,6 +58,8 @@ pub struct DeliveryPass {
 enum PartOutcome {
     /// Posted, with the platform's id for it (not yet recorded).
     Posted(String),
+    /// Not knowable and not to be resent: recorded `unknown`, and the pass goes on.
+    Unknown(String),
     /// A transition that ends the pass (wait, fail).
     End(Transition, DeliveryOutcome),
 }
@@ -70,7 +73,7 @@ enum Reconciled {
     /// Not known yet; look again later.
     Later(Duration),
     /// Not knowable, and the connector prefers a lost reply to a doubled one.
-    GiveUp(String),
+    Unknowable(String),
 }
 
 pub struct Delivery<'a> {
@@ -146,16 +149,16 @@ impl Delivery<'_> {
         let pending: Vec<&ReplyPart> = outgoing
             .parts
             .iter()
-            .filter(|part| part.status != PartStatus::Sent)
+            .filter(|part| !matches!(part.status, PartStatus::Sent | PartStatus::Unknown))
             .collect();
+        // A part in doubt earlier means the turn cannot count as delivered.
+        let mut in_doubt = outgoing
+            .parts
+            .iter()
+            .any(|part| part.status == PartStatus::Unknown);
         if pending.is_empty() {
-            let outcome = self
-                .transition(
-                    job,
-                    Transition::Delivered { last: None },
-                    DeliveryOutcome::Delivered,
-                )
-                .await?;
+            let (transition, outcome) = finished(None, in_doubt);
+            let outcome = self.transition(job, transition, outcome).await?;
             return Ok(DeliveryPass {
                 outcome,
                 platform_time,
@@ -177,13 +180,29 @@ impl Delivery<'_> {
                 }
             };
             let (transition, outcome) = match result {
+                PartOutcome::Unknown(error) => {
+                    let unknown = Transition::PartUnknown {
+                        part: part.part_index,
+                        error,
+                    };
+                    if self.transition(job, unknown, DeliveryOutcome::Wait).await?
+                        == DeliveryOutcome::LeaseLost
+                    {
+                        let outcome = DeliveryOutcome::LeaseLost;
+                        return Ok(DeliveryPass {
+                            outcome,
+                            platform_time,
+                        });
+                    }
+                    in_doubt = true;
+                    marked = None;
+                    if pending.get(position + 1).is_some() {
+                        continue;
+                    }
+                    finished(None, in_doubt)
+                }
                 PartOutcome::Posted(platform_id) => match pending.get(position + 1) {
-                    None => (
-                        Transition::Delivered {
-                            last: Some((part.part_index, platform_id)),
-                        },
-                        DeliveryOutcome::Delivered,
-                    ),
+                    None => finished(Some((part.part_index, platform_id)), in_doubt),
                     Some(next) => {
                         // The next part's `sending` mark rides on this commit, and the
                         // lease check with it: a lost lease stops the pass here.
@@ -258,7 +277,7 @@ impl Delivery<'_> {
                     let error = "outcome unknown after the last attempt; not resent";
                     return Ok(failed(index, error.into()));
                 }
-                Reconciled::GiveUp(error) => return Ok(failed(index, error)),
+                Reconciled::Unknowable(error) => return Ok(PartOutcome::Unknown(error)),
             }
         }
         if !marked {
@@ -343,9 +362,9 @@ impl Delivery<'_> {
             }
             Platform::Telegram => match outgoing.connector.telegram_delivery {
                 TelegramDelivery::AtLeastOnce => Reconciled::Absent,
-                TelegramDelivery::AtMostOnce => {
-                    Reconciled::GiveUp("send interrupted, outcome unknown; not resent (at-most-once)".into())
-                }
+                TelegramDelivery::AtMostOnce => Reconciled::Unknowable(
+                    "send interrupted, outcome unknown; not resent (at-most-once)".into(),
+                ),
             },
         }
     }
@@ -356,6 +375,16 @@ impl Delivery<'_> {
 
     fn backoff(&self, attempts: i32) -> Duration {
         crate::retry::backoff(self.settings, u32::try_from(attempts).unwrap_or(1), None)
+    }
+}
+
+/// The transition that ends a pass with nothing left to send: delivered, or, when a part is
+/// in doubt, concluded without counting as delivered.
+fn finished(last: Option<(i32, String)>, in_doubt: bool) -> (Transition, DeliveryOutcome) {
+    if in_doubt {
+        (Transition::Concluded { last }, DeliveryOutcome::Stopped)
+    } else {
+        (Transition::Delivered { last }, DeliveryOutcome::Delivered)
     }
 }
 

@@ -411,7 +411,7 @@ async fn telegram_interrupted_sends_follow_the_connectors_delivery_choice() {
         panic!("{outcome:?}")
     };
     let parts = s.parts(id).await;
-    assert_eq!(statuses(&parts), ["failed"]);
+    assert_eq!(statuses(&parts), ["unknown"], "in doubt, not failed");
     assert!(parts[0].last_error.as_deref().unwrap().contains("at-most-once"));
     assert_eq!(s.platforms.sent().len(), 1, "never resent");
 
@@ -433,6 +433,56 @@ async fn telegram_interrupted_sends_follow_the_connectors_delivery_choice() {
     let outcome = s.worker.step().await.unwrap();
     assert!(matches!(outcome, StepOutcome::Delivered(_)), "{outcome:?}");
     assert_eq!(s.platforms.sent().len(), 3, "resent once");
+}
+
+#[tokio::test]
+async fn telegram_at_most_once_loses_only_the_part_in_doubt_and_posts_the_later_ones_once() {
+    let s = setup().await;
+    s.agent.script([Reply::Json(
+        200,
+        json!({"messages": [
+            {"role": "assistant", "content": "one"},
+            {"role": "assistant", "content": "two"},
+            {"role": "assistant", "content": "three"}]}),
+        None,
+    )]);
+    s.platforms
+        .script(Platform::Telegram, [Answer::Ok, Answer::HangBeforePosting]);
+    deliver(
+        &s.app,
+        &s.tenant,
+        Platform::Telegram,
+        telegram_text(13_101, "three parts"),
+    )
+    .await;
+    // The worker dies while the second part's request is out.
+    kill_worker_after_sends(&s, 2).await;
+    s.time_passes().await;
+
+    let outcome = s.worker.step().await.unwrap();
+    let StepOutcome::Failed(id) = outcome else {
+        panic!("{outcome:?}")
+    };
+    let parts = s.parts(id).await;
+    assert_eq!(statuses(&parts), ["sent", "unknown", "sent"]);
+    let texts: Vec<String> = s.platforms.sent().iter().map(|p| p.text().to_owned()).collect();
+    assert_eq!(
+        texts,
+        ["one", "two", "three"],
+        "the in-doubt part is not resent, the last one is sent once"
+    );
+    assert_eq!(s.counts().await.1, 0, "the job is finished");
+    let mut owner = s.app.db.owner_conn().await;
+    let delivered: bool =
+        sqlx::query_scalar("select delivered_at is not null from channel_messages where id = $1")
+            .bind(id)
+            .fetch_one(&mut owner)
+            .await
+            .unwrap();
+    assert!(
+        !delivered,
+        "a turn with a part in doubt does not count as delivered"
+    );
 }
 
 #[tokio::test]
