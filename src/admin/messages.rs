@@ -108,7 +108,7 @@ pub struct MessagePage {
 pub struct ReplyPartOut {
     pub part_index: i32,
     pub content: String,
-    /// `pending`, `sending`, `sent` or `failed`.
+    /// `pending`, `sending`, `sent`, `failed` or `unknown` (sent or not, never resent).
     pub status: String,
     pub platform_message_id: Option<String>,
     /// What the platform reported later (WhatsApp `delivered`, `read`, `failed`).
