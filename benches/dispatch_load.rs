@@ -991,7 +991,7 @@ impl Phases {
                 .map(|l| format!("{{{}}}", l.value()))
                 .collect::<String>();
             let name = format!("{}{label}", key.name());
-            if name.ends_with("_size") {
+            if key.name().ends_with("_size") {
                 // A count, not a time.
                 let mut sizes: Vec<f64> = samples.iter().map(|s| s.into_inner()).collect();
                 sizes.sort_by(f64::total_cmp);

@@ -2,24 +2,58 @@
 //!
 //! A commit waits for its WAL flush, so one item per transaction caps a writer at
 //! PostgreSQL's per-commit ceiling. `Batcher::spawn` starts `writers` tasks; each takes
-//! whatever items have queued up meanwhile (up to `batch_max`) and hands them to `write` as
-//! one batch. At low load a batch is one item and nothing waits; under load batches grow by
-//! themselves while the other writers' commits are in flight. The ingress writer (webhooks)
-//! and the turn writer (dispatch state changes) are the two users; each item carries its
-//! own reply channel, so `write` answers every item of its batch.
+//! whatever items have queued up meanwhile (up to `batch_max`), sorts them by tenant (a
+//! stable sort: one conversation's items keep their order) and writes them in one
+//! transaction (`BatchWrite::write`). At low load a batch is one item and nothing waits;
+//! under load batches grow by themselves while the other writers' commits are in flight.
+//! Each item's submitter waits for the commit that holds it.
+//!
+//! When a batch fails for a reason other than an outage (a deadlock between two batches, a
+//! row one item cannot write…), its items are written again one transaction each, so one
+//! item's failure is never its neighbours'. An outage fails the whole batch at once. The
+//! ingress writer (webhooks) and the turn writer (dispatch state changes) are the two users.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, Mutex};
+use tokio::sync::{mpsc, oneshot, Mutex};
 
-/// The handle items are sent through. The writer tasks stop when the last handle is
-/// dropped, after finishing what was handed to them.
-pub struct Batcher<T> {
-    items: mpsc::Sender<T>,
+use crate::domain::TenantId;
+
+/// Why an item was not written; shared by every item of a failed batch.
+pub type BatchError = Arc<sqlx::Error>;
+
+/// The future `BatchWrite::write` returns.
+pub type WriteFuture<'a, T> = Pin<Box<dyn Future<Output = Result<Vec<T>, sqlx::Error>> + Send + 'a>>;
+
+/// What a writer commits.
+pub trait BatchWrite: Send + Sync + 'static {
+    type Item: Send + Sync + 'static;
+    type Output: Send + 'static;
+    /// Names the writer in logs and labels `batch_size` / `batch_fallbacks_total`.
+    const NAME: &'static str;
+
+    /// The tenant an item belongs to: a batch is grouped by it.
+    fn tenant(item: &Self::Item) -> TenantId;
+
+    /// Writes `items` (sorted by tenant) in one transaction and commits; one output per
+    /// item, in order.
+    fn write<'a>(&'a self, items: &'a [Self::Item]) -> WriteFuture<'a, Self::Output>;
 }
 
-impl<T> Clone for Batcher<T> {
+struct Pending<W: BatchWrite> {
+    item: W::Item,
+    reply: oneshot::Sender<Result<W::Output, BatchError>>,
+}
+
+/// The handle items are submitted through. The writer tasks stop when the last handle is
+/// dropped, after finishing what was handed to them.
+pub struct Batcher<W: BatchWrite> {
+    items: mpsc::Sender<Pending<W>>,
+}
+
+impl<W: BatchWrite> Clone for Batcher<W> {
     fn clone(&self) -> Self {
         Self {
             items: self.items.clone(),
@@ -27,47 +61,42 @@ impl<T> Clone for Batcher<T> {
     }
 }
 
-impl<T: Send + 'static> Batcher<T> {
-    /// Starts `writers` writer tasks on the current runtime. `name` labels the restart
-    /// counter (`batch_writer_restarts_total{writer}`).
-    pub fn spawn<F, Fut>(name: &'static str, writers: usize, batch_max: usize, write: F) -> Self
-    where
-        F: Fn(Vec<T>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
+impl<W: BatchWrite> Batcher<W> {
+    /// Starts `writers` writer tasks on the current runtime.
+    pub fn spawn(writer: W, writers: usize, batch_max: usize) -> Self {
         let batch_max = batch_max.max(1);
         let (items, receiver) = mpsc::channel(writers.max(1) * batch_max * 4);
         let receiver = Arc::new(Mutex::new(receiver));
-        let write = Arc::new(write);
+        let writer = Arc::new(writer);
         for _ in 0..writers.max(1) {
-            tokio::spawn(supervise(name, receiver.clone(), batch_max, write.clone()));
+            tokio::spawn(supervise(writer.clone(), receiver.clone(), batch_max));
         }
         Self { items }
     }
 
-    /// Queues one item; gives it back when the writers are gone.
-    pub async fn send(&self, item: T) -> Result<(), T> {
-        self.items.send(item).await.map_err(|rejected| rejected.0)
+    /// Writes one item; returns once it is committed (or failed). A writer that is gone,
+    /// or ended without answering (the runtime is shutting down), is an outage.
+    pub async fn submit(&self, item: W::Item) -> Result<W::Output, BatchError> {
+        let (reply, written) = oneshot::channel();
+        if self.items.send(Pending { item, reply }).await.is_err() {
+            return Err(Arc::new(sqlx::Error::PoolClosed));
+        }
+        written.await.unwrap_or(Err(Arc::new(sqlx::Error::PoolClosed)))
     }
 }
 
 /// Runs a writer, and starts it again if it panics (a bug in one batch must not stop the
 /// writer for good). The batch it was writing is answered by its dropped reply channels.
-async fn supervise<T, F, Fut>(
-    name: &'static str,
-    receiver: Arc<Mutex<mpsc::Receiver<T>>>,
+async fn supervise<W: BatchWrite>(
+    writer: Arc<W>,
+    receiver: Arc<Mutex<mpsc::Receiver<Pending<W>>>>,
     batch_max: usize,
-    write: Arc<F>,
-) where
-    T: Send + 'static,
-    F: Fn(Vec<T>) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = ()> + Send + 'static,
-{
+) {
     loop {
-        match tokio::spawn(run(receiver.clone(), batch_max, write.clone())).await {
+        match tokio::spawn(run(writer.clone(), receiver.clone(), batch_max)).await {
             Err(err) if err.is_panic() => {
-                tracing::error!(writer = name, "batch writer panicked; starting it again");
-                metrics::counter!("batch_writer_restarts_total", "writer" => name).increment(1);
+                tracing::error!(writer = W::NAME, "batch writer panicked; starting it again");
+                metrics::counter!("batch_writer_restarts_total", "writer" => W::NAME).increment(1);
             }
             // The last handle was dropped (or the runtime is shutting down).
             _ => return,
@@ -75,11 +104,11 @@ async fn supervise<T, F, Fut>(
     }
 }
 
-async fn run<T, F, Fut>(receiver: Arc<Mutex<mpsc::Receiver<T>>>, batch_max: usize, write: Arc<F>)
-where
-    F: Fn(Vec<T>) -> Fut,
-    Fut: Future<Output = ()>,
-{
+async fn run<W: BatchWrite>(
+    writer: Arc<W>,
+    receiver: Arc<Mutex<mpsc::Receiver<Pending<W>>>>,
+    batch_max: usize,
+) {
     loop {
         let batch = {
             let mut receiver = receiver.lock().await;
@@ -89,12 +118,47 @@ where
             let mut batch = vec![first];
             while batch.len() < batch_max {
                 match receiver.try_recv() {
-                    Ok(item) => batch.push(item),
+                    Ok(pending) => batch.push(pending),
                     Err(_) => break,
                 }
             }
             batch
         };
-        write(batch).await;
+        commit(writer.as_ref(), batch).await;
+    }
+}
+
+/// Writes one batch and answers each of its items.
+async fn commit<W: BatchWrite>(writer: &W, mut batch: Vec<Pending<W>>) {
+    metrics::histogram!("batch_size", "writer" => W::NAME).record(batch.len() as f64);
+    batch.sort_by_key(|pending| W::tenant(&pending.item));
+    let (items, replies): (Vec<W::Item>, Vec<_>) = batch.into_iter().map(|p| (p.item, p.reply)).unzip();
+    match writer.write(&items).await {
+        Ok(outputs) => {
+            for (reply, output) in replies.into_iter().zip(outputs) {
+                let _ = reply.send(Ok(output));
+            }
+        }
+        Err(err) if items.len() == 1 || crate::db::is_unavailable(&err) => {
+            let err = Arc::new(err);
+            for reply in replies {
+                let _ = reply.send(Err(err.clone()));
+            }
+        }
+        Err(err) => {
+            tracing::warn!(writer = W::NAME, error = %err, items = items.len(), "batch failed; writing its items one by one");
+            metrics::counter!("batch_fallbacks_total", "writer" => W::NAME).increment(1);
+            for (item, reply) in items.iter().zip(replies) {
+                let output = writer
+                    .write(std::slice::from_ref(item))
+                    .await
+                    .and_then(|mut outputs| {
+                        outputs
+                            .pop()
+                            .ok_or_else(|| sqlx::Error::Protocol("a batch writer answered no output".into()))
+                    });
+                let _ = reply.send(output.map_err(Arc::new));
+            }
+        }
     }
 }

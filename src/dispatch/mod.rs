@@ -51,6 +51,9 @@ use crate::delivery::{split, Delivery, DeliveryOutcome, Outgoing};
 use crate::domain::{Connector, MessageId, Platform, TenantId};
 use crate::settings::ServeSettings;
 
+/// Why a reply stays unposted when its message or connector is gone.
+const NOTHING_TO_POST: &str = "not posted: the message or its connector was deleted";
+
 /// What one job came to; tests drive the worker with it instead of sleeping.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StepOutcome {
@@ -199,9 +202,7 @@ impl Worker {
             }
             Err(err) => {
                 for job in &jobs {
-                    let attempts = u32::try_from(job.attempts).unwrap_or(1);
-                    let delay = crate::retry::backoff(&self.settings.dispatch, attempts, None);
-                    let _ = self.queue.retry_later(job.message_id, job.lease, delay).await;
+                    self.back_off(job).await;
                 }
                 Err(err.context("Failed to prepare claimed jobs"))
             }
@@ -304,6 +305,15 @@ impl Worker {
         Ok(connectors.into_iter().map(|c| (c.id, Arc::new(c))).collect())
     }
 
+    /// Puts a job whose step failed on a database error back after a backoff: a job that
+    /// fails every time must not be claimed again at once. Best effort: with the database
+    /// gone, the lease decides.
+    async fn back_off(&self, job: &Job) {
+        let attempts = u32::try_from(job.attempts).unwrap_or(1);
+        let delay = crate::retry::backoff(&self.settings.dispatch, attempts, None);
+        let _ = self.queue.retry_later(job.message_id, job.lease, delay).await;
+    }
+
     /// Works one claimed job to its outcome.
     pub async fn run_job(&self, claimed: Claimed) -> anyhow::Result<StepOutcome> {
         let started = Instant::now();
@@ -319,7 +329,7 @@ impl Worker {
                         .await
                 }
                 Work::Abandon => {
-                    let error = "not posted: the message or its connector was deleted".to_owned();
+                    let error = NOTHING_TO_POST.to_owned();
                     let abandoned = Transition::Abandoned { error };
                     self.conclude(&job, abandoned, StepOutcome::Skipped(job.message_id))
                         .await
@@ -330,11 +340,7 @@ impl Worker {
         let own = started.elapsed().saturating_sub(waited.0);
         metrics::histogram!("dispatch_own_seconds").record(own.as_secs_f64());
         if outcome.is_err() {
-            // A database error: back off, or a job that fails every time would be claimed
-            // again at once. Best effort: with the database gone, the lease decides.
-            let attempts = u32::try_from(job.attempts).unwrap_or(1);
-            let delay = crate::retry::backoff(&self.settings.dispatch, attempts, None);
-            let _ = self.queue.retry_later(job.message_id, job.lease, delay).await;
+            self.back_off(&job).await;
         }
         outcome
     }
@@ -457,7 +463,7 @@ impl Worker {
             _ => match self.load_outgoing(job.tenant_id, job.message_id).await? {
                 Some(outgoing) => outgoing,
                 None => {
-                    let error = "not posted: the message or its connector was deleted".to_owned();
+                    let error = NOTHING_TO_POST.to_owned();
                     self.conclude(
                         job,
                         Transition::Abandoned { error },
