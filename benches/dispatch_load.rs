@@ -32,8 +32,8 @@
 //!    the platform requests: what the worker itself costs per turn);
 //! 7. history alone: `history::load` in a `TenantTx` for `--history-samples` random messages,
 //!    one after another with nothing else running;
-//! 8. with `--explain`, prints EXPLAIN (ANALYZE, BUFFERS) of the history read and of the
-//!    claim (copies of the library's SQL, see `HISTORY_SQL` and `CLAIM_SQL`);
+//! 8. with `--explain`, prints EXPLAIN (ANALYZE, BUFFERS) of the history read (a copy of
+//!    the library's SQL, `HISTORY_SQL`) and of the library's own batch claim;
 //! 9. drops the database (unless `--keep-db`).
 //!
 //! The bench process (worker and agent) and PostgreSQL share the machine's cores, so the
@@ -1094,25 +1094,6 @@ const HISTORY_SQL: &str = "select request_content, response_content
   order by received_at desc, id desc
   limit 12";
 
-const CLAIM_SQL: &str = "with head as (
-     select q.message_id
-       from dispatch_queue q
-      where q.available_at <= now()
-        and not exists (
-            select 1 from dispatch_queue older
-             where older.tenant_id = q.tenant_id
-               and older.conversation_key = q.conversation_key
-               and older.seq < q.seq)
-      order by q.available_at, q.seq
-      limit 1
-      for update of q skip locked)
- update dispatch_queue q
-    set available_at = now() + make_interval(secs => 120), lease_owner = gen_random_uuid(),
-        attempts = q.attempts + 1
-   from head
-  where q.message_id = head.message_id
-returning q.message_id";
-
 /// The newest turn of a random user, as the app role in a tenant transaction.
 async fn explain_history(pool: &PgPool, url: &str, fixture: &Fixture) -> anyhow::Result<()> {
     let id = random_messages(url, fixture.tenant, 1).await?;
@@ -1132,13 +1113,16 @@ async fn explain_history(pool: &PgPool, url: &str, fixture: &Fixture) -> anyhow:
     Ok(())
 }
 
-/// The claim on the full queue, rolled back so the run still sees every job.
+/// The library's own claim on the full queue (the dispatcher's first batch), rolled back so
+/// the run still sees every job.
 async fn explain_claim(pool: &PgPool) -> anyhow::Result<()> {
-    let mut tx = pool.begin().await?;
-    let plan: Vec<String> = sqlx::query_scalar(&format!("explain (analyze, buffers) {CLAIM_SQL}"))
-        .fetch_all(&mut *tx)
-        .await?;
-    tx.rollback().await?;
+    let request = ClaimRequest {
+        wanted: 256,
+        default_room: 256,
+        lease: Duration::from_secs(120),
+        ..Default::default()
+    };
+    let plan = Queue::new(pool.clone()).explain_claim(&request).await?;
     println!("EXPLAIN claim:\n  {}", plan.join("\n  "));
     Ok(())
 }

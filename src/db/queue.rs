@@ -285,22 +285,14 @@ impl Queue {
         &self,
         request: &ClaimRequest,
     ) -> Result<Option<(Vec<Job>, Transaction<'static, Postgres>)>, sqlx::Error> {
-        let sql = CLAIM_SQL.get_or_init(|| {
-            let lock = conversation_lock("ranked.tenant_id", "ranked.conversation_key");
-            CLAIM_BATCH.replace("{conversation_lock}", &lock)
-        });
-        let (room_tenants, room): (Vec<TenantId>, Vec<i32>) = request
-            .room
-            .iter()
-            .map(|(tenant, room)| (*tenant, clamp(*room)))
-            .unzip();
+        let args = ClaimArgs::of(request);
         let mut tx = self.pool.begin().await?;
-        let jobs: Vec<Job> = sqlx::query_as(sql)
-            .bind(&room_tenants)
-            .bind(&room)
-            .bind(clamp(request.default_room))
-            .bind(clamp(request.wanted))
-            .bind(request.lease.as_secs_f64())
+        let jobs: Vec<Job> = sqlx::query_as(claim_sql())
+            .bind(&args.room_tenants)
+            .bind(&args.room)
+            .bind(args.default_room)
+            .bind(args.wanted)
+            .bind(args.lease_secs)
             .fetch_all(&mut *tx)
             .await?;
         if jobs.is_empty() {
@@ -308,6 +300,23 @@ impl Queue {
             return Ok(None);
         }
         Ok(Some((jobs, tx)))
+    }
+
+    /// EXPLAIN (ANALYZE, BUFFERS) of the claim `request` would run, rolled back: nothing is
+    /// claimed (for the dispatch benchmark).
+    pub async fn explain_claim(&self, request: &ClaimRequest) -> Result<Vec<String>, sqlx::Error> {
+        let args = ClaimArgs::of(request);
+        let mut tx = self.pool.begin().await?;
+        let plan = sqlx::query_scalar(&format!("explain (analyze, buffers) {}", claim_sql()))
+            .bind(&args.room_tenants)
+            .bind(&args.room)
+            .bind(args.default_room)
+            .bind(args.wanted)
+            .bind(args.lease_secs)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.rollback().await?;
+        Ok(plan)
     }
 
     /// The tenants the operator gave a cap of their own (`tenants.max_in_flight`): few, so
@@ -402,6 +411,40 @@ impl Queue {
         .bind(clamp(top))
         .fetch_all(&self.pool)
         .await
+    }
+}
+
+/// The claim statement, built once.
+fn claim_sql() -> &'static str {
+    CLAIM_SQL.get_or_init(|| {
+        let lock = conversation_lock("ranked.tenant_id", "ranked.conversation_key");
+        CLAIM_BATCH.replace("{conversation_lock}", &lock)
+    })
+}
+
+/// A claim request as the statement's parameters.
+struct ClaimArgs {
+    room_tenants: Vec<TenantId>,
+    room: Vec<i32>,
+    default_room: i32,
+    wanted: i32,
+    lease_secs: f64,
+}
+
+impl ClaimArgs {
+    fn of(request: &ClaimRequest) -> Self {
+        let (room_tenants, room) = request
+            .room
+            .iter()
+            .map(|(tenant, room)| (*tenant, clamp(*room)))
+            .unzip();
+        Self {
+            room_tenants,
+            room,
+            default_room: clamp(request.default_room),
+            wanted: clamp(request.wanted),
+            lease_secs: request.lease.as_secs_f64(),
+        }
     }
 }
 
