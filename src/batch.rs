@@ -10,12 +10,15 @@
 //!
 //! When a batch fails for a reason other than an outage (a deadlock between two batches, a
 //! row one item cannot write…), its items are written again one transaction each, so one
-//! item's failure is never its neighbours'. An outage fails the whole batch at once. The
+//! item's failure is never its neighbours'. An outage fails the whole batch at once, and so
+//! does a batch that misses its deadline (`CB_DB_DEADLINE_MS`, `crate::db::within`): the
+//! writer goes on with the next batch instead of waiting on a network that holds traffic. The
 //! ingress writer (webhooks) and the turn writer (dispatch state changes) are the two users.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, Mutex};
 
@@ -53,6 +56,15 @@ pub struct Batcher<W: BatchWrite> {
     items: mpsc::Sender<Pending<W>>,
 }
 
+/// How many writer tasks, how many items one transaction takes, and how long one write may
+/// take.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchLimits {
+    pub writers: usize,
+    pub batch_max: usize,
+    pub deadline: Duration,
+}
+
 impl<W: BatchWrite> Clone for Batcher<W> {
     fn clone(&self) -> Self {
         Self {
@@ -62,14 +74,18 @@ impl<W: BatchWrite> Clone for Batcher<W> {
 }
 
 impl<W: BatchWrite> Batcher<W> {
-    /// Starts `writers` writer tasks on the current runtime.
-    pub fn spawn(writer: W, writers: usize, batch_max: usize) -> Self {
-        let batch_max = batch_max.max(1);
-        let (items, receiver) = mpsc::channel(writers.max(1) * batch_max * 4);
+    /// Starts `limits.writers` writer tasks on the current runtime.
+    pub fn spawn(writer: W, limits: BatchLimits) -> Self {
+        let limits = BatchLimits {
+            writers: limits.writers.max(1),
+            batch_max: limits.batch_max.max(1),
+            deadline: limits.deadline,
+        };
+        let (items, receiver) = mpsc::channel(limits.writers * limits.batch_max * 4);
         let receiver = Arc::new(Mutex::new(receiver));
         let writer = Arc::new(writer);
-        for _ in 0..writers.max(1) {
-            tokio::spawn(supervise(writer.clone(), receiver.clone(), batch_max));
+        for _ in 0..limits.writers {
+            tokio::spawn(supervise(writer.clone(), receiver.clone(), limits));
         }
         Self { items }
     }
@@ -90,10 +106,10 @@ impl<W: BatchWrite> Batcher<W> {
 async fn supervise<W: BatchWrite>(
     writer: Arc<W>,
     receiver: Arc<Mutex<mpsc::Receiver<Pending<W>>>>,
-    batch_max: usize,
+    limits: BatchLimits,
 ) {
     loop {
-        match tokio::spawn(run(writer.clone(), receiver.clone(), batch_max)).await {
+        match tokio::spawn(run(writer.clone(), receiver.clone(), limits)).await {
             Err(err) if err.is_panic() => {
                 tracing::error!(writer = W::NAME, "batch writer panicked; starting it again");
                 metrics::counter!("batch_writer_restarts_total", "writer" => W::NAME).increment(1);
@@ -107,7 +123,7 @@ async fn supervise<W: BatchWrite>(
 async fn run<W: BatchWrite>(
     writer: Arc<W>,
     receiver: Arc<Mutex<mpsc::Receiver<Pending<W>>>>,
-    batch_max: usize,
+    limits: BatchLimits,
 ) {
     loop {
         let batch = {
@@ -116,7 +132,7 @@ async fn run<W: BatchWrite>(
                 return;
             };
             let mut batch = vec![first];
-            while batch.len() < batch_max {
+            while batch.len() < limits.batch_max {
                 match receiver.try_recv() {
                     Ok(pending) => batch.push(pending),
                     Err(_) => break,
@@ -124,16 +140,16 @@ async fn run<W: BatchWrite>(
             }
             batch
         };
-        commit(writer.as_ref(), batch).await;
+        commit(writer.as_ref(), batch, limits.deadline).await;
     }
 }
 
 /// Writes one batch and answers each of its items.
-async fn commit<W: BatchWrite>(writer: &W, mut batch: Vec<Pending<W>>) {
+async fn commit<W: BatchWrite>(writer: &W, mut batch: Vec<Pending<W>>, deadline: Duration) {
     metrics::histogram!("batch_size", "writer" => W::NAME).record(batch.len() as f64);
     batch.sort_by_key(|pending| W::tenant(&pending.item));
     let (items, replies): (Vec<W::Item>, Vec<_>) = batch.into_iter().map(|p| (p.item, p.reply)).unzip();
-    match writer.write(&items).await {
+    match crate::db::within(deadline, writer.write(&items)).await {
         Ok(outputs) => {
             for (reply, output) in replies.into_iter().zip(outputs) {
                 let _ = reply.send(Ok(output));
@@ -149,8 +165,7 @@ async fn commit<W: BatchWrite>(writer: &W, mut batch: Vec<Pending<W>>) {
             tracing::warn!(writer = W::NAME, error = %err, items = items.len(), "batch failed; writing its items one by one");
             metrics::counter!("batch_fallbacks_total", "writer" => W::NAME).increment(1);
             for (item, reply) in items.iter().zip(replies) {
-                let output = writer
-                    .write(std::slice::from_ref(item))
+                let output = crate::db::within(deadline, writer.write(std::slice::from_ref(item)))
                     .await
                     .and_then(|mut outputs| {
                         outputs

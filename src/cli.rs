@@ -222,7 +222,14 @@ pub enum LinkCommand {
 }
 
 /// Runs a parsed command. `serve` blocks until shutdown; the others print JSON on stdout.
+/// An error from a database without the schema says to run `migrate`.
 pub async fn run(command: Command) -> anyhow::Result<()> {
+    run_command(command)
+        .await
+        .map_err(crate::db::explain_missing_schema)
+}
+
+async fn run_command(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Serve(settings) => serve(settings).await,
         Command::Migrate(database) => print_json(&crate::db::migrate(&database).await?),
@@ -333,7 +340,17 @@ fn admin_error(err: crate::error::AppError) -> anyhow::Error {
     }
 }
 
+/// Serves, after checking that the database answers and that its schema is this binary's
+/// (migrating first with `--migrate`): a gateway that cannot record anything must not
+/// start and report itself healthy.
 async fn serve(settings: ServeSettings) -> anyhow::Result<()> {
+    settings.validate()?;
+    if settings.migrate {
+        let report = crate::db::migrate(&settings.database).await?;
+        tracing::info!(applied = ?report.applied, created = report.database_created, "migrated");
+    }
+    let schema = crate::db::check_ready_to_serve(&settings.database).await?;
+    tracing::info!(%schema, "database ready");
     let app = crate::startup::Application::build(settings).await?;
     if let Some(addr) = app.local_addr() {
         tracing::info!(%addr, "listening");

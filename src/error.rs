@@ -60,8 +60,11 @@ impl AppError {
     /// A database error several requests share (one failed ingress batch answers each of
     /// its webhooks with it).
     pub fn from_shared_db(err: std::sync::Arc<sqlx::Error>) -> Self {
-        if crate::db::is_unavailable(&err) {
+        if crate::db::is_unavailable(&err) || crate::db::means_no_schema(&err) {
             Self::Unavailable(err)
+        } else if crate::db::is_unstorable_value(&err) {
+            tracing::info!(error = %err, "request holds a value the database cannot store");
+            Self::BadRequest("a value in the request cannot be stored (too long, or not valid text)".into())
         } else {
             Self::Internal(anyhow::Error::new(err).context("database query failed"))
         }

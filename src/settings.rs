@@ -35,6 +35,33 @@ pub struct DatabaseSettings {
         default_value_t = 2000
     )]
     pub acquire_timeout_ms: u64,
+
+    /// The longest one database interaction may take before it is abandoned as an outage
+    /// (answered 503 on the request path; retried later by the worker): recording a batch of
+    /// webhooks, one batch of dispatch state changes, a claim, a lease renewal. Bounds the
+    /// wait when the network to PostgreSQL holds traffic, which no error reports for
+    /// minutes.
+    #[arg(long = "db-deadline-ms", env = "CB_DB_DEADLINE_MS", default_value_t = 2000)]
+    pub deadline_ms: u64,
+
+    /// Server-side `statement_timeout` of the gateway's sessions, in milliseconds (0: the
+    /// server's default). Cancels a statement the client has stopped waiting for.
+    #[arg(
+        long = "db-statement-timeout-ms",
+        env = "CB_DB_STATEMENT_TIMEOUT_MS",
+        default_value_t = 15_000
+    )]
+    pub statement_timeout_ms: u64,
+
+    /// Server-side `idle_in_transaction_session_timeout`, in milliseconds (0: the server's
+    /// default): a session whose client vanished mid-transaction is ended and its locks
+    /// released.
+    #[arg(
+        long = "db-idle-in-transaction-timeout-ms",
+        env = "CB_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS",
+        default_value_t = 15_000
+    )]
+    pub idle_in_transaction_timeout_ms: u64,
 }
 
 impl DatabaseSettings {
@@ -43,11 +70,18 @@ impl DatabaseSettings {
             url: SecretString::from(url.into()),
             pool_size: 16,
             acquire_timeout_ms: 2000,
+            deadline_ms: 2000,
+            statement_timeout_ms: 15_000,
+            idle_in_transaction_timeout_ms: 15_000,
         }
     }
 
     pub fn acquire_timeout(&self) -> Duration {
         Duration::from_millis(self.acquire_timeout_ms)
+    }
+
+    pub fn deadline(&self) -> Duration {
+        Duration::from_millis(self.deadline_ms)
     }
 
     fn validate(&self) -> Result<(), SettingsError> {
@@ -59,6 +93,11 @@ impl DatabaseSettings {
         }
         if self.pool_size == 0 {
             return Err(SettingsError("CB_DB_POOL_SIZE must be at least 1".into()));
+        }
+        if self.deadline_ms == 0 || self.acquire_timeout_ms == 0 {
+            return Err(SettingsError(
+                "CB_DB_DEADLINE_MS and CB_DB_ACQUIRE_TIMEOUT_MS must be at least 1".into(),
+            ));
         }
         Ok(())
     }
@@ -143,6 +182,22 @@ pub struct ServeSettings {
     #[command(flatten)]
     pub dispatch: DispatchSettings,
 
+    /// The longest a webhook request may take, in milliseconds, before it is answered 503
+    /// so the platform retries (Slack retries after 3 s). Whatever it recorded stays
+    /// recorded; the retry is then a duplicate.
+    #[arg(long, env = "CB_WEBHOOK_DEADLINE_MS", default_value_t = 2500)]
+    pub webhook_deadline_ms: u64,
+
+    /// The longest an admin or operator API request may take, in milliseconds, before it
+    /// is answered 503.
+    #[arg(long, env = "CB_ADMIN_DEADLINE_MS", default_value_t = 10_000)]
+    pub admin_deadline_ms: u64,
+
+    /// Apply pending migrations before serving (as `channel-bridge migrate` would). Without
+    /// it, `serve` refuses to start on a database whose schema is behind the binary.
+    #[arg(long)]
+    pub migrate: bool,
+
     /// Seconds to finish in-flight requests and jobs after SIGTERM or ctrl-c.
     #[arg(long, env = "CB_SHUTDOWN_GRACE_SECS", default_value_t = 30)]
     pub shutdown_grace_secs: u64,
@@ -174,6 +229,9 @@ impl ServeSettings {
             state_batch_max: 128,
             metrics_top_tenants: 10,
             dispatch: DispatchSettings::default(),
+            webhook_deadline_ms: 2500,
+            admin_deadline_ms: 10_000,
+            migrate: false,
             shutdown_grace_secs: 30,
         }
     }
@@ -198,6 +256,11 @@ impl ServeSettings {
         }
         if self.body_limit < 1024 || self.whatsapp_body_limit < 1024 {
             return Err(SettingsError("body limits must be at least 1024 bytes".into()));
+        }
+        if self.webhook_deadline_ms == 0 || self.admin_deadline_ms == 0 {
+            return Err(SettingsError(
+                "CB_WEBHOOK_DEADLINE_MS and CB_ADMIN_DEADLINE_MS must be at least 1".into(),
+            ));
         }
         if self.ingress_writers == 0 || self.ingress_batch_max == 0 {
             return Err(SettingsError(

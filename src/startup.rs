@@ -11,6 +11,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::batch::BatchLimits;
 use crate::cache::ConfigCache;
 use crate::dispatch::dispatcher::Dispatcher;
 use crate::dispatch::Worker;
@@ -41,7 +42,14 @@ impl Application {
         };
         let local_addr = listener.as_ref().map(TcpListener::local_addr).transpose()?;
         let cache_ttl = Duration::from_secs(settings.config_cache_secs);
-        let ingress = Writer::spawn(pool.clone(), settings.ingress_writers, settings.ingress_batch_max);
+        let ingress = Writer::spawn(
+            pool.clone(),
+            BatchLimits {
+                writers: settings.ingress_writers,
+                batch_max: settings.ingress_batch_max,
+                deadline: settings.database.deadline(),
+            },
+        );
         let state = AppState {
             pool,
             settings: Arc::new(settings),

@@ -120,6 +120,22 @@ impl Inbound {
     /// answered, with the replacement character where the NUL was. Replacing (rather than
     /// dropping) keeps "a\0b" apart from "ab", and is the same on every retry, so dedupe keys
     /// stay exact.
+    /// Makes every key an index holds fit in it: an idempotency key longer than
+    /// `MAX_KEY_BYTES` is replaced by the SHA-256 of the whole key (`index_key`). Dedupe stays
+    /// exact (two keys share a digest only if they are equal) and a retry hashes the same.
+    /// Platforms' real keys are far shorter; only a malformed (yet signed) update has one
+    /// this long, and it is recorded and answered like any other rather than failing with
+    /// a 5xx on every retry. Other identifiers are stored as they came (they are not
+    /// indexed whole; the sender's conversation key is hashed the same way where it is
+    /// built).
+    pub fn fit_keys(&mut self) {
+        for message in &mut self.messages {
+            if let std::borrow::Cow::Owned(key) = index_key(&message.idempotency_key) {
+                message.idempotency_key = key;
+            }
+        }
+    }
+
     pub fn scrub_nul(&mut self) {
         for message in &mut self.messages {
             for field in [
@@ -268,6 +284,21 @@ pub(crate) fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, HookErro
     serde_json::from_slice(body).map_err(|e| HookError::Malformed(e.to_string()))
 }
 
+/// The longest identifier an index holds as it is. PostgreSQL's btree refuses entries over
+/// about 2.7 kB; platform ids are at most a few dozen bytes.
+pub const MAX_KEY_BYTES: usize = 256;
+
+/// `value` itself when it fits `MAX_KEY_BYTES`, else `sha256:` and the hex digest of all of
+/// it: exact for dedupe and lookups, and the same on every retry.
+pub fn index_key(value: &str) -> std::borrow::Cow<'_, str> {
+    use sha2::Digest;
+    if value.len() <= MAX_KEY_BYTES {
+        return std::borrow::Cow::Borrowed(value);
+    }
+    let digest = sha2::Sha256::digest(value.as_bytes());
+    std::borrow::Cow::Owned(format!("sha256:{}", hex::encode(digest)))
+}
+
 #[cfg(test)]
 pub(crate) mod testing {
     //! A connector for unit tests, with the fixture ids of `fixtures/README.md`, and the
@@ -341,6 +372,17 @@ pub(crate) mod testing {
 #[cfg(test)]
 mod scrub_tests {
     use super::*;
+
+    #[test]
+    fn an_oversize_key_becomes_its_digest_and_a_short_one_stays() {
+        assert_eq!(index_key("slack:T1:1.2"), "slack:T1:1.2");
+        let long = "x".repeat(5000);
+        let other = format!("{}y", "x".repeat(4999));
+        let hashed = index_key(&long);
+        assert!(hashed.starts_with("sha256:") && hashed.len() == 7 + 64);
+        assert_eq!(hashed, index_key(&long));
+        assert_ne!(hashed, index_key(&other));
+    }
 
     #[test]
     fn every_nul_that_would_be_stored_becomes_a_replacement_character() {

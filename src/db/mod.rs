@@ -14,13 +14,17 @@ pub mod tenant_tx;
 pub mod tenants;
 pub mod turns;
 
+use std::future::Future;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use secrecy::ExposeSecret;
 use sqlx::migrate::MigrateDatabase;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, Executor, PgPool, Postgres};
+use sqlx::{ConnectOptions, Connection, Executor, PgPool, Postgres};
 
 use crate::settings::DatabaseSettings;
 
@@ -40,8 +44,23 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 /// a whole round trip in front of every transaction. A connection that died meanwhile (a
 /// database restart) fails its first query instead, which is an outage answer (503, or a
 /// retried job) like any other, and the pool replaces it.
+///
+/// Bounded waiting (a network that holds traffic reports no error for minutes):
+/// - the sessions carry a server-side `statement_timeout` and
+///   `idle_in_transaction_session_timeout` (`CB_DB_STATEMENT_TIMEOUT_MS`,
+///   `CB_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS`), and server-side TCP keepalives, so the server
+///   ends the session of a client that vanished and releases its locks;
+/// - every interaction is bounded on the client by `within` (`CB_DB_DEADLINE_MS`), and
+///   acquiring a connection by `CB_DB_ACQUIRE_TIMEOUT_MS`;
+/// - a connection abandoned mid-statement is checked with a ping when it is released, and
+///   that ping could hang as long as the statement did. While a deadline was missed
+///   recently (`SUSPECT_WINDOW`), the release first pings with a short timeout of its own
+///   and closes the connection when it does not answer, so a held network does not keep
+///   the pool's slots for the kernel's 15 minutes. sqlx offers no client-side TCP
+///   keepalive; these deadlines stand in for it.
 pub fn connect_pool(settings: &DatabaseSettings) -> anyhow::Result<PgPool> {
-    let options = connect_options(settings)?;
+    let options = connect_options(settings)?.options(session_settings(settings));
+    let ping_timeout = settings.deadline().min(Duration::from_secs(1));
     let pool = PgPoolOptions::new()
         .max_connections(settings.pool_size)
         .acquire_timeout(settings.acquire_timeout())
@@ -52,8 +71,89 @@ pub fn connect_pool(settings: &DatabaseSettings) -> anyhow::Result<PgPool> {
                 Ok(())
             })
         })
+        .after_release(move |conn, _meta| {
+            Box::pin(async move {
+                if !deadline_missed_recently() {
+                    return Ok(true);
+                }
+                let answered = tokio::time::timeout(ping_timeout, conn.ping()).await;
+                Ok(matches!(answered, Ok(Ok(()))))
+            })
+        })
         .connect_lazy_with(options);
     Ok(pool)
+}
+
+/// Startup parameters of the pool's sessions (`-c name=value`).
+fn session_settings(settings: &DatabaseSettings) -> Vec<(&'static str, String)> {
+    let mut options = vec![
+        ("tcp_keepalives_idle", "10".to_owned()),
+        ("tcp_keepalives_interval", "5".to_owned()),
+        ("tcp_keepalives_count", "3".to_owned()),
+    ];
+    if settings.statement_timeout_ms > 0 {
+        options.push(("statement_timeout", settings.statement_timeout_ms.to_string()));
+    }
+    if settings.idle_in_transaction_timeout_ms > 0 {
+        options.push((
+            "idle_in_transaction_session_timeout",
+            settings.idle_in_transaction_timeout_ms.to_string(),
+        ));
+    }
+    options
+}
+
+/// How long after a missed deadline releases check connections with a bounded ping.
+const SUSPECT_WINDOW: Duration = Duration::from_secs(60);
+
+/// Milliseconds since `EPOCH` of the last missed deadline (0: none yet).
+static LAST_MISSED_MS: AtomicU64 = AtomicU64::new(0);
+static EPOCH: OnceLock<Instant> = OnceLock::new();
+
+fn since_epoch() -> Duration {
+    EPOCH.get_or_init(Instant::now).elapsed()
+}
+
+fn note_deadline_missed() {
+    let now = u64::try_from(since_epoch().as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    LAST_MISSED_MS.store(now, Ordering::Relaxed);
+    metrics::counter!("db_deadlines_missed_total").increment(1);
+}
+
+fn deadline_missed_recently() -> bool {
+    let last = LAST_MISSED_MS.load(Ordering::Relaxed);
+    last > 0 && since_epoch().saturating_sub(Duration::from_millis(last)) < SUSPECT_WINDOW
+}
+
+/// The error of an interaction that missed its deadline: an outage (`is_unavailable`).
+pub fn deadline_error() -> sqlx::Error {
+    sqlx::Error::Io(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "the database did not answer within the deadline",
+    ))
+}
+
+/// Runs one database interaction with a client-side deadline. Past it the work is dropped
+/// (a transaction in it rolls back) and the caller gets `deadline_error`.
+pub async fn within<T>(
+    deadline: Duration,
+    work: impl Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, sqlx::Error> {
+    match tokio::time::timeout(deadline, work).await {
+        Ok(result) => result,
+        Err(_) => {
+            note_deadline_missed();
+            Err(deadline_error())
+        }
+    }
+}
+
+/// Tells the pool that something waited on the database past its deadline (a request
+/// answered 503 by its own deadline): see `connect_pool`.
+pub fn deadline_missed() {
+    note_deadline_missed();
 }
 
 fn connect_options(settings: &DatabaseSettings) -> anyhow::Result<PgConnectOptions> {
@@ -114,9 +214,149 @@ async fn applied_versions(conn: &mut sqlx::PgConnection) -> anyhow::Result<Vec<i
     Ok(versions)
 }
 
-/// True when the database answers a trivial query within the pool's acquire timeout.
-pub async fn is_ready(pool: &PgPool) -> bool {
-    sqlx::query("select 1").execute(pool).await.is_ok()
+/// Where DATABASE_URL points, for messages: host, port and database, never the user or
+/// password.
+pub fn describe(settings: &DatabaseSettings) -> String {
+    match PgConnectOptions::from_str(settings.url.expose_secret()) {
+        Ok(options) => format!(
+            "{}:{}/{}",
+            options.get_host(),
+            options.get_port(),
+            options.get_database().unwrap_or("(default database)")
+        ),
+        Err(_) => "DATABASE_URL".to_owned(),
+    }
+}
+
+/// What `serve` checks before it starts: the database answers, as the app role, within
+/// the acquire timeout and the deadline, and its schema is at this binary's version. The
+/// error is one line that says what to do.
+pub async fn check_ready_to_serve(settings: &DatabaseSettings) -> anyhow::Result<Schema> {
+    let pool = connect_pool(settings)?;
+    let limit = settings.acquire_timeout() + settings.deadline();
+    let schema = within(limit, schema(&pool)).await;
+    pool.close().await;
+    match schema {
+        Ok(schema) if schema.is_current() => Ok(schema),
+        Ok(behind) => anyhow::bail!("{}: {behind}", describe(settings)),
+        Err(err) if means_no_schema(&err) => {
+            anyhow::bail!("{}: {}", describe(settings), Schema::Behind { database: None })
+        }
+        Err(err) => anyhow::bail!(
+            "cannot reach PostgreSQL at {} ({err}): start it or fix DATABASE_URL",
+            describe(settings)
+        ),
+    }
+}
+
+/// Says "run migrate" when `err` comes from a database without the schema; other errors
+/// are returned as they are. For the CLI's errors.
+pub fn explain_missing_schema(err: anyhow::Error) -> anyhow::Error {
+    let missing = err.chain().find_map(|cause| {
+        cause
+            .downcast_ref::<sqlx::Error>()
+            .or_else(|| {
+                cause
+                    .downcast_ref::<std::sync::Arc<sqlx::Error>>()
+                    .map(AsRef::as_ref)
+            })
+            .filter(|err| means_no_schema(err))
+            .map(ToString::to_string)
+    });
+    match missing {
+        Some(cause) => anyhow::anyhow!("{} ({cause})", Schema::Behind { database: None }),
+        None => err,
+    }
+}
+
+/// The newest migration this binary carries.
+pub fn binary_schema_version() -> i64 {
+    MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0)
+}
+
+/// Where the database's schema stands next to the binary's migrations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schema {
+    /// Every migration of the binary is applied (the database may have newer ones: an
+    /// instance of the previous release during a rolling deploy).
+    Current { database: i64 },
+    /// Migrations are missing (`None`: the schema is absent or older than the version
+    /// table's grant).
+    Behind { database: Option<i64> },
+}
+
+impl Schema {
+    pub fn is_current(self) -> bool {
+        matches!(self, Self::Current { .. })
+    }
+}
+
+/// The one line `serve`, `/readyz` and the CLI say when the schema is not there.
+pub const RUN_MIGRATE: &str =
+    "run `channel-bridge migrate` (or `scripts/run migrate`), or start `serve --migrate`";
+
+impl std::fmt::Display for Schema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let binary = binary_schema_version();
+        match self {
+            Self::Current { database } => write!(f, "schema at {database} (binary {binary})"),
+            Self::Behind {
+                database: Some(database),
+            } => write!(
+                f,
+                "the database schema is at migration {database}, this binary needs {binary}: {RUN_MIGRATE}"
+            ),
+            Self::Behind { database: None } => write!(
+                f,
+                "the database has no channel-bridge schema (or an old one): {RUN_MIGRATE}"
+            ),
+        }
+    }
+}
+
+/// Reads the applied migrations as the app role. An error is the database being
+/// unreachable (or a bug), never a missing schema: that is `Schema::Behind`.
+pub async fn schema(pool: &PgPool) -> Result<Schema, sqlx::Error> {
+    let version: Result<Option<i64>, sqlx::Error> =
+        sqlx::query_scalar("select max(version) from _sqlx_migrations where success")
+            .fetch_one(pool)
+            .await;
+    match version {
+        Ok(Some(database)) if database >= binary_schema_version() => Ok(Schema::Current { database }),
+        Ok(database) => Ok(Schema::Behind { database }),
+        Err(err) if means_no_schema(&err) => Ok(Schema::Behind { database: None }),
+        Err(err) => Err(err),
+    }
+}
+
+/// Whether a database error says the schema (or the app role the migrations create) is
+/// not there: a missing table, column or role, or no right to read the version table.
+pub fn means_no_schema(err: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = err else {
+        return false;
+    };
+    match db.code().as_deref() {
+        // undefined_table, undefined_column, undefined_function, insufficient_privilege,
+        // invalid_catalog_name (the database itself is missing: `migrate` creates it)
+        Some("42P01" | "42703" | "42883" | "42501" | "3D000") => true,
+        // `SET ROLE channel_bridge_app` when the role does not exist.
+        Some("22023") => db.message().contains(APP_ROLE),
+        _ => false,
+    }
+}
+
+/// Whether a database error is about a value that cannot be stored (a NUL byte, an
+/// invalid encoding, a value too long for a column or an index): the request's fault, a
+/// 4xx, never a 500.
+pub fn is_unstorable_value(err: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = err else {
+        return false;
+    };
+    // Class 22 is data exceptions; 54000 program_limit_exceeded is "index row size …
+    // exceeds maximum".
+    db.code()
+        .is_some_and(|code| code.starts_with("22") || code == "54000")
+        && !means_no_schema(err)
 }
 
 /// Whether an error means "the database is unavailable" (answer 503 so the platform

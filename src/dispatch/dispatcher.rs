@@ -23,6 +23,10 @@
 //! statement, so a slow agent or a slow platform never outlives one; every state change of
 //! a job also checks its lease (`db::turns`), so a job whose lease was lost anyway (the
 //! database was out of reach for longer than the lease) stops before its next request.
+//!
+//! Outages: every claim, look and renewal is bounded by `CB_DB_DEADLINE_MS`. When the
+//! database cannot be reached, claiming backs off (a quarter of a second, doubling up to
+//! 30 s) and each failure is logged once, as one line; the first success after it says so.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -41,6 +45,20 @@ use crate::domain::{MessageId, TenantId};
 const GATHER: Duration = Duration::from_millis(10);
 /// How often queue metrics are read.
 const STATS_EVERY: Duration = Duration::from_secs(10);
+/// The first pause after a failed claim, doubled after each further failure up to
+/// `OUTAGE_BACKOFF_MAX`.
+const OUTAGE_BACKOFF_MIN: Duration = Duration::from_millis(250);
+const OUTAGE_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// What one claim came to.
+enum ClaimResult {
+    /// The batch was filled: more is probably ready.
+    Full,
+    /// Fewer than asked for (or no capacity): wait for a reason to claim again.
+    Partial,
+    /// The database could not be reached: pause this long before trying again.
+    Failed(Duration),
+}
 
 /// The in-flight set.
 #[derive(Default)]
@@ -78,6 +96,8 @@ pub struct Dispatcher {
     freed: Notify,
     /// Claim statements issued (for tests and metrics).
     claims: std::sync::atomic::AtomicU64,
+    /// Claims or looks that failed in a row (an outage).
+    failures: std::sync::atomic::AtomicU32,
 }
 
 impl Dispatcher {
@@ -95,6 +115,7 @@ impl Dispatcher {
             in_flight: Mutex::new(InFlight::default()),
             freed: Notify::new(),
             claims: std::sync::atomic::AtomicU64::new(0),
+            failures: std::sync::atomic::AtomicU32::new(0),
         })
     }
 
@@ -123,7 +144,8 @@ impl Dispatcher {
         if self.lock().caps_read.is_some_and(|read| read.elapsed() < ttl) {
             return;
         }
-        match self.worker.queue().tenant_caps().await {
+        let deadline = self.worker.settings().database.deadline();
+        match crate::db::within(deadline, self.worker.queue().tenant_caps()).await {
             Ok(caps) => {
                 let mut state = self.lock();
                 state.caps = caps
@@ -168,26 +190,57 @@ impl Dispatcher {
             .map_or(self.default_cap, |cap| (*cap).min(self.capacity))
     }
 
-    /// Claims one batch and starts its jobs. Returns whether the claim filled its batch.
-    async fn claim_once(self: &Arc<Self>, tasks: &mut JoinSet<()>) -> bool {
+    /// Claims one batch and starts its jobs.
+    async fn claim_once(self: &Arc<Self>, tasks: &mut JoinSet<()>) -> ClaimResult {
         self.refresh_caps().await;
         let Some(request) = self.claim_request() else {
-            return false;
+            return ClaimResult::Partial;
         };
         self.claims.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let claimed = match self.worker.claim(&request).await {
-            Ok(claimed) => claimed,
-            Err(err) => {
-                tracing::error!(error = ?err, "claim failed");
-                return false;
+        let deadline = self.worker.settings().database.deadline();
+        let claimed = match tokio::time::timeout(deadline, self.worker.claim(&request)).await {
+            Ok(Ok(claimed)) => claimed,
+            Ok(Err(err)) => return ClaimResult::Failed(self.failed("claim", &err)),
+            Err(_) => {
+                crate::db::deadline_missed();
+                let err = crate::db::deadline_error().into();
+                return ClaimResult::Failed(self.failed("claim", &err));
             }
         };
+        self.recovered();
         let full = claimed.len() == request.wanted;
         for job in claimed {
             self.start(job, tasks);
         }
         metrics::gauge!("dispatch_in_flight").set(self.in_flight() as f64);
-        full
+        if full {
+            ClaimResult::Full
+        } else {
+            ClaimResult::Partial
+        }
+    }
+
+    /// Counts a failure in a row, logs it as one line and says how long to pause.
+    fn failed(&self, what: &str, err: &anyhow::Error) -> Duration {
+        let failures = self.failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let pause = OUTAGE_BACKOFF_MIN
+            .saturating_mul(1 << failures.saturating_sub(1).min(16))
+            .min(OUTAGE_BACKOFF_MAX);
+        metrics::counter!("dispatch_claim_failures_total").increment(1);
+        tracing::warn!(
+            error = format!("{err:#}"),
+            failures,
+            retry_in_ms = pause.as_millis() as u64,
+            "{what} failed; pausing the dispatcher"
+        );
+        pause
+    }
+
+    fn recovered(&self) {
+        let failures = self.failures.swap(0, std::sync::atomic::Ordering::Relaxed);
+        if failures > 0 {
+            tracing::info!(failures, "database reachable again; dispatching resumed");
+        }
     }
 
     fn start(self: &Arc<Self>, claimed: super::Claimed, tasks: &mut JoinSet<()>) {
@@ -250,12 +303,22 @@ impl Dispatcher {
             let notified = wakeup.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
+            let mut outcome = ready.then_some(ClaimResult::Partial);
             if ready {
-                ready = self.claim_once(&mut tasks).await;
-                if ready {
+                outcome = Some(self.claim_once(&mut tasks).await);
+            }
+            match outcome {
+                Some(ClaimResult::Full) => continue,
+                Some(ClaimResult::Failed(pause)) => {
+                    tokio::select! {
+                        () = tokio::time::sleep(pause) => {}
+                        _ = stop.changed() => {}
+                    }
                     continue;
                 }
+                _ => {}
             }
+            ready = false;
             tokio::select! {
                 () = &mut notified => {
                     tokio::time::sleep(GATHER).await;
@@ -265,7 +328,17 @@ impl Dispatcher {
                     tokio::time::sleep(GATHER).await;
                     ready = true;
                 }
-                _ = poll.tick() => ready = self.anything_ready().await,
+                _ = poll.tick() => match self.anything_ready().await {
+                    Ok(found) => ready = found,
+                    Err(pause) => {
+                        tokio::select! {
+                            () = tokio::time::sleep(pause) => {}
+                            _ = stop.changed() => {}
+                        }
+                        // Try a claim: it ends the outage or lengthens the pause.
+                        ready = true;
+                    }
+                },
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
                 _ = stop.changed() => {}
             }
@@ -274,16 +347,17 @@ impl Dispatcher {
     }
 
     /// The polling tick's look: only when capacity is free, one cheap statement.
-    async fn anything_ready(&self) -> bool {
+    async fn anything_ready(&self) -> Result<bool, Duration> {
         if self.in_flight() >= self.capacity {
-            return false;
+            return Ok(false);
         }
-        match self.worker.queue().any_ready().await {
-            Ok(ready) => ready,
-            Err(err) => {
-                tracing::debug!(%err, "cannot look at the queue");
-                false
+        let deadline = self.worker.settings().database.deadline();
+        match crate::db::within(deadline, self.worker.queue().any_ready()).await {
+            Ok(ready) => {
+                self.recovered();
+                Ok(ready)
             }
+            Err(err) => Err(self.failed("a look at the queue", &err.into())),
         }
     }
 
@@ -302,7 +376,8 @@ impl Dispatcher {
                 continue;
             }
             let started = Instant::now();
-            match self.worker.queue().renew_leases(&held, lease).await {
+            let renewal = self.worker.queue().renew_leases(&held, lease);
+            match crate::db::within(self.worker.settings().database.deadline(), renewal).await {
                 Ok(renewed) if renewed.len() < held.len() => {
                     // Finished meanwhile, or claimed again after an expiry: either way the
                     // holder's next state change finds out (it checks its lease).
@@ -326,12 +401,14 @@ impl Dispatcher {
         let top = self.worker.settings().metrics_top_tenants;
         let mut published: Vec<TenantId> = Vec::new();
         while !*stop.borrow() {
-            if let Ok(stats) = self.worker.queue().stats().await {
+            let deadline = self.worker.settings().database.deadline();
+            if let Ok(stats) = crate::db::within(deadline, self.worker.queue().stats()).await {
                 metrics::gauge!("dispatch_queue_depth").set(stats.depth as f64);
                 metrics::gauge!("dispatch_queue_oldest_age_seconds").set(stats.oldest_age_secs);
             }
             if top > 0 {
-                if let Ok(tenants) = self.worker.queue().tenant_stats(top).await {
+                let tenants = self.worker.queue().tenant_stats(top);
+                if let Ok(tenants) = crate::db::within(deadline, tenants).await {
                     for gone in published
                         .iter()
                         .filter(|t| !tenants.iter().any(|s| s.tenant_id == **t))

@@ -137,7 +137,14 @@ impl Worker {
             .user_agent(concat!("channel-bridge/", env!("CARGO_PKG_VERSION")))
             .build()
             .context("Failed to build the platform HTTP client")?;
-        let writer = TurnWriter::spawn(pool.clone(), settings.state_writers, settings.state_batch_max);
+        let writer = TurnWriter::spawn(
+            pool.clone(),
+            crate::batch::BatchLimits {
+                writers: settings.state_writers,
+                batch_max: settings.state_batch_max,
+                deadline: settings.database.deadline(),
+            },
+        );
         Ok(Self {
             queue: Queue::new(pool.clone()),
             pool,

@@ -12,11 +12,12 @@
 //!
 //! A batch that fails for a reason other than an outage is applied again one change per
 //! transaction, so one turn's failure is never its neighbours'. An outage fails the whole
-//! batch: each task gets the error and its job is retried when its lease runs out.
+//! batch, as does a batch past its deadline (`CB_DB_DEADLINE_MS`): each task gets the error
+//! and its job is retried when its lease runs out.
 
 use sqlx::PgPool;
 
-use crate::batch::{BatchError, BatchWrite, Batcher, WriteFuture};
+use crate::batch::{BatchError, BatchLimits, BatchWrite, Batcher, WriteFuture};
 use crate::db::queue::Job;
 use crate::db::turns::{self, Applied, Change, Transition};
 use crate::db::TenantTx;
@@ -32,10 +33,10 @@ pub struct TurnWriter {
 }
 
 impl TurnWriter {
-    /// Starts `writers` writer tasks on the current runtime.
-    pub fn spawn(pool: PgPool, writers: usize, batch_max: usize) -> Self {
+    /// Starts `limits.writers` writer tasks on the current runtime.
+    pub fn spawn(pool: PgPool, limits: BatchLimits) -> Self {
         Self {
-            changes: Batcher::spawn(TurnWrites { pool }, writers, batch_max),
+            changes: Batcher::spawn(TurnWrites { pool }, limits),
         }
     }
 

@@ -1,5 +1,7 @@
 //! `/healthz` (the process answers), `/readyz` (the database answers), `/metrics`.
 
+use std::time::Duration;
+
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
@@ -23,17 +25,30 @@ async fn healthz() -> impl IntoResponse {
     Json(json!({ "status": "ok" }))
 }
 
-/// 503 while the database does not answer, so a load balancer routes around the instance.
+/// How long `/readyz` waits for the database: a load balancer's probe must get an answer
+/// even while the network to PostgreSQL holds traffic.
+const READY_DEADLINE: Duration = Duration::from_secs(1);
+
+/// 503 while the database does not answer within a second, or its schema is behind this
+/// binary, so a load balancer routes around the instance.
 #[utoipa::path(get, path = "/readyz", tag = "meta",
-    responses((status = 200, description = "database reachable"), (status = 503, description = "database unavailable")))]
+    responses((status = 200, description = "database reachable, schema current"),
+        (status = 503, description = "database unavailable, or its schema is behind the binary")))]
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    if crate::db::is_ready(&state.pool).await {
-        (StatusCode::OK, Json(json!({ "status": "ready" })))
-    } else {
+    let binary = crate::db::binary_schema_version();
+    let unavailable = |status: String| {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({ "status": "database unavailable" })),
+            Json(json!({ "status": status, "schema_version": binary })),
         )
+    };
+    match crate::db::within(READY_DEADLINE, crate::db::schema(&state.pool)).await {
+        Ok(crate::db::Schema::Current { database }) => (
+            StatusCode::OK,
+            Json(json!({ "status": "ready", "schema_version": binary, "database_schema_version": database })),
+        ),
+        Ok(behind) => unavailable(behind.to_string()),
+        Err(_) => unavailable("database unavailable".into()),
     }
 }
 

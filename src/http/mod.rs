@@ -74,6 +74,7 @@ async fn openapi_json() -> axum::Json<utoipa::openapi::OpenApi> {
 pub fn router(state: AppState) -> Router {
     let (routes, _) = api().split_for_parts();
     routes
+        .layer(axum::middleware::from_fn_with_state(state.clone(), deadline))
         .with_state(state)
         .layer(
             TraceLayer::new_for_http()
@@ -87,6 +88,46 @@ pub fn router(state: AppState) -> Router {
         )
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+}
+
+/// Bounds a request's time (`CB_WEBHOOK_DEADLINE_MS` for webhooks,
+/// `CB_ADMIN_DEADLINE_MS` for the admin and operator API): past it the request is answered
+/// 503 with `Retry-After: 1`, so a platform retries instead of waiting on a database the
+/// network holds. Work already committed stays committed (a webhook's retry is then a
+/// duplicate). `/healthz`, `/readyz` (which has its own one-second deadline), `/metrics`
+/// and the OpenAPI document are not bounded here.
+async fn deadline(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let path = request.uri().path();
+    let limit_ms = if path.starts_with("/v1/hooks/") {
+        state.settings.webhook_deadline_ms
+    } else if path.starts_with("/v1/admin/") || path.starts_with("/v1/operator/") {
+        state.settings.admin_deadline_ms
+    } else {
+        return next.run(request).await;
+    };
+    match tokio::time::timeout(Duration::from_millis(limit_ms), next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => {
+            crate::db::deadline_missed();
+            metrics::counter!("http_deadlines_missed_total").increment(1);
+            tracing::warn!(limit_ms, "request deadline passed; answered 503");
+            let body = serde_json::json!({
+                "error": "unavailable",
+                "message": format!("not completed within {limit_ms} ms (database unavailable?); retry later"),
+            });
+            (
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                [(axum::http::header::RETRY_AFTER, "1")],
+                axum::Json(body),
+            )
+                .into_response()
+        }
+    }
 }
 
 /// Spans carry the route template (`/v1/hooks/{tenant_id}/{connector_id}`), never the raw

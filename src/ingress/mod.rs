@@ -182,7 +182,11 @@ async fn queue_notice(
 fn route(connector: &Connector, message: &InboundMessage, user_id: Option<String>) -> Routing {
     let conversation_key = match &user_id {
         Some(user) => format!("user:{user}"),
-        None => format!("sender:{}:{}", connector.id, message.platform_user_id),
+        None => format!(
+            "sender:{}:{}",
+            connector.id,
+            crate::channels::index_key(&message.platform_user_id)
+        ),
     };
     let (status, decision) = match (message.kind, &user_id, connector.unlinked_policy) {
         (InboundKind::NonText, _, _) => (MessageStatus::Ignored, Some("ignore_non_text")),

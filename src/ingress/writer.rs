@@ -21,7 +21,7 @@ use std::sync::Arc;
 use sqlx::PgPool;
 
 use super::{record_many_in, RecordOutcome};
-use crate::batch::{BatchError, BatchWrite, Batcher, WriteFuture};
+use crate::batch::{BatchError, BatchLimits, BatchWrite, Batcher, WriteFuture};
 use crate::channels::Inbound;
 use crate::db::TenantTx;
 use crate::domain::{Connector, TenantId};
@@ -36,11 +36,11 @@ pub struct Writer {
 }
 
 impl Writer {
-    /// Starts `writers` writer tasks on the current runtime, each committing up to
-    /// `batch_max` webhooks at a time.
-    pub fn spawn(pool: PgPool, writers: usize, batch_max: usize) -> Self {
+    /// Starts `limits.writers` writer tasks on the current runtime, each committing up to
+    /// `limits.batch_max` webhooks at a time, each commit bounded by `limits.deadline`.
+    pub fn spawn(pool: PgPool, limits: BatchLimits) -> Self {
         Self {
-            webhooks: Batcher::spawn(IngressWrites { pool }, writers, batch_max),
+            webhooks: Batcher::spawn(IngressWrites { pool }, limits),
         }
     }
 
@@ -55,6 +55,7 @@ impl Writer {
             return Ok(RecordOutcome::default());
         }
         inbound.scrub_nul();
+        inbound.fit_keys();
         self.webhooks.submit((connector, inbound)).await
     }
 }

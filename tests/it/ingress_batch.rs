@@ -21,6 +21,15 @@ use crate::support::fake_platforms::FakePlatforms;
 use crate::support::platforms::*;
 use crate::support::{spawn_app, TestApp};
 
+/// One writer, batches of up to 64, the default deadline.
+fn one_writer() -> channel_bridge::batch::BatchLimits {
+    channel_bridge::batch::BatchLimits {
+        writers: 1,
+        batch_max: 64,
+        deadline: Duration::from_secs(2),
+    }
+}
+
 async fn connector(pool: &PgPool, tenant: TenantId, id: ConnectorId) -> Arc<Connector> {
     ConfigCache::new(Duration::ZERO)
         .connector_of(pool, tenant, id)
@@ -66,7 +75,7 @@ async fn webhooks_of_two_tenants_waiting_together_share_one_commit_each_under_it
     let globex = provision_tenant(&app.pool, "globex").await;
     let acme_bot = connector(&app.pool, acme.tenant, acme.telegram).await;
     let globex_bot = connector(&app.pool, globex.tenant, globex.telegram).await;
-    let writer = Writer::spawn(app.pool.clone(), 1, 64);
+    let writer = Writer::spawn(app.pool.clone(), one_writer());
 
     // The same update ids on both bots: different turns, since keys are per connector.
     // Interleaved, with one delivery repeated inside the batch.
@@ -124,7 +133,7 @@ async fn a_webhook_that_cannot_be_written_fails_alone_and_its_batch_neighbours_a
     let mut gone = (*bot).clone();
     gone.id = ConnectorId::new();
     let gone = Arc::new(gone);
-    let writer = Writer::spawn(app.pool.clone(), 1, 64);
+    let writer = Writer::spawn(app.pool.clone(), one_writer());
 
     let mut jobs = Vec::new();
     for update_id in 1..=6 {

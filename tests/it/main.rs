@@ -7,6 +7,7 @@ mod agent_bridge;
 mod demo;
 mod dispatch;
 mod dispatcher;
+mod edges;
 mod foundation;
 mod ingress;
 mod ingress_batch;

@@ -1,5 +1,8 @@
 //! A TCP proxy in front of PostgreSQL. `cut()` closes every open connection and refuses new
 //! ones, the way a database outage looks to the application; `restore()` ends the outage.
+//! `hold()` is a partition instead: connections stay open (new ones are accepted) but no
+//! byte passes either way, and nothing reports an error; `release()` lets the held bytes
+//! through.
 //! It also counts the statements clients send (`statements()`), reading the frontend
 //! protocol as it passes.
 
@@ -14,6 +17,7 @@ use tokio::sync::watch;
 pub struct DbProxy {
     pub addr: SocketAddr,
     up: Arc<watch::Sender<bool>>,
+    held: Arc<watch::Sender<bool>>,
     statements: Arc<AtomicU64>,
 }
 
@@ -24,6 +28,9 @@ impl DbProxy {
         let (up, _) = watch::channel(true);
         let up = Arc::new(up);
         let state = up.clone();
+        let (held, _) = watch::channel(false);
+        let held = Arc::new(held);
+        let holding = held.clone();
         let statements = Arc::new(AtomicU64::new(0));
         let counter = statements.clone();
         tokio::spawn(async move {
@@ -32,10 +39,19 @@ impl DbProxy {
                     drop(client);
                     continue;
                 }
-                tokio::spawn(pipe(client, upstream, state.subscribe(), counter.clone()));
+                let gates = Gates {
+                    up: state.subscribe(),
+                    held: holding.subscribe(),
+                };
+                tokio::spawn(pipe(client, upstream, gates, counter.clone()));
             }
         });
-        Self { addr, up, statements }
+        Self {
+            addr,
+            up,
+            held,
+            statements,
+        }
     }
 
     /// Statements sent through the proxy so far: simple queries (`Q`, which may hold
@@ -51,19 +67,31 @@ impl DbProxy {
     pub fn restore(&self) {
         self.up.send_replace(true);
     }
+
+    /// Stops every byte, both ways, on open and new connections, without closing any.
+    pub fn hold(&self) {
+        self.held.send_replace(true);
+    }
+
+    /// Lets held bytes through again.
+    pub fn release(&self) {
+        self.held.send_replace(false);
+    }
 }
 
-async fn pipe(
-    client: TcpStream,
-    upstream: SocketAddr,
-    mut up: watch::Receiver<bool>,
-    statements: Arc<AtomicU64>,
-) {
+struct Gates {
+    up: watch::Receiver<bool>,
+    held: watch::Receiver<bool>,
+}
+
+async fn pipe(client: TcpStream, upstream: SocketAddr, gates: Gates, statements: Arc<AtomicU64>) {
+    let Gates { mut up, held } = gates;
     let Ok(server) = TcpStream::connect(upstream).await else {
         return;
     };
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();
+    let mut held_to_server = held.clone();
     let to_server = async {
         let mut counter = FrontendCounter::default();
         let mut buf = vec![0u8; 16 * 1024];
@@ -72,6 +100,9 @@ async fn pipe(
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
+            if held_to_server.wait_for(|held| !*held).await.is_err() {
+                break;
+            }
             counter.feed(&buf[..n], &statements);
             if server_write.write_all(&buf[..n]).await.is_err() {
                 break;
@@ -79,8 +110,21 @@ async fn pipe(
         }
         let _ = server_write.shutdown().await;
     };
+    let mut held_to_client = held;
     let to_client = async {
-        let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            let n = match server_read.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            if held_to_client.wait_for(|held| !*held).await.is_err() {
+                break;
+            }
+            if client_write.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+        }
         let _ = client_write.shutdown().await;
     };
     tokio::select! {
