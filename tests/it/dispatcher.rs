@@ -20,7 +20,7 @@ use crate::support::db_proxy::{upstream_addr, DbProxy};
 use crate::support::fake_agent::{FakeAgent, Reply};
 use crate::support::fake_platforms::{Answer, FakePlatforms};
 use crate::support::platforms::*;
-use crate::support::{spawn_app, spawn_app_with, url_with, TestApp};
+use crate::support::{eventually, spawn_app, spawn_app_with, url_with, TestApp};
 
 fn worker(app: &TestApp, agent_url: Option<&str>, tweak: impl FnOnce(&mut ServeSettings)) -> Arc<Worker> {
     let mut settings = ServeSettings::for_database(app.db.url());
@@ -73,19 +73,6 @@ async fn texts_of(app: &TestApp, ids: &[MessageId]) -> Vec<String> {
     .fetch_all(&mut owner)
     .await
     .unwrap()
-}
-
-/// Waits until `done` holds, looking every few milliseconds, for at most 20 s.
-async fn eventually<F, Fut>(what: &str, mut done: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !done().await {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 fn request(wanted: usize) -> ClaimRequest {

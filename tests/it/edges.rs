@@ -17,20 +17,7 @@ use crate::support::db_proxy::{upstream_addr, DbProxy};
 use crate::support::fake_agent::FakeAgent;
 use crate::support::fake_platforms::FakePlatforms;
 use crate::support::platforms::*;
-use crate::support::{spawn_app_on, spawn_app_with, url_with, TestApp, TestDb};
-
-/// Waits until `done` holds, looking every few milliseconds, for at most 20 s.
-async fn eventually<F, Fut>(what: &str, mut done: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !done().await {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
+use crate::support::{eventually, spawn_app_on, spawn_app_with, url_with, TestApp, TestDb};
 
 /// `len` characters that do not compress (PostgreSQL compresses long values before it
 /// indexes them, so a repeated character would fit).
