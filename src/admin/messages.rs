@@ -334,6 +334,18 @@ pub enum Recovery {
 }
 
 impl Recovery {
+    async fn apply(
+        self,
+        tx: &mut TenantTx,
+        selection: &Selection,
+        include_unknown: bool,
+    ) -> Result<Requeued, sqlx::Error> {
+        match self {
+            Recovery::Redispatch => db::turns::redispatch(tx, selection).await,
+            Recovery::Resend => db::turns::resend(tx, selection, include_unknown).await,
+        }
+    }
+
     /// The statuses a `status` filter may name for this action.
     fn statuses(self) -> &'static [MessageStatus] {
         match self {
@@ -405,10 +417,7 @@ pub async fn recover_many(
     let selection = selection_of(filter, action)?;
     let include_unknown = filter.include_unknown.unwrap_or(false);
     let mut tx = TenantTx::begin(pool, tenant).await?;
-    let requeued = match action {
-        Recovery::Redispatch => db::turns::redispatch(&mut tx, &selection).await?,
-        Recovery::Resend => db::turns::resend(&mut tx, &selection, include_unknown).await?,
-    };
+    let requeued = action.apply(&mut tx, &selection, include_unknown).await?;
     tx.commit().await?;
     Ok(requeued.into())
 }
@@ -431,10 +440,7 @@ pub async fn recover_one(
         ..Selection::default()
     };
     let mut tx = TenantTx::begin(pool, tenant).await?;
-    let requeued = match action {
-        Recovery::Redispatch => db::turns::redispatch(&mut tx, &selection).await?,
-        Recovery::Resend => db::turns::resend(&mut tx, &selection, include_unknown).await?,
-    };
+    let requeued = action.apply(&mut tx, &selection, include_unknown).await?;
     if requeued.ids.is_empty() {
         let row = db::messages::get(&mut tx, id)
             .await?
