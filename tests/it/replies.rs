@@ -783,6 +783,15 @@ async fn a_reply_slack_refuses_is_delivery_failed_and_a_resend_posts_only_the_mi
         )
         .await;
     assert!(executed_page["items"].as_array().unwrap().is_empty());
+    // The agent did answer: its history keeps the turn with the answer.
+    let (_, history) = s
+        .admin(&key, reqwest::Method::GET, "/v1/admin/users/alice/history", None)
+        .await;
+    assert_eq!(
+        history["messages"],
+        json!([{"role": "user", "content": "two parts please"},
+               {"role": "assistant", "content": "part one\n\npart two"}])
+    );
 
     // The channel is back (the fake platform answers ok again): resend, four times at once
     // (one click and its impatient repeats, one bulk call): the turn is queued once.
