@@ -113,6 +113,55 @@ pub enum MessagesCommand {
         #[arg(long, default_value_t = 50)]
         limit: i64,
     },
+    /// Post again the undelivered parts of answered messages (their `failed` parts; `sent`
+    /// parts never): one (--id) or many by filter, oldest first. Prints what it queued.
+    Resend {
+        #[command(flatten)]
+        recovery: RecoveryArgs,
+        /// Also post again the parts whose outcome is `unknown` (Telegram at-most-once):
+        /// they may already be in the chat, so this can double them.
+        #[arg(long)]
+        include_unknown: bool,
+    },
+    /// Ask the agent again for `dispatch_failed` messages: one (--id) or many by filter,
+    /// oldest first. Prints what it queued.
+    Redispatch {
+        #[command(flatten)]
+        recovery: RecoveryArgs,
+    },
+}
+
+/// Which messages `messages resend` / `messages redispatch` take: one by id, or every
+/// message the filters select (each narrows), at most --limit per call.
+#[derive(Debug, Args)]
+pub struct RecoveryArgs {
+    #[command(flatten)]
+    pub database: DatabaseSettings,
+    #[arg(long)]
+    pub tenant: TenantId,
+    /// One message, by id.
+    #[arg(long, conflicts_with_all = ["user", "platform", "connector", "status", "since", "until", "limit"])]
+    pub id: Option<uuid::Uuid>,
+    /// Linked user id.
+    #[arg(long)]
+    pub user: Option<String>,
+    #[arg(long)]
+    pub platform: Option<String>,
+    #[arg(long)]
+    pub connector: Option<uuid::Uuid>,
+    /// resend: delivery_failed or executed (both when absent); redispatch: dispatch_failed.
+    #[arg(long)]
+    pub status: Option<String>,
+    /// Received at or after (RFC 3339).
+    #[arg(long)]
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Received before (RFC 3339).
+    #[arg(long)]
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
+    /// Most messages this call queues, 1..=1000 (default 100); `more: true` in the output
+    /// says to run it again.
+    #[arg(long)]
+    pub limit: Option<i64>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -316,6 +365,13 @@ async fn run_admin(command: Command) -> anyhow::Result<()> {
                     .map_err(admin_error)?,
             )
         }
+        Command::Messages(MessagesCommand::Resend {
+            recovery,
+            include_unknown,
+        }) => recover(messages::Recovery::Resend, recovery, include_unknown).await,
+        Command::Messages(MessagesCommand::Redispatch { recovery }) => {
+            recover(messages::Recovery::Redispatch, recovery, false).await
+        }
         Command::History {
             database,
             tenant,
@@ -330,6 +386,44 @@ async fn run_admin(command: Command) -> anyhow::Result<()> {
         }
         other => anyhow::bail!("not an admin command: {other:?}"),
     }
+}
+
+/// `messages resend` / `messages redispatch`: the admin API's own functions, then a
+/// `NOTIFY` so that running workers pick the jobs up at once rather than at their next poll.
+async fn recover(
+    action: crate::admin::messages::Recovery,
+    args: RecoveryArgs,
+    include_unknown: bool,
+) -> anyhow::Result<()> {
+    use crate::admin::messages::{self, ActionFilterIn};
+    let pool = crate::db::connect_pool(&args.database)?;
+    let queued = match args.id {
+        Some(id) => messages::recover_one(&pool, args.tenant, action, id, include_unknown).await,
+        None => {
+            let filter = ActionFilterIn {
+                user_id: args.user,
+                platform: args.platform,
+                connector_id: args.connector,
+                status: args.status,
+                since: args.since,
+                until: args.until,
+                limit: args.limit,
+                include_unknown: include_unknown.then_some(true),
+            };
+            messages::recover_many(&pool, args.tenant, action, &filter).await
+        }
+    }
+    .map_err(admin_error)?;
+    if queued.queued > 0 {
+        let notified = sqlx::query("select pg_notify($1, '')")
+            .bind(crate::dispatch::wakeup::CHANNEL)
+            .execute(&pool)
+            .await;
+        if let Err(err) = notified {
+            tracing::warn!(%err, "cannot wake the workers; they pick the jobs up at their next poll");
+        }
+    }
+    print_json(&queued)
 }
 
 /// The API's error as a CLI message (its client-facing text, never internals).

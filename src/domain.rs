@@ -139,8 +139,13 @@ pub enum MessageStatus {
     Accepted,
     /// Claimed by a worker; the agent call is under way.
     Dispatching,
-    /// The agent answered.
+    /// The agent answered (and its reply is being, or was, delivered; `delivered_at` says
+    /// when every part was posted).
     Executed,
+    /// The agent answered, but a reply part failed for good (the platform refused it, or its
+    /// outcome stayed unknown after the last attempt): `last_error` has the part's error.
+    /// Resending the undelivered parts puts the turn back to `executed`.
+    DeliveryFailed,
     /// The agent could not be reached or refused after retries.
     DispatchFailed,
     /// The sender is not linked and the connector's policy is deny.
@@ -156,6 +161,7 @@ impl MessageStatus {
             Self::Accepted => "accepted",
             Self::Dispatching => "dispatching",
             Self::Executed => "executed",
+            Self::DeliveryFailed => "delivery_failed",
             Self::DispatchFailed => "dispatch_failed",
             Self::DeniedUnlinked => "denied_unlinked",
             Self::Ignored => "ignored",
@@ -170,6 +176,7 @@ impl FromStr for MessageStatus {
             "accepted" => Self::Accepted,
             "dispatching" => Self::Dispatching,
             "executed" => Self::Executed,
+            "delivery_failed" => Self::DeliveryFailed,
             "dispatch_failed" => Self::DispatchFailed,
             "denied_unlinked" => Self::DeniedUnlinked,
             "ignored" => Self::Ignored,
@@ -224,7 +231,7 @@ pub struct Connector {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum TelegramDelivery {
-    /// Never resend a part whose outcome is unknown (it is marked failed): no duplicates.
+    /// Never resend a part whose outcome is unknown (it is marked `unknown`): no duplicates.
     #[default]
     AtMostOnce,
     /// Resend it: no lost replies, an occasional duplicate.

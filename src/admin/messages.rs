@@ -1,6 +1,13 @@
 //! Message history for tenant admins: listing with filters and keyset paging, one message
-//! with its reply parts, a user's history as the agent would get it next, redispatch.
-//! The functions take a pool and a tenant so the CLI calls the same code as the API.
+//! with its reply parts, a user's history as the agent would get it next, and the two
+//! recovery actions: redispatch (ask the agent again for `dispatch_failed` turns) and resend
+//! (post the undelivered parts of answered turns again), each for one message or many by
+//! filter. The functions take a pool and a tenant so the CLI calls the same code as the API.
+//!
+//! Recovery actions are idempotent: a turn that already has a job (queued, or being worked)
+//! is never queued again, and a delivered one has nothing to resend, so a repeated call
+//! queues nothing and says so (`{"queued": 0, "ids": []}`). One call takes at most
+//! `MAX_ACTION_LIMIT` turns, oldest first; `more` says whether to call again.
 
 use axum::extract::{Path, State};
 use axum::Json;
@@ -11,17 +18,22 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::auth::TenantAdmin;
-use super::{ApiJsonError, ApiQuery};
+use super::{ApiJson, ApiJsonError, ApiQuery};
 use crate::db::messages::{MessageFilter, MessageRow, ReplyPart};
+use crate::db::turns::{Requeued, Selection};
 use crate::db::{self, TenantTx};
 use crate::dispatch::history::{self, HistoryScope};
 use crate::dispatch::payload::ChatMessage;
-use crate::domain::{MessageId, TenantId};
+use crate::domain::{ConnectorId, MessageId, MessageStatus, Platform, TenantId};
 use crate::error::AppError;
 use crate::state::AppState;
 
 const DEFAULT_LIMIT: i64 = 50;
 const MAX_LIMIT: i64 = 200;
+/// Turns one recovery action takes when the caller names no `limit`.
+pub const DEFAULT_ACTION_LIMIT: i64 = 100;
+/// The most turns one recovery action takes (each gets a job in the same transaction).
+pub const MAX_ACTION_LIMIT: i64 = 1000;
 
 #[derive(Debug, Default, Clone, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -31,7 +43,8 @@ pub struct MessagesQuery {
     /// `slack`, `whatsapp` or `telegram`.
     pub platform: Option<String>,
     pub connector_id: Option<Uuid>,
-    /// `accepted`, `dispatching`, `executed`, `dispatch_failed`, `denied_unlinked`, `ignored`.
+    /// `accepted`, `dispatching`, `executed`, `delivery_failed`, `dispatch_failed`,
+    /// `denied_unlinked`, `ignored`.
     pub status: Option<String>,
     pub decision: Option<String>,
     /// Received at or after (RFC 3339).
@@ -258,20 +271,200 @@ pub async fn user_history(pool: &PgPool, tenant: TenantId, user_id: &str) -> Res
     })
 }
 
-/// Queues a `dispatch_failed` turn again. 404 for an unknown (or another tenant's) id,
-/// 409 when the turn is not failed.
-pub async fn redispatch(pool: &PgPool, tenant: TenantId, id: Uuid) -> Result<MessageOut, AppError> {
+/// Which turns a bulk recovery action takes. Every field that is set narrows the choice,
+/// with the listing's meaning; `{}` takes every turn the action applies to (up to `limit`).
+#[derive(Debug, Default, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ActionFilterIn {
+    /// Linked user id.
+    pub user_id: Option<String>,
+    /// `slack`, `whatsapp` or `telegram`.
+    pub platform: Option<String>,
+    pub connector_id: Option<Uuid>,
+    /// Resend: `delivery_failed` or `executed` (both when absent). Redispatch:
+    /// `dispatch_failed` (the only status it applies to).
+    pub status: Option<String>,
+    /// Received at or after (RFC 3339).
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Received before (RFC 3339).
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
+    /// Most turns this call queues, 1..=1000 (default 100), oldest first.
+    pub limit: Option<i64>,
+    /// Resend only: also post again the parts whose outcome is `unknown` (Telegram
+    /// at-most-once). They may already be in the chat, so a resend can double them.
+    pub include_unknown: Option<bool>,
+}
+
+/// `include_unknown` of the one-message resend.
+#[derive(Debug, Default, Clone, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ResendQuery {
+    /// Also post again the parts whose outcome is `unknown` (they may already be in the
+    /// chat: a resend can double them).
+    pub include_unknown: Option<bool>,
+}
+
+/// What a recovery action queued.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct QueuedOut {
+    /// How many turns this call queued (0 when they were already queued or delivered).
+    pub queued: usize,
+    /// The queued turns, oldest first (the order their jobs run in).
+    pub ids: Vec<Uuid>,
+    /// More turns match than this call's `limit` took: call again for the next ones.
+    pub more: bool,
+}
+
+impl From<Requeued> for QueuedOut {
+    fn from(requeued: Requeued) -> Self {
+        Self {
+            queued: requeued.ids.len(),
+            ids: requeued.ids.into_iter().map(|id| id.0).collect(),
+            more: requeued.more,
+        }
+    }
+}
+
+/// The two recovery actions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recovery {
+    Redispatch,
+    Resend,
+}
+
+impl Recovery {
+    async fn apply(
+        self,
+        tx: &mut TenantTx,
+        selection: &Selection,
+        include_unknown: bool,
+    ) -> Result<Requeued, sqlx::Error> {
+        match self {
+            Recovery::Redispatch => db::turns::redispatch(tx, selection).await,
+            Recovery::Resend => db::turns::resend(tx, selection, include_unknown).await,
+        }
+    }
+
+    /// The statuses a `status` filter may name for this action.
+    fn statuses(self) -> &'static [MessageStatus] {
+        match self {
+            Recovery::Redispatch => &[MessageStatus::DispatchFailed],
+            Recovery::Resend => &[MessageStatus::DeliveryFailed, MessageStatus::Executed],
+        }
+    }
+}
+
+fn selection_of(filter: &ActionFilterIn, action: Recovery) -> Result<Selection, AppError> {
+    let unprocessable = |message: String| AppError::Unprocessable(message);
+    let limit = filter.limit.unwrap_or(DEFAULT_ACTION_LIMIT);
+    if !(1..=MAX_ACTION_LIMIT).contains(&limit) {
+        return Err(unprocessable(format!(
+            "limit must be between 1 and {MAX_ACTION_LIMIT}"
+        )));
+    }
+    let platform = filter
+        .platform
+        .as_deref()
+        .map(str::parse::<Platform>)
+        .transpose()
+        .map_err(|e| unprocessable(e.to_string()))?;
+    let status = filter
+        .status
+        .as_deref()
+        .map(str::parse::<MessageStatus>)
+        .transpose()
+        .map_err(unprocessable)?;
+    if let Some(status) = status.filter(|s| !action.statuses().contains(s)) {
+        return Err(unprocessable(match action {
+            Recovery::Redispatch => format!(
+                "redispatch applies to dispatch_failed messages, not {status} (resend posts the \
+                 undelivered parts of answered ones)"
+            ),
+            Recovery::Resend => format!(
+                "resend applies to answered messages (delivery_failed or executed), not {status} \
+                 (redispatch asks the agent again for dispatch_failed ones)"
+            ),
+        }));
+    }
+    if let (Some(since), Some(until)) = (filter.since, filter.until) {
+        if since >= until {
+            return Err(unprocessable("since must be before until".into()));
+        }
+    }
+    if action == Recovery::Redispatch && filter.include_unknown.is_some() {
+        return Err(unprocessable("include_unknown applies to resend only".into()));
+    }
+    Ok(Selection {
+        ids: None,
+        user_id: filter.user_id.clone(),
+        platform,
+        connector_id: filter.connector_id.map(ConnectorId),
+        status,
+        since: filter.since,
+        until: filter.until,
+        limit,
+    })
+}
+
+/// Runs a recovery action on the turns `filter` selects, in one tenant transaction.
+pub async fn recover_many(
+    pool: &PgPool,
+    tenant: TenantId,
+    action: Recovery,
+    filter: &ActionFilterIn,
+) -> Result<QueuedOut, AppError> {
+    let selection = selection_of(filter, action)?;
+    let include_unknown = filter.include_unknown.unwrap_or(false);
     let mut tx = TenantTx::begin(pool, tenant).await?;
-    let Some(row) = db::messages::redispatch(&mut tx, MessageId(id)).await? else {
-        let exists = db::messages::get(&mut tx, MessageId(id)).await?.is_some();
-        return Err(if exists {
-            AppError::Conflict("only a dispatch_failed message can be redispatched")
-        } else {
-            AppError::NotFound("message")
-        });
-    };
+    let requeued = action.apply(&mut tx, &selection, include_unknown).await?;
     tx.commit().await?;
-    Ok(row.into())
+    Ok(requeued.into())
+}
+
+/// Runs a recovery action on one turn. 404 for an unknown (or another tenant's) id; 409 when
+/// the action can never apply to the turn (redispatching an answered turn, resending one
+/// that has no answer); otherwise what it queued, nothing when the turn is already queued
+/// or has nothing left to deliver.
+pub async fn recover_one(
+    pool: &PgPool,
+    tenant: TenantId,
+    action: Recovery,
+    id: Uuid,
+    include_unknown: bool,
+) -> Result<QueuedOut, AppError> {
+    let id = MessageId(id);
+    let selection = Selection {
+        ids: Some(vec![id]),
+        limit: 1,
+        ..Selection::default()
+    };
+    let mut tx = TenantTx::begin(pool, tenant).await?;
+    let requeued = action.apply(&mut tx, &selection, include_unknown).await?;
+    if requeued.ids.is_empty() {
+        let row = db::messages::get(&mut tx, id)
+            .await?
+            .ok_or(AppError::NotFound("message"))?;
+        refuse_if_never_applies(action, row.status)?;
+    }
+    tx.commit().await?;
+    Ok(requeued.into())
+}
+
+/// 409 for a turn the action can never apply to. A turn on its way (queued, being
+/// dispatched or delivered) is not refused: the action has nothing to add, and says so.
+fn refuse_if_never_applies(action: Recovery, status: MessageStatus) -> Result<(), AppError> {
+    use MessageStatus::*;
+    match (action, status) {
+        (Recovery::Redispatch, DispatchFailed | Accepted | Dispatching) => Ok(()),
+        (Recovery::Redispatch, Executed | DeliveryFailed | DeniedUnlinked | Ignored) => Err(
+            AppError::Conflict("only a dispatch_failed message can be redispatched"),
+        ),
+        (Recovery::Resend, Executed | DeliveryFailed) => Ok(()),
+        (Recovery::Resend, Accepted | Dispatching | DispatchFailed | DeniedUnlinked | Ignored) => Err(
+            AppError::Conflict("only an answered message (executed or delivery_failed) can be resent"),
+        ),
+    }
 }
 
 /// List messages, newest first.
@@ -298,18 +491,73 @@ pub async fn get(
     Ok(Json(get_message(&state.pool, admin.tenant, id).await?))
 }
 
-/// Put a `dispatch_failed` message back in the queue.
+/// Ask the agent again for a `dispatch_failed` message: it is queued as if it had just
+/// arrived. A message already queued again answers `queued: 0`.
 #[utoipa::path(post, path = "/v1/admin/messages/{id}/redispatch", tag = "messages", params(("id" = Uuid, Path)),
     security(("api_key" = [])),
-    responses((status = 200, body = MessageOut), (status = 404, body = ApiJsonError), (status = 409, body = ApiJsonError)))]
+    responses((status = 200, body = QueuedOut), (status = 404, body = ApiJsonError), (status = 409, body = ApiJsonError)))]
 pub async fn post_redispatch(
     State(state): State<AppState>,
     admin: TenantAdmin,
     Path(id): Path<Uuid>,
-) -> Result<Json<MessageOut>, AppError> {
-    let out = redispatch(&state.pool, admin.tenant, id).await?;
-    state.wake_workers();
-    Ok(Json(out))
+) -> Result<Json<QueuedOut>, AppError> {
+    let out = recover_one(&state.pool, admin.tenant, Recovery::Redispatch, id, false).await?;
+    Ok(Json(wake_if_queued(&state, out)))
+}
+
+/// Post the undelivered parts of an answered message again: its `failed` parts (and its
+/// `unknown` ones with `include_unknown=true`); `sent` parts are never posted again. A
+/// message already queued or delivered answers `queued: 0`.
+#[utoipa::path(post, path = "/v1/admin/messages/{id}/resend", tag = "messages",
+    params(("id" = Uuid, Path), ResendQuery),
+    security(("api_key" = [])),
+    responses((status = 200, body = QueuedOut), (status = 404, body = ApiJsonError), (status = 409, body = ApiJsonError),
+        (status = 422, body = ApiJsonError)))]
+pub async fn post_resend(
+    State(state): State<AppState>,
+    admin: TenantAdmin,
+    Path(id): Path<Uuid>,
+    ApiQuery(query): ApiQuery<ResendQuery>,
+) -> Result<Json<QueuedOut>, AppError> {
+    let include_unknown = query.include_unknown.unwrap_or(false);
+    let out = recover_one(&state.pool, admin.tenant, Recovery::Resend, id, include_unknown).await?;
+    Ok(Json(wake_if_queued(&state, out)))
+}
+
+/// Redispatch the `dispatch_failed` messages the filter selects, oldest first, at most
+/// `limit` (default 100, at most 1000) per call.
+#[utoipa::path(post, path = "/v1/admin/messages/redispatch", tag = "messages", request_body = ActionFilterIn,
+    security(("api_key" = [])),
+    responses((status = 200, body = QueuedOut), (status = 401, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
+pub async fn post_redispatch_many(
+    State(state): State<AppState>,
+    admin: TenantAdmin,
+    ApiJson(filter): ApiJson<ActionFilterIn>,
+) -> Result<Json<QueuedOut>, AppError> {
+    let out = recover_many(&state.pool, admin.tenant, Recovery::Redispatch, &filter).await?;
+    Ok(Json(wake_if_queued(&state, out)))
+}
+
+/// Resend the undelivered parts of the answered messages the filter selects, oldest first,
+/// at most `limit` (default 100, at most 1000) per call.
+#[utoipa::path(post, path = "/v1/admin/messages/resend", tag = "messages", request_body = ActionFilterIn,
+    security(("api_key" = [])),
+    responses((status = 200, body = QueuedOut), (status = 401, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
+pub async fn post_resend_many(
+    State(state): State<AppState>,
+    admin: TenantAdmin,
+    ApiJson(filter): ApiJson<ActionFilterIn>,
+) -> Result<Json<QueuedOut>, AppError> {
+    let out = recover_many(&state.pool, admin.tenant, Recovery::Resend, &filter).await?;
+    Ok(Json(wake_if_queued(&state, out)))
+}
+
+/// Wakes the workers (here at once, other instances by `NOTIFY`) when jobs were queued.
+fn wake_if_queued(state: &AppState, out: QueuedOut) -> QueuedOut {
+    if out.queued > 0 {
+        state.wake_workers();
+    }
+    out
 }
 
 /// A user's history exactly as the agent would receive it with their next message.

@@ -285,24 +285,3 @@ pub async fn resolve_reply_to(
     .fetch_optional(tx.conn())
     .await
 }
-
-/// Puts a failed turn back in the queue: status `accepted`, attempts and error cleared.
-/// `None` when the turn is not `dispatch_failed`.
-pub async fn redispatch(tx: &mut TenantTx, id: MessageId) -> Result<Option<MessageRow>, sqlx::Error> {
-    let tenant = tx.tenant();
-    let row: Option<MessageRow> = sqlx::query_as(&format!(
-        "update channel_messages
-            set status = 'accepted', decision = null, attempts = 0, last_error = null,
-                completed_at = null, updated_at = now()
-          where tenant_id = $1 and id = $2 and status = 'dispatch_failed'
-      returning {MESSAGE_COLUMNS}"
-    ))
-    .bind(tenant)
-    .bind(id)
-    .fetch_optional(tx.conn())
-    .await?;
-    if let Some(row) = &row {
-        super::queue::enqueue(tx, row.id, &row.conversation_key, super::queue::Stage::Dispatch).await?;
-    }
-    Ok(row)
-}

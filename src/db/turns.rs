@@ -3,16 +3,21 @@
 //!
 //! ```text
 //! message  accepted ─claim─▶ dispatching ─Answered─▶ executed ─Delivered─▶ (delivered_at)
-//!                              │    ▲
-//!                              │    └─ AgentRetry (error kept; the job waits, lease ended)
-//!                              └─ AgentFailed ─▶ dispatch_failed
+//!             ▲                │    ▲                   │  ▲
+//!             │                │    └─ AgentRetry       │  └─ resend ─┐
+//!             │                │      (error kept; the  ├─ PartFailed / Abandoned ─▶ delivery_failed
+//!             │                │       job waits)       └─ Concluded (a part unknown): stays
+//!             │                └─ AgentFailed ─▶ dispatch_failed      executed, not delivered
+//!             └──────────── redispatch ─────────────────┘
 //! part     pending ─MarkSending─▶ sending ─PartPosted / Delivered─▶ sent
-//!                                   │  ├─ PartWait (not sent) ─▶ pending
-//!                                   │  ├─ PartWait (in doubt) ─▶ sending (reconciled first)
-//!                                   ├──┴─ PartFailed ─▶ failed (and every later part)
-//!                                   └─ PartUnknown (Telegram at-most-once) ─▶ unknown
+//!             ▲                     │  ├─ PartWait (not sent) ─▶ pending
+//!             │                     │  ├─ PartWait (in doubt) ─▶ sending (reconciled first)
+//!             │                     ├──┴─ PartFailed ─▶ failed (and every later part) ─┐
+//!             │                     └─ PartUnknown (Telegram at-most-once) ─▶ unknown ─┤
+//!             └──────── resend (failed; unknown only when asked) ───────────────────────┘
 //! job      dispatch ─Answered with parts─▶ reply ─Delivered / Concluded / PartFailed / Abandoned─▶ gone
 //!             └─ Answered without parts / AgentFailed / Skipped ─▶ gone
+//!          gone ─redispatch─▶ dispatch;  gone ─resend─▶ reply
 //! ```
 //!
 //! Every transition is made by the holder of the job's lease and first checks it (and locks
@@ -27,12 +32,23 @@
 //! part `sending` with the settling of the one just posted, so each commit carries every
 //! mark the next request needs and a one-part answer costs three commits in all (claim,
 //! answer, delivery), each shared with other turns (`crate::dispatch::writer`).
+//!
+//! The two admin actions (`redispatch`, `resend`) are the only transitions made without a
+//! lease: they apply only to turns that have no job, and they create one. Each takes the
+//! turns it changes by a row lock on their message and re-checks their state under it, so
+//! two calls at the same time (or a repeated call) queue a turn at most once.
+//!
+//! A turn whose reply has a part in doubt (`unknown`: Telegram at-most-once) and none
+//! failed stays `executed` with `delivered_at` unset and the part's error in `last_error`:
+//! distinguishable from a delivered turn, and not `delivery_failed`, because resending it
+//! may post a second copy, which is what the connector's at-most-once choice forbids. A
+//! resend re-posts such a part only when asked to explicitly (`include_unknown`).
 
 use std::time::Duration;
 
-use super::queue::{self, LeaseToken};
+use super::queue::{self, LeaseToken, Stage};
 use super::TenantTx;
-use crate::domain::MessageId;
+use crate::domain::{ConnectorId, MessageId, MessageStatus, Platform};
 
 /// Status of a reply part (`channel_replies.status`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, sqlx::Type)]
@@ -91,16 +107,19 @@ pub enum Transition {
         in_doubt: bool,
         delay: Duration,
     },
-    /// A part failed for good: it and every later part fail, the job is gone.
+    /// A part failed for good: it and every later part fail, the turn is `delivery_failed`
+    /// with the part's error, the job is gone.
     PartFailed { part: i32, error: String },
     /// A part's outcome cannot be known and it will not be resent (Telegram at-most-once):
-    /// it is `unknown`, and the parts after it are still sent.
+    /// it is `unknown` (its error kept on the turn too), and the parts after it are still
+    /// sent.
     PartUnknown { part: i32, error: String },
     /// Nothing is left to send but not every part is known to be posted (some are
     /// `unknown`): the last one posted (when given) is recorded, the job is gone, and the
     /// turn is not marked delivered.
     Concluded { last: Option<(i32, String)> },
-    /// Nothing can be posted (the connector is gone): unsent parts fail, the job is gone.
+    /// Nothing can be posted (the connector is gone): unsent parts fail, the turn is
+    /// `delivery_failed`, the job is gone.
     Abandoned { error: String },
 }
 
@@ -242,10 +261,12 @@ async fn apply_rare(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Erro
             )
             .await?;
             fail_remaining(tx, message, *part).await?;
+            record_delivery_error(tx, message, error, true).await?;
             queue::finish(tx, message).await?;
         }
         Transition::Abandoned { error } => {
             fail_unsent(tx, message, error).await?;
+            record_delivery_error(tx, message, error, true).await?;
             queue::finish(tx, message).await?;
         }
         Transition::PartUnknown { part, error } => {
@@ -257,6 +278,7 @@ async fn apply_rare(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Erro
                 Some(error),
             )
             .await?;
+            record_delivery_error(tx, message, error, false).await?;
         }
         Transition::Concluded { .. } => queue::finish(tx, message).await?,
         Transition::Answered { .. }
@@ -409,6 +431,30 @@ async fn record_failure(
     Ok(())
 }
 
+/// Keeps a reply part's error on its turn, where admins list and filter turns; with
+/// `failed`, the turn's reply could not be delivered: `delivery_failed`.
+async fn record_delivery_error(
+    tx: &mut TenantTx,
+    id: MessageId,
+    error: &str,
+    failed: bool,
+) -> Result<(), sqlx::Error> {
+    let sql = if failed {
+        "update channel_messages set status = 'delivery_failed', last_error = $3, updated_at = now()
+          where tenant_id = $1 and id = $2 and status in ('executed', 'delivery_failed')"
+    } else {
+        "update channel_messages set last_error = $3, updated_at = now()
+          where tenant_id = $1 and id = $2 and status in ('executed', 'delivery_failed')"
+    };
+    sqlx::query(sql)
+        .bind(tx.tenant())
+        .bind(id)
+        .bind(error)
+        .execute(tx.conn())
+        .await?;
+    Ok(())
+}
+
 /// Puts the job back for a later attempt and ends the lease; the conversation's later jobs
 /// are parked until the same time (see `queue::Queue::retry_later`, the same statement).
 async fn put_back(
@@ -538,4 +584,198 @@ async fn mark_delivered(tx: &mut TenantTx, messages: &[MessageId]) -> Result<(),
     .execute(tx.conn())
     .await?;
     Ok(())
+}
+
+/// Which turns an admin action (`redispatch`, `resend`) takes. Every field that is set
+/// narrows the choice, with the admin listing's meaning (`messages::list`); the oldest
+/// turns are taken first, at most `limit`.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    /// These turns only (the one-message actions).
+    pub ids: Option<Vec<MessageId>>,
+    /// The linked user.
+    pub user_id: Option<String>,
+    pub platform: Option<Platform>,
+    pub connector_id: Option<ConnectorId>,
+    pub status: Option<MessageStatus>,
+    /// Received at or after.
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Received before.
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
+    pub limit: i64,
+}
+
+/// What an admin action queued.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Requeued {
+    /// The turns given a job, oldest first (the order of their jobs).
+    pub ids: Vec<MessageId>,
+    /// Whether more turns match than `Selection::limit` let the call take.
+    pub more: bool,
+}
+
+/// An admin action, for the candidates it applies to.
+#[derive(Debug, Clone, Copy)]
+enum Action {
+    Redispatch,
+    Resend { include_unknown: bool },
+}
+
+impl Action {
+    /// The part statuses a resend posts again.
+    fn undelivered(self) -> Vec<&'static str> {
+        match self {
+            Action::Resend {
+                include_unknown: true,
+            } => vec![PartStatus::Failed.as_str(), PartStatus::Unknown.as_str()],
+            _ => vec![PartStatus::Failed.as_str()],
+        }
+    }
+}
+
+/// Appends `where …` for the turns (`m`) of `selection` that `action` applies to: a turn
+/// that has a job (queued, or being worked) is never taken, so nothing is queued twice.
+fn push_candidates(
+    sql: &mut sqlx::QueryBuilder<'_, sqlx::Postgres>,
+    tenant: crate::domain::TenantId,
+    selection: &Selection,
+    action: Action,
+) {
+    sql.push(" where m.tenant_id = ").push_bind(tenant);
+    match action {
+        Action::Redispatch => {
+            sql.push(" and m.status = 'dispatch_failed'");
+        }
+        Action::Resend { .. } => {
+            sql.push(
+                " and m.status in ('executed', 'delivery_failed')
+                  and exists (select 1 from channel_replies r
+                               where r.tenant_id = m.tenant_id and r.message_id = m.id
+                                 and r.status = any(",
+            )
+            .push_bind(action.undelivered())
+            .push("))");
+        }
+    }
+    sql.push(" and not exists (select 1 from dispatch_queue q where q.message_id = m.id)");
+    if let Some(ids) = &selection.ids {
+        sql.push(" and m.id = any(").push_bind(ids.clone()).push(")");
+    }
+    if let Some(user) = &selection.user_id {
+        sql.push(" and m.user_id = ").push_bind(user.clone());
+    }
+    if let Some(platform) = selection.platform {
+        sql.push(" and m.platform = ").push_bind(platform.as_str());
+    }
+    if let Some(connector) = selection.connector_id {
+        sql.push(" and m.connector_id = ").push_bind(connector);
+    }
+    if let Some(status) = selection.status {
+        sql.push(" and m.status = ").push_bind(status);
+    }
+    if let Some(since) = selection.since {
+        sql.push(" and m.received_at >= ").push_bind(since);
+    }
+    if let Some(until) = selection.until {
+        sql.push(" and m.received_at < ").push_bind(until);
+    }
+}
+
+/// The chosen turns' rows, oldest first, locked until the commit: a second call waits for
+/// the first and then finds them no longer candidates (the lock re-checks the turn's row).
+fn push_chosen(
+    sql: &mut sqlx::QueryBuilder<'_, sqlx::Postgres>,
+    tenant: crate::domain::TenantId,
+    selection: &Selection,
+    action: Action,
+) {
+    sql.push("with chosen as (select m.id from channel_messages m");
+    push_candidates(sql, tenant, selection, action);
+    sql.push(" order by m.received_at, m.id limit ")
+        .push_bind(selection.limit)
+        .push(" for update of m)");
+}
+
+/// Puts `dispatch_failed` turns back in the queue, as if they had just arrived: status
+/// `accepted`, attempts, decision and error cleared, a dispatch job each, queued oldest
+/// first so that one user's turns are dispatched in the order they were written.
+pub async fn redispatch(tx: &mut TenantTx, selection: &Selection) -> Result<Requeued, sqlx::Error> {
+    let tenant = tx.tenant();
+    let mut sql = sqlx::QueryBuilder::new("");
+    push_chosen(&mut sql, tenant, selection, Action::Redispatch);
+    sql.push(
+        " update channel_messages m
+             set status = 'accepted', decision = null, attempts = 0, last_error = null,
+                 completed_at = null, updated_at = now()
+            from chosen
+           where m.tenant_id = ",
+    )
+    .push_bind(tenant)
+    .push(" and m.id = chosen.id and m.status = 'dispatch_failed'")
+    .push(" returning m.id, m.conversation_key, m.received_at");
+    let rows: Vec<(MessageId, String, chrono::DateTime<chrono::Utc>)> =
+        sql.build_query_as().fetch_all(tx.conn()).await?;
+    requeue(tx, rows, selection, Action::Redispatch, Stage::Dispatch).await
+}
+
+/// Queues the undelivered parts of answered turns again: their `failed` parts (and, with
+/// `include_unknown`, the `unknown` ones) go back to `pending` with a fresh attempt count,
+/// the turn back to `executed` with its error cleared, and a reply job each. `sent` parts
+/// are never touched, so the pass posts only what is missing.
+pub async fn resend(
+    tx: &mut TenantTx,
+    selection: &Selection,
+    include_unknown: bool,
+) -> Result<Requeued, sqlx::Error> {
+    let tenant = tx.tenant();
+    let action = Action::Resend { include_unknown };
+    let mut sql = sqlx::QueryBuilder::new("");
+    push_chosen(&mut sql, tenant, selection, action);
+    // The part statuses are checked again by the update itself: a concurrent resend that
+    // committed first has made them `pending`, so this one changes (and queues) nothing.
+    sql.push(
+        ", parts as (
+             update channel_replies r
+                set status = 'pending', attempts = 0, last_error = null, sending_since = null,
+                    updated_at = now()
+               from chosen
+              where r.tenant_id = ",
+    )
+    .push_bind(tenant)
+    .push(" and r.message_id = chosen.id and r.status = any(")
+    .push_bind(action.undelivered())
+    .push(
+        ") returning r.message_id)
+         update channel_messages m
+            set status = 'executed', last_error = null, updated_at = now()
+           from (select distinct message_id from parts) p
+          where m.tenant_id = ",
+    )
+    .push_bind(tenant)
+    .push(" and m.id = p.message_id returning m.id, m.conversation_key, m.received_at");
+    let rows: Vec<(MessageId, String, chrono::DateTime<chrono::Utc>)> =
+        sql.build_query_as().fetch_all(tx.conn()).await?;
+    requeue(tx, rows, selection, action, Stage::Reply).await
+}
+
+/// Gives the changed turns their jobs, oldest first, and looks whether the selection holds
+/// more candidates than the call took.
+async fn requeue(
+    tx: &mut TenantTx,
+    mut rows: Vec<(MessageId, String, chrono::DateTime<chrono::Utc>)>,
+    selection: &Selection,
+    action: Action,
+    stage: Stage,
+) -> Result<Requeued, sqlx::Error> {
+    rows.sort_by_key(|(id, _, received_at)| (*received_at, *id));
+    let jobs: Vec<(MessageId, &str)> = rows.iter().map(|(id, key, _)| (*id, key.as_str())).collect();
+    queue::enqueue_many(tx, &jobs, stage).await?;
+    let mut more = sqlx::QueryBuilder::new("select exists (select 1 from channel_messages m");
+    push_candidates(&mut more, tx.tenant(), selection, action);
+    more.push(")");
+    let more: bool = more.build_query_scalar().fetch_one(tx.conn()).await?;
+    Ok(Requeued {
+        ids: rows.into_iter().map(|(id, ..)| id).collect(),
+        more,
+    })
 }

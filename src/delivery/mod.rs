@@ -11,7 +11,9 @@
 //! - then the part is marked `sending` (committed), posted, and settled from the answer.
 //!
 //! Rate-limit answers put the part back to `pending` and the job waits the platform's delay;
-//! a permanent refusal fails the part and the ones after it and releases the conversation.
+//! a permanent refusal fails the part and the ones after it, makes the turn
+//! `delivery_failed` with the part's error (an admin can resend it) and releases the
+//! conversation.
 //!
 //! Every state change goes through the turn writer (`crate::dispatch::writer`) as a
 //! `db::turns::Transition`, committed (together with other turns' changes) before the pass
@@ -41,7 +43,8 @@ pub enum DeliveryOutcome {
     /// The job was put back to try again later (rate limit, unknown outcome, awaiting a
     /// callback).
     Wait,
-    /// A part failed for good; the rest are not sent; the job is finished.
+    /// A part failed for good (the rest are not sent; the turn is `delivery_failed`), or the
+    /// pass ended with a part in doubt; the job is finished.
     Stopped,
     /// The job's lease was lost (claimed again elsewhere): the pass stopped.
     LeaseLost,

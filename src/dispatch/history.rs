@@ -1,6 +1,8 @@
 //! The conversation so far, as the agent sees it (DESIGN.md "Statuses and decisions").
 //!
-//! Terminal turns only (`executed`, `dispatch_failed`, `denied_*`), non-empty request text,
+//! Terminal turns only (`executed`, `delivery_failed`, `dispatch_failed`, `denied_*`; a
+//! `delivery_failed` turn keeps its answer, as it did before that status existed), non-empty
+//! request text,
 //! strictly older than the turn being dispatched, the newest `HISTORY_TURNS` of them,
 //! returned oldest first, each as the user's message followed by the assistant's response
 //! when there is one. A linked user's history spans all their platforms (`user_id`); an
@@ -71,7 +73,7 @@ pub async fn load_scope(
         "select request_content, response_content
            from channel_messages
           where tenant_id = $1 and {who}
-            and (status in ('executed', 'dispatch_failed') or status like 'denied\\_%')
+            and (status in ('executed', 'delivery_failed', 'dispatch_failed') or status like 'denied\\_%')
             and btrim(request_content) <> ''
             {before}
           order by received_at desc, id desc
@@ -128,7 +130,7 @@ pub async fn load_many(
                      select h.request_content, h.response_content, h.received_at, h.id
                        from channel_messages h
                       where h.tenant_id = $1 and {who}
-                        and (h.status in ('executed', 'dispatch_failed') or h.status like 'denied\\_%')
+                        and (h.status in ('executed', 'delivery_failed', 'dispatch_failed') or h.status like 'denied\\_%')
                         and btrim(h.request_content) <> ''
                         and (h.received_at, h.id) < (m.received_at, m.id)
                       order by h.received_at desc, h.id desc

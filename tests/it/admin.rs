@@ -7,8 +7,10 @@ use channel_bridge::domain::Platform;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
+use crate::support::fake_agent::{FakeAgent, Reply};
+use crate::support::fake_platforms::{Answer, FakePlatforms};
 use crate::support::platforms::*;
-use crate::support::{spawn_app_with, TestApp};
+use crate::support::{eventually, spawn_app_on, spawn_app_with, TestApp};
 
 const OPERATOR: &str = "operator-token-0123456789";
 
@@ -48,6 +50,56 @@ async fn tenant_with_key(app: &TestApp, slug: &str) -> Tenant {
     let key = body["key"].as_str().unwrap().to_owned();
     assert!(key.starts_with(&format!("cbk_{}_", body["prefix"].as_str().unwrap())));
     Tenant { p, key }
+}
+
+/// A tenant whose connectors post to `platforms`, with an admin key.
+async fn tenant_at(app: &TestApp, slug: &str, platforms: &FakePlatforms) -> Tenant {
+    let p = provision_tenant_at(&app.pool, slug, Some(&platforms.base_url)).await;
+    let issued = channel_bridge::admin::operator::issue(&app.pool, p.tenant, "ci")
+        .await
+        .unwrap();
+    Tenant { p, key: issued.key }
+}
+
+/// A worker driven step by step, dispatching to `agent`.
+fn worker_for(app: &TestApp, agent: &FakeAgent) -> channel_bridge::dispatch::Worker {
+    let mut settings = channel_bridge::settings::ServeSettings::for_database(app.db.url());
+    settings.agent_url = Some(agent.url.clone());
+    settings.dispatch.retry_base_ms = 0;
+    channel_bridge::dispatch::Worker::new(app.pool.clone(), std::sync::Arc::new(settings), || {
+        chrono::Utc::now().timestamp()
+    })
+    .unwrap()
+}
+
+/// A tenant's turns by request text: (id, status, received_at as RFC 3339, delivered).
+async fn turns_by_text(
+    app: &TestApp,
+    tenant: &Tenant,
+) -> std::collections::HashMap<String, (String, String, String, bool)> {
+    let mut owner = app.db.owner_conn().await;
+    let rows: Vec<(String, String, String, chrono::DateTime<chrono::Utc>, bool)> = sqlx::query_as(
+        "select request_content, id::text, status, received_at, delivered_at is not null
+           from channel_messages where tenant_id = $1",
+    )
+    .bind(tenant.p.tenant)
+    .fetch_all(&mut owner)
+    .await
+    .unwrap();
+    rows.into_iter()
+        .map(|(text, id, status, at, delivered)| {
+            let at = at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+            (text, (id, status, at, delivered))
+        })
+        .collect()
+}
+
+async fn queue_depth(app: &TestApp) -> i64 {
+    let mut owner = app.db.owner_conn().await;
+    sqlx::query_scalar("select count(*) from dispatch_queue")
+        .fetch_one(&mut owner)
+        .await
+        .unwrap()
 }
 
 async fn seed_messages(app: &TestApp, tenant: &Tenant, from: i64, count: i64) {
@@ -391,16 +443,18 @@ async fn history_shows_what_the_agent_would_receive_next() {
 }
 
 #[tokio::test]
-async fn a_failed_message_can_be_redispatched_and_nothing_else_can() {
+async fn a_failed_message_can_be_redispatched_once_and_an_answered_one_cannot() {
     let app = app().await;
     let t = tenant_with_key(&app, "acme").await;
     seed_messages(&app, &t, 0, 1).await;
     let id = message_ids(&app, &t).await.remove(0);
     let path = format!("/v1/admin/messages/{id}/redispatch");
-    let (status, error) = call(&app, Method::POST, &path, &t.key, None).await;
+    let nothing = json!({"queued": 0, "ids": [], "more": false});
+    let (status, queued) = call(&app, Method::POST, &path, &t.key, None).await;
     assert_eq!(
-        (status, error["error"].as_str()),
-        (StatusCode::CONFLICT, Some("conflict"))
+        (status, queued),
+        (StatusCode::OK, nothing.clone()),
+        "still queued"
     );
 
     let mut owner = app.db.owner_conn().await;
@@ -408,17 +462,61 @@ async fn a_failed_message_can_be_redispatched_and_nothing_else_can() {
         .execute(&mut owner)
         .await
         .unwrap();
-    let (status, message) = call(&app, Method::POST, &path, &t.key, None).await;
-    assert_eq!(status, 200);
+    let (status, queued) = call(&app, Method::POST, &path, &t.key, None).await;
     assert_eq!(
-        (message["status"].as_str(), message["attempts"].as_i64()),
-        (Some("accepted"), Some(0))
+        (status, queued),
+        (StatusCode::OK, json!({"queued": 1, "ids": [id], "more": false}))
+    );
+    let (_, message) = call(
+        &app,
+        Method::GET,
+        &format!("/v1/admin/messages/{id}"),
+        &t.key,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (
+            message["status"].as_str(),
+            message["attempts"].as_i64(),
+            &message["last_error"]
+        ),
+        (Some("accepted"), Some(0), &Value::Null)
+    );
+    let (status, queued) = call(&app, Method::POST, &path, &t.key, None).await;
+    assert_eq!(
+        (status, queued),
+        (StatusCode::OK, nothing),
+        "a second call queues nothing"
     );
     let queued: i64 = sqlx::query_scalar("select count(*) from dispatch_queue")
         .fetch_one(&mut owner)
         .await
         .unwrap();
     assert_eq!(queued, 1);
+
+    sqlx::raw_sql("update channel_messages set status = 'executed'; delete from dispatch_queue")
+        .execute(&mut owner)
+        .await
+        .unwrap();
+    let (status, error) = call(&app, Method::POST, &path, &t.key, None).await;
+    assert_eq!(
+        (status, error["error"].as_str()),
+        (StatusCode::CONFLICT, Some("conflict")),
+        "an answered message is resent, not redispatched"
+    );
+    let (status, error) = call(
+        &app,
+        Method::POST,
+        &format!("/v1/admin/messages/{}/redispatch", uuid::Uuid::new_v4()),
+        &t.key,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, error["error"].as_str()),
+        (StatusCode::NOT_FOUND, Some("not_found"))
+    );
 }
 
 #[tokio::test]
@@ -652,7 +750,31 @@ async fn tenant_b_cannot_list_read_change_delete_or_redispatch_tenant_a_resource
         .execute(&mut owner)
         .await
         .unwrap();
+    sqlx::query("delete from dispatch_queue where tenant_id = $1")
+        .bind(a.p.tenant)
+        .execute(&mut owner)
+        .await
+        .unwrap();
     let a_message = message_ids(&app, &a).await.remove(0);
+    // One of A's turns was answered and its reply refused: something to resend.
+    let a_answered = message_ids(&app, &a).await.remove(1);
+    sqlx::query(
+        "update channel_messages set status = 'delivery_failed', response_content = 'hi', decision = 'respond'
+          where id = $1::uuid",
+    )
+    .bind(&a_answered)
+    .execute(&mut owner)
+    .await
+    .unwrap();
+    sqlx::query(
+        "insert into channel_replies (tenant_id, message_id, part_index, content, status, last_error)
+         values ($1, $2::uuid, 0, 'hi', 'failed', 'slack: channel_not_found')",
+    )
+    .bind(a.p.tenant)
+    .bind(&a_answered)
+    .execute(&mut owner)
+    .await
+    .unwrap();
     let a_connector = a.p.slack;
     let before = snapshot(&app).await;
 
@@ -685,6 +807,11 @@ async fn tenant_b_cannot_list_read_change_delete_or_redispatch_tenant_a_resource
             format!("/v1/admin/messages/{a_message}/redispatch"),
             None,
         ),
+        (
+            Method::POST,
+            format!("/v1/admin/messages/{a_message}/resend?include_unknown=true"),
+            None,
+        ),
         (Method::GET, format!("/v1/admin/connectors/{a_connector}"), None),
         (
             Method::PATCH,
@@ -712,6 +839,22 @@ async fn tenant_b_cannot_list_read_change_delete_or_redispatch_tenant_a_resource
         assert_eq!(status, 404, "{method} {path} must answer 404, never 403");
         assert_eq!(error["error"], "not_found");
     }
+    // B's bulk actions, even aimed at A's connector and user, find none of A's turns.
+    for action in ["redispatch", "resend"] {
+        for filter in [
+            json!({}),
+            json!({"connector_id": a_connector}),
+            json!({"user_id": "alice"}),
+        ] {
+            let path = format!("/v1/admin/messages/{action}");
+            let (status, queued) = call(&app, Method::POST, &path, &b.key, Some(filter.clone())).await;
+            assert_eq!(
+                (status, queued),
+                (StatusCode::OK, json!({"queued": 0, "ids": [], "more": false})),
+                "{action} {filter}"
+            );
+        }
+    }
     // B's link writes land in B's tenant, never in A's.
     let link = json!({"platform": "telegram", "platform_user_id": TELEGRAM_USER, "user_id": "mallory"});
     call(&app, Method::POST, "/v1/admin/links", &b.key, Some(link)).await;
@@ -728,6 +871,26 @@ async fn tenant_b_cannot_list_read_change_delete_or_redispatch_tenant_a_resource
     let mut a_before = before.clone();
     a_before.retain(|row| !row.contains(&b.p.tenant.to_string()));
     assert_eq!(a_before, b_owned, "tenant A's rows are unchanged");
+
+    // The same calls with A's own key do find them: B's empty answers were not vacuous.
+    let (_, redispatched) = call(
+        &app,
+        Method::POST,
+        "/v1/admin/messages/redispatch",
+        &a.key,
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(redispatched["queued"], 2);
+    let (_, resent) = call(
+        &app,
+        Method::POST,
+        "/v1/admin/messages/resend",
+        &a.key,
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(resent["ids"], json!([a_answered]));
 }
 
 /// Every row of every tenant table, as text, for before/after comparisons.
@@ -772,6 +935,9 @@ async fn the_openapi_document_lists_every_route_the_router_serves() {
         "GET /v1/admin/messages",
         "GET /v1/admin/messages/{id}",
         "POST /v1/admin/messages/{id}/redispatch",
+        "POST /v1/admin/messages/{id}/resend",
+        "POST /v1/admin/messages/redispatch",
+        "POST /v1/admin/messages/resend",
         "GET /v1/admin/users/{user_id}/history",
         "GET /v1/admin/connectors",
         "POST /v1/admin/connectors",
@@ -823,4 +989,339 @@ async fn the_openapi_document_lists_every_route_the_router_serves() {
             "{operation} is routed"
         );
     }
+}
+
+#[tokio::test]
+async fn bulk_redispatch_requeues_exactly_the_failed_turns_the_filter_selects_and_they_get_answered() {
+    use channel_bridge::dispatch::StepOutcome;
+    let app = app().await;
+    let platforms = FakePlatforms::start().await;
+    let a = tenant_at(&app, "tenant-a", &platforms).await;
+    let b = tenant_at(&app, "tenant-b", &platforms).await;
+    let agent = FakeAgent::start(&a.p.dispatch_secret).await;
+    let worker = worker_for(&app, &agent);
+
+    // The agent refuses four of A's turns: alice's two on Telegram and one on Slack, bob's
+    // on WhatsApp.
+    agent.script((0..4).map(|_| Reply::Json(400, json!({"error": "bad_request"}), None)));
+    deliver(&app, &a.p, Platform::Telegram, telegram_text(200_001, "t1")).await;
+    deliver(&app, &a.p, Platform::Telegram, telegram_text(200_002, "t2")).await;
+    deliver(&app, &a.p, Platform::Slack, slack_text("1718002000.000100", "s1")).await;
+    assert_eq!(
+        post_fixture(&app, &a.p, Platform::Whatsapp, "text")
+            .await
+            .status(),
+        200
+    );
+    for _ in 0..4 {
+        let outcome = worker.step().await.unwrap();
+        assert!(matches!(outcome, StepOutcome::Failed(_)), "{outcome:?}");
+    }
+    // Tenant B has a failed turn of its own alice on Telegram.
+    deliver(&app, &b.p, Platform::Telegram, telegram_text(200_001, "b1")).await;
+    let mut owner = app.db.owner_conn().await;
+    sqlx::query(
+        "with failed as (update channel_messages set status = 'dispatch_failed', last_error = 'agent down'
+                          where tenant_id = $1 returning id)
+         delete from dispatch_queue where message_id in (select id from failed)",
+    )
+    .bind(b.p.tenant)
+    .execute(&mut owner)
+    .await
+    .unwrap();
+    let turns = turns_by_text(&app, &a).await;
+    let id = |text: &str| turns[text].0.clone();
+    let received = |text: &str| turns[text].2.clone();
+    let w1 = turns["Does it come in another color?"].0.clone();
+    assert!(turns.values().all(|(_, status, ..)| status == "dispatch_failed"));
+
+    // Bad filters are refused and queue nothing; a misspelt filter never widens the action.
+    let path = "/v1/admin/messages/redispatch";
+    for (action, bad) in [
+        ("redispatch", json!({"status": "executed"})),
+        ("redispatch", json!({"include_unknown": true})),
+        ("redispatch", json!({"limit": 0})),
+        ("redispatch", json!({"limit": 1001})),
+        ("redispatch", json!({"since": "yesterday"})),
+        (
+            "redispatch",
+            json!({"since": received("t2"), "until": received("t1")}),
+        ),
+        ("redispatch", json!({"connector": a.p.telegram})),
+        ("redispatch", json!({"connector_id": "not-a-uuid"})),
+        ("resend", json!({"status": "dispatch_failed"})),
+        ("resend", json!({"status": "nope"})),
+        ("resend", json!({"platform": "irc"})),
+        ("resend", json!(["not", "an", "object"])),
+    ] {
+        let (status, error) = call(
+            &app,
+            Method::POST,
+            &format!("/v1/admin/messages/{action}"),
+            &a.key,
+            Some(bad.clone()),
+        )
+        .await;
+        assert_eq!(
+            (status, error["error"].as_str()),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some("unprocessable")),
+            "{action} {bad}"
+        );
+    }
+    let no_json = app
+        .client
+        .post(app.url(path))
+        .bearer_auth(&a.key)
+        .body("everything please")
+        .send()
+        .await
+        .unwrap();
+    assert!(no_json.status().is_client_error(), "{}", no_json.status());
+    assert_eq!(queue_depth(&app).await, 0, "nothing was queued by a refused call");
+
+    // Alice's Telegram turns received since the second one: that one alone.
+    let filter = json!({"connector_id": a.p.telegram, "user_id": "alice", "since": received("t2")});
+    let (status, queued) = call(&app, Method::POST, path, &a.key, Some(filter)).await;
+    assert_eq!(
+        (status, queued),
+        (
+            StatusCode::OK,
+            json!({"queued": 1, "ids": [id("t2")], "more": false})
+        )
+    );
+    // All of alice's Telegram turns: the first one now; the second is already queued.
+    let filter = json!({"connector_id": a.p.telegram, "user_id": "alice"});
+    let (_, queued) = call(&app, Method::POST, path, &a.key, Some(filter.clone())).await;
+    assert_eq!(queued, json!({"queued": 1, "ids": [id("t1")], "more": false}));
+    let (_, queued) = call(&app, Method::POST, path, &a.key, Some(filter)).await;
+    assert_eq!(
+        queued,
+        json!({"queued": 0, "ids": [], "more": false}),
+        "idempotent"
+    );
+    // Before the first turn: nothing.
+    let (_, queued) = call(
+        &app,
+        Method::POST,
+        path,
+        &a.key,
+        Some(json!({"until": received("t1")})),
+    )
+    .await;
+    assert_eq!(queued, json!({"queued": 0, "ids": [], "more": false}));
+    // The whole tenant, one per call: the oldest first, and more to come.
+    let (_, queued) = call(&app, Method::POST, path, &a.key, Some(json!({"limit": 1}))).await;
+    assert_eq!(queued, json!({"queued": 1, "ids": [id("s1")], "more": true}));
+
+    // The three are answered, in the order they were queued; the rest stay failed.
+    let mut outcomes = Vec::new();
+    loop {
+        match worker.step().await.unwrap() {
+            StepOutcome::Empty => break,
+            outcome => outcomes.push(outcome),
+        }
+    }
+    let answered: Vec<String> = outcomes
+        .iter()
+        .map(|o| match o {
+            StepOutcome::Executed(id) => id.to_string(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(answered, [id("t2"), id("t1"), id("s1")]);
+    let contents: Vec<String> = agent.calls()[4..]
+        .iter()
+        .map(|c| c.payload.content.clone())
+        .collect();
+    assert_eq!(contents, ["t2", "t1", "s1"]);
+    let turns = turns_by_text(&app, &a).await;
+    for text in ["t1", "t2", "s1"] {
+        assert_eq!(
+            (turns[text].1.as_str(), turns[text].3),
+            ("executed", true),
+            "{text}"
+        );
+    }
+    assert_eq!(turns["Does it come in another color?"].1, "dispatch_failed");
+    assert_eq!(turns["Does it come in another color?"].0, w1);
+    let b_turns = turns_by_text(&app, &b).await;
+    assert_eq!(
+        b_turns["b1"].1, "dispatch_failed",
+        "another tenant's turn is untouched"
+    );
+    assert_eq!(queue_depth(&app).await, 0);
+}
+
+/// Runs the `channel-bridge` binary with `args` against `database_url` (given in the
+/// environment, as an operator would, never on the command line).
+async fn run_cli(database_url: String, args: &[&str]) -> std::process::Output {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_channel-bridge"))
+            .args(&args)
+            .env("DATABASE_URL", database_url)
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("the binary runs")
+    })
+    .await
+    .unwrap()
+}
+
+fn printed(output: &std::process::Output) -> Value {
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("the CLI prints JSON")
+}
+
+#[tokio::test]
+async fn the_cli_resends_and_redispatches_by_filter_and_a_running_worker_picks_the_jobs_up_at_once() {
+    let app = app().await;
+    let platforms = FakePlatforms::start().await;
+    let t = tenant_at(&app, "acme", &platforms).await;
+    let agent = FakeAgent::start(&t.p.dispatch_secret).await;
+    // A worker instance that polls once a minute: only a wake-up gets a job run in time.
+    let agent_url = agent.url.clone();
+    let _worker = spawn_app_on(&app.db, move |settings| {
+        settings.worker = true;
+        settings.agent_url = Some(agent_url);
+        settings.dispatch.poll_interval_ms = 60_000;
+        settings.dispatch.retry_base_ms = 0;
+    })
+    .await;
+    let status_of = |text: &'static str| {
+        let app = &app;
+        let t = &t;
+        async move {
+            turns_by_text(app, t)
+                .await
+                .get(text)
+                .map(|(_, status, _, delivered)| (status.clone(), *delivered))
+        }
+    };
+    eventually("the worker instance listens for wake-ups", || async {
+        let mut owner = app.db.owner_conn().await;
+        sqlx::query_scalar(
+            "select exists (select 1 from pg_stat_activity
+                             where datname = current_database() and query ilike 'listen%')",
+        )
+        .fetch_one(&mut owner)
+        .await
+        .unwrap()
+    })
+    .await;
+
+    // A two-part answer whose second part Slack refuses, and a turn the agent refuses.
+    agent.script([
+        Reply::Json(
+            200,
+            json!({"messages": [{"content": "p0"}, {"content": "p1"}]}),
+            None,
+        ),
+        Reply::Json(400, json!({"error": "bad_request"}), None),
+    ]);
+    platforms.script(
+        Platform::Slack,
+        [
+            Answer::Ok,
+            Answer::Status(200, json!({"ok": false, "error": "channel_not_found"}), None),
+        ],
+    );
+    deliver(
+        &app,
+        &t.p,
+        Platform::Slack,
+        slack_text("1718003000.000100", "two parts"),
+    )
+    .await;
+    eventually("the reply fails", || async {
+        status_of("two parts").await == Some(("delivery_failed".into(), false))
+    })
+    .await;
+    assert_eq!(
+        post_fixture(&app, &t.p, Platform::Whatsapp, "text")
+            .await
+            .status(),
+        200
+    );
+    let bobs = "Does it come in another color?";
+    eventually("the dispatch fails", || async {
+        status_of(bobs).await == Some(("dispatch_failed".into(), false))
+    })
+    .await;
+    let turns = turns_by_text(&app, &t).await;
+    let (slack_turn, bobs_turn) = (turns["two parts"].0.clone(), turns[bobs].0.clone());
+
+    let url = app.db.url();
+    let tenant = t.p.tenant.to_string();
+    let slack = t.p.slack.to_string();
+    let resend = [
+        "messages",
+        "resend",
+        "--tenant",
+        &tenant,
+        "--connector",
+        &slack,
+        "--status",
+        "delivery_failed",
+    ];
+    let queued = printed(&run_cli(url.clone(), &resend).await);
+    assert_eq!(queued, json!({"queued": 1, "ids": [slack_turn], "more": false}));
+    eventually("the resent part is posted", || async {
+        status_of("two parts").await == Some(("executed".into(), true))
+    })
+    .await;
+    let texts: Vec<String> = platforms
+        .sent_to(Platform::Slack)
+        .iter()
+        .map(|m| m.text().to_owned())
+        .collect();
+    assert_eq!(texts, ["p0", "p1", "p1"], "only the missing part, once");
+    let queued = printed(&run_cli(url.clone(), &resend).await);
+    assert_eq!(queued, json!({"queued": 0, "ids": [], "more": false}));
+
+    let redispatch = ["messages", "redispatch", "--tenant", &tenant, "--user", "bob"];
+    let queued = printed(&run_cli(url.clone(), &redispatch).await);
+    assert_eq!(queued, json!({"queued": 1, "ids": [bobs_turn], "more": false}));
+    eventually("the redispatched turn is answered and delivered", || async {
+        status_of(bobs).await == Some(("executed".into(), true))
+    })
+    .await;
+    assert_eq!(platforms.sent_to(Platform::Whatsapp).len(), 1);
+    let one = ["messages", "redispatch", "--tenant", &tenant, "--id", &bobs_turn];
+    let output = run_cli(url.clone(), &one).await;
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr)
+            .contains("only a dispatch_failed message can be redispatched"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    let wrong = [
+        "messages",
+        "redispatch",
+        "--tenant",
+        &tenant,
+        "--status",
+        "executed",
+    ];
+    let output = run_cli(url.clone(), &wrong).await;
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("redispatch applies to dispatch_failed messages"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let unknown = uuid::Uuid::new_v4().to_string();
+    let output = run_cli(
+        url,
+        &["messages", "resend", "--tenant", &tenant, "--id", &unknown],
+    )
+    .await;
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("message not found"));
 }

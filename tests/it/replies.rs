@@ -77,6 +77,49 @@ impl Setup {
         (messages, queued)
     }
 
+    /// A tenant admin key of the tenant, issued as the operator would.
+    async fn admin_key(&self) -> String {
+        channel_bridge::admin::operator::issue(&self.app.pool, self.tenant.tenant, "ci")
+            .await
+            .unwrap()
+            .key
+    }
+
+    /// An admin API request; its status and JSON body.
+    async fn admin(
+        &self,
+        key: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut request = self
+            .app
+            .client
+            .request(method, self.app.url(path))
+            .bearer_auth(key);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// The turn as the admin API shows it.
+    async fn message(&self, key: &str, id: MessageId) -> Value {
+        let (status, message) = self
+            .admin(
+                key,
+                reqwest::Method::GET,
+                &format!("/v1/admin/messages/{id}"),
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{message}");
+        message
+    }
+
     async fn delivered(&self, message: MessageId) -> bool {
         let mut owner = self.app.db.owner_conn().await;
         sqlx::query_scalar("select delivered_at is not null from channel_messages where id = $1")
@@ -687,4 +730,228 @@ async fn an_unlinked_sender_gets_the_connectors_notice_at_most_once_a_day() {
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].text(), "Please link your account first.");
     assert!(s.agent.calls().is_empty(), "denied turns never reach the agent");
+}
+
+#[tokio::test]
+async fn a_reply_slack_refuses_is_delivery_failed_and_a_resend_posts_only_the_missing_part_once() {
+    let s = setup().await;
+    let key = s.admin_key().await;
+    s.agent.script([Reply::Json(
+        200,
+        json!({"messages": [{"content": "part one"}, {"content": "part two"}]}),
+        None,
+    )]);
+    s.platforms.script(
+        Platform::Slack,
+        [
+            Answer::Ok,
+            Answer::Status(200, json!({"ok": false, "error": "channel_not_found"}), None),
+        ],
+    );
+    deliver(
+        &s.app,
+        &s.tenant,
+        Platform::Slack,
+        slack_text("1718001400.000100", "two parts please"),
+    )
+    .await;
+    let id = executed(&s.worker).await;
+    assert_eq!(statuses(&s.parts(id).await), ["sent", "failed"]);
+
+    // Visible: its own status, the part's error, and a filter that finds it.
+    let (status, page) = s
+        .admin(
+            &key,
+            reqwest::Method::GET,
+            "/v1/admin/messages?status=delivery_failed",
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    let items = page["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0]["id"], id.to_string());
+    assert_eq!(items[0]["status"], "delivery_failed");
+    assert_eq!(items[0]["last_error"], "slack: channel_not_found");
+    assert!(items[0]["delivered_at"].is_null());
+    let (_, executed_page) = s
+        .admin(
+            &key,
+            reqwest::Method::GET,
+            "/v1/admin/messages?status=executed",
+            None,
+        )
+        .await;
+    assert!(executed_page["items"].as_array().unwrap().is_empty());
+    // The agent did answer: its history keeps the turn with the answer.
+    let (_, history) = s
+        .admin(&key, reqwest::Method::GET, "/v1/admin/users/alice/history", None)
+        .await;
+    assert_eq!(
+        history["messages"],
+        json!([{"role": "user", "content": "two parts please"},
+               {"role": "assistant", "content": "part one\n\npart two"}])
+    );
+
+    // The channel is back (the fake platform answers ok again): resend, four times at once
+    // (one click and its impatient repeats, one bulk call): the turn is queued once.
+    let resend = format!("/v1/admin/messages/{id}/resend");
+    let bulk = json!({"connector_id": s.tenant.slack, "status": "delivery_failed"});
+    let calls = futures::future::join_all([
+        s.admin(&key, reqwest::Method::POST, &resend, None),
+        s.admin(&key, reqwest::Method::POST, &resend, None),
+        s.admin(&key, reqwest::Method::POST, &resend, None),
+        s.admin(
+            &key,
+            reqwest::Method::POST,
+            "/v1/admin/messages/resend",
+            Some(bulk),
+        ),
+    ])
+    .await;
+    let mut answers: Vec<Value> = calls
+        .into_iter()
+        .map(|(status, queued)| {
+            assert_eq!(status, 200, "{queued}");
+            queued
+        })
+        .collect();
+    answers.sort_by_key(|queued| queued["queued"].as_u64());
+    let nothing = json!({"queued": 0, "ids": [], "more": false});
+    assert_eq!(
+        answers,
+        [
+            nothing.clone(),
+            nothing.clone(),
+            nothing,
+            json!({"queued": 1, "ids": [id.to_string()], "more": false})
+        ]
+    );
+    let message = s.message(&key, id).await;
+    assert_eq!(
+        (message["status"].as_str(), &message["last_error"]),
+        (Some("executed"), &Value::Null)
+    );
+    assert_eq!(statuses(&s.parts(id).await), ["sent", "pending"]);
+    let (status, again) = s.admin(&key, reqwest::Method::POST, &resend, None).await;
+    assert_eq!(
+        (status, again),
+        (200, json!({"queued": 0, "ids": [], "more": false})),
+        "already queued: nothing is queued twice"
+    );
+
+    assert_eq!(s.worker.step().await.unwrap(), StepOutcome::Delivered(id));
+    let texts: Vec<String> = s.platforms.sent().iter().map(|m| m.text().to_owned()).collect();
+    assert_eq!(
+        texts,
+        ["part one", "part two", "part two"],
+        "the refused part is posted once more, the sent one never again"
+    );
+    assert_eq!(
+        s.platforms.slack_thread_keys(),
+        [format!("{id}:0"), format!("{id}:1")],
+        "each part is in the thread once"
+    );
+    assert_eq!(statuses(&s.parts(id).await), ["sent", "sent"]);
+    let message = s.message(&key, id).await;
+    assert_eq!(message["status"], "executed");
+    assert!(message["delivered_at"].is_string());
+
+    let (status, after) = s.admin(&key, reqwest::Method::POST, &resend, None).await;
+    assert_eq!(
+        (status, after),
+        (200, json!({"queued": 0, "ids": [], "more": false})),
+        "delivered: nothing to resend"
+    );
+    assert_eq!(s.worker.step().await.unwrap(), StepOutcome::Empty);
+    assert_eq!(s.platforms.sent().len(), 3);
+}
+
+#[tokio::test]
+async fn a_telegram_part_in_doubt_shows_on_the_turn_and_is_resent_only_when_asked() {
+    let s = setup().await;
+    let key = s.admin_key().await;
+    s.agent.script([Reply::Json(
+        200,
+        json!({"messages": [{"content": "one"}, {"content": "two"}]}),
+        None,
+    )]);
+    s.platforms
+        .script(Platform::Telegram, [Answer::HangBeforePosting]);
+    deliver(
+        &s.app,
+        &s.tenant,
+        Platform::Telegram,
+        telegram_text(13_201, "two parts"),
+    )
+    .await;
+    kill_worker_after_sends(&s, 1).await;
+    s.time_passes().await;
+    let outcome = s.worker.step().await.unwrap();
+    let StepOutcome::Failed(id) = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(statuses(&s.parts(id).await), ["unknown", "sent"]);
+
+    // Not delivered and saying why, but not delivery_failed: a resend may double it.
+    let message = s.message(&key, id).await;
+    assert_eq!(message["status"], "executed");
+    assert!(message["delivered_at"].is_null());
+    assert!(
+        message["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("outcome unknown"),
+        "{message}"
+    );
+    let resend = format!("/v1/admin/messages/{id}/resend");
+    let nothing = json!({"queued": 0, "ids": [], "more": false});
+    let (status, queued) = s.admin(&key, reqwest::Method::POST, &resend, None).await;
+    assert_eq!((status, queued), (200, nothing.clone()));
+    let (status, queued) = s
+        .admin(
+            &key,
+            reqwest::Method::POST,
+            "/v1/admin/messages/resend",
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(
+        (status, queued),
+        (200, nothing),
+        "a bulk resend leaves parts in doubt alone"
+    );
+    assert_eq!(s.worker.step().await.unwrap(), StepOutcome::Empty);
+
+    let (status, queued) = s
+        .admin(
+            &key,
+            reqwest::Method::POST,
+            &format!("{resend}?include_unknown=true"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, queued),
+        (200, json!({"queued": 1, "ids": [id.to_string()], "more": false}))
+    );
+    assert_eq!(s.worker.step().await.unwrap(), StepOutcome::Delivered(id));
+    let texts: Vec<String> = s.platforms.sent().iter().map(|m| m.text().to_owned()).collect();
+    assert_eq!(
+        texts,
+        ["one", "two", "one"],
+        "only the part in doubt is posted again"
+    );
+    assert_eq!(statuses(&s.parts(id).await), ["sent", "sent"]);
+    assert!(s.delivered(id).await);
+
+    let (status, error) = s
+        .admin(
+            &key,
+            reqwest::Method::POST,
+            &format!("{resend}?include_unknwon=true"),
+            None,
+        )
+        .await;
+    assert_eq!((status, error["error"].as_str()), (422, Some("unprocessable")));
 }
