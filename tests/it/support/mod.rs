@@ -196,16 +196,3 @@ async fn start(db: std::sync::Arc<TestDb>, settings: ServeSettings) -> TestApp {
         db,
     }
 }
-
-/// Waits until `done` holds, looking every few milliseconds, for at most 20 s.
-pub async fn eventually<F, Fut>(what: &str, mut done: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !done().await {
-        assert!(std::time::Instant::now() < deadline, "timed out waiting: {what}");
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
-}
