@@ -741,13 +741,13 @@ ensure_database() {
       3) _cb_say "using DATABASE_URL: $shown (the server answers; $_cb_why)" ;;
       4) _cb_say "using DATABASE_URL: $shown (logs in to database postgres; $_cb_db: $_cb_why)" ;;
       2)
-        _cb_say "DATABASE_URL is set, but no PostgreSQL server answers at $_cb_host:$_cb_port: $shown"
-        _cb_say "($_cb_why). Start that server, correct DATABASE_URL, or unset it to let the scripts choose one."
+        _cb_say "DATABASE_URL is set, but no PostgreSQL server answers at $_cb_host:$_cb_port ($_cb_why): $shown"
+        _cb_say "start that server, correct DATABASE_URL, or unset it to let the scripts choose a server"
         return 1
         ;;
       *)
-        _cb_say "DATABASE_URL is set, but the server at $_cb_host:$_cb_port refuses the login: $shown"
-        _cb_say "($_cb_why). Correct DATABASE_URL (user, password, database), or unset it to let the scripts choose one."
+        _cb_say "DATABASE_URL is set, but the server at $_cb_host:$_cb_port refuses the login ($_cb_why): $shown"
+        _cb_say "correct DATABASE_URL (user, password, database), or unset it to let the scripts choose a server"
         return 1
         ;;
     esac
