@@ -1,5 +1,6 @@
 //! The three platforms' send APIs (PLATFORMS.md §1.6, §2.6, §3.6), each answer classified
-//! so the delivery loop knows whether the part was posted, refused, or is in doubt.
+//! so the delivery loop knows whether the part was posted, refused, or is in doubt; and the
+//! one page of a Slack thread that reconciling an interrupted send reads (`super::slack`).
 //!
 //! One shared client with timeouts and no retries of its own: a send whose outcome is
 //! unknown must be reconciled, never blindly repeated by a library underneath.

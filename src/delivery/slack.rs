@@ -36,8 +36,8 @@
 //! Any other failed read waits a backoff and tries again.
 //!
 //! Limits: a confirmation that arrives while a pass is deciding to wait is applied at once
-//! but wakes the job only at the end of that wait (the job was still leased when it came).
-//! A message posted more than `OLDEST_MARGIN` before the mark (clocks that far apart) is
+//! but cannot wake the job (it is still leased): inside the window the part is looked at
+//! again every `WINDOW_RECHECK` at most, so such a turn goes on within 15 s. A message posted more than `OLDEST_MARGIN` before the mark (clocks that far apart) is
 //! not found by the read; the confirmation event still finds it.
 
 use std::time::Duration;
@@ -58,6 +58,11 @@ const OLDEST_MARGIN: chrono::Duration = chrono::Duration::seconds(60);
 /// Most pages one pass reads, even when the budget would allow more (no budget in tests,
 /// or a Marketplace app): a long thread goes on in the next pass, from its saved cursor.
 const MAX_PAGES_PER_PASS: usize = 20;
+
+/// Longest wait inside the confirmation window before the part is looked at again: an
+/// event that arrives while a pass is deciding to wait (its job still leased, so the event
+/// cannot wake it) is noticed this soon. Such a look costs no request to Slack.
+const WINDOW_RECHECK: Duration = Duration::from_secs(15);
 
 /// The shortest wait handed back to the queue.
 const MIN_WAIT: Duration = Duration::from_millis(200);
@@ -97,7 +102,7 @@ impl ThreadSearch<'_> {
         let now = Utc::now();
         let mark = part.sending_since.unwrap_or(now);
         if let Some(left) = self.window_left(mark, now) {
-            return Ok(Reconciled::Later(left, AWAITING_EVENT.into()));
+            return Ok(Reconciled::Later(left.min(WINDOW_RECHECK), AWAITING_EVENT.into()));
         }
         let key = replies::part_key(outgoing.message.id, part.part_index);
         let oldest = slack_ts(mark - OLDEST_MARGIN);

@@ -16,6 +16,10 @@
 //! - bot echoes, our own messages, edits, deletes, joins, statuses and unknown update kinds
 //!   are not recorded at all: they are counted in `webhook_events_dropped_total` and logged
 //!   at debug level.
+//!
+//! Platform reports about our own reply parts are never turns: WhatsApp status callbacks
+//! (`db::replies::apply_status`) and Slack's `message_metadata_posted` confirmations
+//! (`db::replies::confirm_posted`) settle the part they name and wake its job.
 
 pub mod writer;
 
