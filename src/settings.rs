@@ -334,6 +334,17 @@ pub struct DispatchSettings {
     #[arg(long, env = "CB_WHATSAPP_CONFIRM_SECS", default_value_t = 600)]
     pub whatsapp_confirm_secs: u64,
 
+    /// How long an interrupted Slack send waits for the `message_metadata_posted` event
+    /// that would confirm it before the thread is read, in seconds.
+    #[arg(long, env = "CB_SLACK_CONFIRM_SECS", default_value_t = 60)]
+    pub slack_confirm_secs: u64,
+
+    /// Least time between two `conversations.replies` requests for one Slack workspace, in
+    /// milliseconds, shared by every instance (Tier 1 for non-Marketplace apps: one a
+    /// minute). 0: no limit.
+    #[arg(long, env = "CB_SLACK_READ_INTERVAL_MS", default_value_t = 60_000)]
+    pub slack_read_interval_ms: u64,
+
     /// Polling fallback when no wake-up arrives, in milliseconds.
     #[arg(long, env = "CB_POLL_INTERVAL_MS", default_value_t = 1000)]
     pub poll_interval_ms: u64,
@@ -351,6 +362,8 @@ impl Default for DispatchSettings {
             lease_secs: 120,
             reply_max_attempts: 8,
             whatsapp_confirm_secs: 600,
+            slack_confirm_secs: 60,
+            slack_read_interval_ms: 60_000,
             poll_interval_ms: 1000,
         }
     }

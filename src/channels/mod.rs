@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use sha2::Sha256;
 
-use crate::domain::{Connector, Platform};
+use crate::domain::{Connector, MessageId, Platform};
 
 /// What a platform module sees of an HTTP request.
 pub struct HookRequest<'a> {
@@ -103,17 +103,38 @@ pub struct DeliveryStatus {
     pub error: Option<String>,
 }
 
+/// The platform's word that one of our own reply parts is posted: Slack's
+/// `message_metadata_posted` event for a message that carries our part key. It settles a
+/// part left in doubt by an interrupted send. Every field is checked when parsed (a part key
+/// of ours, Slack-shaped ids), so nothing in it can fail to store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostedPart {
+    pub message: MessageId,
+    pub part_index: i32,
+    /// The platform's id of the posted message (Slack `message_ts`).
+    pub platform_message_id: String,
+    /// Where it was posted (Slack `channel_id`): it must be the turn's own chat.
+    pub chat_id: String,
+}
+
 /// Everything a verified POST carried.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Inbound {
     pub messages: Vec<InboundMessage>,
     pub statuses: Vec<DeliveryStatus>,
+    /// Confirmations that our reply parts were posted (Slack metadata events).
+    pub posted: Vec<PostedPart>,
     /// Reasons for what was dropped without recording (echoes, edits, statuses of others…),
     /// kept for metrics and debug logs.
     pub dropped: Vec<&'static str>,
 }
 
 impl Inbound {
+    /// Whether anything is to be written: turns, status callbacks or post confirmations.
+    pub fn has_records(&self) -> bool {
+        !(self.messages.is_empty() && self.statuses.is_empty() && self.posted.is_empty())
+    }
+
     /// Replaces every U+0000 in what will be stored with U+FFFD. PostgreSQL's `text` and
     /// `jsonb` cannot hold NUL, and a platform retries a webhook it got a 5xx for with the
     /// same body (Meta for days), so a NUL must not fail the insert: the message is kept and
@@ -404,6 +425,7 @@ mod scrub_tests {
                 callback_data: Some("p\0".into()),
                 error: None,
             }],
+            posted: Vec::new(),
             dropped: Vec::new(),
         };
         inbound.scrub_nul();

@@ -5,15 +5,26 @@
 //! a `file_share` without text is recorded as a `[file]` placeholder, never dispatched).
 //! Everything else is dropped with a reason: our own and other bots' posts (DESIGN.md
 //! "Loop safety"), edits, deletes, other subtypes, hidden events and non-message events.
+//!
+//! One event is neither a turn nor dropped: `message_metadata_posted` for a message that
+//! carries our reply metadata (`REPLY_METADATA_EVENT_TYPE` and a part key, sent with every
+//! `chat.postMessage`) is Slack's confirmation that the part was posted, a `PostedPart` that
+//! settles a part left in doubt by an interrupted send (`crate::delivery::slack`). Metadata
+//! of another type or of another app, and keys that are not ours, are dropped.
 
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{
     hmac_sha256_matches, parse_json, required_header, Channel, HandshakeReply, HookError, HookRequest,
-    Inbound, InboundKind, InboundMessage, Parsed,
+    Inbound, InboundKind, InboundMessage, Parsed, PostedPart,
 };
+use crate::db::replies::parse_part_key;
 use crate::domain::{Connector, Platform};
+
+/// The `event_type` of the metadata every reply part is posted with, and the one the app's
+/// manifest subscribes to under `metadata_subscriptions` (README, "Registering the webhook").
+pub const REPLY_METADATA_EVENT_TYPE: &str = "channel_bridge_reply";
 
 const SIGNATURE_HEADER: &str = "x-slack-signature";
 const TIMESTAMP_HEADER: &str = "x-slack-request-timestamp";
@@ -111,9 +122,43 @@ fn challenge_reply(challenge: Option<String>) -> Result<HandshakeReply, HookErro
     })
 }
 
+/// The fields of a `message_metadata_posted` event the bridge reads.
+#[derive(Deserialize)]
+struct MetadataPostedIn {
+    app_id: Option<String>,
+    bot_id: Option<String>,
+    channel_id: Option<String>,
+    message_ts: Option<String>,
+    metadata: Option<MetadataIn>,
+}
+
+#[derive(Deserialize)]
+struct MetadataIn {
+    event_type: Option<String>,
+    event_payload: Option<Value>,
+}
+
 fn event_callback(connector: &Connector, envelope: EnvelopeIn) -> Inbound {
     if !is_for_our_workspace(connector, &envelope) {
         return Inbound::only_dropped("other_team");
+    }
+    let event_type = envelope
+        .event
+        .as_ref()
+        .and_then(|e| e.get("type"))
+        .and_then(Value::as_str);
+    if event_type == Some("message_metadata_posted") {
+        let event = envelope
+            .event
+            .as_ref()
+            .map_or(Err("no_event"), |e| posted_part(connector, e));
+        return match event {
+            Ok(posted) => Inbound {
+                posted: vec![posted],
+                ..Inbound::default()
+            },
+            Err(reason) => Inbound::only_dropped(reason),
+        };
     }
     let event = envelope.event.as_ref().ok_or("no_event").and_then(message_event);
     match event.and_then(|event| inbound_message(connector, &envelope, event)) {
@@ -179,6 +224,59 @@ fn inbound_message(
         text: message_text(kind, &event),
         metadata: metadata(envelope, &event),
     })
+}
+
+/// Slack's confirmation that one of our reply parts was posted: metadata of our type, posted
+/// by our app and bot (when the connector knows them: another app in the workspace could
+/// post our event type), naming a part key of ours, with Slack-shaped ids. A signed event
+/// that is not that is dropped, never refused: a 4xx would only make Slack retry it.
+fn posted_part(connector: &Connector, event: &Value) -> Result<PostedPart, &'static str> {
+    let event: MetadataPostedIn = serde_json::from_value(event.clone()).map_err(|_| "unreadable_event")?;
+    let metadata = event.metadata.ok_or("unreadable_event")?;
+    if metadata.event_type.as_deref() != Some(REPLY_METADATA_EVENT_TYPE) {
+        return Err("other_metadata");
+    }
+    let same_app = matches_when_known(event.app_id.as_deref(), connector.app_id.as_deref());
+    let same_bot = matches_when_known(event.bot_id.as_deref(), connector.bot_id.as_deref());
+    if !(same_app && same_bot) {
+        return Err("other_app");
+    }
+    let key = metadata
+        .event_payload
+        .as_ref()
+        .and_then(|payload| payload.get("part_key"))
+        .and_then(Value::as_str)
+        .ok_or("unreadable_event")?;
+    let (message, part_index) = parse_part_key(key).ok_or("unknown_part_key")?;
+    let ts = event.message_ts.filter(|ts| is_slack_ts(ts));
+    let channel = event.channel_id.filter(|id| is_slack_id(id));
+    let (Some(ts), Some(channel)) = (ts, channel) else {
+        return Err("missing_ids");
+    };
+    Ok(PostedPart {
+        message,
+        part_index,
+        platform_message_id: ts,
+        chat_id: channel,
+    })
+}
+
+/// Equal, or the connector does not know its own value (nothing to compare with).
+fn matches_when_known(field: Option<&str>, ours: Option<&str>) -> bool {
+    ours.is_none() || field == ours
+}
+
+/// A Slack `ts`: seconds, a dot and microseconds, all digits.
+fn is_slack_ts(ts: &str) -> bool {
+    let digits =
+        |part: &str| !part.is_empty() && part.len() <= 20 && part.bytes().all(|b| b.is_ascii_digit());
+    ts.split_once('.')
+        .is_some_and(|(secs, fraction)| digits(secs) && digits(fraction))
+}
+
+/// A Slack conversation id (`C…`, `D…`, `G…`): letters and digits.
+fn is_slack_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 
 /// Loop safety (§1.5 rule 1): modern app posts have no subtype but carry `bot_id` and the
@@ -266,6 +364,7 @@ mod tests {
     const APP_RATE_LIMITED: &[u8] = include_bytes!("../../fixtures/slack/app_rate_limited.json");
     const REACTION_ADDED: &[u8] = include_bytes!("../../fixtures/slack/reaction_added.json");
     const FILE_SHARE_NO_TEXT: &[u8] = include_bytes!("../../fixtures/slack/file_share_no_text.json");
+    const METADATA_POSTED: &[u8] = include_bytes!("../../fixtures/slack/message_metadata_posted.json");
 
     /// The connector the fixtures were written for (fixtures/README.md).
     fn connector() -> Connector {
@@ -571,6 +670,77 @@ mod tests {
     fn odd_shapes_of_other_event_types_are_not_errors() {
         let user_change = br#"{"type":"event_callback","team_id":"T0001","event":{"type":"user_change","user":{"id":"U0USER1"}}}"#;
         assert_eq!(dropped_reason(user_change), "non_message_event");
+    }
+
+    /// The metadata fixture with `change` applied to its event.
+    fn metadata_event(change: impl FnOnce(&mut Value)) -> Vec<u8> {
+        let mut body: Value = serde_json::from_slice(METADATA_POSTED).expect("fixture is JSON");
+        change(&mut body["event"]);
+        serde_json::to_vec(&body).expect("serializes")
+    }
+
+    #[test]
+    fn our_metadata_posted_event_confirms_the_part_it_names() {
+        let inbound = events(METADATA_POSTED);
+        assert!(inbound.messages.is_empty(), "never a user turn");
+        assert!(inbound.dropped.is_empty(), "{:?}", inbound.dropped);
+        let expected = PostedPart {
+            message: "0193a5b0-7e1c-7cc0-9d3e-5f0a1b2c3d4e".parse().expect("uuid"),
+            part_index: 1,
+            platform_message_id: "1718000001.000200".into(),
+            chat_id: "D0DM00001".into(),
+        };
+        assert_eq!(inbound.posted, vec![expected]);
+    }
+
+    #[test]
+    fn metadata_of_another_type_app_or_bot_is_dropped() {
+        let other_type = metadata_event(|e| e["metadata"]["event_type"] = "task_created".into());
+        assert_eq!(dropped_reason(&other_type), "other_metadata");
+        let other_app = metadata_event(|e| e["app_id"] = "A0OTHER".into());
+        assert_eq!(dropped_reason(&other_app), "other_app");
+        let other_bot = metadata_event(|e| e["bot_id"] = "B0OTHER".into());
+        assert_eq!(dropped_reason(&other_bot), "other_app");
+        let mut unknown_ids = connector();
+        unknown_ids.app_id = None;
+        unknown_ids.bot_id = None;
+        let inbound = testing::events(&Slack, &unknown_ids, &other_app);
+        assert_eq!(inbound.posted.len(), 1, "nothing to compare with: accepted");
+    }
+
+    #[test]
+    fn metadata_event_with_a_key_or_ids_that_are_not_ours_is_dropped() {
+        for (key, reason) in [
+            (json!("not-a-key"), "unknown_part_key"),
+            (
+                json!("0193a5b0-7e1c-7cc0-9d3e-5f0a1b2c3d4e:x"),
+                "unknown_part_key",
+            ),
+            (json!(42), "unreadable_event"),
+        ] {
+            let body = metadata_event(|e| e["metadata"]["event_payload"]["part_key"] = key);
+            assert_eq!(dropped_reason(&body), reason);
+        }
+        for (field, value) in [
+            ("message_ts", "1718000001.000200\0"),
+            ("message_ts", "soon"),
+            ("channel_id", "D0DM 00001"),
+            ("channel_id", ""),
+        ] {
+            let body = metadata_event(|e| e[field] = value.into());
+            assert_eq!(dropped_reason(&body), "missing_ids", "{field} = {value:?}");
+        }
+        let body = metadata_event(|e| e["metadata"] = "text".into());
+        assert_eq!(dropped_reason(&body), "unreadable_event");
+    }
+
+    #[test]
+    fn metadata_event_of_another_workspace_is_dropped() {
+        let mut other = connector();
+        other.external_id = Some("T0OTHER".into());
+        let inbound = testing::events(&Slack, &other, METADATA_POSTED);
+        assert!(inbound.posted.is_empty());
+        assert_eq!(inbound.dropped, vec!["other_team"]);
     }
 
     #[test]

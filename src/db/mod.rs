@@ -10,6 +10,7 @@ pub mod links;
 pub mod messages;
 pub mod queue;
 pub mod replies;
+pub mod slack_budget;
 pub mod tenant_tx;
 pub mod tenants;
 pub mod turns;

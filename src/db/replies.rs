@@ -1,10 +1,13 @@
 //! Reply parts (`channel_replies`, tenant table, RLS) as the outside world changes them:
-//! WhatsApp status callbacks, and the daily notice to unlinked senders. The worker's own
-//! part transitions (pending → sending → sent | failed) live in `super::turns`.
+//! WhatsApp status callbacks, Slack post confirmations, where a search of a Slack thread
+//! resumes, and the daily notice to unlinked senders. The worker's own part transitions
+//! (pending → sending → sent | failed) live in `super::turns`.
+
+use chrono::{DateTime, Utc};
 
 use super::TenantTx;
-use crate::channels::DeliveryStatus;
-use crate::domain::MessageId;
+use crate::channels::{DeliveryStatus, PostedPart};
+use crate::domain::{ConnectorId, MessageId};
 
 /// Applies a WhatsApp status callback to the reply part it names: by our part key
 /// (`biz_opaque_callback_data` = `{message_id}:{part_index}`) when present, else by the
@@ -44,12 +47,93 @@ pub async fn apply_status(
     .await
 }
 
+/// Settles a reply part as posted on the platform's word (Slack `message_metadata_posted`
+/// with our part key), with the posted message's id. Only a part still `sending` or
+/// `pending` changes, and only when it belongs to a turn of this connector in the chat the
+/// message was posted in: a key of another tenant (RLS hides it), of another connector or
+/// chat, or of a part already settled changes nothing, so a repeated event is harmless.
+/// Returns the message whose part was settled, if any.
+pub async fn confirm_posted(
+    tx: &mut TenantTx,
+    connector: ConnectorId,
+    posted: &PostedPart,
+) -> Result<Option<MessageId>, sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query_scalar(
+        "update channel_replies r
+            set status = 'sent', platform_message_id = $4, sent_at = $7, last_error = null,
+                updated_at = $7
+           from channel_messages m
+          where r.tenant_id = $1 and r.message_id = $2 and r.part_index = $3
+            and r.status in ('sending', 'pending')
+            and m.tenant_id = $1 and m.id = $2 and m.connector_id = $5 and m.chat_id = $6
+      returning r.message_id",
+    )
+    .bind(tenant)
+    .bind(posted.message)
+    .bind(posted.part_index)
+    .bind(&posted.platform_message_id)
+    .bind(connector)
+    .bind(&posted.chat_id)
+    // The clock is read here (Citus: no `now()` where a modification returns).
+    .bind(Utc::now())
+    .fetch_optional(tx.conn())
+    .await
+}
+
+/// Where the search of the Slack thread for a part in doubt resumes: the cursor saved for
+/// the send marked `sending` at `mark`, if the search for that send stopped half-way.
+pub async fn search_cursor(
+    tx: &mut TenantTx,
+    message: MessageId,
+    part: i32,
+    mark: DateTime<Utc>,
+) -> Result<Option<String>, sqlx::Error> {
+    let tenant = tx.tenant();
+    let cursor: Option<Option<String>> = sqlx::query_scalar(
+        "select search_cursor from channel_replies
+          where tenant_id = $1 and message_id = $2 and part_index = $3 and search_mark = $4",
+    )
+    .bind(tenant)
+    .bind(message)
+    .bind(part)
+    .bind(mark)
+    .fetch_optional(tx.conn())
+    .await?;
+    Ok(cursor.flatten())
+}
+
+/// Saves the cursor of the next page to read for the send marked `sending` at `mark`
+/// (`None`: the search starts again from the first page).
+pub async fn save_search_cursor(
+    tx: &mut TenantTx,
+    message: MessageId,
+    part: i32,
+    mark: DateTime<Utc>,
+    cursor: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query(
+        "update channel_replies set search_cursor = $5, search_mark = $4
+          where tenant_id = $1 and message_id = $2 and part_index = $3 and status = 'sending'",
+    )
+    .bind(tenant)
+    .bind(message)
+    .bind(part)
+    .bind(mark)
+    .bind(cursor)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
 /// The key of a reply part, as sent to the platforms.
 pub fn part_key(message: MessageId, part: i32) -> String {
     format!("{message}:{part}")
 }
 
-fn parse_part_key(key: &str) -> Option<(MessageId, i32)> {
+/// A part key of ours (`{message_id}:{part_index}`), or `None` for anything else.
+pub fn parse_part_key(key: &str) -> Option<(MessageId, i32)> {
     let (message, part) = key.rsplit_once(':')?;
     Some((message.parse().ok()?, part.parse().ok()?))
 }
@@ -85,5 +169,7 @@ mod tests {
         let id = MessageId::new();
         assert_eq!(parse_part_key(&part_key(id, 3)), Some((id, 3)));
         assert_eq!(parse_part_key("part:0"), None);
+        assert_eq!(parse_part_key(&format!("{id}")), None);
+        assert_eq!(parse_part_key(&format!("{id}:x")), None);
     }
 }

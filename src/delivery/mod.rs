@@ -2,8 +2,9 @@
 //! platform"): in order, threaded, each part exactly once.
 //!
 //! For each part still to post:
-//! - `sending` (an earlier send whose outcome is unknown) is reconciled first: Slack looks
-//!   for the part key in the thread's message metadata; WhatsApp waits for the status
+//! - `sending` (an earlier send whose outcome is unknown) is reconciled first: Slack waits
+//!   for the `message_metadata_posted` event that confirms the post, then looks for the
+//!   part key in the thread within Slack's read limits (`slack`); WhatsApp waits for the status
 //!   callback that echoes the part key, and resends only when none came within
 //!   `CB_WHATSAPP_CONFIRM_SECS`; Telegram, which offers no way to look, follows the
 //!   connector's choice (at-most-once: mark it `unknown` and go on with the parts after it,
@@ -21,10 +22,13 @@
 //! lease was lost stops before its next request.
 
 pub mod outbound;
+mod slack;
 pub mod split;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use sqlx::PgPool;
 
 use self::outbound::{OutboundPart, SendOutcome};
 use crate::db::messages::{MessageRow, ReplyPart};
@@ -73,14 +77,16 @@ enum Reconciled {
     Found(String),
     /// It certainly was not posted (or the connector accepts a possible duplicate): send.
     Absent,
-    /// Not known yet; look again later.
-    Later(Duration),
+    /// Not known yet; look again after this long (why, for the part's `last_error`).
+    Later(Duration, String),
     /// Not knowable, and the connector prefers a lost reply to a doubled one.
     Unknowable(String),
 }
 
 pub struct Delivery<'a> {
     pub writer: &'a TurnWriter,
+    /// For the short transactions of a Slack thread search (budget, cursor).
+    pub pool: &'a PgPool,
     pub client: &'a reqwest::Client,
     pub settings: &'a DispatchSettings,
 }
@@ -268,15 +274,15 @@ impl Delivery<'_> {
         let index = part.part_index;
         if part.status == PartStatus::Sending && !marked {
             let started = Instant::now();
-            let reconciled = self.reconcile(outgoing, part).await;
+            let reconciled = self.reconcile(outgoing, part).await?;
             *platform_time += started.elapsed();
             match reconciled {
                 Reconciled::Found(platform_id) => return Ok(PartOutcome::Posted(platform_id)),
                 Reconciled::Absent => {}
-                Reconciled::Later(delay) if part.attempts < self.max_attempts() => {
-                    return Ok(wait(index, "send outcome not known yet".into(), true, delay));
+                Reconciled::Later(delay, why) if part.attempts < self.max_attempts() => {
+                    return Ok(wait(index, why, true, delay));
                 }
-                Reconciled::Later(_) => {
+                Reconciled::Later(..) => {
                     let error = "outcome unknown after the last attempt; not resent";
                     return Ok(failed(index, error.into()));
                 }
@@ -340,26 +346,24 @@ impl Delivery<'_> {
         }
     }
 
-    async fn reconcile(&self, outgoing: &Outgoing, part: &ReplyPart) -> Reconciled {
-        let key = replies::part_key(outgoing.message.id, part.part_index);
-        match outgoing.connector.platform {
+    async fn reconcile(&self, outgoing: &Outgoing, part: &ReplyPart) -> anyhow::Result<Reconciled> {
+        Ok(match outgoing.connector.platform {
             Platform::Slack => {
-                match outbound::slack_find_part(self.client, &outgoing.connector, &outgoing.message, &key)
-                    .await
-                {
-                    Ok(Some(ts)) => Reconciled::Found(ts),
-                    Ok(None) => Reconciled::Absent,
-                    Err(error) => {
-                        tracing::warn!(%error, "cannot look for an interrupted Slack send yet");
-                        Reconciled::Later(self.backoff(part.attempts.max(1)))
-                    }
-                }
+                let search = slack::ThreadSearch {
+                    pool: self.pool,
+                    client: self.client,
+                    settings: self.settings,
+                };
+                search.reconcile(outgoing, part).await?
             }
             Platform::Whatsapp => {
                 let since = part.sending_since.unwrap_or_else(chrono::Utc::now);
                 let waited = (chrono::Utc::now() - since).num_seconds().max(0) as u64;
                 match self.settings.whatsapp_confirm_secs.checked_sub(waited) {
-                    Some(left) if left > 0 => Reconciled::Later(Duration::from_secs(left.min(15))),
+                    Some(left) if left > 0 => Reconciled::Later(
+                        Duration::from_secs(left.min(15)),
+                        "send outcome not known yet".into(),
+                    ),
                     _ => Reconciled::Absent,
                 }
             }
@@ -369,7 +373,7 @@ impl Delivery<'_> {
                     "send interrupted, outcome unknown; not resent (at-most-once)".into(),
                 ),
             },
-        }
+        })
     }
 
     fn max_attempts(&self) -> i32 {

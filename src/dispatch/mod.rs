@@ -518,6 +518,7 @@ impl Worker {
     ) -> anyhow::Result<StepOutcome> {
         let delivery = Delivery {
             writer: &self.writer,
+            pool: &self.pool,
             client: &self.platform_client,
             settings: &self.settings.dispatch,
         };

@@ -16,6 +16,10 @@
 //! - bot echoes, our own messages, edits, deletes, joins, statuses and unknown update kinds
 //!   are not recorded at all: they are counted in `webhook_events_dropped_total` and logged
 //!   at debug level.
+//!
+//! Platform reports about our own reply parts are never turns: WhatsApp status callbacks
+//! (`db::replies::apply_status`) and Slack's `message_metadata_posted` confirmations
+//! (`db::replies::confirm_posted`) settle the part they name and wake its job.
 
 pub mod writer;
 
@@ -39,12 +43,14 @@ pub struct RecordOutcome {
     pub notices: usize,
     /// WhatsApp status callbacks that matched one of our reply parts.
     pub statuses_applied: usize,
+    /// Slack confirmations (`message_metadata_posted`) that settled a reply part in doubt.
+    pub parts_confirmed: usize,
 }
 
 impl RecordOutcome {
     /// Whether a worker has something new to do.
     pub fn has_work(&self) -> bool {
-        !self.queued.is_empty() || self.notices > 0 || self.statuses_applied > 0
+        !self.queued.is_empty() || self.notices > 0 || self.statuses_applied > 0 || self.parts_confirmed > 0
     }
 }
 
@@ -62,7 +68,7 @@ pub async fn record(
     connector: &Connector,
     inbound: &Inbound,
 ) -> Result<RecordOutcome, sqlx::Error> {
-    if inbound.messages.is_empty() && inbound.statuses.is_empty() {
+    if !inbound.has_records() {
         return Ok(RecordOutcome::default());
     }
     let mut tx = TenantTx::begin(pool, connector.tenant_id).await?;
@@ -85,8 +91,8 @@ pub async fn record_in(
 /// Records several verified webhooks of one tenant in `tx` (scoped to that tenant), with a
 /// fixed number of statements for all their turns: one link lookup, one insert of the
 /// message rows, one insert of the jobs (in arrival order). Only what is rare goes turn by
-/// turn: unlinked-sender notices and WhatsApp status callbacks. Returns one outcome per
-/// webhook, in order.
+/// turn: unlinked-sender notices, WhatsApp status callbacks and Slack post confirmations.
+/// Returns one outcome per webhook, in order.
 pub async fn record_many_in(
     tx: &mut TenantTx,
     webhooks: &[(&Connector, &Inbound)],
@@ -142,11 +148,18 @@ pub async fn record_many_in(
             }
         }
     }
-    for ((_, inbound), outcome) in webhooks.iter().zip(&mut outcomes) {
+    for ((connector, inbound), outcome) in webhooks.iter().zip(&mut outcomes) {
         for status in &inbound.statuses {
             if let Some(message) = db::replies::apply_status(tx, status).await? {
                 db::queue::wake_reply(tx, message).await?;
                 outcome.statuses_applied += 1;
+            }
+        }
+        // A confirmed part's job may be waiting out its confirmation window: it goes on now.
+        for posted in &inbound.posted {
+            if let Some(message) = db::replies::confirm_posted(tx, connector.id, posted).await? {
+                db::queue::wake_reply(tx, message).await?;
+                outcome.parts_confirmed += 1;
             }
         }
     }

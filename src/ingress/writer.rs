@@ -51,7 +51,7 @@ impl Writer {
         connector: Arc<Connector>,
         mut inbound: Inbound,
     ) -> Result<RecordOutcome, RecordError> {
-        if inbound.messages.is_empty() && inbound.statuses.is_empty() {
+        if !inbound.has_records() {
             return Ok(RecordOutcome::default());
         }
         inbound.scrub_nul();

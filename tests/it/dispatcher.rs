@@ -313,7 +313,8 @@ async fn a_holder_that_lost_its_lease_stops_before_its_next_part() {
         .execute(&mut owner)
         .await
         .unwrap();
-    let successor = worker(&app, Some(&agent.url), |_| {});
+    // (It looks in the thread at once rather than waiting for Slack's confirmation event.)
+    let successor = worker(&app, Some(&agent.url), |s| s.dispatch.slack_confirm_secs = 0);
     let outcome = successor.step().await.unwrap();
     assert!(matches!(outcome, StepOutcome::Delivered(_)), "{outcome:?}");
 

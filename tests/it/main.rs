@@ -14,3 +14,4 @@ mod ingress_batch;
 mod replies;
 mod rls;
 mod send_fixture;
+mod slack_in_doubt;

@@ -1,6 +1,13 @@
 //! One real HTTP server playing the three platforms' send APIs (Slack chat.postMessage and
 //! conversations.replies, Telegram sendMessage, WhatsApp /{phone}/messages). It records the
 //! exact requests and answers from a per-platform script, then with success.
+//!
+//! Slack's threads are kept as Slack keeps them: each posted message gets a `ts` from the
+//! current time (seconds and a unique sequence as microseconds), and `conversations.replies`
+//! answers like a Tier 1 non-Marketplace app sees it (PLATFORMS.md §6): at most 15 messages
+//! a page, from `oldest` on (`inclusive` or not), with `has_more` and an opaque
+//! `response_metadata.next_cursor`, and message metadata only with `include_all_metadata`.
+//! Every call is recorded with its parameters; a script can answer one with a 429.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -10,6 +17,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
 use channel_bridge::domain::Platform;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
@@ -55,8 +64,12 @@ struct ThreadMessage {
     channel: String,
     thread_ts: String,
     ts: String,
+    /// Our metadata's part key; `None` for a person's message.
     part_key: Option<String>,
 }
+
+/// Slack's page size limit for non-Marketplace apps (PLATFORMS.md §6).
+const SLACK_MAX_PAGE: usize = 15;
 
 #[derive(Default)]
 struct PlatformState {
@@ -64,7 +77,22 @@ struct PlatformState {
     scripts: Mutex<Vec<(Platform, VecDeque<Answer>)>>,
     /// Slack messages "in the thread".
     slack_thread: Mutex<Vec<ThreadMessage>>,
+    /// The sequence that makes each Slack `ts` unique.
+    slack_seq: Mutex<u64>,
+    /// Every conversations.replies call, with its query parameters.
+    replies_calls: Mutex<Vec<Vec<(String, String)>>>,
+    /// Answers to conversations.replies before the default (reading the thread).
+    replies_script: Mutex<VecDeque<Answer>>,
     arrived: Notify,
+}
+
+impl PlatformState {
+    /// A fresh Slack `ts` at `secs` (unix seconds), unique by its microseconds.
+    fn slack_ts(&self, secs: i64) -> String {
+        let mut seq = self.slack_seq.lock().unwrap();
+        *seq += 1;
+        format!("{secs}.{:06}", *seq)
+    }
 }
 
 pub struct FakePlatforms {
@@ -104,6 +132,40 @@ impl FakePlatforms {
             .into_iter()
             .filter(|s| s.platform == platform)
             .collect()
+    }
+
+    /// Adds `count` messages of a person to a Slack thread, at `secs` (unix seconds).
+    pub fn slack_thread_add(&self, channel: &str, thread_ts: &str, count: usize, secs: i64) {
+        for _ in 0..count {
+            let ts = self.state.slack_ts(secs);
+            self.state.slack_thread.lock().unwrap().push(ThreadMessage {
+                channel: channel.into(),
+                thread_ts: thread_ts.into(),
+                ts,
+                part_key: None,
+            });
+        }
+    }
+
+    /// The `ts` of the Slack message that carries `part_key`, if one was posted.
+    pub fn slack_ts_of(&self, part_key: &str) -> Option<String> {
+        self.state
+            .slack_thread
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|m| m.part_key.as_deref() == Some(part_key))
+            .map(|m| m.ts.clone())
+    }
+
+    /// Every conversations.replies call so far, with its query parameters.
+    pub fn replies_calls(&self) -> Vec<Vec<(String, String)>> {
+        self.state.replies_calls.lock().unwrap().clone()
+    }
+
+    /// Answers for the next conversations.replies calls (then the thread as it is).
+    pub fn script_replies(&self, answers: impl IntoIterator<Item = Answer>) {
+        self.state.replies_script.lock().unwrap().extend(answers);
     }
 
     /// The part keys of the Slack messages that exist in threads, in posting order.
@@ -191,7 +253,7 @@ async fn slack_post(
     headers: HeaderMap,
     Json(body): Json<Value>,
 ) -> Response {
-    let n = record(
+    record(
         &state,
         Platform::Slack,
         "/api/chat.postMessage".into(),
@@ -199,7 +261,7 @@ async fn slack_post(
         body.clone(),
     );
     let reply = next_answer(&state, Platform::Slack);
-    let ts = format!("1800000000.{n:06}");
+    let ts = state.slack_ts(chrono::Utc::now().timestamp());
     if matches!(
         reply,
         Answer::Ok | Answer::HangAfterPosting | Answer::OkWhenReleased(_)
@@ -224,10 +286,21 @@ async fn slack_post(
     .await
 }
 
+/// A Slack `ts` as a number that sorts like time: (seconds, microseconds).
+fn ts_order(ts: &str) -> (u64, u64) {
+    let (secs, micros) = ts.split_once('.').unwrap_or((ts, "0"));
+    (secs.parse().unwrap_or(0), micros.parse().unwrap_or(0))
+}
+
 async fn slack_replies(
     State(state): State<Arc<PlatformState>>,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Response {
+    state.replies_calls.lock().unwrap().push(query.clone());
+    let scripted = state.replies_script.lock().unwrap().pop_front();
+    if let Some(scripted) = scripted {
+        return answer(scripted, json!({})).await;
+    }
     let param = |name: &str| {
         query
             .iter()
@@ -236,18 +309,62 @@ async fn slack_replies(
             .unwrap_or_default()
     };
     let (channel, thread) = (param("channel"), param("ts"));
-    let messages: Vec<Value> = state
+    let limit = param("limit")
+        .parse()
+        .unwrap_or(SLACK_MAX_PAGE)
+        .clamp(1, SLACK_MAX_PAGE);
+    let oldest = ts_order(&param("oldest"));
+    let inclusive = param("inclusive") == "true";
+    let with_metadata = param("include_all_metadata") == "true";
+    // The cursor names the first ts of the next page, as Slack's do ("next_ts:…", base64).
+    let after = match param("cursor").as_str() {
+        "" => None,
+        cursor => {
+            let decoded = BASE64.decode(cursor).ok().and_then(|b| String::from_utf8(b).ok());
+            match decoded.as_deref().and_then(|c| c.strip_prefix("next_ts:")) {
+                Some(ts) => Some(ts_order(ts)),
+                None => return Json(json!({"ok": false, "error": "invalid_cursor"})).into_response(),
+            }
+        }
+    };
+    let mut listed: Vec<(String, Option<String>)> = state
         .slack_thread
         .lock()
         .unwrap()
         .iter()
         .filter(|m| m.channel == channel && m.thread_ts == thread)
-        .map(|m| {
-            json!({"type": "message", "ts": m.ts, "bot_id": "BBOT1",
-                   "metadata": {"event_type": "channel_bridge_reply", "event_payload": {"part_key": m.part_key}}})
+        .filter(|m| {
+            let at = ts_order(&m.ts);
+            (at > oldest || (inclusive && at == oldest)) && after.is_none_or(|first| at >= first)
+        })
+        .map(|m| (m.ts.clone(), m.part_key.clone()))
+        .collect();
+    listed.sort_by_key(|(ts, _)| ts_order(ts));
+    let has_more = listed.len() > limit;
+    let next_cursor = match listed.get(limit) {
+        Some((ts, _)) => BASE64.encode(format!("next_ts:{ts}")),
+        None => String::new(),
+    };
+    let messages: Vec<Value> = listed
+        .into_iter()
+        .take(limit)
+        .map(|(ts, key)| match key {
+            Some(key) => {
+                let mut message = json!({"type": "message", "ts": ts, "thread_ts": thread, "bot_id": "BBOT1",
+                    "user": "UBOT1", "text": "a reply"});
+                if with_metadata {
+                    message["metadata"] = json!({"event_type": "channel_bridge_reply",
+                        "event_payload": {"part_key": key}});
+                }
+                message
+            }
+            None => json!({"type": "message", "ts": ts, "thread_ts": thread, "user": "U0USER2",
+                           "text": "someone else in the thread"}),
         })
         .collect();
-    Json(json!({"ok": true, "messages": messages, "has_more": false})).into_response()
+    Json(json!({"ok": true, "messages": messages, "has_more": has_more,
+                "response_metadata": {"next_cursor": next_cursor}}))
+    .into_response()
 }
 
 async fn telegram_send(

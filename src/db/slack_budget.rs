@@ -1,0 +1,72 @@
+//! `slack_read_budget` (tenant table, RLS): how often a Slack workspace's threads may be
+//! read with `conversations.replies` (Tier 1 for non-Marketplace apps: one request a
+//! minute, PLATFORMS.md §6).
+//!
+//! The budget lives in the database so that every instance spends the same one: Slack
+//! counts requests per app and workspace, whichever instance makes them. It is a single
+//! slot per workspace: a request is allowed when the workspace's `next_at` has passed, and
+//! taking it moves `next_at` one interval on, in one statement whose row lock settles two
+//! instances taking it at the same moment (the second sees the moved mark and is refused).
+//! The database's clock is the only clock, so instances whose clocks differ still agree.
+
+use std::time::Duration;
+
+use super::TenantTx;
+
+/// Takes the workspace's next request if it is due: `None` when granted, else how long
+/// until it is.
+pub async fn take(
+    tx: &mut TenantTx,
+    workspace: &str,
+    interval: Duration,
+) -> Result<Option<Duration>, sqlx::Error> {
+    let tenant = tx.tenant();
+    let granted: Option<i32> = sqlx::query_scalar(
+        "insert into slack_read_budget as b (tenant_id, workspace, next_at)
+         values ($1, $2, now() + make_interval(secs => $3))
+         on conflict (tenant_id, workspace) do update set next_at = excluded.next_at
+          where b.next_at <= now()
+         returning 1",
+    )
+    .bind(tenant)
+    .bind(workspace)
+    .bind(interval.as_secs_f64())
+    .fetch_optional(tx.conn())
+    .await?;
+    if granted.is_some() {
+        return Ok(None);
+    }
+    // Refused, yet nothing to wait for: the mark passed between the two statements.
+    let wait = wait(tx, workspace).await?;
+    Ok(Some(wait.unwrap_or(Duration::from_secs(1))))
+}
+
+/// Slack answered 429: nobody reads this workspace before `retry_after` has passed.
+pub async fn hold_off(tx: &mut TenantTx, workspace: &str, retry_after: Duration) -> Result<(), sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query(
+        "insert into slack_read_budget as b (tenant_id, workspace, next_at)
+         values ($1, $2, now() + make_interval(secs => $3))
+         on conflict (tenant_id, workspace) do update set next_at = greatest(b.next_at, excluded.next_at)",
+    )
+    .bind(tenant)
+    .bind(workspace)
+    .bind(retry_after.as_secs_f64())
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// How long until the workspace's next request is due (`None`: no mark, or it is due).
+async fn wait(tx: &mut TenantTx, workspace: &str) -> Result<Option<Duration>, sqlx::Error> {
+    let tenant = tx.tenant();
+    let secs: Option<f64> = sqlx::query_scalar(
+        "select extract(epoch from next_at - now())::float8 from slack_read_budget
+          where tenant_id = $1 and workspace = $2",
+    )
+    .bind(tenant)
+    .bind(workspace)
+    .fetch_optional(tx.conn())
+    .await?;
+    Ok(secs.filter(|s| *s > 0.0).map(Duration::from_secs_f64))
+}
