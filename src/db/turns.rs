@@ -472,6 +472,8 @@ async fn put_back(
     Ok(())
 }
 
+/// Changes one part that is not posted: a part is `sent` for good (a confirmation, such as
+/// a Slack metadata event, may have settled it while its job was deciding to wait).
 async fn part_update(
     tx: &mut TenantTx,
     message: MessageId,
@@ -482,7 +484,7 @@ async fn part_update(
     let tenant = tx.tenant();
     sqlx::query(&format!(
         "update channel_replies set {set}, updated_at = now()
-          where tenant_id = $1 and message_id = $2 and part_index = $3"
+          where tenant_id = $1 and message_id = $2 and part_index = $3 and status <> 'sent'"
     ))
     .bind(tenant)
     .bind(message)
