@@ -800,6 +800,8 @@ impl Gateway {
             .env("DATABASE_URL", database_url)
             .env("CB_LOG_FORMAT", "json")
             .env("CB_WORKER", "true")
+            // The stand-in agent and platform API listen on loopback.
+            .env("CB_EGRESS_ALLOW", "127.0.0.1")
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)
             .stderr(file);

@@ -5,7 +5,7 @@ use secrecy::SecretString;
 
 use crate::db::connectors::NewConnector;
 use crate::domain::{Platform, TelegramDelivery, TenantId, UnlinkedPolicy};
-use crate::settings::{DatabaseSettings, LogFormat, ServeSettings};
+use crate::settings::{DatabaseSettings, EgressSettings, LogFormat, ServeSettings};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -176,9 +176,12 @@ pub enum TenantCommand {
         /// Display name (defaults to the slug).
         #[arg(long)]
         name: Option<String>,
-        /// The tenant's agent proxy URL (else the server's CB_AGENT_URL).
+        /// The tenant's agent proxy URL (else the server's CB_AGENT_URL); checked against
+        /// the egress policy.
         #[arg(long)]
         agent_url: Option<String>,
+        #[command(flatten)]
+        egress: EgressSettings,
     },
 }
 
@@ -207,9 +210,11 @@ pub struct ConnectorAdd {
     /// Slack bot token, WhatsApp access token or Telegram bot token.
     #[arg(long, env = "CB_OUTBOUND_TOKEN", hide_env_values = true)]
     pub outbound_token: Option<SecretString>,
-    /// Platform API base URL override (tests, proxies).
+    /// Platform API base URL override (tests, proxies); checked against the egress policy.
     #[arg(long)]
     pub api_base_url: Option<String>,
+    #[command(flatten)]
+    pub egress: EgressSettings,
     /// Slack team id, WhatsApp phone_number_id or Telegram bot id.
     #[arg(long)]
     pub external_id: Option<String>,
@@ -270,6 +275,18 @@ pub enum LinkCommand {
     },
 }
 
+/// The save-time egress check the admin API makes, for URLs set from the command line.
+async fn check_egress(egress: &EgressSettings, flag: &str, url: Option<&str>) -> anyhow::Result<()> {
+    match url.filter(|u| !u.is_empty()) {
+        Some(url) => egress
+            .allow
+            .check_url(url)
+            .await
+            .map_err(|refusal| anyhow::anyhow!("{flag} {refusal}")),
+        None => Ok(()),
+    }
+}
+
 /// Runs a parsed command. `serve` blocks until shutdown; the others print JSON on stdout.
 /// An error from a database without the schema says to run `migrate`.
 pub async fn run(command: Command) -> anyhow::Result<()> {
@@ -287,12 +304,15 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
             slug,
             name,
             agent_url,
+            egress,
         }) => {
+            check_egress(&egress, "--agent-url", agent_url.as_deref()).await?;
             let pool = crate::db::connect_pool(&database)?;
             let name = name.unwrap_or_else(|| slug.clone());
             print_json(&crate::provision::create_tenant(&pool, &slug, &name, agent_url.as_deref()).await?)
         }
         Command::Connector(ConnectorCommand::Add(add)) => {
+            check_egress(&add.egress, "--api-base-url", add.api_base_url.as_deref()).await?;
             let pool = crate::db::connect_pool(&add.database)?;
             print_json(&crate::provision::add_connector(&pool, add.tenant, &add.to_new_connector()).await?)
         }

@@ -8,6 +8,7 @@
 //! - `ingress`: recording webhooks (the batching writer); `cache`: connector and tenant
 //!   settings reused for a few seconds.
 //! - `provision`, `cli`: provisioning and the command line.
+//! - `egress`: where the worker may send requests (the SSRF guard).
 //! - `agent_bridge`: the agent side of a dispatch, in front of an OpenAI-compatible server.
 //! - `demo`: the whole pipeline on one machine (`channel-bridge demo`).
 //! - `sign`, `send_fixture`: signing webhooks as the platforms do, for `send-fixture` and the
@@ -24,6 +25,7 @@ pub mod delivery;
 pub mod demo;
 pub mod dispatch;
 pub mod domain;
+pub mod egress;
 pub mod error;
 pub mod http;
 pub mod ingress;

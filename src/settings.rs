@@ -7,6 +7,8 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use secrecy::{ExposeSecret, SecretString};
 
+use crate::egress::EgressPolicy;
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     /// One JSON object per line, for log shippers.
@@ -117,6 +119,9 @@ pub struct ServeSettings {
     #[arg(long, env = "CB_AGENT_URL")]
     pub agent_url: Option<String>,
 
+    #[command(flatten)]
+    pub egress: EgressSettings,
+
     /// Bearer token of the operator endpoints (tenant creation, key issue). Unset disables them.
     #[arg(long, env = "CB_OPERATOR_TOKEN", hide_env_values = true)]
     pub operator_token: Option<SecretString>,
@@ -203,6 +208,31 @@ pub struct ServeSettings {
     pub shutdown_grace_secs: u64,
 }
 
+/// Where the worker may send requests beyond public addresses (`crate::egress`).
+#[derive(Clone, Debug, Default, Args)]
+pub struct EgressSettings {
+    /// Comma-separated CIDRs, IP addresses and host names the worker may reach although
+    /// they are not public (an internal agent: `10.0.5.0/24`, `agent.internal`). Empty:
+    /// public addresses only.
+    #[arg(
+        long = "egress-allow",
+        env = "CB_EGRESS_ALLOW",
+        default_value = "",
+        value_parser = EgressPolicy::parse
+    )]
+    pub allow: EgressPolicy,
+}
+
+impl EgressSettings {
+    /// Public addresses plus 127.0.0.1, `::1` and `localhost`: for the demo and tests, whose
+    /// stand-in servers listen on loopback.
+    pub fn allowing_loopback() -> Self {
+        let allow = EgressPolicy::parse("127.0.0.1,::1,localhost")
+            .expect("the loopback allow list is well formed");
+        Self { allow }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("invalid configuration: {0}")]
 pub struct SettingsError(pub String);
@@ -214,6 +244,8 @@ impl ServeSettings {
             database: DatabaseSettings::from_url(url),
             bind: SocketAddr::from(([127, 0, 0, 1], 0)),
             agent_url: None,
+            // The demo's and the tests' stand-ins (agent, platform APIs) listen on loopback.
+            egress: EgressSettings::allowing_loopback(),
             operator_token: None,
             body_limit: 1024 * 1024,
             whatsapp_body_limit: 4 * 1024 * 1024,
@@ -245,7 +277,13 @@ impl ServeSettings {
             ));
         }
         if let Some(url) = &self.agent_url {
-            reqwest::Url::parse(url).map_err(|e| SettingsError(format!("CB_AGENT_URL is not a URL: {e}")))?;
+            let parsed = reqwest::Url::parse(url)
+                .map_err(|e| SettingsError(format!("CB_AGENT_URL is not a URL: {e}")))?;
+            // The scheme can be judged now; the address is checked when connecting, as for
+            // every agent URL (DNS can change), so an internal agent needs CB_EGRESS_ALLOW.
+            if !matches!(parsed.scheme(), "http" | "https") {
+                return Err(SettingsError("CB_AGENT_URL must be an http or https URL".into()));
+            }
         }
         if let Some(token) = &self.operator_token {
             if token.expose_secret().len() < 16 {

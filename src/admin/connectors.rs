@@ -37,6 +37,8 @@ pub struct ConnectorIn {
     pub verify_token: Option<SecretString>,
     #[schema(value_type = Option<String>, format = Password)]
     pub outbound_token: Option<SecretString>,
+    /// Platform API base URL override (tests, proxies): http or https, every address of its
+    /// host public unless the operator's `CB_EGRESS_ALLOW` allows it. An empty string clears it.
     pub api_base_url: Option<String>,
     pub external_id: Option<String>,
     pub app_id: Option<String>,
@@ -64,6 +66,8 @@ pub struct ConnectorPatch {
     pub verify_token: Option<SecretString>,
     #[schema(value_type = Option<String>, format = Password)]
     pub outbound_token: Option<SecretString>,
+    /// Platform API base URL override (tests, proxies): http or https, every address of its
+    /// host public unless the operator's `CB_EGRESS_ALLOW` allows it. An empty string clears it.
     pub api_base_url: Option<String>,
     pub external_id: Option<String>,
     pub app_id: Option<String>,
@@ -91,15 +95,6 @@ fn non_empty_secret(secret: &SecretString, what: &str) -> Result<(), AppError> {
         return Err(AppError::Unprocessable(format!("{what} must not be empty")));
     }
     Ok(())
-}
-
-fn check_url(url: Option<&str>) -> Result<(), AppError> {
-    match url.filter(|u| !u.is_empty()) {
-        Some(url) => reqwest::Url::parse(url)
-            .map(|_| ())
-            .map_err(|e| AppError::Unprocessable(format!("api_base_url is not a URL: {e}"))),
-        None => Ok(()),
-    }
 }
 
 async fn summary_or_404(tx: &mut TenantTx, id: ConnectorId) -> Result<ConnectorSummary, AppError> {
@@ -130,7 +125,7 @@ pub async fn create(
     ApiJson(input): ApiJson<ConnectorIn>,
 ) -> Result<(StatusCode, Json<ConnectorSummary>), AppError> {
     non_empty_secret(&input.verification_secret, "verification_secret")?;
-    check_url(input.api_base_url.as_deref())?;
+    super::check_egress(&state, "api_base_url", input.api_base_url.as_deref()).await?;
     let new = NewConnector {
         platform: input.platform,
         name: input.name,
@@ -181,7 +176,7 @@ pub async fn update(
     if let Some(secret) = &patch.verification_secret {
         non_empty_secret(secret, "verification_secret")?;
     }
-    check_url(patch.api_base_url.as_deref())?;
+    super::check_egress(&state, "api_base_url", patch.api_base_url.as_deref()).await?;
     if patch.name.as_deref().is_some_and(str::is_empty) {
         return Err(AppError::Unprocessable("name must not be empty".into()));
     }

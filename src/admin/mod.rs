@@ -21,6 +21,22 @@ use utoipa_axum::routes;
 use crate::error::AppError;
 use crate::state::AppState;
 
+/// The save-time egress check of a URL the caller sets (`field` names it in the answer):
+/// 422 naming the rule, never the addresses its host resolved to. An empty string (which
+/// clears the field) is not checked.
+pub async fn check_egress(state: &AppState, field: &str, url: Option<&str>) -> Result<(), AppError> {
+    let Some(url) = url.filter(|u| !u.is_empty()) else {
+        return Ok(());
+    };
+    state
+        .settings
+        .egress
+        .allow
+        .check_url(url)
+        .await
+        .map_err(|refusal| AppError::Unprocessable(format!("{field} {refusal}")))
+}
+
 /// Every admin and operator route; each is documented in the OpenAPI document by the same
 /// `routes!` call that serves it.
 pub fn router() -> OpenApiRouter<AppState> {

@@ -88,12 +88,13 @@ pub async fn revoke(pool: &PgPool, id: Uuid) -> Result<ApiKeyRow, AppError> {
 
 /// Create a tenant; the answer holds its dispatch secret, shown this once.
 #[utoipa::path(post, path = "/v1/operator/tenants", tag = "operator", security(("operator_token" = [])), request_body = TenantIn,
-    responses((status = 201, body = Object), (status = 401, body = ApiJsonError), (status = 409, body = ApiJsonError)))]
+    responses((status = 201, body = Object), (status = 401, body = ApiJsonError), (status = 409, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
 pub async fn create_tenant(
     State(state): State<AppState>,
     _operator: Operator,
     ApiJson(input): ApiJson<TenantIn>,
 ) -> Result<(StatusCode, Json<TenantCreated>), AppError> {
+    super::check_egress(&state, "agent_url", input.agent_url.as_deref()).await?;
     let name = input.name.clone().unwrap_or_else(|| input.slug.clone());
     let created = provision::create_tenant(&state.pool, &input.slug, &name, input.agent_url.as_deref())
         .await

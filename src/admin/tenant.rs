@@ -65,7 +65,8 @@ pub async fn get(State(state): State<AppState>, admin: TenantAdmin) -> Result<Js
     Ok(Json(row.into()))
 }
 
-/// Change the name or the agent URL.
+/// Change the name or the agent URL (http or https, and every address of its host public
+/// unless the operator's `CB_EGRESS_ALLOW` allows it; else 422).
 #[utoipa::path(patch, path = "/v1/admin/tenant", tag = "tenant", security(("api_key" = [])), request_body = TenantPatch,
     responses((status = 200, body = TenantOut), (status = 422, body = ApiJsonError)))]
 pub async fn update(
@@ -73,10 +74,7 @@ pub async fn update(
     admin: TenantAdmin,
     ApiJson(patch): ApiJson<TenantPatch>,
 ) -> Result<Json<TenantOut>, AppError> {
-    if let Some(url) = patch.agent_url.as_deref().filter(|u| !u.is_empty()) {
-        reqwest::Url::parse(url)
-            .map_err(|e| AppError::Unprocessable(format!("agent_url is not a URL: {e}")))?;
-    }
+    super::check_egress(&state, "agent_url", patch.agent_url.as_deref()).await?;
     if patch.name.as_deref().is_some_and(|n| n.trim().is_empty()) {
         return Err(AppError::Unprocessable("name must not be empty".into()));
     }

@@ -87,7 +87,7 @@ pub struct Delivery<'a> {
     pub writer: &'a TurnWriter,
     /// For the short transactions of a Slack thread search (budget, cursor).
     pub pool: &'a PgPool,
-    pub client: &'a reqwest::Client,
+    pub client: &'a crate::egress::GuardedClient,
     pub settings: &'a DispatchSettings,
 }
 

@@ -7,12 +7,13 @@
 
 use std::time::Duration;
 
-use reqwest::{Client, StatusCode};
+use reqwest::StatusCode;
 use secrecy::ExposeSecret;
 use serde_json::{json, Value};
 
 use crate::db::messages::MessageRow;
 use crate::domain::{Connector, Platform};
+use crate::egress::{self, GuardedClient as Client, SendError};
 
 /// Meta Graph API version the WhatsApp send is pinned to.
 pub const GRAPH_VERSION: &str = "v25.0";
@@ -71,8 +72,17 @@ fn base_url(connector: &Connector) -> &str {
 
 /// A transport error: a refused connection certainly posted nothing; anything after the
 /// request left (timeout, reset) may have. reqwest's error text loses the URL, which can
-/// hold a Telegram token.
-fn transport_error(err: reqwest::Error) -> SendOutcome {
+/// hold a Telegram token. A URL the egress policy refuses fails the part for good: nothing
+/// was sent, and a retry would be refused the same way.
+fn transport_error(err: SendError) -> SendOutcome {
+    let err = match err {
+        SendError::Refused(_) => {
+            return SendOutcome::Permanent {
+                error: egress::PLATFORM_REFUSED.into(),
+            }
+        }
+        SendError::Transport(err) => err,
+    };
     let connect = err.is_connect();
     let error = err.without_url().to_string();
     if connect {
@@ -142,12 +152,11 @@ async fn slack_post(client: &Client, part: &OutboundPart<'_>, token: &str) -> Se
             "event_payload": { "part_key": part.part_key },
         },
     });
-    let response = client
+    let request = client
         .post(format!("{}/api/chat.postMessage", base_url(part.connector)))
         .bearer_auth(token)
-        .json(&body)
-        .send()
-        .await;
+        .json(&body);
+    let response = client.send(request).await;
     let (status, body, retry_after) = match response {
         Ok(response) => read_json(response).await,
         Err(err) => return transport_error(err),
@@ -156,10 +165,11 @@ async fn slack_post(client: &Client, part: &OutboundPart<'_>, token: &str) -> Se
 }
 
 fn classify_slack(status: StatusCode, body: Option<Value>, retry_after: Option<Duration>) -> SendOutcome {
+    // Only a well-formed Slack error code is kept: the base URL may be the tenant's.
     let error = body
         .as_ref()
         .and_then(|b| b["error"].as_str())
-        .unwrap_or_default()
+        .map_or("", egress::slack_code)
         .to_owned();
     // Both spellings exist in Slack's docs (PLATFORMS.md §5.10).
     if status == StatusCode::TOO_MANY_REQUESTS || error == "ratelimited" || error == "rate_limited" {
@@ -257,18 +267,18 @@ pub async fn slack_thread_page(client: &Client, query: &ThreadPageQuery<'_>) -> 
         ("include_all_metadata", "true"),
     ];
     params.extend(query.cursor.map(|cursor| ("cursor", cursor)));
-    let response = client
+    let request = client
         .get(format!("{}/api/conversations.replies", base_url(query.connector)))
         .bearer_auth(token.expose_secret())
-        .query(&params)
-        .send()
-        .await;
+        .query(&params);
+    let response = client.send(request).await;
     match response {
         Ok(response) => {
             let (status, body, retry_after) = read_json(response).await;
             classify_thread_page(status, body, retry_after, query.part_key)
         }
-        Err(err) => ThreadPage::Failed(err.without_url().to_string()),
+        Err(SendError::Refused(_)) => ThreadPage::Refused(egress::PLATFORM_REFUSED.into()),
+        Err(SendError::Transport(err)) => ThreadPage::Failed(err.without_url().to_string()),
     }
 }
 
@@ -278,10 +288,11 @@ fn classify_thread_page(
     retry_after: Option<Duration>,
     part_key: &str,
 ) -> ThreadPage {
+    // Only a well-formed Slack error code is kept: the base URL may be the tenant's.
     let error = body
         .as_ref()
         .and_then(|b| b["error"].as_str())
-        .unwrap_or_default()
+        .map_or("", egress::slack_code)
         .to_owned();
     if status == StatusCode::TOO_MANY_REQUESTS || error == "ratelimited" || error == "rate_limited" {
         return ThreadPage::RateLimited(retry_after);
@@ -347,11 +358,10 @@ async fn telegram_send(client: &Client, part: &OutboundPart<'_>, token: &str) ->
     if let Some(topic) = &message.thread_id {
         body["message_thread_id"] = telegram_int(topic);
     }
-    let response = client
+    let request = client
         .post(format!("{}/bot{token}/sendMessage", base_url(part.connector)))
-        .json(&body)
-        .send()
-        .await;
+        .json(&body);
+    let response = client.send(request).await;
     match response {
         Ok(response) => {
             let (status, body, _) = read_json(response).await;
@@ -362,9 +372,11 @@ async fn telegram_send(client: &Client, part: &OutboundPart<'_>, token: &str) ->
 }
 
 fn classify_telegram(status: StatusCode, body: Option<Value>) -> SendOutcome {
+    // Shortened and cleaned: the base URL may be the tenant's, and its answer is not trusted.
     let description = body
         .as_ref()
         .and_then(|b| b["description"].as_str())
+        .map(egress::short_reason)
         .unwrap_or_default();
     let error = format!("telegram {}: {description}", status.as_u16());
     if let Some(id) = body
@@ -423,15 +435,14 @@ async fn whatsapp_send(client: &Client, part: &OutboundPart<'_>, token: &str) ->
         "text": { "preview_url": false, "body": part.text },
         "biz_opaque_callback_data": part.part_key,
     });
-    let response = client
+    let request = client
         .post(format!(
             "{}/{GRAPH_VERSION}/{phone_number_id}/messages",
             base_url(part.connector)
         ))
         .bearer_auth(token)
-        .json(&body)
-        .send()
-        .await;
+        .json(&body);
+    let response = client.send(request).await;
     match response {
         Ok(response) => {
             let (status, body, _) = read_json(response).await;
@@ -457,6 +468,7 @@ fn classify_whatsapp(status: StatusCode, body: Option<Value>) -> SendOutcome {
         .as_ref()
         .and_then(|b| b.pointer("/error/message"))
         .and_then(Value::as_str)
+        .map(egress::short_reason)
         .unwrap_or_default();
     // The HTTP status varies: match on error.code (PLATFORMS.md §2.6).
     match code {

@@ -92,7 +92,7 @@ impl Cursor {
 
 pub(super) struct ThreadSearch<'a> {
     pub pool: &'a PgPool,
-    pub client: &'a reqwest::Client,
+    pub client: &'a crate::egress::GuardedClient,
     pub settings: &'a DispatchSettings,
 }
 

@@ -2,7 +2,9 @@
 //!
 //! Retried: timeouts, connection errors, 5xx, 429 (its `Retry-After` honoured within the
 //! configured maximum) and a 2xx whose body is not a supported answer. Failed at once: any
-//! other 4xx, which a repeat would only reproduce. No retries happen inside the client: the
+//! other 4xx, which a repeat would only reproduce, and a URL the egress policy refuses
+//! (`crate::egress`): the turn is `dispatch_failed` with the fixed reason
+//! `egress::AGENT_REFUSED`. No retries happen inside the client: the
 //! worker reschedules the job durably, so a crash between attempts loses nothing.
 
 use std::time::Duration;
@@ -11,6 +13,7 @@ use axum::http::HeaderMap;
 use reqwest::StatusCode;
 
 use super::payload::{parse_answer, DispatchOut};
+use crate::egress::{GuardedClient, SendError, AGENT_REFUSED};
 use super::signature;
 
 /// What one agent call came to.
@@ -31,7 +34,7 @@ pub enum CallOutcome {
 /// Signs (with every live dispatch secret: two during a rotation) and posts one dispatch. `Idempotency-Key` and `webhook-id` are the message id, the
 /// same on every attempt, so an agent can drop a repeat after a lost answer.
 pub async fn call(
-    client: &reqwest::Client,
+    client: &GuardedClient,
     url: &str,
     secrets: &[&str],
     payload: DispatchOut,
@@ -59,23 +62,29 @@ pub async fn call(
             }
         }
     };
-    let response = client
+    let request = client
         .post(url)
         .header("content-type", "application/json")
         .header("idempotency-key", &message_id)
         .header("webhook-id", &message_id)
         .header("webhook-timestamp", now.to_string())
         .header("webhook-signature", signature)
-        .body(body)
-        .send()
-        .await;
+        .body(body);
+    let response = client.send(request).await;
     let host = host_of(url);
     match response {
         Ok(response) => classify(response, &host).await,
-        Err(err) if err.is_timeout() => {
+        // A verdict on the URL, not an outage: a retry would be refused the same way.
+        Err(SendError::Refused(_)) => CallOutcome::Permanent {
+            reason: "egress_refused",
+            error: AGENT_REFUSED.to_owned(),
+        },
+        Err(SendError::Transport(err)) if err.is_timeout() => {
             retryable("timeout", format!("agent {host}: no answer in time"), None)
         }
-        Err(err) => retryable("connect", format!("agent {host}: {}", cause(&err)), None),
+        Err(SendError::Transport(err)) => {
+            retryable("connect", format!("agent {host}: {}", cause(&err)), None)
+        }
     }
 }
 

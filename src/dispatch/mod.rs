@@ -49,6 +49,7 @@ use crate::db::turns::{self, Applied, Transition};
 use crate::db::TenantTx;
 use crate::delivery::{split, Delivery, DeliveryOutcome, Outgoing};
 use crate::domain::{Connector, MessageId, Platform, TenantId};
+use crate::egress::GuardedClient;
 use crate::settings::ServeSettings;
 
 /// Why a reply stays unposted when its message or connector is gone.
@@ -111,9 +112,9 @@ pub struct Worker {
     pool: PgPool,
     queue: Queue,
     settings: Arc<ServeSettings>,
-    client: reqwest::Client,
+    client: GuardedClient,
     /// For the platforms' send APIs: shorter timeouts than an agent call.
-    platform_client: reqwest::Client,
+    platform_client: GuardedClient,
     writer: TurnWriter,
     /// Tenant settings (shared with the instance's admin API, which forgets what it changes).
     cache: Arc<ConfigCache>,
@@ -123,19 +124,20 @@ pub struct Worker {
 impl Worker {
     /// A worker on the current runtime (its turn writer's tasks start here).
     pub fn new(pool: PgPool, settings: Arc<ServeSettings>, clock: fn() -> i64) -> anyhow::Result<Self> {
-        let client = reqwest::Client::builder()
+        // Both clients apply the egress policy when connecting (and follow no redirects):
+        // the agent URL and the platform API base URLs are the tenants' to set.
+        let policy = Arc::new(settings.egress.allow.clone());
+        let agent = reqwest::Client::builder()
             .timeout(Duration::from_secs(settings.dispatch.agent_timeout_secs))
             .connect_timeout(Duration::from_secs(5))
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("channel-bridge/", env!("CARGO_PKG_VERSION")))
-            .build()
+            .user_agent(concat!("channel-bridge/", env!("CARGO_PKG_VERSION")));
+        let client = GuardedClient::build(agent, Arc::clone(&policy))
             .context("Failed to build the agent HTTP client")?;
-        let platform_client = reqwest::Client::builder()
+        let platform = reqwest::Client::builder()
             .timeout(Duration::from_secs(settings.dispatch.platform_timeout_secs))
             .connect_timeout(Duration::from_secs(5))
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("channel-bridge/", env!("CARGO_PKG_VERSION")))
-            .build()
+            .user_agent(concat!("channel-bridge/", env!("CARGO_PKG_VERSION")));
+        let platform_client = GuardedClient::build(platform, policy)
             .context("Failed to build the platform HTTP client")?;
         let writer = TurnWriter::spawn(
             pool.clone(),
