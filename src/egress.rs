@@ -61,7 +61,9 @@ pub enum Refusal {
     NoHost,
     #[error("must not carry a user name or password")]
     Credentials,
-    #[error("is a {0} address, which the egress policy refuses (the operator may allow it with CB_EGRESS_ALLOW)")]
+    #[error(
+        "is a {0} address, which the egress policy refuses (the operator may allow it with CB_EGRESS_ALLOW)"
+    )]
     Address(&'static str),
     #[error("resolves to an address the egress policy refuses (loopback, private, link-local, multicast, unspecified or reserved; the operator may allow it with CB_EGRESS_ALLOW)")]
     Resolved,
@@ -113,7 +115,7 @@ impl EgressPolicy {
     /// Whether the operator allowed this host name by name.
     pub fn allows_host(&self, host: &str) -> bool {
         let host = normal_host(host);
-        self.hosts.iter().any(|allowed| *allowed == host)
+        self.hosts.contains(&host)
     }
 
     /// Whether a connection to `ip` is allowed: a public address, or one the operator listed.
@@ -255,7 +257,12 @@ fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
         [0, 0, 0, 0, 0, 0, 0, 0 | 1] => None,
         [0, 0, 0, 0, 0, 0, _, _] => Some(low),
         [0x64, 0xff9b, 0, 0, 0, 0, _, _] => Some(low),
-        [0x2002, hi, lo, ..] => Some(Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8)),
+        [0x2002, hi, lo, ..] => Some(Ipv4Addr::new(
+            (hi >> 8) as u8,
+            hi as u8,
+            (lo >> 8) as u8,
+            lo as u8,
+        )),
         _ => None,
     }
 }
@@ -365,10 +372,13 @@ impl GuardedClient {
             tracing::info!(%refusal, "egress policy refused a request URL");
             return Err(SendError::Refused(refusal));
         }
-        self.inner.execute(request).await.map_err(|err| match refusal_in(&err) {
-            Some(refusal) => SendError::Refused(refusal),
-            None => SendError::Transport(err),
-        })
+        self.inner
+            .execute(request)
+            .await
+            .map_err(|err| match refusal_in(&err) {
+                Some(refusal) => SendError::Refused(refusal),
+                None => SendError::Transport(err),
+            })
     }
 }
 
@@ -416,7 +426,14 @@ mod tests {
 
     #[test]
     fn public_addresses_are_not_classified() {
-        for addr in ["1.1.1.1", "8.8.8.8", "172.32.0.1", "100.128.0.1", "2606:4700::1111", "2a00:1450::1"] {
+        for addr in [
+            "1.1.1.1",
+            "8.8.8.8",
+            "172.32.0.1",
+            "100.128.0.1",
+            "2606:4700::1111",
+            "2a00:1450::1",
+        ] {
             assert_eq!(classify(ip(addr)), None, "{addr}");
         }
     }
@@ -458,7 +475,10 @@ mod tests {
         assert!(policy.check_ip(ip("10.1.200.3")).is_ok());
         assert_eq!(policy.check_ip(ip("10.2.0.1")), Err(Refusal::Address("private")));
         assert!(policy.check_ip(ip("127.0.0.1")).is_ok());
-        assert_eq!(policy.check_ip(ip("127.0.0.2")), Err(Refusal::Address("loopback")));
+        assert_eq!(
+            policy.check_ip(ip("127.0.0.2")),
+            Err(Refusal::Address("loopback"))
+        );
         assert!(policy.check_ip(ip("::1")).is_ok());
         assert!(policy.allows_host("Agent.Internal"));
         assert!(!policy.allows_host("other.internal"));
@@ -470,7 +490,10 @@ mod tests {
         // The mapped form is judged as the IPv4 address, and the allow list is matched on
         // the address as written: allowing 127.0.0.1 does not open ::ffff:127.0.0.1.
         let policy = EgressPolicy::parse("127.0.0.1").unwrap();
-        assert_eq!(policy.check_ip(ip("::ffff:127.0.0.1")), Err(Refusal::Address("loopback")));
+        assert_eq!(
+            policy.check_ip(ip("::ffff:127.0.0.1")),
+            Err(Refusal::Address("loopback"))
+        );
     }
 
     #[test]
@@ -489,7 +512,10 @@ mod tests {
         assert_eq!(check("file:///etc/passwd"), Err(Refusal::Scheme));
         assert_eq!(check("http://127.0.0.1:8080/"), Err(Refusal::Address("loopback")));
         assert_eq!(check("http://2130706433/"), Err(Refusal::Address("loopback")));
-        assert_eq!(check("http://[::ffff:127.0.0.1]/"), Err(Refusal::Address("loopback")));
+        assert_eq!(
+            check("http://[::ffff:127.0.0.1]/"),
+            Err(Refusal::Address("loopback"))
+        );
         assert_eq!(check("https://[::1]/"), Err(Refusal::Address("loopback")));
         assert!(check("https://8.8.8.8/").is_ok());
         assert!(check("https://example.com/").is_ok());
@@ -498,16 +524,25 @@ mod tests {
     #[tokio::test]
     async fn save_time_checks_resolve_names_and_refuse_credentials() {
         let strict = EgressPolicy::strict();
-        assert_eq!(strict.check_url("http://localhost:9/").await, Err(Refusal::Resolved));
+        assert_eq!(
+            strict.check_url("http://localhost:9/").await,
+            Err(Refusal::Resolved)
+        );
         assert_eq!(strict.check_url("not a url").await, Err(Refusal::NotAUrl));
-        assert_eq!(strict.check_url("http://u:p@8.8.8.8/").await, Err(Refusal::Credentials));
+        assert_eq!(
+            strict.check_url("http://u:p@8.8.8.8/").await,
+            Err(Refusal::Credentials)
+        );
         let named = EgressPolicy::parse("localhost").unwrap();
         assert!(named.check_url("http://localhost:9/").await.is_ok());
     }
 
     #[test]
     fn remote_reasons_are_shortened_to_a_safe_form() {
-        assert_eq!(short_reason("Bad Request: chat not found"), "Bad Request: chat not found");
+        assert_eq!(
+            short_reason("Bad Request: chat not found"),
+            "Bad Request: chat not found"
+        );
         assert_eq!(short_reason("a\nb\u{0}c\u{202e}d"), "a b c d");
         let long = short_reason(&"x".repeat(500));
         assert_eq!(long, format!("{}…", "x".repeat(80)));

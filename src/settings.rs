@@ -227,8 +227,8 @@ impl EgressSettings {
     /// Public addresses plus 127.0.0.1, `::1` and `localhost`: for the demo and tests, whose
     /// stand-in servers listen on loopback.
     pub fn allowing_loopback() -> Self {
-        let allow = EgressPolicy::parse("127.0.0.1,::1,localhost")
-            .expect("the loopback allow list is well formed");
+        let allow =
+            EgressPolicy::parse("127.0.0.1,::1,localhost").expect("the loopback allow list is well formed");
         Self { allow }
     }
 }

@@ -13,8 +13,8 @@ use axum::http::HeaderMap;
 use reqwest::StatusCode;
 
 use super::payload::{parse_answer, DispatchOut};
-use crate::egress::{GuardedClient, SendError, AGENT_REFUSED};
 use super::signature;
+use crate::egress::{GuardedClient, SendError, AGENT_REFUSED};
 
 /// What one agent call came to.
 #[derive(Debug, Clone, PartialEq, Eq)]

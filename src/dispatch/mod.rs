@@ -137,8 +137,8 @@ impl Worker {
             .timeout(Duration::from_secs(settings.dispatch.platform_timeout_secs))
             .connect_timeout(Duration::from_secs(5))
             .user_agent(concat!("channel-bridge/", env!("CARGO_PKG_VERSION")));
-        let platform_client = GuardedClient::build(platform, policy)
-            .context("Failed to build the platform HTTP client")?;
+        let platform_client =
+            GuardedClient::build(platform, policy).context("Failed to build the platform HTTP client")?;
         let writer = TurnWriter::spawn(
             pool.clone(),
             crate::batch::BatchLimits {

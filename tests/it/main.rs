@@ -8,6 +8,7 @@ mod demo;
 mod dispatch;
 mod dispatcher;
 mod edges;
+mod egress;
 mod foundation;
 mod ingress;
 mod ingress_batch;
