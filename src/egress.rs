@@ -486,7 +486,7 @@ mod tests {
     }
 
     #[test]
-    fn an_allowed_ipv4_address_does_not_allow_its_mapped_form_by_accident_of_parsing() {
+    fn allowing_an_ipv4_address_does_not_allow_its_mapped_form() {
         // The mapped form is judged as the IPv4 address, and the allow list is matched on
         // the address as written: allowing 127.0.0.1 does not open ::ffff:127.0.0.1.
         let policy = EgressPolicy::parse("127.0.0.1").unwrap();

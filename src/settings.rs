@@ -456,6 +456,12 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("CB_AGENT_URL"));
+        settings.agent_url = Some("ftp://agent.example/".into());
+        assert!(settings
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("CB_AGENT_URL must be an http or https URL"));
         settings.agent_url = None;
         settings.http = false;
         settings.worker = false;
@@ -464,5 +470,23 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("nothing to run"));
+    }
+
+    #[test]
+    fn a_malformed_cb_egress_allow_stops_the_start_naming_it() {
+        use clap::Parser;
+        let parse = |allow: &str| {
+            crate::cli::Cli::try_parse_from([
+                "channel-bridge",
+                "serve",
+                "--database-url",
+                "postgres://x/cb",
+                "--egress-allow",
+                allow,
+            ])
+        };
+        let err = parse("10.0.0.0/33").unwrap_err().to_string();
+        assert!(err.contains("CB_EGRESS_ALLOW"), "{err}");
+        assert!(parse("10.0.0.0/8, agent.internal").is_ok());
     }
 }

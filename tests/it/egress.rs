@@ -415,3 +415,64 @@ async fn a_platform_api_that_answers_with_internal_text_is_kept_to_a_short_clean
     let error = part_states(&app, id).await[0].1.clone();
     assert_eq!(error.as_deref(), Some("slack: unrecognised_error"));
 }
+
+/// Runs the binary with `args` against `app`'s database; (success, stdout, stderr).
+fn cli(app: &TestApp, args: &[&str], allow: Option<&str>) -> (bool, String, String) {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_channel-bridge"));
+    command
+        .args(args)
+        .env("DATABASE_URL", app.db.url())
+        .env_remove("CB_EGRESS_ALLOW")
+        .stdin(std::process::Stdio::null());
+    if let Some(allow) = allow {
+        command.env("CB_EGRESS_ALLOW", allow);
+    }
+    let output = command.output().unwrap();
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (
+        output.status.success(),
+        text(&output.stdout),
+        text(&output.stderr),
+    )
+}
+
+#[tokio::test]
+async fn the_cli_refuses_internal_urls_unless_cb_egress_allow_lists_them() {
+    let app = spawn_app().await;
+    let create = [
+        "tenant",
+        "create",
+        "--slug",
+        "acme",
+        "--agent-url",
+        "http://10.0.0.1/agent",
+    ];
+    let (ok, _, stderr) = cli(&app, &create, None);
+    assert!(!ok);
+    assert!(stderr.contains("--agent-url is a private address"), "{stderr}");
+    assert!(stderr.contains("CB_EGRESS_ALLOW"), "{stderr}");
+
+    let (ok, stdout, stderr) = cli(&app, &create, Some("10.0.0.0/8"));
+    assert!(ok, "{stderr}");
+    let tenant: Value = serde_json::from_str(&stdout).unwrap();
+    let tenant_id = tenant["tenant_id"].as_str().unwrap();
+
+    let add = [
+        "connector",
+        "add",
+        "--tenant",
+        tenant_id,
+        "--platform",
+        "telegram",
+        "--verification-secret",
+        "s3cret",
+        "--api-base-url",
+        "http://169.254.169.254",
+    ];
+    let (ok, _, stderr) = cli(&app, &add, Some("10.0.0.0/8"));
+    assert!(!ok);
+    assert!(
+        stderr.contains("--api-base-url is a link-local address"),
+        "{stderr}"
+    );
+}
