@@ -59,8 +59,6 @@ pub enum Refusal {
     Scheme,
     #[error("must name a host")]
     NoHost,
-    #[error("must not carry a user name or password")]
-    Credentials,
     #[error(
         "is a {0} address, which the egress policy refuses (the operator may allow it with CB_EGRESS_ALLOW)"
     )]
@@ -145,9 +143,6 @@ impl EgressPolicy {
     /// and every address the host resolves to must be allowed.
     pub async fn check_url(&self, url: &str) -> Result<(), Refusal> {
         let parsed = Url::parse(url).map_err(|_| Refusal::NotAUrl)?;
-        if !parsed.username().is_empty() || parsed.password().is_some() {
-            return Err(Refusal::Credentials);
-        }
         self.check_target(&parsed)?;
         let (None, Some(host)) = (literal_ip(&parsed), parsed.host_str()) else {
             return Ok(());
@@ -522,16 +517,17 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn save_time_checks_resolve_names_and_refuse_credentials() {
+    async fn save_time_checks_resolve_names() {
         let strict = EgressPolicy::strict();
         assert_eq!(
             strict.check_url("http://localhost:9/").await,
             Err(Refusal::Resolved)
         );
         assert_eq!(strict.check_url("not a url").await, Err(Refusal::NotAUrl));
+        // A user name is not a host: the address after it is the one judged.
         assert_eq!(
-            strict.check_url("http://u:p@8.8.8.8/").await,
-            Err(Refusal::Credentials)
+            strict.check_url("http://8.8.8.8@127.0.0.1/").await,
+            Err(Refusal::Address("loopback"))
         );
         let named = EgressPolicy::parse("localhost").unwrap();
         assert!(named.check_url("http://localhost:9/").await.is_ok());
