@@ -33,6 +33,9 @@ pub enum AppError {
     Unprocessable(String),
     #[error("{0}")]
     Conflict(&'static str),
+    /// Too many failed attempts; retry after this long.
+    #[error("too many failed authentication attempts; retry later")]
+    TooManyRequests(std::time::Duration),
     #[error("database unavailable")]
     Unavailable(#[source] std::sync::Arc<sqlx::Error>),
     #[error(transparent)]
@@ -50,6 +53,7 @@ impl AppError {
             Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             Self::Unprocessable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unprocessable"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            Self::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_requests"),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
@@ -104,7 +108,14 @@ impl IntoResponse for AppError {
             }
             other => other.to_string(),
         };
-        (status, Json(json!({ "error": code, "message": message }))).into_response()
+        let mut response = (status, Json(json!({ "error": code, "message": message }))).into_response();
+        if let Self::TooManyRequests(wait) = &self {
+            let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, seconds.max(1).into());
+        }
+        response
     }
 }
 

@@ -58,6 +58,7 @@ impl Application {
             wakeup: Arc::new(crate::dispatch::wakeup::Wakeup::default()),
             cache: Arc::new(ConfigCache::new(cache_ttl)),
             ingress: Arc::new(ingress),
+            auth_throttle: Arc::default(),
         };
         Ok(Self {
             state,
@@ -92,6 +93,8 @@ impl Application {
             let app = crate::http::router(self.state.clone());
             let mut stop = stop_rx.clone();
             tokio::spawn(async move {
+                // The peer address is what bad admin keys are throttled by.
+                let app = app.into_make_service_with_connect_info::<SocketAddr>();
                 axum::serve(listener, app)
                     .with_graceful_shutdown(async move {
                         let _ = stop.wait_for(|stopped| *stopped).await;

@@ -20,6 +20,8 @@ pub struct AppState {
     pub cache: Arc<crate::cache::ConfigCache>,
     /// Where webhook handlers record what they accepted (several per commit).
     pub ingress: Arc<crate::ingress::writer::Writer>,
+    /// Budgets of untrusted admin-key attempts, spent before any database work.
+    pub auth_throttle: Arc<crate::admin::throttle::AuthThrottle>,
 }
 
 impl AppState {

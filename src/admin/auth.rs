@@ -5,6 +5,8 @@
 //!   visible, non-secret handle. A key resolves to exactly one tenant, and every handler
 //!   behind `TenantAdmin` works inside that tenant's transaction.
 //! - The operator presents the configured `CB_OPERATOR_TOKEN`, compared in constant time.
+//! - Attempts with keys that have not worked on this instance are throttled per source
+//!   address and per key prefix before any database work (`super::throttle`).
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -15,6 +17,7 @@ use secrecy::ExposeSecret;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+use super::throttle::key_prefix;
 use crate::domain::TenantId;
 use crate::error::AppError;
 use crate::state::AppState;
@@ -66,8 +69,21 @@ impl FromRequestParts<AppState> for TenantAdmin {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
         let key = bearer(parts).ok_or(AppError::Unauthorized("missing bearer token"))?;
+        let source = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|info| info.0.ip());
+        let prefix = key_prefix(key);
+        state
+            .auth_throttle
+            .admit(source, prefix)
+            .map_err(AppError::TooManyRequests)?;
+        let invalid = AppError::Unauthorized("invalid or revoked API key");
+        // Not shaped like a key: it cannot be one, so no lookup.
+        let prefix = prefix.ok_or(invalid)?;
         let mut conn = state.pool.acquire().await?;
         let found = crate::db::api_keys::authenticate(&mut conn, &hash_key(key)).await?;
+        state.auth_throttle.record(prefix, found.is_some());
         let (key_id, tenant) = found.ok_or(AppError::Unauthorized("invalid or revoked API key"))?;
         tracing::Span::current().record("tenant_id", tracing::field::display(tenant));
         Ok(Self { tenant, key_id })

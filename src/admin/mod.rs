@@ -9,6 +9,7 @@ pub mod links;
 pub mod messages;
 pub mod operator;
 pub mod tenant;
+pub mod throttle;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;

@@ -318,3 +318,51 @@ async fn a_dispatcher_backs_off_while_the_database_is_out_of_reach() {
     let _ = stop.send(true);
     running.await.unwrap();
 }
+
+#[tokio::test]
+async fn a_burst_of_bad_admin_keys_is_answered_429_without_database_work() {
+    let proxy = DbProxy::start(upstream_addr()).await;
+    let app = spawn_app_with(|settings, db| {
+        // In clear, so the proxy can count the statements.
+        let url = format!("{}?sslmode=disable", url_with(&db.name, Some(proxy.addr)));
+        settings.database.url = url.into();
+    })
+    .await;
+    let tenant = provision_tenant(&app.pool, "acme").await;
+    let key = channel_bridge::admin::operator::issue(&app.pool, tenant.tenant, "ci")
+        .await
+        .unwrap()
+        .key;
+    let links = |token: String| {
+        let request = app.client.get(app.url("/v1/admin/links")).bearer_auth(token);
+        async move { request.send().await.unwrap() }
+    };
+    assert_eq!(links(key.clone()).await.status(), 200);
+
+    let before = proxy.statements();
+    let bad = (0..100).map(|n| links(format!("cbk_bad{n:05}_{}", uuid::Uuid::new_v4().simple())));
+    let answers = futures::future::join_all(bad).await;
+    let statements = proxy.statements() - before;
+    let refused = answers.iter().filter(|r| r.status() == 401).count();
+    let throttled: Vec<_> = answers.iter().filter(|r| r.status() == 429).collect();
+    assert_eq!(refused + throttled.len(), 100);
+    assert!(throttled.len() >= 70, "{} of 100 throttled", throttled.len());
+    assert!(throttled.iter().all(|r| r.headers().contains_key("retry-after")));
+    // One statement per lookup, and a `SET ROLE` per connection the pool opened for them
+    // (16 at most): far from one per request.
+    assert!(
+        statements <= refused as u64 + 16,
+        "{statements} statements for {refused} lookups"
+    );
+    let body: Value = answers
+        .into_iter()
+        .find(|r| r.status() == 429)
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["error"], "too_many_requests");
+
+    // A key that works is not held back by the flood from its address.
+    assert_eq!(links(key).await.status(), 200);
+}
