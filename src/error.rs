@@ -119,9 +119,19 @@ impl IntoResponse for AppError {
     }
 }
 
+/// A JSON body we cannot use: 413 past the body limit, 400 when it could not be read at
+/// all, otherwise 422 (not JSON, wrong content type, or JSON of the wrong shape: the caller
+/// sent something we cannot process, and one status keeps the contract small).
 impl From<axum::extract::rejection::JsonRejection> for AppError {
     fn from(rejection: axum::extract::rejection::JsonRejection) -> Self {
-        Self::Unprocessable(rejection.body_text())
+        use axum::extract::rejection::{BytesRejection, FailedToBufferBody, JsonRejection};
+        match rejection {
+            JsonRejection::BytesRejection(BytesRejection::FailedToBufferBody(
+                FailedToBufferBody::LengthLimitError(_),
+            )) => Self::PayloadTooLarge(crate::http::API_BODY_LIMIT),
+            JsonRejection::BytesRejection(_) => Self::BadRequest("the request body could not be read".into()),
+            other => Self::Unprocessable(other.body_text()),
+        }
     }
 }
 
@@ -131,6 +141,9 @@ impl From<axum::extract::rejection::QueryRejection> for AppError {
     }
 }
 
+/// A path segment that does not parse (a non-UUID id, text that is not UTF-8) names no
+/// resource: 404, as for an id that parses but is unknown, so the two cannot be told apart
+/// (the webhook routes answer an unknown and a malformed connector id alike).
 impl From<axum::extract::rejection::PathRejection> for AppError {
     fn from(_: axum::extract::rejection::PathRejection) -> Self {
         Self::NotFound("resource")

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use secrecy::SecretString;
@@ -12,7 +12,7 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::auth::TenantAdmin;
-use super::{ApiJson, ApiJsonError, ApiQuery};
+use super::{ApiJson, ApiJsonError, ApiPath, ApiQuery};
 use crate::db::connectors::{ConnectorChange, ConnectorSummary, DeleteOutcome, NewConnector};
 use crate::db::{self, TenantTx};
 use crate::domain::{ConnectorId, Platform, TelegramDelivery, UnlinkedPolicy};
@@ -104,7 +104,7 @@ async fn summary_or_404(tx: &mut TenantTx, id: ConnectorId) -> Result<ConnectorS
 }
 
 /// The tenant's connectors.
-#[utoipa::path(get, path = "/v1/admin/connectors", tag = "connectors", security(("api_key" = [])),
+#[utoipa::path(get, path = "/v1/admin/connectors", operation_id = "list_connectors", tag = "connectors", security(("api_key" = [])),
     responses((status = 200, body = Vec<ConnectorSummary>), (status = 401, body = ApiJsonError)))]
 pub async fn list(
     State(state): State<AppState>,
@@ -117,8 +117,8 @@ pub async fn list(
 }
 
 /// Add a connector. The answer carries no secret.
-#[utoipa::path(post, path = "/v1/admin/connectors", tag = "connectors", security(("api_key" = [])), request_body = ConnectorIn,
-    responses((status = 201, body = ConnectorSummary), (status = 422, body = ApiJsonError)))]
+#[utoipa::path(post, path = "/v1/admin/connectors", operation_id = "create_connector", tag = "connectors", security(("api_key" = [])), request_body = ConnectorIn,
+    responses((status = 201, body = ConnectorSummary), (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 413, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
 pub async fn create(
     State(state): State<AppState>,
     admin: TenantAdmin,
@@ -149,13 +149,13 @@ pub async fn create(
 }
 
 /// One connector.
-#[utoipa::path(get, path = "/v1/admin/connectors/{id}", tag = "connectors", security(("api_key" = [])),
+#[utoipa::path(get, path = "/v1/admin/connectors/{id}", operation_id = "get_connector", tag = "connectors", security(("api_key" = [])),
     params(("id" = Uuid, Path)),
-    responses((status = 200, body = ConnectorSummary), (status = 404, body = ApiJsonError)))]
+    responses((status = 200, body = ConnectorSummary), (status = 401, body = ApiJsonError), (status = 404, body = ApiJsonError)))]
 pub async fn get(
     State(state): State<AppState>,
     admin: TenantAdmin,
-    Path(id): Path<Uuid>,
+    ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<ConnectorSummary>, AppError> {
     let mut tx = TenantTx::begin(&state.pool, admin.tenant).await?;
     let summary = summary_or_404(&mut tx, ConnectorId(id)).await?;
@@ -164,13 +164,13 @@ pub async fn get(
 }
 
 /// Change a connector; a new `verification_secret` rotates it with a grace period.
-#[utoipa::path(patch, path = "/v1/admin/connectors/{id}", tag = "connectors", security(("api_key" = [])),
+#[utoipa::path(patch, path = "/v1/admin/connectors/{id}", operation_id = "update_connector", tag = "connectors", security(("api_key" = [])),
     params(("id" = Uuid, Path)), request_body = ConnectorPatch,
-    responses((status = 200, body = ConnectorSummary), (status = 404, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
+    responses((status = 200, body = ConnectorSummary), (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 404, body = ApiJsonError), (status = 413, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
 pub async fn update(
     State(state): State<AppState>,
     admin: TenantAdmin,
-    Path(id): Path<Uuid>,
+    ApiPath(id): ApiPath<Uuid>,
     ApiJson(patch): ApiJson<ConnectorPatch>,
 ) -> Result<Json<ConnectorSummary>, AppError> {
     if let Some(secret) = &patch.verification_secret {
@@ -216,13 +216,13 @@ async fn apply(
 }
 
 /// Stop accepting webhooks for a connector (they answer 404); history is kept.
-#[utoipa::path(post, path = "/v1/admin/connectors/{id}/disable", tag = "connectors", security(("api_key" = [])),
+#[utoipa::path(post, path = "/v1/admin/connectors/{id}/disable", operation_id = "disable_connector", tag = "connectors", security(("api_key" = [])),
     params(("id" = Uuid, Path)),
-    responses((status = 200, body = ConnectorSummary), (status = 404, body = ApiJsonError)))]
+    responses((status = 200, body = ConnectorSummary), (status = 401, body = ApiJsonError), (status = 404, body = ApiJsonError)))]
 pub async fn disable(
     State(state): State<AppState>,
     admin: TenantAdmin,
-    Path(id): Path<Uuid>,
+    ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<ConnectorSummary>, AppError> {
     let change = ConnectorChange {
         enabled: Some(false),
@@ -232,13 +232,13 @@ pub async fn disable(
 }
 
 /// Delete a connector (with `purge=true`, its message history too).
-#[utoipa::path(delete, path = "/v1/admin/connectors/{id}", tag = "connectors", security(("api_key" = [])),
+#[utoipa::path(delete, path = "/v1/admin/connectors/{id}", operation_id = "delete_connector", tag = "connectors", security(("api_key" = [])),
     params(("id" = Uuid, Path), DeleteQuery),
-    responses((status = 204), (status = 404, body = ApiJsonError), (status = 409, body = ApiJsonError)))]
+    responses((status = 204), (status = 401, body = ApiJsonError), (status = 404, body = ApiJsonError), (status = 409, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
 pub async fn delete(
     State(state): State<AppState>,
     admin: TenantAdmin,
-    Path(id): Path<Uuid>,
+    ApiPath(id): ApiPath<Uuid>,
     ApiQuery(query): ApiQuery<DeleteQuery>,
 ) -> Result<StatusCode, AppError> {
     let mut tx = TenantTx::begin(&state.pool, admin.tenant).await?;

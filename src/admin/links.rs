@@ -1,13 +1,13 @@
 //! Links: which tenant user a platform sender is.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::auth::TenantAdmin;
-use super::{ApiJson, ApiJsonError};
+use super::{ApiJson, ApiJsonError, ApiPath};
 use crate::db::links::Link;
 use crate::db::{self, TenantTx};
 use crate::domain::Platform;
@@ -24,7 +24,7 @@ pub struct LinkIn {
 }
 
 /// The tenant's links.
-#[utoipa::path(get, path = "/v1/admin/links", tag = "links", security(("api_key" = [])),
+#[utoipa::path(get, path = "/v1/admin/links", operation_id = "list_links", tag = "links", security(("api_key" = [])),
     responses((status = 200, body = Vec<Link>), (status = 401, body = ApiJsonError)))]
 pub async fn list(State(state): State<AppState>, admin: TenantAdmin) -> Result<Json<Vec<Link>>, AppError> {
     let mut tx = TenantTx::begin(&state.pool, admin.tenant).await?;
@@ -34,8 +34,8 @@ pub async fn list(State(state): State<AppState>, admin: TenantAdmin) -> Result<J
 }
 
 /// Link a sender to a user (re-points an existing link).
-#[utoipa::path(post, path = "/v1/admin/links", tag = "links", security(("api_key" = [])), request_body = LinkIn,
-    responses((status = 201, body = Link), (status = 422, body = ApiJsonError)))]
+#[utoipa::path(post, path = "/v1/admin/links", operation_id = "create_link", tag = "links", security(("api_key" = [])), request_body = LinkIn,
+    responses((status = 201, body = Link), (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 413, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
 pub async fn create(
     State(state): State<AppState>,
     admin: TenantAdmin,
@@ -53,13 +53,13 @@ pub async fn create(
 }
 
 /// Unlink a sender.
-#[utoipa::path(delete, path = "/v1/admin/links/{platform}/{platform_user_id}", tag = "links", security(("api_key" = [])),
+#[utoipa::path(delete, path = "/v1/admin/links/{platform}/{platform_user_id}", operation_id = "delete_link", tag = "links", security(("api_key" = [])),
     params(("platform" = String, Path), ("platform_user_id" = String, Path)),
-    responses((status = 204), (status = 404, body = ApiJsonError)))]
+    responses((status = 204), (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 404, body = ApiJsonError)))]
 pub async fn delete(
     State(state): State<AppState>,
     admin: TenantAdmin,
-    Path((platform, platform_user_id)): Path<(String, String)>,
+    ApiPath((platform, platform_user_id)): ApiPath<(String, String)>,
 ) -> Result<StatusCode, AppError> {
     let platform: Platform = platform.parse().map_err(|_| AppError::NotFound("link"))?;
     let mut tx = TenantTx::begin(&state.pool, admin.tenant).await?;

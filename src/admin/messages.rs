@@ -9,7 +9,7 @@
 //! queues nothing and says so (`{"queued": 0, "ids": []}`). One call takes at most
 //! `MAX_ACTION_LIMIT` turns, oldest first; `more` says whether to call again.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::Json;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -18,7 +18,7 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::auth::TenantAdmin;
-use super::{ApiJson, ApiJsonError, ApiQuery};
+use super::{ApiJson, ApiJsonError, ApiPath, ApiQuery};
 use crate::db::messages::{MessageFilter, MessageRow, ReplyPart};
 use crate::db::turns::{Requeued, Selection};
 use crate::db::{self, TenantTx};
@@ -468,9 +468,9 @@ fn refuse_if_never_applies(action: Recovery, status: MessageStatus) -> Result<()
 }
 
 /// List messages, newest first.
-#[utoipa::path(get, path = "/v1/admin/messages", tag = "messages", params(MessagesQuery),
+#[utoipa::path(get, path = "/v1/admin/messages", operation_id = "list_messages", tag = "messages", params(MessagesQuery),
     security(("api_key" = [])),
-    responses((status = 200, body = MessagePage), (status = 401, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
+    responses((status = 200, body = MessagePage), (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
 pub async fn list(
     State(state): State<AppState>,
     admin: TenantAdmin,
@@ -480,26 +480,26 @@ pub async fn list(
 }
 
 /// One message with its reply parts.
-#[utoipa::path(get, path = "/v1/admin/messages/{id}", tag = "messages", params(("id" = Uuid, Path)),
+#[utoipa::path(get, path = "/v1/admin/messages/{id}", operation_id = "get_message", tag = "messages", params(("id" = Uuid, Path)),
     security(("api_key" = [])),
-    responses((status = 200, body = MessageDetailOut), (status = 404, body = ApiJsonError)))]
+    responses((status = 200, body = MessageDetailOut), (status = 401, body = ApiJsonError), (status = 404, body = ApiJsonError)))]
 pub async fn get(
     State(state): State<AppState>,
     admin: TenantAdmin,
-    Path(id): Path<Uuid>,
+    ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<MessageDetailOut>, AppError> {
     Ok(Json(get_message(&state.pool, admin.tenant, id).await?))
 }
 
 /// Ask the agent again for a `dispatch_failed` message: it is queued as if it had just
 /// arrived. A message already queued again answers `queued: 0`.
-#[utoipa::path(post, path = "/v1/admin/messages/{id}/redispatch", tag = "messages", params(("id" = Uuid, Path)),
+#[utoipa::path(post, path = "/v1/admin/messages/{id}/redispatch", operation_id = "redispatch_message", tag = "messages", params(("id" = Uuid, Path)),
     security(("api_key" = [])),
-    responses((status = 200, body = QueuedOut), (status = 404, body = ApiJsonError), (status = 409, body = ApiJsonError)))]
+    responses((status = 200, body = QueuedOut), (status = 401, body = ApiJsonError), (status = 404, body = ApiJsonError), (status = 409, body = ApiJsonError)))]
 pub async fn post_redispatch(
     State(state): State<AppState>,
     admin: TenantAdmin,
-    Path(id): Path<Uuid>,
+    ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<QueuedOut>, AppError> {
     let out = recover_one(&state.pool, admin.tenant, Recovery::Redispatch, id, false).await?;
     Ok(Json(wake_if_queued(&state, out)))
@@ -508,15 +508,14 @@ pub async fn post_redispatch(
 /// Post the undelivered parts of an answered message again: its `failed` parts (and its
 /// `unknown` ones with `include_unknown=true`); `sent` parts are never posted again. A
 /// message already queued or delivered answers `queued: 0`.
-#[utoipa::path(post, path = "/v1/admin/messages/{id}/resend", tag = "messages",
+#[utoipa::path(post, path = "/v1/admin/messages/{id}/resend", operation_id = "resend_message", tag = "messages",
     params(("id" = Uuid, Path), ResendQuery),
     security(("api_key" = [])),
-    responses((status = 200, body = QueuedOut), (status = 404, body = ApiJsonError), (status = 409, body = ApiJsonError),
-        (status = 422, body = ApiJsonError)))]
+    responses((status = 200, body = QueuedOut), (status = 401, body = ApiJsonError), (status = 404, body = ApiJsonError), (status = 409, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
 pub async fn post_resend(
     State(state): State<AppState>,
     admin: TenantAdmin,
-    Path(id): Path<Uuid>,
+    ApiPath(id): ApiPath<Uuid>,
     ApiQuery(query): ApiQuery<ResendQuery>,
 ) -> Result<Json<QueuedOut>, AppError> {
     let include_unknown = query.include_unknown.unwrap_or(false);
@@ -526,9 +525,9 @@ pub async fn post_resend(
 
 /// Redispatch the `dispatch_failed` messages the filter selects, oldest first, at most
 /// `limit` (default 100, at most 1000) per call.
-#[utoipa::path(post, path = "/v1/admin/messages/redispatch", tag = "messages", request_body = ActionFilterIn,
+#[utoipa::path(post, path = "/v1/admin/messages/redispatch", operation_id = "redispatch_messages", tag = "messages", request_body = ActionFilterIn,
     security(("api_key" = [])),
-    responses((status = 200, body = QueuedOut), (status = 401, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
+    responses((status = 200, body = QueuedOut), (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 413, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
 pub async fn post_redispatch_many(
     State(state): State<AppState>,
     admin: TenantAdmin,
@@ -540,9 +539,9 @@ pub async fn post_redispatch_many(
 
 /// Resend the undelivered parts of the answered messages the filter selects, oldest first,
 /// at most `limit` (default 100, at most 1000) per call.
-#[utoipa::path(post, path = "/v1/admin/messages/resend", tag = "messages", request_body = ActionFilterIn,
+#[utoipa::path(post, path = "/v1/admin/messages/resend", operation_id = "resend_messages", tag = "messages", request_body = ActionFilterIn,
     security(("api_key" = [])),
-    responses((status = 200, body = QueuedOut), (status = 401, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
+    responses((status = 200, body = QueuedOut), (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 413, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
 pub async fn post_resend_many(
     State(state): State<AppState>,
     admin: TenantAdmin,
@@ -561,13 +560,13 @@ fn wake_if_queued(state: &AppState, out: QueuedOut) -> QueuedOut {
 }
 
 /// A user's history exactly as the agent would receive it with their next message.
-#[utoipa::path(get, path = "/v1/admin/users/{user_id}/history", tag = "messages", params(("user_id" = String, Path)),
+#[utoipa::path(get, path = "/v1/admin/users/{user_id}/history", operation_id = "get_user_history", tag = "messages", params(("user_id" = String, Path)),
     security(("api_key" = [])),
-    responses((status = 200, body = HistoryOut), (status = 401, body = ApiJsonError)))]
+    responses((status = 200, body = HistoryOut), (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError)))]
 pub async fn history(
     State(state): State<AppState>,
     admin: TenantAdmin,
-    Path(user_id): Path<String>,
+    ApiPath(user_id): ApiPath<String>,
 ) -> Result<Json<HistoryOut>, AppError> {
     Ok(Json(user_history(&state.pool, admin.tenant, &user_id).await?))
 }

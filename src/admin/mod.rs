@@ -65,8 +65,9 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// The JSON error body of every endpoint.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ApiJsonError {
-    /// Stable code: `bad_request`, `unauthorized`, `forbidden`, `not_found`, `conflict`,
-    /// `unprocessable`, `payload_too_large`, `unavailable`, `internal`.
+    /// Stable code: `bad_request`, `unauthorized`, `forbidden`, `not_found`,
+    /// `method_not_allowed`, `conflict`, `unprocessable`, `payload_too_large`, `unavailable`,
+    /// `internal`.
     pub error: String,
     pub message: String,
 }
@@ -83,8 +84,15 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiQuer
     }
 }
 
-/// `Json<T>` whose rejection is a JSON 422 (400 for a body that is not JSON at all is
-/// folded into 422 too: the client sent something we cannot process).
+/// `Path<T>` whose rejection is the JSON 404 of `From<PathRejection> for AppError`: every
+/// handler takes its path through it, so a non-UUID id answers like an unknown one.
+#[derive(axum::extract::FromRequestParts)]
+#[from_request(via(axum::extract::Path), rejection(AppError))]
+pub struct ApiPath<T>(pub T);
+
+/// `Json<T>` whose rejection is a JSON error (`From<JsonRejection> for AppError`): 422 for
+/// a body that is not JSON, lacks the JSON content type or has the wrong shape, 413 past
+/// `http::API_BODY_LIMIT`.
 #[derive(axum::extract::FromRequest)]
 #[from_request(via(axum::Json), rejection(AppError))]
 pub struct ApiJson<T>(pub T);

@@ -1,7 +1,7 @@
 //! Operator endpoints (the `CB_OPERATOR_TOKEN`): create tenants, issue and revoke tenant
 //! admin keys. The CLI's `tenant create` and `key issue|revoke` call the same functions.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::auth::{issue_key, Operator};
-use super::{ApiJson, ApiJsonError};
+use super::{ApiJson, ApiJsonError, ApiPath};
 use crate::db::api_keys::ApiKeyRow;
 use crate::db::{self};
 use crate::domain::TenantId;
@@ -87,8 +87,8 @@ pub async fn revoke(pool: &PgPool, id: Uuid) -> Result<ApiKeyRow, AppError> {
 }
 
 /// Create a tenant; the answer holds its dispatch secret, shown this once.
-#[utoipa::path(post, path = "/v1/operator/tenants", tag = "operator", security(("operator_token" = [])), request_body = TenantIn,
-    responses((status = 201, body = Object), (status = 401, body = ApiJsonError), (status = 409, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
+#[utoipa::path(post, path = "/v1/operator/tenants", operation_id = "create_tenant", tag = "operator", security(("operator_token" = [])), request_body = TenantIn,
+    responses((status = 201, body = Object), (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 403, body = ApiJsonError), (status = 409, body = ApiJsonError), (status = 413, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
 pub async fn create_tenant(
     State(state): State<AppState>,
     _operator: Operator,
@@ -107,26 +107,26 @@ pub async fn create_tenant(
 }
 
 /// A tenant's keys (never the keys themselves).
-#[utoipa::path(get, path = "/v1/operator/tenants/{tenant_id}/keys", tag = "operator", security(("operator_token" = [])),
+#[utoipa::path(get, path = "/v1/operator/tenants/{tenant_id}/keys", operation_id = "list_tenant_keys", tag = "operator", security(("operator_token" = [])),
     params(("tenant_id" = Uuid, Path)),
-    responses((status = 200, body = Vec<ApiKeyRow>), (status = 401, body = ApiJsonError)))]
+    responses((status = 200, body = Vec<ApiKeyRow>), (status = 401, body = ApiJsonError), (status = 403, body = ApiJsonError), (status = 404, body = ApiJsonError)))]
 pub async fn list_keys(
     State(state): State<AppState>,
     _operator: Operator,
-    Path(tenant): Path<Uuid>,
+    ApiPath(tenant): ApiPath<Uuid>,
 ) -> Result<Json<Vec<ApiKeyRow>>, AppError> {
     let mut conn = state.pool.acquire().await?;
     Ok(Json(db::api_keys::list(&mut conn, TenantId(tenant)).await?))
 }
 
 /// Issue a tenant admin key.
-#[utoipa::path(post, path = "/v1/operator/tenants/{tenant_id}/keys", tag = "operator", security(("operator_token" = [])),
+#[utoipa::path(post, path = "/v1/operator/tenants/{tenant_id}/keys", operation_id = "issue_tenant_key", tag = "operator", security(("operator_token" = [])),
     params(("tenant_id" = Uuid, Path)), request_body = KeyIn,
-    responses((status = 201, body = KeyIssuedOut), (status = 404, body = ApiJsonError)))]
+    responses((status = 201, body = KeyIssuedOut), (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 403, body = ApiJsonError), (status = 404, body = ApiJsonError), (status = 413, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
 pub async fn issue_key_route(
     State(state): State<AppState>,
     _operator: Operator,
-    Path(tenant): Path<Uuid>,
+    ApiPath(tenant): ApiPath<Uuid>,
     ApiJson(input): ApiJson<KeyIn>,
 ) -> Result<(StatusCode, Json<KeyIssuedOut>), AppError> {
     Ok((
@@ -136,26 +136,26 @@ pub async fn issue_key_route(
 }
 
 /// Revoke a key.
-#[utoipa::path(delete, path = "/v1/operator/keys/{key_id}", tag = "operator", security(("operator_token" = [])),
+#[utoipa::path(delete, path = "/v1/operator/keys/{key_id}", operation_id = "revoke_key", tag = "operator", security(("operator_token" = [])),
     params(("key_id" = Uuid, Path)),
-    responses((status = 200, body = ApiKeyRow), (status = 404, body = ApiJsonError)))]
+    responses((status = 200, body = ApiKeyRow), (status = 401, body = ApiJsonError), (status = 403, body = ApiJsonError), (status = 404, body = ApiJsonError)))]
 pub async fn revoke_key(
     State(state): State<AppState>,
     _operator: Operator,
-    Path(id): Path<Uuid>,
+    ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<ApiKeyRow>, AppError> {
     Ok(Json(revoke(&state.pool, id).await?))
 }
 
 /// Set a tenant's limits (its share of each instance's in-flight dispatches). Instances
 /// apply it within `CB_CONFIG_CACHE_SECS`.
-#[utoipa::path(patch, path = "/v1/operator/tenants/{tenant_id}", tag = "operator", security(("operator_token" = [])),
+#[utoipa::path(patch, path = "/v1/operator/tenants/{tenant_id}", operation_id = "update_tenant_limits", tag = "operator", security(("operator_token" = [])),
     params(("tenant_id" = Uuid, Path)), request_body = TenantLimitsIn,
-    responses((status = 200, body = TenantLimitsOut), (status = 404, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
+    responses((status = 200, body = TenantLimitsOut), (status = 401, body = ApiJsonError), (status = 403, body = ApiJsonError), (status = 404, body = ApiJsonError), (status = 413, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
 pub async fn update_tenant(
     State(state): State<AppState>,
     _operator: Operator,
-    Path(tenant): Path<Uuid>,
+    ApiPath(tenant): ApiPath<Uuid>,
     ApiJson(input): ApiJson<TenantLimitsIn>,
 ) -> Result<Json<TenantLimitsOut>, AppError> {
     if input.max_in_flight.is_some_and(|n| n < 1) {

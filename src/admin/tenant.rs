@@ -55,8 +55,8 @@ pub struct DispatchSecretOut {
 }
 
 /// The tenant's settings.
-#[utoipa::path(get, path = "/v1/admin/tenant", tag = "tenant", security(("api_key" = [])),
-    responses((status = 200, body = TenantOut), (status = 401, body = ApiJsonError)))]
+#[utoipa::path(get, path = "/v1/admin/tenant", operation_id = "get_tenant", tag = "tenant", security(("api_key" = [])),
+    responses((status = 200, body = TenantOut), (status = 401, body = ApiJsonError), (status = 404, body = ApiJsonError)))]
 pub async fn get(State(state): State<AppState>, admin: TenantAdmin) -> Result<Json<TenantOut>, AppError> {
     let mut conn = state.pool.acquire().await?;
     let row = db::tenants::get(&mut conn, admin.tenant)
@@ -67,8 +67,8 @@ pub async fn get(State(state): State<AppState>, admin: TenantAdmin) -> Result<Js
 
 /// Change the name or the agent URL (http or https, and every address of its host public
 /// unless the operator's `CB_EGRESS_ALLOW` allows it; else 422).
-#[utoipa::path(patch, path = "/v1/admin/tenant", tag = "tenant", security(("api_key" = [])), request_body = TenantPatch,
-    responses((status = 200, body = TenantOut), (status = 422, body = ApiJsonError)))]
+#[utoipa::path(patch, path = "/v1/admin/tenant", operation_id = "update_tenant", tag = "tenant", security(("api_key" = [])), request_body = TenantPatch,
+    responses((status = 200, body = TenantOut), (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 404, body = ApiJsonError), (status = 413, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
 pub async fn update(
     State(state): State<AppState>,
     admin: TenantAdmin,
@@ -92,8 +92,8 @@ pub async fn update(
 }
 
 /// Rotate the dispatch signing secret.
-#[utoipa::path(post, path = "/v1/admin/tenant/rotate-dispatch-secret", tag = "tenant", security(("api_key" = [])),
-    responses((status = 200, body = DispatchSecretOut), (status = 401, body = ApiJsonError)))]
+#[utoipa::path(post, path = "/v1/admin/tenant/rotate-dispatch-secret", operation_id = "rotate_dispatch_secret", tag = "tenant", security(("api_key" = [])),
+    responses((status = 200, body = DispatchSecretOut), (status = 401, body = ApiJsonError), (status = 404, body = ApiJsonError)))]
 pub async fn rotate_dispatch_secret(
     State(state): State<AppState>,
     admin: TenantAdmin,

@@ -20,7 +20,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 }
 
 /// The process answers.
-#[utoipa::path(get, path = "/healthz", tag = "meta", responses((status = 200, description = "alive")))]
+#[utoipa::path(get, path = "/healthz", tag = "meta", operation_id = "healthz", responses((status = 200, description = "alive")))]
 async fn healthz() -> impl IntoResponse {
     Json(json!({ "status": "ok" }))
 }
@@ -31,7 +31,7 @@ const READY_DEADLINE: Duration = Duration::from_secs(1);
 
 /// 503 while the database does not answer within a second, or its schema is behind this
 /// binary, so a load balancer routes around the instance.
-#[utoipa::path(get, path = "/readyz", tag = "meta",
+#[utoipa::path(get, path = "/readyz", tag = "meta", operation_id = "readyz",
     responses((status = 200, description = "database reachable, schema current"),
         (status = 503, description = "database unavailable, or its schema is behind the binary")))]
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
@@ -53,7 +53,7 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 /// Prometheus text format.
-#[utoipa::path(get, path = "/metrics", tag = "meta", responses((status = 200, description = "metrics", content_type = "text/plain")))]
+#[utoipa::path(get, path = "/metrics", tag = "meta", operation_id = "metrics", responses((status = 200, description = "metrics", content_type = "text/plain")))]
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],

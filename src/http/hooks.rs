@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -15,7 +15,7 @@ use serde_json::json;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::admin::ApiJsonError;
+use crate::admin::{ApiJsonError, ApiPath};
 use crate::channels::{channel_for, HandshakeReply, HookRequest, Inbound, Parsed};
 use crate::domain::{Connector, ConnectorId, Platform, TenantId};
 use crate::error::AppError;
@@ -26,7 +26,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 }
 
 /// A platform's POST: an event delivery, or Slack's signed `url_verification`.
-#[utoipa::path(post, path = "/v1/hooks/{tenant_id}/{connector_id}", tag = "webhooks",
+#[utoipa::path(post, path = "/v1/hooks/{tenant_id}/{connector_id}", operation_id = "receive_webhook", tag = "webhooks",
     params(("tenant_id" = Uuid, Path), ("connector_id" = Uuid, Path)),
     request_body(content = String, description = "The platform's signed payload, verified over its raw bytes"),
     responses((status = 200, description = "verified and recorded (duplicates too), or handshake answered"),
@@ -34,7 +34,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         (status = 413, body = ApiJsonError), (status = 503, body = ApiJsonError)))]
 async fn receive(
     State(state): State<AppState>,
-    Path(ids): Path<(String, String)>,
+    ApiPath(ids): ApiPath<(String, String)>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, AppError> {
@@ -58,14 +58,14 @@ async fn receive(
 
 /// Meta's GET handshake (`hub.mode=subscribe`). Unsigned by design: it proves the verify
 /// token instead.
-#[utoipa::path(get, path = "/v1/hooks/{tenant_id}/{connector_id}", tag = "webhooks",
+#[utoipa::path(get, path = "/v1/hooks/{tenant_id}/{connector_id}", operation_id = "webhook_handshake", tag = "webhooks",
     params(("tenant_id" = Uuid, Path), ("connector_id" = Uuid, Path),
         ("hub.mode" = Option<String>, Query), ("hub.challenge" = Option<String>, Query), ("hub.verify_token" = Option<String>, Query)),
     responses((status = 200, description = "the challenge, verbatim", content_type = "text/plain"),
         (status = 403, body = ApiJsonError), (status = 404, body = ApiJsonError), (status = 405, body = ApiJsonError)))]
 async fn handshake(
     State(state): State<AppState>,
-    Path(ids): Path<(String, String)>,
+    ApiPath(ids): ApiPath<(String, String)>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, AppError> {

@@ -16,9 +16,14 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::error::AppError;
 use crate::state::AppState;
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The largest JSON body the admin and operator API reads (axum's default, made explicit so
+/// the 413 can name it). Webhook bodies have their own per-platform limits (`hooks.rs`).
+pub const API_BODY_LIMIT: usize = 2 * 1024 * 1024;
 
 /// Every route, documented by the same calls that serve it, so `/v1/openapi.json` cannot
 /// drift from the handlers.
@@ -65,7 +70,7 @@ impl utoipa::Modify for SecuritySchemes {
 }
 
 /// This document.
-#[utoipa::path(get, path = "/v1/openapi.json", tag = "meta", responses((status = 200, description = "OpenAPI 3.1 document")))]
+#[utoipa::path(get, path = "/v1/openapi.json", tag = "meta", operation_id = "openapi_document", responses((status = 200, description = "OpenAPI 3.1 document")))]
 async fn openapi_json() -> axum::Json<utoipa::openapi::OpenApi> {
     static DOC: std::sync::OnceLock<utoipa::openapi::OpenApi> = std::sync::OnceLock::new();
     axum::Json(DOC.get_or_init(openapi).clone())
@@ -73,7 +78,12 @@ async fn openapi_json() -> axum::Json<utoipa::openapi::OpenApi> {
 
 pub fn router(state: AppState) -> Router {
     let (routes, _) = api().split_for_parts();
+    // The fallbacks come after every route (the 405 one is set on the routes registered so
+    // far) and before the layers, so their answers get request ids and spans too.
     routes
+        .fallback(no_such_route)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::extract::DefaultBodyLimit::max(API_BODY_LIMIT))
         .layer(axum::middleware::from_fn_with_state(state.clone(), deadline))
         .with_state(state)
         .layer(
@@ -88,6 +98,16 @@ pub fn router(state: AppState) -> Router {
         )
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+}
+
+/// An unknown path: the JSON 404 every other error has, not axum's empty one.
+async fn no_such_route() -> AppError {
+    AppError::NotFound("route")
+}
+
+/// A known path with a method it does not serve: JSON 405 (axum still adds `Allow`).
+async fn method_not_allowed() -> AppError {
+    AppError::MethodNotAllowed
 }
 
 /// Bounds a request's time (`CB_WEBHOOK_DEADLINE_MS` for webhooks,

@@ -4,6 +4,7 @@ mod support;
 
 mod admin;
 mod agent_bridge;
+mod contract;
 mod demo;
 mod dispatch;
 mod dispatcher;
