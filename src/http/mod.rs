@@ -37,7 +37,58 @@ pub fn api() -> OpenApiRouter<AppState> {
 
 /// The OpenAPI document of `api()`.
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    api().into_openapi()
+    let mut doc = api().into_openapi();
+    document_shared_answers(&mut doc);
+    doc
+}
+
+/// Answers that do not come from one handler but from the layers every request of a kind
+/// passes: 503 from the request deadline (webhooks, admin and operator API) or a database
+/// that cannot be reached, and 429 from the throttling of bad admin keys
+/// (`crate::admin::throttle`), on every operation that takes a key.
+fn document_shared_answers(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+    let error = |description: &str| {
+        ResponseBuilder::new()
+            .description(description)
+            .content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("ApiJsonError")))
+                    .build(),
+            )
+            .build()
+    };
+    for (path, item) in doc.paths.paths.iter_mut() {
+        let bounded = ["/v1/hooks/", "/v1/admin/", "/v1/operator/"]
+            .iter()
+            .any(|prefix| path.starts_with(prefix));
+        let operations = [
+            &mut item.get,
+            &mut item.post,
+            &mut item.put,
+            &mut item.patch,
+            &mut item.delete,
+        ];
+        for operation in operations.into_iter().flatten() {
+            let responses = &mut operation.responses.responses;
+            if bounded {
+                responses.entry("503".into()).or_insert_with(|| {
+                    error("The database is unavailable, or the request passed its deadline: retry later.")
+                        .into()
+                });
+            }
+            let takes_key = operation.security.as_ref().is_some_and(|requirements| {
+                serde_json::to_value(requirements)
+                    .is_ok_and(|value| value.to_string().contains("\"api_key\""))
+            });
+            if takes_key {
+                responses.entry("429".into()).or_insert_with(|| {
+                    error("Too many attempts with keys that did not work from this address or with this prefix; see Retry-After.").into()
+                });
+            }
+        }
+    }
 }
 
 #[derive(utoipa::OpenApi)]

@@ -1,6 +1,7 @@
 //! The HTTP contract: every 4xx/5xx answer is the JSON error `{"error","message"}` with a
 //! status the OpenAPI document lists for that operation, and the document itself has unique
-//! operation ids and documents 401 wherever a key or the operator token is required.
+//! operation ids and documents 401 (and 503) wherever a key or the operator token is
+//! required, and 429 wherever a key is.
 
 use std::collections::HashMap;
 
@@ -227,7 +228,15 @@ async fn the_openapi_document_has_unique_operation_ids_and_documents_401_whereve
             if requires_credentials {
                 secured += 1;
                 assert!(operation["responses"]["401"].is_object(), "{name} documents 401");
+                // The request deadline, and the database being out of reach.
+                assert!(operation["responses"]["503"].is_object(), "{name} documents 503");
             }
+            let takes_key = operation["security"].to_string().contains("\"api_key\"");
+            assert_eq!(
+                operation["responses"]["429"].is_object(),
+                takes_key,
+                "{name}: 429 (bad keys throttled) exactly where a key is taken"
+            );
             for (status, response) in operation["responses"].as_object().unwrap() {
                 if status.starts_with('4') {
                     let schema = &response["content"]["application/json"]["schema"]["$ref"];
