@@ -202,13 +202,13 @@ pub struct ConnectorAdd {
     #[arg(long, default_value = "")]
     pub name: String,
     /// Slack signing secret, Meta app secret or Telegram secret_token.
-    #[arg(long, env = "CB_VERIFICATION_SECRET", hide_env_values = true)]
+    #[arg(long, env = "CB_VERIFICATION_SECRET", hide_env_values = true, value_parser = crate::secret_input::parse)]
     pub verification_secret: SecretString,
     /// Meta's hub.verify_token (WhatsApp only).
-    #[arg(long, env = "CB_VERIFY_TOKEN", hide_env_values = true)]
+    #[arg(long, env = "CB_VERIFY_TOKEN", hide_env_values = true, value_parser = crate::secret_input::parse)]
     pub verify_token: Option<SecretString>,
     /// Slack bot token, WhatsApp access token or Telegram bot token.
-    #[arg(long, env = "CB_OUTBOUND_TOKEN", hide_env_values = true)]
+    #[arg(long, env = "CB_OUTBOUND_TOKEN", hide_env_values = true, value_parser = crate::secret_input::parse)]
     pub outbound_token: Option<SecretString>,
     /// Platform API base URL override (tests, proxies); checked against the egress policy.
     #[arg(long)]

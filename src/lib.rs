@@ -31,6 +31,7 @@ pub mod http;
 pub mod ingress;
 pub mod provision;
 pub mod retry;
+pub mod secret_input;
 pub mod send_fixture;
 pub mod settings;
 pub mod sign;

@@ -45,7 +45,7 @@ pub struct SendFixtureArgs {
     pub platform: Platform,
     /// The connector's verification secret: Slack signing secret, Meta app secret or
     /// Telegram secret_token.
-    #[arg(long, env = SECRET_ENV, hide_env_values = true)]
+    #[arg(long, env = SECRET_ENV, hide_env_values = true, value_parser = crate::secret_input::parse)]
     pub secret: SecretString,
     /// The JSON body to send, byte for byte (e.g. one of fixtures/<platform>/*.json).
     #[arg(long)]

@@ -123,7 +123,7 @@ pub struct ServeSettings {
     pub egress: EgressSettings,
 
     /// Bearer token of the operator endpoints (tenant creation, key issue). Unset disables them.
-    #[arg(long, env = "CB_OPERATOR_TOKEN", hide_env_values = true)]
+    #[arg(long, env = "CB_OPERATOR_TOKEN", hide_env_values = true, value_parser = crate::secret_input::parse)]
     pub operator_token: Option<SecretString>,
 
     /// Largest webhook body accepted from Slack and Telegram, in bytes.

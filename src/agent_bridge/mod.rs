@@ -53,7 +53,7 @@ pub struct BridgeArgs {
     )]
     pub upstream: Option<String>,
     /// The tenant's dispatch signing secret (`whsec_…`, printed once by `tenant create`).
-    #[arg(long, env = "CB_AGENT_SECRET", hide_env_values = true)]
+    #[arg(long, env = "CB_AGENT_SECRET", hide_env_values = true, value_parser = crate::secret_input::parse)]
     pub secret: SecretString,
     /// Address to listen on.
     #[arg(long, env = "CB_BRIDGE_BIND", default_value = "127.0.0.1:9000")]
@@ -65,7 +65,7 @@ pub struct BridgeArgs {
     #[arg(long, env = "CB_BRIDGE_MODEL")]
     pub model: Option<String>,
     /// Bearer token for the upstream.
-    #[arg(long, env = "CB_BRIDGE_UPSTREAM_API_KEY", hide_env_values = true)]
+    #[arg(long, env = "CB_BRIDGE_UPSTREAM_API_KEY", hide_env_values = true, value_parser = crate::secret_input::parse)]
     pub upstream_api_key: Option<SecretString>,
     /// Timeout of one upstream call, in seconds; keep it below the gateway's
     /// CB_AGENT_TIMEOUT_SECS (30) so the gateway sees a 504 instead of its own timeout.

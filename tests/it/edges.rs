@@ -366,3 +366,52 @@ async fn a_burst_of_bad_admin_keys_is_answered_429_without_database_work() {
     // A key that works is not held back by the flood from its address.
     assert_eq!(links(key).await.status(), 200);
 }
+
+#[tokio::test]
+async fn the_cli_takes_a_connector_secret_from_standard_input_and_the_webhook_verifies_with_it() {
+    use std::io::Write;
+    let app = spawn_app_with(|_, _| {}).await;
+    let tenant = provision_tenant(&app.pool, "acme").await;
+    let mut add = std::process::Command::new(env!("CARGO_BIN_EXE_channel-bridge"))
+        .args([
+            "connector",
+            "add",
+            "--platform",
+            "telegram",
+            "--bot-user-id",
+            "8000000001",
+        ])
+        .args(["--tenant", &tenant.tenant.to_string()])
+        .args(["--verification-secret", "@-"])
+        .env("DATABASE_URL", app.db.url())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // As `echo` would give it: the line ending is not part of the secret.
+    add.stdin
+        .take()
+        .unwrap()
+        .write_all(b"from-stdin-0123456789\n")
+        .unwrap();
+    let added = add.wait_with_output().unwrap();
+    assert!(
+        added.status.success(),
+        "{}",
+        String::from_utf8_lossy(&added.stderr)
+    );
+    let added: Value = serde_json::from_slice(&added.stdout).unwrap();
+    let path = added["webhook_path"].as_str().unwrap().to_owned();
+
+    let webhook = |secret: &'static str| {
+        app.client
+            .post(app.url(&path))
+            .header("X-Telegram-Bot-Api-Secret-Token", secret)
+            .header("content-type", "application/json")
+            .body(telegram_text(77_001, "hello"))
+            .send()
+    };
+    assert_eq!(webhook("from-stdin-0123456789").await.unwrap().status(), 200);
+    assert_eq!(webhook("from-stdin-012345678").await.unwrap().status(), 401);
+}
