@@ -31,7 +31,11 @@ pub struct DatabaseSettings {
     /// nothing, is no superuser and has no BYPASSRLS). When set, the pool logs in with it
     /// and never runs `SET ROLE`, so no statement can step back to a privileged role;
     /// migrations still run as the `DATABASE_URL` owner.
-    #[arg(long = "app-database-url", env = "CB_APP_DATABASE_URL", hide_env_values = true)]
+    #[arg(
+        long = "app-database-url",
+        env = "CB_APP_DATABASE_URL",
+        hide_env_values = true
+    )]
     pub app_url: Option<SecretString>,
 
     /// Maximum connections in the pool.

@@ -247,15 +247,21 @@ pub fn describe(settings: &DatabaseSettings) -> String {
 pub async fn check_ready_to_serve(settings: &DatabaseSettings) -> anyhow::Result<Schema> {
     let pool = connect_pool(settings)?;
     let limit = settings.acquire_timeout() + settings.deadline();
-    let schema = within(limit, schema(&pool)).await;
-    let runtime = match (&schema, settings.app_url.is_some()) {
-        (Ok(schema), true) if schema.is_current() => within(limit, runtime_role_fault(&pool)).await,
-        _ => Ok(None),
+    // The runtime role first: a role without the app role's grants cannot read the schema
+    // version, and "run migrate" would be the wrong advice.
+    let fault = match settings.app_url {
+        Some(_) => within(limit, runtime_role_fault(&pool)).await,
+        None => Ok(None),
+    };
+    let schema = match fault {
+        Ok(None) => within(limit, schema(&pool)).await,
+        Ok(Some(fault)) => {
+            pool.close().await;
+            anyhow::bail!("{}: CB_APP_DATABASE_URL {fault}", describe(settings));
+        }
+        Err(err) => Err(err),
     };
     pool.close().await;
-    if let Some(fault) = runtime? {
-        anyhow::bail!("{}: CB_APP_DATABASE_URL {fault}", describe(settings));
-    }
     match schema {
         Ok(schema) if schema.is_current() => Ok(schema),
         Ok(behind) => anyhow::bail!("{}: {behind}", describe(settings)),
