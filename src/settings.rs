@@ -21,10 +21,22 @@ pub enum LogFormat {
 /// How to reach PostgreSQL. Shared by every subcommand that touches the database.
 #[derive(Clone, Debug, Args)]
 pub struct DatabaseSettings {
-    /// PostgreSQL URL of the schema owner: migrations run as this user, and every pooled
-    /// connection then switches to the `channel_bridge_app` role.
+    /// PostgreSQL URL of the schema owner: migrations run as this user. Without
+    /// `CB_APP_DATABASE_URL`, every pooled connection logs in as this user too and then
+    /// switches to the `channel_bridge_app` role (reversible: the development default).
     #[arg(long = "database-url", env = "DATABASE_URL", hide_env_values = true)]
     pub url: SecretString,
+
+    /// PostgreSQL URL of the runtime login role (a member of `channel_bridge_app` that owns
+    /// nothing, is no superuser and has no BYPASSRLS). When set, the pool logs in with it
+    /// and never runs `SET ROLE`, so no statement can step back to a privileged role;
+    /// migrations still run as the `DATABASE_URL` owner.
+    #[arg(
+        long = "app-database-url",
+        env = "CB_APP_DATABASE_URL",
+        hide_env_values = true
+    )]
+    pub app_url: Option<SecretString>,
 
     /// Maximum connections in the pool.
     #[arg(long = "db-pool-size", env = "CB_DB_POOL_SIZE", default_value_t = 16)]
@@ -70,6 +82,7 @@ impl DatabaseSettings {
     pub fn from_url(url: impl Into<String>) -> Self {
         Self {
             url: SecretString::from(url.into()),
+            app_url: None,
             pool_size: 16,
             acquire_timeout_ms: 2000,
             deadline_ms: 2000,
@@ -86,11 +99,30 @@ impl DatabaseSettings {
         Duration::from_millis(self.deadline_ms)
     }
 
+    /// The same settings with the pool logging in as a runtime role (`CB_APP_DATABASE_URL`).
+    pub fn with_app_url(mut self, app_url: impl Into<String>) -> Self {
+        self.app_url = Some(SecretString::from(app_url.into()));
+        self
+    }
+
+    /// The URL the pool logs in with: `CB_APP_DATABASE_URL` when set, else `DATABASE_URL`.
+    pub fn pool_url(&self) -> &SecretString {
+        self.app_url.as_ref().unwrap_or(&self.url)
+    }
+
     fn validate(&self) -> Result<(), SettingsError> {
-        let url = self.url.expose_secret();
-        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        let is_postgres = |url: &SecretString| {
+            let url = url.expose_secret();
+            url.starts_with("postgres://") || url.starts_with("postgresql://")
+        };
+        if !is_postgres(&self.url) {
             return Err(SettingsError(
                 "DATABASE_URL must start with postgres:// or postgresql://".into(),
+            ));
+        }
+        if self.app_url.as_ref().is_some_and(|url| !is_postgres(url)) {
+            return Err(SettingsError(
+                "CB_APP_DATABASE_URL must start with postgres:// or postgresql://".into(),
             ));
         }
         if self.pool_size == 0 {

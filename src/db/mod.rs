@@ -1,5 +1,5 @@
-//! PostgreSQL access: the pool (every connection runs as `channel_bridge_app`, so RLS
-//! applies), migrations, the tenant transaction and one file per table family.
+//! PostgreSQL access: the pool (every connection runs as, or as a member of,
+//! `channel_bridge_app`, so RLS applies), migrations, the tenant transaction and one file per table family.
 //!
 //! Queries are runtime-checked `sqlx::query_as` calls; every one of them is exercised by the
 //! integration tests against a real database (README, "Checked SQL").
@@ -22,7 +22,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use secrecy::ExposeSecret;
+use secrecy::{ExposeSecret, SecretString};
 use sqlx::migrate::MigrateDatabase;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, Executor, PgPool, Postgres};
@@ -31,15 +31,23 @@ use crate::settings::DatabaseSettings;
 
 pub use tenant_tx::TenantTx;
 
-/// The role every pooled connection switches to. It owns nothing, has no BYPASSRLS and only
-/// the grants the migrations give it.
+/// The role whose privileges every pooled connection has: switched to with `SET ROLE` in the
+/// single-URL mode, inherited by the login role of `CB_APP_DATABASE_URL`. It owns nothing,
+/// has no BYPASSRLS and only the grants the migrations give it.
 pub const APP_ROLE: &str = "channel_bridge_app";
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 /// Opens the application pool. Connections are opened lazily, so the process starts (and
-/// `/readyz` answers 503) while the database is down; each new connection runs
-/// `SET ROLE channel_bridge_app` before it is handed out.
+/// `/readyz` answers 503) while the database is down.
+///
+/// Who the sessions are (README, "Security boundary"):
+/// - with `CB_APP_DATABASE_URL`, connections log in as that runtime role, which has the app
+///   role's privileges by membership and no others: there is no more privileged role for
+///   injected SQL to `RESET ROLE` or `SET ROLE` to;
+/// - without it (the single-URL development default), connections log in as the
+///   `DATABASE_URL` owner and run `SET ROLE channel_bridge_app` before they are handed out.
+///   RLS then applies to every query the code sends, but `RESET ROLE` would undo it.
 ///
 /// Connections are not pinged before each use (`test_before_acquire(false)`): the ping was
 /// a whole round trip in front of every transaction. A connection that died meanwhile (a
@@ -60,15 +68,18 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 ///   the pool's slots for the kernel's 15 minutes. sqlx offers no client-side TCP
 ///   keepalive; these deadlines stand in for it.
 pub fn connect_pool(settings: &DatabaseSettings) -> anyhow::Result<PgPool> {
-    let options = connect_options(settings)?.options(session_settings(settings));
+    let options = connect_options(settings.pool_url())?.options(session_settings(settings));
     let ping_timeout = settings.deadline().min(Duration::from_secs(1));
+    let switch_role = settings.app_url.is_none();
     let pool = PgPoolOptions::new()
         .max_connections(settings.pool_size)
         .acquire_timeout(settings.acquire_timeout())
         .test_before_acquire(false)
-        .after_connect(|conn, _meta| {
+        .after_connect(move |conn, _meta| {
             Box::pin(async move {
-                conn.execute("SET ROLE channel_bridge_app").await?;
+                if switch_role {
+                    conn.execute("SET ROLE channel_bridge_app").await?;
+                }
                 Ok(())
             })
         })
@@ -157,9 +168,10 @@ pub fn deadline_missed() {
     note_deadline_missed();
 }
 
-fn connect_options(settings: &DatabaseSettings) -> anyhow::Result<PgConnectOptions> {
-    let options = PgConnectOptions::from_str(settings.url.expose_secret())
-        .context("DATABASE_URL is not a valid PostgreSQL URL")?
+fn connect_options(url: &SecretString) -> anyhow::Result<PgConnectOptions> {
+    // The error names no URL: it would carry the password.
+    let options = PgConnectOptions::from_str(url.expose_secret())
+        .context("DATABASE_URL or CB_APP_DATABASE_URL is not a valid PostgreSQL URL")?
         .application_name("channel-bridge")
         // Statement logging would put message text in the server log at debug level.
         .disable_statement_logging();
@@ -185,7 +197,7 @@ pub async fn migrate(settings: &DatabaseSettings) -> anyhow::Result<MigrateRepor
             .await
             .context("Failed to create the database named in DATABASE_URL")?;
     }
-    let mut conn = connect_options(settings)?
+    let mut conn = connect_options(&settings.url)?
         .connect()
         .await
         .context("Failed to connect to PostgreSQL as the schema owner")?;
@@ -215,10 +227,10 @@ async fn applied_versions(conn: &mut sqlx::PgConnection) -> anyhow::Result<Vec<i
     Ok(versions)
 }
 
-/// Where DATABASE_URL points, for messages: host, port and database, never the user or
-/// password.
+/// Where the pool connects (CB_APP_DATABASE_URL or DATABASE_URL), for messages: host, port
+/// and database, never the user or password.
 pub fn describe(settings: &DatabaseSettings) -> String {
-    match PgConnectOptions::from_str(settings.url.expose_secret()) {
+    match PgConnectOptions::from_str(settings.pool_url().expose_secret()) {
         Ok(options) => format!(
             "{}:{}/{}",
             options.get_host(),
@@ -235,7 +247,20 @@ pub fn describe(settings: &DatabaseSettings) -> String {
 pub async fn check_ready_to_serve(settings: &DatabaseSettings) -> anyhow::Result<Schema> {
     let pool = connect_pool(settings)?;
     let limit = settings.acquire_timeout() + settings.deadline();
-    let schema = within(limit, schema(&pool)).await;
+    // The runtime role first: a role without the app role's grants cannot read the schema
+    // version, and "run migrate" would be the wrong advice.
+    let fault = match settings.app_url {
+        Some(_) => within(limit, runtime_role_fault(&pool)).await,
+        None => Ok(None),
+    };
+    let schema = match fault {
+        Ok(None) => within(limit, schema(&pool)).await,
+        Ok(Some(fault)) => {
+            pool.close().await;
+            anyhow::bail!("{}: CB_APP_DATABASE_URL {fault}", describe(settings));
+        }
+        Err(err) => Err(err),
+    };
     pool.close().await;
     match schema {
         Ok(schema) if schema.is_current() => Ok(schema),
@@ -248,6 +273,33 @@ pub async fn check_ready_to_serve(settings: &DatabaseSettings) -> anyhow::Result
             describe(settings)
         ),
     }
+}
+
+/// What is wrong with the login role of `CB_APP_DATABASE_URL` (`None`: nothing): it must
+/// have the app role's privileges and nothing that would lift RLS. Names no role (the user
+/// name is part of the credentials).
+async fn runtime_role_fault(pool: &PgPool) -> Result<Option<&'static str>, sqlx::Error> {
+    let (superuser, bypass_rls, app_member, owns): (bool, bool, bool, bool) = sqlx::query_as(
+        "select r.rolsuper, r.rolbypassrls, pg_has_role(current_user, $1, 'USAGE'),
+                exists (select 1 from pg_class c
+                         where c.relowner = r.oid and c.relnamespace = 'public'::regnamespace)
+           from pg_roles r where r.rolname = current_user",
+    )
+    .bind(APP_ROLE)
+    .fetch_one(pool)
+    .await?;
+    let fault = if superuser {
+        Some("logs in as a superuser: use a login role that is a member of channel_bridge_app (README, \"Security boundary\")")
+    } else if bypass_rls {
+        Some("logs in as a role with BYPASSRLS: row-level security would not apply")
+    } else if owns {
+        Some("logs in as a role that owns tables of the schema: it could alter their policies")
+    } else if !app_member {
+        Some("logs in as a role without the privileges of channel_bridge_app (GRANT channel_bridge_app TO it, with INHERIT)")
+    } else {
+        None
+    };
+    Ok(fault)
 }
 
 /// Says "run migrate" when `err` comes from a database without the schema; other errors

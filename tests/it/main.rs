@@ -15,5 +15,6 @@ mod ingress;
 mod ingress_batch;
 mod replies;
 mod rls;
+mod runtime_role;
 mod send_fixture;
 mod slack_in_doubt;
