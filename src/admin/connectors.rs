@@ -22,6 +22,9 @@ use crate::state::AppState;
 /// How long a rotated-out verification secret stays valid by default: Slack keeps the
 /// previous signing secret valid for 24 hours.
 const DEFAULT_GRACE_SECS: u64 = 24 * 3600;
+/// The longest a rotated-out secret may stay valid: 30 days. A platform moves to a new
+/// secret within minutes; a longer grace only keeps a possibly leaked secret alive.
+const MAX_GRACE_SECS: u64 = 30 * 24 * 3600;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -61,6 +64,8 @@ pub struct ConnectorPatch {
     /// `previous_secret_grace_secs` (default 24 h).
     #[schema(value_type = Option<String>, format = Password)]
     pub verification_secret: Option<SecretString>,
+    /// Seconds the replaced secret stays valid: 0 to 2592000 (30 days).
+    #[schema(maximum = 2592000)]
     pub previous_secret_grace_secs: Option<u64>,
     #[schema(value_type = Option<String>, format = Password)]
     pub verify_token: Option<SecretString>,
@@ -180,7 +185,13 @@ pub async fn update(
     if patch.name.as_deref().is_some_and(str::is_empty) {
         return Err(AppError::Unprocessable("name must not be empty".into()));
     }
-    let grace = Duration::from_secs(patch.previous_secret_grace_secs.unwrap_or(DEFAULT_GRACE_SECS));
+    let grace = patch.previous_secret_grace_secs.unwrap_or(DEFAULT_GRACE_SECS);
+    if grace > MAX_GRACE_SECS {
+        return Err(AppError::Unprocessable(format!(
+            "previous_secret_grace_secs must be at most {MAX_GRACE_SECS} (30 days)"
+        )));
+    }
+    let grace = Duration::from_secs(grace);
     let change = ConnectorChange {
         name: patch.name,
         external_id: patch.external_id,

@@ -595,6 +595,26 @@ async fn connectors_can_be_created_read_updated_rotated_disabled_and_deleted_and
         401,
         "no grace: the previous secret is refused at once"
     );
+    // A grace beyond 30 days (here past what a timestamp holds) is refused, and changes
+    // nothing: the third secret is still the one in force.
+    let (status, error) = call(
+        &app,
+        Method::PATCH,
+        &path,
+        &t.key,
+        Some(json!({"verification_secret": "fourth-signing-secret", "previous_secret_grace_secs": 10_000_000_000_000u64})),
+    )
+    .await;
+    assert_eq!(status, 422, "{error}");
+    assert!(error["message"].as_str().unwrap().contains("30 days"), "{error}");
+    let still = post(
+        &app,
+        &hook,
+        &slack_headers("third-signing-secret", now(), &body),
+        body.clone(),
+    )
+    .await;
+    assert_eq!(still.status(), 200);
 
     let (status, updated) = call(
         &app,
