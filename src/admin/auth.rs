@@ -74,16 +74,18 @@ impl FromRequestParts<AppState> for TenantAdmin {
             .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
             .map(|info| info.0.ip());
         let prefix = key_prefix(key);
+        let hash = hash_key(key);
         state
             .auth_throttle
-            .admit(source, prefix)
+            .admit(source, prefix, &hash)
             .map_err(AppError::TooManyRequests)?;
-        let invalid = AppError::Unauthorized("invalid or revoked API key");
-        // Not shaped like a key: it cannot be one, so no lookup.
-        let prefix = prefix.ok_or(invalid)?;
+        if prefix.is_none() {
+            // Not shaped like a key: it cannot be one, so no lookup.
+            return Err(AppError::Unauthorized("invalid or revoked API key"));
+        }
         let mut conn = state.pool.acquire().await?;
-        let found = crate::db::api_keys::authenticate(&mut conn, &hash_key(key)).await?;
-        state.auth_throttle.record(prefix, found.is_some());
+        let found = crate::db::api_keys::authenticate(&mut conn, &hash).await?;
+        state.auth_throttle.record(&hash, found.is_some());
         let (key_id, tenant) = found.ok_or(AppError::Unauthorized("invalid or revoked API key"))?;
         tracing::Span::current().record("tenant_id", tracing::field::display(tenant));
         Ok(Self { tenant, key_id })

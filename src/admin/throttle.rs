@@ -1,12 +1,13 @@
 //! Throttling of bad admin credentials, answered before any database work.
 //!
 //! Checking an admin key costs a pooled connection and a query, so a flood of made-up keys
-//! could hold the pool. Keys whose prefix has not authenticated on this instance are
-//! *untrusted*: each attempt with one spends a token from two buckets (governor's token
-//! buckets), one per source address (the TCP peer) and one per key prefix. An empty bucket
-//! answers 429 with `Retry-After` before the key is looked up. A key that authenticates
-//! makes its prefix trusted, so working clients are never charged; a failure makes it
-//! untrusted again. A bearer token that is not shaped like a key (`cbk_<prefix>_<secret>`)
+//! could hold the pool. Keys that have not authenticated on this instance are *untrusted*:
+//! each attempt with one spends a token from two buckets (governor's token buckets), one
+//! per source address (the TCP peer) and one per key prefix. An empty bucket answers 429
+//! with `Retry-After` before the key is looked up. A key that authenticates is trusted by
+//! its hash (the whole key, not its public prefix: knowing a prefix must not let anyone
+//! lock the real key out), so working clients are never charged; a key that fails (it was
+//! revoked) is untrusted again. A bearer token that is not shaped like a key (`cbk_<prefix>_<secret>`)
 //! cannot be valid: it is refused (and charged) without a lookup.
 //!
 //! Behind a load balancer every client has the balancer's address: untrusted attempts then
@@ -28,14 +29,15 @@ const SOURCE_PER_SECOND: u32 = 2;
 /// Untrusted attempts with one key prefix at once, and one more every this long.
 const PREFIX_BURST: u32 = 5;
 const PREFIX_REFILL: Duration = Duration::from_secs(10);
-/// Trusted prefixes kept at most; past it the set starts over (prefixes are re-trusted
-/// by their next success).
+/// Trusted keys kept at most; past it the set starts over (keys are re-trusted by their
+/// next success).
 const MAX_TRUSTED: usize = 10_000;
 
 pub struct AuthThrottle {
     by_source: DefaultKeyedRateLimiter<IpAddr>,
     by_prefix: DefaultKeyedRateLimiter<String>,
-    trusted: RwLock<HashSet<String>>,
+    /// Hashes of keys that authenticated (`super::auth::hash_key`).
+    trusted: RwLock<HashSet<Vec<u8>>>,
     clock: DefaultClock,
 }
 
@@ -68,10 +70,16 @@ pub fn key_prefix(token: &str) -> Option<&str> {
 }
 
 impl AuthThrottle {
-    /// Before a key is looked up: `Err(wait)` when an untrusted attempt from `source` or
-    /// with `prefix` (`None`: a token not shaped like a key) is over its budget.
-    pub fn admit(&self, source: Option<IpAddr>, prefix: Option<&str>) -> Result<(), Duration> {
-        if prefix.is_some_and(|prefix| self.is_trusted(prefix)) {
+    /// Before a key is looked up: `Err(wait)` when an untrusted attempt (the key whose hash
+    /// is `key_hash`) from `source` or with `prefix` (`None`: a token not shaped like a key)
+    /// is over its budget.
+    pub fn admit(
+        &self,
+        source: Option<IpAddr>,
+        prefix: Option<&str>,
+        key_hash: &[u8],
+    ) -> Result<(), Duration> {
+        if self.is_trusted(key_hash) {
             return Ok(());
         }
         let now = self.clock.now();
@@ -94,8 +102,11 @@ impl AuthThrottle {
         }
     }
 
-    /// After the lookup: a working key's prefix is trusted, a failing one's is not.
-    pub fn record(&self, prefix: &str, authenticated: bool) {
+    /// After the lookup: a working key is trusted, a failing one is not.
+    pub fn record(&self, key_hash: &[u8], authenticated: bool) {
+        if authenticated == self.is_trusted(key_hash) {
+            return;
+        }
         let mut trusted = self
             .trusted
             .write()
@@ -104,17 +115,17 @@ impl AuthThrottle {
             if trusted.len() >= MAX_TRUSTED {
                 trusted.clear();
             }
-            trusted.insert(prefix.to_owned());
+            trusted.insert(key_hash.to_vec());
         } else {
-            trusted.remove(prefix);
+            trusted.remove(key_hash);
         }
     }
 
-    fn is_trusted(&self, prefix: &str) -> bool {
+    fn is_trusted(&self, key_hash: &[u8]) -> bool {
         self.trusted
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .contains(prefix)
+            .contains(key_hash)
     }
 }
 
@@ -143,16 +154,18 @@ mod tests {
         let throttle = AuthThrottle::default();
         let source = Some(IpAddr::from([203, 0, 113, 7]));
         let admitted = (0..50)
-            .filter(|n| throttle.admit(source, Some(&format!("bad{n}"))).is_ok())
+            .filter(|n| throttle.admit(source, Some(&format!("bad{n}")), b"bad").is_ok())
             .count();
         assert_eq!(admitted, SOURCE_BURST as usize);
-        let wait = throttle.admit(source, Some("another")).unwrap_err();
+        let wait = throttle.admit(source, Some("another"), b"another").unwrap_err();
         assert!(wait > Duration::ZERO && wait <= Duration::from_secs(1));
 
-        throttle.record("good", true);
-        assert!(throttle.admit(source, Some("good")).is_ok());
-        throttle.record("good", false);
-        assert!(throttle.admit(source, Some("good")).is_err());
+        throttle.record(b"good key", true);
+        assert!(throttle.admit(source, Some("good"), b"good key").is_ok());
+        // The same prefix with another secret is not the trusted key.
+        assert!(throttle.admit(source, Some("good"), b"guessed key").is_err());
+        throttle.record(b"good key", false);
+        assert!(throttle.admit(source, Some("good"), b"good key").is_err());
     }
 
     #[test]
@@ -161,7 +174,7 @@ mod tests {
         let admitted = (0..20u8)
             .filter(|n| {
                 throttle
-                    .admit(Some(IpAddr::from([198, 51, 100, *n])), Some("target"))
+                    .admit(Some(IpAddr::from([198, 51, 100, *n])), Some("target"), b"guess")
                     .is_ok()
             })
             .count();
