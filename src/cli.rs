@@ -435,11 +435,7 @@ async fn recover(
     }
     .map_err(admin_error)?;
     if queued.queued > 0 {
-        let notified = sqlx::query("select pg_notify($1, '')")
-            .bind(crate::dispatch::wakeup::CHANNEL)
-            .execute(&pool)
-            .await;
-        if let Err(err) = notified {
+        if let Err(err) = crate::dispatch::wakeup::notify(&pool).await {
             tracing::warn!(%err, "cannot wake the workers; they pick the jobs up at their next poll");
         }
     }

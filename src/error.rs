@@ -33,6 +33,9 @@ pub enum AppError {
     Unprocessable(String),
     #[error("{0}")]
     Conflict(&'static str),
+    /// The request passed its deadline (milliseconds), most likely waiting on the database.
+    #[error("not completed within {0} ms (database unavailable?); retry later")]
+    DeadlinePassed(u64),
     /// Too many failed attempts; retry after this long.
     #[error("too many failed authentication attempts; retry later")]
     TooManyRequests(std::time::Duration),
@@ -54,7 +57,9 @@ impl AppError {
             Self::Unprocessable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unprocessable"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             Self::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_requests"),
-            Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            Self::Unavailable(_) | Self::DeadlinePassed(_) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+            }
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -109,8 +114,12 @@ impl IntoResponse for AppError {
             other => other.to_string(),
         };
         let mut response = (status, Json(json!({ "error": code, "message": message }))).into_response();
-        if let Self::TooManyRequests(wait) = &self {
-            let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        let retry_after = match &self {
+            Self::TooManyRequests(wait) => Some(wait.as_secs() + u64::from(wait.subsec_nanos() > 0)),
+            Self::DeadlinePassed(_) => Some(1),
+            _ => None,
+        };
+        if let Some(seconds) = retry_after {
             response
                 .headers_mut()
                 .insert(axum::http::header::RETRY_AFTER, seconds.max(1).into());

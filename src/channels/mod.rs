@@ -135,12 +135,6 @@ impl Inbound {
         !(self.messages.is_empty() && self.statuses.is_empty() && self.posted.is_empty())
     }
 
-    /// Replaces every U+0000 in what will be stored with U+FFFD. PostgreSQL's `text` and
-    /// `jsonb` cannot hold NUL, and a platform retries a webhook it got a 5xx for with the
-    /// same body (Meta for days), so a NUL must not fail the insert: the message is kept and
-    /// answered, with the replacement character where the NUL was. Replacing (rather than
-    /// dropping) keeps "a\0b" apart from "ab", and is the same on every retry, so dedupe keys
-    /// stay exact.
     /// Makes every key an index holds fit in it: an idempotency key longer than
     /// `MAX_KEY_BYTES` is replaced by the SHA-256 of the whole key (`index_key`). Dedupe stays
     /// exact (two keys share a digest only if they are equal) and a retry hashes the same.
@@ -157,6 +151,12 @@ impl Inbound {
         }
     }
 
+    /// Replaces every U+0000 in what will be stored with U+FFFD. PostgreSQL's `text` and
+    /// `jsonb` cannot hold NUL, and a platform retries a webhook it got a 5xx for with the
+    /// same body (Meta for days), so a NUL must not fail the insert: the message is kept and
+    /// answered, with the replacement character where the NUL was. Replacing (rather than
+    /// dropping) keeps "a\0b" apart from "ab", and is the same on every retry, so dedupe keys
+    /// stay exact.
     pub fn scrub_nul(&mut self) {
         for message in &mut self.messages {
             for field in [

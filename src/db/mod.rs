@@ -126,7 +126,9 @@ fn since_epoch() -> Duration {
     EPOCH.get_or_init(Instant::now).elapsed()
 }
 
-fn note_deadline_missed() {
+/// Tells the pool that something waited on the database past its deadline (here, or a
+/// request answered 503 by its own deadline): see `connect_pool`.
+pub fn deadline_missed() {
     let now = u64::try_from(since_epoch().as_millis())
         .unwrap_or(u64::MAX)
         .max(1);
@@ -149,23 +151,17 @@ pub fn deadline_error() -> sqlx::Error {
 
 /// Runs one database interaction with a client-side deadline. Past it the work is dropped
 /// (a transaction in it rolls back) and the caller gets `deadline_error`.
-pub async fn within<T>(
+pub async fn within<T, E: From<sqlx::Error>>(
     deadline: Duration,
-    work: impl Future<Output = Result<T, sqlx::Error>>,
-) -> Result<T, sqlx::Error> {
+    work: impl Future<Output = Result<T, E>>,
+) -> Result<T, E> {
     match tokio::time::timeout(deadline, work).await {
         Ok(result) => result,
         Err(_) => {
-            note_deadline_missed();
-            Err(deadline_error())
+            deadline_missed();
+            Err(deadline_error().into())
         }
     }
-}
-
-/// Tells the pool that something waited on the database past its deadline (a request
-/// answered 503 by its own deadline): see `connect_pool`.
-pub fn deadline_missed() {
-    note_deadline_missed();
 }
 
 fn connect_options(url: &SecretString) -> anyhow::Result<PgConnectOptions> {

@@ -357,14 +357,14 @@ impl Delivery<'_> {
                 search.reconcile(outgoing, part).await?
             }
             Platform::Whatsapp => {
-                let since = part.sending_since.unwrap_or_else(chrono::Utc::now);
-                let waited = (chrono::Utc::now() - since).num_seconds().max(0) as u64;
-                match self.settings.whatsapp_confirm_secs.checked_sub(waited) {
-                    Some(left) if left > 0 => Reconciled::Later(
-                        Duration::from_secs(left.min(15)),
+                let now = chrono::Utc::now();
+                let window = Duration::from_secs(self.settings.whatsapp_confirm_secs);
+                match window_left(window, part.sending_since.unwrap_or(now), now) {
+                    Some(left) => Reconciled::Later(
+                        left.min(Duration::from_secs(15)),
                         "send outcome not known yet".into(),
                     ),
-                    _ => Reconciled::Absent,
+                    None => Reconciled::Absent,
                 }
             }
             Platform::Telegram => match outgoing.connector.telegram_delivery {
@@ -381,8 +381,24 @@ impl Delivery<'_> {
     }
 
     fn backoff(&self, attempts: i32) -> Duration {
-        crate::retry::backoff(self.settings, u32::try_from(attempts).unwrap_or(1), None)
+        part_backoff(self.settings, attempts)
     }
+}
+
+/// The pause before a part's next attempt, after `attempts` of them.
+fn part_backoff(settings: &DispatchSettings, attempts: i32) -> Duration {
+    crate::retry::backoff(settings, u32::try_from(attempts).unwrap_or(1), None)
+}
+
+/// What is left of a confirmation `window` (a status callback, a Slack metadata event)
+/// after a part's `sending` mark; `None` once it is over.
+fn window_left(
+    window: Duration,
+    mark: chrono::DateTime<chrono::Utc>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Option<Duration> {
+    let waited = (now - mark).to_std().unwrap_or_default();
+    window.checked_sub(waited).filter(|left| !left.is_zero())
 }
 
 /// The transition that ends a pass with nothing left to send: delivered, or, when a part is

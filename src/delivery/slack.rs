@@ -46,7 +46,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
 use super::outbound::{self, ThreadPage, ThreadPageQuery};
-use super::{Outgoing, Reconciled};
+use super::{part_backoff, window_left, Outgoing, Reconciled};
 use crate::db::messages::ReplyPart;
 use crate::db::{replies, slack_budget, TenantTx};
 use crate::settings::DispatchSettings;
@@ -101,7 +101,8 @@ impl ThreadSearch<'_> {
     pub async fn reconcile(&self, outgoing: &Outgoing, part: &ReplyPart) -> anyhow::Result<Reconciled> {
         let now = Utc::now();
         let mark = part.sending_since.unwrap_or(now);
-        if let Some(left) = self.window_left(mark, now) {
+        let window = Duration::from_secs(self.settings.slack_confirm_secs);
+        if let Some(left) = window_left(window, mark, now) {
             return Ok(Reconciled::Later(left.min(WINDOW_RECHECK), AWAITING_EVENT.into()));
         }
         let key = replies::part_key(outgoing.message.id, part.part_index);
@@ -143,7 +144,7 @@ impl ThreadSearch<'_> {
                 }
                 ThreadPage::Failed(error) => {
                     tracing::warn!(%error, part = part.part_index, "cannot read the Slack thread yet");
-                    let delay = self.backoff(part.attempts.max(1));
+                    let delay = part_backoff(self.settings, part.attempts.max(1));
                     return Ok(Reconciled::Later(delay, error));
                 }
             }
@@ -152,13 +153,6 @@ impl ThreadSearch<'_> {
             self.save_cursor(outgoing, part, mark, Some(next)).await?;
         }
         Ok(Reconciled::Later(MIN_WAIT, "thread search continues".into()))
-    }
-
-    /// What is left of the confirmation window after the part's `sending` mark.
-    fn window_left(&self, mark: DateTime<Utc>, now: DateTime<Utc>) -> Option<Duration> {
-        let window = Duration::from_secs(self.settings.slack_confirm_secs);
-        let waited = (now - mark).to_std().unwrap_or_default();
-        window.checked_sub(waited).filter(|left| !left.is_zero())
     }
 
     /// One transaction before each request: the cursor reached is saved (a later pass
@@ -221,10 +215,6 @@ impl ThreadSearch<'_> {
             delay,
             "slack conversations.replies: rate limited".into(),
         ))
-    }
-
-    fn backoff(&self, attempts: i32) -> Duration {
-        crate::retry::backoff(self.settings, u32::try_from(attempts).unwrap_or(1), None)
     }
 }
 

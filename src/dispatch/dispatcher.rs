@@ -198,14 +198,9 @@ impl Dispatcher {
         };
         self.claims.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let deadline = self.worker.settings().database.deadline();
-        let claimed = match tokio::time::timeout(deadline, self.worker.claim(&request)).await {
-            Ok(Ok(claimed)) => claimed,
-            Ok(Err(err)) => return ClaimResult::Failed(self.failed("claim", &err)),
-            Err(_) => {
-                crate::db::deadline_missed();
-                let err = crate::db::deadline_error().into();
-                return ClaimResult::Failed(self.failed("claim", &err));
-            }
+        let claimed = match crate::db::within(deadline, self.worker.claim(&request)).await {
+            Ok(claimed) => claimed,
+            Err(err) => return ClaimResult::Failed(self.failed("claim", &err)),
         };
         self.recovered();
         let full = claimed.len() == request.wanted;

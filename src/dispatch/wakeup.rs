@@ -20,6 +20,16 @@ pub struct Wakeup {
     remote_pending: AtomicBool,
 }
 
+/// Wakes every instance's workers (`NOTIFY`), e.g. after work was queued outside a
+/// gateway (the CLI).
+pub async fn notify(pool: &PgPool) -> Result<(), sqlx::Error> {
+    sqlx::query("select pg_notify($1, '')")
+        .bind(CHANNEL)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
 impl Wakeup {
     /// New jobs were committed: wake local workers now and other instances soon.
     pub fn wake(&self) {
@@ -41,11 +51,7 @@ impl Wakeup {
                 _ = stop.changed() => return,
             }
             self.remote_pending.store(false, Ordering::Release);
-            if let Err(err) = sqlx::query("select pg_notify($1, '')")
-                .bind(CHANNEL)
-                .execute(&pool)
-                .await
-            {
+            if let Err(err) = notify(&pool).await {
                 tracing::debug!(%err, "NOTIFY failed; other instances will poll");
             }
         }

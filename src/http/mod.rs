@@ -187,16 +187,7 @@ async fn deadline(
             crate::db::deadline_missed();
             metrics::counter!("http_deadlines_missed_total").increment(1);
             tracing::warn!(limit_ms, "request deadline passed; answered 503");
-            let body = serde_json::json!({
-                "error": "unavailable",
-                "message": format!("not completed within {limit_ms} ms (database unavailable?); retry later"),
-            });
-            (
-                axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                [(axum::http::header::RETRY_AFTER, "1")],
-                axum::Json(body),
-            )
-                .into_response()
+            crate::error::AppError::DeadlinePassed(limit_ms).into_response()
         }
     }
 }
