@@ -362,7 +362,10 @@ impl GuardedClient {
 
     /// Checks the request's URL against the policy, then sends it.
     pub async fn send(&self, request: reqwest::RequestBuilder) -> Result<reqwest::Response, SendError> {
-        let request = request.build().map_err(SendError::Transport)?;
+        // Errors never carry the URL: a Telegram URL holds the bot token.
+        let request = request
+            .build()
+            .map_err(|err| SendError::Transport(err.without_url()))?;
         if let Err(refusal) = self.policy.check_target(request.url()) {
             tracing::info!(%refusal, "egress policy refused a request URL");
             return Err(SendError::Refused(refusal));
@@ -372,7 +375,7 @@ impl GuardedClient {
             .await
             .map_err(|err| match refusal_in(&err) {
                 Some(refusal) => SendError::Refused(refusal),
-                None => SendError::Transport(err),
+                None => SendError::Transport(err.without_url()),
             })
     }
 }
