@@ -12,6 +12,7 @@
 
 mod common;
 
+use channel_bridge::secrets::Keyring;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -82,7 +83,14 @@ async fn run(args: &Args, settings: &DatabaseSettings, url: &str) -> anyhow::Res
     let pool = channel_bridge::db::connect_pool(settings)?;
     let mut tenants = Vec::new();
     for i in 0..args.tenants {
-        let tenant = channel_bridge::provision::create_tenant(&pool, &format!("t{i}"), "bench", None).await?;
+        let tenant = channel_bridge::provision::create_tenant(
+            &pool,
+            &Keyring::ephemeral(),
+            &format!("t{i}"),
+            "bench",
+            None,
+        )
+        .await?;
         tenants.push(tenant.tenant_id);
     }
     let load_started = Instant::now();

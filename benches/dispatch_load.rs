@@ -42,6 +42,7 @@
 
 mod common;
 
+use channel_bridge::secrets::Keyring;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -271,9 +272,16 @@ fn user_id(user: i64) -> String {
 }
 
 async fn provision_fixture(pool: &PgPool, users: i64, telegram_url: &str) -> anyhow::Result<Fixture> {
-    let created = provision::create_tenant(pool, "bench", "Bench tenant", None).await?;
+    let created =
+        provision::create_tenant(pool, &Keyring::ephemeral(), "bench", "Bench tenant", None).await?;
     let tenant = created.tenant_id;
-    let added = provision::add_connector(pool, tenant, &telegram_connector(telegram_url)).await?;
+    let added = provision::add_connector(
+        pool,
+        &Keyring::ephemeral(),
+        tenant,
+        &telegram_connector(telegram_url),
+    )
+    .await?;
     // One more user than the history has: the `--stalled-backlog` user.
     futures::stream::iter(0..=users)
         .map(|u| async move {
@@ -283,7 +291,7 @@ async fn provision_fixture(pool: &PgPool, users: i64, telegram_url: &str) -> any
         .try_for_each(|_| async { Ok(()) })
         .await?;
     let mut tx = TenantTx::begin(pool, tenant).await?;
-    let connector = db::connectors::get(&mut tx, added.connector_id)
+    let connector = db::connectors::get(&mut tx, &Keyring::ephemeral(), added.connector_id)
         .await?
         .context("the connector just added is readable")?;
     tx.commit().await?;

@@ -41,6 +41,7 @@
 
 mod common;
 
+use channel_bridge::secrets::Keyring;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -202,13 +203,13 @@ const SENDERS: [(Platform, &str, &str); 3] = [
 
 async fn provision(pool: &sqlx::PgPool) -> anyhow::Result<Tenant> {
     use channel_bridge::provision;
-    let id = provision::create_tenant(pool, "bench", "bench", None)
+    let id = provision::create_tenant(pool, &Keyring::ephemeral(), "bench", "bench", None)
         .await?
         .tenant_id;
     let mut connectors = Vec::new();
     for platform in Platform::ALL {
         connectors.push(
-            provision::add_connector(pool, id, &new_connector(platform))
+            provision::add_connector(pool, &Keyring::ephemeral(), id, &new_connector(platform))
                 .await?
                 .connector_id,
         );
@@ -632,7 +633,7 @@ async fn db_path(
     for id in tenant.connectors {
         let mut tx = TenantTx::begin(&pool, tenant.id).await?;
         cached.push(
-            db::connectors::get(&mut tx, id)
+            db::connectors::get(&mut tx, &Keyring::ephemeral(), id)
                 .await?
                 .context("connector exists")?,
         );
@@ -651,7 +652,8 @@ async fn db_path(
                 DbPath::RecordOnly => cached[index].clone(),
                 DbPath::Gateway => {
                     let mut tx = TenantTx::begin(&pool, tenant_id).await?;
-                    let connector = db::connectors::get(&mut tx, connectors[index]).await?;
+                    let connector =
+                        db::connectors::get(&mut tx, &Keyring::ephemeral(), connectors[index]).await?;
                     tx.commit().await?;
                     connector.context("connector exists")?
                 }

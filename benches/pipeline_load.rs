@@ -65,6 +65,7 @@
 
 mod common;
 
+use channel_bridge::secrets::Keyring;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -85,7 +86,7 @@ use channel_bridge::domain::{Platform, TelegramDelivery, UnlinkedPolicy};
 use channel_bridge::{db, provision};
 use clap::Parser;
 use common::{filler_text, BenchDb};
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use serde::Serialize;
 use serde_json::{json, Value};
 use sqlx::{Connection, Executor, PgConnection};
@@ -528,6 +529,17 @@ struct Tenants {
     secrets: Vec<String>,
 }
 
+/// The key the stored secrets are sealed with, as a keyring and as `CB_SECRETS_KEY` for the
+/// gateway processes: one per run, as in production.
+fn bench_keys() -> &'static (Keyring, SecretString) {
+    static KEYS: std::sync::OnceLock<(Keyring, SecretString)> = std::sync::OnceLock::new();
+    KEYS.get_or_init(|| {
+        let entry = Keyring::generate_entry("bench").expect("the system random source works");
+        let keys = Keyring::parse(entry.expose_secret()).expect("a generated key parses");
+        (keys, entry)
+    })
+}
+
 async fn provision_tenants(db: &BenchDb, count: u64, stand_ins: &str) -> anyhow::Result<Tenants> {
     let pool = db::connect_pool(&db.settings())?;
     let mut tenants = Tenants {
@@ -538,11 +550,17 @@ async fn provision_tenants(db: &BenchDb, count: u64, stand_ins: &str) -> anyhow:
     };
     for t in 0..count {
         let agent_url = format!("{stand_ins}/agent/{t}");
-        let created = provision::create_tenant(&pool, &format!("bench-{t}"), "Bench", Some(&agent_url))
-            .await
-            .context("Failed to create a tenant")?;
+        let created = provision::create_tenant(
+            &pool,
+            &bench_keys().0,
+            &format!("bench-{t}"),
+            "Bench",
+            Some(&agent_url),
+        )
+        .await
+        .context("Failed to create a tenant")?;
         let connector = telegram_connector(t, &format!("{stand_ins}/telegram"));
-        let added = provision::add_connector(&pool, created.tenant_id, &connector)
+        let added = provision::add_connector(&pool, &bench_keys().0, created.tenant_id, &connector)
             .await
             .context("Failed to add a connector")?;
         tenants.ids.push(created.tenant_id.0);
@@ -802,6 +820,8 @@ impl Gateway {
             .env("CB_WORKER", "true")
             // The stand-in agent and platform API listen on loopback.
             .env("CB_EGRESS_ALLOW", "127.0.0.1")
+            // The key the bench sealed the tenants' secrets with (never an argument).
+            .env("CB_SECRETS_KEY", bench_keys().1.expose_secret())
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)
             .stderr(file);

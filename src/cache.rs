@@ -33,6 +33,7 @@ use sqlx::PgConnection;
 use crate::db::tenants::TenantRow;
 use crate::db::{self, TenantTx};
 use crate::domain::{Connector, ConnectorId, TenantId};
+use crate::secrets::Keyring;
 
 /// Entries kept at most per map; past it the map starts over (a new entry is rare next to
 /// the reads that hit).
@@ -112,13 +113,16 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
 pub struct ConfigCache {
     connectors: TtlCache<(TenantId, ConnectorId), Arc<Connector>>,
     tenants: TtlCache<TenantId, Arc<TenantRow>>,
+    /// Opens the secrets of what is read.
+    keys: Keyring,
 }
 
 impl ConfigCache {
-    pub fn new(ttl: Duration) -> Self {
+    pub fn new(ttl: Duration, keys: Keyring) -> Self {
         Self {
             connectors: TtlCache::new(ttl),
             tenants: TtlCache::new(ttl),
+            keys,
         }
     }
 
@@ -138,7 +142,7 @@ impl ConfigCache {
         metrics::counter!("connector_cache_total", "result" => "miss").increment(1);
         let generation = self.connectors.generation();
         let mut tx = TenantTx::begin(pool, tenant).await?;
-        let connector = db::connectors::get(&mut tx, id).await?.map(Arc::new);
+        let connector = db::connectors::get(&mut tx, &self.keys, id).await?.map(Arc::new);
         tx.commit().await?;
         if let Some(connector) = &connector {
             self.connectors.insert(key, connector.clone(), generation);
@@ -156,7 +160,7 @@ impl ConfigCache {
             return Ok(Some(hit));
         }
         let generation = self.tenants.generation();
-        let tenant = db::tenants::get(conn, id).await?.map(Arc::new);
+        let tenant = db::tenants::get(conn, &self.keys, id).await?.map(Arc::new);
         if let Some(tenant) = &tenant {
             self.tenants.insert(id, tenant.clone(), generation);
         }

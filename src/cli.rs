@@ -52,6 +52,9 @@ pub enum Command {
         #[arg(long)]
         user: String,
     },
+    /// Keys that seal the secrets stored in the database (`CB_SECRETS_KEY`).
+    #[command(subcommand)]
+    Secrets(SecretsCommand),
     /// Receive signed dispatches and answer them from an OpenAI-compatible server (or --echo).
     AgentBridge(crate::agent_bridge::BridgeArgs),
     /// Run gateway, echo agent and platform stand-ins locally through a short conversation.
@@ -59,6 +62,24 @@ pub enum Command {
     /// Post a JSON file to a running gateway, signed as the platform would sign it, and print
     /// the answer (or, with --print-curl, an equivalent curl command).
     SendFixture(crate::send_fixture::SendFixtureArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SecretsCommand {
+    /// Print a new random key as a `CB_SECRETS_KEY` entry, `id:base64` (keep it in a file
+    /// only the operator can read; `CB_SECRETS_KEY=@file` reads it).
+    GenerateKey {
+        /// The key's id, stored beside every value it seals (default: k<today's date>).
+        #[arg(long)]
+        id: Option<String>,
+    },
+    /// Seal every stored secret under the first key of `CB_SECRETS_KEY`: plain ones and
+    /// those under older keys. Run it once every instance lists the new key first; the
+    /// older keys can then be removed. Safe to repeat; prints what it changed.
+    RotateKey {
+        #[command(flatten)]
+        database: DatabaseSettings,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -309,12 +330,29 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
             check_egress(&egress, "--agent-url", agent_url.as_deref()).await?;
             let pool = crate::db::connect_pool(&database)?;
             let name = name.unwrap_or_else(|| slug.clone());
-            print_json(&crate::provision::create_tenant(&pool, &slug, &name, agent_url.as_deref()).await?)
+            print_json(
+                &crate::provision::create_tenant(
+                    &pool,
+                    &database.secrets,
+                    &slug,
+                    &name,
+                    agent_url.as_deref(),
+                )
+                .await?,
+            )
         }
         Command::Connector(ConnectorCommand::Add(add)) => {
             check_egress(&add.egress, "--api-base-url", add.api_base_url.as_deref()).await?;
             let pool = crate::db::connect_pool(&add.database)?;
-            print_json(&crate::provision::add_connector(&pool, add.tenant, &add.to_new_connector()).await?)
+            print_json(
+                &crate::provision::add_connector(
+                    &pool,
+                    &add.database.secrets,
+                    add.tenant,
+                    &add.to_new_connector(),
+                )
+                .await?,
+            )
         }
         command @ (Command::Key(_) | Command::Messages(_) | Command::History { .. }) => {
             run_admin(command).await
@@ -330,6 +368,24 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
             print_json(
                 &crate::provision::add_link(&pool, tenant, platform, &platform_user_id, &user_id).await?,
             )
+        }
+        Command::Secrets(SecretsCommand::GenerateKey { id }) => {
+            use secrecy::ExposeSecret;
+            let id = id.unwrap_or_else(|| format!("k{}", chrono::Utc::now().format("%Y%m%d")));
+            let entry = crate::secrets::Keyring::generate_entry(&id)?;
+            println!("{}", entry.expose_secret());
+            Ok(())
+        }
+        Command::Secrets(SecretsCommand::RotateKey { database }) => {
+            use crate::db::sealing::{reseal, Reseal};
+            if !database.secrets.seals() {
+                anyhow::bail!("CB_SECRETS_KEY is not set: there is no key to seal with");
+            }
+            let pool = crate::db::connect_pool(&database)?;
+            let done = reseal(&pool, &database.secrets, Reseal::NotUnderCurrentKey)
+                .await
+                .map_err(|err| anyhow::Error::new(err).context("Failed to seal the stored secrets again"))?;
+            print_json(&done)
         }
         Command::SendFixture(args) => crate::send_fixture::run(args).await,
         Command::AgentBridge(args) => crate::agent_bridge::run(args).await,

@@ -41,6 +41,10 @@ pub enum AppError {
     TooManyRequests(std::time::Duration),
     #[error("database unavailable")]
     Unavailable(#[source] std::sync::Arc<sqlx::Error>),
+    /// A stored secret does not open with the configured keys (`CB_SECRETS_KEY`): the
+    /// operator's to fix, so platforms are asked to retry.
+    #[error("stored secrets cannot be opened")]
+    SecretsUnopened(#[source] crate::secrets::SecretError),
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
@@ -57,7 +61,7 @@ impl AppError {
             Self::Unprocessable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unprocessable"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             Self::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_requests"),
-            Self::Unavailable(_) | Self::DeadlinePassed(_) => {
+            Self::Unavailable(_) | Self::DeadlinePassed(_) | Self::SecretsUnopened(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
             }
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
@@ -71,6 +75,11 @@ impl AppError {
     pub fn from_shared_db(err: std::sync::Arc<sqlx::Error>) -> Self {
         if crate::db::is_unavailable(&err) || crate::db::means_no_schema(&err) {
             Self::Unavailable(err)
+        } else if let Some(secret) = crate::db::secret_error(&err) {
+            match secret {
+                crate::secrets::SecretError::ReservedPrefix => Self::Unprocessable(secret.to_string()),
+                other => Self::SecretsUnopened(other.clone()),
+            }
         } else if crate::db::is_unstorable_value(&err) {
             tracing::info!(error = %err, "request holds a value the database cannot store");
             Self::BadRequest("a value in the request cannot be stored (too long, or not valid text)".into())
@@ -110,6 +119,10 @@ impl IntoResponse for AppError {
             Self::Unavailable(err) => {
                 tracing::warn!(error = %err, "database unavailable");
                 "database unavailable, retry later".to_owned()
+            }
+            Self::SecretsUnopened(err) => {
+                tracing::error!(error = %err, "a stored secret does not open: check CB_SECRETS_KEY");
+                "the gateway cannot open its stored secrets, retry later".to_owned()
             }
             other => other.to_string(),
         };

@@ -8,7 +8,8 @@
 //! - `ingress`: recording webhooks (the batching writer); `cache`: connector and tenant
 //!   settings reused for a few seconds.
 //! - `provision`, `cli`: provisioning and the command line.
-//! - `egress`: where the worker may send requests (the SSRF guard).
+//! - `egress`: where the worker may send requests (the SSRF guard); `secrets`: sealing the
+//!   secrets stored in the database.
 //! - `agent_bridge`: the agent side of a dispatch, in front of an OpenAI-compatible server.
 //! - `demo`: the whole pipeline on one machine (`channel-bridge demo`).
 //! - `sign`, `send_fixture`: signing webhooks as the platforms do, for `send-fixture` and the
@@ -32,6 +33,7 @@ pub mod ingress;
 pub mod provision;
 pub mod retry;
 pub mod secret_input;
+pub mod secrets;
 pub mod send_fixture;
 pub mod settings;
 pub mod sign;

@@ -8,6 +8,7 @@ use sqlx::PgPool;
 use crate::db::connectors::NewConnector;
 use crate::db::{self, links::Link, TenantTx};
 use crate::domain::{ConnectorId, Platform, TenantId};
+use crate::secrets::Keyring;
 
 /// A new tenant. `dispatch_secret` is shown this once; only the agent should keep it.
 #[derive(Debug, Serialize)]
@@ -21,6 +22,7 @@ pub struct TenantCreated {
 
 pub async fn create_tenant(
     pool: &PgPool,
+    keys: &Keyring,
     slug: &str,
     name: &str,
     agent_url: Option<&str>,
@@ -32,7 +34,7 @@ pub async fn create_tenant(
         name,
         agent_url,
     };
-    let row = db::tenants::insert(&mut conn, &new)
+    let row = db::tenants::insert(&mut conn, keys, &new)
         .await
         .map_err(|err| match constraint(&err) {
             Some("tenants_slug_key") => anyhow::anyhow!("a tenant with slug `{slug}` already exists"),
@@ -65,18 +67,20 @@ pub fn webhook_path(tenant: TenantId, connector: ConnectorId) -> String {
 
 pub async fn add_connector(
     pool: &PgPool,
+    keys: &Keyring,
     tenant: TenantId,
     new: &NewConnector,
 ) -> anyhow::Result<ConnectorCreated> {
     let mut tx = TenantTx::begin(pool, tenant)
         .await
         .context("Failed to reach the database")?;
-    let connector = db::connectors::insert(&mut tx, new)
-        .await
-        .map_err(|err| match constraint(&err) {
-            Some("channel_connectors_tenant_id_fkey") => anyhow::anyhow!("unknown tenant {tenant}"),
-            _ => anyhow::Error::new(err).context("Failed to add the connector"),
-        })?;
+    let connector =
+        db::connectors::insert(&mut tx, keys, new)
+            .await
+            .map_err(|err| match constraint(&err) {
+                Some("channel_connectors_tenant_id_fkey") => anyhow::anyhow!("unknown tenant {tenant}"),
+                _ => anyhow::Error::new(err).context("Failed to add the connector"),
+            })?;
     tx.commit().await.context("Failed to commit the connector")?;
     Ok(ConnectorCreated {
         connector_id: connector.id,

@@ -8,6 +8,7 @@ use clap::{Args, ValueEnum};
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::egress::EgressPolicy;
+use crate::secrets::Keyring;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -37,6 +38,21 @@ pub struct DatabaseSettings {
         hide_env_values = true
     )]
     pub app_url: Option<SecretString>,
+
+    /// Keys that seal the secrets stored in the database (connector secrets and tokens,
+    /// tenants' dispatch secrets; `crate::secrets`): `id:base64-of-32-bytes`, several
+    /// separated by commas, the first sealing and all opening. `@path` reads a file. Unset:
+    /// secrets are stored in plain text, which `serve` warns about. `channel-bridge secrets
+    /// generate-key` makes one.
+    #[arg(
+        long = "secrets-key",
+        env = "CB_SECRETS_KEY",
+        hide_env_values = true,
+        hide_default_value = true,
+        default_value = "",
+        value_parser = crate::secrets::parse_setting
+    )]
+    pub secrets: Keyring,
 
     /// Maximum connections in the pool.
     #[arg(long = "db-pool-size", env = "CB_DB_POOL_SIZE", default_value_t = 16)]
@@ -83,6 +99,7 @@ impl DatabaseSettings {
         Self {
             url: SecretString::from(url.into()),
             app_url: None,
+            secrets: Keyring::plain(),
             pool_size: 16,
             acquire_timeout_ms: 2000,
             deadline_ms: 2000,
@@ -97,6 +114,12 @@ impl DatabaseSettings {
 
     pub fn deadline(&self) -> Duration {
         Duration::from_millis(self.deadline_ms)
+    }
+
+    /// The same settings with stored secrets sealed under `keys`.
+    pub fn with_secrets(mut self, keys: Keyring) -> Self {
+        self.secrets = keys;
+        self
     }
 
     /// The same settings with the pool logging in as a runtime role (`CB_APP_DATABASE_URL`).
@@ -273,7 +296,8 @@ impl ServeSettings {
     /// Settings for tests and the demo: everything default, listening on an ephemeral port.
     pub fn for_database(url: impl Into<String>) -> Self {
         Self {
-            database: DatabaseSettings::from_url(url),
+            // A key of the process's own: the demo's and the tests' databases do not outlive it.
+            database: DatabaseSettings::from_url(url).with_secrets(Keyring::ephemeral()),
             bind: SocketAddr::from(([127, 0, 0, 1], 0)),
             agent_url: None,
             // The demo's and the tests' stand-ins (agent, platform APIs) listen on loopback.

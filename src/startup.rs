@@ -50,13 +50,14 @@ impl Application {
                 deadline: settings.database.deadline(),
             },
         );
+        let keys = settings.database.secrets.clone();
         let state = AppState {
             pool,
             settings: Arc::new(settings),
             metrics: crate::telemetry::metrics_handle(),
             clock: system_clock,
             wakeup: Arc::new(crate::dispatch::wakeup::Wakeup::default()),
-            cache: Arc::new(ConfigCache::new(cache_ttl)),
+            cache: Arc::new(ConfigCache::new(cache_ttl, keys)),
             ingress: Arc::new(ingress),
             auth_throttle: Arc::default(),
         };
@@ -135,7 +136,10 @@ impl Application {
     /// them, the `NOTIFY` task that wakes other instances after ingress, and queue metrics.
     fn spawn_background(&self, stop: &watch::Receiver<bool>) -> anyhow::Result<Vec<JoinHandle<()>>> {
         let state = &self.state;
-        let mut tasks = Vec::new();
+        let mut tasks = vec![tokio::spawn(seal_plain_secrets(
+            state.pool.clone(),
+            state.settings.database.secrets.clone(),
+        ))];
         let wakeup = state.wakeup.clone();
         let (pool, stop_rx) = (state.pool.clone(), stop.clone());
         tasks.push(tokio::spawn(
@@ -160,6 +164,32 @@ impl Application {
             async move { wakeup.run_listener(pool, stop_rx).await },
         ));
         Ok(tasks)
+    }
+}
+
+/// Seals the secrets stored in plain text before a key was configured (`crate::secrets`),
+/// once, in the background: they stay readable meanwhile. Without a key, says so loudly.
+async fn seal_plain_secrets(pool: sqlx::PgPool, keys: crate::secrets::Keyring) {
+    use crate::db::sealing::{reseal, Reseal};
+    if !keys.seals() {
+        tracing::warn!(
+            "CB_SECRETS_KEY is not set: connector secrets, tokens and dispatch secrets are stored \
+             in plain text (channel-bridge secrets generate-key makes a key)"
+        );
+        return;
+    }
+    match reseal(&pool, &keys, Reseal::Plain).await {
+        Ok(done) if done.tenants_resealed + done.connectors_resealed > 0 => tracing::info!(
+            key = done.key.as_deref().unwrap_or_default(),
+            tenants = done.tenants_resealed,
+            connectors = done.connectors_resealed,
+            "sealed the secrets stored in plain text"
+        ),
+        Ok(_) => {}
+        Err(err) => tracing::error!(
+            error = %err,
+            "cannot seal the secrets stored in plain text; retried at the next start"
+        ),
     }
 }
 

@@ -147,7 +147,7 @@ pub async fn create(
         unlinked_notice: input.unlinked_notice,
     };
     let mut tx = TenantTx::begin(&state.pool, admin.tenant).await?;
-    let connector = db::connectors::insert(&mut tx, &new).await?;
+    let connector = db::connectors::insert(&mut tx, &state.settings.database.secrets, &new).await?;
     let summary = summary_or_404(&mut tx, connector.id).await?;
     tx.commit().await?;
     Ok((StatusCode::CREATED, Json(summary)))
@@ -217,7 +217,7 @@ async fn apply(
     change: &ConnectorChange,
 ) -> Result<Json<ConnectorSummary>, AppError> {
     let mut tx = TenantTx::begin(&state.pool, admin.tenant).await?;
-    if !db::connectors::update(&mut tx, id, change).await? {
+    if !db::connectors::update(&mut tx, &state.settings.database.secrets, id, change).await? {
         return Err(AppError::NotFound("connector"));
     }
     let summary = summary_or_404(&mut tx, id).await?;

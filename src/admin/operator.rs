@@ -96,13 +96,19 @@ pub async fn create_tenant(
 ) -> Result<(StatusCode, Json<TenantCreated>), AppError> {
     super::check_egress(&state, "agent_url", input.agent_url.as_deref()).await?;
     let name = input.name.clone().unwrap_or_else(|| input.slug.clone());
-    let created = provision::create_tenant(&state.pool, &input.slug, &name, input.agent_url.as_deref())
-        .await
-        .map_err(|err| match err.to_string() {
-            m if m.contains("already exists") => AppError::Conflict("a tenant with this slug already exists"),
-            m if m.contains("slug must") => AppError::Unprocessable(m),
-            _ => AppError::Internal(err),
-        })?;
+    let created = provision::create_tenant(
+        &state.pool,
+        &state.settings.database.secrets,
+        &input.slug,
+        &name,
+        input.agent_url.as_deref(),
+    )
+    .await
+    .map_err(|err| match err.to_string() {
+        m if m.contains("already exists") => AppError::Conflict("a tenant with this slug already exists"),
+        m if m.contains("slug must") => AppError::Unprocessable(m),
+        _ => AppError::Internal(err),
+    })?;
     Ok((StatusCode::CREATED, Json(created)))
 }
 
@@ -164,9 +170,14 @@ pub async fn update_tenant(
         ));
     }
     let mut conn = state.pool.acquire().await?;
-    let row = db::tenants::set_max_in_flight(&mut conn, TenantId(tenant), input.max_in_flight)
-        .await?
-        .ok_or(AppError::NotFound("tenant"))?;
+    let row = db::tenants::set_max_in_flight(
+        &mut conn,
+        &state.settings.database.secrets,
+        TenantId(tenant),
+        input.max_in_flight,
+    )
+    .await?
+    .ok_or(AppError::NotFound("tenant"))?;
     state.cache.forget_tenant(row.id);
     Ok(Json(TenantLimitsOut {
         tenant_id: row.id.0,

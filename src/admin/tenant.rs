@@ -59,7 +59,7 @@ pub struct DispatchSecretOut {
     responses((status = 200, body = TenantOut), (status = 401, body = ApiJsonError), (status = 404, body = ApiJsonError)))]
 pub async fn get(State(state): State<AppState>, admin: TenantAdmin) -> Result<Json<TenantOut>, AppError> {
     let mut conn = state.pool.acquire().await?;
-    let row = db::tenants::get(&mut conn, admin.tenant)
+    let row = db::tenants::get(&mut conn, &state.settings.database.secrets, admin.tenant)
         .await?
         .ok_or(AppError::NotFound("tenant"))?;
     Ok(Json(row.into()))
@@ -81,6 +81,7 @@ pub async fn update(
     let mut conn = state.pool.acquire().await?;
     let row = db::tenants::update(
         &mut conn,
+        &state.settings.database.secrets,
         admin.tenant,
         patch.name.as_deref(),
         patch.agent_url.as_deref(),
@@ -101,9 +102,10 @@ pub async fn rotate_dispatch_secret(
     use secrecy::ExposeSecret;
     let grace = std::time::Duration::from_secs(DISPATCH_SECRET_GRACE_SECS);
     let mut conn = state.pool.acquire().await?;
-    let secret = db::tenants::rotate_dispatch_secret(&mut conn, admin.tenant, grace)
-        .await?
-        .ok_or(AppError::NotFound("tenant"))?;
+    let secret =
+        db::tenants::rotate_dispatch_secret(&mut conn, &state.settings.database.secrets, admin.tenant, grace)
+            .await?
+            .ok_or(AppError::NotFound("tenant"))?;
     state.cache.forget_tenant(admin.tenant);
     Ok(Json(DispatchSecretOut {
         dispatch_secret: secret.0.expose_secret().to_owned(),

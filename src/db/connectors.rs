@@ -1,9 +1,12 @@
-//! `channel_connectors`: one platform endpoint of a tenant (tenant table, RLS).
+//! `channel_connectors`: one platform endpoint of a tenant (tenant table, RLS). Its secrets
+//! are stored sealed (`crate::secrets`) and opened as a row is read.
 
 use secrecy::{ExposeSecret, SecretString};
 
+use super::tenants::unopened;
 use super::TenantTx;
 use crate::domain::{Connector, ConnectorId, Platform, TelegramDelivery, UnlinkedPolicy};
+use crate::secrets::{Binding, ConnectorSecret, Keyring};
 
 /// A connector to create. Secrets are only ever written, never read back by the API.
 #[derive(Debug, Clone)]
@@ -45,31 +48,46 @@ struct ConnectorRow {
     unlinked_notice: Option<String>,
 }
 
-impl TryFrom<ConnectorRow> for Connector {
-    type Error = sqlx::Error;
-    fn try_from(row: ConnectorRow) -> Result<Self, Self::Error> {
+impl ConnectorRow {
+    /// The connector, its secrets opened with `keys`.
+    fn open(self, keys: &Keyring) -> Result<Connector, sqlx::Error> {
         let decode = |e: String| sqlx::Error::Decode(e.into());
+        let tenant_id = crate::domain::TenantId(self.tenant_id);
+        let id = ConnectorId(self.id);
+        let at = |secret| Binding::connector(tenant_id, id, secret);
+        let verification = at(ConnectorSecret::Verification);
         Ok(Connector {
-            tenant_id: crate::domain::TenantId(row.tenant_id),
-            id: ConnectorId(row.id),
-            platform: row
+            tenant_id,
+            id,
+            platform: self
                 .platform
                 .parse()
                 .map_err(|e: crate::domain::UnknownPlatform| decode(e.to_string()))?,
-            name: row.name,
-            external_id: row.external_id,
-            app_id: row.app_id,
-            bot_user_id: row.bot_user_id,
-            bot_id: row.bot_id,
-            verification_secret: SecretString::from(row.verification_secret),
-            previous_verification_secret: row.live_previous_secret.map(SecretString::from),
-            verify_token: row.verify_token.map(SecretString::from),
-            outbound_token: row.outbound_token.map(SecretString::from),
-            api_base_url: row.api_base_url,
-            enabled: row.enabled,
-            unlinked_policy: row.unlinked_policy.parse().map_err(decode)?,
-            telegram_delivery: row.telegram_delivery.parse().map_err(decode)?,
-            unlinked_notice: row.unlinked_notice,
+            name: self.name,
+            external_id: self.external_id,
+            app_id: self.app_id,
+            bot_user_id: self.bot_user_id,
+            bot_id: self.bot_id,
+            verification_secret: keys
+                .open(&self.verification_secret, &verification)
+                .map_err(unopened)?,
+            previous_verification_secret: keys
+                .open_opt(self.live_previous_secret.as_deref(), &verification)
+                .map_err(unopened)?,
+            verify_token: keys
+                .open_opt(self.verify_token.as_deref(), &at(ConnectorSecret::VerifyToken))
+                .map_err(unopened)?,
+            outbound_token: keys
+                .open_opt(
+                    self.outbound_token.as_deref(),
+                    &at(ConnectorSecret::OutboundToken),
+                )
+                .map_err(unopened)?,
+            api_base_url: self.api_base_url,
+            enabled: self.enabled,
+            unlinked_policy: self.unlinked_policy.parse().map_err(decode)?,
+            telegram_delivery: self.telegram_delivery.parse().map_err(decode)?,
+            unlinked_notice: self.unlinked_notice,
         })
     }
 }
@@ -83,9 +101,11 @@ const SELECT_CONNECTOR: &str =
         telegram_delivery, unlinked_notice
    from channel_connectors";
 
-pub async fn insert(tx: &mut TenantTx, new: &NewConnector) -> Result<Connector, sqlx::Error> {
+pub async fn insert(tx: &mut TenantTx, keys: &Keyring, new: &NewConnector) -> Result<Connector, sqlx::Error> {
     let tenant = tx.tenant();
     let id = ConnectorId::new();
+    let at = |secret| Binding::connector(tenant, id, secret);
+    let seal = |plain: Option<&SecretString>, secret| keys.seal_opt(plain, &at(secret)).map_err(unopened);
     sqlx::query(
         "insert into channel_connectors (tenant_id, id, platform, name, external_id, app_id,
              bot_user_id, bot_id, verification_secret, verify_token, outbound_token,
@@ -100,20 +120,27 @@ pub async fn insert(tx: &mut TenantTx, new: &NewConnector) -> Result<Connector, 
     .bind(&new.app_id)
     .bind(&new.bot_user_id)
     .bind(&new.bot_id)
-    .bind(new.verification_secret.expose_secret())
-    .bind(new.verify_token.as_ref().map(|s| s.expose_secret()))
-    .bind(new.outbound_token.as_ref().map(|s| s.expose_secret()))
+    .bind(seal(
+        Some(&new.verification_secret),
+        ConnectorSecret::Verification,
+    )?)
+    .bind(seal(new.verify_token.as_ref(), ConnectorSecret::VerifyToken)?)
+    .bind(seal(new.outbound_token.as_ref(), ConnectorSecret::OutboundToken)?)
     .bind(&new.api_base_url)
     .bind(new.unlinked_policy.as_str())
     .bind(new.telegram_delivery.as_str())
     .bind(&new.unlinked_notice)
     .execute(tx.conn())
     .await?;
-    get(tx, id).await?.ok_or(sqlx::Error::RowNotFound)
+    get(tx, keys, id).await?.ok_or(sqlx::Error::RowNotFound)
 }
 
 /// The connector `id` of the transaction's tenant, enabled or not.
-pub async fn get(tx: &mut TenantTx, id: ConnectorId) -> Result<Option<Connector>, sqlx::Error> {
+pub async fn get(
+    tx: &mut TenantTx,
+    keys: &Keyring,
+    id: ConnectorId,
+) -> Result<Option<Connector>, sqlx::Error> {
     let tenant = tx.tenant();
     let row: Option<ConnectorRow> =
         sqlx::query_as(&format!("{SELECT_CONNECTOR} where tenant_id = $1 and id = $2"))
@@ -121,11 +148,15 @@ pub async fn get(tx: &mut TenantTx, id: ConnectorId) -> Result<Option<Connector>
             .bind(id)
             .fetch_optional(tx.conn())
             .await?;
-    row.map(Connector::try_from).transpose()
+    row.map(|row| row.open(keys)).transpose()
 }
 
 /// Several connectors of the tenant at once (a claimed batch's); missing ones are absent.
-pub async fn get_many(tx: &mut TenantTx, ids: &[ConnectorId]) -> Result<Vec<Connector>, sqlx::Error> {
+pub async fn get_many(
+    tx: &mut TenantTx,
+    keys: &Keyring,
+    ids: &[ConnectorId],
+) -> Result<Vec<Connector>, sqlx::Error> {
     let tenant = tx.tenant();
     let rows: Vec<ConnectorRow> = sqlx::query_as(&format!(
         "{SELECT_CONNECTOR} where tenant_id = $1 and id = any($2)"
@@ -134,10 +165,10 @@ pub async fn get_many(tx: &mut TenantTx, ids: &[ConnectorId]) -> Result<Vec<Conn
     .bind(ids)
     .fetch_all(tx.conn())
     .await?;
-    rows.into_iter().map(Connector::try_from).collect()
+    rows.into_iter().map(|row| row.open(keys)).collect()
 }
 
-pub async fn list(tx: &mut TenantTx) -> Result<Vec<Connector>, sqlx::Error> {
+pub async fn list(tx: &mut TenantTx, keys: &Keyring) -> Result<Vec<Connector>, sqlx::Error> {
     let tenant = tx.tenant();
     let rows: Vec<ConnectorRow> = sqlx::query_as(&format!(
         "{SELECT_CONNECTOR} where tenant_id = $1 order by created_at, id"
@@ -145,7 +176,7 @@ pub async fn list(tx: &mut TenantTx) -> Result<Vec<Connector>, sqlx::Error> {
     .bind(tenant)
     .fetch_all(tx.conn())
     .await?;
-    rows.into_iter().map(Connector::try_from).collect()
+    rows.into_iter().map(|row| row.open(keys)).collect()
 }
 
 /// What admins see of a connector: everything but the secrets, which are write-only.
@@ -220,10 +251,21 @@ pub struct ConnectorChange {
 /// Applies `change`; `false` when there is no such connector for this tenant.
 pub async fn update(
     tx: &mut TenantTx,
+    keys: &Keyring,
     id: ConnectorId,
     change: &ConnectorChange,
 ) -> Result<bool, sqlx::Error> {
     let tenant = tx.tenant();
+    let at = |secret| Binding::connector(tenant, id, secret);
+    // An empty token clears it (below), so only a non-empty one is sealed.
+    let seal = |token: Option<&SecretString>, secret| {
+        token
+            .map(|t| match t.expose_secret() {
+                "" => Ok(String::new()),
+                plain => keys.seal(plain, &at(secret)).map_err(unopened),
+            })
+            .transpose()
+    };
     let mut sql =
         sqlx::QueryBuilder::<sqlx::Postgres>::new("update channel_connectors set updated_at = now()");
     let texts = [
@@ -236,14 +278,11 @@ pub async fn update(
         ("unlinked_notice", change.unlinked_notice.clone()),
         (
             "verify_token",
-            change.verify_token.as_ref().map(|s| s.expose_secret().to_owned()),
+            seal(change.verify_token.as_ref(), ConnectorSecret::VerifyToken)?,
         ),
         (
             "outbound_token",
-            change
-                .outbound_token
-                .as_ref()
-                .map(|s| s.expose_secret().to_owned()),
+            seal(change.outbound_token.as_ref(), ConnectorSecret::OutboundToken)?,
         ),
         (
             "unlinked_policy",
@@ -270,8 +309,10 @@ pub async fn update(
         sql.push(", previous_secret_expires_at = now() + make_interval(secs => ")
             .push_bind(grace.as_secs_f64())
             .push(")");
-        sql.push(", verification_secret = ")
-            .push_bind(secret.expose_secret().to_owned());
+        let sealed = keys
+            .seal(secret.expose_secret(), &at(ConnectorSecret::Verification))
+            .map_err(unopened)?;
+        sql.push(", verification_secret = ").push_bind(sealed);
     }
     sql.push(" where tenant_id = ")
         .push_bind(tenant)

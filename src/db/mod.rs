@@ -10,6 +10,7 @@ pub mod links;
 pub mod messages;
 pub mod queue;
 pub mod replies;
+pub mod sealing;
 pub mod slack_budget;
 pub mod tenant_tx;
 pub mod tenants;
@@ -391,6 +392,15 @@ pub fn means_no_schema(err: &sqlx::Error) -> bool {
         // `SET ROLE channel_bridge_app` when the role does not exist.
         Some("22023") => db.message().contains(APP_ROLE),
         _ => false,
+    }
+}
+
+/// The secret that could not be sealed or opened, when that is what failed
+/// (`db::tenants::unopened`).
+pub fn secret_error(err: &sqlx::Error) -> Option<&crate::secrets::SecretError> {
+    match err {
+        sqlx::Error::Decode(source) => source.downcast_ref(),
+        _ => None,
     }
 }
 

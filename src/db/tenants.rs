@@ -1,25 +1,64 @@
-//! `tenants`: infrastructure rows (no RLS), read by id or slug.
+//! `tenants`: infrastructure rows (no RLS), read by id or slug. Dispatch secrets are stored
+//! sealed (`crate::secrets`) and opened as a row is read.
 
 use base64::Engine;
 use rand::RngCore;
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use sqlx::PgConnection;
 
 use crate::domain::TenantId;
+use crate::secrets::{Binding, Keyring, SecretError};
 
-#[derive(Debug, Clone, sqlx::FromRow)]
+/// A tenant, its dispatch secrets opened.
+#[derive(Debug, Clone)]
 pub struct TenantRow {
     pub id: TenantId,
     pub slug: String,
     pub name: String,
     pub agent_url: Option<String>,
-    #[sqlx(try_from = "String")]
     pub dispatch_secret: DispatchSecret,
     /// The secret replaced by the last rotation, while it is still honoured.
-    pub previous_dispatch_secret: Option<String>,
+    pub previous_dispatch_secret: Option<SecretString>,
     /// Most jobs of this tenant one instance keeps in flight (`None`: the instance default).
     pub max_in_flight: Option<i32>,
     pub created_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// A tenant as stored: its dispatch secrets sealed (`crate::secrets`).
+#[derive(sqlx::FromRow)]
+struct StoredTenant {
+    id: TenantId,
+    slug: String,
+    name: String,
+    agent_url: Option<String>,
+    dispatch_secret: String,
+    previous_dispatch_secret: Option<String>,
+    max_in_flight: Option<i32>,
+    created_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl StoredTenant {
+    fn open(self, keys: &Keyring) -> Result<TenantRow, sqlx::Error> {
+        let binding = Binding::dispatch(self.id);
+        Ok(TenantRow {
+            dispatch_secret: DispatchSecret(keys.open(&self.dispatch_secret, &binding).map_err(unopened)?),
+            previous_dispatch_secret: keys
+                .open_opt(self.previous_dispatch_secret.as_deref(), &binding)
+                .map_err(unopened)?,
+            id: self.id,
+            slug: self.slug,
+            name: self.name,
+            agent_url: self.agent_url,
+            max_in_flight: self.max_in_flight,
+            created_at: self.created_at,
+        })
+    }
+}
+
+/// A stored secret that does not open: a database error to the caller, which the HTTP
+/// layer answers 503 and the worker retries (the operator fixes `CB_SECRETS_KEY`).
+pub fn unopened(err: SecretError) -> sqlx::Error {
+    sqlx::Error::Decode(Box::new(err))
 }
 
 const COLUMNS: &str = "id, slug, name, agent_url, dispatch_secret,
@@ -41,12 +80,6 @@ impl DispatchSecret {
     }
 }
 
-impl From<String> for DispatchSecret {
-    fn from(value: String) -> Self {
-        Self(SecretString::from(value))
-    }
-}
-
 pub struct NewTenant<'a> {
     pub slug: &'a str,
     pub name: &'a str,
@@ -54,39 +87,54 @@ pub struct NewTenant<'a> {
 }
 
 /// Inserts a tenant with a new dispatch secret. A taken slug is `tenants_slug_key`.
-pub async fn insert(conn: &mut PgConnection, new: &NewTenant<'_>) -> Result<TenantRow, sqlx::Error> {
-    use secrecy::ExposeSecret;
+pub async fn insert(
+    conn: &mut PgConnection,
+    keys: &Keyring,
+    new: &NewTenant<'_>,
+) -> Result<TenantRow, sqlx::Error> {
+    let id = TenantId::new();
     let secret = DispatchSecret::generate();
-    sqlx::query_as(
+    let sealed = keys
+        .seal(secret.0.expose_secret(), &Binding::dispatch(id))
+        .map_err(unopened)?;
+    let stored: StoredTenant = sqlx::query_as(
         "insert into tenants (id, slug, name, agent_url, dispatch_secret)
          values ($1, $2, $3, $4, $5)
          returning id, slug, name, agent_url, dispatch_secret, null::text as previous_dispatch_secret,
                    max_in_flight, created_at",
     )
-    .bind(TenantId::new())
+    .bind(id)
     .bind(new.slug)
     .bind(new.name)
     .bind(new.agent_url)
-    .bind(secret.0.expose_secret())
+    .bind(sealed)
     .fetch_one(conn)
-    .await
+    .await?;
+    stored.open(keys)
 }
 
-pub async fn get(conn: &mut PgConnection, id: TenantId) -> Result<Option<TenantRow>, sqlx::Error> {
-    sqlx::query_as(&format!("select {COLUMNS} from tenants where id = $1"))
-        .bind(id)
-        .fetch_optional(conn)
-        .await
+pub async fn get(
+    conn: &mut PgConnection,
+    keys: &Keyring,
+    id: TenantId,
+) -> Result<Option<TenantRow>, sqlx::Error> {
+    let stored: Option<StoredTenant> =
+        sqlx::query_as(&format!("select {COLUMNS} from tenants where id = $1"))
+            .bind(id)
+            .fetch_optional(conn)
+            .await?;
+    stored.map(|t| t.open(keys)).transpose()
 }
 
 /// Changes the agent URL (`Some("")` clears it, falling back to CB_AGENT_URL) and the name.
 pub async fn update(
     conn: &mut PgConnection,
+    keys: &Keyring,
     id: TenantId,
     name: Option<&str>,
     agent_url: Option<&str>,
 ) -> Result<Option<TenantRow>, sqlx::Error> {
-    sqlx::query_as(&format!(
+    let stored: Option<StoredTenant> = sqlx::query_as(&format!(
         "update tenants set name = coalesce($2, name),
                 agent_url = case when $3::text is null then agent_url else nullif($3, '') end,
                 updated_at = now()
@@ -96,33 +144,39 @@ pub async fn update(
     .bind(name)
     .bind(agent_url)
     .fetch_optional(conn)
-    .await
+    .await?;
+    stored.map(|t| t.open(keys)).transpose()
 }
 
 /// Sets the most jobs of this tenant one instance keeps in flight (`None`: the instance
 /// default). The operator's to set, never the tenant's.
 pub async fn set_max_in_flight(
     conn: &mut PgConnection,
+    keys: &Keyring,
     id: TenantId,
     max_in_flight: Option<i32>,
 ) -> Result<Option<TenantRow>, sqlx::Error> {
-    sqlx::query_as(&format!(
+    let stored: Option<StoredTenant> = sqlx::query_as(&format!(
         "update tenants set max_in_flight = $2, updated_at = now() where id = $1 returning {COLUMNS}"
     ))
     .bind(id)
     .bind(max_in_flight)
     .fetch_optional(conn)
-    .await
+    .await?;
+    stored.map(|t| t.open(keys)).transpose()
 }
 
 /// Replaces the dispatch secret; the old one keeps signing alongside for `grace`.
 pub async fn rotate_dispatch_secret(
     conn: &mut PgConnection,
+    keys: &Keyring,
     id: TenantId,
     grace: std::time::Duration,
 ) -> Result<Option<DispatchSecret>, sqlx::Error> {
-    use secrecy::ExposeSecret;
     let secret = DispatchSecret::generate();
+    let sealed = keys
+        .seal(secret.0.expose_secret(), &Binding::dispatch(id))
+        .map_err(unopened)?;
     let done = sqlx::query(
         "update tenants set previous_dispatch_secret = dispatch_secret,
                 previous_dispatch_secret_expires_at = now() + make_interval(secs => $3),
@@ -130,7 +184,7 @@ pub async fn rotate_dispatch_secret(
           where id = $1",
     )
     .bind(id)
-    .bind(secret.0.expose_secret())
+    .bind(sealed)
     .bind(grace.as_secs_f64())
     .execute(conn)
     .await?;

@@ -134,11 +134,15 @@ impl Outgoing {
 impl Delivery<'_> {
     /// What a pass over `message`'s parts needs, read in the caller's transaction. `None`
     /// when the message or its connector no longer exists.
-    pub async fn load(tx: &mut TenantTx, message: MessageId) -> Result<Option<Outgoing>, sqlx::Error> {
+    pub async fn load(
+        tx: &mut TenantTx,
+        keys: &crate::secrets::Keyring,
+        message: MessageId,
+    ) -> Result<Option<Outgoing>, sqlx::Error> {
         let Some(row) = db::messages::get(tx, message).await? else {
             return Ok(None);
         };
-        let Some(connector) = db::connectors::get(tx, row.connector_id).await? else {
+        let Some(connector) = db::connectors::get(tx, keys, row.connector_id).await? else {
             return Ok(None);
         };
         let parts = db::messages::reply_parts(tx, message).await?;

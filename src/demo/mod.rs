@@ -264,7 +264,8 @@ impl Stack {
             app.local_addr().expect("the demo gateway serves HTTP")
         );
         let pool = app.state().pool.clone();
-        let (tenant, secret, connectors) = provision(&pool, &agent_url, &stand_ins.base_url).await?;
+        let keys = app.state().settings.database.secrets.clone();
+        let (tenant, secret, connectors) = provision(&pool, &keys, &agent_url, &stand_ins.base_url).await?;
         let seen = Arc::new(SeenDispatches::default());
         let agent = Served::spawn(agent_listener, observed_echo_bridge(&secret, seen.clone())?);
         let (stop, stopped) = oneshot::channel::<()>();
@@ -333,16 +334,20 @@ impl Stack {
 /// stand-ins and know the bot identities of the fixtures (so echoes are recognised).
 async fn provision(
     pool: &PgPool,
+    keys: &crate::secrets::Keyring,
     agent_url: &str,
     platforms_url: &str,
 ) -> anyhow::Result<(TenantId, String, Vec<(Platform, ConnectorId)>)> {
     use crate::provision::{add_connector, add_link, create_tenant};
-    let created = create_tenant(pool, "demo", "Demo tenant", Some(agent_url)).await?;
+    let created = create_tenant(pool, keys, "demo", "Demo tenant", Some(agent_url)).await?;
     let tenant = created.tenant_id;
     let mut connectors = Vec::new();
     for platform in [Platform::Slack, Platform::Whatsapp, Platform::Telegram] {
         let new = demo_connector(platform, platforms_url);
-        connectors.push((platform, add_connector(pool, tenant, &new).await?.connector_id));
+        connectors.push((
+            platform,
+            add_connector(pool, keys, tenant, &new).await?.connector_id,
+        ));
     }
     for (platform, sender, user) in [
         (Platform::Slack, SLACK_ALICE, "alice"),

@@ -154,7 +154,10 @@ impl Worker {
             platform_client,
             writer,
             clock,
-            cache: Arc::new(ConfigCache::new(Duration::from_secs(settings.config_cache_secs))),
+            cache: Arc::new(ConfigCache::new(
+                Duration::from_secs(settings.config_cache_secs),
+                settings.database.secrets.clone(),
+            )),
             settings,
         })
     }
@@ -248,7 +251,7 @@ impl Worker {
         let (dispatch, reply): (Vec<&Job>, Vec<&Job>) =
             jobs.iter().partition(|job| job.stage == Stage::Dispatch);
         for job in reply {
-            let work = match Delivery::load(tx, job.message_id).await? {
+            let work = match Delivery::load(tx, &self.settings.database.secrets, job.message_id).await? {
                 Some(outgoing) => Work::Deliver(Box::new(outgoing)),
                 None => Work::Abandon,
             };
@@ -310,7 +313,7 @@ impl Worker {
         if ids.is_empty() {
             return Ok(HashMap::new());
         }
-        let connectors = crate::db::connectors::get_many(tx, &ids).await?;
+        let connectors = crate::db::connectors::get_many(tx, &self.settings.database.secrets, &ids).await?;
         Ok(connectors.into_iter().map(|c| (c.id, Arc::new(c))).collect())
     }
 
@@ -435,7 +438,12 @@ impl Worker {
         };
         let payload = payload::build(&prepared.message, history);
         let mut secrets = vec![tenant.dispatch_secret.0.expose_secret()];
-        secrets.extend(tenant.previous_dispatch_secret.as_deref());
+        secrets.extend(
+            tenant
+                .previous_dispatch_secret
+                .as_ref()
+                .map(|s| s.expose_secret()),
+        );
         agent::call(&self.client, url, &secrets, payload, (self.clock)()).await
     }
 
@@ -493,7 +501,7 @@ impl Worker {
 
     async fn load_outgoing(&self, tenant: TenantId, message: MessageId) -> anyhow::Result<Option<Outgoing>> {
         let mut tx = TenantTx::begin(&self.pool, tenant).await?;
-        let outgoing = Delivery::load(&mut tx, message).await?;
+        let outgoing = Delivery::load(&mut tx, &self.settings.database.secrets, message).await?;
         tx.commit().await?;
         Ok(outgoing)
     }

@@ -36,20 +36,35 @@ const READY_DEADLINE: Duration = Duration::from_secs(1);
         (status = 503, description = "database unavailable, or its schema is behind the binary")))]
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     let binary = crate::db::binary_schema_version();
+    let warnings = warnings(&state);
     let unavailable = |status: String| {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({ "status": status, "schema_version": binary })),
+            Json(json!({ "status": status, "schema_version": binary, "warnings": warnings })),
         )
     };
     match crate::db::within(READY_DEADLINE, crate::db::schema(&state.pool)).await {
         Ok(crate::db::Schema::Current { database }) => (
             StatusCode::OK,
-            Json(json!({ "status": "ready", "schema_version": binary, "database_schema_version": database })),
+            Json(json!({
+                "status": "ready",
+                "schema_version": binary,
+                "database_schema_version": database,
+                "warnings": warnings,
+            })),
         ),
         Ok(behind) => unavailable(behind.to_string()),
         Err(_) => unavailable("database unavailable".into()),
     }
+}
+
+/// What the operator should fix although the instance can serve.
+fn warnings(state: &AppState) -> Vec<&'static str> {
+    let mut warnings = Vec::new();
+    if !state.settings.database.secrets.seals() {
+        warnings.push("CB_SECRETS_KEY is not set: stored secrets are in plain text");
+    }
+    warnings
 }
 
 /// Prometheus text format.

@@ -4,6 +4,7 @@ use channel_bridge::db::connectors::NewConnector;
 use channel_bridge::db::{self, TenantTx};
 use channel_bridge::domain::{Platform, TenantId, UnlinkedPolicy};
 use channel_bridge::provision;
+use channel_bridge::secrets::Keyring;
 use secrecy::SecretString;
 
 use crate::support::db_proxy::{upstream_addr, DbProxy};
@@ -114,15 +115,15 @@ fn slack_connector() -> NewConnector {
 async fn provisioned_tenant_connector_and_link_are_visible_to_their_tenant_only() {
     let test_db = TestDb::migrated().await;
     let pool = test_db.app_pool();
-    let acme = provision::create_tenant(&pool, "acme", "Acme", None)
+    let acme = provision::create_tenant(&pool, &Keyring::ephemeral(), "acme", "Acme", None)
         .await
         .unwrap();
-    let other = provision::create_tenant(&pool, "other", "Other", None)
+    let other = provision::create_tenant(&pool, &Keyring::ephemeral(), "other", "Other", None)
         .await
         .unwrap();
     assert!(acme.dispatch_secret.starts_with("whsec_"));
 
-    let created = provision::add_connector(&pool, acme.tenant_id, &slack_connector())
+    let created = provision::add_connector(&pool, &Keyring::ephemeral(), acme.tenant_id, &slack_connector())
         .await
         .unwrap();
     assert_eq!(
@@ -134,7 +135,7 @@ async fn provisioned_tenant_connector_and_link_are_visible_to_their_tenant_only(
         .unwrap();
 
     let mut tx = TenantTx::begin(&pool, acme.tenant_id).await.unwrap();
-    let connector = db::connectors::get(&mut tx, created.connector_id)
+    let connector = db::connectors::get(&mut tx, &Keyring::ephemeral(), created.connector_id)
         .await
         .unwrap()
         .expect("own connector");
@@ -149,11 +150,16 @@ async fn provisioned_tenant_connector_and_link_are_visible_to_their_tenant_only(
     tx.commit().await.unwrap();
 
     let mut tx = TenantTx::begin(&pool, other.tenant_id).await.unwrap();
-    assert!(db::connectors::get(&mut tx, created.connector_id)
+    assert!(
+        db::connectors::get(&mut tx, &Keyring::ephemeral(), created.connector_id)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(db::connectors::list(&mut tx, &Keyring::ephemeral())
         .await
         .unwrap()
-        .is_none());
-    assert!(db::connectors::list(&mut tx).await.unwrap().is_empty());
+        .is_empty());
     assert_eq!(
         db::links::resolve(&mut tx, Platform::Slack, "U0USER1")
             .await
@@ -167,16 +173,16 @@ async fn provisioned_tenant_connector_and_link_are_visible_to_their_tenant_only(
 async fn provisioning_errors_are_clear() {
     let test_db = TestDb::migrated().await;
     let pool = test_db.app_pool();
-    provision::create_tenant(&pool, "acme", "Acme", None)
+    provision::create_tenant(&pool, &Keyring::ephemeral(), "acme", "Acme", None)
         .await
         .unwrap();
-    let taken = provision::create_tenant(&pool, "acme", "Again", None)
+    let taken = provision::create_tenant(&pool, &Keyring::ephemeral(), "acme", "Again", None)
         .await
         .unwrap_err();
     assert_eq!(taken.to_string(), "a tenant with slug `acme` already exists");
 
     let missing = TenantId::new();
-    let err = provision::add_connector(&pool, missing, &slack_connector())
+    let err = provision::add_connector(&pool, &Keyring::ephemeral(), missing, &slack_connector())
         .await
         .unwrap_err();
     assert_eq!(err.to_string(), format!("unknown tenant {missing}"));

@@ -523,7 +523,7 @@ async fn unlinked_senders_are_denied_by_default_and_queued_under_their_own_key_w
 async fn with_the_database_unreachable_the_answer_is_503_and_the_retry_records_once() {
     let proxy = DbProxy::start(upstream_addr()).await;
     let app = spawn_app_with(|settings, db| {
-        settings.database = DatabaseSettings::from_url(url_with(&db.name, Some(proxy.addr)));
+        settings.database.url = url_with(&db.name, Some(proxy.addr)).into();
         settings.database.acquire_timeout_ms = 500;
     })
     .await;

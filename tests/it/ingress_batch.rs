@@ -2,6 +2,7 @@
 //! under its own tenant, one webhook's failure never its neighbours'; admin changes reach
 //! webhook verification at once.
 
+use channel_bridge::secrets::Keyring;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,7 +32,7 @@ fn one_writer() -> channel_bridge::batch::BatchLimits {
 }
 
 async fn connector(pool: &PgPool, tenant: TenantId, id: ConnectorId) -> Arc<Connector> {
-    ConfigCache::new(Duration::ZERO)
+    ConfigCache::new(Duration::ZERO, Keyring::ephemeral())
         .connector_of(pool, tenant, id)
         .await
         .unwrap()
@@ -171,10 +172,16 @@ async fn a_tenant_transaction_switched_to_another_tenant_no_longer_reaches_the_f
     let globex = provision_tenant(&app.pool, "globex").await;
 
     let mut tx = app.tenant_tx(acme.tenant).await;
-    assert!(db::connectors::get(&mut tx, acme.slack).await.unwrap().is_some());
+    assert!(db::connectors::get(&mut tx, &Keyring::ephemeral(), acme.slack)
+        .await
+        .unwrap()
+        .is_some());
     tx.switch_tenant(globex.tenant).await.unwrap();
     assert_eq!(tx.tenant(), globex.tenant);
-    assert!(db::connectors::get(&mut tx, acme.slack).await.unwrap().is_none());
+    assert!(db::connectors::get(&mut tx, &Keyring::ephemeral(), acme.slack)
+        .await
+        .unwrap()
+        .is_none());
     let touched = sqlx::query("update channel_connectors set name = 'stolen' where id = $1")
         .bind(acme.slack)
         .execute(tx.conn())

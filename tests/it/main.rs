@@ -16,5 +16,6 @@ mod ingress_batch;
 mod replies;
 mod rls;
 mod runtime_role;
+mod secrets;
 mod send_fixture;
 mod slack_in_doubt;

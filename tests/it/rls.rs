@@ -5,6 +5,7 @@
 use channel_bridge::db::{self, TenantTx};
 use channel_bridge::domain::{MessageId, MessageStatus, Platform, TenantId};
 use channel_bridge::provision;
+use channel_bridge::secrets::Keyring;
 use sqlx::PgPool;
 
 use crate::support::TestDb;
@@ -17,7 +18,7 @@ struct Seeded {
 }
 
 async fn seed(pool: &PgPool, slug: &str) -> Seeded {
-    let tenant = provision::create_tenant(pool, slug, slug, None)
+    let tenant = provision::create_tenant(pool, &Keyring::ephemeral(), slug, slug, None)
         .await
         .unwrap()
         .tenant_id;
@@ -36,7 +37,7 @@ async fn seed(pool: &PgPool, slug: &str) -> Seeded {
         telegram_delivery: Default::default(),
         unlinked_notice: None,
     };
-    let connector = provision::add_connector(pool, tenant, &new)
+    let connector = provision::add_connector(pool, &Keyring::ephemeral(), tenant, &new)
         .await
         .unwrap()
         .connector_id;

@@ -4,6 +4,7 @@
 use channel_bridge::db::connectors::NewConnector;
 use channel_bridge::domain::{ConnectorId, Platform, TenantId, UnlinkedPolicy};
 use channel_bridge::provision;
+use channel_bridge::secrets::Keyring;
 use hmac::{Hmac, Mac};
 use secrecy::SecretString;
 use sha2::Sha256;
@@ -75,12 +76,25 @@ pub async fn provision_tenant(pool: &PgPool, slug: &str) -> Provisioned {
 /// Like `provision_tenant`, with every connector's platform API at `api_base_url` (a
 /// `FakePlatforms`).
 pub async fn provision_tenant_at(pool: &PgPool, slug: &str, api_base_url: Option<&str>) -> Provisioned {
-    let created = provision::create_tenant(pool, slug, slug, None).await.unwrap();
+    provision_tenant_sealed(pool, slug, api_base_url, &Keyring::ephemeral()).await
+}
+
+/// Like `provision_tenant_at`, the secrets sealed with `keys` (the apps' default is
+/// `Keyring::ephemeral()`).
+pub async fn provision_tenant_sealed(
+    pool: &PgPool,
+    slug: &str,
+    api_base_url: Option<&str>,
+    keys: &Keyring,
+) -> Provisioned {
+    let created = provision::create_tenant(pool, keys, slug, slug, None)
+        .await
+        .unwrap();
     let tenant = created.tenant_id;
     let mut ids = Vec::new();
     for platform in Platform::ALL {
         ids.push(
-            provision::add_connector(pool, tenant, &connector(platform, api_base_url))
+            provision::add_connector(pool, keys, tenant, &connector(platform, api_base_url))
                 .await
                 .unwrap()
                 .connector_id,

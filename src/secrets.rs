@@ -1,0 +1,430 @@
+//! Secrets at rest: what the gateway stores in the database and must read back in clear
+//! (connectors' verification secrets, verify tokens and outbound tokens; tenants' dispatch
+//! secrets) is sealed with AES-256-GCM under a key the database never sees.
+//!
+//! - **Keys** come from `CB_SECRETS_KEY` (or `@file`): `id:base64-of-32-bytes`, several
+//!   separated by commas or new lines. The first seals; every one listed opens. Rotating is
+//!   putting a new key first, restarting, running `channel-bridge secrets rotate-key` (which
+//!   re-seals every stored secret under the first key), then dropping the old key.
+//! - **A sealed value** is `cbsealed:v1:<key id>:<base64url of nonce ‖ ciphertext ‖ tag>`,
+//!   in the column the plain value would occupy, so the key id is beside each ciphertext and
+//!   rows sealed under different keys live side by side during a rotation. The nonce is 96
+//!   random bits per sealing.
+//! - **Bound to its row.** The associated data names the owner and the purpose
+//!   (`Binding`), so a sealed value copied to another tenant's row, another connector or
+//!   another column (an outbound token into the verification secret) does not open.
+//! - **Without a key** values are stored in plain text, as before this module: `serve` says
+//!   so at start and `/readyz` lists it among its warnings. Plain rows left from that time
+//!   are sealed when `serve` starts with a key (`seal_plain_rows`).
+
+use std::fmt;
+use std::sync::Arc;
+
+use base64::Engine;
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
+use ring::rand::{SecureRandom, SystemRandom};
+use secrecy::{ExposeSecret, SecretString};
+
+use crate::domain::{ConnectorId, TenantId};
+
+/// What every sealed value starts with. No platform or gateway secret does, and a plain
+/// value that would is refused (`SecretError::ReservedPrefix`), so the two never mix up.
+const PREFIX: &str = "cbsealed:v1:";
+const KEY_LEN: usize = 32;
+const MAX_KEY_ID_LEN: usize = 32;
+
+/// The keys that seal and open stored secrets. Cheap to clone.
+#[derive(Clone)]
+pub struct Keyring(Arc<Keys>);
+
+struct Keys {
+    /// The first seals; all open.
+    keys: Vec<Key>,
+    random: SystemRandom,
+}
+
+struct Key {
+    id: String,
+    cipher: LessSafeKey,
+}
+
+impl fmt::Debug for Keyring {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ids: Vec<&str> = self.0.keys.iter().map(|k| k.id.as_str()).collect();
+        f.debug_struct("Keyring").field("key_ids", &ids).finish()
+    }
+}
+
+/// What a sealed value belongs to; it is the cipher's associated data, so a value only opens
+/// where it was sealed. A secret and the one it replaced (kept during a rotation's grace
+/// period) share a binding: rotation moves the current value to the `previous_` column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding(String);
+
+/// Which of a connector's secrets a value is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectorSecret {
+    /// The verification secret and the one a rotation replaced.
+    Verification,
+    VerifyToken,
+    OutboundToken,
+}
+
+impl Binding {
+    /// A tenant's dispatch secret (current or previous).
+    pub fn dispatch(tenant: TenantId) -> Self {
+        Self(format!("tenant/{tenant}/dispatch_secret"))
+    }
+
+    pub fn connector(tenant: TenantId, connector: ConnectorId, secret: ConnectorSecret) -> Self {
+        let purpose = match secret {
+            ConnectorSecret::Verification => "verification_secret",
+            ConnectorSecret::VerifyToken => "verify_token",
+            ConnectorSecret::OutboundToken => "outbound_token",
+        };
+        Self(format!("tenant/{tenant}/connector/{connector}/{purpose}"))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SecretError {
+    #[error("a stored secret is sealed with key `{0}`, which CB_SECRETS_KEY does not list")]
+    UnknownKey(String),
+    #[error("a stored secret does not open with key `{0}`: damaged, or copied from another row")]
+    Damaged(String),
+    #[error("a secret may not start with `{PREFIX}`")]
+    ReservedPrefix,
+}
+
+/// A `CB_SECRETS_KEY` value that cannot be used. Never echoes key material.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("CB_SECRETS_KEY: {0}")]
+pub struct KeyringError(String);
+
+impl Keyring {
+    /// No key: values are stored and read in plain text.
+    pub fn plain() -> Self {
+        Self(Arc::new(Keys {
+            keys: Vec::new(),
+            random: SystemRandom::new(),
+        }))
+    }
+
+    /// Parses `id:base64[,id:base64…]` (commas, spaces or new lines between keys).
+    pub fn parse(spec: &str) -> Result<Self, KeyringError> {
+        let mut keys: Vec<Key> = Vec::new();
+        for entry in spec
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .filter(|e| !e.is_empty())
+        {
+            let (id, encoded) = entry
+                .split_once(':')
+                .ok_or_else(|| KeyringError("each key is `id:base64-of-32-bytes`".into()))?;
+            let valid_id = !id.is_empty()
+                && id.len() <= MAX_KEY_ID_LEN
+                && id
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            if !valid_id {
+                return Err(KeyringError(format!(
+                    "a key id is 1 to {MAX_KEY_ID_LEN} letters, digits, `-` or `_`"
+                )));
+            }
+            if keys.iter().any(|k| k.id == id) {
+                return Err(KeyringError(format!("key id `{id}` is listed twice")));
+            }
+            let bytes = base64::engine::general_purpose::STANDARD_NO_PAD
+                .decode(encoded.trim_end_matches('='))
+                .map_err(|_| KeyringError(format!("key `{id}` is not base64")))?;
+            if bytes.len() != KEY_LEN {
+                return Err(KeyringError(format!(
+                    "key `{id}` is {} bytes; AES-256-GCM needs {KEY_LEN}",
+                    bytes.len()
+                )));
+            }
+            let unbound = UnboundKey::new(&AES_256_GCM, &bytes)
+                .map_err(|_| KeyringError(format!("key `{id}` is not usable")))?;
+            keys.push(Key {
+                id: id.to_owned(),
+                cipher: LessSafeKey::new(unbound),
+            });
+        }
+        if keys.is_empty() {
+            return Err(KeyringError("no key given".into()));
+        }
+        Ok(Self(Arc::new(Keys {
+            keys,
+            random: SystemRandom::new(),
+        })))
+    }
+
+    /// A new random key as a `CB_SECRETS_KEY` entry, `id:base64`.
+    pub fn generate_entry(id: &str) -> Result<SecretString, KeyringError> {
+        let mut bytes = [0u8; KEY_LEN];
+        SystemRandom::new()
+            .fill(&mut bytes)
+            .map_err(|_| KeyringError("the system random source failed".into()))?;
+        let entry = format!("{id}:{}", base64::engine::general_purpose::STANDARD.encode(bytes));
+        // Validates the id the same way a configured key is.
+        Self::parse(&entry)?;
+        Ok(SecretString::from(entry))
+    }
+
+    /// A key of this process's own, the same for every call: for the demo and tests, whose
+    /// databases live no longer than the process.
+    pub fn ephemeral() -> Self {
+        static KEYRING: std::sync::OnceLock<Keyring> = std::sync::OnceLock::new();
+        KEYRING
+            .get_or_init(|| {
+                let entry = Self::generate_entry("ephemeral").expect("the system random source works");
+                Self::parse(entry.expose_secret()).expect("a generated key parses")
+            })
+            .clone()
+    }
+
+    /// Whether new values are sealed (a key is configured).
+    pub fn seals(&self) -> bool {
+        !self.0.keys.is_empty()
+    }
+
+    /// The id of the key that seals, if any.
+    pub fn current_key(&self) -> Option<&str> {
+        self.0.keys.first().map(|k| k.id.as_str())
+    }
+
+    /// The value to store for `plain`: sealed under the first key, or `plain` itself
+    /// without a key.
+    pub fn seal(&self, plain: &str, binding: &Binding) -> Result<String, SecretError> {
+        let Some(key) = self.0.keys.first() else {
+            if plain.starts_with(PREFIX) {
+                return Err(SecretError::ReservedPrefix);
+            }
+            return Ok(plain.to_owned());
+        };
+        let mut nonce = [0u8; NONCE_LEN];
+        self.0
+            .random
+            .fill(&mut nonce)
+            .map_err(|_| SecretError::Damaged(key.id.clone()))?;
+        let mut sealed = plain.as_bytes().to_vec();
+        key.cipher
+            .seal_in_place_append_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(binding.0.as_bytes()),
+                &mut sealed,
+            )
+            .map_err(|_| SecretError::Damaged(key.id.clone()))?;
+        let mut payload = nonce.to_vec();
+        payload.extend_from_slice(&sealed);
+        let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(payload);
+        Ok(format!("{PREFIX}{}:{encoded}", key.id))
+    }
+
+    /// [`seal`](Self::seal) for an optional value.
+    pub fn seal_opt(
+        &self,
+        plain: Option<&SecretString>,
+        binding: &Binding,
+    ) -> Result<Option<String>, SecretError> {
+        plain.map(|p| self.seal(p.expose_secret(), binding)).transpose()
+    }
+
+    /// The secret a stored value holds: opened when sealed, as it is when plain (a row
+    /// written before a key was configured).
+    pub fn open(&self, stored: &str, binding: &Binding) -> Result<SecretString, SecretError> {
+        let Some(rest) = stored.strip_prefix(PREFIX) else {
+            return Ok(SecretString::from(stored.to_owned()));
+        };
+        let (id, encoded) = rest
+            .split_once(':')
+            .ok_or_else(|| SecretError::Damaged(String::new()))?;
+        let key = self
+            .0
+            .keys
+            .iter()
+            .find(|k| k.id == id)
+            .ok_or_else(|| SecretError::UnknownKey(id.to_owned()))?;
+        let damaged = || SecretError::Damaged(id.to_owned());
+        let mut payload = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(encoded)
+            .map_err(|_| damaged())?;
+        if payload.len() < NONCE_LEN {
+            return Err(damaged());
+        }
+        let mut sealed = payload.split_off(NONCE_LEN);
+        let nonce = Nonce::try_assume_unique_for_key(&payload).map_err(|_| damaged())?;
+        let plain = key
+            .cipher
+            .open_in_place(nonce, Aad::from(binding.0.as_bytes()), &mut sealed)
+            .map_err(|_| damaged())?;
+        let text = std::str::from_utf8(plain).map_err(|_| damaged())?;
+        Ok(SecretString::from(text.to_owned()))
+    }
+
+    /// [`open`](Self::open) for an optional value.
+    pub fn open_opt(
+        &self,
+        stored: Option<&str>,
+        binding: &Binding,
+    ) -> Result<Option<SecretString>, SecretError> {
+        stored.map(|s| self.open(s, binding)).transpose()
+    }
+
+    /// Whether a stored value should be sealed again: it is plain while a key is
+    /// configured, or sealed under a key other than the first.
+    pub fn needs_reseal(&self, stored: &str) -> bool {
+        match (sealed_with(stored), self.current_key()) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some(id), Some(current)) => id != current,
+        }
+    }
+}
+
+/// The key id a stored value is sealed with; `None` for a plain value.
+pub fn sealed_with(stored: &str) -> Option<&str> {
+    stored.strip_prefix(PREFIX)?.split_once(':').map(|(id, _)| id)
+}
+
+/// clap's parser of `CB_SECRETS_KEY`: the value itself or `@file` / `@-`; empty (unset)
+/// is no key.
+pub fn parse_setting(value: &str) -> Result<Keyring, String> {
+    if value.is_empty() {
+        return Ok(Keyring::plain());
+    }
+    let spec = crate::secret_input::parse(value)?;
+    Keyring::parse(spec.expose_secret()).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keyring(spec: &str) -> Keyring {
+        Keyring::parse(spec).unwrap()
+    }
+
+    fn entry(id: &str) -> String {
+        Keyring::generate_entry(id).unwrap().expose_secret().to_owned()
+    }
+
+    fn binding() -> Binding {
+        Binding::connector(
+            TenantId::new(),
+            ConnectorId::new(),
+            ConnectorSecret::OutboundToken,
+        )
+    }
+
+    #[test]
+    fn a_sealed_value_opens_to_the_original_and_hides_it() {
+        let keys = keyring(&entry("k1"));
+        let at = binding();
+        let sealed = keys.seal("xoxb-1234-secret", &at).unwrap();
+        assert!(sealed.starts_with("cbsealed:v1:k1:"), "{sealed}");
+        assert!(!sealed.contains("xoxb"));
+        assert_eq!(
+            keys.open(&sealed, &at).unwrap().expose_secret(),
+            "xoxb-1234-secret"
+        );
+        assert_ne!(
+            keys.seal("xoxb-1234-secret", &at).unwrap(),
+            sealed,
+            "a fresh nonce each time"
+        );
+        assert_eq!(sealed_with(&sealed), Some("k1"));
+    }
+
+    #[test]
+    fn a_value_moved_to_another_row_or_purpose_does_not_open() {
+        let keys = keyring(&entry("k1"));
+        let (tenant, connector) = (TenantId::new(), ConnectorId::new());
+        let token = Binding::connector(tenant, connector, ConnectorSecret::OutboundToken);
+        let sealed = keys.seal("bot-token", &token).unwrap();
+        let elsewhere = [
+            Binding::connector(tenant, connector, ConnectorSecret::Verification),
+            Binding::connector(tenant, ConnectorId::new(), ConnectorSecret::OutboundToken),
+            Binding::connector(TenantId::new(), connector, ConnectorSecret::OutboundToken),
+            Binding::dispatch(tenant),
+        ];
+        for other in elsewhere {
+            assert_eq!(
+                keys.open(&sealed, &other).unwrap_err(),
+                SecretError::Damaged("k1".into())
+            );
+        }
+        let mut tampered = sealed.clone();
+        let last = tampered.pop().unwrap();
+        tampered.push(if last == 'A' { 'B' } else { 'A' });
+        assert!(matches!(
+            keys.open(&tampered, &token),
+            Err(SecretError::Damaged(_))
+        ));
+    }
+
+    #[test]
+    fn rotation_opens_with_any_listed_key_and_seals_with_the_first() {
+        let (old, new) = (entry("old"), entry("new"));
+        let at = binding();
+        let sealed_old = keyring(&old).seal("s3cret", &at).unwrap();
+        let both = keyring(&format!("{new},\n{old}"));
+        assert_eq!(both.open(&sealed_old, &at).unwrap().expose_secret(), "s3cret");
+        assert!(both.needs_reseal(&sealed_old));
+        let sealed_new = both.seal("s3cret", &at).unwrap();
+        assert_eq!(sealed_with(&sealed_new), Some("new"));
+        assert!(!both.needs_reseal(&sealed_new));
+        assert!(
+            both.needs_reseal("s3cret"),
+            "a plain value is sealed once a key exists"
+        );
+        assert_eq!(
+            keyring(&new).open(&sealed_old, &at).unwrap_err(),
+            SecretError::UnknownKey("old".into())
+        );
+        assert_eq!(
+            Keyring::plain().open(&sealed_old, &at).unwrap_err(),
+            SecretError::UnknownKey("old".into())
+        );
+    }
+
+    #[test]
+    fn without_a_key_values_stay_plain_and_the_prefix_is_refused() {
+        let plain = Keyring::plain();
+        let at = binding();
+        assert!(!plain.seals());
+        assert_eq!(plain.seal("whsec_abc", &at).unwrap(), "whsec_abc");
+        assert_eq!(plain.open("whsec_abc", &at).unwrap().expose_secret(), "whsec_abc");
+        assert!(!plain.needs_reseal("whsec_abc"));
+        assert_eq!(
+            plain.seal("cbsealed:v1:x:y", &at),
+            Err(SecretError::ReservedPrefix)
+        );
+    }
+
+    #[test]
+    fn bad_key_settings_are_refused_without_echoing_the_key() {
+        let cases = [
+            ("", "no key given"),
+            ("nocolon", "id:base64"),
+            (":AAAA", "key id"),
+            ("bad!:AAAA", "key id"),
+            ("k:not base64!", "not base64"),
+            ("k:AAAA", "3 bytes"),
+        ];
+        for (spec, expected) in cases {
+            let err = Keyring::parse(spec).unwrap_err().to_string();
+            assert!(err.contains(expected), "{spec:?}: {err}");
+        }
+        let key = entry("k");
+        let twice = Keyring::parse(&format!("{key},{key}")).unwrap_err().to_string();
+        assert!(twice.contains("twice"), "{twice}");
+        let (_, material) = key.split_once(':').unwrap();
+        let short = format!("k:{}", &material[..20]);
+        assert!(!Keyring::parse(&short)
+            .unwrap_err()
+            .to_string()
+            .contains(&material[..20]));
+        assert!(format!("{:?}", keyring(&key)).contains("\"k\""));
+        assert!(!format!("{:?}", keyring(&key)).contains(material));
+    }
+}
