@@ -2,7 +2,6 @@
 //! filtering, dedupe, linking, limits and outages.
 
 use channel_bridge::domain::Platform;
-use channel_bridge::settings::DatabaseSettings;
 use futures::future::join_all;
 use serde_json::Value;
 
