@@ -524,6 +524,7 @@ fn telegram_turn(fixture: &Fixture, update: i64, user: i64) -> Inbound {
             platform_message_id: (update / fixture.users + 1).to_string(),
             chat_id: sender_id(user),
             thread_id: None,
+            space: None,
             platform_user_id: sender_id(user),
             reply_to_id: None,
             text,
@@ -1070,7 +1071,7 @@ async fn sample_history(
             .await?
             .context("a sampled message exists")?;
         let started = Instant::now();
-        let history = history::load(&mut tx, &message).await?;
+        let history = history::load(&mut tx, &message, Default::default()).await?;
         alone.times.push(started.elapsed());
         alone.turns += history.len();
         tx.rollback().await?;

@@ -455,7 +455,7 @@ async fn run_admin(command: Command) -> anyhow::Result<()> {
         } => {
             let pool = crate::db::connect_pool(&database)?;
             print_json(
-                &messages::user_history(&pool, tenant, &user)
+                &messages::user_history(&pool, tenant, &user, &Default::default())
                     .await
                     .map_err(admin_error)?,
             )

@@ -257,3 +257,41 @@ impl FromStr for TelegramDelivery {
         }
     }
 }
+
+/// Which of a user's earlier turns the agent gets as history with a new one: a tenant's
+/// choice (`tenants.history_scope`), read by the worker with the tenant's other settings.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HistoryScopeSetting {
+    /// Every turn of the user, wherever it was asked: a channel's question sees their DMs.
+    User,
+    /// A turn in a shared space (Slack channel, Telegram group, WhatsApp group) sees the
+    /// user's turns in that space only; a direct-message turn sees their direct messages on
+    /// every platform (the cross-platform continuity of linked users).
+    #[default]
+    PrivateAware,
+    /// The user's turns in the same chat only (no cross-platform continuity).
+    Chat,
+}
+
+impl HistoryScopeSetting {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::PrivateAware => "private_aware",
+            Self::Chat => "chat",
+        }
+    }
+}
+
+impl FromStr for HistoryScopeSetting {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "user" => Ok(Self::User),
+            "private_aware" => Ok(Self::PrivateAware),
+            "chat" => Ok(Self::Chat),
+            other => Err(format!("unknown history scope `{other}`")),
+        }
+    }
+}

@@ -22,9 +22,9 @@ use super::{ApiJson, ApiJsonError, ApiPath, ApiQuery};
 use crate::db::messages::{MessageFilter, MessageRow, ReplyPart};
 use crate::db::turns::{Requeued, Selection};
 use crate::db::{self, TenantTx};
-use crate::dispatch::history::{self, HistoryScope};
+use crate::dispatch::history::{self, HistoryScope, Place};
 use crate::dispatch::payload::ChatMessage;
-use crate::domain::{ConnectorId, MessageId, MessageStatus, Platform, TenantId};
+use crate::domain::{ConnectorId, HistoryScopeSetting, MessageId, MessageStatus, Platform, TenantId};
 use crate::error::AppError;
 use crate::state::AppState;
 
@@ -68,6 +68,8 @@ pub struct MessageOut {
     pub platform_message_id: String,
     pub chat_id: String,
     pub thread_id: Option<String>,
+    /// The shared space (channel, group) the turn was asked in; null for a direct message.
+    pub space: Option<String>,
     pub platform_user_id: String,
     pub reply_to_id: Option<String>,
     pub user_id: Option<String>,
@@ -93,6 +95,7 @@ impl From<MessageRow> for MessageOut {
             platform_message_id: row.platform_message_id,
             chat_id: row.chat_id,
             thread_id: row.thread_id,
+            space: row.space,
             platform_user_id: row.platform_user_id,
             reply_to_id: row.reply_to_id,
             user_id: row.user_id,
@@ -159,6 +162,8 @@ pub struct MessageDetailOut {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct HistoryOut {
     pub user_id: String,
+    /// The tenant's history scope the history was chosen by.
+    pub history_scope: HistoryScopeSetting,
     /// Exactly the `messages[]` history the agent would get with this user's next turn.
     pub messages: Vec<ChatMessage>,
 }
@@ -255,18 +260,70 @@ pub async fn get_message(pool: &PgPool, tenant: TenantId, id: Uuid) -> Result<Me
     })
 }
 
-/// What the agent would get as history with `user_id`'s next turn: the worker's own code.
-pub async fn user_history(pool: &PgPool, tenant: TenantId, user_id: &str) -> Result<HistoryOut, AppError> {
+/// Whose next turn `user_history` shows the history of.
+#[derive(Debug, Default, Clone, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct HistoryQuery {
+    /// With `chat_id`: the user's next turn in this chat of this connector, rather than
+    /// their next direct message. Needed when the tenant's history scope is `chat`.
+    pub connector_id: Option<Uuid>,
+    pub chat_id: Option<String>,
+}
+
+/// What the agent would get as history with `user_id`'s next turn, in a direct message or
+/// in the chat `query` names, under the tenant's history scope: the worker's own code.
+pub async fn user_history(
+    pool: &PgPool,
+    tenant: TenantId,
+    user_id: &str,
+    query: &HistoryQuery,
+) -> Result<HistoryOut, AppError> {
     let mut tx = TenantTx::begin(pool, tenant).await?;
+    let setting = db::tenants::history_scope(tx.conn(), tenant)
+        .await?
+        .ok_or(AppError::NotFound("tenant"))?;
+    let chat = match (query.connector_id, query.chat_id.as_deref()) {
+        (Some(connector), Some(chat_id)) => {
+            let connector = ConnectorId(connector);
+            let space = db::messages::space_of_chat(&mut tx, connector, chat_id).await?;
+            Some((connector, chat_id, space))
+        }
+        (None, None) => None,
+        _ => {
+            return Err(AppError::Unprocessable(
+                "connector_id and chat_id go together".into(),
+            ))
+        }
+    };
+    let place = match (setting, &chat) {
+        (HistoryScopeSetting::User, _) => Place::Anywhere,
+        (HistoryScopeSetting::PrivateAware, Some((connector, _, Some(space)))) => Place::Space {
+            connector: *connector,
+            space,
+        },
+        (HistoryScopeSetting::PrivateAware, _) => Place::Direct,
+        (HistoryScopeSetting::Chat, Some((connector, chat_id, space))) => Place::Chat {
+            connector: *connector,
+            chat_id,
+            space: space.as_deref(),
+        },
+        (HistoryScopeSetting::Chat, None) => {
+            return Err(AppError::Unprocessable(
+                "the history scope is `chat`: name the chat with connector_id and chat_id".into(),
+            ))
+        }
+    };
     let scope = HistoryScope {
         user_id: Some(user_id),
         conversation_key: "",
+        place,
         before: None,
     };
     let messages = history::load_scope(&mut tx, &scope).await?;
     tx.commit().await?;
     Ok(HistoryOut {
         user_id: user_id.to_owned(),
+        history_scope: setting,
         messages,
     })
 }
@@ -559,14 +616,18 @@ fn wake_if_queued(state: &AppState, out: QueuedOut) -> QueuedOut {
     out
 }
 
-/// A user's history exactly as the agent would receive it with their next message.
-#[utoipa::path(get, path = "/v1/admin/users/{user_id}/history", operation_id = "get_user_history", tag = "messages", params(("user_id" = String, Path)),
+/// A user's history exactly as the agent would receive it with their next direct message
+/// (or their next message in the chat the query names), under the tenant's history scope.
+#[utoipa::path(get, path = "/v1/admin/users/{user_id}/history", operation_id = "get_user_history", tag = "messages", params(("user_id" = String, Path), HistoryQuery),
     security(("api_key" = [])),
-    responses((status = 200, body = HistoryOut), (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError)))]
+    responses((status = 200, body = HistoryOut), (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
 pub async fn history(
     State(state): State<AppState>,
     admin: TenantAdmin,
     ApiPath(user_id): ApiPath<String>,
+    ApiQuery(query): ApiQuery<HistoryQuery>,
 ) -> Result<Json<HistoryOut>, AppError> {
-    Ok(Json(user_history(&state.pool, admin.tenant, &user_id).await?))
+    Ok(Json(
+        user_history(&state.pool, admin.tenant, &user_id, &query).await?,
+    ))
 }

@@ -10,6 +10,7 @@ use super::auth::TenantAdmin;
 use super::{ApiJson, ApiJsonError};
 use crate::db;
 use crate::db::tenants::TenantRow;
+use crate::domain::HistoryScopeSetting;
 use crate::error::AppError;
 use crate::state::AppState;
 
@@ -23,6 +24,8 @@ pub struct TenantOut {
     pub name: String,
     /// The agent proxy; null means the server's CB_AGENT_URL.
     pub agent_url: Option<String>,
+    /// Which earlier turns of a user the agent gets as history (README "History scope").
+    pub history_scope: HistoryScopeSetting,
     pub created_at: chrono::DateTime<chrono::Utc>,
 }
 
@@ -33,6 +36,7 @@ impl From<TenantRow> for TenantOut {
             slug: row.slug,
             name: row.name,
             agent_url: row.agent_url,
+            history_scope: row.history_scope,
             created_at: row.created_at,
         }
     }
@@ -44,6 +48,10 @@ pub struct TenantPatch {
     pub name: Option<String>,
     /// An empty string clears it.
     pub agent_url: Option<String>,
+    /// `user`: every turn of the user; `private_aware` (default): a turn in a channel or
+    /// group sees the user's turns there only, a direct message their direct messages on
+    /// every platform; `chat`: the same chat only.
+    pub history_scope: Option<HistoryScopeSetting>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -65,7 +73,7 @@ pub async fn get(State(state): State<AppState>, admin: TenantAdmin) -> Result<Js
     Ok(Json(row.into()))
 }
 
-/// Change the name or the agent URL (http or https, and every address of its host public
+/// Change the name, the history scope or the agent URL (http or https, and every address of its host public
 /// unless the operator's `CB_EGRESS_ALLOW` allows it; else 422).
 #[utoipa::path(patch, path = "/v1/admin/tenant", operation_id = "update_tenant", tag = "tenant", security(("api_key" = [])), request_body = TenantPatch,
     responses((status = 200, body = TenantOut), (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 404, body = ApiJsonError), (status = 413, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
@@ -83,8 +91,11 @@ pub async fn update(
         &mut conn,
         &state.settings.database.secrets,
         admin.tenant,
-        patch.name.as_deref(),
-        patch.agent_url.as_deref(),
+        db::tenants::TenantChange {
+            name: patch.name.as_deref(),
+            agent_url: patch.agent_url.as_deref(),
+            history_scope: patch.history_scope,
+        },
     )
     .await?
     .ok_or(AppError::NotFound("tenant"))?;

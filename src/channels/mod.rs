@@ -70,6 +70,10 @@ pub struct InboundMessage {
     pub chat_id: String,
     /// Slack `thread_ts`, Telegram `message_thread_id` (forum topic). None for WhatsApp.
     pub thread_id: Option<String>,
+    /// The shared space the message was posted in, others reading along (a Slack channel
+    /// or group DM, a Telegram group, a WhatsApp group as `group:<id>`); `None` for a direct
+    /// message. What keeps a user's DMs out of a channel's history (`HistoryScopeSetting`).
+    pub space: Option<String>,
     /// The sender as the platform names them (Slack `U…`, WhatsApp `wa_id`, Telegram user id).
     pub platform_user_id: String,
     /// The message this one answers or quotes (Telegram `reply_to_message.message_id`,
@@ -168,9 +172,13 @@ impl Inbound {
             ] {
                 scrub(field);
             }
-            for field in [&mut message.thread_id, &mut message.reply_to_id]
-                .into_iter()
-                .flatten()
+            for field in [
+                &mut message.thread_id,
+                &mut message.space,
+                &mut message.reply_to_id,
+            ]
+            .into_iter()
+            .flatten()
             {
                 scrub(field);
             }
@@ -414,6 +422,7 @@ mod scrub_tests {
                 platform_message_id: "m\0".into(),
                 chat_id: "c".into(),
                 thread_id: Some("t\0".into()),
+                space: Some("s\0".into()),
                 platform_user_id: "u".into(),
                 reply_to_id: None,
                 text: "a\0b".into(),

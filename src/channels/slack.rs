@@ -219,6 +219,7 @@ fn inbound_message(
         platform_message_id: ts.to_owned(),
         chat_id: channel.to_owned(),
         thread_id: event.thread_ts.clone(),
+        space: shared_space(&event, channel),
         platform_user_id: user.to_owned(),
         reply_to_id: event.thread_ts.clone(),
         text: message_text(kind, &event),
@@ -315,6 +316,17 @@ fn content_kind(event: &MessageEventIn) -> Result<InboundKind, &'static str> {
         (false, Some("file_share")) => Ok(InboundKind::NonText),
         (false, _) => Err("empty_text"),
     }
+}
+
+/// The channel, unless it is a direct message: `channel_type` `im` (or the App Home's
+/// messages tab). `app_mention` events carry no `channel_type`; DM channel ids start with
+/// `D` (PLATFORMS.md §1).
+fn shared_space(event: &MessageEventIn, channel: &str) -> Option<String> {
+    let direct = match event.channel_type.as_deref() {
+        Some(kind) => matches!(kind, "im" | "app_home"),
+        None => channel.starts_with('D'),
+    };
+    (!direct).then(|| channel.to_owned())
 }
 
 fn message_text(kind: InboundKind, event: &MessageEventIn) -> String {
@@ -559,6 +571,7 @@ mod tests {
         assert_eq!(message.reply_to_id, None);
         assert_eq!(message.text, "Hello bridge, what can you do?");
         assert_eq!(message.metadata["channel_type"], "im");
+        assert_eq!(message.space, None, "a DM is no shared space");
         assert_eq!(message.metadata["event_id"], "Ev0DM00001");
         assert_eq!(message.metadata["event_type"], "message");
         assert_eq!(message.metadata["team_id"], "T0001");
@@ -570,6 +583,7 @@ mod tests {
         let message = single_message(CHANNEL_TEXT);
         assert_eq!(message.chat_id, "C0CHAN001");
         assert_eq!(message.metadata["channel_type"], "channel");
+        assert_eq!(message.space.as_deref(), Some("C0CHAN001"));
     }
 
     #[test]

@@ -177,6 +177,8 @@ fn read_message(update_id: i64, message: Value) -> Result<InboundMessage, &'stat
         kind,
         platform_message_id: message.message_id.to_string(),
         chat_id: message.chat.id.to_string(),
+        // Groups, supergroups and channels are read by others; a private chat is not.
+        space: (message.chat.kind != "private").then(|| message.chat.id.to_string()),
         thread_id: topic_id(&message).map(|id| id.to_string()),
         platform_user_id: from.id.to_string(),
         reply_to_id: reply_to_id(&message).map(|id| id.to_string()),
@@ -323,6 +325,7 @@ mod tests {
         assert_eq!(message.reply_to_id, None);
         assert_eq!(message.text, "What is on my calendar today?");
         assert_eq!(message.metadata["chat_type"], "private");
+        assert_eq!(message.space, None);
         assert_eq!(message.metadata["username"], "hirrolot");
         assert_eq!(message.metadata["first_name"], "Hirrolot");
         assert_eq!(message.metadata["date"], 1_718_000_000);
@@ -336,6 +339,7 @@ mod tests {
         assert_eq!(message.reply_to_id.as_deref(), Some("57"));
         assert_eq!(message.text, "/ask@channel_bridge_bot and tomorrow?");
         assert_eq!(message.metadata["chat_type"], "supergroup");
+        assert_eq!(message.space.as_deref(), Some("-1001276785818"));
     }
 
     #[test]

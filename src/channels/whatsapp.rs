@@ -178,6 +178,8 @@ struct MessageIn {
     text: Option<TextIn>,
     context: Option<ContextIn>,
     audio: Option<AudioIn>,
+    /// Set on messages of the Groups API (`recipient_type: "group"`).
+    group_id: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -264,6 +266,7 @@ fn read_message(context: &ChangeContext<'_>, message: Value) -> Result<InboundMe
         platform_message_id: message.id.clone(),
         chat_id: from.clone(),
         thread_id: None,
+        space: message.group_id.as_ref().map(|group| format!("group:{group}")),
         platform_user_id: from,
         reply_to_id: message.context.as_ref().and_then(|c| c.id.clone()),
         text,
@@ -521,6 +524,17 @@ mod tests {
     }
 
     #[test]
+    fn a_groups_api_message_is_in_the_groups_space() {
+        let mut body: serde_json::Value = serde_json::from_slice(TEXT).unwrap();
+        let message = &mut body["entry"][0]["changes"][0]["value"]["messages"][0];
+        message["recipient_type"] = "group".into();
+        message["group_id"] = "120363025555555555".into();
+        let message = single_message(&serde_json::to_vec(&body).unwrap());
+        assert_eq!(message.space.as_deref(), Some("group:120363025555555555"));
+        assert_eq!(message.chat_id, "16505551234", "replies still go to the sender");
+    }
+
+    #[test]
     fn text_is_forwarded_with_the_wamid_as_key() {
         let message = single_message(TEXT);
         assert_eq!(message.kind, InboundKind::Text);
@@ -529,6 +543,7 @@ mod tests {
         assert_eq!(message.chat_id, "16505551234");
         assert_eq!(message.platform_user_id, "16505551234");
         assert_eq!(message.thread_id, None);
+        assert_eq!(message.space, None, "a 1:1 chat");
         assert_eq!(message.reply_to_id, None);
         assert_eq!(message.text, "Does it come in another color?");
         assert_eq!(message.metadata["phone_number_id"], PHONE_NUMBER_ID);

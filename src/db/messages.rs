@@ -16,6 +16,8 @@ pub struct NewMessage<'a> {
     pub platform_message_id: &'a str,
     pub chat_id: &'a str,
     pub thread_id: Option<&'a str>,
+    /// The shared space it was asked in; `None` for a direct message.
+    pub space: Option<&'a str>,
     pub platform_user_id: &'a str,
     pub reply_to_id: Option<&'a str>,
     pub user_id: Option<&'a str>,
@@ -48,17 +50,19 @@ pub async fn insert_many(
             "with rows as (
                  select * from unnest($2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[],
                                       $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
-                                      $12::text[], $13::text[], $14::text[], $15::text[], $16::jsonb[])
+                                      $12::text[], $13::text[], $14::text[], $15::text[], $16::jsonb[],
+                                      $17::text[])
                       with ordinality as r(id, connector_id, platform, idempotency_key,
                            platform_message_id, chat_id, thread_id, platform_user_id, reply_to_id,
-                           user_id, conversation_key, request_content, status, decision, metadata, ord)),
+                           user_id, conversation_key, request_content, status, decision, metadata,
+                           space, ord)),
              inserted as (
                  insert into channel_messages (tenant_id, id, connector_id, platform, idempotency_key,
                      platform_message_id, chat_id, thread_id, platform_user_id, reply_to_id, user_id,
-                     conversation_key, request_content, status, decision, metadata, completed_at)
+                     conversation_key, request_content, status, decision, metadata, space, completed_at)
                  select $1, r.id, r.connector_id, r.platform, r.idempotency_key, r.platform_message_id,
                         r.chat_id, r.thread_id, r.platform_user_id, r.reply_to_id, r.user_id,
-                        r.conversation_key, r.request_content, r.status, r.decision, r.metadata,
+                        r.conversation_key, r.request_content, r.status, r.decision, r.metadata, r.space,
                         case when r.status = 'accepted' then null else now() end
                    from rows r
                   order by r.ord
@@ -92,6 +96,7 @@ pub async fn insert_many(
         .bind(column(|r| Some(r.status.as_str().to_owned())))
         .bind(column(|r| r.decision.map(str::to_owned)))
         .bind(rows.iter().map(|r| r.metadata.clone()).collect::<Vec<Value>>())
+        .bind(column(|r| r.space.map(str::to_owned)))
         .fetch_all(tx.conn())
         .await?;
     let inserted: std::collections::HashSet<MessageId> = inserted.into_iter().collect();
@@ -112,6 +117,8 @@ pub struct MessageRow {
     pub platform_message_id: String,
     pub chat_id: String,
     pub thread_id: Option<String>,
+    /// The shared space it was asked in; `None` for a direct message.
+    pub space: Option<String>,
     pub platform_user_id: String,
     pub reply_to_id: Option<String>,
     pub user_id: Option<String>,
@@ -129,9 +136,30 @@ pub struct MessageRow {
 }
 
 pub const MESSAGE_COLUMNS: &str = "id, tenant_id, connector_id, platform, idempotency_key,
-    platform_message_id, chat_id, thread_id, platform_user_id, reply_to_id, user_id,
+    platform_message_id, chat_id, thread_id, space, platform_user_id, reply_to_id, user_id,
     conversation_key, request_content, response_content, decision, status, attempts,
     last_error, received_at, completed_at, delivered_at, metadata";
+
+/// The space of the newest turn recorded in `chat_id` of `connector` (`None`: a direct
+/// chat, or none recorded).
+pub async fn space_of_chat(
+    tx: &mut TenantTx,
+    connector: ConnectorId,
+    chat_id: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    let tenant = tx.tenant();
+    let space: Option<Option<String>> = sqlx::query_scalar(
+        "select space from channel_messages
+          where tenant_id = $1 and connector_id = $2 and chat_id = $3
+          order by received_at desc limit 1",
+    )
+    .bind(tenant)
+    .bind(connector)
+    .bind(chat_id)
+    .fetch_optional(tx.conn())
+    .await?;
+    Ok(space.flatten())
+}
 
 pub async fn get(tx: &mut TenantTx, id: MessageId) -> Result<Option<MessageRow>, sqlx::Error> {
     let tenant = tx.tenant();

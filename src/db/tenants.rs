@@ -6,7 +6,7 @@ use rand::RngCore;
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::PgConnection;
 
-use crate::domain::TenantId;
+use crate::domain::{HistoryScopeSetting, TenantId};
 use crate::secrets::{Binding, Keyring, SecretError};
 
 /// A tenant, its dispatch secrets opened.
@@ -21,6 +21,8 @@ pub struct TenantRow {
     pub previous_dispatch_secret: Option<SecretString>,
     /// Most jobs of this tenant one instance keeps in flight (`None`: the instance default).
     pub max_in_flight: Option<i32>,
+    /// Which earlier turns the agent sees with a new one.
+    pub history_scope: HistoryScopeSetting,
     pub created_at: chrono::DateTime<chrono::Utc>,
 }
 
@@ -34,6 +36,7 @@ struct StoredTenant {
     dispatch_secret: String,
     previous_dispatch_secret: Option<String>,
     max_in_flight: Option<i32>,
+    history_scope: String,
     created_at: chrono::DateTime<chrono::Utc>,
 }
 
@@ -50,6 +53,10 @@ impl StoredTenant {
             name: self.name,
             agent_url: self.agent_url,
             max_in_flight: self.max_in_flight,
+            history_scope: self
+                .history_scope
+                .parse()
+                .map_err(|e: String| sqlx::Error::Decode(e.into()))?,
             created_at: self.created_at,
         })
     }
@@ -64,7 +71,7 @@ pub fn unopened(err: SecretError) -> sqlx::Error {
 const COLUMNS: &str = "id, slug, name, agent_url, dispatch_secret,
     case when previous_dispatch_secret_expires_at > now() then previous_dispatch_secret end
         as previous_dispatch_secret,
-    max_in_flight, created_at";
+    max_in_flight, history_scope, created_at";
 
 /// A Standard Webhooks signing secret, `whsec_<base64 of 32 random bytes>`; the HMAC key
 /// is the decoded bytes, so agents can verify with any Standard Webhooks library.
@@ -101,7 +108,7 @@ pub async fn insert(
         "insert into tenants (id, slug, name, agent_url, dispatch_secret)
          values ($1, $2, $3, $4, $5)
          returning id, slug, name, agent_url, dispatch_secret, null::text as previous_dispatch_secret,
-                   max_in_flight, created_at",
+                   max_in_flight, history_scope, created_at",
     )
     .bind(id)
     .bind(new.slug)
@@ -111,6 +118,20 @@ pub async fn insert(
     .fetch_one(conn)
     .await?;
     stored.open(keys)
+}
+
+/// The tenant's history scope alone (no secrets opened); `None` for an unknown tenant.
+pub async fn history_scope(
+    conn: &mut PgConnection,
+    id: TenantId,
+) -> Result<Option<HistoryScopeSetting>, sqlx::Error> {
+    let scope: Option<String> = sqlx::query_scalar("select history_scope from tenants where id = $1")
+        .bind(id)
+        .fetch_optional(conn)
+        .await?;
+    scope
+        .map(|s| s.parse().map_err(|e: String| sqlx::Error::Decode(e.into())))
+        .transpose()
 }
 
 pub async fn get(
@@ -126,23 +147,33 @@ pub async fn get(
     stored.map(|t| t.open(keys)).transpose()
 }
 
-/// Changes the agent URL (`Some("")` clears it, falling back to CB_AGENT_URL) and the name.
+/// What a tenant admin may change of their tenant; `None` keeps a field.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct TenantChange<'a> {
+    pub name: Option<&'a str>,
+    /// `Some("")` clears it, falling back to CB_AGENT_URL.
+    pub agent_url: Option<&'a str>,
+    pub history_scope: Option<HistoryScopeSetting>,
+}
+
+/// Applies `change`; `None` for an unknown tenant.
 pub async fn update(
     conn: &mut PgConnection,
     keys: &Keyring,
     id: TenantId,
-    name: Option<&str>,
-    agent_url: Option<&str>,
+    change: TenantChange<'_>,
 ) -> Result<Option<TenantRow>, sqlx::Error> {
     let stored: Option<StoredTenant> = sqlx::query_as(&format!(
         "update tenants set name = coalesce($2, name),
                 agent_url = case when $3::text is null then agent_url else nullif($3, '') end,
+                history_scope = coalesce($4, history_scope),
                 updated_at = now()
           where id = $1 returning {COLUMNS}"
     ))
     .bind(id)
-    .bind(name)
-    .bind(agent_url)
+    .bind(change.name)
+    .bind(change.agent_url)
+    .bind(change.history_scope.map(HistoryScopeSetting::as_str))
     .fetch_optional(conn)
     .await?;
     stored.map(|t| t.open(keys)).transpose()

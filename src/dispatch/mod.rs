@@ -277,7 +277,7 @@ impl Worker {
             .map(|row| (row.id, row))
             .collect();
         let rows: Vec<&MessageRow> = messages.values().collect();
-        let mut histories = read_histories_or_empty(tx, &rows).await;
+        let mut histories = read_histories_or_empty(tx, &rows, tenant.history_scope).await;
         let connectors = self.connectors_of(tx, &rows).await?;
         for job in dispatch {
             let work = match messages.remove(&job.message_id) {
@@ -552,6 +552,7 @@ impl Worker {
 async fn read_histories_or_empty(
     tx: &mut TenantTx,
     messages: &[&MessageRow],
+    setting: crate::domain::HistoryScopeSetting,
 ) -> HashMap<MessageId, Vec<ChatMessage>> {
     if messages.is_empty() {
         return HashMap::new();
@@ -563,7 +564,7 @@ async fn read_histories_or_empty(
         return HashMap::new();
     }
     let started = Instant::now();
-    match history::load_many(tx, messages).await {
+    match history::load_many(tx, messages, setting).await {
         Ok(history) => {
             metrics::histogram!("dispatch_history_seconds").record(started.elapsed().as_secs_f64());
             history

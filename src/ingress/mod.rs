@@ -228,6 +228,7 @@ fn new_message<'a>(
         platform_message_id: &message.platform_message_id,
         chat_id: &message.chat_id,
         thread_id: message.thread_id.as_deref(),
+        space: message.space.as_deref(),
         platform_user_id: &message.platform_user_id,
         reply_to_id: message.reply_to_id.as_deref(),
         user_id: routing.user_id.as_deref(),

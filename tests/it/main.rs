@@ -11,6 +11,7 @@ mod dispatcher;
 mod edges;
 mod egress;
 mod foundation;
+mod history_scope;
 mod ingress;
 mod ingress_batch;
 mod replies;

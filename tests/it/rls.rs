@@ -62,6 +62,7 @@ async fn seed(pool: &PgPool, slug: &str) -> Seeded {
             platform_message_id: "10",
             chat_id: "408258968",
             thread_id: None,
+            space: None,
             platform_user_id: "408258968",
             reply_to_id: None,
             user_id: Some("user"),

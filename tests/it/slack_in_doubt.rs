@@ -264,6 +264,7 @@ async fn a_metadata_event_with_an_unknown_or_foreign_key_answers_200_and_changes
             platform_message_id: "1718003100.000100",
             chat_id: DM,
             thread_id: None,
+            space: None,
             platform_user_id: SLACK_USER,
             reply_to_id: None,
             user_id: Some("alice"),

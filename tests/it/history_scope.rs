@@ -1,0 +1,221 @@
+//! Private history stays private (issue #14): under the default `private_aware` scope a
+//! turn in a channel or group is answered with the user's turns there only, and a direct
+//! message with their direct messages on every platform; `user` and `chat` are the tenant's
+//! other choices. The admin API shows the same history the worker sends.
+
+use std::sync::Arc;
+
+use channel_bridge::dispatch::payload::ChatMessage;
+use channel_bridge::dispatch::{StepOutcome, Worker};
+use channel_bridge::domain::Platform;
+use channel_bridge::settings::ServeSettings;
+use serde_json::{json, Value};
+
+use crate::support::fake_agent::FakeAgent;
+use crate::support::fake_platforms::FakePlatforms;
+use crate::support::platforms::*;
+use crate::support::{spawn_app, TestApp};
+
+struct Setup {
+    app: TestApp,
+    tenant: Provisioned,
+    agent: FakeAgent,
+    worker: Worker,
+    key: String,
+    _platforms: FakePlatforms,
+}
+
+async fn setup() -> Setup {
+    let app = spawn_app().await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
+    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
+    let mut settings = ServeSettings::for_database(app.db.url());
+    settings.agent_url = Some(agent.url.clone());
+    settings.config_cache_secs = 0;
+    let worker = Worker::new(app.pool.clone(), Arc::new(settings), || {
+        chrono::Utc::now().timestamp()
+    })
+    .unwrap();
+    let key = channel_bridge::admin::operator::issue(&app.pool, tenant.tenant, "ci")
+        .await
+        .unwrap()
+        .key;
+    Setup {
+        app,
+        tenant,
+        agent,
+        worker,
+        key,
+        _platforms: platforms,
+    }
+}
+
+impl Setup {
+    /// Records `body` on `platform`, dispatches it, and returns the user texts the agent
+    /// got as history (the new turn last).
+    async fn ask(&self, platform: Platform, body: Vec<u8>) -> Vec<String> {
+        deliver(&self.app, &self.tenant, platform, body).await;
+        match self.worker.step().await.unwrap() {
+            StepOutcome::Executed(_) => {}
+            other => panic!("expected an executed dispatch, got {other:?}"),
+        }
+        let call = self.agent.calls().pop().unwrap();
+        user_texts(&call.payload.messages)
+    }
+
+    async fn set_scope(&self, scope: &str) {
+        let response = self
+            .app
+            .client
+            .patch(self.app.url("/v1/admin/tenant"))
+            .bearer_auth(&self.key)
+            .json(&json!({ "history_scope": scope }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["history_scope"], scope);
+    }
+
+    async fn admin_history(&self, query: &str) -> (u16, Value) {
+        let response = self
+            .app
+            .client
+            .get(self.app.url(&format!("/v1/admin/users/alice/history{query}")))
+            .bearer_auth(&self.key)
+            .send()
+            .await
+            .unwrap();
+        (response.status().as_u16(), response.json().await.unwrap())
+    }
+}
+
+fn user_texts(messages: &[ChatMessage]) -> Vec<String> {
+    messages
+        .iter()
+        .filter(|m| m.role == "user")
+        .map(|m| m.content.clone())
+        .collect()
+}
+
+/// A message of the fixture's human in the public channel `C0CHAN001`.
+fn slack_channel_text(ts: &str, text: &str) -> Vec<u8> {
+    let mut event: Value = serde_json::from_slice(&fixture(Platform::Slack, "channel_text")).unwrap();
+    event["event"]["ts"] = ts.into();
+    event["event"]["event_ts"] = ts.into();
+    event["event"]["text"] = text.into();
+    serde_json::to_vec(&event).unwrap()
+}
+
+/// A message of the fixture's human (the same person) in a Telegram supergroup.
+fn telegram_group_text(update_id: i64, text: &str) -> Vec<u8> {
+    let mut update: Value =
+        serde_json::from_slice(&fixture(Platform::Telegram, "group_topic_reply")).unwrap();
+    update["update_id"] = update_id.into();
+    update["message"]["message_id"] = (update_id % 100_000).into();
+    update["message"]["text"] = text.into();
+    serde_json::to_vec(&update).unwrap()
+}
+
+fn texts(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test]
+async fn by_default_a_channel_sees_only_its_own_turns_and_a_dm_sees_every_platforms_dms() {
+    let s = setup().await;
+    assert_eq!(
+        s.ask(Platform::Telegram, telegram_text(2001, "my salary is 5k"))
+            .await,
+        texts(&["my salary is 5k"])
+    );
+    assert_eq!(
+        s.ask(
+            Platform::Slack,
+            slack_channel_text("1718000600.000100", "standup notes?")
+        )
+        .await,
+        texts(&["standup notes?"]),
+        "the DM stays out of the channel's history"
+    );
+    assert_eq!(
+        s.ask(Platform::Telegram, telegram_group_text(2002, "group question"))
+            .await,
+        texts(&["group question"]),
+        "a Telegram group is a space of its own"
+    );
+    assert_eq!(
+        s.ask(Platform::Slack, slack_text("1718000700.000100", "and in a DM"))
+            .await,
+        texts(&["my salary is 5k", "and in a DM"]),
+        "direct messages span platforms"
+    );
+    assert_eq!(
+        s.ask(
+            Platform::Slack,
+            slack_channel_text("1718000800.000100", "more standup")
+        )
+        .await,
+        texts(&["standup notes?", "more standup"])
+    );
+
+    // The admin API shows what the next turn would get: a DM by default, or the chat named.
+    let (status, dm) = s.admin_history("").await;
+    assert_eq!(status, 200);
+    assert_eq!(dm["history_scope"], "private_aware");
+    let dm: Vec<ChatMessage> = serde_json::from_value(dm["messages"].clone()).unwrap();
+    assert_eq!(user_texts(&dm), texts(&["my salary is 5k", "and in a DM"]));
+    let (status, channel) = s
+        .admin_history(&format!("?connector_id={}&chat_id=C0CHAN001", s.tenant.slack))
+        .await;
+    assert_eq!(status, 200);
+    let channel: Vec<ChatMessage> = serde_json::from_value(channel["messages"].clone()).unwrap();
+    assert_eq!(user_texts(&channel), texts(&["standup notes?", "more standup"]));
+    let (status, _) = s.admin_history("?chat_id=C0CHAN001").await;
+    assert_eq!(status, 422, "connector_id and chat_id go together");
+}
+
+#[tokio::test]
+async fn the_user_scope_shares_everything_and_the_chat_scope_keeps_one_chat() {
+    let s = setup().await;
+    s.set_scope("user").await;
+    s.ask(Platform::Telegram, telegram_text(3001, "telegram dm"))
+        .await;
+    assert_eq!(
+        s.ask(
+            Platform::Slack,
+            slack_channel_text("1718000600.000100", "channel question")
+        )
+        .await,
+        texts(&["telegram dm", "channel question"]),
+        "`user`: everything, as before"
+    );
+
+    s.set_scope("chat").await;
+    assert_eq!(
+        s.ask(Platform::Slack, slack_text("1718000700.000100", "slack dm"))
+            .await,
+        texts(&["slack dm"]),
+        "`chat`: not even the same person's DMs elsewhere"
+    );
+    assert_eq!(
+        s.ask(Platform::Telegram, telegram_text(3002, "telegram again"))
+            .await,
+        texts(&["telegram dm", "telegram again"])
+    );
+    let (status, body) = s.admin_history("").await;
+    assert_eq!(status, 422, "{body}");
+
+    let response = s
+        .app
+        .client
+        .patch(s.app.url("/v1/admin/tenant"))
+        .bearer_auth(&s.key)
+        .json(&json!({ "history_scope": "everyone" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 422);
+}
