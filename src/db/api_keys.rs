@@ -73,9 +73,11 @@ pub async fn list(conn: &mut PgConnection, tenant: TenantId) -> Result<Vec<ApiKe
 /// Revokes a key; `None` when there is no such key. Revoking twice keeps the first time.
 pub async fn revoke(conn: &mut PgConnection, id: Uuid) -> Result<Option<ApiKeyRow>, sqlx::Error> {
     sqlx::query_as(&format!(
-        "update api_keys set revoked_at = coalesce(revoked_at, now()) where id = $1 returning {COLUMNS}"
+        "update api_keys set revoked_at = coalesce(revoked_at, $2) where id = $1 returning {COLUMNS}"
     ))
     .bind(id)
+    // The clock is read here: Citus refuses `now()` inside COALESCE of a modification.
+    .bind(chrono::Utc::now())
     .fetch_optional(conn)
     .await
 }

@@ -63,7 +63,7 @@ pub async fn insert_many(
                  select $1, r.id, r.connector_id, r.platform, r.idempotency_key, r.platform_message_id,
                         r.chat_id, r.thread_id, r.platform_user_id, r.reply_to_id, r.user_id,
                         r.conversation_key, r.request_content, r.status, r.decision, r.metadata, r.space,
-                        case when r.status = 'accepted' then null else now() end
+                        case when r.status = 'accepted' then null else $18::timestamptz end
                    from rows r
                   order by r.ord
                  on conflict (tenant_id, connector_id, idempotency_key) do nothing
@@ -97,6 +97,9 @@ pub async fn insert_many(
         .bind(column(|r| r.decision.map(str::to_owned)))
         .bind(rows.iter().map(|r| r.metadata.clone()).collect::<Vec<Value>>())
         .bind(column(|r| r.space.map(str::to_owned)))
+        // A turn decided at ingress is complete now. The clock is read here: Citus refuses
+        // `now()` inside a CASE of a modification.
+        .bind(chrono::Utc::now())
         .fetch_all(tx.conn())
         .await?;
     let inserted: std::collections::HashSet<MessageId> = inserted.into_iter().collect();

@@ -28,7 +28,7 @@ pub async fn apply_status(
             set delivery_status = $5,
                 status = case when $6 and status in ('sending', 'pending') then 'sent' else status end,
                 platform_message_id = coalesce(platform_message_id, $4),
-                sent_at = case when $6 then coalesce(sent_at, now()) else sent_at end,
+                sent_at = case when $6 then coalesce(sent_at, $8) else sent_at end,
                 last_error = case when $5 = 'failed' then $7 else last_error end,
                 updated_at = now()
           where tenant_id = $1
@@ -43,6 +43,9 @@ pub async fn apply_status(
     .bind(&status.status)
     .bind(posted)
     .bind(&status.error)
+    // The clock is read here: Citus refuses `now()` inside CASE or COALESCE of a
+    // modification.
+    .bind(chrono::Utc::now())
     .fetch_optional(tx.conn())
     .await
 }

@@ -35,6 +35,7 @@ struct StoredTenant {
     agent_url: Option<String>,
     dispatch_secret: String,
     previous_dispatch_secret: Option<String>,
+    previous_dispatch_secret_expires_at: Option<chrono::DateTime<chrono::Utc>>,
     max_in_flight: Option<i32>,
     history_scope: String,
     created_at: chrono::DateTime<chrono::Utc>,
@@ -43,10 +44,15 @@ struct StoredTenant {
 impl StoredTenant {
     fn open(self, keys: &Keyring) -> Result<TenantRow, sqlx::Error> {
         let binding = Binding::dispatch(self.id);
+        // The clock is read here rather than by `now()` in the statement: Citus refuses a
+        // non-immutable function in the RETURNING of an update.
+        let live_previous = self
+            .previous_dispatch_secret
+            .filter(|_| self.previous_dispatch_secret_expires_at > Some(chrono::Utc::now()));
         Ok(TenantRow {
             dispatch_secret: DispatchSecret(keys.open(&self.dispatch_secret, &binding).map_err(unopened)?),
             previous_dispatch_secret: keys
-                .open_opt(self.previous_dispatch_secret.as_deref(), &binding)
+                .open_opt(live_previous.as_deref(), &binding)
                 .map_err(unopened)?,
             id: self.id,
             slug: self.slug,
@@ -68,10 +74,8 @@ pub fn unopened(err: SecretError) -> sqlx::Error {
     sqlx::Error::Decode(Box::new(err))
 }
 
-const COLUMNS: &str = "id, slug, name, agent_url, dispatch_secret,
-    case when previous_dispatch_secret_expires_at > now() then previous_dispatch_secret end
-        as previous_dispatch_secret,
-    max_in_flight, history_scope, created_at";
+const COLUMNS: &str = "id, slug, name, agent_url, dispatch_secret, previous_dispatch_secret,
+    previous_dispatch_secret_expires_at, max_in_flight, history_scope, created_at";
 
 /// A Standard Webhooks signing secret, `whsec_<base64 of 32 random bytes>`; the HMAC key
 /// is the decoded bytes, so agents can verify with any Standard Webhooks library.
@@ -104,12 +108,11 @@ pub async fn insert(
     let sealed = keys
         .seal(secret.0.expose_secret(), &Binding::dispatch(id))
         .map_err(unopened)?;
-    let stored: StoredTenant = sqlx::query_as(
+    let stored: StoredTenant = sqlx::query_as(&format!(
         "insert into tenants (id, slug, name, agent_url, dispatch_secret)
          values ($1, $2, $3, $4, $5)
-         returning id, slug, name, agent_url, dispatch_secret, null::text as previous_dispatch_secret,
-                   max_in_flight, history_scope, created_at",
-    )
+         returning {COLUMNS}"
+    ))
     .bind(id)
     .bind(new.slug)
     .bind(new.name)

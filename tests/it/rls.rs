@@ -111,8 +111,8 @@ async fn count_as(
 ) -> i64 {
     let mut tx = pool.begin().await.unwrap();
     if let Some(viewer) = viewer {
-        sqlx::query("select set_config('app.tenant_id', $1, true)")
-            .bind(viewer.to_string())
+        // A UUID needs no quoting beyond the literal's; SET takes no bind parameters.
+        sqlx::raw_sql(&format!("set local app.tenant_id = '{viewer}'"))
             .execute(&mut *tx)
             .await
             .unwrap();
@@ -217,7 +217,7 @@ async fn with_no_tenant_set_selects_return_no_rows_and_inserts_fail() {
     // policy's nullif keeps that failing closed instead of erroring.
     let mut conn = pool.acquire().await.unwrap();
     let mut tx = sqlx::Connection::begin(&mut *conn).await.unwrap();
-    sqlx::query("select set_config('app.tenant_id', '', true)")
+    sqlx::raw_sql("set local app.tenant_id = ''")
         .execute(&mut *tx)
         .await
         .unwrap();
@@ -298,4 +298,32 @@ fn assert_rls_violation(result: Result<sqlx::postgres::PgQueryResult, sqlx::Erro
         code, "42501",
         "insufficient_privilege (RLS WITH CHECK), got {err}"
     );
+}
+
+/// The suite's guard (issue #16): any `set_config('app.tenant_id', …)` the code sends fails,
+/// so a test of every path that sets the tenant proves it uses `SET LOCAL`.
+#[tokio::test]
+async fn set_config_of_the_tenant_fails_in_test_databases_and_set_local_works() {
+    let db = TestDb::migrated().await;
+    let pool = db.app_pool();
+    let mut conn = pool.acquire().await.unwrap();
+    let refused = sqlx::query("select set_config('app.tenant_id', $1, true)")
+        .bind(uuid::Uuid::new_v4().to_string())
+        .execute(&mut *conn)
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("forbidden"), "{refused}");
+    let other: String = sqlx::query_scalar("select set_config('application_name', 'guarded', false)")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(other, "guarded", "other settings pass through");
+    drop(conn);
+    let tenant = channel_bridge::domain::TenantId::new();
+    let mut tx = TenantTx::begin(&pool, tenant).await.unwrap();
+    let seen: String = sqlx::query_scalar("select current_setting('app.tenant_id')")
+        .fetch_one(tx.conn())
+        .await
+        .unwrap();
+    assert_eq!(seen, tenant.to_string());
 }

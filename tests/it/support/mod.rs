@@ -57,7 +57,41 @@ impl TestDb {
         channel_bridge::db::migrate(&db.settings())
             .await
             .expect("migrations apply");
+        db.forbid_set_config().await;
         db
+    }
+
+    /// Makes `set_config('app.tenant_id', …)` fail in this database (issue #16): Citus
+    /// does not propagate it to its workers, so the tenant must be set with `SET LOCAL`.
+    /// A `set_config` placed ahead of `pg_catalog` on every session's search path raises for
+    /// that setting and passes any other on.
+    async fn forbid_set_config(&self) {
+        let mut owner = self.owner_conn().await;
+        owner
+            .execute(
+                r#"create schema test_guard;
+                   create function test_guard.set_config(setting text, value text, is_local boolean)
+                   returns text language plpgsql as $$
+                   begin
+                       if setting = 'app.tenant_id' then
+                           raise exception 'set_config(''app.tenant_id'', …) is forbidden: set the tenant with SET LOCAL';
+                       end if;
+                       return pg_catalog.set_config(setting, value, is_local);
+                   end $$;
+                   grant usage on schema test_guard to channel_bridge_app;"#,
+            )
+            .await
+            .expect("the set_config guard installs");
+        owner
+            .execute(
+                format!(
+                    "alter database {} set search_path = test_guard, pg_catalog, public",
+                    self.name
+                )
+                .as_str(),
+            )
+            .await
+            .expect("the guard goes first on the search path");
     }
 
     pub fn url(&self) -> String {
