@@ -13,6 +13,7 @@ mod egress;
 mod foundation;
 mod ingress;
 mod ingress_batch;
+mod observability;
 mod replies;
 mod rls;
 mod runtime_role;
