@@ -366,10 +366,47 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
     }
 }
 
+/// The process-wide subscriber while tests capture logs: it wants nothing, but answers
+/// "sometimes" for every call site. tracing caches per call site whether any subscriber
+/// may want its events; with no global subscriber, a call site first reached on another
+/// test's thread while the first capturing subscriber is being registered can be cached
+/// as "never" (tracing-core's single-dispatcher fast path), and its events would then be
+/// lost to every capture. With this one installed a call site is at least "sometimes",
+/// and each event asks the thread's current subscriber.
+struct AskEachTime;
+
+impl tracing::Subscriber for AskEachTime {
+    fn register_callsite(&self, _: &tracing::Metadata<'_>) -> tracing::subscriber::Interest {
+        tracing::subscriber::Interest::sometimes()
+    }
+
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        false
+    }
+
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+
+    fn event(&self, _: &tracing::Event<'_>) {}
+
+    fn enter(&self, _: &tracing::span::Id) {}
+
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
 impl Captured {
     /// Starts capturing this thread's events (the test's runtime, hence the app it spawns)
     /// at `filter`, until the guard is dropped.
     fn start(filter: &str) -> (Self, tracing::subscriber::DefaultGuard) {
+        static GLOBAL: std::sync::Once = std::sync::Once::new();
+        GLOBAL.call_once(|| {
+            let _ = tracing::subscriber::set_global_default(AskEachTime);
+        });
         let sink = Self::default();
         let subscriber = channel_bridge::telemetry::subscriber(
             LogFormat::Json,
