@@ -36,9 +36,10 @@ impl Application {
     pub async fn build(settings: ServeSettings) -> anyhow::Result<Self> {
         settings.validate()?;
         let pool = crate::db::connect_pool(&settings.database)?;
-        let listener = match settings.http {
-            true => Some(bind(settings.bind).await?),
-            false => None,
+        let listener = if settings.http {
+            Some(bind(settings.bind).await?)
+        } else {
+            None
         };
         let local_addr = listener.as_ref().map(TcpListener::local_addr).transpose()?;
         let metrics_listener = match settings.metrics_bind {
