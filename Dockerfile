@@ -3,6 +3,7 @@
 #   docker build -t channel-bridge .
 #   docker run --rm -e DATABASE_URL=postgres://… channel-bridge migrate
 #   docker run --rm -p 8080:8080 -e DATABASE_URL=postgres://… channel-bridge   # serve
+#   docker run --rm -e DATABASE_URL=… -e CB_METRICS_BIND=0.0.0.0:9090 channel-bridge serve --http false   # worker
 # Migrations are embedded in the binary; `migrate` applies them (and creates the database).
 
 FROM rust:1-slim-bookworm AS builder
@@ -33,5 +34,9 @@ ENV CB_BIND=0.0.0.0:8080 \
 # Numeric so that Kubernetes runAsNonRoot can verify it (uid 10001 = channel-bridge).
 USER 10001:10001
 EXPOSE 8080
+# The image has no curl: the binary asks /readyz itself (of CB_METRICS_BIND when set, else
+# of CB_BIND on loopback), so a worker-only container needs CB_METRICS_BIND.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
+    CMD ["channel-bridge", "healthcheck", "--timeout-secs", "4"]
 ENTRYPOINT ["channel-bridge"]
 CMD ["serve"]

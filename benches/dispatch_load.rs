@@ -25,10 +25,10 @@
 //!    one `Arc<Worker>`, the path the tests drive) until every job is
 //!    done; prints dispatches/s (wall clock) and the step latency;
 //! 6. phase costs: the worker's own histograms for that run, every sample captured by a
-//!    debugging metrics recorder: `dispatch_phase_seconds{phase}` (claim; prepare = mark
+//!    debugging metrics recorder: `channel_bridge_dispatch_phase_seconds{phase}` (claim; prepare = mark
 //!    `dispatching` + tenant + history + connector, committed with the claim; agent; reply =
-//!    store the answer + post + settle), `dispatch_history_seconds`, `reply_send_seconds`
-//!    (the platform request) and `dispatch_own_seconds` (a step minus the agent call and
+//!    store the answer + post + settle), `channel_bridge_dispatch_history_seconds`, `channel_bridge_reply_send_seconds`
+//!    (the platform request) and `channel_bridge_dispatch_own_seconds` (a step minus the agent call and
 //!    the platform requests: what the worker itself costs per turn);
 //! 7. history alone: `history::load` in a `TenantTx` for `--history-samples` random messages,
 //!    one after another with nothing else running;
@@ -969,8 +969,8 @@ fn machine_ticks() -> Option<(u64, u64)> {
 // ---------------------------------------------------------------------------------------
 // Phases: the worker's own histograms
 
-/// The worker's histograms (`dispatch_phase_seconds{phase}`, `dispatch_history_seconds`,
-/// `dispatch_own_seconds`, `reply_send_seconds`), captured with every sample by a
+/// The worker's histograms (`channel_bridge_dispatch_phase_seconds{phase}`, `channel_bridge_dispatch_history_seconds`,
+/// `channel_bridge_dispatch_own_seconds`, `channel_bridge_reply_send_seconds`), captured with every sample by a
 /// debugging recorder installed for this process.
 struct Phases {
     snapshotter: Snapshotter,

@@ -112,7 +112,8 @@ async fn supervise<W: BatchWrite>(
         match tokio::spawn(run(writer.clone(), receiver.clone(), limits)).await {
             Err(err) if err.is_panic() => {
                 tracing::error!(writer = W::NAME, "batch writer panicked; starting it again");
-                metrics::counter!("batch_writer_restarts_total", "writer" => W::NAME).increment(1);
+                metrics::counter!("channel_bridge_batch_writer_restarts_total", "writer" => W::NAME)
+                    .increment(1);
             }
             // The last handle was dropped (or the runtime is shutting down).
             _ => return,
@@ -146,7 +147,7 @@ async fn run<W: BatchWrite>(
 
 /// Writes one batch and answers each of its items.
 async fn commit<W: BatchWrite>(writer: &W, mut batch: Vec<Pending<W>>, deadline: Duration) {
-    metrics::histogram!("batch_size", "writer" => W::NAME).record(batch.len() as f64);
+    metrics::histogram!("channel_bridge_batch_size", "writer" => W::NAME).record(batch.len() as f64);
     batch.sort_by_key(|pending| W::tenant(&pending.item));
     let (items, replies): (Vec<W::Item>, Vec<_>) = batch.into_iter().map(|p| (p.item, p.reply)).unzip();
     match crate::db::within(deadline, writer.write(&items)).await {
@@ -163,7 +164,7 @@ async fn commit<W: BatchWrite>(writer: &W, mut batch: Vec<Pending<W>>, deadline:
         }
         Err(err) => {
             tracing::warn!(writer = W::NAME, error = %err, items = items.len(), "batch failed; writing its items one by one");
-            metrics::counter!("batch_fallbacks_total", "writer" => W::NAME).increment(1);
+            metrics::counter!("channel_bridge_batch_fallbacks_total", "writer" => W::NAME).increment(1);
             for (item, reply) in items.iter().zip(replies) {
                 let output = crate::db::within(deadline, writer.write(std::slice::from_ref(item)))
                     .await

@@ -136,10 +136,10 @@ impl ConfigCache {
     ) -> Result<Option<Arc<Connector>>, sqlx::Error> {
         let key = (tenant, id);
         if let Some(hit) = self.connectors.get(&key) {
-            metrics::counter!("connector_cache_total", "result" => "hit").increment(1);
+            metrics::counter!("channel_bridge_connector_cache_lookups_total", "result" => "hit").increment(1);
             return Ok(Some(hit));
         }
-        metrics::counter!("connector_cache_total", "result" => "miss").increment(1);
+        metrics::counter!("channel_bridge_connector_cache_lookups_total", "result" => "miss").increment(1);
         let generation = self.connectors.generation();
         let mut tx = TenantTx::begin(pool, tenant).await?;
         let connector = db::connectors::get(&mut tx, &self.keys, id).await?.map(Arc::new);

@@ -28,6 +28,8 @@ pub enum Command {
     Serve(ServeSettings),
     /// Create the database if missing and apply pending migrations.
     Migrate(DatabaseSettings),
+    /// Exit 0 when the instance's /readyz answers 200, 1 otherwise (container health checks).
+    Healthcheck(crate::settings::HealthcheckSettings),
     /// Manage tenants.
     #[command(subcommand)]
     Tenant(TenantCommand),
@@ -320,6 +322,7 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Serve(settings) => serve(settings).await,
         Command::Migrate(database) => print_json(&crate::db::migrate(&database).await?),
+        Command::Healthcheck(check) => crate::http::health::probe(&check.target()?, check.timeout()).await,
         Command::Tenant(TenantCommand::Create {
             database,
             slug,
@@ -520,6 +523,9 @@ async fn serve(settings: ServeSettings) -> anyhow::Result<()> {
     let app = crate::startup::Application::build(settings).await?;
     if let Some(addr) = app.local_addr() {
         tracing::info!(%addr, "listening");
+    }
+    if let Some(addr) = app.metrics_addr() {
+        tracing::info!(%addr, "metrics listener listening");
     }
     app.run_until(crate::startup::shutdown_signal()).await
 }

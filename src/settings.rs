@@ -208,6 +208,12 @@ pub struct ServeSettings {
     #[arg(long, env = "CB_HTTP", default_value_t = true, action = clap::ArgAction::Set)]
     pub http: bool,
 
+    /// Address of a second listener serving only `/metrics`, `/healthz` and `/readyz`
+    /// (unset: none). A worker-only instance (`--http false`) is scraped and probed here;
+    /// beside the main listener it keeps metrics and probes off the public address.
+    #[arg(long, env = "CB_METRICS_BIND")]
+    pub metrics_bind: Option<SocketAddr>,
+
     /// Run the dispatch worker (disable to run a web-only instance).
     #[arg(long, env = "CB_WORKER", default_value_t = true, action = clap::ArgAction::Set)]
     pub worker: bool,
@@ -263,6 +269,62 @@ pub struct ServeSettings {
     pub shutdown_grace_secs: u64,
 }
 
+/// Settings of `healthcheck`: which `/readyz` to ask.
+#[derive(Clone, Debug, Args)]
+pub struct HealthcheckSettings {
+    /// URL to probe; one without a path gets `/readyz`. Default: the instance's
+    /// `CB_METRICS_BIND` when set, else its `CB_BIND`, on loopback when the address names
+    /// every interface (`0.0.0.0`, `::`).
+    #[arg(long, env = "CB_HEALTHCHECK_URL")]
+    pub url: Option<String>,
+
+    /// The instance's `CB_BIND` (read to find the default URL).
+    #[arg(long, env = "CB_BIND", default_value = "0.0.0.0:8080", hide = true)]
+    pub bind: SocketAddr,
+
+    /// The instance's `CB_METRICS_BIND` (read to find the default URL).
+    #[arg(long, env = "CB_METRICS_BIND", hide = true)]
+    pub metrics_bind: Option<SocketAddr>,
+
+    /// Seconds to wait for the answer.
+    #[arg(long, default_value_t = 5)]
+    pub timeout_secs: u64,
+}
+
+impl HealthcheckSettings {
+    /// The URL `healthcheck` asks.
+    pub fn target(&self) -> Result<reqwest::Url, SettingsError> {
+        let url = match &self.url {
+            Some(url) => url.clone(),
+            None => {
+                let mut addr = self.metrics_bind.unwrap_or(self.bind);
+                if addr.ip().is_unspecified() {
+                    addr.set_ip(match addr {
+                        SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                        SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+                    });
+                }
+                format!("http://{addr}/readyz")
+            }
+        };
+        let mut url = reqwest::Url::parse(&url)
+            .map_err(|e| SettingsError(format!("CB_HEALTHCHECK_URL is not a URL: {e}")))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(SettingsError(
+                "CB_HEALTHCHECK_URL must be an http or https URL".into(),
+            ));
+        }
+        if url.path() == "/" {
+            url.set_path("/readyz");
+        }
+        Ok(url)
+    }
+
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout_secs.max(1))
+    }
+}
+
 /// Where the worker may send requests beyond public addresses (`crate::egress`).
 #[derive(Clone, Debug, Default, Args)]
 pub struct EgressSettings {
@@ -309,6 +371,7 @@ impl ServeSettings {
             ingress_writers: 4,
             ingress_batch_max: 64,
             http: true,
+            metrics_bind: None,
             worker: true,
             max_in_flight: 8192,
             tenant_share_percent: 50,
@@ -526,6 +589,25 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("nothing to run"));
+    }
+
+    #[test]
+    fn healthcheck_asks_readyz_of_the_metrics_listener_else_the_main_one_on_loopback() {
+        let mut check = HealthcheckSettings {
+            url: None,
+            bind: "0.0.0.0:8080".parse().unwrap(),
+            metrics_bind: None,
+            timeout_secs: 5,
+        };
+        assert_eq!(check.target().unwrap().as_str(), "http://127.0.0.1:8080/readyz");
+        check.metrics_bind = Some("[::]:9090".parse().unwrap());
+        assert_eq!(check.target().unwrap().as_str(), "http://[::1]:9090/readyz");
+        check.url = Some("http://gateway:8080".into());
+        assert_eq!(check.target().unwrap().as_str(), "http://gateway:8080/readyz");
+        check.url = Some("http://gateway:8080/healthz".into());
+        assert_eq!(check.target().unwrap().as_str(), "http://gateway:8080/healthz");
+        check.url = Some("ftp://gateway/".into());
+        assert!(check.target().is_err());
     }
 
     #[test]

@@ -24,23 +24,32 @@ pub struct Application {
     state: AppState,
     listener: Option<TcpListener>,
     local_addr: Option<SocketAddr>,
+    /// The metrics listener (`CB_METRICS_BIND`): `/metrics`, `/healthz`, `/readyz` only.
+    metrics_listener: Option<TcpListener>,
+    metrics_addr: Option<SocketAddr>,
 }
 
 impl Application {
-    /// Connects the pool (lazily) and binds the listener. Bind to port 0 to get a free port;
-    /// `local_addr` tells which. The bound listener is what `run` serves: no re-binding.
+    /// Connects the pool (lazily) and binds the listeners. Bind to port 0 to get a free port;
+    /// `local_addr` and `metrics_addr` tell which. The bound listeners are what `run`
+    /// serves: no re-binding.
     pub async fn build(settings: ServeSettings) -> anyhow::Result<Self> {
         settings.validate()?;
         let pool = crate::db::connect_pool(&settings.database)?;
         let listener = if settings.http {
-            let listener = TcpListener::bind(settings.bind)
-                .await
-                .with_context(|| format!("Failed to bind {}", settings.bind))?;
-            Some(listener)
+            Some(bind(settings.bind).await?)
         } else {
             None
         };
         let local_addr = listener.as_ref().map(TcpListener::local_addr).transpose()?;
+        let metrics_listener = match settings.metrics_bind {
+            Some(addr) => Some(bind(addr).await?),
+            None => None,
+        };
+        let metrics_addr = metrics_listener
+            .as_ref()
+            .map(TcpListener::local_addr)
+            .transpose()?;
         let cache_ttl = Duration::from_secs(settings.config_cache_secs);
         let ingress = Writer::spawn(
             pool.clone(),
@@ -55,6 +64,7 @@ impl Application {
             pool,
             settings: Arc::new(settings),
             metrics: crate::telemetry::metrics_handle(),
+            readiness: Arc::default(),
             clock: system_clock,
             wakeup: Arc::new(crate::dispatch::wakeup::Wakeup::default()),
             cache: Arc::new(ConfigCache::new(cache_ttl, keys)),
@@ -65,11 +75,18 @@ impl Application {
             state,
             listener,
             local_addr,
+            metrics_listener,
+            metrics_addr,
         })
     }
 
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.local_addr
+    }
+
+    /// Where the metrics listener listens, when `CB_METRICS_BIND` is set.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     pub fn state(&self) -> &AppState {
@@ -103,6 +120,17 @@ impl Application {
                     .await
             })
         });
+        let metrics_server = self.metrics_listener.take().map(|listener| {
+            let app = crate::http::health::metrics_listener_router(self.state.clone());
+            let mut stop = stop_rx.clone();
+            tokio::spawn(async move {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(async move {
+                        let _ = stop.wait_for(|stopped| *stopped).await;
+                    })
+                    .await
+            })
+        });
         let background = self.spawn_background(&stop_rx)?;
         shutdown.await;
         tracing::info!("shutting down: draining in-flight requests and jobs");
@@ -113,6 +141,12 @@ impl Application {
                     .await
                     .context("HTTP server task panicked")?
                     .context("HTTP server failed")?;
+            }
+            if let Some(server) = metrics_server {
+                server
+                    .await
+                    .context("metrics listener task panicked")?
+                    .context("metrics listener failed")?;
             }
             for task in background {
                 task.await.context("background task panicked")?;
@@ -133,13 +167,18 @@ impl Application {
 
 impl Application {
     /// The worker tasks (when this instance runs the worker), the `LISTEN` task that wakes
-    /// them, the `NOTIFY` task that wakes other instances after ingress, and queue metrics.
+    /// them, the `NOTIFY` task that wakes other instances after ingress, queue metrics and
+    /// the metrics recorder's upkeep.
     fn spawn_background(&self, stop: &watch::Receiver<bool>) -> anyhow::Result<Vec<JoinHandle<()>>> {
         let state = &self.state;
-        let mut tasks = vec![tokio::spawn(seal_plain_secrets(
-            state.pool.clone(),
-            state.settings.database.secrets.clone(),
-        ))];
+        let mut tasks = vec![
+            tokio::spawn(seal_plain_secrets(
+                state.pool.clone(),
+                state.settings.database.secrets.clone(),
+                stop.clone(),
+            )),
+            tokio::spawn(metrics_upkeep(state.metrics.clone(), stop.clone())),
+        ];
         let wakeup = state.wakeup.clone();
         let (pool, stop_rx) = (state.pool.clone(), stop.clone());
         tasks.push(tokio::spawn(
@@ -168,8 +207,13 @@ impl Application {
 }
 
 /// Seals the secrets stored in plain text before a key was configured (`crate::secrets`),
-/// once, in the background: they stay readable meanwhile. Without a key, says so loudly.
-async fn seal_plain_secrets(pool: sqlx::PgPool, keys: crate::secrets::Keyring) {
+/// in the background: they stay readable meanwhile. A failed pass is tried again every
+/// minute until it succeeds. Without a key, says so loudly.
+async fn seal_plain_secrets(
+    pool: sqlx::PgPool,
+    keys: crate::secrets::Keyring,
+    mut stop: watch::Receiver<bool>,
+) {
     use crate::db::sealing::{reseal, Reseal};
     if !keys.seals() {
         tracing::warn!(
@@ -178,18 +222,53 @@ async fn seal_plain_secrets(pool: sqlx::PgPool, keys: crate::secrets::Keyring) {
         );
         return;
     }
-    match reseal(&pool, &keys, Reseal::Plain).await {
-        Ok(done) if done.tenants_resealed + done.connectors_resealed > 0 => tracing::info!(
-            key = done.key.as_deref().unwrap_or_default(),
-            tenants = done.tenants_resealed,
-            connectors = done.connectors_resealed,
-            "sealed the secrets stored in plain text"
-        ),
-        Ok(_) => {}
-        Err(err) => tracing::error!(
-            error = %err,
-            "cannot seal the secrets stored in plain text; retried at the next start"
-        ),
+    const AGAIN: Duration = Duration::from_secs(60);
+    loop {
+        match reseal(&pool, &keys, Reseal::Plain).await {
+            Ok(done) => {
+                if done.tenants_resealed + done.connectors_resealed > 0 {
+                    tracing::info!(
+                        key = done.key.as_deref().unwrap_or_default(),
+                        tenants = done.tenants_resealed,
+                        connectors = done.connectors_resealed,
+                        "sealed the secrets stored in plain text"
+                    );
+                }
+                return;
+            }
+            // No schema yet: nothing is stored, and what is stored later is sealed.
+            Err(err) if crate::db::means_no_schema(&err) => return,
+            Err(err) => tracing::warn!(
+                error = %err,
+                "cannot seal the secrets stored in plain text yet; trying again in a minute"
+            ),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(AGAIN) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("Failed to bind {addr}"))
+}
+
+/// Histogram samples pile up in the recorder until something drains them: a scrape does,
+/// and so does this, every few seconds, for an instance nobody scrapes.
+async fn metrics_upkeep(
+    handle: metrics_exporter_prometheus::PrometheusHandle,
+    mut stop: watch::Receiver<bool>,
+) {
+    const EVERY: Duration = Duration::from_secs(5);
+    while !*stop.borrow() {
+        handle.run_upkeep();
+        tokio::select! {
+            () = tokio::time::sleep(EVERY) => {}
+            _ = stop.changed() => {}
+        }
     }
 }
 

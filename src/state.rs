@@ -12,6 +12,8 @@ pub struct AppState {
     pub pool: PgPool,
     pub settings: Arc<ServeSettings>,
     pub metrics: PrometheusHandle,
+    /// What `/readyz` answered last (its failures are logged once per change).
+    pub readiness: Arc<crate::http::health::Readiness>,
     /// Unix seconds now; replaced in tests that need a fixed clock.
     pub clock: fn() -> i64,
     /// Wakes this instance's dispatch workers after ingress committed new jobs.

@@ -1,8 +1,20 @@
 //! Tracing and metrics set-up, once per process.
+//!
+//! Logs go to stderr, JSON or compact text, without ANSI colours unless stderr is a
+//! terminal (and `NO_COLOR` is unset), so files and log shippers get plain text.
+//!
+//! Metrics follow Prometheus' naming rules: every name starts with `channel_bridge_`,
+//! counters end in `_total`, durations in `_seconds`, sizes that are counts carry no unit.
+//! `METRICS` lists every series the binary exports; the recorder is given each one's help
+//! text (`# HELP`) and each histogram its own buckets, so a batch size is never sorted
+//! into time buckets. A histogram missing from the list would be rendered as a summary,
+//! which the exposition test refuses: add it here (and to README's table) first.
 
+use std::io::IsTerminal;
 use std::sync::OnceLock;
 
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::{fmt, EnvFilter};
 
 use crate::settings::LogFormat;
@@ -11,34 +23,432 @@ use crate::settings::LogFormat;
 /// Calling it twice is harmless (the second call is ignored), which tests rely on.
 pub fn init_tracing(format: LogFormat, default_filter: &str) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
-    let builder = fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .try_init(),
-        LogFormat::Pretty => builder.compact().try_init(),
-    };
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let _ = tracing::subscriber::set_global_default(subscriber(format, filter, std::io::stderr, ansi));
 }
+
+/// The subscriber `init_tracing` installs, writing to `writer`: tests capture the
+/// production format with it.
+pub fn subscriber<W>(
+    format: LogFormat,
+    filter: EnvFilter,
+    writer: W,
+    ansi: bool,
+) -> Box<dyn tracing::Subscriber + Send + Sync>
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    let builder = fmt().with_env_filter(filter).with_writer(writer).with_ansi(ansi);
+    match format {
+        LogFormat::Json => Box::new(
+            builder
+                .json()
+                .flatten_event(true)
+                .with_current_span(true)
+                .finish(),
+        ),
+        LogFormat::Pretty => Box::new(builder.compact().finish()),
+    }
+}
+
+/// What kind of series a metric is; histograms carry their bucket bounds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram(&'static [f64]),
+}
+
+/// One exported metric, as README's table lists it.
+#[derive(Debug)]
+pub struct Metric {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub labels: &'static [&'static str],
+    pub help: &'static str,
+}
+
+/// Requests served by this process: a millisecond to ten seconds (the admin deadline).
+const HTTP_SECONDS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+/// One database round trip or a few: 100 µs to 2.5 s (the default deadline is 2 s).
+const DB_SECONDS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+/// An agent call: 10 ms to two minutes (the agent timeout is 30 s by default, configurable).
+const AGENT_SECONDS: &[f64] = &[
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0,
+];
+/// A platform API request: 10 ms to 30 s (the platform timeout is 15 s by default).
+const PLATFORM_SECONDS: &[f64] = &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0];
+/// Worker phases, from a claim (milliseconds) to an agent call or a reply (up to minutes).
+const PHASE_SECONDS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+];
+/// The worker's own CPU-ish time per job: tens of microseconds to a second.
+const OWN_SECONDS: &[f64] = &[
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+];
+/// Items per batch: counts, in powers of two up to past the largest default batch (256).
+const BATCH_ITEMS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0];
+
+const fn metric(
+    name: &'static str,
+    kind: Kind,
+    labels: &'static [&'static str],
+    help: &'static str,
+) -> Metric {
+    Metric {
+        name,
+        kind,
+        labels,
+        help,
+    }
+}
+
+use Kind::{Counter, Gauge, Histogram};
+
+/// Every metric the binary exports.
+pub const METRICS: &[Metric] = &[
+    metric(
+        "channel_bridge_build_info",
+        Gauge,
+        &["version", "schema_version"],
+        "Always 1; the labels name the running build and the migration version it expects.",
+    ),
+    // HTTP
+    metric(
+        "channel_bridge_http_requests_total",
+        Counter,
+        &["method", "route", "status_class"],
+        "HTTP requests answered, by method, matched route template and status class.",
+    ),
+    metric(
+        "channel_bridge_http_request_duration_seconds",
+        Histogram(HTTP_SECONDS),
+        &["method", "route", "status_class"],
+        "Time to answer an HTTP request, by method, matched route template and status class.",
+    ),
+    metric(
+        "channel_bridge_http_deadlines_missed_total",
+        Counter,
+        &[],
+        "Requests answered 503 because they passed CB_WEBHOOK_DEADLINE_MS or CB_ADMIN_DEADLINE_MS.",
+    ),
+    metric(
+        "channel_bridge_admin_auth_throttled_total",
+        Counter,
+        &[],
+        "Admin API requests refused with 429 after too many bad keys from one address or prefix.",
+    ),
+    // Webhooks
+    metric(
+        "channel_bridge_webhook_events_total",
+        Counter,
+        &["platform", "result"],
+        "Verified inbound turns, by result: queued, recorded_only or duplicate.",
+    ),
+    metric(
+        "channel_bridge_webhook_events_dropped_total",
+        Counter,
+        &["platform", "reason"],
+        "Verified events dropped without a row (bot echoes, edits, statuses...), by reason.",
+    ),
+    metric(
+        "channel_bridge_webhook_rejected_total",
+        Counter,
+        &["platform"],
+        "Webhooks refused by signature or secret verification.",
+    ),
+    metric(
+        "channel_bridge_connector_cache_lookups_total",
+        Counter,
+        &["result"],
+        "Connector lookups of webhook verification, by result: hit or miss.",
+    ),
+    // Batch writers
+    metric(
+        "channel_bridge_batch_size",
+        Histogram(BATCH_ITEMS),
+        &["writer"],
+        "Items written in one transaction by a batch writer (ingress: webhooks, turn: state changes).",
+    ),
+    metric(
+        "channel_bridge_batch_fallbacks_total",
+        Counter,
+        &["writer"],
+        "Failed batches whose items were then written one transaction each.",
+    ),
+    metric(
+        "channel_bridge_batch_writer_restarts_total",
+        Counter,
+        &["writer"],
+        "Batch writer tasks started again after a panic.",
+    ),
+    // Database
+    metric(
+        "channel_bridge_db_deadlines_missed_total",
+        Counter,
+        &[],
+        "Database interactions abandoned after CB_DB_DEADLINE_MS.",
+    ),
+    metric(
+        "channel_bridge_db_pool_connections",
+        Gauge,
+        &[],
+        "Connections the pool holds open (idle and in use), read at scrape time.",
+    ),
+    metric(
+        "channel_bridge_db_pool_idle_connections",
+        Gauge,
+        &[],
+        "Open pool connections that are idle, read at scrape time.",
+    ),
+    metric(
+        "channel_bridge_db_pool_max_connections",
+        Gauge,
+        &[],
+        "The pool's ceiling (CB_DB_POOL_SIZE).",
+    ),
+    // Dispatch
+    metric(
+        "channel_bridge_dispatch_queue_depth",
+        Gauge,
+        &[],
+        "Jobs in the dispatch queue (all tenants), every ten seconds.",
+    ),
+    metric(
+        "channel_bridge_dispatch_queue_oldest_age_seconds",
+        Gauge,
+        &[],
+        "Age of the oldest job in the dispatch queue.",
+    ),
+    metric(
+        "channel_bridge_dispatch_tenant_queue_depth",
+        Gauge,
+        &["tenant"],
+        "Jobs queued for each of the CB_METRICS_TOP_TENANTS tenants with the deepest queues.",
+    ),
+    metric(
+        "channel_bridge_dispatch_tenant_queue_oldest_age_seconds",
+        Gauge,
+        &["tenant"],
+        "Age of the oldest queued job of each of the CB_METRICS_TOP_TENANTS deepest tenants.",
+    ),
+    metric(
+        "channel_bridge_dispatch_in_flight",
+        Gauge,
+        &[],
+        "Jobs this instance is working on (agent calls and reply posts).",
+    ),
+    metric(
+        "channel_bridge_dispatch_claim_batch_size",
+        Histogram(BATCH_ITEMS),
+        &[],
+        "Jobs taken by one claim statement.",
+    ),
+    metric(
+        "channel_bridge_dispatch_claim_failures_total",
+        Counter,
+        &[],
+        "Claims that failed (database errors); the worker backs off.",
+    ),
+    metric(
+        "channel_bridge_dispatch_leases_lost_total",
+        Counter,
+        &[],
+        "Jobs whose lease another instance took over while this one worked.",
+    ),
+    metric(
+        "channel_bridge_dispatch_lease_renewal_seconds",
+        Histogram(DB_SECONDS),
+        &[],
+        "Time of one lease renewal round.",
+    ),
+    metric(
+        "channel_bridge_dispatch_attempts_total",
+        Counter,
+        &[],
+        "Agent calls made.",
+    ),
+    metric(
+        "channel_bridge_dispatch_failures_total",
+        Counter,
+        &["reason"],
+        "Turns that failed for good (dispatch_failed), by reason.",
+    ),
+    metric(
+        "channel_bridge_dispatch_agent_seconds",
+        Histogram(AGENT_SECONDS),
+        &[],
+        "Time of one agent call, answered or not.",
+    ),
+    metric(
+        "channel_bridge_dispatch_phase_seconds",
+        Histogram(PHASE_SECONDS),
+        &["phase"],
+        "Time of each worker phase: claim, prepare, agent, reply.",
+    ),
+    metric(
+        "channel_bridge_dispatch_own_seconds",
+        Histogram(OWN_SECONDS),
+        &[],
+        "Time of one job minus its waits on the agent and the platform.",
+    ),
+    metric(
+        "channel_bridge_dispatch_history_seconds",
+        Histogram(DB_SECONDS),
+        &[],
+        "Time to read the histories of one claimed batch.",
+    ),
+    metric(
+        "channel_bridge_dispatch_history_failures_total",
+        Counter,
+        &[],
+        "History reads that failed (the turn is dispatched without history).",
+    ),
+    // Replies
+    metric(
+        "channel_bridge_reply_send_seconds",
+        Histogram(PLATFORM_SECONDS),
+        &[],
+        "Time of one request to a platform's send API.",
+    ),
+    metric(
+        "channel_bridge_replies_sent_total",
+        Counter,
+        &["platform"],
+        "Reply parts posted.",
+    ),
+    metric(
+        "channel_bridge_replies_rate_limited_total",
+        Counter,
+        &["platform"],
+        "Reply sends the platform answered with a rate limit.",
+    ),
+    metric(
+        "channel_bridge_replies_failed_total",
+        Counter,
+        &["platform"],
+        "Reply parts that failed for good.",
+    ),
+    metric(
+        "channel_bridge_slack_thread_reads_total",
+        Counter,
+        &["result"],
+        "Slack thread reads looking for an in-doubt reply part, by result.",
+    ),
+];
 
 /// The process-wide Prometheus recorder. Several applications in one process (tests, the
 /// demo) share it.
 pub fn metrics_handle() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-    HANDLE
-        .get_or_init(|| {
-            let recorder = PrometheusBuilder::new()
-                .set_buckets(&[
-                    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-                ])
-                .expect("static bucket list is non-empty")
-                .build_recorder();
-            let handle = recorder.handle();
-            // Fails only when another recorder is installed, which nothing else in the
-            // process does; the handle then still renders our (empty) registry.
-            let _ = metrics::set_global_recorder(recorder);
-            handle
-        })
-        .clone()
+    HANDLE.get_or_init(install_recorder).clone()
+}
+
+fn install_recorder() -> PrometheusHandle {
+    let mut builder = PrometheusBuilder::new();
+    for metric in METRICS {
+        if let Kind::Histogram(buckets) = metric.kind {
+            builder = builder
+                .set_buckets_for_metric(Matcher::Full(metric.name.into()), buckets)
+                .expect("every bucket list in METRICS is non-empty");
+        }
+    }
+    let recorder = builder.build_recorder();
+    let handle = recorder.handle();
+    // Fails only when another recorder is installed (the benchmarks' debugging recorder);
+    // the handle then still renders our (empty) registry.
+    let _ = metrics::set_global_recorder(recorder);
+    describe_all();
+    metrics::gauge!(
+        "channel_bridge_build_info",
+        "version" => env!("CARGO_PKG_VERSION"),
+        "schema_version" => crate::db::binary_schema_version().to_string(),
+    )
+    .set(1.0);
+    handle
+}
+
+fn describe_all() {
+    for metric in METRICS {
+        match metric.kind {
+            Kind::Counter => metrics::describe_counter!(metric.name, metric.help),
+            Kind::Gauge => metrics::describe_gauge!(metric.name, metric.help),
+            Kind::Histogram(_) => metrics::describe_histogram!(metric.name, metric.help),
+        }
+    }
+}
+
+/// Publishes the pool's state; called when metrics are scraped, so the figures are fresh.
+/// sqlx 0.8 does not tell how many tasks wait for a connection: saturation shows as
+/// `connections == max_connections` with no idle ones, and then as 503s and
+/// `channel_bridge_db_deadlines_missed_total`.
+pub fn observe_pool(pool: &sqlx::PgPool) {
+    metrics::gauge!("channel_bridge_db_pool_connections").set(f64::from(pool.size()));
+    metrics::gauge!("channel_bridge_db_pool_idle_connections").set(pool.num_idle() as f64);
+    metrics::gauge!("channel_bridge_db_pool_max_connections")
+        .set(f64::from(pool.options().get_max_connections()));
+}
+
+/// Status class label of an HTTP status (`2xx`…): bounded, unlike the code itself.
+pub fn status_class(status: axum::http::StatusCode) -> &'static str {
+    match status.as_u16() {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    }
+}
+
+/// Method label, with anything unusual folded into `other` (bounded cardinality).
+pub fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_metric_follows_the_naming_rules() {
+        for metric in METRICS {
+            let name = metric.name;
+            assert!(name.starts_with("channel_bridge_"), "{name}");
+            match metric.kind {
+                Kind::Counter => assert!(name.ends_with("_total"), "{name}"),
+                Kind::Gauge | Kind::Histogram(_) => assert!(!name.ends_with("_total"), "{name}"),
+            }
+            if let Kind::Histogram(buckets) = metric.kind {
+                assert!(buckets.windows(2).all(|w| w[0] < w[1]), "{name}: buckets ascend");
+                let counts = buckets.iter().all(|b| b.fract() == 0.0 && *b >= 1.0);
+                assert_eq!(name.ends_with("_seconds"), !counts, "{name}: seconds or counts");
+            }
+        }
+    }
+
+    #[test]
+    fn readme_lists_every_metric() {
+        let readme = include_str!("../README.md");
+        for metric in METRICS {
+            assert!(
+                readme.contains(&format!("`{}`", metric.name)),
+                "README's metric table misses {}",
+                metric.name
+            );
+        }
+    }
 }

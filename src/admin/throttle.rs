@@ -97,7 +97,7 @@ impl AuthThrottle {
         if wait.is_zero() {
             Ok(())
         } else {
-            metrics::counter!("admin_auth_throttled_total").increment(1);
+            metrics::counter!("channel_bridge_admin_auth_throttled_total").increment(1);
             Err(wait)
         }
     }

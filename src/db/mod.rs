@@ -134,7 +134,7 @@ pub fn deadline_missed() {
         .unwrap_or(u64::MAX)
         .max(1);
     LAST_MISSED_MS.store(now, Ordering::Relaxed);
-    metrics::counter!("db_deadlines_missed_total").increment(1);
+    metrics::counter!("channel_bridge_db_deadlines_missed_total").increment(1);
 }
 
 fn deadline_missed_recently() -> bool {

@@ -319,17 +319,18 @@ impl Delivery<'_> {
         let started = Instant::now();
         let outcome = outbound::send(self.client, &outbound).await;
         *platform_time += started.elapsed();
-        metrics::histogram!("reply_send_seconds").record(started.elapsed().as_secs_f64());
+        metrics::histogram!("channel_bridge_reply_send_seconds").record(started.elapsed().as_secs_f64());
         let platform = outgoing.connector.platform.as_str();
         let attempts = if marked { part.attempts } else { part.attempts + 1 };
         let index = part.part_index;
         match outcome {
             SendOutcome::Sent(platform_id) => {
-                metrics::counter!("replies_sent_total", "platform" => platform).increment(1);
+                metrics::counter!("channel_bridge_replies_sent_total", "platform" => platform).increment(1);
                 PartOutcome::Posted(platform_id)
             }
             SendOutcome::RateLimited { retry_after, error } => {
-                metrics::counter!("replies_rate_limited_total", "platform" => platform).increment(1);
+                metrics::counter!("channel_bridge_replies_rate_limited_total", "platform" => platform)
+                    .increment(1);
                 let delay = retry_after.min(Duration::from_millis(self.settings.retry_max_ms));
                 wait(index, error, false, delay)
             }
@@ -344,7 +345,7 @@ impl Delivery<'_> {
             | SendOutcome::Unknown { error }
             | SendOutcome::Permanent { error } => {
                 tracing::warn!(%error, part = index, "reply part failed");
-                metrics::counter!("replies_failed_total", "platform" => platform).increment(1);
+                metrics::counter!("channel_bridge_replies_failed_total", "platform" => platform).increment(1);
                 failed(index, error)
             }
         }

@@ -120,7 +120,8 @@ impl ThreadSearch<'_> {
                 cursor: cursor.page(),
             };
             let page = outbound::slack_thread_page(self.client, &query).await;
-            metrics::counter!("slack_thread_reads_total", "result" => page_result(&page)).increment(1);
+            metrics::counter!("channel_bridge_slack_thread_reads_total", "result" => page_result(&page))
+                .increment(1);
             match page {
                 ThreadPage::Found(ts) => return Ok(Reconciled::Found(ts)),
                 ThreadPage::NotHere { next_cursor: None } => return Ok(Reconciled::Absent),

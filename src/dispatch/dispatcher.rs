@@ -207,7 +207,7 @@ impl Dispatcher {
         for job in claimed {
             self.start(job, tasks);
         }
-        metrics::gauge!("dispatch_in_flight").set(self.in_flight() as f64);
+        metrics::gauge!("channel_bridge_dispatch_in_flight").set(self.in_flight() as f64);
         if full {
             ClaimResult::Full
         } else {
@@ -221,7 +221,7 @@ impl Dispatcher {
         let pause = OUTAGE_BACKOFF_MIN
             .saturating_mul(1 << failures.saturating_sub(1).min(16))
             .min(OUTAGE_BACKOFF_MAX);
-        metrics::counter!("dispatch_claim_failures_total").increment(1);
+        metrics::counter!("channel_bridge_dispatch_claim_failures_total").increment(1);
         tracing::warn!(
             error = format!("{err:#}"),
             failures,
@@ -256,7 +256,7 @@ impl Dispatcher {
             match slot.dispatcher.worker.run_job(claimed).await {
                 Ok(StepOutcome::LeaseLost(_)) => {
                     tracing::warn!(%message, "lease lost; another holder has the job");
-                    metrics::counter!("dispatch_leases_lost_total").increment(1);
+                    metrics::counter!("channel_bridge_dispatch_leases_lost_total").increment(1);
                 }
                 Ok(_) => {}
                 Err(err) => tracing::error!(error = ?err, %message, "dispatch job failed"),
@@ -385,7 +385,8 @@ impl Dispatcher {
                 Ok(_) => {}
                 Err(err) => tracing::warn!(%err, "lease renewal failed; retrying next round"),
             }
-            metrics::histogram!("dispatch_lease_renewal_seconds").record(started.elapsed().as_secs_f64());
+            metrics::histogram!("channel_bridge_dispatch_lease_renewal_seconds")
+                .record(started.elapsed().as_secs_f64());
         }
     }
 
@@ -398,8 +399,9 @@ impl Dispatcher {
         while !*stop.borrow() {
             let deadline = self.worker.settings().database.deadline();
             if let Ok(stats) = crate::db::within(deadline, self.worker.queue().stats()).await {
-                metrics::gauge!("dispatch_queue_depth").set(stats.depth as f64);
-                metrics::gauge!("dispatch_queue_oldest_age_seconds").set(stats.oldest_age_secs);
+                metrics::gauge!("channel_bridge_dispatch_queue_depth").set(stats.depth as f64);
+                metrics::gauge!("channel_bridge_dispatch_queue_oldest_age_seconds")
+                    .set(stats.oldest_age_secs);
             }
             if top > 0 {
                 let tenants = self.worker.queue().tenant_stats(top);
@@ -408,15 +410,15 @@ impl Dispatcher {
                         .iter()
                         .filter(|t| !tenants.iter().any(|s| s.tenant_id == **t))
                     {
-                        metrics::gauge!("dispatch_tenant_queue_depth", "tenant" => gone.to_string()).set(0.0);
-                        metrics::gauge!("dispatch_tenant_queue_oldest_age_seconds", "tenant" => gone.to_string())
+                        metrics::gauge!("channel_bridge_dispatch_tenant_queue_depth", "tenant" => gone.to_string()).set(0.0);
+                        metrics::gauge!("channel_bridge_dispatch_tenant_queue_oldest_age_seconds", "tenant" => gone.to_string())
                             .set(0.0);
                     }
                     for stats in &tenants {
                         let tenant = stats.tenant_id.to_string();
-                        metrics::gauge!("dispatch_tenant_queue_depth", "tenant" => tenant.clone())
+                        metrics::gauge!("channel_bridge_dispatch_tenant_queue_depth", "tenant" => tenant.clone())
                             .set(stats.depth as f64);
-                        metrics::gauge!("dispatch_tenant_queue_oldest_age_seconds", "tenant" => tenant)
+                        metrics::gauge!("channel_bridge_dispatch_tenant_queue_oldest_age_seconds", "tenant" => tenant)
                             .set(stats.oldest_age_secs);
                     }
                     published = tenants.into_iter().map(|s| s.tenant_id).collect();

@@ -105,7 +105,8 @@ struct Prepared {
 struct Waited(Duration);
 
 fn phase(name: &'static str, started: Instant) {
-    metrics::histogram!("dispatch_phase_seconds", "phase" => name).record(started.elapsed().as_secs_f64());
+    metrics::histogram!("channel_bridge_dispatch_phase_seconds", "phase" => name)
+        .record(started.elapsed().as_secs_f64());
 }
 
 pub struct Worker {
@@ -205,7 +206,7 @@ impl Worker {
             return Ok(Vec::new());
         };
         phase("claim", started);
-        metrics::histogram!("dispatch_claim_batch_size").record(jobs.len() as f64);
+        metrics::histogram!("channel_bridge_dispatch_claim_batch_size").record(jobs.len() as f64);
         let started = Instant::now();
         match self.prepare(tx, &jobs).await {
             Ok(claimed) => {
@@ -329,8 +330,9 @@ impl Worker {
     /// Works one claimed job to its outcome.
     pub async fn run_job(&self, claimed: Claimed) -> anyhow::Result<StepOutcome> {
         let started = Instant::now();
+        let request_id = claimed.request_id().unwrap_or_default().to_owned();
         let job = claimed.job;
-        let span = tracing::info_span!("job", tenant_id = %job.tenant_id, message_id = %job.message_id, stage = %job.stage);
+        let span = tracing::info_span!("job", tenant_id = %job.tenant_id, message_id = %job.message_id, stage = %job.stage, request_id);
         let mut waited = Waited::default();
         let work = async {
             match claimed.work {
@@ -350,7 +352,7 @@ impl Worker {
         };
         let outcome = tracing::Instrument::instrument(work, span).await;
         let own = started.elapsed().saturating_sub(waited.0);
-        metrics::histogram!("dispatch_own_seconds").record(own.as_secs_f64());
+        metrics::histogram!("channel_bridge_dispatch_own_seconds").record(own.as_secs_f64());
         if outcome.is_err() {
             self.back_off(&job).await;
         }
@@ -364,12 +366,12 @@ impl Worker {
         waited: &mut Waited,
     ) -> anyhow::Result<StepOutcome> {
         let attempts = u32::try_from(prepared.message.attempts).unwrap_or(u32::MAX);
-        metrics::counter!("dispatch_attempts_total").increment(1);
+        metrics::counter!("channel_bridge_dispatch_attempts_total").increment(1);
         let started = Instant::now();
         let history = std::mem::take(&mut prepared.history);
         let outcome = self.call_agent(&prepared, history).await;
         waited.0 += started.elapsed();
-        metrics::histogram!("dispatch_agent_seconds").record(started.elapsed().as_secs_f64());
+        metrics::histogram!("channel_bridge_dispatch_agent_seconds").record(started.elapsed().as_secs_f64());
         phase("agent", started);
         let id = job.message_id;
         match outcome {
@@ -381,19 +383,20 @@ impl Worker {
             } => {
                 let delay = crate::retry::backoff(&self.settings.dispatch, attempts, retry_after);
                 if self.may_retry(job, attempts, delay) {
-                    tracing::info!(reason, %error, attempts, "agent call failed; will retry");
+                    tracing::debug!(reason, %error, attempts, "agent call failed; will retry");
                     let retry = Transition::AgentRetry { error, delay };
                     self.conclude(job, retry, StepOutcome::Retrying(id)).await
                 } else {
                     tracing::warn!(reason, %error, attempts, "dispatch failed; retries are over");
-                    metrics::counter!("dispatch_failures_total", "reason" => reason).increment(1);
+                    metrics::counter!("channel_bridge_dispatch_failures_total", "reason" => reason)
+                        .increment(1);
                     self.conclude(job, Transition::AgentFailed { error }, StepOutcome::Failed(id))
                         .await
                 }
             }
             CallOutcome::Permanent { reason, error } => {
                 tracing::warn!(reason, %error, attempts, "dispatch failed");
-                metrics::counter!("dispatch_failures_total", "reason" => reason).increment(1);
+                metrics::counter!("channel_bridge_dispatch_failures_total", "reason" => reason).increment(1);
                 self.conclude(job, Transition::AgentFailed { error }, StepOutcome::Failed(id))
                     .await
             }
@@ -537,11 +540,44 @@ impl Worker {
         let id = job.message_id;
         Ok(match pass.outcome {
             DeliveryOutcome::Wait => StepOutcome::Retrying(id),
-            DeliveryOutcome::Delivered => StepOutcome::Delivered(id),
+            DeliveryOutcome::Delivered => {
+                log_delivered(outgoing);
+                StepOutcome::Delivered(id)
+            }
             DeliveryOutcome::Stopped => StepOutcome::Failed(id),
             DeliveryOutcome::LeaseLost => StepOutcome::LeaseLost(id),
         })
     }
+}
+
+impl Claimed {
+    /// The id of the webhook request that recorded the turn (`metadata.request_id`, set by
+    /// `http::hooks`), so a job's logs can be joined to its request's.
+    fn request_id(&self) -> Option<&str> {
+        let message = match &self.work {
+            Work::Dispatch(prepared) => &prepared.message,
+            Work::Deliver(outgoing) => &outgoing.message,
+            Work::Skip | Work::Abandon => return None,
+        };
+        message
+            .metadata
+            .get("request_id")
+            .and_then(serde_json::Value::as_str)
+    }
+}
+
+/// One INFO line per delivered turn (the job span adds tenant, message and request ids):
+/// platform, parts and the time from the webhook to the last part posted. Never text.
+fn log_delivered(outgoing: &Outgoing) {
+    let message = &outgoing.message;
+    let latency_ms = (chrono::Utc::now() - message.received_at).num_milliseconds();
+    tracing::info!(
+        connector_id = %message.connector_id,
+        platform = %message.platform,
+        parts = outgoing.parts.len(),
+        latency_ms,
+        "turn delivered"
+    );
 }
 
 /// History is best effort: a failed read is logged and counted, and the dispatch goes on
@@ -560,18 +596,19 @@ async fn read_histories_or_empty(
     let savepoint = sqlx::query("savepoint history").execute(tx.conn()).await;
     if let Err(err) = savepoint {
         tracing::warn!(%err, "history read failed; dispatching without history");
-        metrics::counter!("dispatch_history_failures_total").increment(1);
+        metrics::counter!("channel_bridge_dispatch_history_failures_total").increment(1);
         return HashMap::new();
     }
     let started = Instant::now();
     match history::load_many(tx, messages, setting).await {
         Ok(history) => {
-            metrics::histogram!("dispatch_history_seconds").record(started.elapsed().as_secs_f64());
+            metrics::histogram!("channel_bridge_dispatch_history_seconds")
+                .record(started.elapsed().as_secs_f64());
             history
         }
         Err(err) => {
             tracing::warn!(%err, "history read failed; dispatching without history");
-            metrics::counter!("dispatch_history_failures_total").increment(1);
+            metrics::counter!("channel_bridge_dispatch_history_failures_total").increment(1);
             let _ = sqlx::query("rollback to savepoint history")
                 .execute(tx.conn())
                 .await;

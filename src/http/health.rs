@@ -1,6 +1,11 @@
-//! `/healthz` (the process answers), `/readyz` (the database answers), `/metrics`.
+//! `/healthz` (the process answers), `/readyz` (the database answers), `/metrics`; the
+//! same three on the metrics listener (`CB_METRICS_BIND`), and the client side of
+//! `channel-bridge healthcheck`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+use anyhow::Context;
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -11,6 +16,17 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::state::AppState;
+
+/// The metrics listener's routes: probes and scrapes of an instance, worker-only ones
+/// included, on an address of their own. Not counted in the HTTP request metrics.
+pub fn metrics_listener_router(state: AppState) -> axum::Router {
+    use axum::routing::get;
+    axum::Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -44,17 +60,52 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
         )
     };
     match crate::db::within(READY_DEADLINE, crate::db::schema(&state.pool)).await {
-        Ok(crate::db::Schema::Current { database }) => (
-            StatusCode::OK,
-            Json(json!({
-                "status": "ready",
-                "schema_version": binary,
-                "database_schema_version": database,
-                "warnings": warnings,
-            })),
-        ),
-        Ok(behind) => unavailable(behind.to_string()),
-        Err(_) => unavailable("database unavailable".into()),
+        Ok(crate::db::Schema::Current { database }) => {
+            state.readiness.note(None);
+            (
+                StatusCode::OK,
+                Json(json!({
+                    "status": "ready",
+                    "schema_version": binary,
+                    "database_schema_version": database,
+                    "warnings": warnings,
+                })),
+            )
+        }
+        Ok(behind) => {
+            let status = behind.to_string();
+            state.readiness.note(Some(&status));
+            unavailable(status)
+        }
+        Err(err) => {
+            state
+                .readiness
+                .note(Some(&format!("database unavailable: {err}")));
+            unavailable("database unavailable".into())
+        }
+    }
+}
+
+/// Whether an application's last `/readyz` answer was 503, so that readiness is logged
+/// when it changes, not at every probe (a load balancer probes every few seconds): one
+/// WARN when `/readyz` starts answering 503, one INFO when it recovers. An outage is not
+/// this process's error, and the requests it fails log their own lines.
+#[derive(Debug, Default)]
+pub struct Readiness {
+    unready: AtomicBool,
+}
+
+impl Readiness {
+    fn note(&self, failure: Option<&str>) {
+        let was_unready = self.unready.swap(failure.is_some(), Ordering::Relaxed);
+        match (was_unready, failure) {
+            (false, Some(reason)) => {
+                tracing::warn!(reason, "not ready: /readyz answers 503 until this clears")
+            }
+            (true, None) => tracing::info!("ready again: /readyz answers 200"),
+            (true, Some(reason)) => tracing::debug!(reason, "still not ready"),
+            (false, None) => {}
+        }
     }
 }
 
@@ -70,8 +121,29 @@ fn warnings(state: &AppState) -> Vec<&'static str> {
 /// Prometheus text format.
 #[utoipa::path(get, path = "/metrics", tag = "meta", operation_id = "metrics", responses((status = 200, description = "metrics", content_type = "text/plain")))]
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    crate::telemetry::observe_pool(&state.pool);
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         state.metrics.render(),
     )
+}
+
+/// `channel-bridge healthcheck`: succeeds when `url` answers 200 within `timeout` (for a
+/// container's HEALTHCHECK: the image has no curl).
+pub async fn probe(url: &reqwest::Url, timeout: Duration) -> anyhow::Result<()> {
+    let client = reqwest::Client::builder()
+        .timeout(timeout)
+        .build()
+        .context("Failed to build the HTTP client")?;
+    let response = client
+        .get(url.clone())
+        .send()
+        .await
+        .with_context(|| format!("{url} did not answer"))?;
+    anyhow::ensure!(
+        response.status().as_u16() == 200,
+        "{url} answered {}",
+        response.status()
+    );
+    Ok(())
 }

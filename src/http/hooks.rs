@@ -52,7 +52,7 @@ async fn receive(
         .inspect_err(|err| reject_metric(&connector, err))?;
     match channel.parse(&connector, &body)? {
         Parsed::Handshake(reply) => Ok(handshake_response(reply)),
-        Parsed::Events(inbound) => accept(&state, connector, inbound).await,
+        Parsed::Events(inbound) => accept(&state, connector, inbound, request_id(&headers)).await,
     }
 }
 
@@ -128,8 +128,14 @@ async fn read_body(
         .map_err(|_| AppError::PayloadTooLarge(limit))
 }
 
-async fn accept(state: &AppState, connector: Arc<Connector>, inbound: Inbound) -> Result<Response, AppError> {
+async fn accept(
+    state: &AppState,
+    connector: Arc<Connector>,
+    mut inbound: Inbound,
+    request_id: Option<&str>,
+) -> Result<Response, AppError> {
     let platform = connector.platform;
+    stamp_request_id(&mut inbound, request_id);
     count_dropped(platform, &inbound.dropped);
     let dropped = inbound.dropped.len();
     let outcome = state
@@ -149,7 +155,60 @@ async fn accept(state: &AppState, connector: Arc<Connector>, inbound: Inbound) -
         "dropped": dropped,
     });
     // Meta counts anything but exactly 200 as a failure; the others accept any 2xx.
-    Ok((StatusCode::OK, Json(body)).into_response())
+    let mut response = (StatusCode::OK, Json(body)).into_response();
+    response.extensions_mut().insert(Accepted {
+        queued: outcome.queued,
+        recorded_only: outcome.recorded_only,
+        duplicates: outcome.duplicates,
+        dropped,
+    });
+    Ok(response)
+}
+
+/// What an accepted webhook recorded, attached to its response for the request log line
+/// (`crate::http::log_response`), which knows the latency.
+#[derive(Clone, Debug)]
+pub struct Accepted {
+    pub queued: Vec<crate::domain::MessageId>,
+    pub recorded_only: usize,
+    pub duplicates: usize,
+    pub dropped: usize,
+}
+
+impl Accepted {
+    /// The queued message ids, comma-separated; a large WhatsApp batch is cut short.
+    pub fn message_ids(&self) -> String {
+        const SHOWN: usize = 16;
+        let mut ids: Vec<String> = self.queued.iter().take(SHOWN).map(ToString::to_string).collect();
+        if self.queued.len() > SHOWN {
+            ids.push(format!("and {} more", self.queued.len() - SHOWN));
+        }
+        ids.join(",")
+    }
+}
+
+/// The request id (`x-request-id`, ours or the caller's), when it is short enough to keep.
+fn request_id(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|id| !id.is_empty() && id.len() <= 128)
+}
+
+/// Keeps the request id in each turn's `metadata.request_id`, so the worker's logs of the
+/// turn carry the id of the webhook request that recorded it (no schema change: metadata
+/// is the row's bag of extras). A duplicate keeps the first delivery's id.
+fn stamp_request_id(inbound: &mut Inbound, request_id: Option<&str>) {
+    let Some(id) = request_id else { return };
+    for message in &mut inbound.messages {
+        match &mut message.metadata {
+            serde_json::Value::Object(map) => {
+                map.insert("request_id".into(), id.into());
+            }
+            other if other.is_null() => *other = json!({ "request_id": id }),
+            _ => {}
+        }
+    }
 }
 
 fn handshake_response(reply: HandshakeReply) -> Response {
@@ -163,11 +222,11 @@ fn handshake_response(reply: HandshakeReply) -> Response {
 
 fn count_recorded(platform: Platform, outcome: &crate::ingress::RecordOutcome) {
     let platform = platform.as_str();
-    metrics::counter!("webhook_events_total", "platform" => platform, "result" => "queued")
+    metrics::counter!("channel_bridge_webhook_events_total", "platform" => platform, "result" => "queued")
         .increment(outcome.queued.len() as u64);
-    metrics::counter!("webhook_events_total", "platform" => platform, "result" => "recorded_only")
+    metrics::counter!("channel_bridge_webhook_events_total", "platform" => platform, "result" => "recorded_only")
         .increment(outcome.recorded_only as u64);
-    metrics::counter!("webhook_events_total", "platform" => platform, "result" => "duplicate")
+    metrics::counter!("channel_bridge_webhook_events_total", "platform" => platform, "result" => "duplicate")
         .increment(outcome.duplicates as u64);
 }
 
@@ -175,12 +234,13 @@ fn count_dropped(platform: Platform, dropped: &[&'static str]) {
     let platform = platform.as_str();
     for reason in dropped {
         tracing::debug!(reason, "inbound event dropped");
-        metrics::counter!("webhook_events_dropped_total", "platform" => platform, "reason" => *reason)
+        metrics::counter!("channel_bridge_webhook_events_dropped_total", "platform" => platform, "reason" => *reason)
             .increment(1);
     }
 }
 
 fn reject_metric(connector: &Connector, err: &crate::channels::HookError) {
     tracing::info!(error = %err, "webhook rejected");
-    metrics::counter!("webhook_rejected_total", "platform" => connector.platform.as_str()).increment(1);
+    metrics::counter!("channel_bridge_webhook_rejected_total", "platform" => connector.platform.as_str())
+        .increment(1);
 }

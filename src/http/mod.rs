@@ -1,10 +1,10 @@
 //! HTTP surface: one `router()` per feature, merged here with the cross-cutting layers
-//! (request ids, tracing spans named by the matched route, body limit).
+//! (request ids, tracing spans named by the matched route, request metrics, body limit).
 
 pub mod health;
 pub mod hooks;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::{MatchedPath, Request};
 use axum::http::HeaderName;
@@ -136,16 +136,15 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(API_BODY_LIMIT))
         .layer(axum::middleware::from_fn_with_state(state.clone(), deadline))
+        .layer(axum::middleware::from_fn(observe))
         .with_state(state)
         .layer(
             TraceLayer::new_for_http()
                 .make_span_with(request_span)
-                .on_response(
-                    |response: &axum::response::Response, latency: Duration, span: &tracing::Span| {
-                        span.record("status", response.status().as_u16());
-                        tracing::debug!(latency_ms = latency.as_millis() as u64, "response");
-                    },
-                ),
+                .on_response(log_response)
+                // 5xx answers are logged where they arise (`AppError`, the deadline, a
+                // failed /readyz once per change), not again here at ERROR.
+                .on_failure(()),
         )
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
@@ -185,10 +184,50 @@ async fn deadline(
         Ok(response) => response,
         Err(_) => {
             crate::db::deadline_missed();
-            metrics::counter!("http_deadlines_missed_total").increment(1);
+            metrics::counter!("channel_bridge_http_deadlines_missed_total").increment(1);
             tracing::warn!(limit_ms, "request deadline passed; answered 503");
             crate::error::AppError::DeadlinePassed(limit_ms).into_response()
         }
+    }
+}
+
+/// Counts and times every answer by method, route template and status class. Unmatched
+/// paths share the route `unmatched`, so scanners cannot grow the label set.
+async fn observe(request: Request, next: axum::middleware::Next) -> axum::response::Response {
+    let started = Instant::now();
+    let method = crate::telemetry::method_label(request.method());
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str)
+        .to_owned();
+    let response = next.run(request).await;
+    let status_class = crate::telemetry::status_class(response.status());
+    metrics::histogram!("channel_bridge_http_request_duration_seconds",
+        "method" => method, "route" => route.clone(), "status_class" => status_class)
+    .record(started.elapsed().as_secs_f64());
+    metrics::counter!("channel_bridge_http_requests_total",
+        "method" => method, "route" => route, "status_class" => status_class)
+    .increment(1);
+    response
+}
+
+/// One INFO line per accepted webhook (ids, platform and counts come from the request span
+/// and `hooks::Accepted`; never message text); every other answer at DEBUG.
+fn log_response(response: &axum::response::Response, latency: Duration, span: &tracing::Span) {
+    span.record("status", response.status().as_u16());
+    let latency_ms = u64::try_from(latency.as_millis()).unwrap_or(u64::MAX);
+    match response.extensions().get::<hooks::Accepted>() {
+        Some(accepted) => tracing::info!(
+            latency_ms,
+            queued = accepted.queued.len(),
+            recorded_only = accepted.recorded_only,
+            duplicates = accepted.duplicates,
+            dropped = accepted.dropped,
+            message_ids = %accepted.message_ids(),
+            "webhook accepted"
+        ),
+        None => tracing::debug!(latency_ms, "response"),
     }
 }
 

@@ -14,6 +14,7 @@ mod foundation;
 mod history_scope;
 mod ingress;
 mod ingress_batch;
+mod observability;
 mod replies;
 mod rls;
 mod runtime_role;
