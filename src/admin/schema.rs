@@ -5,7 +5,8 @@
 //! - Enums are built from the domain types (`Platform::ALL`, `MESSAGE_STATUSES`…), so the
 //!   document cannot list a value the parser refuses.
 //! - Text is bounded and holds no NUL (PostgreSQL `text` cannot store one, and ids are
-//!   indexed: a B-tree entry must stay under about 2.7 kB). The limits below are the
+//!   indexed: a B-tree entry must stay under about 2.7 kB); past them the answer is 400, as
+//!   for any value the database cannot store. The limits below are the
 //!   `max_length` of the `#[schema]` attributes, which take literals only: the contract test
 //!   (`scripts/contract-test`) tries each boundary.
 
@@ -61,14 +62,14 @@ pub const DECISIONS: [&str; 5] = [
     "ignore_non_text",
 ];
 
-/// 422 unless `value` fits `max` characters (JSON Schema's `maxLength` counts code points,
-/// as `chars` does) and holds no NUL.
+/// 400, as for any value the database cannot store, unless `value` fits `max` characters
+/// (JSON Schema's `maxLength` counts code points, as `chars` does) and holds no NUL.
 pub fn check_text(field: &str, value: &str, max: usize) -> Result<(), AppError> {
     if value.contains('\0') {
-        return Err(AppError::Unprocessable(format!("{field} must not contain NUL")));
+        return Err(AppError::BadRequest(format!("{field} must not contain NUL")));
     }
     if value.chars().count() > max {
-        return Err(AppError::Unprocessable(format!(
+        return Err(AppError::BadRequest(format!(
             "{field} must be at most {max} characters"
         )));
     }
