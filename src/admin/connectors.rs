@@ -12,7 +12,7 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::auth::TenantAdmin;
-use super::{ApiJson, ApiJsonError, ApiPath, ApiQuery};
+use super::{schema, ApiJson, ApiJsonError, ApiPath, ApiQuery};
 use crate::db::connectors::{ConnectorChange, ConnectorSummary, DeleteOutcome, NewConnector};
 use crate::db::{self, TenantTx};
 use crate::domain::{ConnectorId, Platform, TelegramDelivery, UnlinkedPolicy};
@@ -28,61 +28,160 @@ const MAX_GRACE_SECS: u64 = 30 * 24 * 3600;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"platform": "telegram", "name": "Support bot", "verification_secret": "tg-secret-token-1234",
+    "outbound_token": "123456:ABC-DEF1234ghIkl-zyx57W2v1u123ew11", "external_id": "123456", "bot_user_id": "123456",
+    "unlinked_policy": "deny", "telegram_delivery": "at_most_once"}))]
 pub struct ConnectorIn {
-    #[schema(value_type = String, example = "slack")]
+    #[schema(schema_with = schema::platform)]
     pub platform: Platform,
     #[serde(default)]
+    #[schema(max_length = 200, pattern = r"^[^\u0000]*$")]
     pub name: String,
-    /// Slack signing secret, Meta app secret or Telegram secret_token.
-    #[schema(value_type = String, format = Password)]
+    /// Slack signing secret, Meta app secret or Telegram secret_token. Not blank.
+    #[schema(value_type = String, format = Password, max_length = 1024, pattern = r"^[^\u0000]*[^\u0000\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\u0000]*$")]
     pub verification_secret: SecretString,
-    #[schema(value_type = Option<String>, format = Password)]
+    /// Meta's `hub.verify_token` (WhatsApp).
+    #[schema(value_type = Option<String>, format = Password, max_length = 1024, pattern = r"^[^\u0000]*$")]
     pub verify_token: Option<SecretString>,
-    #[schema(value_type = Option<String>, format = Password)]
+    /// Slack bot token, WhatsApp access token or Telegram bot token.
+    #[schema(value_type = Option<String>, format = Password, max_length = 1024, pattern = r"^[^\u0000]*$")]
     pub outbound_token: Option<SecretString>,
     /// Platform API base URL override (tests, proxies): http or https, every address of its
-    /// host public unless the operator's `CB_EGRESS_ALLOW` allows it. An empty string clears it.
+    /// host public unless the operator's `CB_EGRESS_ALLOW` allows it (else 422).
+    #[schema(max_length = 2048, pattern = r"^$|^[hH][tT][tT][pP][sS]?://[^\u0000]+$")]
     pub api_base_url: Option<String>,
+    /// Slack team id, WhatsApp phone_number_id or Telegram bot id.
+    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
     pub external_id: Option<String>,
+    /// Slack `api_app_id`.
+    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
     pub app_id: Option<String>,
+    /// The bot's own user id: its messages are echoes, never dispatched.
+    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
     pub bot_user_id: Option<String>,
+    /// Slack `bot_id` (`B…`) of the app.
+    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
     pub bot_id: Option<String>,
-    #[schema(value_type = Option<String>, example = "deny")]
+    /// Default `deny`.
+    #[schema(schema_with = schema::optional_unlinked_policy)]
     pub unlinked_policy: Option<UnlinkedPolicy>,
-    #[schema(value_type = Option<String>, example = "at_most_once")]
+    /// Telegram only; default `at_most_once`.
+    #[schema(schema_with = schema::optional_telegram_delivery)]
     pub telegram_delivery: Option<TelegramDelivery>,
+    /// Posted to an unlinked sender under the deny policy, at most once a day each.
+    #[schema(max_length = 4096, pattern = r"^[^\u0000]*$")]
     pub unlinked_notice: Option<String>,
 }
 
-/// Fields to change; absent fields stay. An empty string clears an optional text field.
+impl ConnectorIn {
+    fn check(&self) -> Result<(), AppError> {
+        check_secret("verification_secret", Some(&self.verification_secret))?;
+        check_secret("verify_token", self.verify_token.as_ref())?;
+        check_secret("outbound_token", self.outbound_token.as_ref())?;
+        non_empty_secret(&self.verification_secret, "verification_secret")?;
+        schema::check_text("name", &self.name, schema::NAME_MAX)?;
+        check_texts(&[
+            ("api_base_url", self.api_base_url.as_deref(), schema::URL_MAX),
+            ("external_id", self.external_id.as_deref(), schema::ID_MAX),
+            ("app_id", self.app_id.as_deref(), schema::ID_MAX),
+            ("bot_user_id", self.bot_user_id.as_deref(), schema::ID_MAX),
+            ("bot_id", self.bot_id.as_deref(), schema::ID_MAX),
+            (
+                "unlinked_notice",
+                self.unlinked_notice.as_deref(),
+                schema::NOTICE_MAX,
+            ),
+        ])
+    }
+}
+
+/// Fields to change; absent (or null) fields stay. An empty string clears an optional text
+/// field.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"verification_secret": "new-signing-secret-5678", "previous_secret_grace_secs": 3600}))]
 pub struct ConnectorPatch {
+    /// Not empty.
+    #[schema(min_length = 1, max_length = 200, pattern = r"^[^\u0000]*$")]
     pub name: Option<String>,
     pub enabled: Option<bool>,
     /// A new verification secret; the current one stays valid for
-    /// `previous_secret_grace_secs` (default 24 h).
-    #[schema(value_type = Option<String>, format = Password)]
+    /// `previous_secret_grace_secs` (default 24 h). Not blank.
+    #[schema(value_type = Option<String>, format = Password, max_length = 1024, pattern = r"^[^\u0000]*[^\u0000\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\u0000]*$")]
     pub verification_secret: Option<SecretString>,
     /// Seconds the replaced secret stays valid: 0 to 2592000 (30 days).
-    #[schema(maximum = 2592000)]
+    #[schema(minimum = 0, maximum = 2592000)]
+    #[serde(default, deserialize_with = "schema::optional_integer")]
     pub previous_secret_grace_secs: Option<u64>,
-    #[schema(value_type = Option<String>, format = Password)]
+    #[schema(value_type = Option<String>, format = Password, max_length = 1024, pattern = r"^[^\u0000]*$")]
     pub verify_token: Option<SecretString>,
-    #[schema(value_type = Option<String>, format = Password)]
+    #[schema(value_type = Option<String>, format = Password, max_length = 1024, pattern = r"^[^\u0000]*$")]
     pub outbound_token: Option<SecretString>,
     /// Platform API base URL override (tests, proxies): http or https, every address of its
-    /// host public unless the operator's `CB_EGRESS_ALLOW` allows it. An empty string clears it.
+    /// host public unless the operator's `CB_EGRESS_ALLOW` allows it (else 422). An empty
+    /// string clears it.
+    #[schema(max_length = 2048, pattern = r"^$|^[hH][tT][tT][pP][sS]?://[^\u0000]+$")]
     pub api_base_url: Option<String>,
+    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
     pub external_id: Option<String>,
+    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
     pub app_id: Option<String>,
+    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
     pub bot_user_id: Option<String>,
+    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
     pub bot_id: Option<String>,
-    #[schema(value_type = Option<String>)]
+    #[schema(schema_with = schema::optional_unlinked_policy)]
     pub unlinked_policy: Option<UnlinkedPolicy>,
-    #[schema(value_type = Option<String>)]
+    #[schema(schema_with = schema::optional_telegram_delivery)]
     pub telegram_delivery: Option<TelegramDelivery>,
+    #[schema(max_length = 4096, pattern = r"^[^\u0000]*$")]
     pub unlinked_notice: Option<String>,
+}
+
+impl ConnectorPatch {
+    fn check(&self) -> Result<(), AppError> {
+        check_secret("verification_secret", self.verification_secret.as_ref())?;
+        check_secret("verify_token", self.verify_token.as_ref())?;
+        check_secret("outbound_token", self.outbound_token.as_ref())?;
+        if let Some(secret) = &self.verification_secret {
+            non_empty_secret(secret, "verification_secret")?;
+        }
+        if self.name.as_deref().is_some_and(str::is_empty) {
+            return Err(AppError::Unprocessable("name must not be empty".into()));
+        }
+        if self
+            .previous_secret_grace_secs
+            .is_some_and(|grace| grace > MAX_GRACE_SECS)
+        {
+            return Err(AppError::Unprocessable(format!(
+                "previous_secret_grace_secs must be at most {MAX_GRACE_SECS} (30 days)"
+            )));
+        }
+        check_texts(&[
+            ("name", self.name.as_deref(), schema::NAME_MAX),
+            ("api_base_url", self.api_base_url.as_deref(), schema::URL_MAX),
+            ("external_id", self.external_id.as_deref(), schema::ID_MAX),
+            ("app_id", self.app_id.as_deref(), schema::ID_MAX),
+            ("bot_user_id", self.bot_user_id.as_deref(), schema::ID_MAX),
+            ("bot_id", self.bot_id.as_deref(), schema::ID_MAX),
+            (
+                "unlinked_notice",
+                self.unlinked_notice.as_deref(),
+                schema::NOTICE_MAX,
+            ),
+        ])
+    }
+}
+
+fn check_texts(fields: &[(&str, Option<&str>, usize)]) -> Result<(), AppError> {
+    fields
+        .iter()
+        .try_for_each(|(field, value, max)| schema::check_optional_text(field, *value, *max))
+}
+
+fn check_secret(field: &str, secret: Option<&SecretString>) -> Result<(), AppError> {
+    use secrecy::ExposeSecret;
+    schema::check_optional_text(field, secret.map(|s| s.expose_secret()), schema::SECRET_MAX)
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -129,7 +228,7 @@ pub async fn create(
     admin: TenantAdmin,
     ApiJson(input): ApiJson<ConnectorIn>,
 ) -> Result<(StatusCode, Json<ConnectorSummary>), AppError> {
-    non_empty_secret(&input.verification_secret, "verification_secret")?;
+    input.check()?;
     super::check_egress(&state, "api_base_url", input.api_base_url.as_deref()).await?;
     let new = NewConnector {
         platform: input.platform,
@@ -178,20 +277,9 @@ pub async fn update(
     ApiPath(id): ApiPath<Uuid>,
     ApiJson(patch): ApiJson<ConnectorPatch>,
 ) -> Result<Json<ConnectorSummary>, AppError> {
-    if let Some(secret) = &patch.verification_secret {
-        non_empty_secret(secret, "verification_secret")?;
-    }
+    patch.check()?;
     super::check_egress(&state, "api_base_url", patch.api_base_url.as_deref()).await?;
-    if patch.name.as_deref().is_some_and(str::is_empty) {
-        return Err(AppError::Unprocessable("name must not be empty".into()));
-    }
-    let grace = patch.previous_secret_grace_secs.unwrap_or(DEFAULT_GRACE_SECS);
-    if grace > MAX_GRACE_SECS {
-        return Err(AppError::Unprocessable(format!(
-            "previous_secret_grace_secs must be at most {MAX_GRACE_SECS} (30 days)"
-        )));
-    }
-    let grace = Duration::from_secs(grace);
+    let grace = Duration::from_secs(patch.previous_secret_grace_secs.unwrap_or(DEFAULT_GRACE_SECS));
     let change = ConnectorChange {
         name: patch.name,
         external_id: patch.external_id,

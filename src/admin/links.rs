@@ -4,10 +4,10 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use super::auth::TenantAdmin;
-use super::{ApiJson, ApiJsonError, ApiPath};
+use super::{schema, ApiJson, ApiJsonError, ApiPath};
 use crate::db::links::Link;
 use crate::db::{self, TenantTx};
 use crate::domain::Platform;
@@ -16,11 +16,49 @@ use crate::state::AppState;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"platform": "telegram", "platform_user_id": "408258968", "user_id": "alice"}))]
 pub struct LinkIn {
-    #[schema(value_type = String, example = "telegram")]
+    #[schema(schema_with = schema::platform)]
     pub platform: Platform,
+    /// The sender's id on the platform (Slack `U…`, WhatsApp phone number, Telegram user id).
+    #[schema(
+        min_length = 1,
+        max_length = 256,
+        pattern = r"^[^\u0000]*[^\u0000\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\u0000]*$"
+    )]
     pub platform_user_id: String,
+    /// The tenant's own id for the person.
+    #[schema(
+        min_length = 1,
+        max_length = 256,
+        pattern = r"^[^\u0000]*[^\u0000\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\u0000]*$"
+    )]
     pub user_id: String,
+}
+
+impl LinkIn {
+    /// Both ids hold something other than whitespace (the `pattern`), fit their index and
+    /// hold no NUL.
+    fn check(&self) -> Result<(), AppError> {
+        if self.platform_user_id.trim().is_empty() || self.user_id.trim().is_empty() {
+            return Err(AppError::Unprocessable(
+                "platform_user_id and user_id must not be empty".into(),
+            ));
+        }
+        schema::check_text("platform_user_id", &self.platform_user_id, schema::ID_MAX)?;
+        schema::check_text("user_id", &self.user_id, schema::ID_MAX)
+    }
+}
+
+/// The link a delete names. A platform the document does not list, or an id it does not
+/// allow, names no link: 404.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct LinkPath {
+    #[param(schema_with = schema::platform)]
+    pub platform: String,
+    #[param(max_length = 256, pattern = r"^[^\u0000]*$")]
+    pub platform_user_id: String,
 }
 
 /// The tenant's links.
@@ -41,11 +79,7 @@ pub async fn create(
     admin: TenantAdmin,
     ApiJson(input): ApiJson<LinkIn>,
 ) -> Result<(StatusCode, Json<Link>), AppError> {
-    if input.platform_user_id.trim().is_empty() || input.user_id.trim().is_empty() {
-        return Err(AppError::Unprocessable(
-            "platform_user_id and user_id must not be empty".into(),
-        ));
-    }
+    input.check()?;
     let mut tx = TenantTx::begin(&state.pool, admin.tenant).await?;
     let link = db::links::upsert(&mut tx, input.platform, &input.platform_user_id, &input.user_id).await?;
     tx.commit().await?;
@@ -54,14 +88,20 @@ pub async fn create(
 
 /// Unlink a sender.
 #[utoipa::path(delete, path = "/v1/admin/links/{platform}/{platform_user_id}", operation_id = "delete_link", tag = "links", security(("api_key" = [])),
-    params(("platform" = String, Path), ("platform_user_id" = String, Path)),
-    responses((status = 204), (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 404, body = ApiJsonError)))]
+    params(LinkPath),
+    responses((status = 204), (status = 401, body = ApiJsonError), (status = 404, body = ApiJsonError)))]
 pub async fn delete(
     State(state): State<AppState>,
     admin: TenantAdmin,
-    ApiPath((platform, platform_user_id)): ApiPath<(String, String)>,
+    ApiPath(LinkPath {
+        platform,
+        platform_user_id,
+    }): ApiPath<LinkPath>,
 ) -> Result<StatusCode, AppError> {
     let platform: Platform = platform.parse().map_err(|_| AppError::NotFound("link"))?;
+    if !schema::names_something(&platform_user_id, schema::ID_MAX) {
+        return Err(AppError::NotFound("link"));
+    }
     let mut tx = TenantTx::begin(&state.pool, admin.tenant).await?;
     let deleted = db::links::delete(&mut tx, platform, &platform_user_id).await?;
     tx.commit().await?;

@@ -11,14 +11,13 @@
 
 use axum::extract::State;
 use axum::Json;
-use base64::Engine;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::auth::TenantAdmin;
-use super::{ApiJson, ApiJsonError, ApiPath, ApiQuery};
+use super::{schema, ApiJson, ApiJsonError, ApiPath, ApiQuery};
 use crate::db::messages::{MessageFilter, MessageRow, ReplyPart};
 use crate::db::turns::{Requeued, Selection};
 use crate::db::{self, TenantTx};
@@ -39,23 +38,29 @@ pub const MAX_ACTION_LIMIT: i64 = 1000;
 #[into_params(parameter_in = Query)]
 pub struct MessagesQuery {
     /// Linked user id.
+    #[param(max_length = 256, pattern = r"^[^\u0000]*$")]
     pub user_id: Option<String>,
-    /// `slack`, `whatsapp` or `telegram`.
+    #[param(schema_with = schema::platform)]
     pub platform: Option<String>,
     pub connector_id: Option<Uuid>,
-    /// `accepted`, `dispatching`, `executed`, `delivery_failed`, `dispatch_failed`,
-    /// `denied_unlinked`, `ignored`.
+    #[param(schema_with = schema::message_status)]
     pub status: Option<String>,
+    #[param(schema_with = schema::decision)]
     pub decision: Option<String>,
     /// Received at or after (RFC 3339).
     pub since: Option<chrono::DateTime<chrono::Utc>>,
     /// Received before (RFC 3339).
     pub until: Option<chrono::DateTime<chrono::Utc>>,
     /// Case-insensitive text search over request and response.
+    #[param(max_length = 500, pattern = r"^[^\u0000]*$")]
     pub q: Option<String>,
     /// `next_cursor` of the previous page.
+    #[param(
+        pattern = r"^-?[0-9]{1,16}_[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+    )]
     pub cursor: Option<String>,
-    /// Page size, 1..=200 (default 50).
+    /// Page size (default 50).
+    #[param(minimum = 1, maximum = 200)]
     pub limit: Option<i64>,
 }
 
@@ -64,6 +69,7 @@ pub struct MessagesQuery {
 pub struct MessageOut {
     pub id: Uuid,
     pub connector_id: Uuid,
+    #[schema(schema_with = schema::platform)]
     pub platform: String,
     pub platform_message_id: String,
     pub chat_id: String,
@@ -75,7 +81,9 @@ pub struct MessageOut {
     pub user_id: Option<String>,
     pub request_content: String,
     pub response_content: Option<String>,
+    #[schema(schema_with = schema::optional_decision)]
     pub decision: Option<String>,
+    #[schema(schema_with = schema::message_status)]
     pub status: String,
     pub attempts: i32,
     pub last_error: Option<String>,
@@ -114,6 +122,13 @@ impl From<MessageRow> for MessageOut {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"items": [{"id": "0192f0c4-7a6e-7b3a-9c1d-2e4f5a6b7c8d", "connector_id": "0192f0c4-1111-7b3a-9c1d-2e4f5a6b7c8d",
+    "platform": "telegram", "platform_message_id": "8812", "chat_id": "408258968", "thread_id": null,
+    "platform_user_id": "408258968", "reply_to_id": null, "user_id": "alice", "request_content": "Is my order shipped?",
+    "response_content": "Yes, it left this morning.", "decision": "respond", "status": "executed", "attempts": 1,
+    "last_error": null, "received_at": "2026-11-22T09:30:00Z", "completed_at": "2026-11-22T09:30:02Z",
+    "delivered_at": "2026-11-22T09:30:02Z", "metadata": {}}],
+    "next_cursor": "1795339800000000_0192f0c4-7a6e-7b3a-9c1d-2e4f5a6b7c8d"}))]
 pub struct MessagePage {
     pub items: Vec<MessageOut>,
     /// Pass as `cursor` for the next (older) page; absent on the last page.
@@ -124,7 +139,8 @@ pub struct MessagePage {
 pub struct ReplyPartOut {
     pub part_index: i32,
     pub content: String,
-    /// `pending`, `sending`, `sent`, `failed` or `unknown` (sent or not, never resent).
+    /// `unknown`: sent or not, never resent.
+    #[schema(schema_with = schema::part_status)]
     pub status: String,
     pub platform_message_id: Option<String>,
     /// What the platform reported later (WhatsApp `delivered`, `read`, `failed`).
@@ -160,6 +176,8 @@ pub struct MessageDetailOut {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"user_id": "alice", "history_scope": "private_aware", "messages": [{"role": "user", "content": "Is my order shipped?"},
+    {"role": "assistant", "content": "Yes, it left this morning."}]}))]
 pub struct HistoryOut {
     pub user_id: String,
     /// The tenant's history scope the history was chosen by.
@@ -168,18 +186,15 @@ pub struct HistoryOut {
     pub messages: Vec<ChatMessage>,
 }
 
+/// `<received_at in µs>_<id>`: plain, so that the document can state its form (`pattern`)
+/// and every cursor it allows decodes.
 fn encode_cursor(row: &MessageRow) -> String {
-    let raw = format!("{}|{}", row.received_at.timestamp_micros(), row.id);
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+    format!("{}_{}", row.received_at.timestamp_micros(), row.id)
 }
 
 fn decode_cursor(cursor: &str) -> Result<(chrono::DateTime<chrono::Utc>, MessageId), AppError> {
     let invalid = || AppError::Unprocessable("invalid cursor".into());
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(cursor)
-        .map_err(|_| invalid())?;
-    let raw = String::from_utf8(raw).map_err(|_| invalid())?;
-    let (micros, id) = raw.split_once('|').ok_or_else(invalid)?;
+    let (micros, id) = cursor.split_once('_').ok_or_else(invalid)?;
     let micros: i64 = micros.parse().map_err(|_| invalid())?;
     let at = chrono::DateTime::from_timestamp_micros(micros).ok_or_else(invalid)?;
     Ok((at, id.parse().map_err(|_| invalid())?))
@@ -202,6 +217,13 @@ fn filter_of(query: &MessagesQuery) -> Result<MessageFilter, AppError> {
             .parse::<crate::domain::MessageStatus>()
             .map_err(AppError::Unprocessable)?;
     }
+    if let Some(decision) = query.decision.as_deref() {
+        if !schema::DECISIONS.contains(&decision) {
+            return Err(AppError::Unprocessable(format!("unknown decision `{decision}`")));
+        }
+    }
+    schema::check_optional_text("user_id", query.user_id.as_deref(), schema::ID_MAX)?;
+    schema::check_optional_text("q", query.q.as_deref(), schema::SEARCH_MAX)?;
     Ok(MessageFilter {
         user_id: query.user_id.clone(),
         platform: query.platform.clone(),
@@ -267,6 +289,7 @@ pub struct HistoryQuery {
     /// With `chat_id`: the user's next turn in this chat of this connector, rather than
     /// their next direct message. Needed when the tenant's history scope is `chat`.
     pub connector_id: Option<Uuid>,
+    #[param(max_length = 256, pattern = r"^[^\u0000]*$")]
     pub chat_id: Option<String>,
 }
 
@@ -278,6 +301,7 @@ pub async fn user_history(
     user_id: &str,
     query: &HistoryQuery,
 ) -> Result<HistoryOut, AppError> {
+    schema::check_optional_text("chat_id", query.chat_id.as_deref(), schema::ID_MAX)?;
     let mut tx = TenantTx::begin(pool, tenant).await?;
     let setting = db::tenants::history_scope(tx.conn(), tenant)
         .await?
@@ -328,28 +352,73 @@ pub async fn user_history(
     })
 }
 
-/// Which turns a bulk recovery action takes. Every field that is set narrows the choice,
-/// with the listing's meaning; `{}` takes every turn the action applies to (up to `limit`).
+/// Which turns a bulk resend takes (the CLI's redispatch too). Every field that is set
+/// narrows the choice, with the listing's meaning; `{}` takes every turn the action applies
+/// to (up to `limit`).
 #[derive(Debug, Default, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = ResendFilterIn, example = json!({"platform": "telegram", "status": "delivery_failed", "since": "2026-11-22T00:00:00Z", "limit": 100}))]
 pub struct ActionFilterIn {
     /// Linked user id.
+    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
     pub user_id: Option<String>,
-    /// `slack`, `whatsapp` or `telegram`.
+    #[schema(schema_with = schema::optional_platform)]
     pub platform: Option<String>,
     pub connector_id: Option<Uuid>,
-    /// Resend: `delivery_failed` or `executed` (both when absent). Redispatch:
-    /// `dispatch_failed` (the only status it applies to).
+    /// Both when absent.
+    #[schema(schema_with = schema::optional_resend_status)]
     pub status: Option<String>,
-    /// Received at or after (RFC 3339).
+    /// Received at or after (RFC 3339); before `until` (else 422).
     pub since: Option<chrono::DateTime<chrono::Utc>>,
     /// Received before (RFC 3339).
     pub until: Option<chrono::DateTime<chrono::Utc>>,
-    /// Most turns this call queues, 1..=1000 (default 100), oldest first.
+    /// Most turns this call queues (default 100), oldest first.
+    #[schema(minimum = 1, maximum = 1000)]
+    #[serde(default, deserialize_with = "schema::optional_integer")]
     pub limit: Option<i64>,
-    /// Resend only: also post again the parts whose outcome is `unknown` (Telegram
-    /// at-most-once). They may already be in the chat, so a resend can double them.
+    /// Also post again the parts whose outcome is `unknown` (Telegram at-most-once). They
+    /// may already be in the chat, so a resend can double them.
     pub include_unknown: Option<bool>,
+}
+
+/// Which `dispatch_failed` turns a bulk redispatch takes: the resend filter's fields, but
+/// for `include_unknown`.
+#[derive(Debug, Default, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"connector_id": "0192f0c4-7a6e-7b3a-9c1d-2e4f5a6b7c8d", "until": "2026-11-22T12:00:00Z"}))]
+pub struct RedispatchFilterIn {
+    /// Linked user id.
+    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
+    pub user_id: Option<String>,
+    #[schema(schema_with = schema::optional_platform)]
+    pub platform: Option<String>,
+    pub connector_id: Option<Uuid>,
+    /// The only status redispatch applies to.
+    #[schema(schema_with = schema::optional_redispatch_status)]
+    pub status: Option<String>,
+    /// Received at or after (RFC 3339); before `until` (else 422).
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Received before (RFC 3339).
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
+    /// Most turns this call queues (default 100), oldest first.
+    #[schema(minimum = 1, maximum = 1000)]
+    #[serde(default, deserialize_with = "schema::optional_integer")]
+    pub limit: Option<i64>,
+}
+
+impl From<RedispatchFilterIn> for ActionFilterIn {
+    fn from(filter: RedispatchFilterIn) -> Self {
+        Self {
+            user_id: filter.user_id,
+            platform: filter.platform,
+            connector_id: filter.connector_id,
+            status: filter.status,
+            since: filter.since,
+            until: filter.until,
+            limit: filter.limit,
+            include_unknown: None,
+        }
+    }
 }
 
 /// `include_unknown` of the one-message resend.
@@ -364,6 +433,7 @@ pub struct ResendQuery {
 
 /// What a recovery action queued.
 #[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"queued": 2, "ids": ["0192f0c4-7a6e-7b3a-9c1d-2e4f5a6b7c8d", "0192f0c4-8b7f-7c4b-8d2e-3f5a6b7c8d9e"], "more": false}))]
 pub struct QueuedOut {
     /// How many turns this call queued (0 when they were already queued or delivered).
     pub queued: usize,
@@ -449,6 +519,7 @@ fn selection_of(filter: &ActionFilterIn, action: Recovery) -> Result<Selection, 
             return Err(unprocessable("since must be before until".into()));
         }
     }
+    schema::check_optional_text("user_id", filter.user_id.as_deref(), schema::ID_MAX)?;
     if action == Recovery::Redispatch && filter.include_unknown.is_some() {
         return Err(unprocessable("include_unknown applies to resend only".into()));
     }
@@ -582,14 +653,15 @@ pub async fn post_resend(
 
 /// Redispatch the `dispatch_failed` messages the filter selects, oldest first, at most
 /// `limit` (default 100, at most 1000) per call.
-#[utoipa::path(post, path = "/v1/admin/messages/redispatch", operation_id = "redispatch_messages", tag = "messages", request_body = ActionFilterIn,
+#[utoipa::path(post, path = "/v1/admin/messages/redispatch", operation_id = "redispatch_messages", tag = "messages", request_body = RedispatchFilterIn,
     security(("api_key" = [])),
     responses((status = 200, body = QueuedOut), (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 413, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
 pub async fn post_redispatch_many(
     State(state): State<AppState>,
     admin: TenantAdmin,
-    ApiJson(filter): ApiJson<ActionFilterIn>,
+    ApiJson(filter): ApiJson<RedispatchFilterIn>,
 ) -> Result<Json<QueuedOut>, AppError> {
+    let filter = ActionFilterIn::from(filter);
     let out = recover_many(&state.pool, admin.tenant, Recovery::Redispatch, &filter).await?;
     Ok(Json(wake_if_queued(&state, out)))
 }
@@ -618,15 +690,20 @@ fn wake_if_queued(state: &AppState, out: QueuedOut) -> QueuedOut {
 
 /// A user's history exactly as the agent would receive it with their next direct message
 /// (or their next message in the chat the query names), under the tenant's history scope.
-#[utoipa::path(get, path = "/v1/admin/users/{user_id}/history", operation_id = "get_user_history", tag = "messages", params(("user_id" = String, Path), HistoryQuery),
+#[utoipa::path(get, path = "/v1/admin/users/{user_id}/history", operation_id = "get_user_history", tag = "messages",
+    params(("user_id" = String, Path, max_length = 256, pattern = r"^[^\u0000]*$"), HistoryQuery),
     security(("api_key" = [])),
-    responses((status = 200, body = HistoryOut), (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
+    responses((status = 200, body = HistoryOut), (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 404, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
 pub async fn history(
     State(state): State<AppState>,
     admin: TenantAdmin,
     ApiPath(user_id): ApiPath<String>,
     ApiQuery(query): ApiQuery<HistoryQuery>,
 ) -> Result<Json<HistoryOut>, AppError> {
+    // An id no link can hold names no user.
+    if !schema::names_something(&user_id, schema::ID_MAX) {
+        return Err(AppError::NotFound("user"));
+    }
     Ok(Json(
         user_history(&state.pool, admin.tenant, &user_id, &query).await?,
     ))

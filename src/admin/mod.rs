@@ -8,6 +8,7 @@ pub mod connectors;
 pub mod links;
 pub mod messages;
 pub mod operator;
+pub mod schema;
 pub mod tenant;
 pub mod throttle;
 
@@ -64,12 +65,35 @@ pub fn router() -> OpenApiRouter<AppState> {
 
 /// The JSON error body of every endpoint.
 #[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"error": "unprocessable", "message": "limit must be between 1 and 200"}))]
 pub struct ApiJsonError {
-    /// Stable code: `bad_request`, `unauthorized`, `forbidden`, `not_found`,
-    /// `method_not_allowed`, `conflict`, `unprocessable`, `payload_too_large`, `unavailable`,
-    /// `internal`.
+    /// Stable code, one per status (`AppError::status_and_code`).
+    #[schema(schema_with = error_code)]
     pub error: String,
+    /// For people: what was wrong with the request. Never SQL, paths or secrets.
     pub message: String,
+}
+
+/// The codes of `AppError`; the contract test checks every error answer against them.
+fn error_code() -> utoipa::openapi::Schema {
+    let codes = [
+        "bad_request",
+        "unauthorized",
+        "forbidden",
+        "not_found",
+        "method_not_allowed",
+        "conflict",
+        "unprocessable",
+        "payload_too_large",
+        "too_many_requests",
+        "unavailable",
+        "internal",
+    ];
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .enum_values(Some(codes))
+        .build()
+        .into()
 }
 
 /// `Query<T>` whose rejection is a JSON 422.
@@ -91,8 +115,24 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiQuer
 pub struct ApiPath<T>(pub T);
 
 /// `Json<T>` whose rejection is a JSON error (`From<JsonRejection> for AppError`): 422 for
-/// a body that is not JSON, lacks the JSON content type or has the wrong shape, 413 past
-/// `http::API_BODY_LIMIT`.
-#[derive(axum::extract::FromRequest)]
-#[from_request(via(axum::Json), rejection(AppError))]
+/// a body that is not a JSON object, lacks the JSON content type or has the wrong shape, 413
+/// past `http::API_BODY_LIMIT`. Every body the API takes is an object, and serde would take
+/// a struct from an array too (`[null, null]`), which the document does not allow.
 pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> axum::extract::FromRequest<S> for ApiJson<T> {
+    type Rejection = AppError;
+
+    async fn from_request(request: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
+        let axum::Json(value) = axum::Json::<serde_json::Value>::from_request(request, state).await?;
+        if !value.is_object() {
+            return Err(AppError::Unprocessable(
+                "the request body must be a JSON object".into(),
+            ));
+        }
+        // Through the bytes again, so the shape errors keep axum's wording and field paths.
+        let bytes = serde_json::to_vec(&value).map_err(anyhow::Error::from)?;
+        let axum::Json(input) = axum::Json::<T>::from_bytes(&bytes)?;
+        Ok(Self(input))
+    }
+}

@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::auth::{issue_key, Operator};
-use super::{ApiJson, ApiJsonError, ApiPath};
+use super::{schema, ApiJson, ApiJsonError, ApiPath};
 use crate::db::api_keys::ApiKeyRow;
 use crate::db::{self};
 use crate::domain::TenantId;
@@ -20,18 +20,37 @@ use crate::state::AppState;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"slug": "acme", "name": "Acme Support", "agent_url": "https://agent.example.com/v1/turn"}))]
 pub struct TenantIn {
+    /// Lowercase letters, digits and dashes, starting with a letter or digit; unique (409).
+    #[schema(max_length = 63, pattern = r"^[a-z0-9][a-z0-9-]{0,62}$")]
     pub slug: String,
+    /// Defaults to the slug.
+    #[schema(max_length = 200, pattern = r"^[^\u0000]*$")]
     pub name: Option<String>,
+    /// The agent proxy: http or https, every address of its host public unless the
+    /// operator's `CB_EGRESS_ALLOW` allows it (else 422). Absent or empty: the server's
+    /// CB_AGENT_URL.
+    #[schema(max_length = 2048, pattern = r"^$|^[hH][tT][tT][pP][sS]?://[^\u0000]+$")]
     pub agent_url: Option<String>,
+}
+
+impl TenantIn {
+    fn check(&self) -> Result<(), AppError> {
+        schema::check_optional_text("name", self.name.as_deref(), schema::NAME_MAX)?;
+        schema::check_optional_text("agent_url", self.agent_url.as_deref(), schema::URL_MAX)
+    }
 }
 
 /// What the operator sets on a tenant.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"max_in_flight": 64}))]
 pub struct TenantLimitsIn {
     /// Most of this tenant's jobs one instance keeps in flight; `null` for the instance
     /// default (`CB_TENANT_SHARE_PERCENT` of `CB_MAX_IN_FLIGHT`).
+    #[schema(minimum = 1, maximum = 2147483647)]
+    #[serde(default, deserialize_with = "schema::optional_integer")]
     pub max_in_flight: Option<i32>,
 }
 
@@ -44,13 +63,42 @@ pub struct TenantLimitsOut {
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"name": "ci"}))]
 pub struct KeyIn {
+    /// What the key is for, to recognise it in listings.
     #[serde(default)]
+    #[schema(max_length = 200, pattern = r"^[^\u0000]*$")]
     pub name: String,
+}
+
+/// A new tenant. `dispatch_secret` (the key agents verify dispatches with) is shown this once.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"tenant_id": "0192f0c4-7a6e-7b3a-9c1d-2e4f5a6b7c8d", "slug": "acme", "name": "Acme Support",
+    "agent_url": "https://agent.example.com/v1/turn", "dispatch_secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}))]
+pub struct TenantCreatedOut {
+    pub tenant_id: Uuid,
+    pub slug: String,
+    pub name: String,
+    pub agent_url: Option<String>,
+    pub dispatch_secret: String,
+}
+
+impl From<TenantCreated> for TenantCreatedOut {
+    fn from(created: TenantCreated) -> Self {
+        Self {
+            tenant_id: created.tenant_id.0,
+            slug: created.slug,
+            name: created.name,
+            agent_url: created.agent_url,
+            dispatch_secret: created.dispatch_secret,
+        }
+    }
 }
 
 /// A new key. `key` is shown this once; only its hash is stored.
 #[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"id": "0192f0c4-2222-7b3a-9c1d-2e4f5a6b7c8d", "tenant_id": "0192f0c4-7a6e-7b3a-9c1d-2e4f5a6b7c8d",
+    "name": "ci", "prefix": "Xk3p9QaZ", "key": "cbk_Xk3p9QaZ_N2l0aGVyZS1pcy1uby1yZWFsLWtleS1oZXJlLTAwMDAwMA"}))]
 pub struct KeyIssuedOut {
     pub id: Uuid,
     pub tenant_id: Uuid,
@@ -88,12 +136,13 @@ pub async fn revoke(pool: &PgPool, id: Uuid) -> Result<ApiKeyRow, AppError> {
 
 /// Create a tenant; the answer holds its dispatch secret, shown this once.
 #[utoipa::path(post, path = "/v1/operator/tenants", operation_id = "create_tenant", tag = "operator", security(("operator_token" = [])), request_body = TenantIn,
-    responses((status = 201, body = Object), (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 403, body = ApiJsonError), (status = 409, body = ApiJsonError), (status = 413, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
+    responses((status = 201, body = TenantCreatedOut), (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 403, body = ApiJsonError), (status = 409, body = ApiJsonError), (status = 413, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
 pub async fn create_tenant(
     State(state): State<AppState>,
     _operator: Operator,
     ApiJson(input): ApiJson<TenantIn>,
-) -> Result<(StatusCode, Json<TenantCreated>), AppError> {
+) -> Result<(StatusCode, Json<TenantCreatedOut>), AppError> {
+    input.check()?;
     super::check_egress(&state, "agent_url", input.agent_url.as_deref()).await?;
     let name = input.name.clone().unwrap_or_else(|| input.slug.clone());
     let created = provision::create_tenant(
@@ -109,7 +158,7 @@ pub async fn create_tenant(
         m if m.contains("slug must") => AppError::Unprocessable(m),
         _ => AppError::Internal(err),
     })?;
-    Ok((StatusCode::CREATED, Json(created)))
+    Ok((StatusCode::CREATED, Json(created.into())))
 }
 
 /// A tenant's keys (never the keys themselves).
@@ -135,6 +184,7 @@ pub async fn issue_key_route(
     ApiPath(tenant): ApiPath<Uuid>,
     ApiJson(input): ApiJson<KeyIn>,
 ) -> Result<(StatusCode, Json<KeyIssuedOut>), AppError> {
+    schema::check_text("name", &input.name, schema::NAME_MAX)?;
     Ok((
         StatusCode::CREATED,
         Json(issue(&state.pool, TenantId(tenant), &input.name).await?),

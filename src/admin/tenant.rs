@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::auth::TenantAdmin;
-use super::{ApiJson, ApiJsonError};
+use super::{schema, ApiJson, ApiJsonError};
 use crate::db;
 use crate::db::tenants::TenantRow;
 use crate::domain::HistoryScopeSetting;
@@ -18,6 +18,8 @@ use crate::state::AppState;
 const DISPATCH_SECRET_GRACE_SECS: u64 = 24 * 3600;
 
 #[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"id": "0192f0c4-7a6e-7b3a-9c1d-2e4f5a6b7c8d", "slug": "acme", "name": "Acme Support",
+    "agent_url": "https://agent.example.com/v1/turn", "created_at": "2026-11-22T09:30:00Z"}))]
 pub struct TenantOut {
     pub id: Uuid,
     pub slug: String,
@@ -44,14 +46,32 @@ impl From<TenantRow> for TenantOut {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"name": "Acme Support", "agent_url": "https://agent.example.com/v1/turn"}))]
 pub struct TenantPatch {
+    /// Not blank.
+    #[schema(
+        max_length = 200,
+        pattern = r"^[^\u0000]*[^\u0000\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\u0000]*$"
+    )]
     pub name: Option<String>,
-    /// An empty string clears it.
+    /// The agent proxy: http or https, every address of its host public unless the
+    /// operator's `CB_EGRESS_ALLOW` allows it (else 422). An empty string clears it.
+    #[schema(max_length = 2048, pattern = r"^$|^[hH][tT][tT][pP][sS]?://[^\u0000]+$")]
     pub agent_url: Option<String>,
     /// `user`: every turn of the user; `private_aware` (default): a turn in a channel or
     /// group sees the user's turns there only, a direct message their direct messages on
     /// every platform; `chat`: the same chat only.
     pub history_scope: Option<HistoryScopeSetting>,
+}
+
+impl TenantPatch {
+    fn check(&self) -> Result<(), AppError> {
+        if self.name.as_deref().is_some_and(|n| n.trim().is_empty()) {
+            return Err(AppError::Unprocessable("name must not be empty".into()));
+        }
+        schema::check_optional_text("name", self.name.as_deref(), schema::NAME_MAX)?;
+        schema::check_optional_text("agent_url", self.agent_url.as_deref(), schema::URL_MAX)
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -82,10 +102,8 @@ pub async fn update(
     admin: TenantAdmin,
     ApiJson(patch): ApiJson<TenantPatch>,
 ) -> Result<Json<TenantOut>, AppError> {
+    patch.check()?;
     super::check_egress(&state, "agent_url", patch.agent_url.as_deref()).await?;
-    if patch.name.as_deref().is_some_and(|n| n.trim().is_empty()) {
-        return Err(AppError::Unprocessable("name must not be empty".into()));
-    }
     let mut conn = state.pool.acquire().await?;
     let row = db::tenants::update(
         &mut conn,

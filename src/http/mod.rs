@@ -39,7 +39,30 @@ pub fn api() -> OpenApiRouter<AppState> {
 pub fn openapi() -> utoipa::openapi::OpenApi {
     let mut doc = api().into_openapi();
     document_shared_answers(&mut doc);
+    require_path_parameters(&mut doc);
     doc
+}
+
+/// OpenAPI requires every path parameter to be `required`; utoipa leaves it out for a
+/// parameter whose schema comes from `schema_with` (the enums of `admin::schema`).
+fn require_path_parameters(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::path::ParameterIn;
+    use utoipa::openapi::Required;
+    for item in doc.paths.paths.values_mut() {
+        let operations = [
+            &mut item.get,
+            &mut item.post,
+            &mut item.put,
+            &mut item.patch,
+            &mut item.delete,
+        ];
+        for operation in operations.into_iter().flatten() {
+            let parameters = operation.parameters.iter_mut().flatten();
+            for parameter in parameters.filter(|p| p.parameter_in == ParameterIn::Path) {
+                parameter.required = Required::True;
+            }
+        }
+    }
 }
 
 /// Answers that do not come from one handler but from the layers every request of a kind

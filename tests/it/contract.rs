@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use channel_bridge::domain::Platform;
 use reqwest::{Method, RequestBuilder, StatusCode};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::support::platforms::provision_tenant;
 use crate::support::{spawn_app_with, TestApp};
@@ -250,4 +250,178 @@ async fn the_openapi_document_has_unique_operation_ids_and_documents_401_whereve
         secured, 24,
         "every admin and operator operation requires credentials"
     );
+}
+
+/// The schemas a request body of the admin and operator API refers to.
+fn request_body_schemas(doc: &Value) -> Vec<(String, &Value)> {
+    let mut schemas = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        if !(path.starts_with("/v1/admin/") || path.starts_with("/v1/operator/")) {
+            continue;
+        }
+        for operation in item.as_object().unwrap().values() {
+            let reference = &operation["requestBody"]["content"]["application/json"]["schema"]["$ref"];
+            if let Some(name) = reference
+                .as_str()
+                .and_then(|r| r.strip_prefix("#/components/schemas/"))
+            {
+                schemas.push((name.to_owned(), &doc["components"]["schemas"][name]));
+            }
+        }
+    }
+    schemas
+}
+
+#[tokio::test]
+async fn the_document_states_the_enums_limits_and_examples_the_handlers_hold_to() {
+    let (app, _) = app_with_key().await;
+    let doc = served_document(&app).await;
+    let schemas = &doc["components"]["schemas"];
+
+    let platforms: Vec<Value> = Platform::ALL.iter().map(|p| p.as_str().into()).collect();
+    assert_eq!(
+        schemas["LinkIn"]["properties"]["platform"]["enum"],
+        json!(platforms)
+    );
+    assert_eq!(
+        schemas["ConnectorPatch"]["properties"]["previous_secret_grace_secs"]["maximum"],
+        30 * 24 * 3600
+    );
+    assert_eq!(
+        schemas["RedispatchFilterIn"]["properties"]["status"]["enum"],
+        json!(["dispatch_failed", null])
+    );
+    assert!(schemas["RedispatchFilterIn"]["properties"]["include_unknown"].is_null());
+    let list = &doc["paths"]["/v1/admin/messages"]["get"]["parameters"];
+    let param = |name: &str| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .map(|p| p["schema"].clone())
+            .unwrap_or_else(|| panic!("parameter {name}"))
+    };
+    assert_eq!(
+        (
+            param("limit")["minimum"].clone(),
+            param("limit")["maximum"].clone()
+        ),
+        (json!(1), json!(200))
+    );
+    assert_eq!(param("status")["enum"].as_array().unwrap().len(), 7);
+    assert!(param("decision")["enum"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("no_reply")));
+
+    // No request body takes text without a bound, and each shows an example.
+    let bodies = request_body_schemas(&doc);
+    assert_eq!(bodies.len(), 9, "every operation with a body was walked");
+    for (name, schema) in bodies {
+        assert!(schema["example"].is_object(), "{name} has an example");
+        for (field, property) in schema["properties"].as_object().unwrap() {
+            let text = property["type"] == "string" || property["type"].to_string().contains("\"string\"");
+            let bounded = property["maxLength"].is_u64()
+                || property["enum"].is_array()
+                || matches!(property["format"].as_str(), Some("uuid" | "date-time"));
+            assert!(
+                !text || bounded,
+                "{name}.{field} is text without a bound: {property}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn text_at_its_documented_limit_is_taken_and_past_it_refused_never_with_a_500() {
+    let (app, key) = app_with_key().await;
+    let post_link = |platform_user_id: String| {
+        app.client
+            .post(app.url("/v1/admin/links"))
+            .bearer_auth(&key)
+            .json(&json!({"platform": "slack", "platform_user_id": platform_user_id, "user_id": "alice"}))
+    };
+    let at_limit = "é".repeat(256);
+    assert_eq!(post_link(at_limit.clone()).send().await.unwrap().status(), 201);
+    assert_eq!(
+        json_error(post_link("é".repeat(257))).await,
+        (StatusCode::BAD_REQUEST, "bad_request".into())
+    );
+
+    // A path segment past the limit names nothing; one at it names the link just made.
+    let delete = |id: &str| {
+        let path = format!("/v1/admin/links/slack/{}", urlencoding(id));
+        app.client.delete(app.url(&path)).bearer_auth(&key)
+    };
+    assert_eq!(
+        json_error(delete(&"é".repeat(257))).await,
+        (StatusCode::NOT_FOUND, "not_found".into())
+    );
+    assert_eq!(delete(&at_limit).send().await.unwrap().status(), 204);
+    let history = app
+        .client
+        .get(app.url(&format!("/v1/admin/users/{}/history", "u".repeat(257))))
+        .bearer_auth(&key);
+    assert_eq!(
+        json_error(history).await,
+        (StatusCode::NOT_FOUND, "not_found".into())
+    );
+
+    let listing = |query: &str| {
+        app.client
+            .get(app.url(&format!("/v1/admin/messages?{query}")))
+            .bearer_auth(&key)
+    };
+    assert_eq!(listing("decision=no_reply").send().await.unwrap().status(), 200);
+    assert_eq!(
+        json_error(listing("decision=maybe")).await,
+        (StatusCode::UNPROCESSABLE_ENTITY, "unprocessable".into())
+    );
+    assert_eq!(
+        json_error(listing(&format!("q={}", "q".repeat(501)))).await,
+        (StatusCode::BAD_REQUEST, "bad_request".into())
+    );
+}
+
+#[tokio::test]
+async fn a_body_must_be_an_object_and_an_integral_number_is_an_integer() {
+    let (app, key) = app_with_key().await;
+    let patch_tenant = app
+        .client
+        .patch(app.url("/v1/admin/tenant"))
+        .bearer_auth(&key)
+        .json(&json!([null, null]));
+    assert_eq!(
+        json_error(patch_tenant).await,
+        (StatusCode::UNPROCESSABLE_ENTITY, "unprocessable".into()),
+        "serde would take an array as the struct's fields"
+    );
+
+    let resend = |body: Value| {
+        app.client
+            .post(app.url("/v1/admin/messages/resend"))
+            .bearer_auth(&key)
+            .json(&body)
+    };
+    let taken = resend(json!({"limit": 100.0})).send().await.unwrap();
+    assert_eq!(taken.status(), 200, "JSON Schema counts 100.0 as an integer");
+    assert_eq!(
+        json_error(resend(json!({"limit": 1.5}))).await,
+        (StatusCode::UNPROCESSABLE_ENTITY, "unprocessable".into())
+    );
+    assert_eq!(
+        json_error(resend(json!({"limit": 1001.0}))).await,
+        (StatusCode::UNPROCESSABLE_ENTITY, "unprocessable".into())
+    );
+}
+
+/// Percent-encodes a path segment (non-ASCII as UTF-8 bytes).
+fn urlencoding(segment: &str) -> String {
+    segment
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
