@@ -52,6 +52,9 @@ pub struct ConnectorIn {
     #[schema(value_type = Option<String>, example = "at_most_once")]
     pub telegram_delivery: Option<TelegramDelivery>,
     pub unlinked_notice: Option<String>,
+    /// Convert the agent's Markdown to the platform's formatting (default); `false` sends
+    /// replies as plain text.
+    pub format_markdown: Option<bool>,
 }
 
 /// Fields to change; absent fields stay. An empty string clears an optional text field.
@@ -83,6 +86,8 @@ pub struct ConnectorPatch {
     #[schema(value_type = Option<String>)]
     pub telegram_delivery: Option<TelegramDelivery>,
     pub unlinked_notice: Option<String>,
+    /// Convert the agent's Markdown to the platform's formatting, or send plain text.
+    pub format_markdown: Option<bool>,
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -145,6 +150,7 @@ pub async fn create(
         unlinked_policy: input.unlinked_policy.unwrap_or_default(),
         telegram_delivery: input.telegram_delivery.unwrap_or_default(),
         unlinked_notice: input.unlinked_notice,
+        format_markdown: input.format_markdown.unwrap_or(true),
     };
     let mut tx = TenantTx::begin(&state.pool, admin.tenant).await?;
     let connector = db::connectors::insert(&mut tx, &new).await?;
@@ -200,6 +206,7 @@ pub async fn update(
         bot_id: patch.bot_id,
         api_base_url: patch.api_base_url,
         enabled: patch.enabled,
+        format_markdown: patch.format_markdown,
         unlinked_policy: patch.unlinked_policy,
         telegram_delivery: patch.telegram_delivery,
         unlinked_notice: patch.unlinked_notice,
