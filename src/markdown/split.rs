@@ -299,7 +299,8 @@ impl<'a> Splitter<'a> {
     }
 
     /// The latest whitespace in `start..end` at which the text before it fits, preferring a
-    /// line break in the second half of what fits; `None` if no allowed place fits.
+    /// line break, then a sentence end, in the second half of what fits (so a late break
+    /// never makes a tiny part); `None` if no allowed place fits.
     fn best_cut(&self, start: usize, end: usize, avoid_spans: bool) -> Option<usize> {
         let inside = |ranges: &[Range<usize>], at: usize| ranges.iter().any(|r| r.start < at && at < r.end);
         let candidates: Vec<usize> = self.text[start..end]
@@ -314,12 +315,19 @@ impl<'a> Splitter<'a> {
         let count = candidates.partition_point(|&at| fits_at(at));
         let best = *candidates.get(count.checked_sub(1)?)?;
         let half = start + (best - start) / 2;
-        let line_break = candidates[..count]
+        let late: Vec<usize> = candidates[..count]
             .iter()
-            .rev()
-            .take_while(|&&at| at > half)
-            .find(|&&at| self.text[at..].starts_with('\n'));
-        Some(line_break.copied().unwrap_or(best))
+            .copied()
+            .filter(|&at| at > half)
+            .collect();
+        let line_break = late.iter().rev().find(|&&at| self.text[at..].starts_with('\n'));
+        let sentence_end = late.iter().rev().find(|&&at| {
+            self.text[..at]
+                .chars()
+                .next_back()
+                .is_some_and(|c| matches!(c, '.' | '!' | '?' | '。'))
+        });
+        Some(line_break.or(sentence_end).copied().unwrap_or(best))
     }
 
     /// Byte length of the longest prefix of whole characters of `text` that fits once made
