@@ -86,3 +86,24 @@ pub(crate) fn linkable(url: &str) -> bool {
         .iter()
         .any(|scheme| lower.starts_with(scheme))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_part_that_renders_to_nothing_is_not_formatted() {
+        assert_eq!(format(Platform::Slack, "[d]: https://example.com/d"), None);
+        assert_eq!(
+            format(Platform::Telegram, "**a**"),
+            Some(Formatted {
+                text: "<b>a</b>".into(),
+                parse_mode: Some("HTML")
+            })
+        );
+        assert_eq!(
+            format(Platform::Whatsapp, "**a**").map(|f| f.parse_mode),
+            Some(None)
+        );
+    }
+}

@@ -160,7 +160,7 @@ impl Walk<'_> {
             Frame::Heading => self.block(style.heading(&inner)),
             Frame::Quote => {
                 let quoted = style.quote(inner.trim_end(), self.quotes);
-                self.quotes -= 1;
+                self.quotes = self.quotes.saturating_sub(1);
                 self.block(quoted);
             }
             Frame::Code(language) => {
@@ -176,7 +176,7 @@ impl Walk<'_> {
             Frame::Italic => self.inline(style.italic(&inner)),
             Frame::Strike => self.inline(style.strike(&inner)),
             Frame::Link { url, bare } => {
-                self.links -= 1;
+                self.links = self.links.saturating_sub(1);
                 self.link(&url, &inner, bare);
             }
             Frame::Image { url } => {

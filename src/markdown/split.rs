@@ -303,12 +303,20 @@ impl<'a> Splitter<'a> {
     /// never makes a tiny part); `None` if no allowed place fits.
     fn best_cut(&self, start: usize, end: usize, avoid_spans: bool) -> Option<usize> {
         let inside = |ranges: &[Range<usize>], at: usize| ranges.iter().any(|r| r.start < at && at < r.end);
-        let candidates: Vec<usize> = self.text[start..end]
+        // A part that fits holds at most `max_units` characters of source: look no further.
+        let window = self.text[start..end]
+            .char_indices()
+            .nth(self.max_units + 1)
+            .map_or(end, |(offset, _)| start + offset);
+        let candidates: Vec<usize> = self.text[start..window]
             .char_indices()
             .filter(|(_, ch)| ch.is_whitespace())
             .map(|(offset, _)| start + offset)
             .filter(|&at| at > start)
-            .filter(|&at| !inside(&self.atoms, at) && !(avoid_spans && inside(&self.spans, at)))
+            .filter(|&at| {
+                let in_span = avoid_spans && inside(&self.spans, at);
+                !inside(&self.atoms, at) && !in_span
+            })
             .collect();
         let fits_at = |at: usize| self.fits_pieces(&[self.piece(start, at)]);
         // The longest prefix that fits: fitting is monotone in the cut's position.
@@ -580,6 +588,60 @@ mod tests {
             last.contains("<a href=\"https://example.com/docs\">the docs</a>"),
             "{last}"
         );
+    }
+
+    /// The words a reader sees, in order, tags dropped and entities decoded.
+    fn seen_words(html_or_text: &str) -> Vec<String> {
+        let mut text = String::new();
+        let mut in_tag = false;
+        for ch in html_or_text.chars() {
+            match ch {
+                '<' => in_tag = true,
+                '>' if in_tag => in_tag = false,
+                ch if !in_tag => text.push(ch),
+                _ => {}
+            }
+        }
+        text.split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty() && *w != "amp" && *w != "lt" && *w != "gt" && *w != "quot")
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn every_word_arrives_once_in_order_whatever_the_structure_and_the_limit() {
+        let paragraph = "Some *emphasis across\nlines* and **bold with `code` in it** and a \
+                         [link text](https://example.com/path) then ~~gone~~ words.";
+        let documents = [
+            format!("# Heading\n\n{paragraph}\n\n{paragraph}"),
+            format!("- {paragraph}\n  - nested {paragraph}\n- second item\n\n1. first\n2. second"),
+            format!("> {paragraph}\n>\n> ```rust\n> let quoted = 1;\n> ```\n\n{paragraph}"),
+            format!("| a | b |\n|---|---|\n| 1 | 2 |\n\n<div>raw html</div>\n\n{paragraph}"),
+            format!("{paragraph} [ref][r]\n\n{paragraph}\n\n[r]: https://example.com/ref"),
+            format!(
+                "```\n{}\n```\n\n***\n\n{paragraph}",
+                "code line here\n".repeat(30)
+            ),
+        ];
+        for document in &documents {
+            for renderer in [&Slack as &dyn Renderer, &Telegram, &Whatsapp] {
+                let whole = seen_words(&renderer.render(document));
+                for max in [120, 200, 333] {
+                    let parts = split(document, renderer, max);
+                    let mut seen = Vec::new();
+                    for part in &parts {
+                        let rendered = renderer.render(part);
+                        assert!(renderer.measure(&rendered) <= max, "{max}: {rendered}");
+                        assert!(units(part) <= max);
+                        if renderer.parse_mode().is_some() {
+                            assert!(balanced(&rendered), "{rendered}");
+                        }
+                        seen.extend(seen_words(&rendered));
+                    }
+                    assert_eq!(seen, whole, "{max}: {document}");
+                }
+            }
+        }
     }
 
     #[test]
