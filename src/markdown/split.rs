@@ -206,30 +206,36 @@ impl<'a> Splitter<'a> {
     /// A code block too long for one part, as runs of whole lines each in a fence of its own
     /// with the block's language; a single line too long is cut where it must be.
     fn code_pieces(&self, language: Option<&str>, code: &str, pieces: &mut Vec<Piece>) {
-        let fenced = |lines: &str| fence(language, lines);
-        let mut run = String::new();
-        for line in code.trim_end_matches('\n').split('\n') {
-            let candidate = if run.is_empty() {
-                line.to_owned()
-            } else {
-                format!("{run}\n{line}")
-            };
-            if self.fits(&fenced(&candidate)) {
-                run = candidate;
+        let fenced = |lines: &[&str]| fence(language, &lines.join("\n"));
+        let lines: Vec<&str> = code.trim_end_matches('\n').split('\n').collect();
+        let mut rest = &lines[..];
+        while !rest.is_empty() {
+            // Plain text must fit too, so no part holds more lines than `max_units` units of
+            // them: the search for the longest run that fits looks no further.
+            let mut units = 0;
+            let most = rest
+                .iter()
+                .take_while(|line| {
+                    units += line.encode_utf16().count() + 1;
+                    units <= self.max_units
+                })
+                .count();
+            let count = (1..=most)
+                .collect::<Vec<_>>()
+                .partition_point(|&n| self.fits(&fenced(&rest[..n])));
+            if count > 0 {
+                pieces.push(Piece::Made(fenced(&rest[..count])));
+                rest = &rest[count..];
                 continue;
             }
-            if !run.is_empty() {
-                pieces.push(Piece::Made(fenced(&run)));
+            // One line too long for a part of its own: cut where it must be.
+            let mut line = rest[0];
+            while !line.is_empty() {
+                let cut = self.longest_fitting(line, |head| fence(language, head));
+                pieces.push(Piece::Made(fence(language, &line[..cut])));
+                line = &line[cut..];
             }
-            run = line.to_owned();
-            while !self.fits(&fenced(&run)) {
-                let cut = self.longest_fitting(&run, |head| fenced(head));
-                pieces.push(Piece::Made(fenced(&run[..cut])));
-                run = run[cut..].to_owned();
-            }
-        }
-        if !run.is_empty() {
-            pieces.push(Piece::Made(fenced(&run)));
+            rest = &rest[1..];
         }
     }
 
@@ -308,14 +314,22 @@ impl<'a> Splitter<'a> {
             .char_indices()
             .nth(self.max_units + 1)
             .map_or(end, |(offset, _)| start + offset);
+        let near = |ranges: &[Range<usize>]| -> Vec<Range<usize>> {
+            ranges
+                .iter()
+                .filter(|r| r.end > start && r.start < window)
+                .cloned()
+                .collect()
+        };
+        let (atoms, spans) = (near(&self.atoms), near(&self.spans));
         let candidates: Vec<usize> = self.text[start..window]
             .char_indices()
             .filter(|(_, ch)| ch.is_whitespace())
             .map(|(offset, _)| start + offset)
             .filter(|&at| at > start)
             .filter(|&at| {
-                let in_span = avoid_spans && inside(&self.spans, at);
-                !inside(&self.atoms, at) && !in_span
+                let in_span = avoid_spans && inside(&spans, at);
+                !inside(&atoms, at) && !in_span
             })
             .collect();
         let fits_at = |at: usize| self.fits_pieces(&[self.piece(start, at)]);
