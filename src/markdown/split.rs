@@ -301,7 +301,7 @@ impl<'a> Splitter<'a> {
         // A strong span starts with two markers, emphasis with one; `***x***` is both, and
         // each gets its own share.
         let closing = source.chars().rev().take_while(|&c| c == first).count();
-        &source[..run.min(closing).min(2)]
+        &source[..run.min(closing).min(2) * first.len_utf8()]
     }
 
     /// The latest whitespace in `start..end` at which the text before it fits, preferring a
