@@ -318,6 +318,7 @@ fn telegram_connector(api_base_url: &str) -> NewConnector {
         unlinked_policy: UnlinkedPolicy::Deny,
         telegram_delivery: TelegramDelivery::AtMostOnce,
         unlinked_notice: None,
+        format_markdown: true,
     }
 }
 

@@ -244,6 +244,7 @@ fn new_connector(platform: Platform) -> NewConnector {
         unlinked_policy: UnlinkedPolicy::Deny,
         telegram_delivery: Default::default(),
         unlinked_notice: None,
+        format_markdown: true,
     }
 }
 

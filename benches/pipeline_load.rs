@@ -590,6 +590,7 @@ fn telegram_connector(tenant: u64, api_base_url: &str) -> NewConnector {
         unlinked_policy: UnlinkedPolicy::Allow,
         telegram_delivery: TelegramDelivery::AtMostOnce,
         unlinked_notice: None,
+        format_markdown: true,
     }
 }
 

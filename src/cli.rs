@@ -259,6 +259,10 @@ pub struct ConnectorAdd {
     /// Text posted to unlinked senders (deny policy), at most once a day each.
     #[arg(long)]
     pub unlinked_notice: Option<String>,
+    /// Send replies as plain text instead of converting the agent's Markdown to the
+    /// platform's formatting.
+    #[arg(long)]
+    pub plain_text: bool,
 }
 
 impl ConnectorAdd {
@@ -277,6 +281,7 @@ impl ConnectorAdd {
             unlinked_policy: self.unlinked_policy,
             telegram_delivery: self.telegram_delivery,
             unlinked_notice: self.unlinked_notice.clone(),
+            format_markdown: !self.plain_text,
         }
     }
 }

@@ -225,6 +225,8 @@ pub struct Connector {
     pub telegram_delivery: TelegramDelivery,
     /// Posted to an unlinked sender under the deny policy, at most once a day each.
     pub unlinked_notice: Option<String>,
+    /// Replies are converted from Markdown to the platform's formatting (else plain text).
+    pub format_markdown: bool,
 }
 
 /// Telegram offers no way to find out whether an interrupted `sendMessage` went through.

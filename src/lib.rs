@@ -30,6 +30,7 @@ pub mod egress;
 pub mod error;
 pub mod http;
 pub mod ingress;
+pub mod markdown;
 pub mod provision;
 pub mod retry;
 pub mod secret_input;

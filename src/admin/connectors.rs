@@ -71,6 +71,9 @@ pub struct ConnectorIn {
     /// Posted to an unlinked sender under the deny policy, at most once a day each.
     #[schema(max_length = 4096, pattern = r"^[^\u0000]*$")]
     pub unlinked_notice: Option<String>,
+    /// Convert the agent's Markdown to the platform's formatting (default); `false` sends
+    /// replies as plain text.
+    pub format_markdown: Option<bool>,
 }
 
 impl ConnectorIn {
@@ -136,6 +139,8 @@ pub struct ConnectorPatch {
     pub telegram_delivery: Option<TelegramDelivery>,
     #[schema(max_length = 4096, pattern = r"^[^\u0000]*$")]
     pub unlinked_notice: Option<String>,
+    /// Convert the agent's Markdown to the platform's formatting, or send plain text.
+    pub format_markdown: Option<bool>,
 }
 
 impl ConnectorPatch {
@@ -244,6 +249,7 @@ pub async fn create(
         unlinked_policy: input.unlinked_policy.unwrap_or_default(),
         telegram_delivery: input.telegram_delivery.unwrap_or_default(),
         unlinked_notice: input.unlinked_notice,
+        format_markdown: input.format_markdown.unwrap_or(true),
     };
     let mut tx = TenantTx::begin(&state.pool, admin.tenant).await?;
     let connector = db::connectors::insert(&mut tx, &state.settings.database.secrets, &new).await?;
@@ -288,6 +294,7 @@ pub async fn update(
         bot_id: patch.bot_id,
         api_base_url: patch.api_base_url,
         enabled: patch.enabled,
+        format_markdown: patch.format_markdown,
         unlinked_policy: patch.unlinked_policy,
         telegram_delivery: patch.telegram_delivery,
         unlinked_notice: patch.unlinked_notice,

@@ -383,6 +383,7 @@ pub(crate) mod testing {
             unlinked_policy: UnlinkedPolicy::Deny,
             telegram_delivery: Default::default(),
             unlinked_notice: None,
+            format_markdown: true,
         }
     }
 

@@ -24,6 +24,7 @@ pub struct NewConnector {
     pub unlinked_policy: UnlinkedPolicy,
     pub telegram_delivery: TelegramDelivery,
     pub unlinked_notice: Option<String>,
+    pub format_markdown: bool,
 }
 
 #[derive(sqlx::FromRow)]
@@ -46,6 +47,7 @@ struct ConnectorRow {
     unlinked_policy: String,
     telegram_delivery: String,
     unlinked_notice: Option<String>,
+    format_markdown: bool,
 }
 
 impl ConnectorRow {
@@ -88,6 +90,7 @@ impl ConnectorRow {
             unlinked_policy: self.unlinked_policy.parse().map_err(decode)?,
             telegram_delivery: self.telegram_delivery.parse().map_err(decode)?,
             unlinked_notice: self.unlinked_notice,
+            format_markdown: self.format_markdown,
         })
     }
 }
@@ -98,7 +101,7 @@ const SELECT_CONNECTOR: &str =
         case when previous_secret_expires_at > now() then previous_verification_secret end
             as live_previous_secret,
         verify_token, outbound_token, api_base_url, enabled, unlinked_policy,
-        telegram_delivery, unlinked_notice
+        telegram_delivery, unlinked_notice, format_markdown
    from channel_connectors";
 
 pub async fn insert(tx: &mut TenantTx, keys: &Keyring, new: &NewConnector) -> Result<Connector, sqlx::Error> {
@@ -109,8 +112,8 @@ pub async fn insert(tx: &mut TenantTx, keys: &Keyring, new: &NewConnector) -> Re
     sqlx::query(
         "insert into channel_connectors (tenant_id, id, platform, name, external_id, app_id,
              bot_user_id, bot_id, verification_secret, verify_token, outbound_token,
-             api_base_url, unlinked_policy, telegram_delivery, unlinked_notice)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+             api_base_url, unlinked_policy, telegram_delivery, unlinked_notice, format_markdown)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
     )
     .bind(tenant)
     .bind(id)
@@ -130,6 +133,7 @@ pub async fn insert(tx: &mut TenantTx, keys: &Keyring, new: &NewConnector) -> Re
     .bind(new.unlinked_policy.as_str())
     .bind(new.telegram_delivery.as_str())
     .bind(&new.unlinked_notice)
+    .bind(new.format_markdown)
     .execute(tx.conn())
     .await?;
     get(tx, keys, id).await?.ok_or(sqlx::Error::RowNotFound)
@@ -194,6 +198,8 @@ pub struct ConnectorSummary {
     pub unlinked_policy: String,
     pub telegram_delivery: String,
     pub unlinked_notice: Option<String>,
+    /// Replies are converted from the agent's Markdown to the platform's formatting.
+    pub format_markdown: bool,
     pub has_verify_token: bool,
     pub has_outbound_token: bool,
     /// Until when the secret replaced by the last rotation is still accepted.
@@ -203,7 +209,7 @@ pub struct ConnectorSummary {
 }
 
 const SELECT_SUMMARY: &str = "select id, platform, name, external_id, app_id, bot_user_id, bot_id,
-        api_base_url, enabled, unlinked_policy, telegram_delivery, unlinked_notice,
+        api_base_url, enabled, unlinked_policy, telegram_delivery, unlinked_notice, format_markdown,
         verify_token is not null as has_verify_token, outbound_token is not null as has_outbound_token,
         case when previous_secret_expires_at > now() then previous_secret_expires_at end
             as previous_secret_expires_at,
@@ -239,6 +245,7 @@ pub struct ConnectorChange {
     pub bot_id: Option<String>,
     pub api_base_url: Option<String>,
     pub enabled: Option<bool>,
+    pub format_markdown: Option<bool>,
     pub unlinked_policy: Option<UnlinkedPolicy>,
     pub telegram_delivery: Option<TelegramDelivery>,
     pub unlinked_notice: Option<String>,
@@ -302,6 +309,9 @@ pub async fn update(
     }
     if let Some(enabled) = change.enabled {
         sql.push(", enabled = ").push_bind(enabled);
+    }
+    if let Some(format) = change.format_markdown {
+        sql.push(", format_markdown = ").push_bind(format);
     }
     if let Some((secret, grace)) = &change.rotate_secret {
         // Right-hand sides read the old row: the current secret becomes the previous one.

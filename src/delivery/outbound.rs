@@ -2,6 +2,11 @@
 //! so the delivery loop knows whether the part was posted, refused, or is in doubt; and the
 //! one page of a Slack thread that reconciling an interrupted send reads (`super::slack`).
 //!
+//! A part is stored as the agent wrote it and formatted here, when it is sent, if its
+//! connector formats Markdown (`crate::markdown`); a Telegram part refused as formatted is
+//! sent again at once as plain text (a 400 means it was not posted), so a formatting mistake
+//! never costs a reply.
+//!
 //! One shared client with timeouts and no retries of its own: a send whose outcome is
 //! unknown must be reconciled, never blindly repeated by a library underneath.
 
@@ -41,6 +46,16 @@ pub struct OutboundPart<'a> {
     /// metadata, WhatsApp `biz_opaque_callback_data`) so an interrupted send can be found.
     pub part_key: &'a str,
     pub text: &'a str,
+}
+
+impl OutboundPart<'_> {
+    /// The part in its platform's formatting, when its connector formats Markdown.
+    fn formatted(&self) -> Option<crate::markdown::Formatted> {
+        self.connector
+            .format_markdown
+            .then(|| crate::markdown::format(self.connector.platform, self.text))
+            .flatten()
+    }
 }
 
 pub async fn send(client: &Client, part: &OutboundPart<'_>) -> SendOutcome {
@@ -143,9 +158,14 @@ pub fn slack_thread_ts(message: &MessageRow) -> &str {
 }
 
 async fn slack_post(client: &Client, part: &OutboundPart<'_>, token: &str) -> SendOutcome {
+    // Rendered mrkdwn is escaped by its renderer; plain text is escaped here.
+    let text = match part.formatted() {
+        Some(formatted) => formatted.text,
+        None => slack_escape(part.text),
+    };
     let body = json!({
         "channel": part.message.chat_id,
-        "text": slack_escape(part.text),
+        "text": text,
         "thread_ts": slack_thread_ts(part.message),
         "metadata": {
             "event_type": crate::channels::slack::REPLY_METADATA_EVENT_TYPE,
@@ -343,12 +363,34 @@ fn telegram_int(value: &str) -> Value {
 }
 
 async fn telegram_send(client: &Client, part: &OutboundPart<'_>, token: &str) -> SendOutcome {
+    let Some(formatted) = part.formatted() else {
+        return telegram_post(client, part, token, part.text, None).await.1;
+    };
+    let (status, outcome) = telegram_post(client, part, token, &formatted.text, formatted.parse_mode).await;
+    if status != Some(StatusCode::BAD_REQUEST) {
+        return outcome;
+    }
+    // "can't parse entities" or the like: certainly not posted, so sending the same part as
+    // plain text cannot double it.
+    // Only the status: Telegram's description may quote the text, which is never logged.
+    tracing::warn!("telegram refused a formatted part (400); sending it as plain text");
+    telegram_post(client, part, token, part.text, None).await.1
+}
+
+/// One `sendMessage`: without `parse_mode`, `text` is plain, so nothing needs escaping and
+/// nothing in it can turn into markup or a mention. The answer's status comes with the
+/// outcome (none when no answer came).
+async fn telegram_post(
+    client: &Client,
+    part: &OutboundPart<'_>,
+    token: &str,
+    text: &str,
+    parse_mode: Option<&str>,
+) -> (Option<StatusCode>, SendOutcome) {
     let message = part.message;
-    // No parse_mode: agent text is sent as plain text, so nothing needs escaping and
-    // nothing in it can turn into markup or a mention.
     let mut body = json!({
         "chat_id": telegram_int(&message.chat_id),
-        "text": part.text,
+        "text": text,
         "reply_parameters": {
             "message_id": telegram_int(&message.platform_message_id),
             "allow_sending_without_reply": true,
@@ -358,6 +400,9 @@ async fn telegram_send(client: &Client, part: &OutboundPart<'_>, token: &str) ->
     if let Some(topic) = &message.thread_id {
         body["message_thread_id"] = telegram_int(topic);
     }
+    if let Some(mode) = parse_mode {
+        body["parse_mode"] = mode.into();
+    }
     let request = client
         .post(format!("{}/bot{token}/sendMessage", base_url(part.connector)))
         .json(&body);
@@ -365,9 +410,9 @@ async fn telegram_send(client: &Client, part: &OutboundPart<'_>, token: &str) ->
     match response {
         Ok(response) => {
             let (status, body, _) = read_json(response).await;
-            classify_telegram(status, body)
+            (Some(status), classify_telegram(status, body))
         }
-        Err(err) => transport_error(err),
+        Err(err) => (None, transport_error(err)),
     }
 }
 
@@ -426,13 +471,15 @@ async fn whatsapp_send(client: &Client, part: &OutboundPart<'_>, token: &str) ->
             error: "connector has no phone_number_id (external id)".into(),
         };
     };
+    let formatted = part.formatted();
+    let text = formatted.as_ref().map_or(part.text, |f| f.text.as_str());
     let body = json!({
         "messaging_product": "whatsapp",
         "recipient_type": "individual",
         "to": format!("+{}", message.chat_id.trim_start_matches('+')),
         "type": "text",
         "context": { "message_id": message.platform_message_id },
-        "text": { "preview_url": false, "body": part.text },
+        "text": { "preview_url": false, "body": text },
         "biz_opaque_callback_data": part.part_key,
     });
     let request = client

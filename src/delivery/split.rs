@@ -5,6 +5,10 @@
 //! conservative unit is used for all three. A cut prefers a paragraph break, then a line
 //! break, then the end of a sentence, then a space, and only then falls back to the last
 //! whole character that fits; it never splits a character.
+//!
+//! For a connector that formats Markdown the cut follows the document's structure instead
+//! (`crate::markdown::split`): never inside a code block, a link or inline code, each part a
+//! complete document that fits once rendered.
 
 use crate::domain::Platform;
 
@@ -17,11 +21,16 @@ pub fn limit(platform: Platform) -> usize {
     }
 }
 
-/// Splits each agent part to the platform's limit; the order of parts is kept.
-pub fn split_parts(platform: Platform, parts: &[String]) -> Vec<String> {
+/// Splits each agent part to the platform's limit; the order of parts is kept. `markdown`:
+/// the parts will be rendered from Markdown when sent (the connector's `format_markdown`).
+pub fn split_parts(platform: Platform, markdown: bool, parts: &[String]) -> Vec<String> {
+    let max = limit(platform);
     parts
         .iter()
-        .flat_map(|part| split(part, limit(platform)))
+        .flat_map(|part| match markdown {
+            true => crate::markdown::split::split(part, crate::markdown::renderer(platform), max),
+            false => split(part, max),
+        })
         .collect()
 }
 
@@ -115,7 +124,7 @@ mod tests {
             .take(10_000)
             .collect();
         for platform in Platform::ALL {
-            let chunks = split_parts(platform, std::slice::from_ref(&text));
+            let chunks = split_parts(platform, false, std::slice::from_ref(&text));
             assert!(chunks.len() >= 3, "{platform}");
             assert!(chunks.iter().all(|c| units(c) <= limit(platform)), "{platform}");
             let (_, cut) = chunks.split_last().unwrap();
@@ -125,6 +134,19 @@ mod tests {
             );
             let rejoined: String = chunks.join(" ");
             assert_eq!(rejoined, text.trim());
+        }
+    }
+
+    #[test]
+    fn markdown_parts_are_split_by_structure_and_plain_parts_as_before() {
+        let code: Vec<String> = (0..600).map(|i| format!("let x{i} = {i};")).collect();
+        let answer = format!("Code:\n\n```rust\n{}\n```", code.join("\n"));
+        let plain = split_parts(Platform::Telegram, false, std::slice::from_ref(&answer));
+        let formatted = split_parts(Platform::Telegram, true, std::slice::from_ref(&answer));
+        // The plain split leaves the fence open in the first part and closes nothing.
+        assert_eq!(plain[0].matches("```").count(), 1);
+        for part in &formatted[1..] {
+            assert!(part.starts_with("```rust\n") && part.ends_with("\n```"), "{part}");
         }
     }
 }

@@ -399,6 +399,7 @@ fn demo_connector(platform: Platform, platforms_url: &str) -> NewConnector {
         unlinked_policy: UnlinkedPolicy::Deny,
         telegram_delivery: TelegramDelivery::AtMostOnce,
         unlinked_notice: None,
+        format_markdown: true,
     }
 }
 

@@ -461,7 +461,8 @@ impl Worker {
     ) -> anyhow::Result<StepOutcome> {
         let started = Instant::now();
         let platform: Platform = prepared.message.platform.parse()?;
-        let parts = split::split_parts(platform, answer);
+        let markdown = prepared.connector.as_ref().is_some_and(|c| c.format_markdown);
+        let parts = split::split_parts(platform, markdown, answer);
         let has_parts = !parts.is_empty();
         let answered = Transition::Answered {
             response: answer.join("\n\n"),

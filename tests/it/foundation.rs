@@ -108,6 +108,7 @@ fn slack_connector() -> NewConnector {
         unlinked_policy: UnlinkedPolicy::Deny,
         telegram_delivery: Default::default(),
         unlinked_notice: None,
+        format_markdown: true,
     }
 }
 

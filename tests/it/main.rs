@@ -10,6 +10,7 @@ mod dispatch;
 mod dispatcher;
 mod edges;
 mod egress;
+mod formatting;
 mod foundation;
 mod history_scope;
 mod ingress;

@@ -194,9 +194,9 @@ async fn replies_are_threaded_to_the_triggering_message_on_each_platform() {
         telegram.body["reply_parameters"]["allow_sending_without_reply"],
         true
     );
-    assert!(
-        telegram.body.get("parse_mode").is_none(),
-        "agent text is sent plain"
+    assert_eq!(
+        telegram.body["parse_mode"], "HTML",
+        "connectors format Markdown by default (tests/it/formatting.rs)"
     );
 
     let whatsapp = &sent[3];

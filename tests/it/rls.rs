@@ -36,6 +36,7 @@ async fn seed(pool: &PgPool, slug: &str) -> Seeded {
         unlinked_policy: Default::default(),
         telegram_delivery: Default::default(),
         unlinked_notice: None,
+        format_markdown: true,
     };
     let connector = provision::add_connector(pool, &Keyring::ephemeral(), tenant, &new)
         .await

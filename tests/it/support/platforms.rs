@@ -64,6 +64,7 @@ pub fn connector(platform: Platform, api_base_url: Option<&str>) -> NewConnector
         unlinked_policy: UnlinkedPolicy::Deny,
         telegram_delivery: Default::default(),
         unlinked_notice: None,
+        format_markdown: true,
     }
 }
 
