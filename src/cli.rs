@@ -54,6 +54,9 @@ pub enum Command {
         #[arg(long)]
         user: String,
     },
+    /// Running on Citus (README "Running on Citus").
+    #[command(subcommand)]
+    Citus(CitusCommand),
     /// Keys that seal the secrets stored in the database (`CB_SECRETS_KEY`).
     #[command(subcommand)]
     Secrets(SecretsCommand),
@@ -64,6 +67,19 @@ pub enum Command {
     /// Post a JSON file to a running gateway, signed as the platform would sign it, and print
     /// the answer (or, with --print-curl, an equivalent curl command).
     SendFixture(crate::send_fixture::SendFixtureArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CitusCommand {
+    /// Distribute the tables of a database migrated before it had the `citus` extension:
+    /// `tenants` and `api_keys` as reference tables, the tenant tables by `tenant_id`,
+    /// co-located; the queue stays on the coordinator. Runs as the `DATABASE_URL` owner;
+    /// safe to repeat. (A database that has Citus when it is migrated is distributed by
+    /// `migrate` itself.)
+    Distribute {
+        #[command(flatten)]
+        database: DatabaseSettings,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -376,6 +392,10 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
             print_json(
                 &crate::provision::add_link(&pool, tenant, platform, &platform_user_id, &user_id).await?,
             )
+        }
+        Command::Citus(CitusCommand::Distribute { database }) => {
+            let done = crate::db::distribute_on_citus(&database).await?;
+            print_json(&serde_json::json!({ "result": done }))
         }
         Command::Secrets(SecretsCommand::GenerateKey { id }) => {
             use secrecy::ExposeSecret;

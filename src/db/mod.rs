@@ -184,6 +184,30 @@ pub struct MigrateReport {
 
 /// Creates the database when missing, then applies pending migrations as the owner
 /// (the DATABASE_URL user, not the app role). A second run applies nothing.
+/// Distributes the tables of a migrated database on Citus, in the order Citus accepts
+/// (`channel_bridge_distribute()`, migration 22): for a database that got the `citus`
+/// extension after it was migrated. Runs as the schema owner; safe to repeat. Says what it
+/// did, or that there is no Citus.
+pub async fn distribute_on_citus(settings: &DatabaseSettings) -> anyhow::Result<String> {
+    let mut conn = connect_options(&settings.url)?
+        .connect()
+        .await
+        .context("Failed to connect to PostgreSQL as the schema owner")?;
+    let schema = schema(&mut conn)
+        .await
+        .context("Failed to read the schema version")?;
+    if !schema.is_current() {
+        anyhow::bail!("{schema}: run `channel-bridge migrate` first");
+    }
+    let mut tx = conn.begin().await.context("Failed to begin")?;
+    let done: String = sqlx::query_scalar("select channel_bridge_distribute()")
+        .fetch_one(&mut *tx)
+        .await
+        .context("Failed to distribute the tables")?;
+    tx.commit().await.context("Failed to commit the distribution")?;
+    Ok(done)
+}
+
 pub async fn migrate(settings: &DatabaseSettings) -> anyhow::Result<MigrateReport> {
     let url = settings.url.expose_secret();
     let exists = Postgres::database_exists(url)
@@ -366,10 +390,10 @@ impl std::fmt::Display for Schema {
 
 /// Reads the applied migrations as the app role. An error is the database being
 /// unreachable (or a bug), never a missing schema: that is `Schema::Behind`.
-pub async fn schema(pool: &PgPool) -> Result<Schema, sqlx::Error> {
+pub async fn schema<'e>(db: impl sqlx::PgExecutor<'e>) -> Result<Schema, sqlx::Error> {
     let version: Result<Option<i64>, sqlx::Error> =
         sqlx::query_scalar("select max(version) from _sqlx_migrations where success")
-            .fetch_one(pool)
+            .fetch_one(db)
             .await;
     match version {
         Ok(Some(database)) if database >= binary_schema_version() => Ok(Schema::Current { database }),

@@ -4,6 +4,7 @@ mod support;
 
 mod admin;
 mod agent_bridge;
+mod citus;
 mod contract;
 mod demo;
 mod dispatch;
