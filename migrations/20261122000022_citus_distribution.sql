@@ -67,5 +67,7 @@ BEGIN
     END IF;
     RETURN 'distributed: ' || array_to_string(distributed, ', ');
 END $$;
+-- The schema owner's to run (migrate, `citus distribute`), never the app role's.
+REVOKE ALL ON FUNCTION channel_bridge_distribute() FROM PUBLIC;
 
 SELECT channel_bridge_distribute();
