@@ -64,6 +64,9 @@ pub enum Command {
     AgentBridge(crate::agent_bridge::BridgeArgs),
     /// Run gateway, echo agent and platform stand-ins locally through a short conversation.
     Demo(crate::demo::DemoArgs),
+    /// Stand-ins for the Slack, Telegram and WhatsApp send APIs on a local port, printing each
+    /// reply they receive as a JSON line: try the gateway without a platform account.
+    PlatformStandIn(crate::demo::platforms::StandInArgs),
     /// Post a JSON file to a running gateway, signed as the platform would sign it, and print
     /// the answer (or, with --print-curl, an equivalent curl command).
     SendFixture(crate::send_fixture::SendFixtureArgs),
@@ -416,6 +419,7 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
             print_json(&done)
         }
         Command::SendFixture(args) => crate::send_fixture::run(args).await,
+        Command::PlatformStandIn(args) => crate::demo::platforms::run_cli(args).await,
         Command::AgentBridge(args) => crate::agent_bridge::run(args).await,
         Command::Demo(args) => crate::demo::run_cli(args).await,
     }

@@ -235,8 +235,11 @@ pub struct Connector {
 pub enum TelegramDelivery {
     /// Never resend a part whose outcome is unknown (it is marked `unknown`): no duplicates.
     #[default]
+    // One spelling in the API, the CLI and README; the dashed form is still accepted.
+    #[value(name = "at_most_once", alias = "at-most-once")]
     AtMostOnce,
     /// Resend it: no lost replies, an occasional duplicate.
+    #[value(name = "at_least_once", alias = "at-least-once")]
     AtLeastOnce,
 }
 
@@ -295,5 +298,25 @@ impl FromStr for HistoryScopeSetting {
             "chat" => Ok(Self::Chat),
             other => Err(format!("unknown history scope `{other}`")),
         }
+    }
+}
+
+#[cfg(test)]
+mod spelling_tests {
+    use clap::ValueEnum;
+
+    use super::TelegramDelivery;
+
+    #[test]
+    fn the_cli_takes_the_apis_spelling_and_the_dashed_one() {
+        for (given, expected) in [
+            ("at_least_once", TelegramDelivery::AtLeastOnce),
+            ("at-least-once", TelegramDelivery::AtLeastOnce),
+            ("at_most_once", TelegramDelivery::AtMostOnce),
+        ] {
+            assert_eq!(TelegramDelivery::from_str(given, false), Ok(expected));
+        }
+        let shown = TelegramDelivery::AtLeastOnce.to_possible_value().unwrap();
+        assert_eq!(shown.get_name(), TelegramDelivery::AtLeastOnce.as_str());
     }
 }

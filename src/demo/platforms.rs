@@ -41,16 +41,64 @@ pub struct PlatformStandIns {
     served: Served,
 }
 
+/// Flags of `channel-bridge platform-stand-in`.
+#[derive(Debug, clap::Args)]
+pub struct StandInArgs {
+    /// Where the stand-ins listen; give connectors `--api-base-url http://<this address>`.
+    #[arg(long, env = "CB_STAND_IN_BIND", default_value = "127.0.0.1:9100")]
+    pub bind: std::net::SocketAddr,
+}
+
+/// `channel-bridge platform-stand-in`: the stand-ins on a fixed address, printing each reply
+/// they receive as one JSON line, until ctrl-c or SIGTERM. For trying the gateway without a
+/// platform account (README "First steps").
+pub async fn run_cli(args: StandInArgs) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let listener = TcpListener::bind(args.bind)
+        .await
+        .with_context(|| format!("Failed to bind {}", args.bind))?;
+    let stand_ins = PlatformStandIns::serve(listener)?;
+    eprintln!(
+        "platform stand-ins (Slack, Telegram, WhatsApp send APIs) on {}",
+        stand_ins.base_url
+    );
+    tokio::select! {
+        result = print_replies(&stand_ins) => result,
+        () = crate::startup::shutdown_signal() => {
+            stand_ins.stop().await;
+            Ok(())
+        }
+    }
+}
+
+/// Prints each reply as one JSON line as it arrives; returns only on a write error.
+async fn print_replies(stand_ins: &PlatformStandIns) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut printed = 0;
+    loop {
+        let replies = stand_ins.replies_reaching(printed + 1).await;
+        let mut out = std::io::stdout().lock();
+        for reply in &replies[printed..] {
+            writeln!(out, "{}", serde_json::to_string(reply)?)?;
+        }
+        out.flush()?;
+        printed = replies.len();
+    }
+}
+
 impl PlatformStandIns {
     /// Starts the stand-ins on a free local port.
     pub async fn start() -> anyhow::Result<Self> {
+        Self::serve(TcpListener::bind("127.0.0.1:0").await?)
+    }
+
+    fn serve(listener: TcpListener) -> anyhow::Result<Self> {
         let recorded = Arc::new(Recorded::default());
         let app = Router::new()
             .route("/api/chat.postMessage", post(slack_post))
             .route("/{bot}/sendMessage", post(telegram_send))
             .route("/{version}/{phone}/messages", post(whatsapp_send))
             .with_state(recorded.clone());
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
         let base_url = format!("http://{}", listener.local_addr()?);
         Ok(Self {
             base_url,
@@ -67,20 +115,22 @@ impl PlatformStandIns {
             .clone()
     }
 
+    /// Waits (without polling) until at least `n` replies arrived.
+    async fn replies_reaching(&self, n: usize) -> Vec<PostedReply> {
+        loop {
+            // Registered before the check, so an arrival in between is not missed.
+            let notified = self.recorded.arrived.notified();
+            let replies = self.replies();
+            if replies.len() >= n {
+                return replies;
+            }
+            notified.await;
+        }
+    }
+
     /// Waits (without polling) until at least `n` replies arrived, or `timeout` passes.
     pub async fn wait_for_replies(&self, n: usize, timeout: Duration) -> anyhow::Result<Vec<PostedReply>> {
-        let wait = async {
-            loop {
-                // Registered before the check, so an arrival in between is not missed.
-                let notified = self.recorded.arrived.notified();
-                let replies = self.replies();
-                if replies.len() >= n {
-                    return replies;
-                }
-                notified.await;
-            }
-        };
-        tokio::time::timeout(timeout, wait)
+        tokio::time::timeout(timeout, self.replies_reaching(n))
             .await
             .map_err(|_| anyhow::anyhow!("no reply reached the platform stand-ins within {timeout:?}"))
     }
