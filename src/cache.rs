@@ -22,11 +22,9 @@
 //! Only rows that exist are kept: an unknown connector is read again each time, so a new
 //! one is usable at once and a flood of made-up ids cannot fill the cache.
 
-use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use sqlx::PgConnection;
 
@@ -35,76 +33,73 @@ use crate::db::{self, TenantTx};
 use crate::domain::{Connector, ConnectorId, TenantId};
 use crate::secrets::Keyring;
 
-/// Entries kept at most per map; past it the map starts over (a new entry is rare next to
-/// the reads that hit).
-const MAX_ENTRIES: usize = 10_000;
+/// Entries kept at most per map; past it the least useful are evicted (moka's policy).
+const MAX_ENTRIES: u64 = 10_000;
 
-/// A map whose entries expire `ttl` after they were stored.
+/// A map whose entries expire `ttl` after they were stored (moka), and which never stores a
+/// value read before a removal of any key: the removal stands for a change the value may
+/// predate.
 pub struct TtlCache<K, V> {
-    ttl: Duration,
-    entries: RwLock<HashMap<K, (V, Instant)>>,
-    /// Bumped by every `remove`: a value read from the source before a removal must not be
-    /// stored after it.
-    generation: AtomicU64,
+    /// `None` when the time to live is zero: nothing is kept.
+    entries: Option<moka::sync::Cache<K, V>>,
+    /// Bumped by every `remove`, under this lock; `insert` compares and stores under it too,
+    /// so no removal slips between the check and the store.
+    generation: Mutex<u64>,
 }
 
-impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
+impl<K, V> TtlCache<K, V>
+where
+    K: Eq + Hash + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
     pub fn new(ttl: Duration) -> Self {
+        let entries = (!ttl.is_zero()).then(|| {
+            moka::sync::Cache::builder()
+                .max_capacity(MAX_ENTRIES)
+                .time_to_live(ttl)
+                .build()
+        });
         Self {
-            ttl,
-            entries: RwLock::new(HashMap::new()),
-            generation: AtomicU64::new(0),
+            entries,
+            generation: Mutex::new(0),
         }
     }
 
     /// Take before reading the value from its source; pass to `insert`.
     pub fn generation(&self) -> u64 {
-        self.generation.load(Ordering::SeqCst)
+        *self.lock()
     }
 
     pub fn get(&self, key: &K) -> Option<V> {
-        self.get_at(key, Instant::now())
-    }
-
-    fn get_at(&self, key: &K, now: Instant) -> Option<V> {
-        // Insert and remove are single calls, so a lock poisoned by a panic elsewhere still
-        // guards a consistent map.
-        let entries = self
-            .entries
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        entries
-            .get(key)
-            .filter(|(_, stored)| now.saturating_duration_since(*stored) < self.ttl)
-            .map(|(value, _)| value.clone())
+        self.entries.as_ref()?.get(key)
     }
 
     /// Stores a value read since `generation` was taken, unless an entry was removed since
     /// (the value may then predate the change that removal stands for).
     pub fn insert(&self, key: K, value: V, generation: u64) {
-        if self.ttl.is_zero() {
+        let Some(entries) = &self.entries else {
             return;
+        };
+        let current = self.lock();
+        if *current == generation {
+            entries.insert(key, value);
         }
-        let mut entries = self
-            .entries
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if self.generation.load(Ordering::SeqCst) != generation {
-            return;
-        }
-        if entries.len() >= MAX_ENTRIES {
-            entries.clear();
-        }
-        entries.insert(key, (value, Instant::now()));
     }
 
     pub fn remove(&self, key: &K) {
-        let mut entries = self
-            .entries
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        self.generation.fetch_add(1, Ordering::SeqCst);
-        entries.remove(key);
+        let mut current = self.lock();
+        *current += 1;
+        if let Some(entries) = &self.entries {
+            entries.invalidate(key);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, u64> {
+        // The guarded value is a counter each holder changes in one step: a lock poisoned by
+        // a panic elsewhere still guards a consistent value.
+        self.generation
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -182,18 +177,16 @@ impl ConfigCache {
 mod tests {
     use super::*;
 
+    // Expiry after the time to live is moka's (tested there); what is ours: a zero time to
+    // live keeps nothing, and the generation rule below.
     #[test]
-    fn entries_expire_after_the_ttl_and_a_zero_ttl_keeps_nothing() {
-        let ttl = Duration::from_secs(5);
-        let cache = TtlCache::new(ttl);
-        cache.insert("a", 1, cache.generation());
-        assert_eq!(cache.get(&"a"), Some(1));
-        let later = Instant::now() + ttl;
-        assert_eq!(cache.get_at(&"a", later), None);
-
+    fn a_zero_ttl_keeps_nothing() {
         let off = TtlCache::new(Duration::ZERO);
         off.insert("a", 1, off.generation());
         assert_eq!(off.get(&"a"), None);
+        let on = TtlCache::new(Duration::from_secs(60));
+        on.insert("a", 1, on.generation());
+        assert_eq!(on.get(&"a"), Some(1));
     }
 
     #[test]
@@ -208,21 +201,13 @@ mod tests {
     }
 
     #[test]
-    fn removed_entries_are_gone_and_a_full_map_starts_over() {
+    fn removed_entries_are_gone_and_others_stay() {
         let cache = TtlCache::new(Duration::from_secs(60));
-        for i in 0..MAX_ENTRIES {
+        for i in 0..100 {
             cache.insert(i, i, cache.generation());
         }
         cache.remove(&7);
         assert_eq!(cache.get(&7), None);
         assert_eq!(cache.get(&8), Some(8));
-        cache.insert(MAX_ENTRIES, 0, cache.generation());
-        cache.insert(MAX_ENTRIES + 1, 0, cache.generation());
-        assert_eq!(
-            cache.get(&8),
-            None,
-            "the map was cleared when it reached its bound"
-        );
-        assert_eq!(cache.get(&(MAX_ENTRIES + 1)), Some(0));
     }
 }
