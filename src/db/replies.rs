@@ -12,7 +12,10 @@ use crate::domain::{ConnectorId, MessageId};
 /// Applies a WhatsApp status callback to the reply part it names: by our part key
 /// (`biz_opaque_callback_data` = `{message_id}:{part_index}`) when present, else by the
 /// `wamid` the send returned. A `sent`/`delivered`/`read` for a part still `sending`
-/// settles it as posted. Returns the message whose part changed, if any.
+/// settles it as posted. A `failed` for a part Meta had accepted (`sent`: the user never got
+/// it, e.g. outside the 24-hour window) fails the part and makes its turn
+/// `delivery_failed`, so admins see it and can resend it. Returns the message whose part
+/// changed, if any.
 pub async fn apply_status(
     tx: &mut TenantTx,
     status: &DeliveryStatus,
@@ -24,17 +27,27 @@ pub async fn apply_status(
     };
     let posted = matches!(status.status.as_str(), "sent" | "delivered" | "read");
     sqlx::query_scalar(
-        "update channel_replies
-            set delivery_status = $5,
-                status = case when $6 and status in ('sending', 'pending') then 'sent' else status end,
-                platform_message_id = coalesce(platform_message_id, $4),
-                sent_at = case when $6 then coalesce(sent_at, $8) else sent_at end,
-                last_error = case when $5 = 'failed' then $7 else last_error end,
-                updated_at = now()
-          where tenant_id = $1
-            and (($2::uuid is not null and message_id = $2 and part_index = $3)
-                 or ($2::uuid is null and platform_message_id = $4))
-      returning message_id",
+        "with part as (
+             update channel_replies
+                set delivery_status = $5,
+                    status = case when $6 and status in ('sending', 'pending') then 'sent'
+                                  when $5 = 'failed' and status = 'sent' then 'failed'
+                                  else status end,
+                    platform_message_id = coalesce(platform_message_id, $4),
+                    sent_at = case when $6 then coalesce(sent_at, $8) else sent_at end,
+                    last_error = case when $5 = 'failed' then $7 else last_error end,
+                    updated_at = now()
+              where tenant_id = $1
+                and (($2::uuid is not null and message_id = $2 and part_index = $3)
+                     or ($2::uuid is null and platform_message_id = $4))
+          returning message_id, status),
+         undelivered as (
+             update channel_messages m
+                set status = 'delivery_failed', last_error = part.last_error, updated_at = now()
+               from (select message_id, coalesce($7, 'not delivered (WhatsApp status failed)') as last_error
+                       from part where status = 'failed' and $5 = 'failed') part
+              where m.tenant_id = $1 and m.id = part.message_id and m.status = 'executed')
+         select message_id from part",
     )
     .bind(tenant)
     .bind(message)

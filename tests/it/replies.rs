@@ -672,6 +672,63 @@ async fn whatsapp_status_callbacks_update_the_part_and_are_never_dispatched() {
 }
 
 #[tokio::test]
+async fn a_failed_status_for_a_part_meta_accepted_makes_the_turn_delivery_failed_and_resendable() {
+    let s = setup().await;
+    let key = s.admin_key().await;
+    deliver(
+        &s.app,
+        &s.tenant,
+        Platform::Whatsapp,
+        fixture(Platform::Whatsapp, "text"),
+    )
+    .await;
+    let id = executed(&s.worker).await;
+    assert_eq!(statuses(&s.parts(id).await), ["sent"]);
+
+    let mut failed: Value = serde_json::from_slice(&whatsapp_status("wamid.OUT1", "failed", None)).unwrap();
+    failed["entry"][0]["changes"][0]["value"]["statuses"][0]["errors"] = json!([{
+        "code": 131047, "title": "Re-engagement message",
+        "message": "Re-engagement message", "error_data": {"details": "More than 24 hours have passed"}
+    }]);
+    deliver(
+        &s.app,
+        &s.tenant,
+        Platform::Whatsapp,
+        serde_json::to_vec(&failed).unwrap(),
+    )
+    .await;
+
+    let part = &s.parts(id).await[0];
+    assert_eq!(
+        (part.status.as_str(), part.delivery_status.as_deref()),
+        ("failed", Some("failed"))
+    );
+    let (status, message) = s
+        .admin(
+            &key,
+            reqwest::Method::GET,
+            &format!("/v1/admin/messages/{id}"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(message["status"], "delivery_failed", "{message}");
+    assert!(
+        message["last_error"].as_str().unwrap().contains("131047"),
+        "{message}"
+    );
+    let (status, queued) = s
+        .admin(
+            &key,
+            reqwest::Method::POST,
+            &format!("/v1/admin/messages/{id}/resend"),
+            None,
+        )
+        .await;
+    assert_eq!((status, &queued["queued"]), (200, &json!(1)), "{queued}");
+}
+
+#[tokio::test]
 async fn an_interrupted_whatsapp_send_is_settled_by_its_status_callback_without_a_resend() {
     let s = setup().await;
     s.platforms.script(Platform::Whatsapp, [Answer::HangAfterPosting]);
