@@ -43,20 +43,28 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     doc
 }
 
+/// The operations of one path, whatever their method.
+fn operations(
+    item: &mut utoipa::openapi::PathItem,
+) -> impl Iterator<Item = &mut utoipa::openapi::path::Operation> {
+    [
+        &mut item.get,
+        &mut item.post,
+        &mut item.put,
+        &mut item.patch,
+        &mut item.delete,
+    ]
+    .into_iter()
+    .flatten()
+}
+
 /// OpenAPI requires every path parameter to be `required`; utoipa leaves it out for a
 /// parameter whose schema comes from `schema_with` (the enums of `admin::schema`).
 fn require_path_parameters(doc: &mut utoipa::openapi::OpenApi) {
     use utoipa::openapi::path::ParameterIn;
     use utoipa::openapi::Required;
     for item in doc.paths.paths.values_mut() {
-        let operations = [
-            &mut item.get,
-            &mut item.post,
-            &mut item.put,
-            &mut item.patch,
-            &mut item.delete,
-        ];
-        for operation in operations.into_iter().flatten() {
+        for operation in operations(item) {
             let parameters = operation.parameters.iter_mut().flatten();
             for parameter in parameters.filter(|p| p.parameter_in == ParameterIn::Path) {
                 parameter.required = Required::True;
@@ -86,14 +94,7 @@ fn document_shared_answers(doc: &mut utoipa::openapi::OpenApi) {
         let bounded = ["/v1/hooks/", "/v1/admin/", "/v1/operator/"]
             .iter()
             .any(|prefix| path.starts_with(prefix));
-        let operations = [
-            &mut item.get,
-            &mut item.post,
-            &mut item.put,
-            &mut item.patch,
-            &mut item.delete,
-        ];
-        for operation in operations.into_iter().flatten() {
+        for operation in operations(item) {
             let responses = &mut operation.responses.responses;
             if bounded {
                 responses.entry("503".into()).or_insert_with(|| {
