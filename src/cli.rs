@@ -67,6 +67,9 @@ pub enum Command {
     /// Stand-ins for the Slack, Telegram and WhatsApp send APIs on a local port, printing each
     /// reply they receive as a JSON line: try the gateway without a platform account.
     PlatformStandIn(crate::demo::platforms::StandInArgs),
+    /// The admin and operator API over HTTP (`--url`, a tenant key or the operator token):
+    /// connectors, links, messages, history, tenants, keys.
+    Admin(crate::admin_cli::AdminArgs),
     /// Post a JSON file to a running gateway, signed as the platform would sign it, and print
     /// the answer (or, with --print-curl, an equivalent curl command).
     SendFixture(crate::send_fixture::SendFixtureArgs),
@@ -422,6 +425,7 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
         Command::PlatformStandIn(args) => crate::demo::platforms::run_cli(args).await,
         Command::AgentBridge(args) => crate::agent_bridge::run(args).await,
         Command::Demo(args) => crate::demo::run_cli(args).await,
+        Command::Admin(args) => crate::admin_cli::run(args).await,
     }
 }
 
