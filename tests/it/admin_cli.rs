@@ -959,3 +959,33 @@ async fn an_unknown_tenant_exits_1_with_the_api_message_and_a_missing_secret_is_
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr(&output).contains("CB_ADMIN_KEY"), "{}", stderr(&output));
 }
+
+#[tokio::test]
+async fn the_database_cli_names_an_unknown_tenant_instead_of_printing_an_empty_page() {
+    let app = app().await;
+    let unknown = uuid::Uuid::new_v4().to_string();
+    for args in [
+        vec!["messages", "list", "--tenant", &unknown],
+        vec!["messages", "redispatch", "--tenant", &unknown],
+    ] {
+        let args_for_thread: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let url = app.db.url();
+        let output = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_channel-bridge"))
+                .args(&args_for_thread)
+                .env("DATABASE_URL", url)
+                .env("RUST_LOG", "warn")
+                .output()
+                .expect("the binary runs")
+        })
+        .await
+        .unwrap();
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        assert!(output.stdout.is_empty(), "{args:?}");
+        assert_eq!(
+            stderr(&output).trim(),
+            format!("error: tenant {unknown} not found"),
+            "{args:?}"
+        );
+    }
+}
