@@ -67,6 +67,9 @@ pub enum Command {
     /// Stand-ins for the Slack, Telegram and WhatsApp send APIs on a local port, printing each
     /// reply they receive as a JSON line: try the gateway without a platform account.
     PlatformStandIn(crate::demo::platforms::StandInArgs),
+    /// The admin and operator API over HTTP (`--url`, a tenant key or the operator token):
+    /// connectors, links, messages, history, tenants, keys.
+    Admin(crate::admin_cli::AdminArgs),
     /// Post a JSON file to a running gateway, signed as the platform would sign it, and print
     /// the answer (or, with --print-curl, an equivalent curl command).
     SendFixture(crate::send_fixture::SendFixtureArgs),
@@ -422,6 +425,7 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
         Command::PlatformStandIn(args) => crate::demo::platforms::run_cli(args).await,
         Command::AgentBridge(args) => crate::agent_bridge::run(args).await,
         Command::Demo(args) => crate::demo::run_cli(args).await,
+        Command::Admin(args) => crate::admin_cli::run(args).await,
     }
 }
 
@@ -455,6 +459,7 @@ async fn run_admin(command: Command) -> anyhow::Result<()> {
             limit,
         }) => {
             let pool = crate::db::connect_pool(&database)?;
+            known_tenant(&pool, tenant).await?;
             let query = messages::MessagesQuery {
                 user_id: user,
                 platform,
@@ -505,6 +510,7 @@ async fn recover(
 ) -> anyhow::Result<()> {
     use crate::admin::messages::{self, ActionFilterIn};
     let pool = crate::db::connect_pool(&args.database)?;
+    known_tenant(&pool, args.tenant).await?;
     let queued = match args.id {
         Some(id) => messages::recover_one(&pool, args.tenant, action, id, include_unknown).await,
         None => {
@@ -528,6 +534,20 @@ async fn recover(
         }
     }
     print_json(&queued)
+}
+
+/// Fails unless `tenant` exists: under row-level security an unknown tenant reads as one
+/// with no messages, and an empty answer would hide a mistyped id.
+async fn known_tenant(pool: &sqlx::PgPool, tenant: TenantId) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let mut conn = pool.acquire().await.context("Failed to reach the database")?;
+    let found = crate::db::tenants::resolve(&mut conn, &crate::db::tenants::TenantRef::Id(tenant))
+        .await
+        .context("Failed to look the tenant up")?;
+    match found {
+        Some(_) => Ok(()),
+        None => anyhow::bail!("tenant {tenant} not found"),
+    }
 }
 
 /// The API's error as a CLI message (its client-facing text, never internals).

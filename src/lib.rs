@@ -7,7 +7,8 @@
 //! - `db`: pool, migrations, the tenant transaction (the one door to tenant tables).
 //! - `ingress`: recording webhooks (the batching writer); `cache`: connector and tenant
 //!   settings reused for a few seconds.
-//! - `provision`, `cli`: provisioning and the command line.
+//! - `provision`, `cli`: provisioning and the command line; `admin_cli`: the HTTP admin
+//!   CLI (`channel-bridge admin`).
 //! - `egress`: where the worker may send requests (the SSRF guard); `secrets`: sealing the
 //!   secrets stored in the database.
 //! - `agent_bridge`: the agent side of a dispatch, in front of an OpenAI-compatible server.
@@ -16,6 +17,7 @@
 //!   ingress load generator (`benches/ingress_load.rs`).
 
 pub mod admin;
+pub mod admin_cli;
 pub mod agent_bridge;
 pub mod batch;
 pub mod cache;

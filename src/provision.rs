@@ -28,6 +28,10 @@ pub async fn create_tenant(
     agent_url: Option<&str>,
 ) -> anyhow::Result<TenantCreated> {
     use secrecy::ExposeSecret;
+    // The operator API and CLI name a tenant by id or by slug, and a UUID is taken as an id.
+    if slug.parse::<TenantId>().is_ok() {
+        anyhow::bail!("slug must not have the form of a UUID (it would be read as a tenant id)");
+    }
     let mut conn = pool.acquire().await.context("Failed to reach the database")?;
     let new = db::tenants::NewTenant {
         slug,

@@ -57,8 +57,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(links::delete))
         .routes(routes!(tenant::get, tenant::update))
         .routes(routes!(tenant::rotate_dispatch_secret))
-        .routes(routes!(operator::create_tenant))
-        .routes(routes!(operator::update_tenant))
+        .routes(routes!(operator::list_tenants, operator::create_tenant))
+        .routes(routes!(operator::get_tenant, operator::update_tenant))
         .routes(routes!(operator::list_keys, operator::issue_key_route))
         .routes(routes!(operator::revoke_key))
 }

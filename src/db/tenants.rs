@@ -224,3 +224,187 @@ pub async fn rotate_dispatch_secret(
     .await?;
     Ok((done.rows_affected() == 1).then_some(secret))
 }
+
+/// How the operator names a tenant: by id or by slug. A path segment of UUID form is an id
+/// (`provision::create_tenant` refuses slugs of that form, so none is unreachable).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TenantRef {
+    Id(TenantId),
+    Slug(String),
+}
+
+impl TenantRef {
+    /// `None` for text that is neither a UUID nor slug-shaped: it names no tenant.
+    pub fn parse(text: &str) -> Option<Self> {
+        if let Ok(id) = text.parse::<TenantId>() {
+            return Some(Self::Id(id));
+        }
+        is_slug(text).then(|| Self::Slug(text.to_owned()))
+    }
+
+    /// A condition on `tenants` (aliased `t`) for `$1`, and the value to bind as text.
+    fn condition(&self) -> (&'static str, String) {
+        match self {
+            Self::Id(id) => ("t.id = $1::uuid", id.to_string()),
+            Self::Slug(slug) => ("t.slug = $1", slug.clone()),
+        }
+    }
+}
+
+/// The `tenants_slug_check` constraint's rule: `^[a-z0-9][a-z0-9-]{0,62}$`.
+pub fn is_slug(text: &str) -> bool {
+    let mut chars = text.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && text.len() <= 63
+}
+
+/// A tenant as the operator sees it: its settings and how many live keys it has, no secrets.
+#[derive(Debug, Clone)]
+pub struct TenantSummary {
+    pub id: TenantId,
+    pub slug: String,
+    pub name: String,
+    pub agent_url: Option<String>,
+    pub max_in_flight: Option<i32>,
+    pub history_scope: HistoryScopeSetting,
+    /// Keys not revoked.
+    pub active_keys: i64,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+#[derive(sqlx::FromRow)]
+struct StoredSummary {
+    id: TenantId,
+    slug: String,
+    name: String,
+    agent_url: Option<String>,
+    max_in_flight: Option<i32>,
+    history_scope: String,
+    active_keys: i64,
+    created_at: chrono::DateTime<chrono::Utc>,
+    updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl TryFrom<StoredSummary> for TenantSummary {
+    type Error = sqlx::Error;
+
+    fn try_from(row: StoredSummary) -> Result<Self, Self::Error> {
+        Ok(Self {
+            history_scope: row
+                .history_scope
+                .parse()
+                .map_err(|e: String| sqlx::Error::Decode(e.into()))?,
+            id: row.id,
+            slug: row.slug,
+            name: row.name,
+            agent_url: row.agent_url,
+            max_in_flight: row.max_in_flight,
+            active_keys: row.active_keys,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+        })
+    }
+}
+
+/// The summary columns; the key count is one index lookup per tenant (`api_keys_tenant_idx`).
+const SUMMARY: &str = "select t.id, t.slug, t.name, t.agent_url, t.max_in_flight, t.history_scope,
+        (select count(*) from api_keys k where k.tenant_id = t.id and k.revoked_at is null) as active_keys,
+        t.created_at, t.updated_at
+   from tenants t";
+
+/// Tenants by slug, after `after` (the last slug of the previous page), at most `limit`.
+pub async fn list_summaries(
+    conn: &mut PgConnection,
+    after: Option<&str>,
+    limit: i64,
+) -> Result<Vec<TenantSummary>, sqlx::Error> {
+    let rows: Vec<StoredSummary> = sqlx::query_as(&format!(
+        "{SUMMARY} where $1::text is null or t.slug > $1 order by t.slug limit $2"
+    ))
+    .bind(after)
+    .bind(limit)
+    .fetch_all(conn)
+    .await?;
+    rows.into_iter().map(TenantSummary::try_from).collect()
+}
+
+/// One tenant's summary, by id or slug; `None` when no tenant has it.
+pub async fn summary(
+    conn: &mut PgConnection,
+    tenant: &TenantRef,
+) -> Result<Option<TenantSummary>, sqlx::Error> {
+    let (condition, value) = tenant.condition();
+    let row: Option<StoredSummary> = sqlx::query_as(&format!("{SUMMARY} where {condition}"))
+        .bind(value)
+        .fetch_optional(conn)
+        .await?;
+    row.map(TenantSummary::try_from).transpose()
+}
+
+/// The id of the tenant `tenant` names; `None` when no tenant has it.
+pub async fn resolve(conn: &mut PgConnection, tenant: &TenantRef) -> Result<Option<TenantId>, sqlx::Error> {
+    let (condition, value) = tenant.condition();
+    sqlx::query_scalar(&format!("select t.id from tenants t where {condition}"))
+        .bind(value)
+        .fetch_optional(conn)
+        .await
+}
+
+/// What the operator may change of a tenant; `None` keeps a field.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct OperatorChange<'a> {
+    pub name: Option<&'a str>,
+    pub history_scope: Option<HistoryScopeSetting>,
+    /// `Some(None)` returns the tenant to the instance default.
+    pub max_in_flight: Option<Option<i32>>,
+}
+
+/// Applies `change` in one statement; `false` for an unknown tenant.
+pub async fn operator_update(
+    conn: &mut PgConnection,
+    id: TenantId,
+    change: OperatorChange<'_>,
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query(
+        "update tenants set name = coalesce($2, name),
+                history_scope = coalesce($3, history_scope),
+                max_in_flight = case when $4 then $5 else max_in_flight end,
+                updated_at = now()
+          where id = $1",
+    )
+    .bind(id)
+    .bind(change.name)
+    .bind(change.history_scope.map(HistoryScopeSetting::as_str))
+    .bind(change.max_in_flight.is_some())
+    .bind(change.max_in_flight.flatten())
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_of_uuid_form_is_an_id_slug_shaped_text_a_slug_and_anything_else_nothing() {
+        let id = TenantId::new();
+        assert_eq!(TenantRef::parse(&id.to_string()), Some(TenantRef::Id(id)));
+        let simple = id.0.simple().to_string();
+        assert!(is_slug(&simple), "32 hex digits are slug-shaped too");
+        assert_eq!(
+            TenantRef::parse(&simple),
+            Some(TenantRef::Id(id)),
+            "and read as the id"
+        );
+        assert_eq!(TenantRef::parse("globex"), Some(TenantRef::Slug("globex".into())));
+        assert_eq!(TenantRef::parse("a-1"), Some(TenantRef::Slug("a-1".into())));
+        for nothing in ["", "Globex", "-acme", "acme_corp", "acme/x", &"a".repeat(64)] {
+            assert_eq!(TenantRef::parse(nothing), None, "{nothing}");
+        }
+    }
+}

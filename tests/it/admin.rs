@@ -971,10 +971,12 @@ async fn the_openapi_document_lists_every_route_the_router_serves() {
         "GET /v1/admin/tenant",
         "PATCH /v1/admin/tenant",
         "POST /v1/admin/tenant/rotate-dispatch-secret",
+        "GET /v1/operator/tenants",
         "POST /v1/operator/tenants",
-        "PATCH /v1/operator/tenants/{tenant_id}",
-        "GET /v1/operator/tenants/{tenant_id}/keys",
-        "POST /v1/operator/tenants/{tenant_id}/keys",
+        "GET /v1/operator/tenants/{tenant}",
+        "PATCH /v1/operator/tenants/{tenant}",
+        "GET /v1/operator/tenants/{tenant}/keys",
+        "POST /v1/operator/tenants/{tenant}/keys",
         "DELETE /v1/operator/keys/{key_id}",
     ];
     let served: HashSet<String> = served.iter().map(|s| s.to_string()).collect();
@@ -992,6 +994,7 @@ async fn the_openapi_document_lists_every_route_the_router_serves() {
         let (method, path) = operation.split_once(' ').unwrap();
         let concrete = path
             .replace("{tenant_id}", &uuid::Uuid::new_v4().to_string())
+            .replace("{tenant}", &uuid::Uuid::new_v4().to_string())
             .replace("{connector_id}", &uuid::Uuid::new_v4().to_string())
             .replace("{id}", &uuid::Uuid::new_v4().to_string())
             .replace("{key_id}", &uuid::Uuid::new_v4().to_string())

@@ -3,6 +3,7 @@
 mod support;
 
 mod admin;
+mod admin_cli;
 mod agent_bridge;
 mod citus;
 mod contract;
