@@ -46,8 +46,9 @@ BEGIN
     END LOOP;
     SELECT coalesce(array_agg(c.relname::text ORDER BY c.relname), ARRAY[]::text[]) INTO later
       FROM pg_class c
-      JOIN pg_namespace n ON n.oid = c.relnamespace
-     WHERE n.nspname = current_schema() AND c.relkind = 'r' AND c.relrowsecurity
+     -- The schema the gateway's tables live in, whatever the caller's search path.
+     WHERE c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = 'channel_connectors'::regclass)
+       AND c.relkind = 'r' AND c.relrowsecurity
        AND c.relname <> ALL (reference_tables || tenant_tables || ARRAY['dispatch_queue'])
        AND EXISTS (SELECT 1 FROM pg_attribute a
                     WHERE a.attrelid = c.oid AND a.attname = 'tenant_id' AND NOT a.attisdropped);
