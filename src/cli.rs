@@ -1,7 +1,10 @@
 //! The command line: one binary, one subcommand per role or admin task.
 
+use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use secrecy::SecretString;
+
+use crate::db::audit::Actor;
 
 use crate::db::connectors::NewConnector;
 use crate::domain::{Platform, TelegramDelivery, TenantId, UnlinkedPolicy};
@@ -57,6 +60,12 @@ pub enum Command {
     /// Running on Citus (README "Running on Citus").
     #[command(subcommand)]
     Citus(CitusCommand),
+    /// Erase every row of one person (a user, or one platform account) from a tenant's data;
+    /// prints the counts. Recorded in the audit log (actor `cli`).
+    Erase(EraseArgs),
+    /// Write a person's or the whole tenant's history to stdout as JSON Lines (one turn with
+    /// its reply parts per line, oldest first).
+    Export(ExportArgs),
     /// Keys that seal the secrets stored in the database (`CB_SECRETS_KEY`).
     #[command(subcommand)]
     Secrets(SecretsCommand),
@@ -207,6 +216,36 @@ pub struct RecoveryArgs {
     /// says to run it again.
     #[arg(long)]
     pub limit: Option<i64>,
+}
+
+/// Whose data `erase` deletes: exactly one of --user and --sender.
+#[derive(Debug, Args)]
+pub struct EraseArgs {
+    #[command(flatten)]
+    pub database: DatabaseSettings,
+    #[arg(long)]
+    pub tenant: TenantId,
+    /// A tenant user: their turns, the turns their linked accounts sent before they were
+    /// linked, their links.
+    #[arg(long, required_unless_present = "sender", conflicts_with = "sender")]
+    pub user: Option<String>,
+    /// One platform account, `<platform>:<platform user id>` (`telegram:408258968`).
+    #[arg(long)]
+    pub sender: Option<String>,
+}
+
+/// Whose history `export` writes (each narrows; neither: the whole tenant).
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    pub database: DatabaseSettings,
+    #[arg(long)]
+    pub tenant: TenantId,
+    #[arg(long)]
+    pub user: Option<String>,
+    /// `<platform>:<platform user id>`.
+    #[arg(long)]
+    pub sender: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -387,6 +426,8 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
         command @ (Command::Key(_) | Command::Messages(_) | Command::History { .. }) => {
             run_admin(command).await
         }
+        Command::Erase(args) => erase(args).await,
+        Command::Export(args) => export(args).await,
         Command::Link(LinkCommand::Add {
             database,
             tenant,
@@ -512,7 +553,7 @@ async fn recover(
     let pool = crate::db::connect_pool(&args.database)?;
     known_tenant(&pool, args.tenant).await?;
     let queued = match args.id {
-        Some(id) => messages::recover_one(&pool, args.tenant, action, id, include_unknown).await,
+        Some(id) => messages::recover_one(&pool, args.tenant, action, id, include_unknown, Actor::Cli).await,
         None => {
             let filter = ActionFilterIn {
                 user_id: args.user,
@@ -524,7 +565,7 @@ async fn recover(
                 limit: args.limit,
                 include_unknown: include_unknown.then_some(true),
             };
-            messages::recover_many(&pool, args.tenant, action, &filter).await
+            messages::recover_many(&pool, args.tenant, action, &filter, Actor::Cli).await
         }
     }
     .map_err(admin_error)?;
@@ -548,6 +589,47 @@ async fn known_tenant(pool: &sqlx::PgPool, tenant: TenantId) -> anyhow::Result<(
         Some(_) => Ok(()),
         None => anyhow::bail!("tenant {tenant} not found"),
     }
+}
+
+/// `erase`: the admin API's erasure, recorded with actor `cli`.
+async fn erase(args: EraseArgs) -> anyhow::Result<()> {
+    use crate::lifecycle::Person;
+    let person = match (args.user, args.sender.as_deref()) {
+        (Some(user), _) => {
+            crate::admin::schema::check_text("--user", &user, crate::admin::schema::ID_MAX)
+                .map_err(admin_error)?;
+            Person::User(user)
+        }
+        (None, Some(sender)) => crate::admin::lifecycle::parse_sender(sender).map_err(admin_error)?,
+        (None, None) => anyhow::bail!("name the person with --user or --sender"),
+    };
+    let pool = crate::db::connect_pool(&args.database)?;
+    known_tenant(&pool, args.tenant).await?;
+    let erased = crate::lifecycle::erasure::erase(&pool, args.tenant, &person, Actor::Cli)
+        .await
+        .context("Failed to erase the person's data")?;
+    print_json(&erased)
+}
+
+/// `export`: JSON Lines on stdout, a page at a time.
+async fn export(args: ExportArgs) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut people = Vec::new();
+    if let Some(user) = args.user {
+        people.push(crate::lifecycle::Person::User(user));
+    }
+    if let Some(sender) = args.sender.as_deref() {
+        people.push(crate::admin::lifecycle::parse_sender(sender).map_err(admin_error)?);
+    }
+    let pool = crate::db::connect_pool(&args.database)?;
+    known_tenant(&pool, args.tenant).await?;
+    let deadline = args.database.deadline();
+    let mut export = crate::lifecycle::export::Export::new(pool, args.tenant, people, deadline);
+    let mut out = std::io::stdout().lock();
+    while let Some(chunk) = export.next_chunk().await.context("Failed to read the history")? {
+        out.write_all(&chunk).context("Failed to write the export")?;
+    }
+    out.flush().context("Failed to write the export")
 }
 
 /// The API's error as a CLI message (its client-facing text, never internals).

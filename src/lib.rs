@@ -7,6 +7,7 @@
 //! - `db`: pool, migrations, the tenant transaction (the one door to tenant tables).
 //! - `ingress`: recording webhooks (the batching writer); `cache`: connector and tenant
 //!   settings reused for a few seconds.
+//! - `lifecycle`: retention, erasure of one person, export (README "Data lifecycle").
 //! - `provision`, `cli`: provisioning and the command line; `admin_cli`: the HTTP admin
 //!   CLI (`channel-bridge admin`).
 //! - `egress`: where the worker may send requests (the SSRF guard); `secrets`: sealing the
@@ -32,6 +33,7 @@ pub mod egress;
 pub mod error;
 pub mod http;
 pub mod ingress;
+pub mod lifecycle;
 pub mod markdown;
 pub mod provision;
 pub mod retry;

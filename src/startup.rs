@@ -197,6 +197,11 @@ impl Application {
         ));
         tasks.push(tokio::spawn(dispatcher.clone().keep_leases(stop.clone())));
         tasks.push(tokio::spawn(dispatcher.report_queue_stats(stop.clone())));
+        // Retention belongs to the worker role: web-only instances never delete.
+        tasks.push(tokio::spawn(crate::lifecycle::retention::run(
+            state.pool.clone(),
+            stop.clone(),
+        )));
         let wakeup = state.wakeup.clone();
         let (pool, stop_rx) = (state.pool.clone(), stop.clone());
         tasks.push(tokio::spawn(

@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use super::auth::TenantAdmin;
 use super::{schema, ApiJson, ApiJsonError, ApiPath, ApiQuery};
+use crate::db::audit::{Actor, AuditAction, AuditEntry};
 use crate::db::connectors::{ConnectorChange, ConnectorSummary, DeleteOutcome, NewConnector};
 use crate::db::{self, TenantTx};
 use crate::domain::{ConnectorId, Platform, TelegramDelivery, UnlinkedPolicy};
@@ -144,6 +145,43 @@ pub struct ConnectorPatch {
 }
 
 impl ConnectorPatch {
+    /// What the audit record says of a PATCH: the names of the fields it sets, and of the
+    /// secrets among them (never their values).
+    fn audit_details(&self) -> serde_json::Value {
+        let fields = [
+            ("name", self.name.is_some()),
+            ("enabled", self.enabled.is_some()),
+            ("api_base_url", self.api_base_url.is_some()),
+            ("external_id", self.external_id.is_some()),
+            ("app_id", self.app_id.is_some()),
+            ("bot_user_id", self.bot_user_id.is_some()),
+            ("bot_id", self.bot_id.is_some()),
+            ("unlinked_policy", self.unlinked_policy.is_some()),
+            ("telegram_delivery", self.telegram_delivery.is_some()),
+            ("unlinked_notice", self.unlinked_notice.is_some()),
+            ("format_markdown", self.format_markdown.is_some()),
+        ];
+        let secrets = [
+            ("verification_secret", self.verification_secret.is_some()),
+            ("verify_token", self.verify_token.is_some()),
+            ("outbound_token", self.outbound_token.is_some()),
+        ];
+        let named = |list: &[(&'static str, bool)]| -> Vec<&'static str> {
+            list.iter()
+                .filter(|(_, set)| *set)
+                .map(|(name, _)| *name)
+                .collect()
+        };
+        let mut details = serde_json::json!({"fields": named(&fields), "secrets": named(&secrets)});
+        if self.verification_secret.is_some() {
+            details["previous_secret_grace_secs"] = self
+                .previous_secret_grace_secs
+                .unwrap_or(DEFAULT_GRACE_SECS)
+                .into();
+        }
+        details
+    }
+
     fn check(&self) -> Result<(), AppError> {
         check_secret("verification_secret", self.verification_secret.as_ref())?;
         check_secret("verify_token", self.verify_token.as_ref())?;
@@ -254,6 +292,14 @@ pub async fn create(
     let mut tx = TenantTx::begin(&state.pool, admin.tenant).await?;
     let connector = db::connectors::insert(&mut tx, &state.settings.database.secrets, &new).await?;
     let summary = summary_or_404(&mut tx, connector.id).await?;
+    let details = serde_json::json!({"platform": new.platform.as_str()});
+    let entry = AuditEntry::new(
+        Actor::ApiKey(admin.key_id),
+        AuditAction::ConnectorCreate,
+        connector.id.0.to_string(),
+        details,
+    );
+    db::audit::record(&mut tx, &entry).await?;
     tx.commit().await?;
     Ok((StatusCode::CREATED, Json(summary)))
 }
@@ -286,6 +332,7 @@ pub async fn update(
     patch.check()?;
     super::check_egress(&state, "api_base_url", patch.api_base_url.as_deref()).await?;
     let grace = Duration::from_secs(patch.previous_secret_grace_secs.unwrap_or(DEFAULT_GRACE_SECS));
+    let audit = (AuditAction::ConnectorUpdate, patch.audit_details());
     let change = ConnectorChange {
         name: patch.name,
         external_id: patch.external_id,
@@ -302,20 +349,24 @@ pub async fn update(
         outbound_token: patch.outbound_token,
         rotate_secret: patch.verification_secret.map(|secret| (secret, grace)),
     };
-    apply(&state, admin, ConnectorId(id), &change).await
+    apply(&state, admin, ConnectorId(id), &change, audit).await
 }
 
+/// Applies `change` and records `audit` (its action and details) with it.
 async fn apply(
     state: &AppState,
     admin: TenantAdmin,
     id: ConnectorId,
     change: &ConnectorChange,
+    (action, details): (AuditAction, serde_json::Value),
 ) -> Result<Json<ConnectorSummary>, AppError> {
     let mut tx = TenantTx::begin(&state.pool, admin.tenant).await?;
     if !db::connectors::update(&mut tx, &state.settings.database.secrets, id, change).await? {
         return Err(AppError::NotFound("connector"));
     }
     let summary = summary_or_404(&mut tx, id).await?;
+    let entry = AuditEntry::new(Actor::ApiKey(admin.key_id), action, id.0.to_string(), details);
+    db::audit::record(&mut tx, &entry).await?;
     tx.commit().await?;
     state.cache.forget_connector(admin.tenant, id);
     Ok(Json(summary))
@@ -334,7 +385,8 @@ pub async fn disable(
         enabled: Some(false),
         ..Default::default()
     };
-    apply(&state, admin, ConnectorId(id), &change).await
+    let audit = (AuditAction::ConnectorDisable, serde_json::json!({}));
+    apply(&state, admin, ConnectorId(id), &change, audit).await
 }
 
 /// Delete a connector (with `purge=true`, its message history too).
@@ -349,6 +401,16 @@ pub async fn delete(
 ) -> Result<StatusCode, AppError> {
     let mut tx = TenantTx::begin(&state.pool, admin.tenant).await?;
     let outcome = db::connectors::delete(&mut tx, ConnectorId(id), query.purge).await?;
+    if outcome == DeleteOutcome::Deleted {
+        let details = serde_json::json!({"purge": query.purge});
+        let entry = AuditEntry::new(
+            Actor::ApiKey(admin.key_id),
+            AuditAction::ConnectorDelete,
+            id.to_string(),
+            details,
+        );
+        db::audit::record(&mut tx, &entry).await?;
+    }
     tx.commit().await?;
     state.cache.forget_connector(admin.tenant, ConnectorId(id));
     match outcome {

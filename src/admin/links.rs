@@ -8,6 +8,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::auth::TenantAdmin;
 use super::{schema, ApiJson, ApiJsonError, ApiPath};
+use crate::db::audit::{Actor, AuditAction, AuditEntry};
 use crate::db::links::Link;
 use crate::db::{self, TenantTx};
 use crate::domain::Platform;
@@ -82,6 +83,10 @@ pub async fn create(
     input.check()?;
     let mut tx = TenantTx::begin(&state.pool, admin.tenant).await?;
     let link = db::links::upsert(&mut tx, input.platform, &input.platform_user_id, &input.user_id).await?;
+    let target = format!("{}:{}", input.platform, input.platform_user_id);
+    let details = serde_json::json!({"user_id": input.user_id});
+    let entry = AuditEntry::new(Actor::ApiKey(admin.key_id), AuditAction::LinkSet, target, details);
+    db::audit::record(&mut tx, &entry).await?;
     tx.commit().await?;
     Ok((StatusCode::CREATED, Json(link)))
 }
@@ -104,6 +109,16 @@ pub async fn delete(
     }
     let mut tx = TenantTx::begin(&state.pool, admin.tenant).await?;
     let deleted = db::links::delete(&mut tx, platform, &platform_user_id).await?;
+    if deleted {
+        let target = format!("{platform}:{platform_user_id}");
+        let entry = AuditEntry::new(
+            Actor::ApiKey(admin.key_id),
+            AuditAction::LinkDelete,
+            target,
+            serde_json::json!({}),
+        );
+        db::audit::record(&mut tx, &entry).await?;
+    }
     tx.commit().await?;
     if deleted {
         Ok(StatusCode::NO_CONTENT)

@@ -18,6 +18,7 @@ use uuid::Uuid;
 
 use super::auth::TenantAdmin;
 use super::{schema, ApiJson, ApiJsonError, ApiPath, ApiQuery};
+use crate::db::audit::{Actor, AuditAction, AuditEntry};
 use crate::db::messages::{MessageFilter, MessageRow, ReplyPart};
 use crate::db::turns::{Requeued, Selection};
 use crate::db::{self, TenantTx};
@@ -473,6 +474,21 @@ impl Recovery {
         }
     }
 
+    /// The audit record of a call that queued something (`target`: the message, or
+    /// `messages` for a bulk call); ids and counts only.
+    fn audit(self, actor: Actor, target: String, requeued: &Requeued, include_unknown: bool) -> AuditEntry {
+        let action = match self {
+            Recovery::Redispatch => AuditAction::MessagesRedispatch,
+            Recovery::Resend => AuditAction::MessagesResend,
+        };
+        let mut details =
+            serde_json::json!({"queued": requeued.ids.len(), "ids": requeued.ids, "more": requeued.more});
+        if self == Recovery::Resend {
+            details["include_unknown"] = include_unknown.into();
+        }
+        AuditEntry::new(actor, action, target, details)
+    }
+
     /// The statuses a `status` filter may name for this action.
     fn statuses(self) -> &'static [MessageStatus] {
         match self {
@@ -535,17 +551,23 @@ fn selection_of(filter: &ActionFilterIn, action: Recovery) -> Result<Selection, 
     })
 }
 
-/// Runs a recovery action on the turns `filter` selects, in one tenant transaction.
+/// Runs a recovery action on the turns `filter` selects, in one tenant transaction, and
+/// records what it queued in the audit log (a call that queued nothing is not recorded).
 pub async fn recover_many(
     pool: &PgPool,
     tenant: TenantId,
     action: Recovery,
     filter: &ActionFilterIn,
+    actor: Actor,
 ) -> Result<QueuedOut, AppError> {
     let selection = selection_of(filter, action)?;
     let include_unknown = filter.include_unknown.unwrap_or(false);
     let mut tx = TenantTx::begin(pool, tenant).await?;
     let requeued = action.apply(&mut tx, &selection, include_unknown).await?;
+    if !requeued.ids.is_empty() {
+        let entry = action.audit(actor, "messages".into(), &requeued, include_unknown);
+        db::audit::record(&mut tx, &entry).await?;
+    }
     tx.commit().await?;
     Ok(requeued.into())
 }
@@ -560,6 +582,7 @@ pub async fn recover_one(
     action: Recovery,
     id: Uuid,
     include_unknown: bool,
+    actor: Actor,
 ) -> Result<QueuedOut, AppError> {
     let id = MessageId(id);
     let selection = Selection {
@@ -574,6 +597,9 @@ pub async fn recover_one(
             .await?
             .ok_or(AppError::NotFound("message"))?;
         refuse_if_never_applies(action, row.status)?;
+    } else {
+        let entry = action.audit(actor, id.0.to_string(), &requeued, include_unknown);
+        db::audit::record(&mut tx, &entry).await?;
     }
     tx.commit().await?;
     Ok(requeued.into())
@@ -629,7 +655,8 @@ pub async fn post_redispatch(
     admin: TenantAdmin,
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<QueuedOut>, AppError> {
-    let out = recover_one(&state.pool, admin.tenant, Recovery::Redispatch, id, false).await?;
+    let actor = Actor::ApiKey(admin.key_id);
+    let out = recover_one(&state.pool, admin.tenant, Recovery::Redispatch, id, false, actor).await?;
     Ok(Json(wake_if_queued(&state, out)))
 }
 
@@ -647,7 +674,16 @@ pub async fn post_resend(
     ApiQuery(query): ApiQuery<ResendQuery>,
 ) -> Result<Json<QueuedOut>, AppError> {
     let include_unknown = query.include_unknown.unwrap_or(false);
-    let out = recover_one(&state.pool, admin.tenant, Recovery::Resend, id, include_unknown).await?;
+    let actor = Actor::ApiKey(admin.key_id);
+    let out = recover_one(
+        &state.pool,
+        admin.tenant,
+        Recovery::Resend,
+        id,
+        include_unknown,
+        actor,
+    )
+    .await?;
     Ok(Json(wake_if_queued(&state, out)))
 }
 
@@ -662,7 +698,8 @@ pub async fn post_redispatch_many(
     ApiJson(filter): ApiJson<RedispatchFilterIn>,
 ) -> Result<Json<QueuedOut>, AppError> {
     let filter = ActionFilterIn::from(filter);
-    let out = recover_many(&state.pool, admin.tenant, Recovery::Redispatch, &filter).await?;
+    let actor = Actor::ApiKey(admin.key_id);
+    let out = recover_many(&state.pool, admin.tenant, Recovery::Redispatch, &filter, actor).await?;
     Ok(Json(wake_if_queued(&state, out)))
 }
 
@@ -676,7 +713,8 @@ pub async fn post_resend_many(
     admin: TenantAdmin,
     ApiJson(filter): ApiJson<ActionFilterIn>,
 ) -> Result<Json<QueuedOut>, AppError> {
-    let out = recover_many(&state.pool, admin.tenant, Recovery::Resend, &filter).await?;
+    let actor = Actor::ApiKey(admin.key_id);
+    let out = recover_many(&state.pool, admin.tenant, Recovery::Resend, &filter, actor).await?;
     Ok(Json(wake_if_queued(&state, out)))
 }
 

@@ -3,8 +3,10 @@
 //! queries, connectors, links, tenant settings, keys. Handlers are thin; the functions they
 //! call take a pool and a tenant, so the CLI runs the same code.
 
+pub mod audit;
 pub mod auth;
 pub mod connectors;
+pub mod lifecycle;
 pub mod links;
 pub mod messages;
 pub mod operator;
@@ -57,6 +59,10 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(links::delete))
         .routes(routes!(tenant::get, tenant::update))
         .routes(routes!(tenant::rotate_dispatch_secret))
+        .routes(routes!(lifecycle::erase_user))
+        .routes(routes!(lifecycle::erase_sender))
+        .routes(routes!(lifecycle::export))
+        .routes(routes!(audit::list))
         .routes(routes!(operator::list_tenants, operator::create_tenant))
         .routes(routes!(operator::get_tenant, operator::update_tenant))
         .routes(routes!(operator::list_keys, operator::issue_key_route))

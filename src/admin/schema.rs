@@ -117,6 +117,17 @@ where
     }
 }
 
+/// `deserialize_with` of a nullable integer field whose absence differs from `null`
+/// (`#[serde(default)]` gives `None` when absent): `Some(None)` for `null`, `Some(Some(n))`
+/// for a number, integral floats included as in `optional_integer`.
+pub fn nullable_integer<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<i64> + TryFrom<u64>,
+{
+    optional_integer(deserializer).map(Some)
+}
+
 fn string_enum(values: impl IntoIterator<Item = &'static str>, nullable: bool) -> Object {
     let schema_type = if nullable {
         SchemaType::from_iter([Type::String, Type::Null])

@@ -1,4 +1,5 @@
-//! The calling tenant's own settings: name, agent URL, dispatch secret rotation.
+//! The calling tenant's own settings: name, agent URL, history scope, retention, dispatch
+//! secret rotation. Changes are recorded in the audit log in their own transaction.
 
 use axum::extract::State;
 use axum::Json;
@@ -9,7 +10,9 @@ use uuid::Uuid;
 use super::auth::TenantAdmin;
 use super::{schema, ApiJson, ApiJsonError};
 use crate::db;
+use crate::db::audit::{Actor, AuditAction, AuditEntry};
 use crate::db::tenants::TenantRow;
+use crate::db::TenantTx;
 use crate::domain::HistoryScopeSetting;
 use crate::error::AppError;
 use crate::state::AppState;
@@ -28,7 +31,19 @@ pub struct TenantOut {
     pub agent_url: Option<String>,
     /// Which earlier turns of a user the agent gets as history (README "History scope").
     pub history_scope: HistoryScopeSetting,
+    /// Turns older than this many days are deleted; null keeps them for ever (README "Data
+    /// lifecycle").
+    pub retention_days: Option<i32>,
     pub created_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl TenantOut {
+    fn with_retention(self, retention_days: Option<i32>) -> Self {
+        Self {
+            retention_days,
+            ..self
+        }
+    }
 }
 
 impl From<TenantRow> for TenantOut {
@@ -39,6 +54,7 @@ impl From<TenantRow> for TenantOut {
             name: row.name,
             agent_url: row.agent_url,
             history_scope: row.history_scope,
+            retention_days: None,
             created_at: row.created_at,
         }
     }
@@ -62,10 +78,38 @@ pub struct TenantPatch {
     /// group sees the user's turns there only, a direct message their direct messages on
     /// every platform; `chat`: the same chat only.
     pub history_scope: Option<HistoryScopeSetting>,
+    /// Delete turns (and their reply parts) older than this many days: 7 (Meta retries a
+    /// webhook for up to 7 days, and a turn's row is what drops the retry) to 36500. `null`
+    /// keeps them for ever (the default).
+    #[schema(value_type = Option<i32>, minimum = 7, maximum = 36500)]
+    #[serde(default, deserialize_with = "schema::nullable_integer")]
+    pub retention_days: Option<Option<i32>>,
 }
 
 impl TenantPatch {
+    /// The names of the fields it changes, for the audit record.
+    fn fields(&self) -> Vec<&'static str> {
+        [
+            ("name", self.name.is_some()),
+            ("agent_url", self.agent_url.is_some()),
+            ("history_scope", self.history_scope.is_some()),
+            ("retention_days", self.retention_days.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(field, set)| set.then_some(field))
+        .collect()
+    }
+
     fn check(&self) -> Result<(), AppError> {
+        use crate::lifecycle::retention::{MAX_DAYS, MIN_DAYS};
+        if let Some(Some(days)) = self.retention_days {
+            if !(MIN_DAYS..=MAX_DAYS).contains(&days) {
+                return Err(AppError::Unprocessable(format!(
+                    "retention_days must be between {MIN_DAYS} (platforms retry webhooks for up to 7 \
+                     days) and {MAX_DAYS}, or null to keep turns for ever"
+                )));
+            }
+        }
         if self.name.as_deref().is_some_and(|n| n.trim().is_empty()) {
             return Err(AppError::Unprocessable("name must not be empty".into()));
         }
@@ -90,11 +134,13 @@ pub async fn get(State(state): State<AppState>, admin: TenantAdmin) -> Result<Js
     let row = db::tenants::get(&mut conn, &state.settings.database.secrets, admin.tenant)
         .await?
         .ok_or(AppError::NotFound("tenant"))?;
-    Ok(Json(row.into()))
+    let retention = db::lifecycle::retention_days(&mut conn, admin.tenant).await?;
+    Ok(Json(TenantOut::from(row).with_retention(retention)))
 }
 
-/// Change the name, the history scope or the agent URL (http or https, and every address of its host public
-/// unless the operator's `CB_EGRESS_ALLOW` allows it; else 422).
+/// Change the name, the history scope, the retention (7 to 36500 days, or null: for ever;
+/// else 422) or the agent URL (http or https, and every address of its host public unless
+/// the operator's `CB_EGRESS_ALLOW` allows it; else 422).
 #[utoipa::path(patch, path = "/v1/admin/tenant", operation_id = "update_tenant", tag = "tenant", security(("api_key" = [])), request_body = TenantPatch,
     responses((status = 200, body = TenantOut), (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 404, body = ApiJsonError), (status = 413, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
 pub async fn update(
@@ -104,9 +150,9 @@ pub async fn update(
 ) -> Result<Json<TenantOut>, AppError> {
     patch.check()?;
     super::check_egress(&state, "agent_url", patch.agent_url.as_deref()).await?;
-    let mut conn = state.pool.acquire().await?;
+    let mut tx = TenantTx::begin(&state.pool, admin.tenant).await?;
     let row = db::tenants::update(
-        &mut conn,
+        tx.conn(),
         &state.settings.database.secrets,
         admin.tenant,
         db::tenants::TenantChange {
@@ -117,8 +163,21 @@ pub async fn update(
     )
     .await?
     .ok_or(AppError::NotFound("tenant"))?;
+    if let Some(days) = patch.retention_days {
+        db::lifecycle::set_retention_days(tx.conn(), admin.tenant, days).await?;
+    }
+    let retention = db::lifecycle::retention_days(tx.conn(), admin.tenant).await?;
+    let details = serde_json::json!({"fields": patch.fields(), "retention_days": retention});
+    let entry = AuditEntry::new(
+        Actor::ApiKey(admin.key_id),
+        AuditAction::TenantUpdate,
+        "tenant",
+        details,
+    );
+    db::audit::record(&mut tx, &entry).await?;
+    tx.commit().await?;
     state.cache.forget_tenant(admin.tenant);
-    Ok(Json(row.into()))
+    Ok(Json(TenantOut::from(row).with_retention(retention)))
 }
 
 /// Rotate the dispatch signing secret.
@@ -130,15 +189,25 @@ pub async fn rotate_dispatch_secret(
 ) -> Result<Json<DispatchSecretOut>, AppError> {
     use secrecy::ExposeSecret;
     let grace = std::time::Duration::from_secs(DISPATCH_SECRET_GRACE_SECS);
-    let mut conn = state.pool.acquire().await?;
+    let mut tx = TenantTx::begin(&state.pool, admin.tenant).await?;
     let secret =
-        db::tenants::rotate_dispatch_secret(&mut conn, &state.settings.database.secrets, admin.tenant, grace)
+        db::tenants::rotate_dispatch_secret(tx.conn(), &state.settings.database.secrets, admin.tenant, grace)
             .await?
             .ok_or(AppError::NotFound("tenant"))?;
+    let previous_valid_until =
+        chrono::Utc::now() + chrono::Duration::seconds(DISPATCH_SECRET_GRACE_SECS as i64);
+    let details = serde_json::json!({"previous_valid_until": previous_valid_until});
+    let entry = AuditEntry::new(
+        Actor::ApiKey(admin.key_id),
+        AuditAction::DispatchSecretRotate,
+        "tenant",
+        details,
+    );
+    db::audit::record(&mut tx, &entry).await?;
+    tx.commit().await?;
     state.cache.forget_tenant(admin.tenant);
     Ok(Json(DispatchSecretOut {
         dispatch_secret: secret.0.expose_secret().to_owned(),
-        previous_valid_until: chrono::Utc::now()
-            + chrono::Duration::seconds(DISPATCH_SECRET_GRACE_SECS as i64),
+        previous_valid_until,
     }))
 }

@@ -5,7 +5,9 @@
 //! integration tests against a real database (README, "Checked SQL").
 
 pub mod api_keys;
+pub mod audit;
 pub mod connectors;
+pub mod lifecycle;
 pub mod links;
 pub mod messages;
 pub mod queue;

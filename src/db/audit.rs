@@ -1,0 +1,155 @@
+//! `audit_log` (tenant table, RLS, append-only for the app role): who did what to the
+//! tenant's configuration and data. Every record is written in the transaction of the change
+//! it records. Details hold ids, counts and the names of changed fields, never message text
+//! or secrets (README "Data lifecycle").
+
+use serde::Serialize;
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::TenantTx;
+
+/// Who acted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Actor {
+    /// A tenant admin, by the id of the API key they used.
+    ApiKey(Uuid),
+    /// The operator (`CB_OPERATOR_TOKEN`).
+    Operator,
+    /// The database-URL command line.
+    Cli,
+}
+
+impl Actor {
+    /// The stored form (`audit_log_actor_check`).
+    pub fn as_text(self) -> String {
+        match self {
+            Actor::ApiKey(id) => id.to_string(),
+            Actor::Operator => "operator".into(),
+            Actor::Cli => "cli".into(),
+        }
+    }
+}
+
+/// What was done. The stored names are part of the API (`GET /v1/admin/audit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuditAction {
+    ConnectorCreate,
+    /// Any change by PATCH; `details.secrets` names the secrets it replaced.
+    ConnectorUpdate,
+    ConnectorDisable,
+    ConnectorDelete,
+    DispatchSecretRotate,
+    /// Name, agent URL, history scope or retention (`details.fields`).
+    TenantUpdate,
+    LinkSet,
+    LinkDelete,
+    MessagesRedispatch,
+    MessagesResend,
+    PersonErase,
+}
+
+impl AuditAction {
+    pub const ALL: [AuditAction; 11] = [
+        Self::ConnectorCreate,
+        Self::ConnectorUpdate,
+        Self::ConnectorDisable,
+        Self::ConnectorDelete,
+        Self::DispatchSecretRotate,
+        Self::TenantUpdate,
+        Self::LinkSet,
+        Self::LinkDelete,
+        Self::MessagesRedispatch,
+        Self::MessagesResend,
+        Self::PersonErase,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ConnectorCreate => "connector.create",
+            Self::ConnectorUpdate => "connector.update",
+            Self::ConnectorDisable => "connector.disable",
+            Self::ConnectorDelete => "connector.delete",
+            Self::DispatchSecretRotate => "tenant.rotate_dispatch_secret",
+            Self::TenantUpdate => "tenant.update",
+            Self::LinkSet => "link.set",
+            Self::LinkDelete => "link.delete",
+            Self::MessagesRedispatch => "messages.redispatch",
+            Self::MessagesResend => "messages.resend",
+            Self::PersonErase => "person.erase",
+        }
+    }
+}
+
+/// One record to write.
+#[derive(Debug, Clone)]
+pub struct AuditEntry {
+    pub actor: Actor,
+    pub action: AuditAction,
+    pub target: String,
+    /// A JSON object: ids, counts, field names. Never content or secrets.
+    pub details: Value,
+}
+
+impl AuditEntry {
+    pub fn new(actor: Actor, action: AuditAction, target: impl Into<String>, details: Value) -> Self {
+        Self {
+            actor,
+            action,
+            target: target.into(),
+            details,
+        }
+    }
+}
+
+/// Writes `entry` in the caller's transaction. The time is read here, not by `now()`:
+/// one clock for the record and the cursor the listing hands out.
+pub async fn record(tx: &mut TenantTx, entry: &AuditEntry) -> Result<(), sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query(
+        "insert into audit_log (tenant_id, id, at, actor, action, target, details)
+         values ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(tenant)
+    .bind(Uuid::now_v7())
+    .bind(chrono::Utc::now())
+    .bind(entry.actor.as_text())
+    .bind(entry.action.as_str())
+    .bind(&entry.target)
+    .bind(&entry.details)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// A stored record.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct AuditRow {
+    pub id: Uuid,
+    pub at: chrono::DateTime<chrono::Utc>,
+    pub actor: String,
+    pub action: String,
+    pub target: String,
+    pub details: Value,
+}
+
+/// Newest first, strictly older than `before` `(at, id)` when given.
+pub async fn list(
+    tx: &mut TenantTx,
+    before: Option<(chrono::DateTime<chrono::Utc>, Uuid)>,
+    limit: i64,
+) -> Result<Vec<AuditRow>, sqlx::Error> {
+    let tenant = tx.tenant();
+    let (at, id) = before.unzip();
+    sqlx::query_as(
+        "select id, at, actor, action, target, details from audit_log
+          where tenant_id = $1 and ($2::timestamptz is null or (at, id) < ($2, $3))
+          order by at desc, id desc limit $4",
+    )
+    .bind(tenant)
+    .bind(at)
+    .bind(id)
+    .bind(limit)
+    .fetch_all(tx.conn())
+    .await
+}

@@ -1,0 +1,368 @@
+//! The data lifecycle's statements (README "Data lifecycle"): the tenant's retention
+//! setting, the retention job's batch delete, erasing one person, and reading a person's
+//! or the tenant's turns in pages for export. The rules live in `crate::lifecycle`.
+
+use sqlx::{PgConnection, Postgres, QueryBuilder};
+
+use super::messages::{MessageRow, ReplyPart, MESSAGE_COLUMNS};
+use super::TenantTx;
+use crate::domain::{MessageId, Platform, TenantId};
+
+/// Whose data: a tenant user (their turns under that user id, the turns their linked
+/// accounts sent before they were linked, their links), or one platform account (every turn
+/// it sent, linked or not, and its link).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Person {
+    User(String),
+    Sender {
+        platform: Platform,
+        platform_user_id: String,
+    },
+}
+
+impl Person {
+    /// How audit records and logs name it: `user:<id>` or `<platform>:<platform user id>`.
+    pub fn target(&self) -> String {
+        match self {
+            Person::User(user) => format!("user:{user}"),
+            Person::Sender {
+                platform,
+                platform_user_id,
+            } => format!("{platform}:{platform_user_id}"),
+        }
+    }
+}
+
+/// Appends the predicate choosing `person`'s turns (`m`). A user's turns are those recorded
+/// under their id, and those an account linked to them sent while it was unlinked
+/// (`user_id` null); a turn recorded under another user's id is that user's.
+fn push_person(sql: &mut QueryBuilder<'_, Postgres>, tenant: TenantId, person: &Person) {
+    match person {
+        Person::User(user) => {
+            sql.push(" and (m.user_id = ")
+                .push_bind(user.clone())
+                .push(
+                    " or (m.user_id is null and (m.platform, m.platform_user_id) in
+                       (select l.platform, l.platform_user_id from channel_links l
+                         where l.tenant_id = ",
+                )
+                .push_bind(tenant)
+                .push(" and l.user_id = ")
+                .push_bind(user.clone())
+                .push(")))");
+        }
+        Person::Sender {
+            platform,
+            platform_user_id,
+        } => {
+            sql.push(" and m.platform_user_id = ")
+                .push_bind(platform_user_id.clone())
+                .push(" and m.platform = ")
+                .push_bind(platform.as_str());
+        }
+    }
+}
+
+/// The tenant's retention in days (`None`: kept for ever); `None` too for an unknown tenant.
+pub async fn retention_days(conn: &mut PgConnection, tenant: TenantId) -> Result<Option<i32>, sqlx::Error> {
+    let days: Option<Option<i32>> = sqlx::query_scalar("select retention_days from tenants where id = $1")
+        .bind(tenant)
+        .fetch_optional(conn)
+        .await?;
+    Ok(days.flatten())
+}
+
+/// Sets the tenant's retention (`None`: for ever). `false` for an unknown tenant.
+pub async fn set_retention_days(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    days: Option<i32>,
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query("update tenants set retention_days = $2, updated_at = now() where id = $1")
+        .bind(tenant)
+        .bind(days)
+        .execute(conn)
+        .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Every tenant with a retention: `(tenant, days)`. `tenants` is infrastructure (no RLS).
+pub async fn tenants_with_retention(conn: &mut PgConnection) -> Result<Vec<(TenantId, i32)>, sqlx::Error> {
+    sqlx::query_as("select id, retention_days from tenants where retention_days is not null order by id")
+        .fetch_all(conn)
+        .await
+}
+
+/// What one retention batch deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Purged {
+    pub turns: u64,
+    pub reply_parts: u64,
+}
+
+/// Deletes up to `limit` of the tenant's turns received before `cutoff`, oldest first, with
+/// their reply parts, leaving every turn in flight: `accepted` or `dispatching`, one with a
+/// job (queued, or being worked: a resend of an old turn), or one with a reply part not
+/// settled (`pending`, `sending`). Rows another transaction holds (a resend choosing the
+/// same turn) are skipped, not waited for: the next pass takes them.
+pub async fn purge_turns(
+    tx: &mut TenantTx,
+    cutoff: chrono::DateTime<chrono::Utc>,
+    limit: i64,
+) -> Result<Purged, sqlx::Error> {
+    let tenant = tx.tenant();
+    let (turns, reply_parts): (i64, i64) = sqlx::query_as(
+        "with doomed as (
+             select m.id from channel_messages m
+              where m.tenant_id = $1 and m.received_at < $2
+                and m.status not in ('accepted', 'dispatching')
+                and not exists (select 1 from dispatch_queue q where q.message_id = m.id)
+                and not exists (select 1 from channel_replies r
+                                 where r.tenant_id = m.tenant_id and r.message_id = m.id
+                                   and r.status in ('pending', 'sending'))
+              order by m.received_at, m.id
+              limit $3
+              for update of m skip locked),
+         parts as (
+             delete from channel_replies r using doomed d
+              where r.tenant_id = $1 and r.message_id = d.id
+              returning 1),
+         turns as (
+             delete from channel_messages m using doomed d
+              where m.tenant_id = $1 and m.id = d.id
+              returning 1)
+         select (select count(*) from turns), (select count(*) from parts)",
+    )
+    .bind(tenant)
+    .bind(cutoff)
+    .bind(limit)
+    .fetch_one(tx.conn())
+    .await?;
+    Ok(Purged {
+        turns: turns.unsigned_abs(),
+        reply_parts: reply_parts.unsigned_abs(),
+    })
+}
+
+/// Deletes up to `limit` of the tenant's unlinked-notice marks of days before `cutoff`
+/// (they only matter for today's "once a day").
+pub async fn purge_notices(
+    tx: &mut TenantTx,
+    cutoff: chrono::NaiveDate,
+    limit: i64,
+) -> Result<u64, sqlx::Error> {
+    let tenant = tx.tenant();
+    let done = sqlx::query(
+        "delete from channel_notices n
+          where n.tenant_id = $1
+            and (n.connector_id, n.platform_user_id, n.day) in
+                (select o.connector_id, o.platform_user_id, o.day from channel_notices o
+                  where o.tenant_id = $1 and o.day < $2 limit $3)",
+    )
+    .bind(tenant)
+    .bind(cutoff)
+    .bind(limit)
+    .execute(tx.conn())
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// What an erasure deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[schema(example = json!({"turns": 12, "reply_parts": 14, "jobs": 1, "links": 2, "notices": 0}))]
+pub struct Erased {
+    /// The person's turns (`channel_messages`), on every platform.
+    pub turns: u64,
+    /// The reply parts of those turns.
+    pub reply_parts: u64,
+    /// Queued or running jobs of those turns (a reply in flight is not posted after this).
+    pub jobs: u64,
+    pub links: u64,
+    /// The once-a-day marks of notices posted to the person's accounts while unlinked.
+    pub notices: u64,
+}
+
+/// Deletes every row of `person` in the tenant's tables, in the caller's transaction: their
+/// turns with the turns' reply parts and jobs, their links, and the notice marks of every
+/// account they used. Rows of anyone else are not touched (`Person`). The Slack read budget
+/// is per workspace, not per person, and stays.
+pub async fn erase(tx: &mut TenantTx, person: &Person) -> Result<Erased, sqlx::Error> {
+    let tenant = tx.tenant();
+    let mut select = QueryBuilder::new(
+        "select m.id, m.platform, m.platform_user_id from channel_messages m where m.tenant_id = ",
+    );
+    select.push_bind(tenant);
+    push_person(&mut select, tenant, person);
+    select.push(" for update of m");
+    let turns: Vec<(MessageId, String, String)> = select.build_query_as().fetch_all(tx.conn()).await?;
+    let ids: Vec<MessageId> = turns.iter().map(|(id, ..)| *id).collect();
+    let mut senders: Vec<(String, String)> = turns.into_iter().map(|(_, p, s)| (p, s)).collect();
+    senders.extend(accounts(tx, person).await?);
+    senders.sort();
+    senders.dedup();
+
+    let jobs = delete_by_ids(
+        tx,
+        "delete from dispatch_queue where tenant_id = $1 and message_id = any($2)",
+        &ids,
+    )
+    .await?;
+    let reply_parts = delete_by_ids(
+        tx,
+        "delete from channel_replies where tenant_id = $1 and message_id = any($2)",
+        &ids,
+    )
+    .await?;
+    let turns = delete_by_ids(
+        tx,
+        "delete from channel_messages where tenant_id = $1 and id = any($2)",
+        &ids,
+    )
+    .await?;
+    let links = delete_links(tx, person).await?;
+    let notices = delete_notices(tx, &senders).await?;
+    Ok(Erased {
+        turns,
+        reply_parts,
+        jobs,
+        links,
+        notices,
+    })
+}
+
+/// The platform accounts linked to `person` now: `(platform, platform_user_id)`.
+async fn accounts(tx: &mut TenantTx, person: &Person) -> Result<Vec<(String, String)>, sqlx::Error> {
+    let tenant = tx.tenant();
+    match person {
+        Person::User(user) => {
+            sqlx::query_as(
+                "select platform, platform_user_id from channel_links where tenant_id = $1 and user_id = $2",
+            )
+            .bind(tenant)
+            .bind(user)
+            .fetch_all(tx.conn())
+            .await
+        }
+        Person::Sender {
+            platform,
+            platform_user_id,
+        } => Ok(vec![(platform.as_str().to_owned(), platform_user_id.clone())]),
+    }
+}
+
+async fn delete_by_ids(tx: &mut TenantTx, sql: &'static str, ids: &[MessageId]) -> Result<u64, sqlx::Error> {
+    let tenant = tx.tenant();
+    let done = sqlx::query(sql).bind(tenant).bind(ids).execute(tx.conn()).await?;
+    Ok(done.rows_affected())
+}
+
+async fn delete_links(tx: &mut TenantTx, person: &Person) -> Result<u64, sqlx::Error> {
+    let tenant = tx.tenant();
+    let done =
+        match person {
+            Person::User(user) => {
+                sqlx::query("delete from channel_links where tenant_id = $1 and user_id = $2")
+                    .bind(tenant)
+                    .bind(user)
+                    .execute(tx.conn())
+                    .await?
+            }
+            Person::Sender {
+                platform,
+                platform_user_id,
+            } => sqlx::query(
+                "delete from channel_links where tenant_id = $1 and platform = $2 and platform_user_id = $3",
+            )
+            .bind(tenant)
+            .bind(platform.as_str())
+            .bind(platform_user_id)
+            .execute(tx.conn())
+            .await?,
+        };
+    Ok(done.rows_affected())
+}
+
+/// Notice marks are kept per connector: those of every connector of each account's platform.
+async fn delete_notices(tx: &mut TenantTx, senders: &[(String, String)]) -> Result<u64, sqlx::Error> {
+    let tenant = tx.tenant();
+    let (platforms, ids): (Vec<String>, Vec<String>) = senders.iter().cloned().unzip();
+    let done = sqlx::query(
+        "delete from channel_notices n using channel_connectors c
+          where n.tenant_id = $1 and c.tenant_id = $1 and c.id = n.connector_id
+            and (c.platform, n.platform_user_id) in
+                (select s.platform, s.platform_user_id from unnest($2::text[], $3::text[])
+                     as s(platform, platform_user_id))",
+    )
+    .bind(tenant)
+    .bind(&platforms)
+    .bind(&ids)
+    .execute(tx.conn())
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// The next `limit` turns after `after` `(received_at, id)`, oldest first, of every one of
+/// `people` (each narrows; none: every turn of the tenant), each with its reply parts.
+pub async fn export_page(
+    tx: &mut TenantTx,
+    people: &[Person],
+    after: Option<(chrono::DateTime<chrono::Utc>, MessageId)>,
+    limit: i64,
+) -> Result<Vec<(MessageRow, Vec<ReplyPart>)>, sqlx::Error> {
+    let tenant = tx.tenant();
+    let mut sql = QueryBuilder::new(format!(
+        "select {MESSAGE_COLUMNS} from channel_messages m where m.tenant_id = "
+    ));
+    sql.push_bind(tenant);
+    for person in people {
+        push_person(&mut sql, tenant, person);
+    }
+    if let Some((received_at, id)) = after {
+        sql.push(" and (m.received_at, m.id) > (")
+            .push_bind(received_at)
+            .push(", ")
+            .push_bind(id)
+            .push(")");
+    }
+    sql.push(" order by m.received_at, m.id limit ").push_bind(limit);
+    let turns: Vec<MessageRow> = sql.build_query_as().fetch_all(tx.conn()).await?;
+    let ids: Vec<MessageId> = turns.iter().map(|t| t.id).collect();
+    let mut parts = parts_of(tx, &ids).await?;
+    Ok(turns
+        .into_iter()
+        .map(|turn| {
+            let own = parts.remove(&turn.id).unwrap_or_default();
+            (turn, own)
+        })
+        .collect())
+}
+
+#[derive(sqlx::FromRow)]
+struct PartOf {
+    message_id: MessageId,
+    #[sqlx(flatten)]
+    part: ReplyPart,
+}
+
+/// The reply parts of several turns, each turn's in `part_index` order.
+async fn parts_of(
+    tx: &mut TenantTx,
+    ids: &[MessageId],
+) -> Result<std::collections::HashMap<MessageId, Vec<ReplyPart>>, sqlx::Error> {
+    let tenant = tx.tenant();
+    let rows: Vec<PartOf> = sqlx::query_as(
+        "select message_id, part_index, content, status, platform_message_id, delivery_status,
+                attempts, last_error, sending_since, sent_at
+           from channel_replies where tenant_id = $1 and message_id = any($2)
+          order by message_id, part_index",
+    )
+    .bind(tenant)
+    .bind(ids)
+    .fetch_all(tx.conn())
+    .await?;
+    let mut parts: std::collections::HashMap<MessageId, Vec<ReplyPart>> = Default::default();
+    for row in rows {
+        parts.entry(row.message_id).or_default().push(row.part);
+    }
+    Ok(parts)
+}
