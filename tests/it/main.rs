@@ -17,6 +17,7 @@ mod foundation;
 mod history_scope;
 mod ingress;
 mod ingress_batch;
+mod lifecycle;
 mod observability;
 mod replies;
 mod rls;
