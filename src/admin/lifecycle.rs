@@ -29,8 +29,9 @@ pub struct ExportQuery {
     #[param(max_length = 256, pattern = r"^[^\u0000]*$")]
     pub user_id: Option<String>,
     /// One platform account, `<platform>:<platform user id>` (`telegram:408258968`): every
-    /// turn it sent, linked or not.
-    #[param(max_length = 266, pattern = r"^(slack|whatsapp|telegram):[^\u0000]*$")]
+    /// turn it sent, linked or not. The id is at most 256 characters (262 in all is the
+    /// bound for the shortest platform name).
+    #[param(max_length = 262, pattern = r"^(slack|whatsapp|telegram):[^\u0000]*$")]
     pub sender: Option<String>,
 }
 
