@@ -153,3 +153,40 @@ pub async fn list(
     .fetch_all(tx.conn())
     .await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_action_is_listed_once_under_its_own_name() {
+        for action in AuditAction::ALL {
+            match action {
+                AuditAction::ConnectorCreate
+                | AuditAction::ConnectorUpdate
+                | AuditAction::ConnectorDisable
+                | AuditAction::ConnectorDelete
+                | AuditAction::DispatchSecretRotate
+                | AuditAction::TenantUpdate
+                | AuditAction::LinkSet
+                | AuditAction::LinkDelete
+                | AuditAction::MessagesRedispatch
+                | AuditAction::MessagesResend
+                | AuditAction::PersonErase => {}
+            }
+        }
+        let names: std::collections::HashSet<_> = AuditAction::ALL.map(AuditAction::as_str).into();
+        assert_eq!(names.len(), AuditAction::ALL.len());
+    }
+
+    #[test]
+    fn actors_are_stored_as_the_check_constraint_allows() {
+        let key = Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
+        assert_eq!(
+            Actor::ApiKey(key).as_text(),
+            "01234567-89ab-cdef-0123-456789abcdef"
+        );
+        assert_eq!(Actor::Operator.as_text(), "operator");
+        assert_eq!(Actor::Cli.as_text(), "cli");
+    }
+}
