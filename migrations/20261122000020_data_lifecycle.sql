@@ -15,10 +15,12 @@ ALTER TABLE tenants ADD CONSTRAINT tenants_retention_days_check
 GRANT UPDATE (retention_days) ON tenants TO channel_bridge_app;
 
 -- Erasure and export by sender (an unlinked person has no user_id): one account's turns
--- without scanning the tenant's. Neither column is ever updated, so the turn's updates stay
--- HOT (migration 10).
+-- without scanning the tenant's. A hash index, because a platform user id is stored whole
+-- however long it is (ingress names an over-long one by digest only in its indexed keys),
+-- and a B-tree entry must stay under about 2.7 kB; equality is all these lookups need.
+-- The column is never updated, so the turn's updates stay HOT (migration 10).
 CREATE INDEX channel_messages_sender_idx
-    ON channel_messages (tenant_id, platform_user_id);
+    ON channel_messages USING hash (platform_user_id);
 
 -- Who did what to the tenant's configuration and data, for the tenant's admins. Tenant
 -- content: under RLS like every other tenant table, primary key starting with tenant_id

@@ -32,6 +32,7 @@ async fn migrate_applies_on_an_empty_database_and_a_second_run_is_a_no_op() {
         tables,
         [
             "api_keys",
+            "audit_log",
             "channel_connectors",
             "channel_links",
             "channel_messages",
