@@ -288,7 +288,8 @@ pub async fn get_message(pool: &PgPool, tenant: TenantId, id: Uuid) -> Result<Me
 #[into_params(parameter_in = Query)]
 pub struct HistoryQuery {
     /// With `chat_id`: the user's next turn in this chat of this connector, rather than
-    /// their next direct message. Needed when the tenant's history scope is `chat`.
+    /// their next direct message (under the `chat` scope: in the direct chat they wrote in
+    /// last).
     pub connector_id: Option<Uuid>,
     #[param(max_length = 256, pattern = r"^[^\u0000]*$")]
     pub chat_id: Option<String>,
@@ -307,11 +308,19 @@ pub async fn user_history(
     let setting = db::tenants::history_scope(tx.conn(), tenant)
         .await?
         .ok_or(AppError::NotFound("tenant"))?;
+    let last_direct;
     let chat = match (query.connector_id, query.chat_id.as_deref()) {
         (Some(connector), Some(chat_id)) => {
             let connector = ConnectorId(connector);
             let space = db::messages::space_of_chat(&mut tx, connector, chat_id).await?;
             Some((connector, chat_id, space))
+        }
+        // Under `chat` a direct message sees its own chat only: the one they wrote in last.
+        (None, None) if setting == HistoryScopeSetting::Chat => {
+            last_direct = db::messages::last_direct_chat(&mut tx, user_id).await?;
+            last_direct
+                .as_ref()
+                .map(|(connector, chat_id)| (*connector, chat_id.as_str(), None))
         }
         (None, None) => None,
         _ => {
@@ -332,10 +341,14 @@ pub async fn user_history(
             chat_id,
             space: space.as_deref(),
         },
+        // No direct chat yet: the next one starts with no history.
         (HistoryScopeSetting::Chat, None) => {
-            return Err(AppError::Unprocessable(
-                "the history scope is `chat`: name the chat with connector_id and chat_id".into(),
-            ))
+            tx.commit().await?;
+            return Ok(HistoryOut {
+                user_id: user_id.to_owned(),
+                history_scope: setting,
+                messages: Vec::new(),
+            });
         }
     };
     let scope = HistoryScope {

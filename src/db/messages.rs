@@ -164,6 +164,23 @@ pub async fn space_of_chat(
     Ok(space.flatten())
 }
 
+/// The direct chat (connector, chat id) `user_id` wrote in last, if any.
+pub async fn last_direct_chat(
+    tx: &mut TenantTx,
+    user_id: &str,
+) -> Result<Option<(ConnectorId, String)>, sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query_as(
+        "select connector_id, chat_id from channel_messages
+          where tenant_id = $1 and user_id = $2 and space is null
+          order by received_at desc limit 1",
+    )
+    .bind(tenant)
+    .bind(user_id)
+    .fetch_optional(tx.conn())
+    .await
+}
+
 pub async fn get(tx: &mut TenantTx, id: MessageId) -> Result<Option<MessageRow>, sqlx::Error> {
     let tenant = tx.tenant();
     sqlx::query_as(&format!(
