@@ -591,6 +591,7 @@ fn telegram_connector(tenant: u64, api_base_url: &str) -> NewConnector {
         telegram_delivery: TelegramDelivery::AtMostOnce,
         unlinked_notice: None,
         format_markdown: true,
+        typing_indicator: true,
     }
 }
 
