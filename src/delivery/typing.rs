@@ -132,9 +132,18 @@ struct Target {
 }
 
 enum Place {
-    Telegram { chat_id: Value, topic: Option<Value> },
-    Whatsapp { phone_number_id: String, message_id: String },
-    Slack { channel_id: String, thread_ts: String },
+    Telegram {
+        chat_id: Value,
+        topic: Option<Value>,
+    },
+    Whatsapp {
+        phone_number_id: String,
+        message_id: String,
+    },
+    Slack {
+        channel_id: String,
+        thread_ts: String,
+    },
 }
 
 impl Indicators {
@@ -176,7 +185,12 @@ impl Indicators {
         })
     }
 
-    async fn run(self: Arc<Self>, target: Target, claimed_at: Instant, mut stop: watch::Receiver<Option<Ending>>) {
+    async fn run(
+        self: Arc<Self>,
+        target: Target,
+        claimed_at: Instant,
+        mut stop: watch::Receiver<Option<Ending>>,
+    ) {
         let refresh = self
             .interval
             .checked_mul(target.refresh_intervals())
@@ -411,11 +425,15 @@ fn classify(platform: Platform, status: StatusCode, body: Option<&Value>) -> Out
     if matches!(slack_error, Some("ratelimited" | "rate_limited")) {
         return Outcome::RateLimited;
     }
-    let meta_code = body.and_then(|b| b.pointer("/error/code")).and_then(Value::as_i64);
+    let meta_code = body
+        .and_then(|b| b.pointer("/error/code"))
+        .and_then(Value::as_i64);
     if platform == Platform::Whatsapp && meta_code.and_then(whatsapp_rate_limit).is_some() {
         return Outcome::RateLimited;
     }
-    if status.is_client_error() || (platform == Platform::Slack && status.is_success() && slack_error.is_some()) {
+    if status.is_client_error()
+        || (platform == Platform::Slack && status.is_success() && slack_error.is_some())
+    {
         Outcome::Rejected
     } else {
         Outcome::Failed
@@ -458,10 +476,7 @@ mod tests {
     fn a_slack_dm_thread_message_is_an_assistant_thread_and_nothing_else_is() {
         let dm = json!({"event_type": "message", "channel_type": "im", "subtype": null});
         let thread = Some("1718000000.000100");
-        assert_eq!(
-            slack_assistant_thread(&slack_message(dm.clone(), thread)),
-            thread
-        );
+        assert_eq!(slack_assistant_thread(&slack_message(dm.clone(), thread)), thread);
         let file = json!({"event_type": "message", "channel_type": "im", "subtype": "file_share"});
         assert_eq!(slack_assistant_thread(&slack_message(file, thread)), thread);
         // A DM outside a thread, a channel thread, a mention, a broadcast: no indicator.
@@ -477,7 +492,10 @@ mod tests {
     #[test]
     fn indicator_answers_are_classified() {
         let ok = |platform, body: Value| classify(platform, StatusCode::OK, Some(&body));
-        assert_eq!(ok(Platform::Telegram, json!({"ok": true, "result": true})), Outcome::Ok);
+        assert_eq!(
+            ok(Platform::Telegram, json!({"ok": true, "result": true})),
+            Outcome::Ok
+        );
         assert_eq!(ok(Platform::Whatsapp, json!({"success": true})), Outcome::Ok);
         assert_eq!(ok(Platform::Slack, json!({"ok": true})), Outcome::Ok);
         assert_eq!(
@@ -507,6 +525,9 @@ mod tests {
             classify(Platform::Whatsapp, StatusCode::INTERNAL_SERVER_ERROR, None),
             Outcome::Failed
         );
-        assert_eq!(classify(Platform::Telegram, StatusCode::OK, None), Outcome::Failed);
+        assert_eq!(
+            classify(Platform::Telegram, StatusCode::OK, None),
+            Outcome::Failed
+        );
     }
 }

@@ -22,3 +22,4 @@ mod runtime_role;
 mod secrets;
 mod send_fixture;
 mod slack_in_doubt;
+mod typing;
