@@ -319,6 +319,7 @@ fn telegram_connector(api_base_url: &str) -> NewConnector {
         telegram_delivery: TelegramDelivery::AtMostOnce,
         unlinked_notice: None,
         format_markdown: true,
+        typing_indicator: true,
     }
 }
 

@@ -245,6 +245,7 @@ fn new_connector(platform: Platform) -> NewConnector {
         telegram_delivery: Default::default(),
         unlinked_notice: None,
         format_markdown: true,
+        typing_indicator: true,
     }
 }
 

@@ -13,7 +13,8 @@
 //!    drops it at the end unless `--keep-db`;
 //! 2. starts, in this process on 127.0.0.1:0, the agent stand-in (verifies each dispatch's
 //!    Standard Webhooks signature, waits `--agent-latency-ms`, answers `--answer-chars` of
-//!    text) and the Telegram Bot API stand-in (`sendMessage` answers `ok` at once);
+//!    text) and the Telegram Bot API stand-in (`sendMessage` and `sendChatAction` answer
+//!    `ok` at once);
 //! 3. provisions `--tenants` tenants through the library, each with its agent URL and one
 //!    Telegram connector whose API base URL is the stand-in and which lets unlinked senders
 //!    through, so each of the `--users` senders is a conversation of its own;
@@ -50,6 +51,10 @@
 //! - *webhook→agent* runs from just before the webhook was sent to the first agent call of
 //!   that turn (ingress, queue wait, claim, history): it grows for as long as the worker
 //!   cannot keep up with the rate; *webhook→reply* adds the agent's latency and the post;
+//! - *webhook→typing* runs to the turn's first `sendChatAction` (the typing indicator starts
+//!   beside the agent call, so it tracks *webhook→agent*); *claim→typing* is the gateway's
+//!   own `channel_bridge_typing_first_seconds`, scraped from `/metrics` before it stops, as
+//!   the upper bounds of the buckets that hold p50 and p99;
 //! - *agent in flight* is counted by the agent stand-in; the mean is time-weighted over the
 //!   posting window; sustained turns/s ≈ mean in flight / agent latency;
 //! - CPU per turn is CPU time from the first post to the end of the drain divided by turns
@@ -246,6 +251,7 @@ async fn run(args: &Args, db: &BenchDb) -> anyhow::Result<Results> {
     let ready = gateway.wait_ready(addr).await?;
     let targets = Arc::new(Targets::new(addr, &tenants.hook_paths, args)?);
     let load = run_load(args, &shared, targets, gateway.pid(), &db.url).await?;
+    let claim_to_typing_ms = scrape_typing_histogram(addr).await;
     let stopped = gateway.stop().await?;
     let run = GatewayRun {
         ready_secs: ready.as_secs_f64(),
@@ -258,7 +264,45 @@ async fn run(args: &Args, db: &BenchDb) -> anyhow::Result<Results> {
     } else {
         Some(measure_idle(args, db).await?)
     };
-    Ok(Results::new(args, &shared, history, load, run, idle))
+    let mut results = Results::new(args, &shared, history, load, run, idle);
+    results.claim_to_typing_ms = claim_to_typing_ms;
+    Ok(results)
+}
+
+/// The gateway's claim→first typing histogram: the upper bounds (ms) of the buckets holding
+/// p50 and p99, and the count; `None` when it cannot be read.
+async fn scrape_typing_histogram(addr: SocketAddr) -> Option<BucketPercentiles> {
+    let text = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    let buckets: Vec<(f64, f64)> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("channel_bridge_typing_first_seconds_bucket{le=\""))
+        .filter_map(|rest| {
+            let (le, count) = rest.split_once("\"} ")?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, count.trim().parse().ok()?))
+        })
+        .collect();
+    let total = buckets.last()?.1;
+    let bound = |q: f64| {
+        buckets
+            .iter()
+            .find(|(_, count)| *count >= q * total)
+            .map_or(f64::INFINITY, |(le, _)| le * 1e3)
+    };
+    (total > 0.0).then(|| BucketPercentiles {
+        n: total as u64,
+        p50_at_most: bound(0.5),
+        p99_at_most: bound(0.99),
+    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -272,7 +316,10 @@ struct Shared {
     posted: Vec<AtomicU64>,
     answered: Vec<AtomicU64>,
     called: Vec<AtomicU64>,
+    /// The turn's first typing indicator (`sendChatAction`).
+    typed: Vec<AtomicU64>,
     replied: Vec<AtomicU64>,
+    users: u64,
     answer: String,
     agent_latency: Duration,
     /// Dispatch secrets by tenant index (the agent URL path names the index).
@@ -303,7 +350,9 @@ impl Shared {
             posted: table(),
             answered: table(),
             called: table(),
+            typed: table(),
             replied: table(),
+            users: args.users,
             answer: "lorem ipsum dolor sit amet "
                 .chars()
                 .cycle()
@@ -435,6 +484,7 @@ async fn start_stand_ins(shared: Arc<Shared>) -> anyhow::Result<String> {
     let app = Router::new()
         .route("/agent/{tenant}", post(agent_call))
         .route("/telegram/{bot}/sendMessage", post(telegram_send))
+        .route("/telegram/{bot}/sendChatAction", post(telegram_chat_action))
         .with_state(shared);
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
@@ -516,6 +566,27 @@ async fn telegram_send(
     (StatusCode::OK, Json(json!({ "ok": true, "result": result })))
 }
 
+/// `sendChatAction`: stamps the first indicator of the sender's turn in flight, the oldest
+/// posted turn of that user without a reply (a user has one turn in flight at a time).
+async fn telegram_chat_action(State(shared): State<Arc<Shared>>, body: Bytes) -> Json<Value> {
+    let chat = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|request| request["chat_id"].as_u64());
+    let user = chat.and_then(|chat| chat.checked_sub(FIRST_SENDER_ID));
+    let turn = user.and_then(|user| {
+        (user..shared.posted.len() as u64)
+            .step_by(shared.users.max(1) as usize)
+            .find(|&seq| {
+                let posted = shared.posted[seq as usize].load(Relaxed) > 0;
+                posted && shared.replied[seq as usize].load(Relaxed) == 0
+            })
+    });
+    if let Some(seq) = turn {
+        shared.stamp_first(&shared.typed, seq);
+    }
+    Json(json!({ "ok": true, "result": true }))
+}
+
 // ---------------------------------------------------------------------------------------
 // Provisioning
 
@@ -591,6 +662,7 @@ fn telegram_connector(tenant: u64, api_base_url: &str) -> NewConnector {
         telegram_delivery: TelegramDelivery::AtMostOnce,
         unlinked_notice: None,
         format_markdown: true,
+        typing_indicator: true,
     }
 }
 
@@ -1543,6 +1615,9 @@ struct Results {
     webhook_answer_ms: Percentiles,
     webhook_to_agent_ms: Percentiles,
     webhook_to_reply_ms: Percentiles,
+    webhook_to_typing_ms: Percentiles,
+    /// From the gateway's histogram; null when it could not be scraped.
+    claim_to_typing_ms: Option<BucketPercentiles>,
     agent: AgentFigures,
     gateway: GatewayRun,
     cpu: Option<CpuFigures>,
@@ -1589,6 +1664,14 @@ struct GatewayRun {
     rss_max_mb: Option<f64>,
     stopped: Stopped,
     log: LogSummary,
+}
+
+/// Percentiles known only as the upper bound of their histogram bucket.
+#[derive(Serialize)]
+struct BucketPercentiles {
+    n: u64,
+    p50_at_most: f64,
+    p99_at_most: f64,
 }
 
 #[derive(Serialize)]
@@ -1640,6 +1723,8 @@ impl Results {
             webhook_answer_ms: percentiles(intervals(&shared.posted, &shared.answered)),
             webhook_to_agent_ms: percentiles(intervals(&shared.posted, &shared.called)),
             webhook_to_reply_ms: percentiles(intervals(&shared.posted, &shared.replied)),
+            webhook_to_typing_ms: percentiles(intervals(&shared.posted, &shared.typed)),
+            claim_to_typing_ms: None,
             agent: AgentFigures {
                 calls: get(&counts.agent_calls),
                 repeat_calls: get(&counts.repeat_calls),
@@ -1722,6 +1807,14 @@ impl Results {
         print_percentiles("webhook answer", &self.webhook_answer_ms);
         print_percentiles("webhook→agent", &self.webhook_to_agent_ms);
         print_percentiles("webhook→reply", &self.webhook_to_reply_ms);
+        print_percentiles("webhook→typing", &self.webhook_to_typing_ms);
+        match &self.claim_to_typing_ms {
+            Some(c) => println!(
+                "  claim→typing   p50 ≤ {} ms  p99 ≤ {} ms  (gateway histogram buckets, n={})",
+                c.p50_at_most, c.p99_at_most, c.n
+            ),
+            None => println!("  claim→typing   n/a (the gateway's /metrics could not be read)"),
+        }
         let a = &self.agent;
         println!(
             "  agent          {} calls ({} repeats, {} bad signatures, {} unknown turns); in flight \

@@ -324,6 +324,10 @@ pub struct ConnectorAdd {
     /// platform's formatting.
     #[arg(long)]
     pub plain_text: bool,
+    /// Show no typing indicator while the agent works (on WhatsApp it also marks the user's
+    /// message read).
+    #[arg(long)]
+    pub no_typing: bool,
 }
 
 impl ConnectorAdd {
@@ -343,6 +347,7 @@ impl ConnectorAdd {
             telegram_delivery: self.telegram_delivery,
             unlinked_notice: self.unlinked_notice.clone(),
             format_markdown: !self.plain_text,
+            typing_indicator: !self.no_typing,
         }
     }
 }

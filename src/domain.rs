@@ -227,6 +227,8 @@ pub struct Connector {
     pub unlinked_notice: Option<String>,
     /// Replies are converted from Markdown to the platform's formatting (else plain text).
     pub format_markdown: bool,
+    /// The platform's typing indicator is shown while the agent works on a turn.
+    pub typing_indicator: bool,
 }
 
 /// Telegram offers no way to find out whether an interrupted `sendMessage` went through.

@@ -505,6 +505,13 @@ pub struct DispatchSettings {
     /// Polling fallback when no wake-up arrives, in milliseconds.
     #[arg(long, env = "CB_POLL_INTERVAL_MS", default_value_t = 1000)]
     pub poll_interval_ms: u64,
+
+    /// How often the typing indicator is refreshed while the agent works, in milliseconds:
+    /// Telegram's every interval (its `typing` lasts 5 s), WhatsApp's every 5 (25 s), Slack's
+    /// every 25 (a status goes after 2 min). Also the least time between two indicator
+    /// requests for one chat on this instance.
+    #[arg(long, env = "CB_TYPING_INTERVAL_MS", default_value_t = 4000)]
+    pub typing_interval_ms: u64,
 }
 
 impl Default for DispatchSettings {
@@ -522,6 +529,7 @@ impl Default for DispatchSettings {
             slack_confirm_secs: 60,
             slack_read_interval_ms: 60_000,
             poll_interval_ms: 1000,
+            typing_interval_ms: 4000,
         }
     }
 }
@@ -537,6 +545,9 @@ impl DispatchSettings {
             return Err(SettingsError(
                 "CB_AGENT_TIMEOUT_SECS and CB_PLATFORM_TIMEOUT_SECS must be at least 1".into(),
             ));
+        }
+        if self.typing_interval_ms == 0 {
+            return Err(SettingsError("CB_TYPING_INTERVAL_MS must be at least 1".into()));
         }
         if self.retry_base_ms > self.retry_max_ms {
             return Err(SettingsError(

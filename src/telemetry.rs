@@ -90,6 +90,11 @@ const PHASE_SECONDS: &[f64] = &[
 const OWN_SECONDS: &[f64] = &[
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
 ];
+/// Claim to the first typing indicator request: a millisecond (the target is under 200 ms)
+/// to ten seconds (a request may wait for its chat's slot, one `CB_TYPING_INTERVAL_MS`).
+const TYPING_SECONDS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
 /// Items per batch: counts, in powers of two up to past the largest default batch (256).
 const BATCH_ITEMS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0];
 
@@ -338,6 +343,18 @@ pub const METRICS: &[Metric] = &[
         Counter,
         &["result"],
         "Slack thread reads looking for an in-doubt reply part, by result.",
+    ),
+    metric(
+        "channel_bridge_typing_requests_total",
+        Counter,
+        &["platform", "outcome"],
+        "Typing indicator requests, by platform and outcome (ok, rate_limited, rejected, failed, timeout, unreachable).",
+    ),
+    metric(
+        "channel_bridge_typing_first_seconds",
+        Histogram(TYPING_SECONDS),
+        &[],
+        "Time from a turn's claim to its first typing indicator request.",
     ),
 ];
 

@@ -75,6 +75,9 @@ pub struct ConnectorIn {
     /// Convert the agent's Markdown to the platform's formatting (default); `false` sends
     /// replies as plain text.
     pub format_markdown: Option<bool>,
+    /// Show the platform's typing indicator while the agent works (default); `false` shows
+    /// none (on WhatsApp it also comes with the read receipt).
+    pub typing_indicator: Option<bool>,
 }
 
 impl ConnectorIn {
@@ -142,6 +145,8 @@ pub struct ConnectorPatch {
     pub unlinked_notice: Option<String>,
     /// Convert the agent's Markdown to the platform's formatting, or send plain text.
     pub format_markdown: Option<bool>,
+    /// Show the platform's typing indicator while the agent works, or not.
+    pub typing_indicator: Option<bool>,
 }
 
 impl ConnectorPatch {
@@ -288,6 +293,7 @@ pub async fn create(
         telegram_delivery: input.telegram_delivery.unwrap_or_default(),
         unlinked_notice: input.unlinked_notice,
         format_markdown: input.format_markdown.unwrap_or(true),
+        typing_indicator: input.typing_indicator.unwrap_or(true),
     };
     let mut tx = TenantTx::begin(&state.pool, admin.tenant).await?;
     let connector = db::connectors::insert(&mut tx, &state.settings.database.secrets, &new).await?;
@@ -342,6 +348,7 @@ pub async fn update(
         api_base_url: patch.api_base_url,
         enabled: patch.enabled,
         format_markdown: patch.format_markdown,
+        typing_indicator: patch.typing_indicator,
         unlinked_policy: patch.unlinked_policy,
         telegram_delivery: patch.telegram_delivery,
         unlinked_notice: patch.unlinked_notice,

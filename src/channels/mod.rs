@@ -384,6 +384,7 @@ pub(crate) mod testing {
             telegram_delivery: Default::default(),
             unlinked_notice: None,
             format_markdown: true,
+            typing_indicator: true,
         }
     }
 

@@ -25,6 +25,7 @@ pub struct NewConnector {
     pub telegram_delivery: TelegramDelivery,
     pub unlinked_notice: Option<String>,
     pub format_markdown: bool,
+    pub typing_indicator: bool,
 }
 
 #[derive(sqlx::FromRow)]
@@ -48,6 +49,7 @@ struct ConnectorRow {
     telegram_delivery: String,
     unlinked_notice: Option<String>,
     format_markdown: bool,
+    typing_indicator: bool,
 }
 
 impl ConnectorRow {
@@ -91,6 +93,7 @@ impl ConnectorRow {
             telegram_delivery: self.telegram_delivery.parse().map_err(decode)?,
             unlinked_notice: self.unlinked_notice,
             format_markdown: self.format_markdown,
+            typing_indicator: self.typing_indicator,
         })
     }
 }
@@ -101,7 +104,7 @@ const SELECT_CONNECTOR: &str =
         case when previous_secret_expires_at > now() then previous_verification_secret end
             as live_previous_secret,
         verify_token, outbound_token, api_base_url, enabled, unlinked_policy,
-        telegram_delivery, unlinked_notice, format_markdown
+        telegram_delivery, unlinked_notice, format_markdown, typing_indicator
    from channel_connectors";
 
 pub async fn insert(tx: &mut TenantTx, keys: &Keyring, new: &NewConnector) -> Result<Connector, sqlx::Error> {
@@ -112,8 +115,9 @@ pub async fn insert(tx: &mut TenantTx, keys: &Keyring, new: &NewConnector) -> Re
     sqlx::query(
         "insert into channel_connectors (tenant_id, id, platform, name, external_id, app_id,
              bot_user_id, bot_id, verification_secret, verify_token, outbound_token,
-             api_base_url, unlinked_policy, telegram_delivery, unlinked_notice, format_markdown)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+             api_base_url, unlinked_policy, telegram_delivery, unlinked_notice, format_markdown,
+             typing_indicator)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
     )
     .bind(tenant)
     .bind(id)
@@ -134,6 +138,7 @@ pub async fn insert(tx: &mut TenantTx, keys: &Keyring, new: &NewConnector) -> Re
     .bind(new.telegram_delivery.as_str())
     .bind(&new.unlinked_notice)
     .bind(new.format_markdown)
+    .bind(new.typing_indicator)
     .execute(tx.conn())
     .await?;
     get(tx, keys, id).await?.ok_or(sqlx::Error::RowNotFound)
@@ -200,6 +205,8 @@ pub struct ConnectorSummary {
     pub unlinked_notice: Option<String>,
     /// Replies are converted from the agent's Markdown to the platform's formatting.
     pub format_markdown: bool,
+    /// The platform's typing indicator is shown while the agent works.
+    pub typing_indicator: bool,
     pub has_verify_token: bool,
     pub has_outbound_token: bool,
     /// Until when the secret replaced by the last rotation is still accepted.
@@ -210,6 +217,7 @@ pub struct ConnectorSummary {
 
 const SELECT_SUMMARY: &str = "select id, platform, name, external_id, app_id, bot_user_id, bot_id,
         api_base_url, enabled, unlinked_policy, telegram_delivery, unlinked_notice, format_markdown,
+        typing_indicator,
         verify_token is not null as has_verify_token, outbound_token is not null as has_outbound_token,
         case when previous_secret_expires_at > now() then previous_secret_expires_at end
             as previous_secret_expires_at,
@@ -246,6 +254,7 @@ pub struct ConnectorChange {
     pub api_base_url: Option<String>,
     pub enabled: Option<bool>,
     pub format_markdown: Option<bool>,
+    pub typing_indicator: Option<bool>,
     pub unlinked_policy: Option<UnlinkedPolicy>,
     pub telegram_delivery: Option<TelegramDelivery>,
     pub unlinked_notice: Option<String>,
@@ -312,6 +321,9 @@ pub async fn update(
     }
     if let Some(format) = change.format_markdown {
         sql.push(", format_markdown = ").push_bind(format);
+    }
+    if let Some(typing) = change.typing_indicator {
+        sql.push(", typing_indicator = ").push_bind(typing);
     }
     if let Some((secret, grace)) = &change.rotate_secret {
         // Right-hand sides read the old row: the current secret becomes the previous one.

@@ -24,6 +24,7 @@
 pub mod outbound;
 mod slack;
 pub mod split;
+pub mod typing;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -72,7 +72,7 @@ pub async fn send(client: &Client, part: &OutboundPart<'_>) -> SendOutcome {
     }
 }
 
-fn base_url(connector: &Connector) -> &str {
+pub(super) fn base_url(connector: &Connector) -> &str {
     let default = match connector.platform {
         Platform::Slack => "https://slack.com",
         Platform::Telegram => "https://api.telegram.org",
@@ -356,7 +356,7 @@ fn classify_thread_page(
 // --- Telegram --------------------------------------------------------------------------
 
 /// Telegram chat and message ids are integers; the JSON must carry numbers.
-fn telegram_int(value: &str) -> Value {
+pub(super) fn telegram_int(value: &str) -> Value {
     value
         .parse::<i64>()
         .map_or_else(|_| Value::String(value.to_owned()), Value::from)
@@ -453,7 +453,7 @@ fn classify_telegram(status: StatusCode, body: Option<Value>) -> SendOutcome {
 
 /// Meta error codes that mean "slow down" (PLATFORMS.md §2.6): throughput 130429, pair
 /// rate 131056 (one message per 6 s to the same user), app/WABA limits 4 and 80007.
-fn whatsapp_rate_limit(code: i64) -> Option<Duration> {
+pub(super) fn whatsapp_rate_limit(code: i64) -> Option<Duration> {
     match code {
         131056 => Some(Duration::from_secs(6)),
         130429 | 4 | 80007 => Some(Duration::from_secs(2)),

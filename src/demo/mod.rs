@@ -400,6 +400,7 @@ fn demo_connector(platform: Platform, platforms_url: &str) -> NewConnector {
         telegram_delivery: TelegramDelivery::AtMostOnce,
         unlinked_notice: None,
         format_markdown: true,
+        typing_indicator: true,
     }
 }
 

@@ -182,6 +182,10 @@ async fn telegram_send(State(recorded): State<Arc<Recorded>>, Json(body): Json<V
 }
 
 async fn whatsapp_send(State(recorded): State<Arc<Recorded>>, Json(body): Json<Value>) -> Json<Value> {
+    // The read receipt with the typing indicator shares the endpoint; it is not a reply.
+    if body["status"] == "read" {
+        return Json(json!({"success": true}));
+    }
     let n = record(
         &recorded,
         PostedReply {

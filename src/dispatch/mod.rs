@@ -47,6 +47,7 @@ use crate::db::queue::{ClaimRequest, Job, Queue, Stage};
 use crate::db::tenants::TenantRow;
 use crate::db::turns::{self, Applied, Transition};
 use crate::db::TenantTx;
+use crate::delivery::typing::{Indicators, Typing};
 use crate::delivery::{split, Delivery, DeliveryOutcome, Outgoing};
 use crate::domain::{Connector, MessageId, Platform, TenantId};
 use crate::egress::GuardedClient;
@@ -97,6 +98,8 @@ struct Prepared {
     tenant: Arc<TenantRow>,
     /// Where the answer goes (`None`: the connector was deleted meanwhile).
     connector: Option<Arc<Connector>>,
+    /// When the claim statement returned (the typing indicator's latency counts from it).
+    claimed_at: Instant,
 }
 
 /// Time a job spent waiting on others (the agent, the platform), to tell the worker's own
@@ -117,6 +120,8 @@ pub struct Worker {
     /// For the platforms' send APIs: shorter timeouts than an agent call.
     platform_client: GuardedClient,
     writer: TurnWriter,
+    /// Typing indicators while the agent works (`crate::delivery::typing`).
+    typing: Arc<Indicators>,
     /// Tenant settings (shared with the instance's admin API, which forgets what it changes).
     cache: Arc<ConfigCache>,
     clock: fn() -> i64,
@@ -140,6 +145,10 @@ impl Worker {
             .user_agent(concat!("channel-bridge/", env!("CARGO_PKG_VERSION")));
         let platform_client =
             GuardedClient::build(platform, policy).context("Failed to build the platform HTTP client")?;
+        let typing = Arc::new(Indicators::new(
+            platform_client.clone(),
+            Duration::from_millis(settings.dispatch.typing_interval_ms),
+        ));
         let writer = TurnWriter::spawn(
             pool.clone(),
             crate::batch::BatchLimits {
@@ -154,6 +163,7 @@ impl Worker {
             client,
             platform_client,
             writer,
+            typing,
             clock,
             cache: Arc::new(ConfigCache::new(
                 Duration::from_secs(settings.config_cache_secs),
@@ -208,7 +218,7 @@ impl Worker {
         phase("claim", started);
         metrics::histogram!("channel_bridge_dispatch_claim_batch_size").record(jobs.len() as f64);
         let started = Instant::now();
-        match self.prepare(tx, &jobs).await {
+        match self.prepare(tx, &jobs, started).await {
             Ok(claimed) => {
                 phase("prepare", started);
                 Ok(claimed)
@@ -228,6 +238,7 @@ impl Worker {
         &self,
         tx: Transaction<'static, Postgres>,
         jobs: &[Job],
+        claimed_at: Instant,
     ) -> anyhow::Result<Vec<Claimed>> {
         let mut by_tenant: Vec<&Job> = jobs.iter().collect();
         by_tenant.sort_by_key(|job| job.tenant_id);
@@ -239,13 +250,18 @@ impl Worker {
         let mut claimed = Vec::with_capacity(jobs.len());
         for group in by_tenant.chunk_by(|a, b| a.tenant_id == b.tenant_id) {
             tx.switch_tenant(group[0].tenant_id).await?;
-            claimed.extend(self.prepare_tenant(&mut tx, group).await?);
+            claimed.extend(self.prepare_tenant(&mut tx, group, claimed_at).await?);
         }
         tx.commit().await?;
         Ok(claimed)
     }
 
-    async fn prepare_tenant(&self, tx: &mut TenantTx, jobs: &[&Job]) -> anyhow::Result<Vec<Claimed>> {
+    async fn prepare_tenant(
+        &self,
+        tx: &mut TenantTx,
+        jobs: &[&Job],
+        claimed_at: Instant,
+    ) -> anyhow::Result<Vec<Claimed>> {
         let tenant_id = tx.tenant();
         let tenant = self.cache.tenant(tx.conn(), tenant_id).await?;
         let mut claimed = Vec::with_capacity(jobs.len());
@@ -287,6 +303,7 @@ impl Worker {
                     connector: connectors.get(&message.connector_id).cloned(),
                     tenant: tenant.clone(),
                     message,
+                    claimed_at,
                 })),
                 None => Work::Skip,
             };
@@ -368,14 +385,17 @@ impl Worker {
         let attempts = u32::try_from(prepared.message.attempts).unwrap_or(u32::MAX);
         metrics::counter!("channel_bridge_dispatch_attempts_total").increment(1);
         let started = Instant::now();
+        let typing = self.start_typing(&prepared);
         let history = std::mem::take(&mut prepared.history);
         let outcome = self.call_agent(&prepared, history).await;
+        // Without an answer there is no reply to wait for: the indicator ends now.
+        let typing = typing.filter(|_| matches!(outcome, CallOutcome::Answered(_)));
         waited.0 += started.elapsed();
         metrics::histogram!("channel_bridge_dispatch_agent_seconds").record(started.elapsed().as_secs_f64());
         phase("agent", started);
         let id = job.message_id;
         match outcome {
-            CallOutcome::Answered(parts) => self.complete(job, prepared, &parts, waited).await,
+            CallOutcome::Answered(parts) => self.complete(job, prepared, &parts, waited, typing).await,
             CallOutcome::Retryable {
                 reason,
                 error,
@@ -401,6 +421,14 @@ impl Worker {
                     .await
             }
         }
+    }
+
+    /// The turn's typing indicator, when its connector shows one (best effort: it never
+    /// holds up or fails the turn).
+    fn start_typing(&self, prepared: &Prepared) -> Option<Typing> {
+        let connector = prepared.connector.as_ref()?;
+        self.typing
+            .start(connector, &prepared.message, prepared.claimed_at)
     }
 
     /// Whether a failed call gets another attempt after `delay`: within the attempt limit
@@ -451,13 +479,14 @@ impl Worker {
     }
 
     /// Stores the answer and its reply parts (the store commits together with the first
-    /// part's `sending` mark), then posts them.
+    /// part's `sending` mark), ends the typing indicator, then posts them.
     async fn complete(
         &self,
         job: &Job,
         prepared: Prepared,
         answer: &[String],
         waited: &mut Waited,
+        typing: Option<Typing>,
     ) -> anyhow::Result<StepOutcome> {
         let started = Instant::now();
         let platform: Platform = prepared.message.platform.parse()?;
@@ -495,6 +524,9 @@ impl Worker {
                 }
             },
         };
+        if let Some(typing) = typing {
+            typing.before_reply().await;
+        }
         let outcome = self.run_delivery(job, &outgoing, waited).await?;
         phase("reply", started);
         Ok(match outcome {

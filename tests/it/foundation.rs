@@ -110,6 +110,7 @@ fn slack_connector() -> NewConnector {
         telegram_delivery: Default::default(),
         unlinked_notice: None,
         format_markdown: true,
+        typing_indicator: true,
     }
 }
 

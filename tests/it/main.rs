@@ -25,3 +25,4 @@ mod runtime_role;
 mod secrets;
 mod send_fixture;
 mod slack_in_doubt;
+mod typing;

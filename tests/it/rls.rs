@@ -37,6 +37,7 @@ async fn seed(pool: &PgPool, slug: &str) -> Seeded {
         telegram_delivery: Default::default(),
         unlinked_notice: None,
         format_markdown: true,
+        typing_indicator: true,
     };
     let connector = provision::add_connector(pool, &Keyring::ephemeral(), tenant, &new)
         .await

@@ -8,6 +8,11 @@
 //! a page, from `oldest` on (`inclusive` or not), with `has_more` and an opaque
 //! `response_metadata.next_cursor`, and message metadata only with `include_all_metadata`.
 //! Every call is recorded with its parameters; a script can answer one with a 429.
+//!
+//! Typing indicators (Telegram sendChatAction, the WhatsApp read receipt with
+//! `typing_indicator`, Slack assistant.threads.setStatus) are recorded apart from the sends,
+//! answered from a script of their own (then with success), and numbered in one sequence
+//! with the sends, so a test can tell which came first.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -26,6 +31,10 @@ use tokio::sync::Notify;
 /// One request a platform received.
 #[derive(Debug, Clone)]
 pub struct Sent {
+    /// Arrival order among every send and indicator call this server received.
+    pub seq: u64,
+    /// When it arrived.
+    pub at: std::time::Instant,
     pub platform: Platform,
     pub path: String,
     pub authorization: Option<String>,
@@ -83,6 +92,11 @@ struct PlatformState {
     replies_calls: Mutex<Vec<Vec<(String, String)>>>,
     /// Answers to conversations.replies before the default (reading the thread).
     replies_script: Mutex<VecDeque<Answer>>,
+    /// Typing indicator calls, and answers for the next ones (then success).
+    typing: Mutex<Vec<Sent>>,
+    typing_script: Mutex<VecDeque<Answer>>,
+    /// The arrival sequence shared by sends and indicator calls.
+    seq: std::sync::atomic::AtomicU64,
     arrived: Notify,
 }
 
@@ -106,7 +120,9 @@ impl FakePlatforms {
         let app = Router::new()
             .route("/api/chat.postMessage", post(slack_post))
             .route("/api/conversations.replies", get(slack_replies))
+            .route("/api/assistant.threads.setStatus", post(slack_set_status))
             .route("/{bot}/sendMessage", post(telegram_send))
+            .route("/{bot}/sendChatAction", post(telegram_chat_action))
             .route("/{version}/{phone}/messages", post(whatsapp_send))
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -179,6 +195,36 @@ impl FakePlatforms {
             .collect()
     }
 
+    /// Every typing indicator call so far, in arrival order.
+    pub fn typing(&self) -> Vec<Sent> {
+        self.state.typing.lock().unwrap().clone()
+    }
+
+    pub fn typing_to(&self, platform: Platform) -> Vec<Sent> {
+        self.typing()
+            .into_iter()
+            .filter(|s| s.platform == platform)
+            .collect()
+    }
+
+    /// Answers for the next typing indicator calls (then success).
+    pub fn script_typing(&self, answers: impl IntoIterator<Item = Answer>) {
+        self.state.typing_script.lock().unwrap().extend(answers);
+    }
+
+    /// Waits until at least `n` typing indicator calls arrived.
+    pub async fn wait_for_typing(&self, n: usize) {
+        loop {
+            let notified = self.state.arrived.notified();
+            if self.state.typing.lock().unwrap().len() >= n {
+                return;
+            }
+            tokio::time::timeout(std::time::Duration::from_secs(20), notified)
+                .await
+                .expect("the platform receives the expected typing calls");
+        }
+    }
+
     /// Waits until at least `n` send requests arrived.
     pub async fn wait_for_sends(&self, n: usize) {
         loop {
@@ -215,6 +261,8 @@ fn record(
         .map(str::to_owned);
     let mut sent = state.sent.lock().unwrap();
     sent.push(Sent {
+        seq: state.seq.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
+        at: std::time::Instant::now(),
         platform,
         path,
         authorization,
@@ -222,6 +270,52 @@ fn record(
     });
     state.arrived.notify_waiters();
     sent.len()
+}
+
+/// Records a typing indicator call and answers it from the typing script.
+async fn typing_call(
+    state: &PlatformState,
+    (platform, path): (Platform, String),
+    headers: &HeaderMap,
+    body: Value,
+    success: Value,
+) -> Response {
+    {
+        let mut typing = state.typing.lock().unwrap();
+        typing.push(Sent {
+            seq: state.seq.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
+            at: std::time::Instant::now(),
+            platform,
+            path,
+            authorization: headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+            body,
+        });
+        state.arrived.notify_waiters();
+    }
+    let reply = state.typing_script.lock().unwrap().pop_front();
+    answer(reply.unwrap_or(Answer::Ok), success).await
+}
+
+async fn slack_set_status(
+    State(state): State<Arc<PlatformState>>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    let call = (Platform::Slack, "/api/assistant.threads.setStatus".to_owned());
+    typing_call(&state, call, &headers, body, json!({"ok": true})).await
+}
+
+async fn telegram_chat_action(
+    State(state): State<Arc<PlatformState>>,
+    Path(bot): Path<String>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    let call = (Platform::Telegram, format!("/{bot}/sendChatAction"));
+    typing_call(&state, call, &headers, body, json!({"ok": true, "result": true})).await
 }
 
 async fn answer(answer: Answer, success: Value) -> Response {
@@ -390,6 +484,11 @@ async fn whatsapp_send(
     headers: HeaderMap,
     Json(body): Json<Value>,
 ) -> Response {
+    // A read receipt (with or without a typing indicator) shares the send endpoint.
+    if body["status"] == "read" {
+        let call = (Platform::Whatsapp, format!("/{version}/{phone}/messages"));
+        return typing_call(&state, call, &headers, body, json!({"success": true})).await;
+    }
     let n = record(
         &state,
         Platform::Whatsapp,

@@ -65,6 +65,7 @@ pub fn connector(platform: Platform, api_base_url: Option<&str>) -> NewConnector
         telegram_delivery: Default::default(),
         unlinked_notice: None,
         format_markdown: true,
+        typing_indicator: true,
     }
 }
 

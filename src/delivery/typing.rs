@@ -1,0 +1,533 @@
+//! The typing indicator while the agent works on a turn (issue #14): from the claim until
+//! the first reply part is about to be posted, each platform's own signal, refreshed before
+//! it fades (PLATFORMS.md §6):
+//! - Telegram: `sendChatAction` `typing` (with `message_thread_id` in a forum topic); it
+//!   shows for 5 s or until the bot's next message: refreshed every `CB_TYPING_INTERVAL_MS`
+//!   (4 s).
+//! - WhatsApp: the read receipt of the user's message with `typing_indicator` (the message
+//!   shows as read from then on); it shows for up to 25 s or until the reply: refreshed
+//!   every 5 intervals (20 s).
+//! - Slack: `assistant.threads.setStatus` ("is thinking…"), which only exists in assistant
+//!   threads (Agents & AI Apps). A turn is taken for one as Bolt's `Assistant` middleware
+//!   takes a message for one, from what ingress recorded: a `message` event (not
+//!   `app_mention`) with `channel_type` `im`, in a thread (`thread_id`), without a subtype
+//!   other than `file_share`. Elsewhere Slack offers no indicator and nothing is sent. The
+//!   status goes when the app replies, and after 2 min without a message: refreshed every
+//!   25 intervals (100 s), and cleared (empty status) when the turn ends without a reply.
+//!
+//! Best effort, never in the turn's way: the indicator runs in a task of its own, each
+//! request with a short timeout (2 s, at most one interval), and nothing it meets (an error,
+//! a timeout, the egress policy) reaches the turn; a refusal (4xx) stops its refreshes.
+//! [`Typing::before_reply`] ends it before the first part is posted: it waits at most
+//! [`REPLY_GRACE`] for a request already under way, so that no indicator lands after the
+//! answer (a WhatsApp one would show for 25 s), and abandons it after that. Dropping the
+//! handle (the turn ended any other way) ends it without waiting.
+//!
+//! Rate limit: one keyed GCRA limiter (`governor`) per instance lets at most one indicator
+//! request per chat through per interval, across every turn of that chat in flight here (a
+//! group's several senders); a request that must wait for its slot waits, rather than
+//! being skipped, so the indicator does not lapse. "Chat" is where the indicator shows: the
+//! chat, and the topic or thread in it (a Telegram forum topic and a Slack assistant thread
+//! show their own).
+//!
+//! Nothing is logged with a URL or an answer's text: Telegram URLs hold the bot token.
+
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use reqwest::StatusCode;
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::{json, Value};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::outbound::{base_url, telegram_int, whatsapp_rate_limit, GRAPH_VERSION};
+use crate::db::messages::MessageRow;
+use crate::domain::{Connector, ConnectorId, Platform};
+use crate::egress::{GuardedClient, SendError};
+
+/// Longest wait of one indicator request (and never more than one interval).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest the first reply part waits for an indicator request under way.
+pub const REPLY_GRACE: Duration = Duration::from_millis(300);
+/// The Slack status shown while the agent works.
+const SLACK_STATUS: &str = "is thinking…";
+/// Turns started between two sweeps of the limiter's idle chats.
+const SWEEP_EVERY: u64 = 1024;
+
+/// Where an indicator shows: connector, chat, and topic or thread.
+type ChatKey = (ConnectorId, String, Option<String>);
+
+/// The instance's indicators: one HTTP client, one rate limiter.
+pub struct Indicators {
+    client: GuardedClient,
+    interval: Duration,
+    limiter: DefaultKeyedRateLimiter<ChatKey>,
+    clock: DefaultClock,
+    started: AtomicU64,
+}
+
+/// A running indicator; ends it when dropped.
+pub struct Typing {
+    stop: watch::Sender<Option<Ending>>,
+    task: Option<JoinHandle<()>>,
+}
+
+/// How a turn's indicator ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// The first reply part is being posted (which clears every platform's indicator).
+    Reply,
+    /// No reply follows (agent failure, retry, empty answer, lost lease).
+    NoReply,
+}
+
+/// What to show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Show {
+    Working,
+    /// Slack only: the status is removed.
+    Nothing,
+}
+
+/// What one indicator request came to (the `outcome` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Ok,
+    /// The platform asked to slow down: this refresh is lost, the next one is tried.
+    RateLimited,
+    /// Refused (4xx, Slack `ok: false`): a repeat would be refused too; refreshes stop.
+    Rejected,
+    /// 5xx or an unreadable answer.
+    Failed,
+    Timeout,
+    /// No connection, or the egress policy refused the URL.
+    Unreachable,
+}
+
+impl Outcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::RateLimited => "rate_limited",
+            Self::Rejected => "rejected",
+            Self::Failed => "failed",
+            Self::Timeout => "timeout",
+            Self::Unreachable => "unreachable",
+        }
+    }
+}
+
+/// One turn's indicator request, everything resolved from the connector and the message.
+struct Target {
+    platform: Platform,
+    key: ChatKey,
+    base_url: String,
+    token: SecretString,
+    place: Place,
+}
+
+enum Place {
+    Telegram {
+        chat_id: Value,
+        topic: Option<Value>,
+    },
+    Whatsapp {
+        phone_number_id: String,
+        message_id: String,
+    },
+    Slack {
+        channel_id: String,
+        thread_ts: String,
+    },
+}
+
+impl Indicators {
+    /// `interval`: Telegram's refresh and the least time between two requests for a chat.
+    pub fn new(client: GuardedClient, interval: Duration) -> Self {
+        let interval = interval.max(Duration::from_millis(1));
+        let quota = Quota::with_period(interval)
+            .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
+            .allow_burst(NonZeroU32::MIN);
+        Self {
+            client,
+            interval,
+            limiter: RateLimiter::keyed(quota),
+            clock: DefaultClock::default(),
+            started: AtomicU64::new(0),
+        }
+    }
+
+    /// Starts the indicator of a turn claimed at `claimed_at`, when its connector shows one
+    /// and the platform has one for this chat.
+    pub fn start(
+        self: &Arc<Self>,
+        connector: &Connector,
+        message: &MessageRow,
+        claimed_at: Instant,
+    ) -> Option<Typing> {
+        if !connector.typing_indicator {
+            return None;
+        }
+        let target = Target::of(connector, message)?;
+        if self.started.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
+            self.limiter.retain_recent();
+        }
+        let (stop, stopped) = watch::channel(None);
+        let task = tokio::spawn(Arc::clone(self).run(target, claimed_at, stopped));
+        Some(Typing {
+            stop,
+            task: Some(task),
+        })
+    }
+
+    async fn run(
+        self: Arc<Self>,
+        target: Target,
+        claimed_at: Instant,
+        mut stop: watch::Receiver<Option<Ending>>,
+    ) {
+        let refresh = self
+            .interval
+            .checked_mul(target.refresh_intervals())
+            .unwrap_or(Duration::MAX);
+        let mut first = true;
+        let mut refreshing = true;
+        let mut shown = false;
+        loop {
+            if refreshing {
+                if !self.wait_turn(&target.key, &mut stop).await {
+                    break;
+                }
+                if std::mem::take(&mut first) {
+                    metrics::histogram!("channel_bridge_typing_first_seconds")
+                        .record(claimed_at.elapsed().as_secs_f64());
+                }
+                match self.send(&target, Show::Working).await {
+                    Outcome::Ok => shown = true,
+                    Outcome::Rejected => refreshing = false,
+                    _ => {}
+                }
+            }
+            let pause = if refreshing { refresh } else { Duration::MAX };
+            tokio::select! {
+                () = sleep(pause) => {}
+                _ = stop.changed() => break,
+            }
+        }
+        let ending = (*stop.borrow()).unwrap_or(Ending::NoReply);
+        if ending == Ending::NoReply && shown && target.platform == Platform::Slack {
+            // The turn ends without the reply that would clear it.
+            let clear = async {
+                self.until_turn(&target.key).await;
+                self.send(&target, Show::Nothing).await
+            };
+            let limit = self.interval.saturating_add(self.request_timeout());
+            let _ = tokio::time::timeout(limit, clear).await;
+        }
+    }
+
+    /// Waits until the chat's limiter lets a request through; `false` when the indicator is
+    /// stopped meanwhile.
+    async fn wait_turn(&self, key: &ChatKey, stop: &mut watch::Receiver<Option<Ending>>) -> bool {
+        if stop.borrow().is_some() {
+            return false;
+        }
+        tokio::select! {
+            () = self.until_turn(key) => true,
+            _ = stop.changed() => false,
+        }
+    }
+
+    async fn until_turn(&self, key: &ChatKey) {
+        while let Err(not_until) = self.limiter.check_key(key) {
+            tokio::time::sleep(not_until.wait_time_from(self.clock.now())).await;
+        }
+    }
+
+    fn request_timeout(&self) -> Duration {
+        REQUEST_TIMEOUT.min(self.interval)
+    }
+
+    async fn send(&self, target: &Target, show: Show) -> Outcome {
+        let request = target.request(&self.client, show);
+        let exchange = async {
+            let response = self.client.send(request).await?;
+            let status = response.status();
+            let body = response.json::<Value>().await.ok();
+            Ok::<_, SendError>((status, body))
+        };
+        let outcome = match tokio::time::timeout(self.request_timeout(), exchange).await {
+            Err(_) => Outcome::Timeout,
+            Ok(Err(_)) => Outcome::Unreachable,
+            Ok(Ok((status, body))) => classify(target.platform, status, body.as_ref()),
+        };
+        metrics::counter!(
+            "channel_bridge_typing_requests_total",
+            "platform" => target.platform.as_str(),
+            "outcome" => outcome.as_str()
+        )
+        .increment(1);
+        if outcome != Outcome::Ok {
+            tracing::debug!(platform = %target.platform, outcome = outcome.as_str(), "typing indicator not shown");
+        }
+        outcome
+    }
+}
+
+/// `tokio::time::sleep`, where `Duration::MAX` means "until stopped".
+async fn sleep(pause: Duration) {
+    match tokio::time::Instant::now().checked_add(pause) {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Typing {
+    /// The first reply part is about to be posted: no further indicator request is made,
+    /// and one under way gets at most [`REPLY_GRACE`] to finish (then it is abandoned).
+    pub async fn before_reply(mut self) {
+        self.stop.send_replace(Some(Ending::Reply));
+        if let Some(mut task) = self.task.take() {
+            if tokio::time::timeout(REPLY_GRACE, &mut task).await.is_err() {
+                task.abort();
+            }
+        }
+    }
+}
+
+impl Drop for Typing {
+    /// The turn ended without a reply (or the reply path already stopped it): the task ends
+    /// by itself (clearing a Slack status first), bounded by its own timeouts.
+    fn drop(&mut self) {
+        self.stop.send_if_modified(|ending| {
+            let unset = ending.is_none();
+            if unset {
+                *ending = Some(Ending::NoReply);
+            }
+            unset
+        });
+    }
+}
+
+impl Target {
+    /// The indicator request of `message`, or `None` where the platform has none (a Slack
+    /// message outside an assistant thread) or it cannot be addressed.
+    fn of(connector: &Connector, message: &MessageRow) -> Option<Self> {
+        let token = connector.outbound_token.clone()?;
+        let place = match connector.platform {
+            Platform::Telegram => Place::Telegram {
+                chat_id: telegram_int(&message.chat_id),
+                topic: message.thread_id.as_deref().map(telegram_int),
+            },
+            Platform::Whatsapp => Place::Whatsapp {
+                phone_number_id: message.metadata["phone_number_id"]
+                    .as_str()
+                    .or(connector.external_id.as_deref())?
+                    .to_owned(),
+                message_id: message.platform_message_id.clone(),
+            },
+            Platform::Slack => Place::Slack {
+                channel_id: message.chat_id.clone(),
+                thread_ts: slack_assistant_thread(message)?.to_owned(),
+            },
+        };
+        Some(Self {
+            platform: connector.platform,
+            key: (connector.id, message.chat_id.clone(), message.thread_id.clone()),
+            base_url: base_url(connector).to_owned(),
+            token,
+            place,
+        })
+    }
+
+    /// How many intervals the platform's indicator outlasts comfortably.
+    fn refresh_intervals(&self) -> u32 {
+        match self.platform {
+            Platform::Telegram => 1,
+            Platform::Whatsapp => 5,
+            Platform::Slack => 25,
+        }
+    }
+
+    fn request(&self, client: &GuardedClient, show: Show) -> reqwest::RequestBuilder {
+        let token = self.token.expose_secret();
+        let base = &self.base_url;
+        match &self.place {
+            Place::Telegram { chat_id, topic } => {
+                let mut body = json!({ "chat_id": chat_id, "action": "typing" });
+                if let Some(topic) = topic {
+                    body["message_thread_id"] = topic.clone();
+                }
+                client
+                    .post(format!("{base}/bot{token}/sendChatAction"))
+                    .json(&body)
+            }
+            Place::Whatsapp {
+                phone_number_id,
+                message_id,
+            } => client
+                .post(format!("{base}/{GRAPH_VERSION}/{phone_number_id}/messages"))
+                .bearer_auth(token)
+                .json(&json!({
+                    "messaging_product": "whatsapp",
+                    "status": "read",
+                    "message_id": message_id,
+                    "typing_indicator": { "type": "text" },
+                })),
+            Place::Slack {
+                channel_id,
+                thread_ts,
+            } => {
+                let status = match show {
+                    Show::Working => SLACK_STATUS,
+                    Show::Nothing => "",
+                };
+                client
+                    .post(format!("{base}/api/assistant.threads.setStatus"))
+                    .bearer_auth(token)
+                    .json(&json!({ "channel_id": channel_id, "thread_ts": thread_ts, "status": status }))
+            }
+        }
+    }
+}
+
+/// The assistant thread a Slack turn was asked in (its `thread_ts`), if it was: what Bolt's
+/// `Assistant` middleware accepts as a user message in an assistant thread — a `message`
+/// event in the app's DM (`channel_type` `im`), in a thread, with no subtype but
+/// `file_share`. Ingress keeps those fields (`metadata`, `thread_id`).
+pub fn slack_assistant_thread(message: &MessageRow) -> Option<&str> {
+    let metadata = &message.metadata;
+    let field = |name: &str| metadata.get(name).and_then(Value::as_str);
+    let in_dm_thread = field("event_type") == Some("message") && field("channel_type") == Some("im");
+    let plain = matches!(field("subtype"), None | Some("file_share"));
+    (in_dm_thread && plain)
+        .then_some(message.thread_id.as_deref())
+        .flatten()
+}
+
+fn classify(platform: Platform, status: StatusCode, body: Option<&Value>) -> Outcome {
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        return Outcome::RateLimited;
+    }
+    let ok = match platform {
+        Platform::Slack | Platform::Telegram => body.is_some_and(|b| b["ok"] == true),
+        Platform::Whatsapp => body.is_some_and(|b| b["success"] == true),
+    };
+    if status.is_success() && ok {
+        return Outcome::Ok;
+    }
+    let slack_error = body.and_then(|b| b["error"].as_str());
+    if matches!(slack_error, Some("ratelimited" | "rate_limited")) {
+        return Outcome::RateLimited;
+    }
+    let meta_code = body
+        .and_then(|b| b.pointer("/error/code"))
+        .and_then(Value::as_i64);
+    if platform == Platform::Whatsapp && meta_code.and_then(whatsapp_rate_limit).is_some() {
+        return Outcome::RateLimited;
+    }
+    if status.is_client_error()
+        || (platform == Platform::Slack && status.is_success() && slack_error.is_some())
+    {
+        Outcome::Rejected
+    } else {
+        Outcome::Failed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slack_message(metadata: Value, thread: Option<&str>) -> MessageRow {
+        MessageRow {
+            id: crate::domain::MessageId::new(),
+            tenant_id: uuid::Uuid::nil(),
+            connector_id: ConnectorId::new(),
+            platform: "slack".into(),
+            idempotency_key: "T1:D1:1.1".into(),
+            platform_message_id: "1718000000.000200".into(),
+            chat_id: "D0DM".into(),
+            thread_id: thread.map(str::to_owned),
+            space: None,
+            platform_user_id: "U1".into(),
+            reply_to_id: thread.map(str::to_owned),
+            user_id: None,
+            conversation_key: "c".into(),
+            request_content: "hi".into(),
+            response_content: None,
+            decision: None,
+            status: crate::domain::MessageStatus::Accepted,
+            attempts: 0,
+            last_error: None,
+            received_at: chrono::Utc::now(),
+            completed_at: None,
+            delivered_at: None,
+            metadata,
+        }
+    }
+
+    #[test]
+    fn a_slack_dm_thread_message_is_an_assistant_thread_and_nothing_else_is() {
+        let dm = json!({"event_type": "message", "channel_type": "im", "subtype": null});
+        let thread = Some("1718000000.000100");
+        assert_eq!(slack_assistant_thread(&slack_message(dm.clone(), thread)), thread);
+        let file = json!({"event_type": "message", "channel_type": "im", "subtype": "file_share"});
+        assert_eq!(slack_assistant_thread(&slack_message(file, thread)), thread);
+        // A DM outside a thread, a channel thread, a mention, a broadcast: no indicator.
+        assert_eq!(slack_assistant_thread(&slack_message(dm, None)), None);
+        let channel = json!({"event_type": "message", "channel_type": "channel"});
+        assert_eq!(slack_assistant_thread(&slack_message(channel, thread)), None);
+        let mention = json!({"event_type": "app_mention", "channel_type": null});
+        assert_eq!(slack_assistant_thread(&slack_message(mention, thread)), None);
+        let broadcast = json!({"event_type": "message", "channel_type": "im", "subtype": "thread_broadcast"});
+        assert_eq!(slack_assistant_thread(&slack_message(broadcast, thread)), None);
+    }
+
+    #[test]
+    fn indicator_answers_are_classified() {
+        let ok = |platform, body: Value| classify(platform, StatusCode::OK, Some(&body));
+        assert_eq!(
+            ok(Platform::Telegram, json!({"ok": true, "result": true})),
+            Outcome::Ok
+        );
+        assert_eq!(ok(Platform::Whatsapp, json!({"success": true})), Outcome::Ok);
+        assert_eq!(ok(Platform::Slack, json!({"ok": true})), Outcome::Ok);
+        assert_eq!(
+            ok(Platform::Slack, json!({"ok": false, "error": "missing_scope"})),
+            Outcome::Rejected
+        );
+        assert_eq!(
+            ok(Platform::Slack, json!({"ok": false, "error": "ratelimited"})),
+            Outcome::RateLimited
+        );
+        let limited = json!({"ok": false, "error_code": 429, "parameters": {"retry_after": 3}});
+        assert_eq!(
+            classify(Platform::Telegram, StatusCode::TOO_MANY_REQUESTS, Some(&limited)),
+            Outcome::RateLimited
+        );
+        let pair = json!({"error": {"code": 131056, "message": "pair rate limit"}});
+        assert_eq!(
+            classify(Platform::Whatsapp, StatusCode::BAD_REQUEST, Some(&pair)),
+            Outcome::RateLimited
+        );
+        let forbidden = json!({"ok": false, "error_code": 403, "description": "Forbidden"});
+        assert_eq!(
+            classify(Platform::Telegram, StatusCode::FORBIDDEN, Some(&forbidden)),
+            Outcome::Rejected
+        );
+        assert_eq!(
+            classify(Platform::Whatsapp, StatusCode::INTERNAL_SERVER_ERROR, None),
+            Outcome::Failed
+        );
+        assert_eq!(
+            classify(Platform::Telegram, StatusCode::OK, None),
+            Outcome::Failed
+        );
+    }
+}
