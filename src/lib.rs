@@ -23,6 +23,7 @@ pub mod batch;
 pub mod cache;
 pub mod channels;
 pub mod cli;
+pub mod console;
 pub mod db;
 pub mod delivery;
 pub mod demo;
