@@ -68,7 +68,7 @@ pub fn page(title: &str, nav: Option<&Nav>, body: &str) -> String {
         r#"<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="referrer" content="no-referrer">
+<meta name="referrer" content="same-origin">
 <title>{title} · channel-bridge console</title>
 <style>{STYLE}</style></head>
 <body>{header}<main><h1>{title}</h1>

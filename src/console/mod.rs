@@ -179,7 +179,8 @@ async fn authenticate(
 }
 
 /// A sign-in form posted from another site (login CSRF) is refused: when the browser says
-/// where the form came from (`Origin`), it must be this host.
+/// where the form came from (`Origin`), it must be this host. (The pages' referrer policy
+/// is `same-origin`: with `no-referrer` browsers send `Origin: null`.)
 fn same_origin(headers: &HeaderMap) -> bool {
     let Some(origin) = headers.get("origin").and_then(|v| v.to_str().ok()) else {
         return true;
