@@ -57,7 +57,7 @@ pub fn page(title: &str, nav: Option<&Nav>, body: &str) -> String {
     let header = match nav {
         Some(nav) => format!(
             r#"<header><a class="brand" href="/console/turns">channel-bridge</a>
-<nav><a href="/console/turns">Conversations</a><a href="/console/failed">Failed</a><a href="/console/connectors">Connectors</a></nav>
+<nav><a href="/console/turns">Conversations</a><a href="/console/failed">Failed</a><a href="/console/connectors">Connectors</a><a href="/console/links">Links</a></nav>
 <form method="post" action="/console/sign-out" class="signout"><input type="hidden" name="csrf" value="{csrf}"><span class="key">cbk_{prefix}_…</span><button type="submit" id="sign-out">Sign out</button></form></header>"#,
             csrf = esc(nav.csrf),
             prefix = esc(nav.key_prefix),

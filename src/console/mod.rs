@@ -9,7 +9,8 @@
 //! keeps that honest. The pages are not part of the OpenAPI document (they are not API).
 //!
 //! Every page reads through the same functions as the admin API (`admin::messages`,
-//! `admin::connectors`), so through the session's tenant transaction and its RLS policies.
+//! `db::connectors`, `db::links`), so through the session's tenant transaction and its RLS
+//! policies.
 //! Sessions and CSRF: `session`.
 
 mod html;
@@ -45,6 +46,7 @@ pub fn router() -> Router<AppState> {
         .route("/console/turns/{id}/resend", post(resend))
         .route("/console/failed", get(failed))
         .route("/console/connectors", get(connectors))
+        .route("/console/links", get(links))
         .layer(Extension(Arc::new(Sessions::default())))
 }
 
@@ -321,4 +323,14 @@ async fn connectors(State(state): State<AppState>, signed_in: SignedIn) -> PageR
     tx.commit().await.map_err(AppError::from)?;
     let body = pages::connectors(&list);
     ok_page("Connectors", &signed_in, &body)
+}
+
+/// Who is linked to which user; each user links to their turns.
+async fn links(State(state): State<AppState>, signed_in: SignedIn) -> PageResult {
+    let mut tx = crate::db::TenantTx::begin(&state.pool, signed_in.session.tenant)
+        .await
+        .map_err(AppError::from)?;
+    let list = crate::db::links::list(&mut tx).await.map_err(AppError::from)?;
+    tx.commit().await.map_err(AppError::from)?;
+    ok_page("Links", &signed_in, &pages::links(&list))
 }

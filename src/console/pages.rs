@@ -5,6 +5,7 @@ use std::fmt::Write;
 
 use crate::admin::messages::{MessageDetailOut, MessageOut, MessagePage, MessagesQuery};
 use crate::db::connectors::ConnectorSummary;
+use crate::db::links::Link;
 
 use super::html::{badge, esc, excerpt, page, query_value};
 
@@ -291,6 +292,28 @@ pub fn connectors(list: &[ConnectorSummary]) -> String {
                 .unwrap_or_else(|| "default".into()),
             token = if c.has_outbound_token { "set" } else { "not set" },
             created = when(c.created_at),
+        );
+    }
+    body
+}
+
+pub fn links(list: &[Link]) -> String {
+    let mut body = String::from(
+        r#"<p class="empty">A link names the user behind a platform account; their turns share one history.</p>"#,
+    );
+    if list.is_empty() {
+        body.push_str(r#"<p class="empty">No links.</p>"#);
+    }
+    for link in list {
+        let _ = write!(
+            body,
+            r#"<div class="card link"><div class="meta"><span>{platform}</span><span>{account}</span><span>{created}</span></div>
+<p class="text">→ <a href="/console/turns?user_id={query}">{user}</a></p></div>"#,
+            platform = esc(&link.platform),
+            account = esc(&link.platform_user_id),
+            created = when(link.created_at),
+            query = esc(&query_value(&link.user_id)),
+            user = esc(&link.user_id),
         );
     }
     body

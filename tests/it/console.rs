@@ -235,6 +235,8 @@ struct Seeded {
     key: String,
     other_key: String,
     failed: MessageId,
+    /// acme's Telegram connector.
+    connector: channel_bridge::domain::ConnectorId,
 }
 
 fn worker_for(app: &TestApp, agent: &FakeAgent) -> Worker {
@@ -284,6 +286,7 @@ async fn seeded(first_text: &str) -> Seeded {
         _agent: agent,
         worker,
         failed,
+        connector: acme.telegram,
     }
 }
 
@@ -350,6 +353,14 @@ async fn an_admin_signs_in_finds_a_failed_turn_redispatches_it_and_watches_it_de
             .unwrap();
         assert!(!response.is_empty() && response != "No answer.", "{response}");
 
+        // Its connectors, without their secrets.
+        c.goto(&console(&s.app, "/console/connectors")).await.unwrap();
+        let connectors = c.source().await.unwrap();
+        assert!(connectors.contains(&s.connector.to_string()));
+        for secret in [SLACK_SECRET, WHATSAPP_SECRET, TELEGRAM_SECRET] {
+            assert!(!connectors.contains(secret), "no secret on the page");
+        }
+
         // Signed out, the pages send back to the sign-in form.
         c.find(Locator::Id("sign-out"))
             .await
@@ -408,6 +419,7 @@ async fn on_a_phone_sized_window_no_page_scrolls_sideways() {
             format!("/console/turns/{}", s.failed),
             "/console/failed".to_owned(),
             "/console/connectors".to_owned(),
+            "/console/links".to_owned(),
         ] {
             c.goto(&console(&s.app, &path)).await.unwrap();
             c.find(Locator::Css("main h1")).await.unwrap();
