@@ -532,12 +532,7 @@ async fn a_post_without_the_session_csrf_token_is_refused_with_403_and_queues_no
 
     // With the page's token the same POST works: the 403s were the token's doing.
     let (_, page) = get_page(&s.app, &cookie, &format!("/console/turns/{}", s.failed)).await;
-    let token = page
-        .split(r#"name="csrf" value=""#)
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .unwrap()
-        .to_owned();
+    let token = csrf_of(&page);
     let response = no_redirects()
         .post(s.app.url(&path))
         .header("cookie", &cookie)
@@ -582,4 +577,94 @@ async fn chat_text_with_markup_is_shown_as_text_never_run() {
         "{searched}"
     );
     assert!(!searched.contains("<script>"));
+}
+
+/// The CSRF token of a signed-in page.
+fn csrf_of(page: &str) -> String {
+    page.split(r#"name="csrf" value=""#)
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the page has a form with the CSRF token")
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_reply_telegram_refused_for_good_is_listed_as_failed_and_the_resend_button_delivers_it() {
+    let app = spawn_app().await;
+    let platforms = FakePlatforms::start().await;
+    let acme = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
+    let agent = FakeAgent::start(&acme.dispatch_secret).await;
+    let worker = worker_for(&app, &agent);
+    platforms.script(
+        Platform::Telegram,
+        [crate::support::fake_platforms::Answer::Status(
+            403,
+            json!({"ok": false, "error_code": 403, "description": "Forbidden: bot was blocked by the user"}),
+            None,
+        )],
+    );
+    deliver(&app, &acme, Platform::Telegram, telegram_text(7201, "answer me")).await;
+    let StepOutcome::Executed(id) = worker.step().await.unwrap() else {
+        panic!("the agent answers")
+    };
+    assert_eq!(status_in_db(&app, id).await, ("delivery_failed".into(), 0));
+    let cookie = http_sign_in(&app, &admin_key(&app, acme.tenant).await).await;
+
+    let (_, failed) = get_page(&app, &cookie, "/console/failed").await;
+    let section = failed.split(r#"<section id="delivery-failed">"#).nth(1).unwrap();
+    assert!(section.contains(&format!(r#"id="turn-{id}""#)), "{failed}");
+    assert!(
+        section.contains("bot was blocked by the user"),
+        "the error is shown"
+    );
+    assert!(section.contains(&format!(r#"action="/console/turns/{id}/resend""#)));
+
+    let response = no_redirects()
+        .post(app.url(&format!("/console/turns/{id}/resend")))
+        .header("cookie", &cookie)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("csrf={}", csrf_of(&failed)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 303);
+    assert_eq!(
+        response.headers()["location"].to_str().unwrap(),
+        format!("/console/turns/{id}?queued=1")
+    );
+    assert_eq!(status_in_db(&app, id).await, ("executed".into(), 1));
+    assert_eq!(worker.step().await.unwrap(), StepOutcome::Delivered(id));
+    let (_, detail) = get_page(&app, &cookie, &format!("/console/turns/{id}")).await;
+    assert!(
+        detail.contains(r#"class="card part" data-status="sent""#),
+        "{detail}"
+    );
+    assert_eq!(
+        platforms.sent_to(Platform::Telegram).len(),
+        2,
+        "refused once, then posted"
+    );
+}
+
+#[tokio::test]
+async fn revoking_the_key_ends_its_console_sessions() {
+    let app = spawn_app().await;
+    let acme = provision_tenant(&app.pool, "acme").await;
+    let issued = channel_bridge::admin::operator::issue(&app.pool, acme.tenant, "console")
+        .await
+        .unwrap();
+    let cookie = http_sign_in(&app, &issued.key).await;
+    assert_eq!(get_page(&app, &cookie, "/console/turns").await.0, 200);
+
+    channel_bridge::admin::operator::revoke(&app.pool, issued.id)
+        .await
+        .unwrap();
+    let response = no_redirects()
+        .get(app.url("/console/turns"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 303);
+    assert_eq!(response.headers()["location"], "/console/sign-in");
 }
