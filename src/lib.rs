@@ -3,7 +3,7 @@
 //!
 //! Map of the crate:
 //! - `channels`: the three platform protocols behind one trait (verify, handshake, parse).
-//! - `http`: the HTTP surface, one router per feature.
+//! - `http`: the HTTP surface, one router per feature; `console`: the tenant admin web console.
 //! - `db`: pool, migrations, the tenant transaction (the one door to tenant tables).
 //! - `ingress`: recording webhooks (the batching writer); `cache`: connector and tenant
 //!   settings reused for a few seconds.
@@ -24,6 +24,7 @@ pub mod batch;
 pub mod cache;
 pub mod channels;
 pub mod cli;
+pub mod console;
 pub mod db;
 pub mod delivery;
 pub mod demo;

@@ -156,6 +156,7 @@ pub fn router(state: AppState) -> Router {
     // The fallbacks come after every route (the 405 one is set on the routes registered so
     // far) and before the layers, so their answers get request ids and spans too.
     routes
+        .merge(crate::console::router())
         .fallback(no_such_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(API_BODY_LIMIT))

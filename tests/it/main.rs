@@ -6,6 +6,7 @@ mod admin;
 mod admin_cli;
 mod agent_bridge;
 mod citus;
+mod console;
 mod contract;
 mod demo;
 mod dispatch;

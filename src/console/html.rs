@@ -1,0 +1,165 @@
+//! HTML building blocks: escaping, the page frame, the stylesheet.
+//!
+//! Every value that comes from data (chat text, ids, errors, query strings) goes through
+//! `esc` (text and attribute values alike: it escapes both quote kinds), so a message
+//! containing `<script>` shows as text. Only the literals of this module are raw HTML.
+
+use std::fmt::Write;
+
+use axum::http::HeaderValue;
+use axum::response::{IntoResponse, Response};
+
+/// Escapes text for an HTML element body or a quoted attribute value.
+pub fn esc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Percent-encodes a value for a URL query (links that keep the current filters).
+pub fn query_value(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-_.~".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            let _ = write!(out, "%{byte:02X}");
+        }
+    }
+    out
+}
+
+/// At most `max` characters of `text`, with an ellipsis when cut (list excerpts).
+pub fn excerpt(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
+/// The signed-in header: which key, the pages, sign-out (a POST with the CSRF token).
+pub struct Nav<'a> {
+    pub key_prefix: &'a str,
+    pub csrf: &'a str,
+}
+
+/// A whole page. `body` is HTML built by the caller from escaped values.
+pub fn page(title: &str, nav: Option<&Nav>, body: &str) -> String {
+    let header = match nav {
+        Some(nav) => format!(
+            r#"<header><a class="brand" href="/console/turns">channel-bridge</a>
+<nav><a href="/console/turns">Conversations</a><a href="/console/failed">Failed</a><a href="/console/connectors">Connectors</a><a href="/console/links">Links</a></nav>
+<form method="post" action="/console/sign-out" class="signout"><input type="hidden" name="csrf" value="{csrf}"><span class="key">cbk_{prefix}_…</span><button type="submit" id="sign-out">Sign out</button></form></header>"#,
+            csrf = esc(nav.csrf),
+            prefix = esc(nav.key_prefix),
+        ),
+        None => r#"<header><span class="brand">channel-bridge</span></header>"#.to_owned(),
+    };
+    format!(
+        r#"<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="referrer" content="same-origin">
+<title>{title} · channel-bridge console</title>
+<style>{STYLE}</style></head>
+<body>{header}<main><h1>{title}</h1>
+{body}</main></body></html>"#,
+        title = esc(title),
+    )
+}
+
+/// A page as a response, with headers that keep it out of frames and caches and allow no
+/// script at all (the console has none) and styles only from this page.
+pub fn respond(status: axum::http::StatusCode, html: String) -> Response {
+    let mut response = (status, axum::response::Html(html)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        "content-security-policy",
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    headers.insert("x-frame-options", HeaderValue::from_static("DENY"));
+    headers.insert("cache-control", HeaderValue::from_static("no-store"));
+    headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    response
+}
+
+/// A status as a coloured badge.
+pub fn badge(status: &str) -> String {
+    let tone = match status {
+        "executed" | "sent" | "delivered" | "read" => "ok",
+        "dispatch_failed" | "delivery_failed" | "failed" => "bad",
+        "unknown" | "denied_unlinked" => "warn",
+        _ => "neutral",
+    };
+    format!(r#"<span class="badge {tone}">{}</span>"#, esc(status))
+}
+
+const STYLE: &str = r#"
+*{box-sizing:border-box}
+body{margin:0;font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1d2330;background:#f4f6f9}
+header{display:flex;flex-wrap:wrap;align-items:center;gap:.5rem 1rem;padding:.6rem 1rem;background:#1d2330;color:#fff}
+header a{color:#fff;text-decoration:none}
+.brand{font-weight:600;margin-right:auto}
+nav{display:flex;flex-wrap:wrap;gap:.8rem}
+nav a{opacity:.85}nav a:hover{opacity:1;text-decoration:underline}
+.signout{display:flex;align-items:center;gap:.5rem;margin:0}
+.key{font-family:ui-monospace,monospace;font-size:.8rem;opacity:.7}
+main{max-width:60rem;margin:0 auto;padding:1rem}
+h1{font-size:1.3rem;margin:.2rem 0 1rem}h2{font-size:1.05rem;margin:1.4rem 0 .5rem}
+a{color:#1f5fbf}
+button,.button{font:inherit;padding:.4rem .8rem;border:0;border-radius:6px;background:#1f5fbf;color:#fff;cursor:pointer}
+header button{background:#3a4356}
+input,select{font:inherit;padding:.4rem .5rem;border:1px solid #c5ccd8;border-radius:6px;max-width:100%;background:#fff}
+form.filters{display:flex;flex-wrap:wrap;gap:.5rem;margin-bottom:1rem}
+form.filters input[type=search]{flex:1 1 12rem;min-width:0}
+.card{background:#fff;border:1px solid #dde2ea;border-radius:8px;padding:.7rem .9rem;margin-bottom:.6rem;overflow-wrap:anywhere}
+.card .meta{display:flex;flex-wrap:wrap;gap:.3rem .8rem;font-size:.85rem;color:#5b6475}
+.card .text{margin:.3rem 0 0}
+.card .answer{margin:.2rem 0 0;color:#3a4356}
+.card form{margin:.5rem 0 0}
+.badge{display:inline-block;padding:0 .45rem;border-radius:999px;font-size:.8rem;background:#e6e9ef;color:#3a4356}
+.badge.ok{background:#dff3e4;color:#1c6b34}.badge.bad{background:#fde2e1;color:#9b1c1c}.badge.warn{background:#fff1cc;color:#7a5b00}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#fff;border:1px solid #dde2ea;border-radius:8px;padding:.7rem;margin:0;font:inherit}
+dl{display:grid;grid-template-columns:max-content minmax(0,1fr);gap:.25rem 1rem;margin:0}
+dt{color:#5b6475}dd{margin:0;overflow-wrap:anywhere}
+.error{color:#9b1c1c}.notice{background:#dff3e4;border-radius:8px;padding:.5rem .8rem}
+.alert{background:#fde2e1;border-radius:8px;padding:.5rem .8rem}
+.signin{max-width:26rem}.signin input{width:100%;margin:.3rem 0 .8rem}
+.empty{color:#5b6475}
+@media (max-width:480px){main{padding:.6rem}dl{grid-template-columns:minmax(0,1fr)}dt{margin-top:.4rem}}
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping_turns_markup_and_quotes_into_text() {
+        assert_eq!(
+            esc(r#"<script>alert("x")</script> & 'y'"#),
+            "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;y&#39;"
+        );
+    }
+
+    #[test]
+    fn excerpts_cut_on_characters_not_bytes() {
+        assert_eq!(excerpt("héllo wörld", 5), "héllo…");
+        assert_eq!(excerpt("short", 10), "short");
+    }
+
+    #[test]
+    fn query_values_are_percent_encoded() {
+        assert_eq!(query_value("a b&c=é"), "a%20b%26c%3D%C3%A9");
+    }
+}

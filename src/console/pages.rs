@@ -1,0 +1,320 @@
+//! The pages' bodies, built from the admin API's output types. Every data value goes
+//! through `esc` (or `query_value` inside a link's query).
+
+use std::fmt::Write;
+
+use crate::admin::messages::{MessageDetailOut, MessageOut, MessagePage, MessagesQuery};
+use crate::db::connectors::ConnectorSummary;
+use crate::db::links::Link;
+
+use super::html::{badge, esc, excerpt, page, query_value};
+
+const STATUSES: [&str; 7] = [
+    "accepted",
+    "dispatching",
+    "executed",
+    "delivery_failed",
+    "dispatch_failed",
+    "denied_unlinked",
+    "ignored",
+];
+
+pub fn sign_in(error: Option<&str>) -> String {
+    let error = error
+        .map(|e| format!(r#"<p class="alert" id="error">{}</p>"#, esc(e)))
+        .unwrap_or_default();
+    let body = format!(
+        r#"{error}<form method="post" action="/console/sign-in" class="signin">
+<label for="key">Tenant admin key</label>
+<input id="key" name="key" type="password" autocomplete="off" required placeholder="cbk_…">
+<button type="submit" id="sign-in">Sign in</button></form>
+<p class="empty">Keys are issued by the operator (<code>channel-bridge admin keys issue</code>).</p>"#
+    );
+    page("Sign in", None, &body)
+}
+
+fn when(at: chrono::DateTime<chrono::Utc>) -> String {
+    at.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+/// Who wrote a turn: the linked user, else the platform's user id.
+fn who(message: &MessageOut) -> String {
+    match &message.user_id {
+        Some(user) => esc(user),
+        None => format!("{} (unlinked)", esc(&message.platform_user_id)),
+    }
+}
+
+/// A recovery button for a turn whose status has one (a POST with the CSRF token).
+fn action_form(message: &MessageOut, csrf: &str) -> String {
+    let (action, label) = match message.status.as_str() {
+        "dispatch_failed" => ("redispatch", "Redispatch"),
+        "delivery_failed" => ("resend", "Resend"),
+        _ => return String::new(),
+    };
+    format!(
+        r#"<form method="post" action="/console/turns/{id}/{action}"><input type="hidden" name="csrf" value="{csrf}"><button type="submit" class="{action}">{label}</button></form>"#,
+        id = esc(&message.id.to_string()),
+        csrf = esc(csrf),
+    )
+}
+
+/// One turn in a list: a card linking to its detail.
+fn turn_card(message: &MessageOut, csrf: Option<&str>) -> String {
+    let id = esc(&message.id.to_string());
+    let answer = message
+        .response_content
+        .as_deref()
+        .map(|r| format!(r#"<p class="answer">↳ {}</p>"#, esc(&excerpt(r, 200))))
+        .unwrap_or_default();
+    let error = message
+        .last_error
+        .as_deref()
+        .map(|e| format!(r#"<p class="error">{}</p>"#, esc(&excerpt(e, 200))))
+        .unwrap_or_default();
+    let action = csrf.map(|csrf| action_form(message, csrf)).unwrap_or_default();
+    format!(
+        r#"<div class="card turn" id="turn-{id}" data-status="{status}">
+<div class="meta">{badge}<span>{who}</span><span>{platform}</span><span>{at}</span><a href="/console/turns/{id}">details</a></div>
+<p class="text">{text}</p>{answer}{error}{action}</div>"#,
+        status = esc(&message.status),
+        badge = badge(&message.status),
+        who = who(message),
+        platform = esc(&message.platform),
+        at = when(message.received_at),
+        text = esc(&excerpt(&message.request_content, 300)),
+    )
+}
+
+pub fn turns(query: &MessagesQuery, list: &MessagePage) -> String {
+    let q = query.q.as_deref().unwrap_or_default();
+    let current = query.status.as_deref().unwrap_or_default();
+    let mut options = String::from(r#"<option value="">any status</option>"#);
+    for status in STATUSES {
+        let selected = if status == current { " selected" } else { "" };
+        let _ = write!(options, r#"<option value="{status}"{selected}>{status}</option>"#);
+    }
+    let user = query
+        .user_id
+        .as_deref()
+        .map(|u| format!(r#"<input type="hidden" name="user_id" value="{}">"#, esc(u)))
+        .unwrap_or_default();
+    let mut body = format!(
+        r#"<form method="get" action="/console/turns" class="filters">{user}
+<input type="search" name="q" id="q" value="{q}" placeholder="Search requests and answers">
+<select name="status" id="status">{options}</select><button type="submit" id="search">Search</button></form>"#,
+        q = esc(q),
+    );
+    if let Some(user) = &query.user_id {
+        let _ = write!(
+            body,
+            r#"<p>Turns of <strong>{}</strong> · <a href="/console/turns">everyone</a></p>"#,
+            esc(user)
+        );
+    }
+    if list.items.is_empty() {
+        body.push_str(r#"<p class="empty" id="no-turns">No turns match.</p>"#);
+    }
+    for message in &list.items {
+        body.push_str(&turn_card(message, None));
+    }
+    if let Some(cursor) = &list.next_cursor {
+        let mut link = format!("/console/turns?cursor={}", query_value(cursor));
+        for (name, value) in [
+            ("q", &query.q),
+            ("status", &query.status),
+            ("user_id", &query.user_id),
+        ] {
+            if let Some(value) = value {
+                let _ = write!(link, "&{name}={}", query_value(value));
+            }
+        }
+        let _ = write!(body, r#"<p><a href="{}">Older turns →</a></p>"#, esc(&link));
+    }
+    body
+}
+
+pub fn turn(detail: &MessageDetailOut, csrf: &str, queued: Option<usize>) -> String {
+    let m = &detail.message;
+    let mut body = String::new();
+    match queued {
+        Some(0) => body.push_str(r#"<p class="notice" id="queued">Nothing to queue: the turn is already queued or has nothing left to deliver.</p>"#),
+        Some(_) => body.push_str(r#"<p class="notice" id="queued">Queued: the worker picks it up shortly. Reload to follow it.</p>"#),
+        None => {}
+    }
+    let user_link = m
+        .user_id
+        .as_deref()
+        .map(|u| {
+            format!(
+                r#" · <a href="/console/turns?user_id={}">their turns</a>"#,
+                esc(&query_value(u))
+            )
+        })
+        .unwrap_or_default();
+    let optional = |value: &Option<String>| value.as_deref().map(esc).unwrap_or_else(|| "—".into());
+    let optional_at = |at: Option<chrono::DateTime<chrono::Utc>>| at.map(when).unwrap_or_else(|| "—".into());
+    let _ = write!(
+        body,
+        r#"<div class="card"><dl>
+<dt>Status</dt><dd id="status" data-status="{status}">{badge}</dd>
+<dt>From</dt><dd>{who}{user_link}</dd>
+<dt>Platform</dt><dd>{platform} · chat {chat}{thread}</dd>
+<dt>Received</dt><dd>{received}</dd><dt>Answered</dt><dd>{completed}</dd><dt>Delivered</dt><dd>{delivered}</dd>
+<dt>Attempts</dt><dd>{attempts}</dd><dt>Last error</dt><dd class="error">{error}</dd>
+<dt>Id</dt><dd>{id}</dd></dl>{action}</div>"#,
+        status = esc(&m.status),
+        badge = badge(&m.status),
+        who = who(m),
+        platform = esc(&m.platform),
+        chat = esc(&m.chat_id),
+        thread = m
+            .thread_id
+            .as_deref()
+            .map(|t| format!(" · thread {}", esc(t)))
+            .unwrap_or_default(),
+        received = when(m.received_at),
+        completed = optional_at(m.completed_at),
+        delivered = optional_at(m.delivered_at),
+        attempts = m.attempts,
+        error = optional(&m.last_error),
+        id = esc(&m.id.to_string()),
+        action = action_form(m, csrf),
+    );
+    let _ = write!(
+        body,
+        r#"<h2>Request</h2><pre id="request">{}</pre>"#,
+        esc(&m.request_content)
+    );
+    let response = m
+        .response_content
+        .as_deref()
+        .map(esc)
+        .unwrap_or_else(|| r#"<span class="empty">No answer.</span>"#.into());
+    let _ = write!(
+        body,
+        r#"<h2>Answer, as the agent gave it</h2><pre id="response">{response}</pre>"#
+    );
+    body.push_str("<h2>Reply parts, as posted</h2>");
+    if detail.reply_parts.is_empty() {
+        body.push_str(r#"<p class="empty">None.</p>"#);
+    }
+    for part in &detail.reply_parts {
+        let _ = write!(
+            body,
+            r#"<div class="card part" data-status="{status}"><div class="meta">#{index} {badge}<span>{platform_id}</span><span>{delivery}</span><span>{attempts} attempt(s)</span><span>{sent}</span></div>
+<p class="text">{content}</p>{error}</div>"#,
+            status = esc(&part.status),
+            index = part.part_index,
+            badge = badge(&part.status),
+            platform_id = part
+                .platform_message_id
+                .as_deref()
+                .map(|id| format!("id {}", esc(id)))
+                .unwrap_or_default(),
+            delivery = part.delivery_status.as_deref().map(badge).unwrap_or_default(),
+            attempts = part.attempts,
+            sent = part.sent_at.map(when).unwrap_or_default(),
+            content = esc(&part.content),
+            error = part
+                .last_error
+                .as_deref()
+                .map(|e| format!(r#"<p class="error">{}</p>"#, esc(e)))
+                .unwrap_or_default(),
+        );
+    }
+    body
+}
+
+pub fn failed(dispatch: &MessagePage, delivery: &MessagePage, csrf: &str) -> String {
+    let mut body = String::new();
+    for (title, id, list) in [
+        (
+            "The agent did not answer (dispatch_failed)",
+            "dispatch-failed",
+            dispatch,
+        ),
+        (
+            "The answer did not reach the user (delivery_failed)",
+            "delivery-failed",
+            delivery,
+        ),
+    ] {
+        let _ = write!(body, r#"<h2>{title}</h2><section id="{id}">"#);
+        if list.items.is_empty() {
+            body.push_str(r#"<p class="empty">None.</p>"#);
+        }
+        for message in &list.items {
+            body.push_str(&turn_card(message, Some(csrf)));
+        }
+        if list.next_cursor.is_some() {
+            let _ = write!(
+                body,
+                r#"<p><a href="/console/turns?status={}">More…</a></p>"#,
+                id.replace('-', "_")
+            );
+        }
+        body.push_str("</section>");
+    }
+    body
+}
+
+pub fn connectors(list: &[ConnectorSummary]) -> String {
+    let mut body = String::from(
+        r#"<p class="empty">Secrets are write-only: they are never shown here. Manage connectors with the admin API or CLI.</p>"#,
+    );
+    if list.is_empty() {
+        body.push_str(r#"<p class="empty">No connectors.</p>"#);
+    }
+    for c in list {
+        let state = if c.enabled {
+            badge("enabled")
+        } else {
+            badge("disabled")
+        };
+        let _ = write!(
+            body,
+            r#"<div class="card connector"><div class="meta">{state}<span>{platform}</span><span>{id}</span></div>
+<p class="text"><strong>{name}</strong></p><dl><dt>Unlinked users</dt><dd>{policy}</dd><dt>Markdown</dt><dd>{markdown}</dd><dt>API base URL</dt><dd>{base}</dd><dt>Outbound token</dt><dd>{token}</dd><dt>Created</dt><dd>{created}</dd></dl></div>"#,
+            platform = esc(&c.platform),
+            id = esc(&c.id.to_string()),
+            name = esc(&c.name),
+            policy = esc(&c.unlinked_policy),
+            markdown = if c.format_markdown {
+                "converted"
+            } else {
+                "plain text"
+            },
+            base = c
+                .api_base_url
+                .as_deref()
+                .map(esc)
+                .unwrap_or_else(|| "default".into()),
+            token = if c.has_outbound_token { "set" } else { "not set" },
+            created = when(c.created_at),
+        );
+    }
+    body
+}
+
+pub fn links(list: &[Link]) -> String {
+    let mut body = String::from(
+        r#"<p class="empty">A link names the user behind a platform account; their turns share one history.</p>"#,
+    );
+    if list.is_empty() {
+        body.push_str(r#"<p class="empty">No links.</p>"#);
+    }
+    for link in list {
+        let _ = write!(
+            body,
+            r#"<div class="card link"><div class="meta"><span>{platform}</span><span>{account}</span><span>{created}</span></div>
+<p class="text">→ <a href="/console/turns?user_id={query}">{user}</a></p></div>"#,
+            platform = esc(&link.platform),
+            account = esc(&link.platform_user_id),
+            created = when(link.created_at),
+            query = esc(&query_value(&link.user_id)),
+            user = esc(&link.user_id),
+        );
+    }
+    body
+}

@@ -1,0 +1,670 @@
+//! The web console: in a real headless Chromium driven over WebDriver (chromedriver), and
+//! over plain HTTP for what a browser would hide (cookies, status codes, raw markup).
+//!
+//! The console's cookie is `Secure`; browsers still send it over plain http to `localhost`
+//! (a secure context), so the browser opens the console at `http://localhost:<port>`. The
+//! HTTP tests carry the cookie by hand (reqwest keeps no cookie jar here).
+
+use std::panic::AssertUnwindSafe;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use channel_bridge::dispatch::{StepOutcome, Worker};
+use channel_bridge::domain::{MessageId, Platform};
+use channel_bridge::settings::ServeSettings;
+use fantoccini::{Client, ClientBuilder, Locator};
+use futures::FutureExt;
+use serde_json::json;
+
+use crate::support::fake_agent::{FakeAgent, Reply};
+use crate::support::fake_platforms::FakePlatforms;
+use crate::support::platforms::*;
+use crate::support::{spawn_app, TestApp};
+
+// ---------------------------------------------------------------------------------------
+// Browser harness
+
+/// chromedriver as a child process on a free port, killed when dropped.
+struct Chromedriver {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Chromedriver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn on_path(program: &str) -> Option<String> {
+    let output = Command::new("which").arg(program).output().ok()?;
+    let path = String::from_utf8(output.stdout).ok()?.trim().to_owned();
+    (output.status.success() && !path.is_empty()).then_some(path)
+}
+
+/// chromedriver and Chromium, installed from Debian's packages when missing and running as
+/// root (CI and fresh machines); otherwise the test says what to install.
+fn browser_binaries() -> (String, String) {
+    let found = || Some((on_path("chromedriver")?, on_path("chromium")?));
+    if let Some(found) = found() {
+        return found;
+    }
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| out.stdout.trim_ascii() == b"0");
+    assert!(
+        root,
+        "the console tests need chromium and chromedriver (apt-get install chromium chromium-driver)"
+    );
+    let install = || {
+        Command::new("apt-get")
+            .args(["install", "-y", "chromium", "chromium-driver"])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !install() {
+        let _ = Command::new("apt-get").arg("update").status();
+        assert!(install(), "apt-get install chromium chromium-driver failed");
+    }
+    found().expect("chromium and chromedriver are on PATH after installing them")
+}
+
+async fn start_chromedriver() -> (Chromedriver, String) {
+    // chromedriver takes a port number, not a listener: a free one is asked of the kernel
+    // and handed over (a race with another process is possible, and would fail loudly).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free local port")
+        .port();
+    let (driver, chromium) = browser_binaries();
+    let child = Command::new(driver)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromedriver starts");
+    let chromedriver = Chromedriver {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    };
+    let status = format!("{}/status", chromedriver.url);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ready = reqwest::get(&status)
+            .await
+            .ok()
+            .filter(|r| r.status().is_success());
+        if ready.is_some() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "chromedriver did not answer within 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (chromedriver, chromium)
+}
+
+/// How big the browser's page is.
+enum Screen {
+    Laptop,
+    /// A phone's viewport (390×844, as an iPhone 12–15), by Chromium's device emulation:
+    /// a window cannot be made narrower than 500 px.
+    Phone,
+}
+
+/// A headless Chromium session (and its chromedriver).
+async fn browser(screen: Screen) -> (Chromedriver, Client) {
+    let (chromedriver, chromium) = start_chromedriver().await;
+    // No sandbox: the tests may run as root, where Chromium's sandbox refuses to start.
+    let mut options = json!({
+        "binary": chromium,
+        "args": ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                 "--window-size=1280,900"],
+    });
+    if let Screen::Phone = screen {
+        options["mobileEmulation"] = json!({"deviceMetrics": {"width": 390, "height": 844, "pixelRatio": 3}});
+    }
+    let mut capabilities = serde_json::Map::new();
+    capabilities.insert("goog:chromeOptions".into(), options);
+    let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(capabilities)
+        .connect(&chromedriver.url)
+        .await
+        .expect("a WebDriver session starts");
+    (chromedriver, client)
+}
+
+/// Runs a browser flow; on failure saves a screenshot under `target/console-screenshots/`
+/// before failing the test.
+async fn with_screenshot_on_failure<F>(client: Client, name: &str, flow: F)
+where
+    F: std::future::Future<Output = ()>,
+{
+    let outcome = AssertUnwindSafe(flow).catch_unwind().await;
+    if let Err(panic) = outcome {
+        let target = std::env::var("CARGO_TARGET_DIR")
+            .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/target").into());
+        let dir = std::path::Path::new(&target).join("console-screenshots");
+        if let Ok(png) = client.screenshot().await {
+            let _ = std::fs::create_dir_all(&dir);
+            let path = dir.join(format!("{name}.png"));
+            if std::fs::write(&path, png).is_ok() {
+                eprintln!("screenshot: {}", path.display());
+            }
+        }
+        let _ = client.close().await;
+        std::panic::resume_unwind(panic);
+    }
+    let _ = client.close().await;
+}
+
+/// The console's base URL as the browser opens it (`localhost`: see the module doc).
+fn console(app: &TestApp, path: &str) -> String {
+    format!("http://localhost:{}{path}", app.addr.port())
+}
+
+async fn sign_in_with(client: &Client, app: &TestApp, key: &str) {
+    client.goto(&console(app, "/console")).await.unwrap();
+    let field = client.find(Locator::Id("key")).await.unwrap();
+    field.send_keys(key).await.unwrap();
+    client
+        .find(Locator::Id("sign-in"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for_page(client, "/console/turns", None).await;
+}
+
+/// Waits (20 s at most) until the browser shows `path`, with a query that contains `query`
+/// when given: a click may return before the navigation it starts has finished.
+async fn wait_for_page(client: &Client, path: &str, query: Option<&str>) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let url = client.current_url().await.unwrap();
+        let query_matches = query.is_none_or(|q| url.query().is_some_and(|have| have.contains(q)));
+        let loaded = client
+            .execute("return document.readyState;", vec![])
+            .await
+            .is_ok_and(|state| state == "complete");
+        if url.path() == path && query_matches && loaded {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the browser stayed at {url}, not {path}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The `data-status` of the element `css` selects, or `None` when there is none.
+async fn status_of(client: &Client, css: &str) -> Option<String> {
+    let element = client.find(Locator::Css(css)).await.ok()?;
+    element.attr("data-status").await.ok().flatten()
+}
+
+/// Reloads the page until `css`'s status is `want`, for at most 20 s.
+async fn reload_until_status(client: &Client, css: &str, want: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if status_of(client, css).await.as_deref() == Some(want) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{css} never became {want}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        client.refresh().await.unwrap();
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Data
+
+struct Seeded {
+    app: TestApp,
+    _platforms: FakePlatforms,
+    _agent: FakeAgent,
+    worker: Arc<Worker>,
+    key: String,
+    other_key: String,
+    failed: MessageId,
+    /// acme's Telegram connector.
+    connector: channel_bridge::domain::ConnectorId,
+}
+
+fn worker_for(app: &TestApp, agent: &FakeAgent) -> Worker {
+    let mut settings = ServeSettings::for_database(app.db.url());
+    settings.agent_url = Some(agent.url.clone());
+    settings.dispatch.retry_base_ms = 0;
+    Worker::new(app.pool.clone(), Arc::new(settings), || {
+        chrono::Utc::now().timestamp()
+    })
+    .unwrap()
+}
+
+async fn admin_key(app: &TestApp, tenant: channel_bridge::domain::TenantId) -> String {
+    channel_bridge::admin::operator::issue(&app.pool, tenant, "console")
+        .await
+        .unwrap()
+        .key
+}
+
+/// Tenant acme with one turn the agent refused (`dispatch_failed`) and one answered and
+/// delivered; tenant globex with a key and nothing else.
+async fn seeded(first_text: &str) -> Seeded {
+    let app = spawn_app().await;
+    let platforms = FakePlatforms::start().await;
+    let acme = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
+    let globex = provision_tenant(&app.pool, "globex").await;
+    let agent = FakeAgent::start(&acme.dispatch_secret).await;
+    agent.script([Reply::Json(400, json!({"error": "bad payload"}), None)]);
+    let worker = Arc::new(worker_for(&app, &agent));
+    deliver(&app, &acme, Platform::Telegram, telegram_text(7001, first_text)).await;
+    deliver(
+        &app,
+        &acme,
+        Platform::Telegram,
+        telegram_text(7002, "thanks anyway"),
+    )
+    .await;
+    let StepOutcome::Failed(failed) = worker.step().await.unwrap() else {
+        panic!("the first turn fails")
+    };
+    assert!(matches!(worker.step().await.unwrap(), StepOutcome::Executed(_)));
+    Seeded {
+        key: admin_key(&app, acme.tenant).await,
+        other_key: admin_key(&app, globex.tenant).await,
+        app,
+        _platforms: platforms,
+        _agent: agent,
+        worker,
+        failed,
+        connector: acme.telegram,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Browser flows
+
+#[tokio::test]
+async fn an_admin_signs_in_finds_a_failed_turn_redispatches_it_and_watches_it_delivered() {
+    let s = seeded("where is my parcel?").await;
+    let (_driver, client) = browser(Screen::Laptop).await;
+    let c = client.clone();
+    with_screenshot_on_failure(client, "redispatch_flow", async move {
+        let turn = format!("#turn-{}", s.failed);
+        sign_in_with(&c, &s.app, &s.key).await;
+
+        // The conversation is listed; a search narrows it to the turn.
+        assert_eq!(status_of(&c, &turn).await.as_deref(), Some("dispatch_failed"));
+        let q = c.find(Locator::Id("q")).await.unwrap();
+        q.send_keys("parcel").await.unwrap();
+        c.find(Locator::Id("search"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        wait_for_page(&c, "/console/turns", Some("q=parcel")).await;
+        let source = c.source().await.unwrap();
+        assert!(source.contains("where is my parcel?"));
+        assert!(
+            !source.contains("thanks anyway"),
+            "the search leaves the other turn out"
+        );
+
+        // The failed page offers a redispatch; it queues the turn and shows it.
+        c.find(Locator::LinkText("Failed"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        wait_for_page(&c, "/console/failed", None).await;
+        let button = format!("#dispatch-failed {turn} button.redispatch");
+        c.find(Locator::Css(&button))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        wait_for_page(&c, &format!("/console/turns/{}", s.failed), Some("queued=1")).await;
+        c.find(Locator::Id("queued")).await.unwrap();
+
+        // The worker answers it (the agent echoes now) and the page, reloaded, says so.
+        let worker = s.worker.clone();
+        let step = tokio::spawn(async move { worker.step().await.unwrap() });
+        reload_until_status(&c, "#status", "executed").await;
+        assert_eq!(step.await.unwrap(), StepOutcome::Executed(s.failed));
+        assert_eq!(status_of(&c, ".part").await.as_deref(), Some("sent"));
+        let response = c
+            .find(Locator::Id("response"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(!response.is_empty() && response != "No answer.", "{response}");
+
+        // Its connectors, without their secrets.
+        c.goto(&console(&s.app, "/console/connectors")).await.unwrap();
+        let connectors = c.source().await.unwrap();
+        assert!(connectors.contains(&s.connector.to_string()));
+        for secret in [SLACK_SECRET, WHATSAPP_SECRET, TELEGRAM_SECRET] {
+            assert!(!connectors.contains(secret), "no secret on the page");
+        }
+
+        // Signed out, the pages send back to the sign-in form.
+        c.find(Locator::Id("sign-out"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        wait_for_page(&c, "/console/sign-in", None).await;
+        c.goto(&console(&s.app, "/console/turns")).await.unwrap();
+        assert_eq!(c.current_url().await.unwrap().path(), "/console/sign-in");
+
+        // Another tenant's key sees none of it, not even by the turn's id.
+        sign_in_with(&c, &s.app, &s.other_key).await;
+        c.find(Locator::Id("no-turns")).await.unwrap();
+        assert!(!c.source().await.unwrap().contains("parcel"));
+        c.goto(&console(&s.app, &format!("/console/turns/{}", s.failed)))
+            .await
+            .unwrap();
+        let error = c.find(Locator::Id("error")).await.unwrap().text().await.unwrap();
+        assert_eq!(error, "message not found");
+        assert!(!c.source().await.unwrap().contains("parcel"));
+        c.goto(&console(&s.app, "/console/failed")).await.unwrap();
+        assert!(
+            c.find(Locator::Css(".turn")).await.is_err(),
+            "globex has no failed turns"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn on_a_phone_sized_window_no_page_scrolls_sideways() {
+    // A long unbroken word is the usual cause of sideways scrolling.
+    let s = seeded(&format!("please check {}", "x".repeat(300))).await;
+    let (_driver, client) = browser(Screen::Phone).await;
+    let c = client.clone();
+    with_screenshot_on_failure(client, "phone", async move {
+        c.goto(&console(&s.app, "/console/sign-in")).await.unwrap();
+        let overflow = "return document.documentElement.scrollWidth - window.innerWidth;";
+        let fits = |page: String| {
+            let c = c.clone();
+            async move {
+                let excess = c.execute(overflow, vec![]).await.unwrap();
+                assert!(
+                    excess.as_i64().is_some_and(|px| px <= 0),
+                    "{page} overflows by {excess} px"
+                );
+            }
+        };
+        fits("sign-in".into()).await;
+        sign_in_with(&c, &s.app, &s.key).await;
+        let width = c.execute("return window.innerWidth;", vec![]).await.unwrap();
+        assert_eq!(width.as_i64(), Some(390), "a phone-sized viewport");
+        for path in [
+            "/console/turns".to_owned(),
+            format!("/console/turns/{}", s.failed),
+            "/console/failed".to_owned(),
+            "/console/connectors".to_owned(),
+            "/console/links".to_owned(),
+        ] {
+            c.goto(&console(&s.app, &path)).await.unwrap();
+            c.find(Locator::Css("main h1")).await.unwrap();
+            fits(path).await;
+        }
+    })
+    .await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Plain HTTP
+
+fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// Signs in over HTTP; returns the `Cookie` header value of the session.
+async fn http_sign_in(app: &TestApp, key: &str) -> String {
+    let response = no_redirects()
+        .post(app.url("/console/sign-in"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("key={key}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 303);
+    let set_cookie = response.headers()["set-cookie"].to_str().unwrap().to_owned();
+    for attribute in ["HttpOnly", "Secure", "SameSite=Strict", "Path=/console"] {
+        assert!(set_cookie.contains(attribute), "{set_cookie} lacks {attribute}");
+    }
+    let secret = key.rsplit('_').next().unwrap();
+    assert!(!set_cookie.contains(secret), "the key is not in the cookie");
+    set_cookie.split(';').next().unwrap().to_owned()
+}
+
+async fn get_page(app: &TestApp, cookie: &str, path: &str) -> (u16, String) {
+    let response = no_redirects()
+        .get(app.url(path))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+async fn status_in_db(app: &TestApp, id: MessageId) -> (String, i64) {
+    let mut owner = app.db.owner_conn().await;
+    sqlx::query_as(
+        "select m.status, (select count(*) from dispatch_queue q where q.message_id = m.id)
+           from channel_messages m where m.id = $1",
+    )
+    .bind(id)
+    .fetch_one(&mut owner)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_bad_key_gets_the_form_again_with_an_error_and_no_cookie() {
+    let app = spawn_app().await;
+    provision_tenant(&app.pool, "acme").await;
+    for key in ["cbk_abcdefgh_not-a-real-secret", "not even shaped like a key"] {
+        let response = no_redirects()
+            .post(app.url("/console/sign-in"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!("key={}", key.replace(' ', "+")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 401);
+        assert!(response.headers().get("set-cookie").is_none());
+        let body = response.text().await.unwrap();
+        assert!(
+            body.contains(r#"id="error""#) && body.contains("That key is not valid"),
+            "{body}"
+        );
+    }
+    let response = no_redirects()
+        .get(app.url("/console/turns"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 303, "no session: back to the sign-in form");
+    assert_eq!(response.headers()["location"], "/console/sign-in");
+}
+
+#[tokio::test]
+async fn a_post_without_the_session_csrf_token_is_refused_with_403_and_queues_nothing() {
+    let s = seeded("refused turn").await;
+    let cookie = http_sign_in(&s.app, &s.key).await;
+    let path = format!("/console/turns/{}/redispatch", s.failed);
+    for body in ["", "csrf=", "csrf=guessed-token"] {
+        let response = no_redirects()
+            .post(s.app.url(&path))
+            .header("cookie", &cookie)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 403, "body {body:?}");
+    }
+    assert_eq!(
+        status_in_db(&s.app, s.failed).await,
+        ("dispatch_failed".into(), 0)
+    );
+
+    // With the page's token the same POST works: the 403s were the token's doing.
+    let (_, page) = get_page(&s.app, &cookie, &format!("/console/turns/{}", s.failed)).await;
+    let token = csrf_of(&page);
+    let response = no_redirects()
+        .post(s.app.url(&path))
+        .header("cookie", &cookie)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("csrf={token}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 303);
+    assert_eq!(status_in_db(&s.app, s.failed).await, ("accepted".into(), 1));
+}
+
+#[tokio::test]
+async fn chat_text_with_markup_is_shown_as_text_never_run() {
+    let app = spawn_app().await;
+    let acme = provision_tenant(&app.pool, "acme").await;
+    let attack = r#"<script>alert(1)</script><img src=x onerror="alert(2)">"#;
+    deliver(&app, &acme, Platform::Telegram, telegram_text(7101, attack)).await;
+    let cookie = http_sign_in(&app, &admin_key(&app, acme.tenant).await).await;
+
+    let (status, list) = get_page(&app, &cookie, "/console/turns").await;
+    assert_eq!(status, 200);
+    let escaped = "&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=&quot;alert(2)&quot;&gt;";
+    assert!(list.contains(escaped), "{list}");
+    assert!(!list.contains("<script>") && !list.contains("<img"), "{list}");
+
+    let id = list
+        .split(r#"id="turn-"#)
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_owned();
+    let (status, detail) = get_page(&app, &cookie, &format!("/console/turns/{id}")).await;
+    assert_eq!(status, 200);
+    assert!(detail.contains(escaped));
+    assert!(!detail.contains("<script>") && !detail.contains("<img"));
+
+    // The search box gives back what was typed, escaped too.
+    let (_, searched) = get_page(&app, &cookie, "/console/turns?q=%22%3E%3Cscript%3E").await;
+    assert!(
+        searched.contains(r#"value="&quot;&gt;&lt;script&gt;""#),
+        "{searched}"
+    );
+    assert!(!searched.contains("<script>"));
+}
+
+/// The CSRF token of a signed-in page.
+fn csrf_of(page: &str) -> String {
+    page.split(r#"name="csrf" value=""#)
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the page has a form with the CSRF token")
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_reply_telegram_refused_for_good_is_listed_as_failed_and_the_resend_button_delivers_it() {
+    let app = spawn_app().await;
+    let platforms = FakePlatforms::start().await;
+    let acme = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
+    let agent = FakeAgent::start(&acme.dispatch_secret).await;
+    let worker = worker_for(&app, &agent);
+    platforms.script(
+        Platform::Telegram,
+        [crate::support::fake_platforms::Answer::Status(
+            403,
+            json!({"ok": false, "error_code": 403, "description": "Forbidden: bot was blocked by the user"}),
+            None,
+        )],
+    );
+    deliver(&app, &acme, Platform::Telegram, telegram_text(7201, "answer me")).await;
+    let StepOutcome::Executed(id) = worker.step().await.unwrap() else {
+        panic!("the agent answers")
+    };
+    assert_eq!(status_in_db(&app, id).await, ("delivery_failed".into(), 0));
+    let cookie = http_sign_in(&app, &admin_key(&app, acme.tenant).await).await;
+
+    let (_, failed) = get_page(&app, &cookie, "/console/failed").await;
+    let section = failed.split(r#"<section id="delivery-failed">"#).nth(1).unwrap();
+    assert!(section.contains(&format!(r#"id="turn-{id}""#)), "{failed}");
+    assert!(
+        section.contains("bot was blocked by the user"),
+        "the error is shown"
+    );
+    assert!(section.contains(&format!(r#"action="/console/turns/{id}/resend""#)));
+
+    let response = no_redirects()
+        .post(app.url(&format!("/console/turns/{id}/resend")))
+        .header("cookie", &cookie)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("csrf={}", csrf_of(&failed)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 303);
+    assert_eq!(
+        response.headers()["location"].to_str().unwrap(),
+        format!("/console/turns/{id}?queued=1")
+    );
+    assert_eq!(status_in_db(&app, id).await, ("executed".into(), 1));
+    assert_eq!(worker.step().await.unwrap(), StepOutcome::Delivered(id));
+    let (_, detail) = get_page(&app, &cookie, &format!("/console/turns/{id}")).await;
+    assert!(
+        detail.contains(r#"class="card part" data-status="sent""#),
+        "{detail}"
+    );
+    assert_eq!(
+        platforms.sent_to(Platform::Telegram).len(),
+        2,
+        "refused once, then posted"
+    );
+}
+
+#[tokio::test]
+async fn revoking_the_key_ends_its_console_sessions() {
+    let app = spawn_app().await;
+    let acme = provision_tenant(&app.pool, "acme").await;
+    let issued = channel_bridge::admin::operator::issue(&app.pool, acme.tenant, "console")
+        .await
+        .unwrap();
+    let cookie = http_sign_in(&app, &issued.key).await;
+    assert_eq!(get_page(&app, &cookie, "/console/turns").await.0, 200);
+
+    channel_bridge::admin::operator::revoke(&app.pool, issued.id)
+        .await
+        .unwrap();
+    let response = no_redirects()
+        .get(app.url("/console/turns"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 303);
+    assert_eq!(response.headers()["location"], "/console/sign-in");
+}
