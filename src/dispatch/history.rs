@@ -88,7 +88,7 @@ impl<'a> Place<'a> {
         }
     }
 
-    /// The place as the four values `PLACE_MATCHES` compares with: kind, connector, chat,
+    /// The place as the four values `place_matches` compares with: kind, connector, chat,
     /// space.
     fn columns(
         self,
@@ -111,13 +111,20 @@ impl<'a> Place<'a> {
     }
 }
 
-/// Whether history row `h` was asked in the place `p` describes (`Place::columns`): one
-/// condition for the single and the batched read.
-const PLACE_MATCHES: &str = "(p.kind = 'anywhere'
-       or (p.kind = 'direct' and h.space is null)
-       or (p.kind = 'space' and h.connector_id = p.connector and h.space = p.space)
-       or (p.kind = 'chat' and h.connector_id = p.connector and h.chat_id = p.chat
-           and h.space is not distinct from p.space))";
+/// Whether history row `h` was asked in a place of `kind` described by `p`
+/// (`Place::columns`), for the single and the batched read. One condition per kind rather
+/// than one with an `OR` per kind: the planner then keeps walking the user's history index
+/// newest first and stops at the limit (the `OR` form cost the batched read ~1 ms a turn).
+fn place_matches(kind: &str) -> &'static str {
+    match kind {
+        "direct" => "h.space is null",
+        "space" => "h.connector_id = p.connector and h.space = p.space",
+        "chat" => {
+            "h.connector_id = p.connector and h.chat_id = p.chat and h.space is not distinct from p.space"
+        }
+        _ => "true",
+    }
+}
 
 /// Reads the history of `message`'s conversation inside the tenant transaction.
 pub async fn load(
@@ -146,6 +153,8 @@ pub async fn load_scope(
         ""
     };
     let key = scope.user_id.unwrap_or(scope.conversation_key);
+    let (kind, connector, chat, space) = scope.place.columns();
+    let place = place_matches(kind);
     let sql = format!(
         "select h.request_content, h.response_content
            from channel_messages h,
@@ -153,12 +162,11 @@ pub async fn load_scope(
           where h.tenant_id = $1 and {who}
             and (h.status in ('executed', 'delivery_failed', 'dispatch_failed') or h.status like 'denied\\_%')
             and btrim(h.request_content) <> ''
-            and {PLACE_MATCHES}
+            and {place}
             {before}
           order by h.received_at desc, h.id desc
           limit $3"
     );
-    let (kind, connector, chat, space) = scope.place.columns();
     let mut query = sqlx::query_as::<_, Turn>(&sql)
         .bind(tenant)
         .bind(key)
@@ -184,8 +192,9 @@ struct BatchTurn {
 }
 
 /// Reads the histories of several turns of one tenant (a claimed batch) in at most two
-/// statements, one for linked users and one for unlinked senders: the same rule as `load`,
-/// each turn's history strictly older than itself. Keyed by the turn's id.
+/// statements per kind of place, one for linked users and one for unlinked senders: the
+/// same rule as `load`, each turn's history strictly older than itself. Keyed by the
+/// turn's id.
 pub async fn load_many(
     tx: &mut TenantTx,
     messages: &[&MessageRow],
@@ -195,13 +204,25 @@ pub async fn load_many(
         messages.iter().map(|m| (m.id, Vec::new())).collect();
     let (linked, unlinked): (Vec<&MessageRow>, Vec<&MessageRow>) =
         messages.iter().partition(|m| m.user_id.is_some());
+    let mut groups = Vec::new();
     for (group, who) in [
         (linked, "h.user_id = p.who"),
         (unlinked, "h.user_id is null and h.conversation_key = p.who"),
     ] {
-        if group.is_empty() {
-            continue;
+        for kind in ["anywhere", "direct", "space", "chat"] {
+            let of_kind: Vec<&MessageRow> = group
+                .iter()
+                .copied()
+                .filter(|m| Place::of(m, setting).columns().0 == kind)
+                .collect();
+            if !of_kind.is_empty() {
+                groups.push((of_kind, who, place_matches(kind)));
+            }
         }
+    }
+    // At most two statements under `user` (linked, unlinked); one more per other kind of
+    // place present in the batch.
+    for (group, who, place) in groups {
         let ids: Vec<MessageId> = group.iter().map(|m| m.id).collect();
         let keys: Vec<&str> = group
             .iter()
@@ -220,7 +241,7 @@ pub async fn load_many(
                       where h.tenant_id = $1 and {who}
                         and (h.status in ('executed', 'delivery_failed', 'dispatch_failed') or h.status like 'denied\\_%')
                         and btrim(h.request_content) <> ''
-                        and {PLACE_MATCHES}
+                        and {place}
                         and (h.received_at, h.id) < (p.received_at, p.id)
                       order by h.received_at desc, h.id desc
                       limit $5) h
