@@ -45,8 +45,15 @@ fn on_path(program: &str) -> Option<String> {
 }
 
 /// chromedriver and Chromium, installed from Debian's packages when missing and running as
-/// root (CI and fresh machines); otherwise the test says what to install.
+/// root (CI and fresh machines); otherwise the test says what to install. Once per process:
+/// the browser tests run in parallel, and a second `apt-get` beside the first fails on
+/// dpkg's lock (which each also waits for, in case something else holds it).
 fn browser_binaries() -> (String, String) {
+    static BINARIES: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+    BINARIES.get_or_init(find_or_install_browser).clone()
+}
+
+fn find_or_install_browser() -> (String, String) {
     let found = || Some((on_path("chromedriver")?, on_path("chromium")?));
     if let Some(found) = found() {
         return found;
@@ -61,7 +68,7 @@ fn browser_binaries() -> (String, String) {
     );
     let install = || {
         Command::new("apt-get")
-            .args(["install", "-y", "chromium", "chromium-driver"])
+            .args(["-o", "DPkg::Lock::Timeout=600", "install", "-y", "chromium", "chromium-driver"])
             .env("DEBIAN_FRONTEND", "noninteractive")
             .status()
             .is_ok_and(|s| s.success())
