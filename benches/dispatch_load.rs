@@ -530,6 +530,7 @@ fn telegram_turn(fixture: &Fixture, update: i64, user: i64) -> Inbound {
             platform_user_id: sender_id(user),
             reply_to_id: None,
             text,
+            attachments: Vec::new(),
             metadata: json!({ "chat_type": "private", "first_name": format!("User {user}") }),
         }],
         ..Inbound::default()

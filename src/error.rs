@@ -33,6 +33,15 @@ pub enum AppError {
     Unprocessable(String),
     #[error("{0}")]
     Conflict(&'static str),
+    /// It existed, but no longer (an expired media link).
+    #[error("{0}")]
+    Gone(&'static str),
+    /// A file larger than the gateway streams (bytes).
+    #[error("the file is larger than {0} bytes")]
+    FileTooLarge(u64),
+    /// A server the gateway fetches from (a platform's file API) failed.
+    #[error("{0}")]
+    BadGateway(&'static str),
     /// The request passed its deadline (milliseconds), most likely waiting on the database.
     #[error("not completed within {0} ms (database unavailable?); retry later")]
     DeadlinePassed(u64),
@@ -60,6 +69,9 @@ impl AppError {
             Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             Self::Unprocessable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unprocessable"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            Self::Gone(_) => (StatusCode::GONE, "gone"),
+            Self::FileTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            Self::BadGateway(_) => (StatusCode::BAD_GATEWAY, "bad_gateway"),
             Self::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_requests"),
             Self::Unavailable(_) | Self::DeadlinePassed(_) | Self::SecretsUnopened(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "unavailable")

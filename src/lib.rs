@@ -36,6 +36,7 @@ pub mod http;
 pub mod ingress;
 pub mod lifecycle;
 pub mod markdown;
+pub mod media;
 pub mod provision;
 pub mod retry;
 pub mod secret_input;

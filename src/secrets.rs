@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use base64::Engine;
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
+use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 use secrecy::{ExposeSecret, SecretString};
 
@@ -46,6 +47,30 @@ struct Keys {
 struct Key {
     id: String,
     cipher: LessSafeKey,
+    /// Signs gateway URLs (`crate::media`): derived from the same key material, so every
+    /// instance that opens the secrets also verifies the URLs any of them made.
+    url_signer: hmac::Key,
+}
+
+/// Why a URL key is derived rather than the AES key reused: one key, one purpose.
+const URL_KEY_LABEL: &[u8] = b"channel-bridge url signing v1";
+
+fn url_signer(key_material: &[u8]) -> hmac::Key {
+    let derived = hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, key_material), URL_KEY_LABEL);
+    hmac::Key::new(hmac::HMAC_SHA256, derived.as_ref())
+}
+
+/// The URL key of a keyring without keys: random, this process's own (URLs made by one
+/// instance are refused by another, which is one more reason to configure a key).
+fn process_url_signer() -> &'static hmac::Key {
+    static SIGNER: std::sync::OnceLock<hmac::Key> = std::sync::OnceLock::new();
+    SIGNER.get_or_init(|| {
+        let mut bytes = [0u8; KEY_LEN];
+        // Without a random source nothing of the gateway's security holds; a fixed key is
+        // no worse than the zeroed one, and sealing reports the failure where it matters.
+        let _ = SystemRandom::new().fill(&mut bytes);
+        url_signer(&bytes)
+    })
 }
 
 impl fmt::Debug for Keyring {
@@ -147,6 +172,7 @@ impl Keyring {
             keys.push(Key {
                 id: id.to_owned(),
                 cipher: LessSafeKey::new(unbound),
+                url_signer: url_signer(&bytes),
             });
         }
         if keys.is_empty() {
@@ -268,6 +294,27 @@ impl Keyring {
         binding: &Binding,
     ) -> Result<Option<SecretString>, SecretError> {
         stored.map(|s| self.open(s, binding)).transpose()
+    }
+
+    /// The HMAC-SHA256 tag of `data` for a gateway URL, under the first key (or this
+    /// process's own key without one).
+    pub fn sign_url(&self, data: &[u8]) -> Vec<u8> {
+        let signer = match self.0.keys.first() {
+            Some(key) => &key.url_signer,
+            None => process_url_signer(),
+        };
+        hmac::sign(signer, data).as_ref().to_vec()
+    }
+
+    /// Whether `tag` is `data`'s URL tag under any key (constant time per key).
+    pub fn verify_url(&self, data: &[u8], tag: &[u8]) -> bool {
+        if self.0.keys.is_empty() {
+            return hmac::verify(process_url_signer(), data, tag).is_ok();
+        }
+        self.0
+            .keys
+            .iter()
+            .any(|k| hmac::verify(&k.url_signer, data, tag).is_ok())
     }
 
     /// Whether a stored value should be sealed again: it is plain while a key is

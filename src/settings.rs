@@ -177,6 +177,9 @@ pub struct ServeSettings {
     #[command(flatten)]
     pub egress: EgressSettings,
 
+    #[command(flatten)]
+    pub media: crate::media::MediaSettings,
+
     /// Bearer token of the operator endpoints (tenant creation, key issue). Unset disables them.
     #[arg(long, env = "CB_OPERATOR_TOKEN", hide_env_values = true, value_parser = crate::secret_input::parse)]
     pub operator_token: Option<SecretString>,
@@ -364,6 +367,7 @@ impl ServeSettings {
             agent_url: None,
             // The demo's and the tests' stand-ins (agent, platform APIs) listen on loopback.
             egress: EgressSettings::allowing_loopback(),
+            media: crate::media::MediaSettings::default(),
             operator_token: None,
             body_limit: 1024 * 1024,
             whatsapp_body_limit: 4 * 1024 * 1024,
@@ -402,6 +406,12 @@ impl ServeSettings {
             // every agent URL (DNS can change), so an internal agent needs CB_EGRESS_ALLOW.
             if !matches!(parsed.scheme(), "http" | "https") {
                 return Err(SettingsError("CB_AGENT_URL must be an http or https URL".into()));
+            }
+        }
+        if let Some(url) = &self.media.public_url {
+            let http = reqwest::Url::parse(url).is_ok_and(|u| matches!(u.scheme(), "http" | "https"));
+            if !http {
+                return Err(SettingsError("CB_PUBLIC_URL must be an http or https URL".into()));
             }
         }
         if let Some(token) = &self.operator_token {

@@ -33,7 +33,7 @@ impl Application {
     /// Connects the pool (lazily) and binds the listeners. Bind to port 0 to get a free port;
     /// `local_addr` and `metrics_addr` tell which. The bound listeners are what `run`
     /// serves: no re-binding.
-    pub async fn build(settings: ServeSettings) -> anyhow::Result<Self> {
+    pub async fn build(mut settings: ServeSettings) -> anyhow::Result<Self> {
         settings.validate()?;
         let pool = crate::db::connect_pool(&settings.database)?;
         let listener = if settings.http {
@@ -42,6 +42,8 @@ impl Application {
             None
         };
         let local_addr = listener.as_ref().map(TcpListener::local_addr).transpose()?;
+        // Attachment URLs name this listener unless the operator says otherwise.
+        settings.media.public_url = Some(settings.media.base_url(local_addr));
         let metrics_listener = match settings.metrics_bind {
             Some(addr) => Some(bind(addr).await?),
             None => None,
@@ -60,6 +62,7 @@ impl Application {
             },
         );
         let keys = settings.database.secrets.clone();
+        let media_client = crate::media::fetch::client(&settings.egress)?;
         let state = AppState {
             pool,
             settings: Arc::new(settings),
@@ -70,6 +73,7 @@ impl Application {
             cache: Arc::new(ConfigCache::new(cache_ttl, keys)),
             ingress: Arc::new(ingress),
             auth_throttle: Arc::default(),
+            media_client,
         };
         Ok(Self {
             state,

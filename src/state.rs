@@ -24,6 +24,9 @@ pub struct AppState {
     pub ingress: Arc<crate::ingress::writer::Writer>,
     /// Budgets of untrusted admin-key attempts, spent before any database work.
     pub auth_throttle: Arc<crate::admin::throttle::AuthThrottle>,
+    /// Fetches attachments from the platforms for `/v1/media/{token}` (egress policy
+    /// applied; no total timeout, so a large file can take its time).
+    pub media_client: crate::egress::GuardedClient,
 }
 
 impl AppState {

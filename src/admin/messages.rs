@@ -93,6 +93,9 @@ pub struct MessageOut {
     pub delivered_at: Option<chrono::DateTime<chrono::Utc>>,
     #[schema(value_type = Object)]
     pub metadata: serde_json::Value,
+    /// The files sent with the turn (type, MIME type, size, name; `url` is always null
+    /// here: the agent gets signed, expiring URLs with each dispatch).
+    pub attachments: Vec<crate::media::AttachmentOut>,
 }
 
 impl From<MessageRow> for MessageOut {
@@ -118,6 +121,11 @@ impl From<MessageRow> for MessageOut {
             completed_at: row.completed_at,
             delivered_at: row.delivered_at,
             metadata: row.metadata,
+            attachments: row
+                .attachments
+                .as_deref()
+                .map(|files| crate::media::AttachmentOut::of_turn(row.id, files))
+                .unwrap_or_default(),
         }
     }
 }

@@ -89,9 +89,11 @@ fn error_code() -> utoipa::openapi::Schema {
         "not_found",
         "method_not_allowed",
         "conflict",
+        "gone",
         "unprocessable",
         "payload_too_large",
         "too_many_requests",
+        "bad_gateway",
         "unavailable",
         "internal",
     ];

@@ -4,14 +4,16 @@
 //! Rules, each failing with a message the gateway's operator can act on (answered as 400):
 //! - the body is a JSON object;
 //! - `messages[]`, when present and non-empty, is the conversation: each item has `role`
-//!   `system`, `user` or `assistant` and a non-blank string `content`, and the last one is
-//!   the user's turn;
+//!   `system`, `user` or `assistant` and a non-blank string `content` (a user message with
+//!   `attachments` may have an empty one: a photo without caption), and the last one is the
+//!   user's turn;
 //! - otherwise the legacy `role`/`content` pair makes one user message (`role` may be
 //!   omitted, and must be `user` when given).
 
 use serde_json::{Map, Value};
 
 use crate::dispatch::payload::ChatMessage;
+use crate::media::AttachmentOut;
 
 /// Roles the bridge forwards. `tool` and `developer` messages need fields the gateway never
 /// sends (tool call ids), so they are refused rather than forwarded half-formed.
@@ -129,11 +131,28 @@ fn chat_message(index: usize, item: &Value) -> Result<ChatMessage, InvalidDispat
     let content = object
         .get("content")
         .ok_or_else(|| invalid(format!("messages[{index}] has no `content`")))?;
-    let content = non_blank(content, &format!("messages[{index}].content"))?;
+    let attachments = attachments(index, object.get("attachments"))?;
+    let content = match (content.as_str(), attachments.is_empty()) {
+        (Some(text), false) if role == "user" => text.to_owned(),
+        _ => non_blank(content, &format!("messages[{index}].content"))?,
+    };
     Ok(ChatMessage {
         role: role.to_owned(),
         content,
+        attachments,
     })
+}
+
+/// `attachments` of a message: absent, null or a list of `{type, mime, size, name, url}`.
+fn attachments(index: usize, value: Option<&Value>) -> Result<Vec<AttachmentOut>, InvalidDispatch> {
+    match value {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(value) => serde_json::from_value(value.clone()).map_err(|e| {
+            invalid(format!(
+                "messages[{index}].attachments must be a list of {{type, mime, size, name, url}} ({e})"
+            ))
+        }),
+    }
 }
 
 fn non_blank(content: &Value, name: &str) -> Result<String, InvalidDispatch> {

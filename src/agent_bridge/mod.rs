@@ -2,7 +2,8 @@
 //!
 //! For each signed dispatch (DESIGN.md "Dispatch payload") the bridge: verifies the Standard
 //! Webhooks signature over the raw body (401), reads the conversation (400 when invalid),
-//! puts the configured system prompt first, asks the upstream's `/v1/chat/completions`, and
+//! puts the configured system prompt first, turns attachments into content parts (`content`),
+//! asks the upstream's `/v1/chat/completions`, and
 //! answers `{"messages": [{"role": "assistant", "content": …}]}`. Upstream trouble answers
 //! statuses the gateway retries: 504 for a timeout, 502 for everything else (connection
 //! refused, 5xx, 4xx, an unreadable answer), 429 with the upstream's `Retry-After` when the
@@ -12,6 +13,7 @@
 //! Routes: `POST` on any path (so a tenant's agent URL may be `http://host:9000/` or
 //! `…/agent`), and `GET /healthz`.
 
+pub mod content;
 pub mod inbound;
 pub mod upstream;
 
@@ -233,6 +235,7 @@ async fn ask(bridge: &Bridge, turn: &Turn) -> Result<Vec<String>, BridgeError> {
         Answerer::Echo => Ok(vec![echo_reply(&turn.messages)]),
         Answerer::Upstream(config) => {
             let messages = with_system_prompt(bridge.config.system_prompt.as_deref(), &turn.messages);
+            let messages = content::upstream_messages(&bridge.client, &messages).await;
             let started = std::time::Instant::now();
             let result =
                 upstream::complete(&bridge.client, config, &messages, turn.stable_user().as_deref()).await;
@@ -263,7 +266,7 @@ fn verify(secret: &str, headers: &HeaderMap, body: &[u8]) -> Result<(), Signatur
 pub fn with_system_prompt(prompt: Option<&str>, messages: &[ChatMessage]) -> Vec<ChatMessage> {
     let system = prompt.map(|p| ChatMessage {
         role: "system".into(),
-        content: p.to_owned(),
+        ..ChatMessage::user(p)
     });
     system.into_iter().chain(messages.iter().cloned()).collect()
 }

@@ -12,7 +12,7 @@ use reqwest::{StatusCode, Url};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Serialize;
 
-use crate::dispatch::payload::{parse_answer, ChatMessage};
+use crate::dispatch::payload::parse_answer;
 
 /// Where and how to call the upstream.
 #[derive(Debug, Clone)]
@@ -83,7 +83,8 @@ pub enum UpstreamError {
 pub struct ChatRequestOut<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<&'a str>,
-    pub messages: &'a [ChatMessage],
+    /// Chat messages in OpenAI's form (`super::content`).
+    pub messages: &'a [serde_json::Value],
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user: Option<&'a str>,
     pub stream: bool,
@@ -94,7 +95,7 @@ pub struct ChatRequestOut<'a> {
 pub async fn complete(
     client: &reqwest::Client,
     config: &UpstreamConfig,
-    messages: &[ChatMessage],
+    messages: &[serde_json::Value],
     stable_user: Option<&str>,
 ) -> Result<Vec<String>, UpstreamError> {
     let body = ChatRequestOut {
@@ -183,7 +184,7 @@ mod tests {
 
     #[test]
     fn the_request_carries_no_user_unless_asked() {
-        let messages = [ChatMessage::user("hi")];
+        let messages = [serde_json::json!({"role": "user", "content": "hi"})];
         let body = ChatRequestOut {
             model: Some("m"),
             messages: &messages,

@@ -79,18 +79,21 @@ pub struct InboundMessage {
     /// The message this one answers or quotes (Telegram `reply_to_message.message_id`,
     /// WhatsApp `context.id`, Slack parent `thread_ts`).
     pub reply_to_id: Option<String>,
-    /// User text, or a placeholder such as `[image]` for a non-text message.
+    /// User text (a caption for a file, `""` without one), or a placeholder such as
+    /// `[sticker]` for content that is not forwarded.
     pub text: String,
+    /// The files sent with the message (pictures, voice notes, videos, documents).
+    pub attachments: Vec<crate::media::Attachment>,
     /// Platform extras worth keeping for admins (display name, channel type, event ids…).
     pub metadata: Value,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InboundKind {
-    /// A user's text: recorded and dispatched to the agent.
+    /// A user's text or file (with its caption): recorded and dispatched to the agent.
     Text,
-    /// A user's non-text message (image, sticker, voice…): recorded as `ignored` with a
-    /// placeholder so admins see it, never dispatched.
+    /// Content the agent is not given (sticker, location, poll…): recorded as `ignored`
+    /// with a placeholder so admins see it, never dispatched.
     NonText,
 }
 
@@ -183,6 +186,9 @@ impl Inbound {
                 scrub(field);
             }
             scrub_json(&mut message.metadata);
+            for attachment in &mut message.attachments {
+                attachment.text_fields().for_each(scrub);
+            }
         }
         for status in &mut self.statuses {
             scrub(&mut status.platform_message_id);
@@ -428,6 +434,16 @@ mod scrub_tests {
                 platform_user_id: "u".into(),
                 reply_to_id: None,
                 text: "a\0b".into(),
+                attachments: vec![crate::media::Attachment {
+                    kind: crate::media::AttachmentKind::Document,
+                    mime: Some("text/plain\0".into()),
+                    size: None,
+                    name: Some("n\0".into()),
+                    source: crate::media::FileSource::Slack {
+                        file_id: "F\0".into(),
+                        url: Some("u\0".into()),
+                    },
+                }],
                 metadata: serde_json::json!({"na\u{0}me": ["x\u{0}", 1, {"deep": "\u{0}"}]}),
             }],
             statuses: vec![DeliveryStatus {
@@ -450,6 +466,8 @@ mod scrub_tests {
             ("k\u{FFFD}", "m\u{FFFD}", "a\u{FFFD}b")
         );
         assert_eq!(message.thread_id.as_deref(), Some("t\u{FFFD}"));
+        let mut attachment = message.attachments[0].clone();
+        assert!(attachment.text_fields().all(|field| !field.contains('\0')));
         assert_eq!(
             message.metadata,
             serde_json::json!({"na\u{FFFD}me": ["x\u{FFFD}", 1, {"deep": "\u{FFFD}"}]})

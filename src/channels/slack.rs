@@ -1,8 +1,10 @@
 //! Slack Events API over HTTP (PLATFORMS.md §1).
 //!
 //! What is forwarded: a human's `message` or `app_mention` with non-empty text and no
-//! subtype, or with the `thread_broadcast` / `file_share` subtypes (only the text goes on;
-//! a `file_share` without text is recorded as a `[file]` placeholder, never dispatched).
+//! subtype, or with the `thread_broadcast` / `file_share` subtypes. A `file_share`'s files go
+//! on as attachments (`crate::media`), its text as the caption (`""` without one); one whose
+//! files are all unusable (external, deleted) is recorded as a `[file]` placeholder, never
+//! dispatched.
 //! Everything else is dropped with a reason: our own and other bots' posts (DESIGN.md
 //! "Loop safety"), edits, deletes, other subtypes, hidden events and non-message events.
 //!
@@ -21,6 +23,7 @@ use super::{
 };
 use crate::db::replies::parse_part_key;
 use crate::domain::{Connector, Platform};
+use crate::media::{Attachment, AttachmentKind, FileSource};
 
 /// The `event_type` of the metadata every reply part is posted with, and the one the app's
 /// manifest subscribes to under `metadata_subscriptions` (README, "Registering the webhook").
@@ -110,6 +113,21 @@ struct MessageEventIn {
     thread_ts: Option<String>,
     #[serde(default)]
     hidden: bool,
+    #[serde(default)]
+    files: Vec<FileIn>,
+}
+
+/// A file of a `file_share` message: what the bridge reads of Slack's file object.
+#[derive(Deserialize)]
+struct FileIn {
+    id: Option<String>,
+    name: Option<String>,
+    mimetype: Option<String>,
+    size: Option<i64>,
+    url_private_download: Option<String>,
+    /// `hosted`; `external` (a link to another service) and `tombstone` (deleted) have no
+    /// bytes the bot token can fetch.
+    mode: Option<String>,
 }
 
 /// Bolt answers `{"challenge": …}` as JSON; Slack accepts it (§1.2).
@@ -202,7 +220,8 @@ fn inbound_message(
     event: MessageEventIn,
 ) -> Result<InboundMessage, &'static str> {
     check_sender(connector, &event)?;
-    let kind = content_kind(&event)?;
+    let attachments = attachments(&event);
+    let kind = content_kind(&event, !attachments.is_empty())?;
     let (Some(team), Some(channel), Some(ts), Some(user)) = (
         envelope.team_id.as_deref(),
         event.channel.as_deref(),
@@ -223,6 +242,7 @@ fn inbound_message(
         platform_user_id: user.to_owned(),
         reply_to_id: event.thread_ts.clone(),
         text: message_text(kind, &event),
+        attachments,
         metadata: metadata(envelope, &event),
     })
 }
@@ -299,8 +319,9 @@ fn is_ours(field: Option<&str>, ours: Option<&str>) -> bool {
     field.is_some() && field == ours
 }
 
-/// Which subtypes carry a user's words (§1.5 rules 2–5), and whether there are words.
-fn content_kind(event: &MessageEventIn) -> Result<InboundKind, &'static str> {
+/// Which subtypes carry a user's words (§1.5 rules 2–5), and whether there are words or
+/// files to forward.
+fn content_kind(event: &MessageEventIn, has_files: bool) -> Result<InboundKind, &'static str> {
     let has_text = event.text.as_deref().is_some_and(|t| !t.trim().is_empty());
     match event.subtype.as_deref() {
         Some("message_changed") => return Err("message_changed"),
@@ -313,6 +334,7 @@ fn content_kind(event: &MessageEventIn) -> Result<InboundKind, &'static str> {
     }
     match (has_text, event.subtype.as_deref()) {
         (true, _) => Ok(InboundKind::Text),
+        (false, Some("file_share")) if has_files => Ok(InboundKind::Text),
         (false, Some("file_share")) => Ok(InboundKind::NonText),
         (false, _) => Err("empty_text"),
     }
@@ -327,6 +349,38 @@ fn shared_space(event: &MessageEventIn, channel: &str) -> Option<String> {
         None => channel.starts_with('D'),
     };
     (!direct).then(|| channel.to_owned())
+}
+
+/// The files Slack hosts, in the agent's terms; kind by MIME type.
+fn attachments(event: &MessageEventIn) -> Vec<Attachment> {
+    event
+        .files
+        .iter()
+        .filter(|file| {
+            file.mode
+                .as_deref()
+                .is_none_or(|mode| mode == "hosted" || mode == "snippet")
+        })
+        .filter_map(|file| {
+            let mime = file.mimetype.clone();
+            let kind = match mime.as_deref().and_then(|m| m.split('/').next()) {
+                Some("image") => AttachmentKind::Image,
+                Some("audio") => AttachmentKind::Audio,
+                Some("video") => AttachmentKind::Video,
+                _ => AttachmentKind::Document,
+            };
+            Some(Attachment {
+                kind,
+                mime,
+                size: file.size,
+                name: file.name.clone(),
+                source: FileSource::Slack {
+                    file_id: file.id.clone()?,
+                    url: file.url_private_download.clone(),
+                },
+            })
+        })
+        .collect()
 }
 
 fn message_text(kind: InboundKind, event: &MessageEventIn) -> String {
@@ -647,11 +701,37 @@ mod tests {
     }
 
     #[test]
-    fn file_share_without_text_is_recorded_as_a_placeholder() {
+    fn a_file_share_without_text_is_a_turn_with_the_file_attached() {
         let message = single_message(FILE_SHARE_NO_TEXT);
+        assert_eq!(message.kind, InboundKind::Text);
+        assert_eq!(message.text, "");
+        assert_eq!(message.metadata["subtype"], "file_share");
+        assert_eq!(
+            message.attachments,
+            vec![Attachment {
+                kind: AttachmentKind::Image,
+                mime: Some("image/png".into()),
+                size: Some(48213),
+                name: Some("diagram.png".into()),
+                source: FileSource::Slack {
+                    file_id: "F0FILE001".into(),
+                    url: Some(
+                        "https://files.slack.com/files-pri/T0001-F0FILE001/download/diagram.png".into()
+                    ),
+                },
+            }]
+        );
+    }
+
+    #[test]
+    fn a_file_share_whose_files_are_all_external_keeps_its_placeholder() {
+        let body = String::from_utf8(FILE_SHARE_NO_TEXT.to_vec())
+            .unwrap()
+            .replace(r#""mode": "hosted""#, r#""mode": "external""#);
+        let message = single_message(body.as_bytes());
         assert_eq!(message.kind, InboundKind::NonText);
         assert_eq!(message.text, "[file]");
-        assert_eq!(message.metadata["subtype"], "file_share");
+        assert!(message.attachments.is_empty());
     }
 
     #[test]

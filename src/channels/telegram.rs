@@ -1,8 +1,10 @@
 //! Telegram Bot API webhooks (PLATFORMS.md §3).
 //!
 //! Only `message` updates from people are turns. Text is forwarded exactly as sent (a
-//! `/cmd@botname` command keeps its suffix; the agent sees what the user typed); media and
-//! other user content is recorded with a `[photo]`-style placeholder and never dispatched.
+//! `/cmd@botname` command keeps its suffix; the agent sees what the user typed). A photo,
+//! voice note, audio, video or document is a turn too: its caption (or `""`) is the text and
+//! the file an attachment (`crate::media`). Other user content (stickers, locations, polls…)
+//! is recorded with a `[sticker]`-style placeholder and never dispatched.
 //! Every other update kind, bot senders and service messages (members joining, pins…) are
 //! dropped. An update kind this code has never heard of is dropped too, never an error
 //! (§3.5 rule 1): Telegram adds kinds, and a 4xx would only make it redeliver.
@@ -15,6 +17,7 @@ use super::{
     Inbound, InboundKind, InboundMessage, Parsed,
 };
 use crate::domain::{Connector, Platform};
+use crate::media::{Attachment, AttachmentKind, FileSource};
 
 const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
 
@@ -170,7 +173,7 @@ fn read_message(update_id: i64, message: Value) -> Result<InboundMessage, &'stat
     if from.is_bot {
         return Err("bot_sender");
     }
-    let (kind, text) = content(&message)?;
+    let (kind, text, attachments) = content(&message)?;
     Ok(InboundMessage {
         // `update_id` is unique per bot; the connector scopes the key (§3.4).
         idempotency_key: update_id.to_string(),
@@ -183,23 +186,68 @@ fn read_message(update_id: i64, message: Value) -> Result<InboundMessage, &'stat
         platform_user_id: from.id.to_string(),
         reply_to_id: reply_to_id(&message).map(|id| id.to_string()),
         text,
+        attachments,
         metadata: metadata(&message, from),
     })
 }
 
-/// Text as sent, or a placeholder for user content; anything else is a service message.
-fn content(message: &MessageIn) -> Result<(InboundKind, String), &'static str> {
+/// Text (or a caption) with the files the agent can be given, or a placeholder for other
+/// user content; anything else is a service message.
+fn content(message: &MessageIn) -> Result<(InboundKind, String, Vec<Attachment>), &'static str> {
     if let Some(text) = &message.text {
         if text.trim().is_empty() {
             return Err("empty_text");
         }
-        return Ok((InboundKind::Text, text.clone()));
+        return Ok((InboundKind::Text, text.clone(), Vec::new()));
+    }
+    if let Some(attachment) = attachment(&message.other) {
+        let caption = message.caption.clone().unwrap_or_default();
+        return Ok((InboundKind::Text, caption, vec![attachment]));
     }
     NON_TEXT_CONTENT
         .iter()
         .find(|(field, _)| message.other.contains_key(*field))
-        .map(|(_, placeholder)| (InboundKind::NonText, (*placeholder).to_owned()))
+        .map(|(_, placeholder)| (InboundKind::NonText, (*placeholder).to_owned(), Vec::new()))
         .ok_or("service_message")
+}
+
+/// A Telegram file object (`Voice`, `Audio`, `Document`, `Video`, `VideoNote`, `Animation`,
+/// one `PhotoSize`): the fields every kind shares.
+#[derive(Deserialize)]
+struct FileIn {
+    file_id: String,
+    file_size: Option<i64>,
+    file_name: Option<String>,
+    mime_type: Option<String>,
+}
+
+/// The file a message carries, in the agent's terms. `animation` comes before `document`
+/// (an animation message carries both); of a photo's sizes, the largest (the last).
+fn attachment(fields: &Map<String, Value>) -> Option<Attachment> {
+    const KINDS: &[(&str, AttachmentKind, Option<&str>)] = &[
+        ("animation", AttachmentKind::Video, Some("video/mp4")),
+        ("photo", AttachmentKind::Image, Some("image/jpeg")),
+        ("video", AttachmentKind::Video, Some("video/mp4")),
+        ("video_note", AttachmentKind::Video, Some("video/mp4")),
+        ("voice", AttachmentKind::Voice, Some("audio/ogg")),
+        ("audio", AttachmentKind::Audio, None),
+        ("document", AttachmentKind::Document, None),
+    ];
+    let (field, kind, implied_mime) = KINDS.iter().find(|(field, _, _)| fields.contains_key(*field))?;
+    let value = match &fields[*field] {
+        Value::Array(sizes) => sizes.last()?.clone(),
+        other => other.clone(),
+    };
+    let file: FileIn = serde_json::from_value(value).ok()?;
+    Some(Attachment {
+        kind: *kind,
+        mime: file.mime_type.or_else(|| implied_mime.map(str::to_owned)),
+        size: file.file_size,
+        name: file.file_name,
+        source: FileSource::Telegram {
+            file_id: file.file_id,
+        },
+    })
 }
 
 /// A forum topic. Outside forums `message_thread_id` also appears on replies, but it is
@@ -370,11 +418,53 @@ mod tests {
     }
 
     #[test]
-    fn a_photo_is_recorded_with_a_placeholder_and_its_caption() {
+    fn a_photo_is_a_turn_with_its_caption_and_the_largest_size_attached() {
         let message = single_message(PHOTO);
+        assert_eq!(message.kind, InboundKind::Text);
+        assert_eq!(message.text, "Receipt from lunch");
+        assert_eq!(
+            message.attachments,
+            vec![Attachment {
+                kind: AttachmentKind::Image,
+                mime: Some("image/jpeg".into()),
+                size: Some(48213),
+                name: None,
+                source: FileSource::Telegram {
+                    file_id: "AgACAgIAAxkBAAIBm2Z0ZXN0cGhvdG9sYXJnZQ".into()
+                },
+            }]
+        );
+    }
+
+    #[test]
+    fn a_voice_note_without_caption_is_a_turn_with_empty_text() {
+        let body = json!({"update_id": 7, "message": {
+            "message_id": 9, "date": 1718000500,
+            "from": {"id": 5, "is_bot": false, "first_name": "A"},
+            "chat": {"id": 5, "type": "private", "first_name": "A"},
+            "voice": {"file_id": "AwACAgIAAxkBAAIBnGZ0ZXN0dm9pY2U", "file_unique_id": "AgADvoice",
+                      "duration": 3, "mime_type": "audio/ogg", "file_size": 9120}
+        }});
+        let message = single_message(body.to_string().as_bytes());
+        assert_eq!(message.kind, InboundKind::Text);
+        assert_eq!(message.text, "");
+        assert_eq!(message.attachments[0].kind, AttachmentKind::Voice);
+        assert_eq!(message.attachments[0].size, Some(9120));
+    }
+
+    #[test]
+    fn a_sticker_keeps_its_placeholder_and_is_not_dispatched() {
+        let body = json!({"update_id": 8, "message": {
+            "message_id": 10, "date": 1718000500,
+            "from": {"id": 5, "is_bot": false, "first_name": "A"},
+            "chat": {"id": 5, "type": "private", "first_name": "A"},
+            "sticker": {"file_id": "CAACAgIAAxkBAAIBnWZ0", "file_unique_id": "AgADst", "width": 512,
+                        "height": 512, "is_animated": false, "is_video": false, "type": "regular"}
+        }});
+        let message = single_message(body.to_string().as_bytes());
         assert_eq!(message.kind, InboundKind::NonText);
-        assert_eq!(message.text, "[photo]");
-        assert_eq!(message.metadata["caption"], "Receipt from lunch");
+        assert_eq!(message.text, "[sticker]");
+        assert!(message.attachments.is_empty());
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! WhatsApp Cloud API webhooks (PLATFORMS.md §2).
 //!
 //! One POST may carry many entries × changes × messages and statuses (§2.4); every one is
-//! visited. A user's `text` is forwarded; a user's media, location, reaction… is recorded
-//! with a `[type]` placeholder and never dispatched; status callbacks about our own replies
+//! visited. A user's `text` is forwarded, and so is an image, audio or voice note, video or
+//! document, as an attachment with its caption (`crate::media`); a sticker, location,
+//! reaction… is recorded with a `[type]` placeholder and never dispatched; status callbacks about our own replies
 //! are returned as `statuses`; everything else (echoes of the business's own messages,
 //! system notices, edits, revokes, other fields and other phone numbers) is dropped.
 
@@ -15,6 +16,7 @@ use super::{
     HandshakeReply, HookError, HookRequest, Inbound, InboundKind, InboundMessage, Parsed,
 };
 use crate::domain::{Connector, Platform};
+use crate::media::{Attachment, AttachmentKind, FileSource};
 
 /// Only the SHA-256 header is checked; the legacy `X-Hub-Signature` (sha1) is ignored (§2.1).
 const SIGNATURE_HEADER: &str = "x-hub-signature-256";
@@ -177,7 +179,10 @@ struct MessageIn {
     kind: String,
     text: Option<TextIn>,
     context: Option<ContextIn>,
-    audio: Option<AudioIn>,
+    image: Option<MediaIn>,
+    audio: Option<MediaIn>,
+    video: Option<MediaIn>,
+    document: Option<MediaIn>,
     /// Set on messages of the Groups API (`recipient_type: "group"`).
     group_id: Option<String>,
 }
@@ -193,8 +198,14 @@ struct ContextIn {
     id: Option<String>,
 }
 
+/// A media object of an inbound message (`image`, `audio`, `video`, `document`).
 #[derive(Deserialize)]
-struct AudioIn {
+struct MediaIn {
+    id: Option<String>,
+    mime_type: Option<String>,
+    caption: Option<String>,
+    filename: Option<String>,
+    /// On `audio`: recorded in the app as a voice note.
     #[serde(default)]
     voice: bool,
 }
@@ -257,7 +268,7 @@ fn read_change(connector: &Connector, waba_id: &str, change: ChangeIn, inbound: 
 
 fn read_message(context: &ChangeContext<'_>, message: Value) -> Result<InboundMessage, &'static str> {
     let message: MessageIn = serde_json::from_value(message).map_err(|_| "unreadable_message")?;
-    let (kind, text) = content(&message)?;
+    let (kind, text, attachments) = content(&message)?;
     let from = message.from.clone().ok_or("no_from")?;
     Ok(InboundMessage {
         // The wamid is the same in every retry and re-batched duplicate (§2.4).
@@ -270,26 +281,61 @@ fn read_message(context: &ChangeContext<'_>, message: Value) -> Result<InboundMe
         platform_user_id: from,
         reply_to_id: message.context.as_ref().and_then(|c| c.id.clone()),
         text,
+        attachments,
         metadata: metadata(context, &message),
     })
 }
 
-/// A user's text, or a placeholder for what the bridge does not forward (§2.5 rule 3).
-fn content(message: &MessageIn) -> Result<(InboundKind, String), &'static str> {
+/// A user's text, a file with its caption, or a placeholder for what the bridge does not
+/// forward (§2.5 rule 3).
+fn content(message: &MessageIn) -> Result<(InboundKind, String, Vec<Attachment>), &'static str> {
     match message.kind.as_str() {
         "text" => {
             let body = message.text.as_ref().map(|t| t.body.as_str()).unwrap_or_default();
             if body.trim().is_empty() {
                 return Err("empty_text");
             }
-            Ok((InboundKind::Text, body.to_owned()))
+            Ok((InboundKind::Text, body.to_owned(), Vec::new()))
         }
         "system" => Err("system"),
         "edit" => Err("edit"),
         "revoke" => Err("revoke"),
         "unsupported" => Err("unsupported"),
-        other => Ok((InboundKind::NonText, placeholder(other, message))),
+        other => match attachment(message) {
+            Some((caption, attachment)) => Ok((InboundKind::Text, caption, vec![attachment])),
+            None => Ok((InboundKind::NonText, placeholder(other, message), Vec::new())),
+        },
     }
+}
+
+/// The media object of an `image`, `audio` (voice note or not), `video` or `document`
+/// message, with its caption (or `""`). WhatsApp webhooks give no size.
+fn attachment(message: &MessageIn) -> Option<(String, Attachment)> {
+    let (media, kind) = match message.kind.as_str() {
+        "image" => (message.image.as_ref()?, AttachmentKind::Image),
+        "audio" => {
+            let audio = message.audio.as_ref()?;
+            let kind = if audio.voice {
+                AttachmentKind::Voice
+            } else {
+                AttachmentKind::Audio
+            };
+            (audio, kind)
+        }
+        "video" => (message.video.as_ref()?, AttachmentKind::Video),
+        "document" => (message.document.as_ref()?, AttachmentKind::Document),
+        _ => return None,
+    };
+    let attachment = Attachment {
+        kind,
+        mime: media.mime_type.clone(),
+        size: None,
+        name: media.filename.clone(),
+        source: FileSource::Whatsapp {
+            media_id: media.id.clone()?,
+        },
+    };
+    Some((media.caption.clone().unwrap_or_default(), attachment))
 }
 
 /// `[image]`, `[voice]`… The type comes from the wire, so only a plain word is echoed.
@@ -358,6 +404,7 @@ mod tests {
     const TEXT: &[u8] = include_bytes!("../../fixtures/whatsapp/text.json");
     const BATCH: &[u8] = include_bytes!("../../fixtures/whatsapp/batch_two_messages_two_statuses.json");
     const IMAGE: &[u8] = include_bytes!("../../fixtures/whatsapp/image.json");
+    const IMAGE_TEXT: &str = include_str!("../../fixtures/whatsapp/image.json");
     const SYSTEM_WITHOUT_FROM: &[u8] = include_bytes!("../../fixtures/whatsapp/system_without_from.json");
     const REPLY_WITH_CONTEXT: &[u8] = include_bytes!("../../fixtures/whatsapp/reply_with_context.json");
     const STATUS_FAILED: &[u8] = include_bytes!("../../fixtures/whatsapp/status_failed.json");
@@ -570,11 +617,44 @@ mod tests {
     }
 
     #[test]
-    fn image_is_recorded_with_a_placeholder() {
+    fn an_image_is_a_turn_with_its_caption_and_the_media_id_attached() {
         let message = single_message(IMAGE);
-        assert_eq!(message.kind, InboundKind::NonText);
-        assert_eq!(message.text, "[image]");
+        assert_eq!(message.kind, InboundKind::Text);
+        assert_eq!(message.text, "this one");
         assert_eq!(message.metadata["message_type"], "image");
+        assert_eq!(
+            message.attachments,
+            vec![Attachment {
+                kind: AttachmentKind::Image,
+                mime: Some("image/jpeg".into()),
+                size: None,
+                name: None,
+                source: FileSource::Whatsapp {
+                    media_id: "1003383421387256".into()
+                },
+            }]
+        );
+    }
+
+    #[test]
+    fn a_voice_note_is_a_voice_attachment_and_a_sticker_keeps_its_placeholder() {
+        let voice = IMAGE_TEXT
+            .replace(r#""type": "image""#, r#""type": "audio""#)
+            .replace(r#""image": {"#, r#""audio": {"voice": true, "#)
+            .replace("image/jpeg", "audio/ogg; codecs=opus");
+        let message = single_message(voice.as_bytes());
+        assert_eq!(message.attachments[0].kind, AttachmentKind::Voice);
+        assert_eq!(
+            message.attachments[0].mime.as_deref(),
+            Some("audio/ogg; codecs=opus")
+        );
+        let sticker = IMAGE_TEXT
+            .replace(r#""type": "image""#, r#""type": "sticker""#)
+            .replace(r#""image": {"#, r#""sticker": {"#);
+        let message = single_message(sticker.as_bytes());
+        assert_eq!(message.kind, InboundKind::NonText);
+        assert_eq!(message.text, "[sticker]");
+        assert!(message.attachments.is_empty());
     }
 
     #[test]

@@ -27,6 +27,8 @@ pub struct NewMessage<'a> {
     /// Set at once for turns that are decided at ingress (`deny_unlinked`, `ignore_non_text`).
     pub decision: Option<&'a str>,
     pub metadata: &'a Value,
+    /// The files sent with it (`crate::media::Attachment`s); `None` when there are none.
+    pub attachments: Option<Value>,
 }
 
 /// Inserts turns in one statement, in order, each unless its idempotency key is already
@@ -51,19 +53,20 @@ pub async fn insert_many(
                  select * from unnest($2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[],
                                       $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
                                       $12::text[], $13::text[], $14::text[], $15::text[], $16::jsonb[],
-                                      $17::text[])
+                                      $17::text[], $19::jsonb[])
                       with ordinality as r(id, connector_id, platform, idempotency_key,
                            platform_message_id, chat_id, thread_id, platform_user_id, reply_to_id,
                            user_id, conversation_key, request_content, status, decision, metadata,
-                           space, ord)),
+                           space, attachments, ord)),
              inserted as (
                  insert into channel_messages (tenant_id, id, connector_id, platform, idempotency_key,
                      platform_message_id, chat_id, thread_id, platform_user_id, reply_to_id, user_id,
-                     conversation_key, request_content, status, decision, metadata, space, completed_at)
+                     conversation_key, request_content, status, decision, metadata, space, attachments,
+                     completed_at)
                  select $1, r.id, r.connector_id, r.platform, r.idempotency_key, r.platform_message_id,
                         r.chat_id, r.thread_id, r.platform_user_id, r.reply_to_id, r.user_id,
                         r.conversation_key, r.request_content, r.status, r.decision, r.metadata, r.space,
-                        case when r.status = 'accepted' then null else $18::timestamptz end
+                        r.attachments, case when r.status = 'accepted' then null else $18::timestamptz end
                    from rows r
                   order by r.ord
                  on conflict (tenant_id, connector_id, idempotency_key) do nothing
@@ -100,6 +103,11 @@ pub async fn insert_many(
         // A turn decided at ingress is complete now. The clock is read here: Citus refuses
         // `now()` inside a CASE of a modification.
         .bind(chrono::Utc::now())
+        .bind(
+            rows.iter()
+                .map(|r| r.attachments.clone())
+                .collect::<Vec<Option<Value>>>(),
+        )
         .fetch_all(tx.conn())
         .await?;
     let inserted: std::collections::HashSet<MessageId> = inserted.into_iter().collect();
@@ -136,12 +144,15 @@ pub struct MessageRow {
     pub completed_at: Option<chrono::DateTime<chrono::Utc>>,
     pub delivered_at: Option<chrono::DateTime<chrono::Utc>>,
     pub metadata: Value,
+    /// The files sent with the turn; `None` when there are none.
+    #[sqlx(json(nullable))]
+    pub attachments: Option<Vec<crate::media::Attachment>>,
 }
 
 pub const MESSAGE_COLUMNS: &str = "id, tenant_id, connector_id, platform, idempotency_key,
     platform_message_id, chat_id, thread_id, space, platform_user_id, reply_to_id, user_id,
     conversation_key, request_content, response_content, decision, status, attempts,
-    last_error, received_at, completed_at, delivered_at, metadata";
+    last_error, received_at, completed_at, delivered_at, metadata, attachments";
 
 /// The space of the newest turn recorded in `chat_id` of `connector` (`None`: a direct
 /// chat, or none recorded).
@@ -179,6 +190,25 @@ pub async fn last_direct_chat(
     .bind(user_id)
     .fetch_optional(tx.conn())
     .await
+}
+
+/// Attachment `index` of turn `id` and the connector it came through.
+pub async fn attachment(
+    tx: &mut TenantTx,
+    id: MessageId,
+    index: u16,
+) -> Result<Option<(ConnectorId, crate::media::Attachment)>, sqlx::Error> {
+    let tenant = tx.tenant();
+    let row: Option<(ConnectorId, sqlx::types::Json<crate::media::Attachment>)> = sqlx::query_as(
+        "select connector_id, attachments -> $3::int from channel_messages
+          where tenant_id = $1 and id = $2 and attachments -> $3::int is not null",
+    )
+    .bind(tenant)
+    .bind(id)
+    .bind(i32::from(index))
+    .fetch_optional(tx.conn())
+    .await?;
+    Ok(row.map(|(connector, attachment)| (connector, attachment.0)))
 }
 
 pub async fn get(tx: &mut TenantTx, id: MessageId) -> Result<Option<MessageRow>, sqlx::Error> {

@@ -72,7 +72,7 @@ pub async fn send(client: &Client, part: &OutboundPart<'_>) -> SendOutcome {
     }
 }
 
-pub(super) fn base_url(connector: &Connector) -> &str {
+pub(crate) fn base_url(connector: &Connector) -> &str {
     let default = match connector.platform {
         Platform::Slack => "https://slack.com",
         Platform::Telegram => "https://api.telegram.org",

@@ -468,6 +468,7 @@ mod tests {
             received_at: chrono::Utc::now(),
             completed_at: None,
             delivered_at: None,
+            attachments: None,
             metadata,
         }
     }

@@ -17,15 +17,22 @@ use super::payload::ChatMessage;
 use crate::db::messages::MessageRow;
 use crate::db::TenantTx;
 use crate::domain::{ConnectorId, HistoryScopeSetting, MessageId};
+use crate::media::{Attachment, AttachmentOut};
 
 /// Turns of history given to the agent.
 pub const HISTORY_TURNS: i64 = 12;
 
 #[derive(sqlx::FromRow)]
 struct Turn {
+    id: MessageId,
     request_content: String,
     response_content: Option<String>,
+    #[sqlx(json(nullable))]
+    attachments: Option<Vec<Attachment>>,
 }
+
+/// A turn counts when the user said something or sent a file.
+const HAS_CONTENT: &str = "(btrim(h.request_content) <> '' or h.attachments is not null)";
 
 /// Whose history, and up to where.
 #[derive(Debug, Clone)]
@@ -156,12 +163,12 @@ pub async fn load_scope(
     let (kind, connector, chat, space) = scope.place.columns();
     let place = place_matches(kind);
     let sql = format!(
-        "select h.request_content, h.response_content
+        "select h.id, h.request_content, h.response_content, h.attachments
            from channel_messages h,
                 (select $4::text as kind, $5::uuid as connector, $6::text as chat, $7::text as space) p
           where h.tenant_id = $1 and {who}
             and (h.status in ('executed', 'delivery_failed', 'dispatch_failed') or h.status like 'denied\\_%')
-            and btrim(h.request_content) <> ''
+            and {HAS_CONTENT}
             and {place}
             {before}
           order by h.received_at desc, h.id desc
@@ -231,16 +238,16 @@ pub async fn load_many(
         let received: Vec<chrono::DateTime<chrono::Utc>> = group.iter().map(|m| m.received_at).collect();
         let places: Vec<_> = group.iter().map(|m| Place::of(m, setting).columns()).collect();
         let sql = format!(
-            "select p.id as for_id, h.request_content, h.response_content
+            "select p.id as for_id, h.id, h.request_content, h.response_content, h.attachments
                from unnest($2::uuid[], $3::text[], $4::timestamptz[], $6::text[], $7::uuid[],
                            $8::text[], $9::text[])
                     as p(id, who, received_at, kind, connector, chat, space)
                cross join lateral (
-                     select h.request_content, h.response_content, h.received_at, h.id
+                     select h.request_content, h.response_content, h.attachments, h.received_at, h.id
                        from channel_messages h
                       where h.tenant_id = $1 and {who}
                         and (h.status in ('executed', 'delivery_failed', 'dispatch_failed') or h.status like 'denied\\_%')
-                        and btrim(h.request_content) <> ''
+                        and {HAS_CONTENT}
                         and {place}
                         and (h.received_at, h.id) < (p.received_at, p.id)
                       order by h.received_at desc, h.id desc
@@ -269,7 +276,15 @@ pub async fn load_many(
 }
 
 fn into_messages(turn: Turn) -> Vec<ChatMessage> {
-    let mut messages = vec![ChatMessage::user(turn.request_content)];
+    let attachments = turn
+        .attachments
+        .as_deref()
+        .map(|files| AttachmentOut::of_turn(turn.id, files))
+        .unwrap_or_default();
+    let mut messages = vec![ChatMessage {
+        attachments,
+        ..ChatMessage::user(turn.request_content)
+    }];
     if let Some(response) = turn.response_content.filter(|r| !r.trim().is_empty()) {
         messages.push(ChatMessage::assistant(response));
     }

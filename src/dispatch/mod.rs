@@ -124,6 +124,8 @@ pub struct Worker {
     typing: Arc<Indicators>,
     /// Tenant settings (shared with the instance's admin API, which forgets what it changes).
     cache: Arc<ConfigCache>,
+    /// Signs the attachment URLs given to the agent (`crate::media`).
+    urls: crate::media::token::UrlMinter,
     clock: fn() -> i64,
 }
 
@@ -169,6 +171,7 @@ impl Worker {
                 Duration::from_secs(settings.config_cache_secs),
                 settings.database.secrets.clone(),
             )),
+            urls: crate::media::token::UrlMinter::new(settings.database.secrets.clone(), &settings.media),
             settings,
         })
     }
@@ -467,7 +470,8 @@ impl Worker {
                 error: "neither the tenant nor CB_AGENT_URL names an agent".into(),
             };
         };
-        let payload = payload::build(&prepared.message, history);
+        let now = (self.clock)();
+        let payload = payload::build(&prepared.message, history, &self.urls, now);
         let mut secrets = vec![tenant.dispatch_secret.0.expose_secret()];
         secrets.extend(
             tenant
@@ -475,7 +479,7 @@ impl Worker {
                 .as_ref()
                 .map(|s| s.expose_secret()),
         );
-        agent::call(&self.client, url, &secrets, payload, (self.clock)()).await
+        agent::call(&self.client, url, &secrets, payload, now).await
     }
 
     /// Stores the answer and its reply parts (the store commits together with the first

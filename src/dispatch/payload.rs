@@ -5,12 +5,17 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::db::messages::MessageRow;
+use crate::media::token::UrlMinter;
+use crate::media::AttachmentOut;
 
-/// One turn of `messages[]`.
+/// One turn of `messages[]`. A user's message with files keeps `content` a string (the
+/// caption, or `""`) and lists the files in `attachments`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<AttachmentOut>,
 }
 
 impl ChatMessage {
@@ -18,6 +23,7 @@ impl ChatMessage {
         Self {
             role: "user".into(),
             content: content.into(),
+            attachments: Vec::new(),
         }
     }
 
@@ -25,6 +31,20 @@ impl ChatMessage {
         Self {
             role: "assistant".into(),
             content: content.into(),
+            attachments: Vec::new(),
+        }
+    }
+
+    /// The user's message of turn `message`, with its files.
+    pub fn user_turn(message: &MessageRow) -> Self {
+        let attachments = message
+            .attachments
+            .as_deref()
+            .map(|files| AttachmentOut::of_turn(message.id, files))
+            .unwrap_or_default();
+        Self {
+            attachments,
+            ..Self::user(message.request_content.clone())
         }
     }
 }
@@ -52,10 +72,15 @@ pub struct DispatchOut {
     pub channel: ChannelOut,
 }
 
-/// Builds the payload: the history (oldest first) followed by the current user turn.
-pub fn build(message: &MessageRow, history: Vec<ChatMessage>) -> DispatchOut {
+/// Builds the payload: the history (oldest first) followed by the current user turn, each
+/// offered attachment with a URL from `urls` valid from `now`.
+pub fn build(message: &MessageRow, history: Vec<ChatMessage>, urls: &UrlMinter, now: i64) -> DispatchOut {
     let mut messages = history;
-    messages.push(ChatMessage::user(message.request_content.clone()));
+    messages.push(ChatMessage::user_turn(message));
+    let tenant = crate::domain::TenantId(message.tenant_id);
+    for attachment in messages.iter_mut().flat_map(|m| m.attachments.iter_mut()) {
+        attachment.url = urls.url_for(tenant, attachment, now);
+    }
     DispatchOut {
         messages,
         role: "user".into(),

@@ -3,6 +3,7 @@
 
 pub mod health;
 pub mod hooks;
+pub mod media;
 
 use std::time::{Duration, Instant};
 
@@ -31,6 +32,7 @@ pub fn api() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(health::router())
         .merge(hooks::router())
+        .merge(media::router())
         .merge(crate::admin::router())
         .routes(routes!(openapi_json))
 }

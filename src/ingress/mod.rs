@@ -10,8 +10,9 @@
 //! `crate::cache::ConfigCache`.
 //!
 //! What admins see of what is not dispatched:
-//! - a real user's non-text message (image, sticker, voice…) is recorded with a placeholder
-//!   such as `[image]` and status `ignored`;
+//! - a real user's picture, voice note, video or file is a turn like text, with its caption
+//!   (or `""`) and its attachments (`crate::media`); other non-text content (sticker,
+//!   location, poll…) is recorded with a placeholder such as `[sticker]` and status `ignored`;
 //! - an unlinked sender's message under the deny policy is recorded as `denied_unlinked`;
 //! - bot echoes, our own messages, edits, deletes, joins, statuses and unknown update kinds
 //!   are not recorded at all: they are counted in `webhook_events_dropped_total` and logged
@@ -237,5 +238,14 @@ fn new_message<'a>(
         status: routing.status,
         decision: routing.decision,
         metadata: &message.metadata,
+        attachments: attachments_json(&message.attachments),
     }
+}
+
+/// The attachments column: `None` for none, so the common text turn stores nothing.
+fn attachments_json(attachments: &[crate::media::Attachment]) -> Option<serde_json::Value> {
+    if attachments.is_empty() {
+        return None;
+    }
+    serde_json::to_value(attachments).ok()
 }

@@ -300,13 +300,18 @@ async fn messages_can_be_listed_filtered_searched_and_read_with_their_reply_part
     assert_eq!(status, 200);
     let items = page["items"].as_array().unwrap();
     assert_eq!(items.len(), 5);
-    assert_eq!(items[0]["request_content"], "[image]", "newest first");
+    assert_eq!(
+        items[0]["request_content"], "this one",
+        "newest first: the image's caption"
+    );
+    assert_eq!(items[0]["attachments"][0]["type"], "image");
     assert!(page["next_cursor"].is_null());
 
     for (query, expected) in [
         ("platform=telegram", 3),
         ("user_id=bob", 2),
-        ("status=ignored", 1),
+        ("status=ignored", 0),
+        ("q=this%20one", 1),
         ("q=MESSAGE%201", 1),
         ("q=another%20color", 1),
         (&format!("connector_id={}", t.p.whatsapp), 2),
@@ -950,6 +955,7 @@ async fn the_openapi_document_lists_every_route_the_router_serves() {
         "GET /readyz",
         "GET /metrics",
         "GET /v1/openapi.json",
+        "GET /v1/media/{token}",
         "POST /v1/hooks/{tenant_id}/{connector_id}",
         "GET /v1/hooks/{tenant_id}/{connector_id}",
         "GET /v1/admin/messages",

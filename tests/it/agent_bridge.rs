@@ -239,6 +239,75 @@ async fn bridge_forwards_messages_with_the_system_prompt_first_the_model_and_no_
     assert_eq!(call.body["stream"], false);
 }
 
+/// Serves `/image` (PNG bytes) and `/voice.mp3`, as the gateway's media URLs would.
+async fn media_server() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let app = Router::new()
+        .route(
+            "/image",
+            axum::routing::get(|| async { ([("content-type", "image/png")], &b"PNGDATA"[..]) }),
+        )
+        .route(
+            "/voice.mp3",
+            axum::routing::get(|| async { ([("content-type", "audio/mpeg")], &b"ID3MP3"[..]) }),
+        );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    base
+}
+
+fn attachment(kind: &str, mime: &str, url: Option<String>) -> Value {
+    json!({"type": kind, "mime": mime, "size": 7, "name": null, "url": url})
+}
+
+#[tokio::test]
+async fn attachments_become_openai_content_parts_with_the_files_inlined() {
+    let upstream = Upstream::start().await;
+    let url = spawn_bridge(BridgeConfig::upstream(SECRET, upstream_config(&upstream))).await;
+    let media = media_server().await;
+    let mut payload = dispatch_payload(vec![user("earlier"), assistant("ok"), user("what is this?")]);
+    payload["messages"][0]["attachments"] = json!([attachment(
+        "voice",
+        "audio/mpeg",
+        Some(format!("{media}/voice.mp3"))
+    )]);
+    payload["messages"][2]["attachments"] = json!([
+        attachment("image", "image/png", Some(format!("{media}/image"))),
+        attachment("voice", "audio/ogg", Some(format!("{media}/voice.ogg"))),
+        attachment("document", "application/pdf", None),
+    ]);
+    // A photo without a caption: the gateway sends empty text with the file.
+    payload["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "user", "content": "",
+        "attachments": [attachment("image", "image/png", Some(format!("{media}/image")))]}));
+
+    let (status, answer) = status_and_json(dispatch(&url, &payload).await).await;
+
+    assert_eq!(status, 200, "{answer}");
+    let messages = upstream.calls()[0].body["messages"].clone();
+    assert_eq!(
+        messages[0]["content"],
+        json!([{"type": "text", "text": "earlier"},
+               {"type": "input_audio", "input_audio": {"data": "SUQzTVAz", "format": "mp3"}}])
+    );
+    assert_eq!(messages[1], json!({"role": "assistant", "content": "ok"}));
+    assert_eq!(
+        messages[2]["content"],
+        json!([
+            {"type": "text", "text": "what is this?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,UE5HREFUQQ=="}},
+            {"type": "text", "text": "[the user sent a voice note (audio/ogg, 7 bytes): not passed on to the model]"},
+            {"type": "text", "text": "[the user sent a file (application/pdf, 7 bytes): not passed on to the model]"},
+        ])
+    );
+    assert_eq!(
+        messages[3]["content"],
+        json!([{"type": "image_url", "image_url": {"url": "data:image/png;base64,UE5HREFUQQ=="}}])
+    );
+}
+
 #[tokio::test]
 async fn bridge_builds_one_user_message_from_legacy_role_and_content() {
     let upstream = Upstream::start().await;

@@ -68,7 +68,14 @@ fn find_or_install_browser() -> (String, String) {
     );
     let install = || {
         Command::new("apt-get")
-            .args(["-o", "DPkg::Lock::Timeout=600", "install", "-y", "chromium", "chromium-driver"])
+            .args([
+                "-o",
+                "DPkg::Lock::Timeout=600",
+                "install",
+                "-y",
+                "chromium",
+                "chromium-driver",
+            ])
             .env("DEBIAN_FRONTEND", "noninteractive")
             .status()
             .is_ok_and(|s| s.success())

@@ -85,6 +85,8 @@ const fn case(
 
 const FORWARDED: &str = "accepted";
 const IGNORED: &str = "ignored";
+/// A turn forwarded with an empty text (a file without caption).
+const NO_TEXT: &str = "(no text)";
 
 /// Every fixture (but the handshake) and what it must leave in the database.
 fn cases() -> Vec<Case> {
@@ -102,7 +104,7 @@ fn cases() -> Vec<Case> {
         case(Slack, "channel_join", &[], 0),
         case(Slack, "reaction_added", &[], 0),
         case(Slack, "app_rate_limited", &[], 0),
-        case(Slack, "file_share_no_text", &[(IGNORED, "[file]")], 0),
+        case(Slack, "file_share_no_text", &[(FORWARDED, NO_TEXT)], 1),
         case(
             Whatsapp,
             "text",
@@ -115,7 +117,7 @@ fn cases() -> Vec<Case> {
             &[(FORWARDED, ""), (FORWARDED, "")],
             2,
         ),
-        case(Whatsapp, "image", &[(IGNORED, "[image]")], 0),
+        case(Whatsapp, "image", &[(FORWARDED, "this one")], 1),
         case(Whatsapp, "system_without_from", &[], 0),
         case(Whatsapp, "reply_with_context", &[(FORWARDED, "")], 1),
         case(Whatsapp, "status_failed", &[], 0),
@@ -133,7 +135,8 @@ fn cases() -> Vec<Case> {
         case(Telegram, "channel_post", &[], 0),
         case(Telegram, "my_chat_member", &[], 0),
         case(Telegram, "bot_sender", &[], 0),
-        case(Telegram, "photo", &[(IGNORED, "[photo]")], 0),
+        case(Telegram, "photo", &[(FORWARDED, "Receipt from lunch")], 1),
+        case(Telegram, "sticker", &[(IGNORED, "[sticker]")], 0),
         case(Telegram, "new_chat_members", &[], 0),
         case(Telegram, "unknown_update_kind", &[], 0),
     ]
@@ -155,6 +158,8 @@ async fn every_fixture_through_the_real_route_answers_200_and_records_exactly_wh
             assert_eq!(status, want_status, "{label}");
             if want_text.is_empty() {
                 assert!(!text.trim().is_empty(), "{label}: forwarded text is not empty");
+            } else if *want_text == NO_TEXT {
+                assert_eq!(text, "", "{label}");
             } else {
                 assert_eq!(text, want_text, "{label}");
             }

@@ -19,6 +19,7 @@ mod history_scope;
 mod ingress;
 mod ingress_batch;
 mod lifecycle;
+mod media;
 mod observability;
 mod replies;
 mod rls;

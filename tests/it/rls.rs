@@ -73,6 +73,7 @@ async fn seed(pool: &PgPool, slug: &str) -> Seeded {
             status: MessageStatus::Executed,
             decision: None,
             metadata: &metadata,
+            attachments: None,
         }],
     )
     .await

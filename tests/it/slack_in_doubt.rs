@@ -273,6 +273,7 @@ async fn a_metadata_event_with_an_unknown_or_foreign_key_answers_200_and_changes
             status: MessageStatus::Executed,
             decision: None,
             metadata: &metadata,
+            attachments: None,
         }],
     )
     .await
