@@ -22,8 +22,6 @@ mod pages;
 pub mod session;
 mod users;
 
-use std::sync::Arc;
-
 use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -37,7 +35,7 @@ use crate::admin::messages::{self, MessagesQuery, Recovery};
 use crate::admin::throttle::key_prefix;
 use crate::error::AppError;
 use crate::state::AppState;
-use session::{Sessions, SignedIn};
+use session::SignedIn;
 
 /// The console's routes, with this instance's session store.
 pub fn router() -> Router<AppState> {
@@ -61,7 +59,6 @@ pub fn router() -> Router<AppState> {
         .route("/console/connectors/{id}/enable", post(connectors::enable))
         .route("/console/links", get(links::list).post(links::add))
         .route("/console/links/remove", post(links::remove))
-        .layer(Extension(Arc::new(Sessions::default())))
 }
 
 /// A console answer that went wrong, as a page: client errors say what was wrong (their
@@ -158,7 +155,6 @@ struct SignInForm {
 /// session. A wrong key gets the form again with an error and no cookie.
 async fn sign_in(
     State(state): State<AppState>,
-    Extension(sessions): Extension<Arc<Sessions>>,
     connect_info: Option<Extension<ConnectInfo<std::net::SocketAddr>>>,
     headers: HeaderMap,
     Form(form): Form<SignInForm>,
@@ -187,10 +183,13 @@ async fn sign_in(
         Err(err) => return ConsoleError::App(err).into_response(),
     };
     state.auth_throttle.record(&hash, found.is_some());
-    let Some((_, tenant)) = found else {
+    let Some((key_id, tenant)) = found else {
         return refused();
     };
-    let id = sessions.start(tenant, hash, prefix);
+    let id = match session::start(&state.pool, tenant, key_id, prefix).await {
+        Ok(id) => id,
+        Err(err) => return ConsoleError::App(err).into_response(),
+    };
     let mut response = Redirect::to("/console/turns").into_response();
     response
         .headers_mut()
@@ -228,12 +227,12 @@ struct CsrfForm {
 }
 
 async fn sign_out(
+    State(state): State<AppState>,
     signed_in: SignedIn,
-    Extension(sessions): Extension<Arc<Sessions>>,
     Form(form): Form<CsrfForm>,
 ) -> PageResult {
     signed_in.check_csrf(&form.csrf)?;
-    sessions.end(&signed_in.id);
+    session::end(&state.pool, &signed_in.id).await?;
     let mut response = Redirect::to("/console/sign-in").into_response();
     response
         .headers_mut()

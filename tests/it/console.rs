@@ -343,7 +343,8 @@ async fn an_admin_signs_in_finds_a_failed_turn_redispatches_it_and_watches_it_de
         let step = tokio::spawn(async move { worker.step().await.unwrap() });
         reload_until_status(&c, "#status", "executed").await;
         assert_eq!(step.await.unwrap(), StepOutcome::Executed(s.failed));
-        assert_eq!(status_of(&c, ".part").await.as_deref(), Some("sent"));
+        // The page may have been loaded between the answer and the post of its part.
+        reload_until_status(&c, ".part", "sent").await;
         let response = c
             .find(Locator::Id("response"))
             .await
@@ -1124,4 +1125,44 @@ async fn a_console_page_past_the_admin_deadline_answers_503_as_a_page() {
         .starts_with("text/html"));
     let body = response.text().await.unwrap();
     assert!(body.contains(r#"id="error""#), "{body}");
+}
+
+#[tokio::test]
+async fn a_session_started_on_one_instance_works_on_another_and_signing_out_there_ends_it_on_both() {
+    let first = spawn_app().await;
+    let second = crate::support::spawn_app_on(&first.db, |_| {}).await;
+    let acme = provision_tenant(&first.pool, "acme").await;
+    let cookie = http_sign_in(&first, &admin_key(&first, acme.tenant).await).await;
+
+    // The other instance knows the session: no sticky sessions needed.
+    let (status, page) = get_page(&second, &cookie, "/console/users").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("Sign out"), "signed in on the second instance");
+
+    // Signed out there, the session is over on the first one too.
+    let response = no_redirects()
+        .post(second.url("/console/sign-out"))
+        .header("cookie", &cookie)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("csrf={}", csrf_of(&page)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 303);
+    for app in [&first, &second] {
+        let response = no_redirects()
+            .get(app.url("/console/users"))
+            .header("cookie", &cookie)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 303);
+        assert_eq!(response.headers()["location"], "/console/sign-in");
+    }
+    let mut owner = first.db.owner_conn().await;
+    let left: i64 = sqlx::query_scalar("select count(*) from console_sessions")
+        .fetch_one(&mut owner)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "the session's row is gone");
 }
