@@ -143,7 +143,7 @@ a.card{display:block;color:inherit;text-decoration:none}a.card:hover{border-colo
 .label{margin:.5rem 0 .15rem;font-size:.8rem;color:#5b6475;text-transform:uppercase;letter-spacing:.03em}
 .exchange pre{padding:.45rem .6rem}.exchange pre.answer{background:#f4f8ff}
 ol.parts{margin:.2rem 0 0;padding-left:1.4rem}ol.parts li{margin:.15rem 0;overflow-wrap:anywhere}
-form.stack{display:grid;gap:.6rem;margin:.6rem 0 0}
+form.stack{display:grid;gap:.6rem;margin-top:.6rem;max-width:40rem}
 form.stack label{display:grid;gap:.2rem;font-size:.9rem}
 form.stack small{color:#5b6475;font-size:.8rem}
 form.stack input,form.stack select{width:100%}

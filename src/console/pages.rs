@@ -44,7 +44,7 @@ fn who(message: &MessageOut) -> String {
 }
 
 /// A recovery button for a turn whose status has one (a POST with the CSRF token).
-fn action_form(message: &MessageOut, csrf: &str) -> String {
+pub(super) fn action_form(message: &MessageOut, csrf: &str) -> String {
     let (action, label) = match message.status.as_str() {
         "dispatch_failed" => ("redispatch", "Redispatch"),
         "delivery_failed" => ("resend", "Resend"),

@@ -102,7 +102,8 @@ pub async fn conversation(
         Who::User(user) => format!("Conversation of {user}"),
         Who::Sender(_) => "Conversation of an unlinked sender".to_owned(),
     };
-    ok_page(&title, &signed_in, &render_conversation(&who, &page))
+    let body = render_conversation(&who, &page, &signed_in.session.csrf);
+    ok_page(&title, &signed_in, &body)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -184,7 +185,7 @@ fn render_list(query: &UsersQuery, rows: &[ConversationRow], more: bool) -> Stri
     body
 }
 
-fn render_conversation(who: &Who, page: &ConversationPage) -> String {
+fn render_conversation(who: &Who, page: &ConversationPage, csrf: &str) -> String {
     let mut body = String::new();
     match who {
         Who::User(user) => {
@@ -212,7 +213,7 @@ fn render_conversation(who: &Who, page: &ConversationPage) -> String {
         body.push_str(r#"<p class="empty" id="no-turns">No turns.</p>"#);
     }
     for turn in &page.turns {
-        body.push_str(&exchange(turn));
+        body.push_str(&exchange(turn, csrf));
     }
     if let Some(cursor) = &page.next_cursor {
         let (name, value) = match who {
@@ -233,8 +234,9 @@ fn render_conversation(who: &Who, page: &ConversationPage) -> String {
     body
 }
 
-/// One turn: the user's text as the agent got it, the answer, and the parts as posted.
-fn exchange(turn: &ConversationTurn) -> String {
+/// One turn: the user's text as the agent got it, the answer, and the parts as posted;
+/// a failed one with its recovery button (the turn page's).
+fn exchange(turn: &ConversationTurn, csrf: &str) -> String {
     let m = &turn.message;
     let id = esc(&m.id.to_string());
     let answer = match &m.response_content {
@@ -275,12 +277,13 @@ fn exchange(turn: &ConversationTurn) -> String {
     format!(
         r#"<div class="card turn exchange" id="turn-{id}" data-status="{status}" data-platform="{platform}">
 <div class="meta">{badge}<span>{platform}</span><span>{account}</span><span>{at}</span><a href="/console/turns/{id}">details</a></div>
-<p class="label">User</p><pre class="request">{text}</pre>{answer}{parts}{error}</div>"#,
+<p class="label">User</p><pre class="request">{text}</pre>{answer}{parts}{error}{action}</div>"#,
         status = esc(&m.status),
         badge = badge(&m.status),
         platform = esc(&m.platform),
         account = esc(&m.platform_user_id),
         at = when(m.received_at),
         text = esc(&m.request_content),
+        action = super::pages::action_form(m, csrf),
     )
 }

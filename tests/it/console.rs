@@ -446,6 +446,12 @@ async fn on_a_phone_sized_window_no_page_scrolls_sideways() {
         fits("/console/connectors, forms open".into()).await;
         c.goto(&console(&s.app, "/console/users")).await.unwrap();
         c.find(Locator::Css(r#".user[data-user="alice"]"#)).await.unwrap();
+        // The failed turn offers its redispatch in the conversation too.
+        c.goto(&console(&s.app, "/console/conversation?user_id=alice"))
+            .await
+            .unwrap();
+        let failed = format!("#turn-{} button.redispatch", s.failed);
+        c.find(Locator::Css(&failed)).await.unwrap();
     })
     .await;
 }
