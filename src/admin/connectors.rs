@@ -16,16 +16,16 @@ use super::{schema, ApiJson, ApiJsonError, ApiPath, ApiQuery};
 use crate::db::audit::{Actor, AuditAction, AuditEntry};
 use crate::db::connectors::{ConnectorChange, ConnectorSummary, DeleteOutcome, NewConnector};
 use crate::db::{self, TenantTx};
-use crate::domain::{ConnectorId, Platform, TelegramDelivery, UnlinkedPolicy};
+use crate::domain::{ConnectorId, Platform, TelegramDelivery, TenantId, UnlinkedPolicy};
 use crate::error::AppError;
 use crate::state::AppState;
 
 /// How long a rotated-out verification secret stays valid by default: Slack keeps the
 /// previous signing secret valid for 24 hours.
-const DEFAULT_GRACE_SECS: u64 = 24 * 3600;
+pub const DEFAULT_GRACE_SECS: u64 = 24 * 3600;
 /// The longest a rotated-out secret may stay valid: 30 days. A platform moves to a new
 /// secret within minutes; a longer grace only keeps a possibly leaked secret alive.
-const MAX_GRACE_SECS: u64 = 30 * 24 * 3600;
+pub const MAX_GRACE_SECS: u64 = 30 * 24 * 3600;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -276,8 +276,20 @@ pub async fn create(
     admin: TenantAdmin,
     ApiJson(input): ApiJson<ConnectorIn>,
 ) -> Result<(StatusCode, Json<ConnectorSummary>), AppError> {
+    let summary = create_connector(&state, admin.tenant, Actor::ApiKey(admin.key_id), input).await?;
+    Ok((StatusCode::CREATED, Json(summary)))
+}
+
+/// Checks and adds a connector with its audit record, in the tenant's transaction: the
+/// API's create, and the console's.
+pub async fn create_connector(
+    state: &AppState,
+    tenant: TenantId,
+    actor: Actor,
+    input: ConnectorIn,
+) -> Result<ConnectorSummary, AppError> {
     input.check()?;
-    super::check_egress(&state, "api_base_url", input.api_base_url.as_deref()).await?;
+    super::check_egress(state, "api_base_url", input.api_base_url.as_deref()).await?;
     let new = NewConnector {
         platform: input.platform,
         name: input.name,
@@ -295,19 +307,19 @@ pub async fn create(
         format_markdown: input.format_markdown.unwrap_or(true),
         typing_indicator: input.typing_indicator.unwrap_or(true),
     };
-    let mut tx = TenantTx::begin(&state.pool, admin.tenant).await?;
+    let mut tx = TenantTx::begin(&state.pool, tenant).await?;
     let connector = db::connectors::insert(&mut tx, &state.settings.database.secrets, &new).await?;
     let summary = summary_or_404(&mut tx, connector.id).await?;
     let details = serde_json::json!({"platform": new.platform.as_str()});
     let entry = AuditEntry::new(
-        Actor::ApiKey(admin.key_id),
+        actor,
         AuditAction::ConnectorCreate,
         connector.id.0.to_string(),
         details,
     );
     db::audit::record(&mut tx, &entry).await?;
     tx.commit().await?;
-    Ok((StatusCode::CREATED, Json(summary)))
+    Ok(summary)
 }
 
 /// One connector.
@@ -335,8 +347,22 @@ pub async fn update(
     ApiPath(id): ApiPath<Uuid>,
     ApiJson(patch): ApiJson<ConnectorPatch>,
 ) -> Result<Json<ConnectorSummary>, AppError> {
+    let actor = Actor::ApiKey(admin.key_id);
+    let summary = update_connector(&state, admin.tenant, actor, ConnectorId(id), patch).await?;
+    Ok(Json(summary))
+}
+
+/// Checks and applies a change (a new `verification_secret` rotates it with its grace
+/// period) with its audit record: the API's PATCH, and the console's rotate and enable.
+pub async fn update_connector(
+    state: &AppState,
+    tenant: TenantId,
+    actor: Actor,
+    id: ConnectorId,
+    patch: ConnectorPatch,
+) -> Result<ConnectorSummary, AppError> {
     patch.check()?;
-    super::check_egress(&state, "api_base_url", patch.api_base_url.as_deref()).await?;
+    super::check_egress(state, "api_base_url", patch.api_base_url.as_deref()).await?;
     let grace = Duration::from_secs(patch.previous_secret_grace_secs.unwrap_or(DEFAULT_GRACE_SECS));
     let audit = (AuditAction::ConnectorUpdate, patch.audit_details());
     let change = ConnectorChange {
@@ -356,27 +382,28 @@ pub async fn update(
         outbound_token: patch.outbound_token,
         rotate_secret: patch.verification_secret.map(|secret| (secret, grace)),
     };
-    apply(&state, admin, ConnectorId(id), &change, audit).await
+    apply(state, tenant, actor, id, &change, audit).await
 }
 
 /// Applies `change` and records `audit` (its action and details) with it.
 async fn apply(
     state: &AppState,
-    admin: TenantAdmin,
+    tenant: TenantId,
+    actor: Actor,
     id: ConnectorId,
     change: &ConnectorChange,
     (action, details): (AuditAction, serde_json::Value),
-) -> Result<Json<ConnectorSummary>, AppError> {
-    let mut tx = TenantTx::begin(&state.pool, admin.tenant).await?;
+) -> Result<ConnectorSummary, AppError> {
+    let mut tx = TenantTx::begin(&state.pool, tenant).await?;
     if !db::connectors::update(&mut tx, &state.settings.database.secrets, id, change).await? {
         return Err(AppError::NotFound("connector"));
     }
     let summary = summary_or_404(&mut tx, id).await?;
-    let entry = AuditEntry::new(Actor::ApiKey(admin.key_id), action, id.0.to_string(), details);
+    let entry = AuditEntry::new(actor, action, id.0.to_string(), details);
     db::audit::record(&mut tx, &entry).await?;
     tx.commit().await?;
-    state.cache.forget_connector(admin.tenant, id);
-    Ok(Json(summary))
+    state.cache.forget_connector(tenant, id);
+    Ok(summary)
 }
 
 /// Stop accepting webhooks for a connector (they answer 404); history is kept.
@@ -388,12 +415,25 @@ pub async fn disable(
     admin: TenantAdmin,
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<ConnectorSummary>, AppError> {
+    let actor = Actor::ApiKey(admin.key_id);
+    let summary = disable_connector(&state, admin.tenant, actor, ConnectorId(id)).await?;
+    Ok(Json(summary))
+}
+
+/// Disables a connector (its webhooks answer 404 from now on, on this instance at once and
+/// on the others when their connector cache expires), with its audit record.
+pub async fn disable_connector(
+    state: &AppState,
+    tenant: TenantId,
+    actor: Actor,
+    id: ConnectorId,
+) -> Result<ConnectorSummary, AppError> {
     let change = ConnectorChange {
         enabled: Some(false),
         ..Default::default()
     };
     let audit = (AuditAction::ConnectorDisable, serde_json::json!({}));
-    apply(&state, admin, ConnectorId(id), &change, audit).await
+    apply(state, tenant, actor, id, &change, audit).await
 }
 
 /// Delete a connector (with `purge=true`, its message history too).

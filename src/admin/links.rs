@@ -4,6 +4,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
+use sqlx::PgPool;
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::TenantAdmin;
@@ -11,7 +12,7 @@ use super::{schema, ApiJson, ApiJsonError, ApiPath};
 use crate::db::audit::{Actor, AuditAction, AuditEntry};
 use crate::db::links::Link;
 use crate::db::{self, TenantTx};
-use crate::domain::Platform;
+use crate::domain::{Platform, TenantId};
 use crate::error::AppError;
 use crate::state::AppState;
 
@@ -80,15 +81,27 @@ pub async fn create(
     admin: TenantAdmin,
     ApiJson(input): ApiJson<LinkIn>,
 ) -> Result<(StatusCode, Json<Link>), AppError> {
+    let link = set_link(&state.pool, admin.tenant, Actor::ApiKey(admin.key_id), &input).await?;
+    Ok((StatusCode::CREATED, Json(link)))
+}
+
+/// Checks and sets a link with its audit record, in the tenant's transaction: the API's
+/// create, and the console's.
+pub async fn set_link(
+    pool: &PgPool,
+    tenant: TenantId,
+    actor: Actor,
+    input: &LinkIn,
+) -> Result<Link, AppError> {
     input.check()?;
-    let mut tx = TenantTx::begin(&state.pool, admin.tenant).await?;
+    let mut tx = TenantTx::begin(pool, tenant).await?;
     let link = db::links::upsert(&mut tx, input.platform, &input.platform_user_id, &input.user_id).await?;
     let target = format!("{}:{}", input.platform, input.platform_user_id);
     let details = serde_json::json!({"user_id": input.user_id});
-    let entry = AuditEntry::new(Actor::ApiKey(admin.key_id), AuditAction::LinkSet, target, details);
+    let entry = AuditEntry::new(actor, AuditAction::LinkSet, target, details);
     db::audit::record(&mut tx, &entry).await?;
     tx.commit().await?;
-    Ok((StatusCode::CREATED, Json(link)))
+    Ok(link)
 }
 
 /// Unlink a sender.
@@ -103,26 +116,38 @@ pub async fn delete(
         platform_user_id,
     }): ApiPath<LinkPath>,
 ) -> Result<StatusCode, AppError> {
+    delete_link(
+        &state.pool,
+        admin.tenant,
+        Actor::ApiKey(admin.key_id),
+        &platform,
+        &platform_user_id,
+    )
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Removes a link with its audit record: the API's delete, and the console's. A platform
+/// or id that names no link, or a link that is not there, is 404.
+pub async fn delete_link(
+    pool: &PgPool,
+    tenant: TenantId,
+    actor: Actor,
+    platform: &str,
+    platform_user_id: &str,
+) -> Result<(), AppError> {
     let platform: Platform = platform.parse().map_err(|_| AppError::NotFound("link"))?;
-    if !schema::names_something(&platform_user_id, schema::ID_MAX) {
+    if !schema::names_something(platform_user_id, schema::ID_MAX) {
         return Err(AppError::NotFound("link"));
     }
-    let mut tx = TenantTx::begin(&state.pool, admin.tenant).await?;
-    let deleted = db::links::delete(&mut tx, platform, &platform_user_id).await?;
-    if deleted {
-        let target = format!("{platform}:{platform_user_id}");
-        let entry = AuditEntry::new(
-            Actor::ApiKey(admin.key_id),
-            AuditAction::LinkDelete,
-            target,
-            serde_json::json!({}),
-        );
-        db::audit::record(&mut tx, &entry).await?;
+    let mut tx = TenantTx::begin(pool, tenant).await?;
+    let deleted = db::links::delete(&mut tx, platform, platform_user_id).await?;
+    if !deleted {
+        return Err(AppError::NotFound("link"));
     }
+    let target = format!("{platform}:{platform_user_id}");
+    let entry = AuditEntry::new(actor, AuditAction::LinkDelete, target, serde_json::json!({}));
+    db::audit::record(&mut tx, &entry).await?;
     tx.commit().await?;
-    if deleted {
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(AppError::NotFound("link"))
-    }
+    Ok(())
 }

@@ -235,6 +235,7 @@ fn filter_of(query: &MessagesQuery) -> Result<MessageFilter, AppError> {
     schema::check_optional_text("q", query.q.as_deref(), schema::SEARCH_MAX)?;
     Ok(MessageFilter {
         user_id: query.user_id.clone(),
+        sender_conversation: None,
         platform: query.platform.clone(),
         connector_id: query.connector_id,
         status: query.status.clone(),
@@ -256,9 +257,19 @@ pub async fn list_messages(
 ) -> Result<MessagePage, AppError> {
     let filter = filter_of(query)?;
     let mut tx = TenantTx::begin(pool, tenant).await?;
-    let mut rows = db::messages::list(&mut tx, &filter).await?;
+    let rows = db::messages::list(&mut tx, &filter).await?;
     tx.commit().await?;
-    let more = rows.len() as i64 == filter.limit;
+    let (rows, next_cursor) = page_of(rows, filter.limit);
+    Ok(MessagePage {
+        items: rows.into_iter().map(MessageOut::from).collect(),
+        next_cursor,
+    })
+}
+
+/// A page's rows and the cursor of the next page: the filter asked for one row more than
+/// the page holds, and that row's presence says whether another page exists.
+fn page_of(mut rows: Vec<MessageRow>, asked: i64) -> (Vec<MessageRow>, Option<String>) {
+    let more = rows.len() as i64 == asked;
     if more {
         rows.pop();
     }
@@ -267,8 +278,84 @@ pub async fn list_messages(
     } else {
         None
     };
-    Ok(MessagePage {
-        items: rows.into_iter().map(MessageOut::from).collect(),
+    (rows, next_cursor)
+}
+
+/// Whose conversation: a linked user (all their platforms), or an unlinked sender (its
+/// `conversation_key`, as `db::conversations` lists it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Who {
+    User(String),
+    Sender(String),
+}
+
+/// One turn of a conversation: what the user wrote and the agent answered, and the reply
+/// parts as they were posted.
+#[derive(Debug)]
+pub struct ConversationTurn {
+    pub message: MessageOut,
+    pub reply_parts: Vec<ReplyPartOut>,
+}
+
+#[derive(Debug)]
+pub struct ConversationPage {
+    /// Newest first.
+    pub turns: Vec<ConversationTurn>,
+    /// The platform accounts linked to the user (none for an unlinked sender).
+    pub links: Vec<db::links::Link>,
+    pub next_cursor: Option<String>,
+}
+
+/// Turns a conversation page holds.
+const CONVERSATION_PAGE: i64 = 30;
+
+/// One page of a conversation, newest first, with every turn's reply parts, in one tenant
+/// transaction: the listing's own query (by the user's or the sender's history index) and
+/// one primary-key read of the page's parts.
+pub async fn conversation(
+    pool: &PgPool,
+    tenant: TenantId,
+    who: &Who,
+    cursor: Option<&str>,
+) -> Result<ConversationPage, AppError> {
+    let query = MessagesQuery {
+        user_id: match who {
+            Who::User(user) => Some(user.clone()),
+            Who::Sender(_) => None,
+        },
+        cursor: cursor.map(str::to_owned),
+        limit: Some(CONVERSATION_PAGE),
+        ..MessagesQuery::default()
+    };
+    let mut filter = filter_of(&query)?;
+    if let Who::Sender(key) = who {
+        schema::check_text("sender", key, schema::SECRET_MAX)?;
+        filter.sender_conversation = Some(key.clone());
+    }
+    let mut tx = TenantTx::begin(pool, tenant).await?;
+    let rows = db::messages::list(&mut tx, &filter).await?;
+    let (rows, next_cursor) = page_of(rows, filter.limit);
+    let ids: Vec<MessageId> = rows.iter().map(|row| row.id).collect();
+    let parts = db::messages::reply_parts_of(&mut tx, &ids).await?;
+    let links = match who {
+        Who::User(user) => db::links::of_user(&mut tx, user).await?,
+        Who::Sender(_) => Vec::new(),
+    };
+    tx.commit().await?;
+    let mut parts_of: std::collections::HashMap<MessageId, Vec<ReplyPartOut>> = Default::default();
+    for (message, part) in parts {
+        parts_of.entry(message).or_default().push(part.into());
+    }
+    let turns = rows
+        .into_iter()
+        .map(|row| ConversationTurn {
+            reply_parts: parts_of.remove(&row.id).unwrap_or_default(),
+            message: row.into(),
+        })
+        .collect();
+    Ok(ConversationPage {
+        turns,
+        links,
         next_cursor,
     })
 }

@@ -57,7 +57,7 @@ pub fn page(title: &str, nav: Option<&Nav>, body: &str) -> String {
     let header = match nav {
         Some(nav) => format!(
             r#"<header><a class="brand" href="/console/turns">channel-bridge</a>
-<nav><a href="/console/turns">Conversations</a><a href="/console/failed">Failed</a><a href="/console/connectors">Connectors</a><a href="/console/links">Links</a></nav>
+<nav><a href="/console/turns">Turns</a><a href="/console/users">Users</a><a href="/console/failed">Failed</a><a href="/console/connectors">Connectors</a><a href="/console/links">Links</a></nav>
 <form method="post" action="/console/sign-out" class="signout"><input type="hidden" name="csrf" value="{csrf}"><span class="key">cbk_{prefix}_…</span><button type="submit" id="sign-out">Sign out</button></form></header>"#,
             csrf = esc(nav.csrf),
             prefix = esc(nav.key_prefix),
@@ -137,6 +137,23 @@ dt{color:#5b6475}dd{margin:0;overflow-wrap:anywhere}
 .alert{background:#fde2e1;border-radius:8px;padding:.5rem .8rem}
 .signin{max-width:26rem}.signin input{width:100%;margin:.3rem 0 .8rem}
 .empty{color:#5b6475}
+a.card{display:block;color:inherit;text-decoration:none}a.card:hover{border-color:#1f5fbf}
+.card .who{display:block}.sub{font-size:.85rem;color:#5b6475;font-weight:normal}
+.card.fresh{border-color:#1c6b34;box-shadow:0 0 0 2px #dff3e4}
+.label{margin:.5rem 0 .15rem;font-size:.8rem;color:#5b6475;text-transform:uppercase;letter-spacing:.03em}
+.exchange pre{padding:.45rem .6rem}.exchange pre.answer{background:#f4f8ff}
+ol.parts{margin:.2rem 0 0;padding-left:1.4rem}ol.parts li{margin:.15rem 0;overflow-wrap:anywhere}
+form.stack{display:grid;gap:.6rem;margin-top:.6rem;max-width:40rem}
+form.stack label{display:grid;gap:.2rem;font-size:.9rem}
+form.stack small{color:#5b6475;font-size:.8rem}
+form.stack input,form.stack select{width:100%}
+form.stack button{justify-self:start}
+form.inline{display:inline-block;margin:.5rem .5rem 0 0}
+button.danger{background:#9b1c1c}
+details>summary{cursor:pointer;color:#1f5fbf}
+details.card>summary{font-weight:600}
+details.rotate{margin-top:.5rem}
+code{font-family:ui-monospace,monospace;font-size:.85rem;overflow-wrap:anywhere}
 @media (max-width:480px){main{padding:.6rem}dl{grid-template-columns:minmax(0,1fr)}dt{margin-top:.4rem}}
 "#;
 

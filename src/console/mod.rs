@@ -8,16 +8,19 @@
 //! every value from data goes through `html::esc`, and the test of a `<script>` message
 //! keeps that honest. The pages are not part of the OpenAPI document (they are not API).
 //!
-//! Every page reads through the same functions as the admin API (`admin::messages`,
-//! `db::connectors`, `db::links`), so through the session's tenant transaction and its RLS
-//! policies.
+//! Every page reads and writes through the same functions as the admin API
+//! (`admin::messages`, `admin::connectors`, `admin::links`, `db::…`), so through the
+//! session's tenant transaction and its RLS policies, with the API's checks and audit
+//! records (the actor is the signed-in key). Pages: `pages` (turns, failed), `connectors`,
+//! `links`, `users` (conversations by user).
 //! Sessions and CSRF: `session`.
 
+mod connectors;
 mod html;
+mod links;
 mod pages;
 pub mod session;
-
-use std::sync::Arc;
+mod users;
 
 use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -32,7 +35,7 @@ use crate::admin::messages::{self, MessagesQuery, Recovery};
 use crate::admin::throttle::key_prefix;
 use crate::error::AppError;
 use crate::state::AppState;
-use session::{Sessions, SignedIn};
+use session::SignedIn;
 
 /// The console's routes, with this instance's session store.
 pub fn router() -> Router<AppState> {
@@ -45,9 +48,17 @@ pub fn router() -> Router<AppState> {
         .route("/console/turns/{id}/redispatch", post(redispatch))
         .route("/console/turns/{id}/resend", post(resend))
         .route("/console/failed", get(failed))
-        .route("/console/connectors", get(connectors))
-        .route("/console/links", get(links))
-        .layer(Extension(Arc::new(Sessions::default())))
+        .route("/console/users", get(users::list))
+        .route("/console/conversation", get(users::conversation))
+        .route(
+            "/console/connectors",
+            get(connectors::list).post(connectors::create),
+        )
+        .route("/console/connectors/{id}/rotate", post(connectors::rotate))
+        .route("/console/connectors/{id}/disable", post(connectors::disable))
+        .route("/console/connectors/{id}/enable", post(connectors::enable))
+        .route("/console/links", get(links::list).post(links::add))
+        .route("/console/links/remove", post(links::remove))
 }
 
 /// A console answer that went wrong, as a page: client errors say what was wrong (their
@@ -97,6 +108,18 @@ impl IntoResponse for ConsoleError {
 
 type PageResult = Result<Response, ConsoleError>;
 
+/// The page a console request gets when it passes the admin request deadline
+/// (`CB_ADMIN_DEADLINE_MS`, applied in `http::deadline`): 503 with `Retry-After`, as the
+/// API's JSON answer has.
+pub fn deadline_passed(limit_ms: u64) -> Response {
+    let mut response = ConsoleError::App(AppError::DeadlinePassed(limit_ms)).into_response();
+    response.headers_mut().insert(
+        axum::http::header::RETRY_AFTER,
+        axum::http::HeaderValue::from_static("1"),
+    );
+    response
+}
+
 fn nav(signed_in: &SignedIn) -> html::Nav<'_> {
     html::Nav {
         key_prefix: &signed_in.session.key_prefix,
@@ -132,7 +155,6 @@ struct SignInForm {
 /// session. A wrong key gets the form again with an error and no cookie.
 async fn sign_in(
     State(state): State<AppState>,
-    Extension(sessions): Extension<Arc<Sessions>>,
     connect_info: Option<Extension<ConnectInfo<std::net::SocketAddr>>>,
     headers: HeaderMap,
     Form(form): Form<SignInForm>,
@@ -161,10 +183,13 @@ async fn sign_in(
         Err(err) => return ConsoleError::App(err).into_response(),
     };
     state.auth_throttle.record(&hash, found.is_some());
-    let Some((_, tenant)) = found else {
+    let Some((key_id, tenant)) = found else {
         return refused();
     };
-    let id = sessions.start(tenant, hash, prefix);
+    let id = match session::start(&state.pool, tenant, key_id, prefix).await {
+        Ok(id) => id,
+        Err(err) => return ConsoleError::App(err).into_response(),
+    };
     let mut response = Redirect::to("/console/turns").into_response();
     response
         .headers_mut()
@@ -202,12 +227,12 @@ struct CsrfForm {
 }
 
 async fn sign_out(
+    State(state): State<AppState>,
     signed_in: SignedIn,
-    Extension(sessions): Extension<Arc<Sessions>>,
     Form(form): Form<CsrfForm>,
 ) -> PageResult {
     signed_in.check_csrf(&form.csrf)?;
-    sessions.end(&signed_in.id);
+    session::end(&state.pool, &signed_in.id).await?;
     let mut response = Redirect::to("/console/sign-in").into_response();
     response
         .headers_mut()
@@ -311,27 +336,4 @@ async fn failed(State(state): State<AppState>, signed_in: SignedIn) -> PageResul
     let delivery = messages::list_messages(&state.pool, tenant, &of_status("delivery_failed")).await?;
     let body = pages::failed(&dispatch, &delivery, &signed_in.session.csrf);
     ok_page("Failed turns", &signed_in, &body)
-}
-
-async fn connectors(State(state): State<AppState>, signed_in: SignedIn) -> PageResult {
-    // The API's own query (secrets are not among its columns), in the tenant transaction.
-    let mut tx = crate::db::TenantTx::begin(&state.pool, signed_in.session.tenant)
-        .await
-        .map_err(AppError::from)?;
-    let list = crate::db::connectors::summaries(&mut tx)
-        .await
-        .map_err(AppError::from)?;
-    tx.commit().await.map_err(AppError::from)?;
-    let body = pages::connectors(&list);
-    ok_page("Connectors", &signed_in, &body)
-}
-
-/// Who is linked to which user; each user links to their turns.
-async fn links(State(state): State<AppState>, signed_in: SignedIn) -> PageResult {
-    let mut tx = crate::db::TenantTx::begin(&state.pool, signed_in.session.tenant)
-        .await
-        .map_err(AppError::from)?;
-    let list = crate::db::links::list(&mut tx).await.map_err(AppError::from)?;
-    tx.commit().await.map_err(AppError::from)?;
-    ok_page("Links", &signed_in, &pages::links(&list))
 }

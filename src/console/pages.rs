@@ -4,8 +4,6 @@
 use std::fmt::Write;
 
 use crate::admin::messages::{MessageDetailOut, MessageOut, MessagePage, MessagesQuery};
-use crate::db::connectors::ConnectorSummary;
-use crate::db::links::Link;
 
 use super::html::{badge, esc, excerpt, page, query_value};
 
@@ -33,7 +31,7 @@ pub fn sign_in(error: Option<&str>) -> String {
     page("Sign in", None, &body)
 }
 
-fn when(at: chrono::DateTime<chrono::Utc>) -> String {
+pub(super) fn when(at: chrono::DateTime<chrono::Utc>) -> String {
     at.format("%Y-%m-%d %H:%M:%S UTC").to_string()
 }
 
@@ -46,7 +44,7 @@ fn who(message: &MessageOut) -> String {
 }
 
 /// A recovery button for a turn whose status has one (a POST with the CSRF token).
-fn action_form(message: &MessageOut, csrf: &str) -> String {
+pub(super) fn action_form(message: &MessageOut, csrf: &str) -> String {
     let (action, label) = match message.status.as_str() {
         "dispatch_failed" => ("redispatch", "Redispatch"),
         "delivery_failed" => ("resend", "Resend"),
@@ -147,7 +145,7 @@ pub fn turn(detail: &MessageDetailOut, csrf: &str, queued: Option<usize>) -> Str
         .as_deref()
         .map(|u| {
             format!(
-                r#" · <a href="/console/turns?user_id={}">their turns</a>"#,
+                r#" · <a href="/console/conversation?user_id={}">their conversation</a>"#,
                 esc(&query_value(u))
             )
         })
@@ -255,66 +253,6 @@ pub fn failed(dispatch: &MessagePage, delivery: &MessagePage, csrf: &str) -> Str
             );
         }
         body.push_str("</section>");
-    }
-    body
-}
-
-pub fn connectors(list: &[ConnectorSummary]) -> String {
-    let mut body = String::from(
-        r#"<p class="empty">Secrets are write-only: they are never shown here. Manage connectors with the admin API or CLI.</p>"#,
-    );
-    if list.is_empty() {
-        body.push_str(r#"<p class="empty">No connectors.</p>"#);
-    }
-    for c in list {
-        let state = if c.enabled {
-            badge("enabled")
-        } else {
-            badge("disabled")
-        };
-        let _ = write!(
-            body,
-            r#"<div class="card connector"><div class="meta">{state}<span>{platform}</span><span>{id}</span></div>
-<p class="text"><strong>{name}</strong></p><dl><dt>Unlinked users</dt><dd>{policy}</dd><dt>Markdown</dt><dd>{markdown}</dd><dt>API base URL</dt><dd>{base}</dd><dt>Outbound token</dt><dd>{token}</dd><dt>Created</dt><dd>{created}</dd></dl></div>"#,
-            platform = esc(&c.platform),
-            id = esc(&c.id.to_string()),
-            name = esc(&c.name),
-            policy = esc(&c.unlinked_policy),
-            markdown = if c.format_markdown {
-                "converted"
-            } else {
-                "plain text"
-            },
-            base = c
-                .api_base_url
-                .as_deref()
-                .map(esc)
-                .unwrap_or_else(|| "default".into()),
-            token = if c.has_outbound_token { "set" } else { "not set" },
-            created = when(c.created_at),
-        );
-    }
-    body
-}
-
-pub fn links(list: &[Link]) -> String {
-    let mut body = String::from(
-        r#"<p class="empty">A link names the user behind a platform account; their turns share one history.</p>"#,
-    );
-    if list.is_empty() {
-        body.push_str(r#"<p class="empty">No links.</p>"#);
-    }
-    for link in list {
-        let _ = write!(
-            body,
-            r#"<div class="card link"><div class="meta"><span>{platform}</span><span>{account}</span><span>{created}</span></div>
-<p class="text">→ <a href="/console/turns?user_id={query}">{user}</a></p></div>"#,
-            platform = esc(&link.platform),
-            account = esc(&link.platform_user_id),
-            created = when(link.created_at),
-            query = esc(&query_value(&link.user_id)),
-            user = esc(&link.user_id),
-        );
     }
     body
 }

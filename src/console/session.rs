@@ -1,19 +1,20 @@
-//! Console sessions: a random id in an HttpOnly, Secure, SameSite=Strict cookie, and what it
-//! stands for kept in this instance's memory.
+//! Console sessions: a random id in an HttpOnly, Secure, SameSite=Strict cookie, and what
+//! it stands for in the `console_sessions` table (`db::console_sessions`).
 //!
 //! Why server-side rather than a signed cookie: signing out (or the session expiring) ends
 //! the session at once, the cookie carries nothing but 32 random bytes, and no signing key
-//! has to be configured and rotated. The cost: sessions live in one instance's memory, so a
-//! restart signs everyone out and several instances behind a balancer need sticky sessions.
+//! has to be configured and rotated. Why in the database rather than in memory: every
+//! instance behind a balancer sees every session (no sticky sessions), signing out on one
+//! ends it on all, and a restart signs no one out. The cost is a row per session and one
+//! primary-key read per console request, next to the key check that was there already.
 //!
-//! The admin key itself is never stored: the session keeps its SHA-256 (as `api_keys` does)
-//! and authenticates it again on every request, so a revoked key ends its sessions too. The
-//! store is keyed by the SHA-256 of the session id, so the memory holds no usable cookie.
+//! The admin key itself is never stored: the session keeps the key's id, and every request
+//! checks that key is still live in `api_keys`, so a revoked key ends its sessions too. The
+//! table is keyed by the SHA-256 of the session id, so it holds no usable cookie.
 //!
 //! CSRF: SameSite=Strict keeps the cookie off cross-site requests, and every POST form of a
 //! signed-in page also carries the session's random CSRF token, compared in constant time.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::FromRequestParts;
@@ -24,6 +25,7 @@ use base64::Engine;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
+use crate::db::console_sessions::{self, SessionRow};
 use crate::domain::TenantId;
 use crate::error::AppError;
 use crate::state::AppState;
@@ -33,33 +35,15 @@ use crate::state::AppState;
 pub const COOKIE: &str = "cb_console";
 /// A session's absolute lifetime; signing in again starts a new one.
 pub const LIFETIME: Duration = Duration::from_secs(8 * 60 * 60);
-/// Sessions kept at most per instance (the oldest go first past it).
-const MAX_SESSIONS: u64 = 10_000;
-
 /// What a session id stands for.
 #[derive(Clone)]
 pub struct Session {
     pub tenant: TenantId,
-    /// SHA-256 of the admin key that signed in (`admin::auth::hash_key`).
-    key_hash: Arc<Vec<u8>>,
+    /// The id of the admin key that signed in: the actor of audited actions.
+    pub key_id: uuid::Uuid,
     /// The key's public prefix, shown in the header so admins know which key they used.
     pub key_prefix: String,
     pub csrf: String,
-}
-
-pub struct Sessions {
-    by_id_hash: moka::sync::Cache<Vec<u8>, Session>,
-}
-
-impl Default for Sessions {
-    fn default() -> Self {
-        Self {
-            by_id_hash: moka::sync::Cache::builder()
-                .max_capacity(MAX_SESSIONS)
-                .time_to_live(LIFETIME)
-                .build(),
-        }
-    }
 }
 
 fn random_token() -> String {
@@ -68,29 +52,35 @@ fn random_token() -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
-impl Sessions {
-    /// Starts a session for a key that authenticated; returns the cookie's value.
-    pub fn start(&self, tenant: TenantId, key_hash: Vec<u8>, key_prefix: &str) -> String {
-        let id = random_token();
-        let session = Session {
-            tenant,
-            key_hash: Arc::new(key_hash),
-            key_prefix: key_prefix.to_owned(),
-            csrf: random_token(),
-        };
-        self.by_id_hash
-            .insert(Sha256::digest(id.as_bytes()).to_vec(), session);
-        id
-    }
+fn id_hash(id: &str) -> Vec<u8> {
+    Sha256::digest(id.as_bytes()).to_vec()
+}
 
-    fn get(&self, id: &str) -> Option<Session> {
-        self.by_id_hash.get(&Sha256::digest(id.as_bytes()).to_vec())
-    }
+/// Starts a session for a key that authenticated; returns the cookie's value.
+pub async fn start(
+    pool: &sqlx::PgPool,
+    tenant: TenantId,
+    key_id: uuid::Uuid,
+    key_prefix: &str,
+) -> Result<String, AppError> {
+    let id = random_token();
+    let row = SessionRow {
+        tenant_id: tenant,
+        key_id,
+        key_prefix: key_prefix.to_owned(),
+        csrf: random_token(),
+    };
+    let expires_at = chrono::Utc::now() + chrono::Duration::seconds(LIFETIME.as_secs() as i64);
+    let mut conn = pool.acquire().await?;
+    console_sessions::insert(&mut conn, &id_hash(&id), &row, expires_at).await?;
+    Ok(id)
+}
 
-    pub fn end(&self, id: &str) {
-        self.by_id_hash
-            .invalidate(&Sha256::digest(id.as_bytes()).to_vec());
-    }
+/// Ends a session on every instance.
+pub async fn end(pool: &sqlx::PgPool, id: &str) -> Result<(), AppError> {
+    let mut conn = pool.acquire().await?;
+    console_sessions::delete(&mut conn, &id_hash(id)).await?;
+    Ok(())
 }
 
 /// The `Set-Cookie` value that carries a new session id. `Secure`: browsers send it over
@@ -147,33 +137,40 @@ fn to_sign_in() -> Response {
     Redirect::to("/console/sign-in").into_response()
 }
 
+fn failed(err: sqlx::Error) -> Response {
+    super::ConsoleError::from(AppError::from(err)).into_response()
+}
+
 impl FromRequestParts<AppState> for SignedIn {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let sessions = parts.extensions.get::<Arc<Sessions>>().cloned().ok_or_else(|| {
-            AppError::Internal(anyhow::anyhow!("console sessions are not installed")).into_response()
-        })?;
         let id = cookie_value(parts).ok_or_else(to_sign_in)?.to_owned();
-        let session = sessions.get(&id).ok_or_else(to_sign_in)?;
-        let mut conn = state
-            .pool
-            .acquire()
+        let hash = id_hash(&id);
+        let mut conn = state.pool.acquire().await.map_err(failed)?;
+        let row = console_sessions::live(&mut conn, &hash)
             .await
-            .map_err(|e| super::ConsoleError::from(AppError::from(e)).into_response())?;
-        let live = crate::db::api_keys::authenticate(&mut conn, &session.key_hash)
+            .map_err(failed)?
+            .ok_or_else(to_sign_in)?;
+        let live = crate::db::api_keys::live_by_id(&mut conn, row.key_id)
             .await
-            .map_err(|e| super::ConsoleError::from(AppError::from(e)).into_response())?;
-        match live {
-            Some((key_id, tenant)) if tenant == session.tenant => {
-                tracing::Span::current().record("tenant_id", tracing::field::display(tenant));
-                Ok(Self { session, id, key_id })
-            }
+            .map_err(failed)?;
+        if live != Some(row.tenant_id) {
             // The key was revoked since: the session ends with it.
-            _ => {
-                sessions.end(&id);
-                Err(to_sign_in())
-            }
+            console_sessions::delete(&mut conn, &hash).await.map_err(failed)?;
+            return Err(to_sign_in());
         }
+        tracing::Span::current().record("tenant_id", tracing::field::display(row.tenant_id));
+        let session = Session {
+            tenant: row.tenant_id,
+            key_id: row.key_id,
+            key_prefix: row.key_prefix,
+            csrf: row.csrf,
+        };
+        Ok(Self {
+            key_id: session.key_id,
+            session,
+            id,
+        })
     }
 }

@@ -61,6 +61,23 @@ pub async fn authenticate(
     .await
 }
 
+/// The tenant of a live key named by its id (a console session's key), recording its use
+/// as `authenticate` does.
+pub async fn live_by_id(conn: &mut PgConnection, id: Uuid) -> Result<Option<TenantId>, sqlx::Error> {
+    sqlx::query_scalar(
+        "with key as (
+             select id, tenant_id, last_used_at from api_keys where id = $1 and revoked_at is null),
+         touch as (
+             update api_keys set last_used_at = now() from key
+              where api_keys.id = key.id
+                and (key.last_used_at is null or key.last_used_at < now() - interval '60 seconds'))
+         select tenant_id from key",
+    )
+    .bind(id)
+    .fetch_optional(conn)
+    .await
+}
+
 pub async fn list(conn: &mut PgConnection, tenant: TenantId) -> Result<Vec<ApiKeyRow>, sqlx::Error> {
     sqlx::query_as(&format!(
         "select {COLUMNS} from api_keys where tenant_id = $1 order by created_at"

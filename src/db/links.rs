@@ -84,6 +84,19 @@ pub async fn list(tx: &mut TenantTx) -> Result<Vec<Link>, sqlx::Error> {
     .await
 }
 
+/// The platform accounts linked to one user (by `channel_links_user_idx`).
+pub async fn of_user(tx: &mut TenantTx, user_id: &str) -> Result<Vec<Link>, sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query_as(
+        "select platform, platform_user_id, user_id, created_at from channel_links
+          where tenant_id = $1 and user_id = $2 order by platform, platform_user_id",
+    )
+    .bind(tenant)
+    .bind(user_id)
+    .fetch_all(tx.conn())
+    .await
+}
+
 /// Unlinks a sender; `false` when there was no such link.
 pub async fn delete(
     tx: &mut TenantTx,

@@ -273,10 +273,38 @@ pub async fn reply_parts(tx: &mut TenantTx, message: MessageId) -> Result<Vec<Re
     .await
 }
 
+/// The reply parts of several messages at once (a page of a conversation), in message and
+/// part order: one probe of the primary key per message.
+pub async fn reply_parts_of(
+    tx: &mut TenantTx,
+    messages: &[MessageId],
+) -> Result<Vec<(MessageId, ReplyPart)>, sqlx::Error> {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        message_id: MessageId,
+        #[sqlx(flatten)]
+        part: ReplyPart,
+    }
+    let tenant = tx.tenant();
+    let rows: Vec<Row> = sqlx::query_as(
+        "select message_id, part_index, content, status, platform_message_id, delivery_status,
+                attempts, last_error, sending_since, sent_at
+           from channel_replies where tenant_id = $1 and message_id = any($2)
+          order by message_id, part_index",
+    )
+    .bind(tenant)
+    .bind(messages)
+    .fetch_all(tx.conn())
+    .await?;
+    Ok(rows.into_iter().map(|row| (row.message_id, row.part)).collect())
+}
+
 /// Filters of the admin message listing. Every field narrows the result.
 #[derive(Debug, Clone, Default)]
 pub struct MessageFilter {
     pub user_id: Option<String>,
+    /// An unlinked sender's conversation (`conversation_key` of turns with no user).
+    pub sender_conversation: Option<String>,
     pub platform: Option<String>,
     pub connector_id: Option<uuid::Uuid>,
     pub status: Option<String>,
@@ -309,6 +337,11 @@ pub async fn list(tx: &mut TenantTx, filter: &MessageFilter) -> Result<Vec<Messa
     eq("decision", filter.decision.clone());
     if let Some(connector) = filter.connector_id {
         sql.push(" and connector_id = ").push_bind(connector);
+    }
+    if let Some(key) = &filter.sender_conversation {
+        // `user_id is null` lets the planner use the partial sender history index.
+        sql.push(" and user_id is null and conversation_key = ")
+            .push_bind(key.clone());
     }
     if let Some(since) = filter.since {
         sql.push(" and received_at >= ").push_bind(since);

@@ -7,6 +7,8 @@
 pub mod api_keys;
 pub mod audit;
 pub mod connectors;
+pub mod console_sessions;
+pub mod conversations;
 pub mod lifecycle;
 pub mod links;
 pub mod messages;

@@ -188,7 +188,7 @@ async fn method_not_allowed() -> AppError {
 }
 
 /// Bounds a request's time (`CB_WEBHOOK_DEADLINE_MS` for webhooks,
-/// `CB_ADMIN_DEADLINE_MS` for the admin and operator API): past it the request is answered
+/// `CB_ADMIN_DEADLINE_MS` for the admin and operator API and the console): past it the request is answered
 /// 503 with `Retry-After: 1`, so a platform retries instead of waiting on a database the
 /// network holds. Work already committed stays committed (a webhook's retry is then a
 /// duplicate). `/healthz`, `/readyz` (which has its own one-second deadline), `/metrics`
@@ -200,9 +200,10 @@ async fn deadline(
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
     let path = request.uri().path();
+    let console = path == "/console" || path.starts_with("/console/");
     let limit_ms = if path.starts_with("/v1/hooks/") {
         state.settings.webhook_deadline_ms
-    } else if path.starts_with("/v1/admin/") || path.starts_with("/v1/operator/") {
+    } else if path.starts_with("/v1/admin/") || path.starts_with("/v1/operator/") || console {
         state.settings.admin_deadline_ms
     } else {
         return next.run(request).await;
@@ -213,7 +214,12 @@ async fn deadline(
             crate::db::deadline_missed();
             metrics::counter!("channel_bridge_http_deadlines_missed_total").increment(1);
             tracing::warn!(limit_ms, "request deadline passed; answered 503");
-            crate::error::AppError::DeadlinePassed(limit_ms).into_response()
+            if console {
+                // The console's pages answer as a page, the API as JSON.
+                crate::console::deadline_passed(limit_ms)
+            } else {
+                crate::error::AppError::DeadlinePassed(limit_ms).into_response()
+            }
         }
     }
 }

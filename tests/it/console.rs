@@ -357,7 +357,8 @@ async fn an_admin_signs_in_finds_a_failed_turn_redispatches_it_and_watches_it_de
         let step = tokio::spawn(async move { worker.step().await.unwrap() });
         reload_until_status(&c, "#status", "executed").await;
         assert_eq!(step.await.unwrap(), StepOutcome::Executed(s.failed));
-        assert_eq!(status_of(&c, ".part").await.as_deref(), Some("sent"));
+        // The page may have been loaded between the answer and the post of its part.
+        reload_until_status(&c, ".part", "sent").await;
         let response = c
             .find(Locator::Id("response"))
             .await
@@ -434,11 +435,37 @@ async fn on_a_phone_sized_window_no_page_scrolls_sideways() {
             "/console/failed".to_owned(),
             "/console/connectors".to_owned(),
             "/console/links".to_owned(),
+            "/console/users".to_owned(),
+            "/console/conversation?user_id=alice".to_owned(),
         ] {
             c.goto(&console(&s.app, &path)).await.unwrap();
             c.find(Locator::Css("main h1")).await.unwrap();
             fits(path).await;
         }
+        // The forms, opened, fit too.
+        c.goto(&console(&s.app, "/console/connectors")).await.unwrap();
+        c.find(Locator::Css("#new-connector summary"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        c.find(Locator::Css(".connector details.rotate summary"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        c.find(Locator::Id("new-secret")).await.unwrap();
+        fits("/console/connectors, forms open".into()).await;
+        c.goto(&console(&s.app, "/console/users")).await.unwrap();
+        c.find(Locator::Css(r#".user[data-user="alice"]"#)).await.unwrap();
+        // The failed turn offers its redispatch in the conversation too.
+        c.goto(&console(&s.app, "/console/conversation?user_id=alice"))
+            .await
+            .unwrap();
+        let failed = format!("#turn-{} button.redispatch", s.failed);
+        c.find(Locator::Css(&failed)).await.unwrap();
     })
     .await;
 }
@@ -681,4 +708,481 @@ async fn revoking_the_key_ends_its_console_sessions() {
         .unwrap();
     assert_eq!(response.status(), 303);
     assert_eq!(response.headers()["location"], "/console/sign-in");
+}
+
+// ---------------------------------------------------------------------------------------
+// Connectors, links and conversations by user
+
+/// A tenant with a connector per platform (as `provision_tenant`) and no link at all.
+async fn tenant_without_links(app: &TestApp, slug: &str) -> Provisioned {
+    let keys = channel_bridge::secrets::Keyring::ephemeral();
+    let created = channel_bridge::provision::create_tenant(&app.pool, &keys, slug, slug, None)
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for platform in Platform::ALL {
+        let new = connector(platform, None);
+        let added = channel_bridge::provision::add_connector(&app.pool, &keys, created.tenant_id, &new)
+            .await
+            .unwrap();
+        ids.push(added.connector_id);
+    }
+    Provisioned {
+        tenant: created.tenant_id,
+        dispatch_secret: created.dispatch_secret,
+        slack: ids[0],
+        whatsapp: ids[1],
+        telegram: ids[2],
+    }
+}
+
+async fn click(client: &Client, css: &str) {
+    client
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .click()
+        .await
+        .unwrap();
+}
+
+async fn type_into(client: &Client, css: &str, text: &str) {
+    client
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .send_keys(text)
+        .await
+        .unwrap();
+}
+
+async fn choose(client: &Client, css: &str, value: &str) {
+    client
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .select_by_value(value)
+        .await
+        .unwrap();
+}
+
+/// POSTs a Telegram update to `/v1/hooks/{tenant}/{connector}` with `secret` as its
+/// `X-Telegram-Bot-Api-Secret-Token`; the status.
+async fn telegram_hook(app: &TestApp, path: &str, secret: &str, update_id: i64) -> u16 {
+    let headers = [
+        ("content-type", "application/json".to_owned()),
+        ("x-telegram-bot-api-secret-token", secret.to_owned()),
+    ];
+    let body = telegram_text(update_id, &format!("update {update_id}"));
+    post(app, path, &headers, body).await.status().as_u16()
+}
+
+/// The tenant's audit actions, oldest first, with their actors.
+async fn audit_actions(app: &TestApp, tenant: channel_bridge::domain::TenantId) -> Vec<(String, String)> {
+    let mut owner = app.db.owner_conn().await;
+    sqlx::query_as("select action, actor from audit_log where tenant_id = $1 order by at, id")
+        .bind(tenant)
+        .fetch_all(&mut owner)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_connector_added_in_the_console_takes_webhooks_signed_with_the_typed_secret_through_rotation_until_disabled(
+) {
+    let app = spawn_app().await;
+    let acme = provision_tenant(&app.pool, "acme").await;
+    let issued = channel_bridge::admin::operator::issue(&app.pool, acme.tenant, "console")
+        .await
+        .unwrap();
+    let (_driver, client) = browser(Screen::Laptop).await;
+    let c = client.clone();
+    let (first, second) = ("typed-in-the-console-1", "rotated-in-the-console-2");
+    with_screenshot_on_failure(client, "connector_flow", async move {
+        sign_in_with(&c, &app, &issued.key).await;
+        c.goto(&console(&app, "/console/connectors")).await.unwrap();
+
+        // Add a Telegram connector with a secret typed into the form.
+        click(&c, "#new-connector summary").await;
+        choose(&c, "#new-platform", "telegram").await;
+        type_into(&c, "#new-name", "Console bot").await;
+        type_into(&c, "#new-secret", first).await;
+        click(&c, "#create-connector").await;
+        wait_for_page(&c, "/console/connectors", Some("notice=created")).await;
+        let url = c.current_url().await.unwrap();
+        let id: uuid::Uuid = url
+            .query_pairs()
+            .find(|(name, _)| name == "id")
+            .map(|(_, id)| id.parse().unwrap())
+            .expect("the page names the new connector");
+        let card = format!("#connector-{id}");
+        let hook =
+            channel_bridge::provision::webhook_path(acme.tenant, channel_bridge::domain::ConnectorId(id));
+        let source = c.source().await.unwrap();
+        assert!(source.contains(&hook), "the webhook URL to register is shown");
+        assert!(!source.contains(first), "the secret is never shown");
+
+        // A webhook signed with the typed secret is accepted; another secret is not.
+        assert_eq!(telegram_hook(&app, &hook, first, 8001).await, 200);
+        assert_eq!(telegram_hook(&app, &hook, "a-guessed-secret", 8002).await, 401);
+
+        // Rotated with the default grace (24 h): the old and the new secret both work.
+        click(&c, &format!("{card} details.rotate summary")).await;
+        type_into(&c, &format!("{card} input[name=verification_secret]"), second).await;
+        click(&c, &format!("{card} button.rotate")).await;
+        wait_for_page(&c, "/console/connectors", Some("notice=rotated")).await;
+        let previous = c
+            .find(Locator::Css(&format!("{card} .previous")))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(previous.contains("accepted until"), "{previous}");
+        let source = c.source().await.unwrap();
+        assert!(
+            !source.contains(first) && !source.contains(second),
+            "no secret on the page"
+        );
+        assert_eq!(
+            telegram_hook(&app, &hook, first, 8003).await,
+            200,
+            "old secret, within grace"
+        );
+        assert_eq!(telegram_hook(&app, &hook, second, 8004).await, 200, "new secret");
+
+        // Disabled: the same webhooks are refused (404, as for an unknown connector).
+        click(&c, &format!("{card} button.disable")).await;
+        wait_for_page(&c, "/console/connectors", Some("notice=disabled")).await;
+        let enabled = c
+            .find(Locator::Css(card.as_str()))
+            .await
+            .unwrap()
+            .attr("data-enabled")
+            .await
+            .unwrap();
+        assert_eq!(enabled.as_deref(), Some("false"));
+        assert_eq!(telegram_hook(&app, &hook, second, 8005).await, 404);
+        assert_eq!(telegram_hook(&app, &hook, first, 8006).await, 404);
+
+        // Enabled again, it takes them again.
+        click(&c, &format!("{card} button.enable")).await;
+        wait_for_page(&c, "/console/connectors", Some("notice=enabled")).await;
+        assert_eq!(telegram_hook(&app, &hook, second, 8007).await, 200);
+
+        // Each change is audited as the API's, under the signed-in key.
+        let key = issued.id.to_string();
+        let actions: Vec<(String, String)> = audit_actions(&app, acme.tenant).await;
+        let want = [
+            "connector.create",
+            "connector.update",
+            "connector.disable",
+            "connector.update",
+        ];
+        assert_eq!(
+            actions.iter().map(|(a, _)| a.as_str()).collect::<Vec<_>>(),
+            want,
+            "{actions:?}"
+        );
+        assert!(actions.iter().all(|(_, actor)| *actor == key), "{actions:?}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn links_added_in_the_console_group_a_users_turns_across_platforms_and_another_tenant_sees_no_user() {
+    let app = spawn_app().await;
+    let acme = tenant_without_links(&app, "acme").await;
+    let globex = provision_tenant(&app.pool, "globex").await;
+    let key = admin_key(&app, acme.tenant).await;
+    let other_key = admin_key(&app, globex.tenant).await;
+    // globex's own alice writes too: acme's admin must not see her.
+    deliver(
+        &app,
+        &globex,
+        Platform::Telegram,
+        telegram_text(7400, "globex secret plans"),
+    )
+    .await;
+    // Before any link, the Telegram account is an unlinked sender.
+    deliver(
+        &app,
+        &acme,
+        Platform::Telegram,
+        telegram_text(7401, "before the link"),
+    )
+    .await;
+
+    let (_driver, client) = browser(Screen::Laptop).await;
+    let c = client.clone();
+    with_screenshot_on_failure(client, "links_flow", async move {
+        sign_in_with(&c, &app, &key).await;
+        c.goto(&console(&app, "/console/users")).await.unwrap();
+        c.find(Locator::Css(".user[data-sender]")).await.unwrap();
+        assert!(
+            c.find(Locator::Css(".user[data-user]")).await.is_err(),
+            "no linked user yet"
+        );
+
+        // Link the person's Slack and Telegram accounts to alice.
+        c.goto(&console(&app, "/console/links")).await.unwrap();
+        c.find(Locator::Id("no-links")).await.unwrap();
+        for (platform, account) in [("slack", SLACK_USER), ("telegram", TELEGRAM_USER)] {
+            choose(&c, "#link-platform", platform).await;
+            type_into(&c, "#link-account", account).await;
+            type_into(&c, "#link-user", "alice").await;
+            click(&c, "#add-link").await;
+            wait_for_page(&c, "/console/links", Some("notice=added")).await;
+            let link = format!(r#".link[data-account="{platform}:{account}"][data-user="alice"]"#);
+            c.find(Locator::Css(&link)).await.unwrap();
+        }
+
+        // alice writes on both platforms: one user, one conversation.
+        deliver(
+            &app,
+            &acme,
+            Platform::Slack,
+            slack_text("1795339800.000100", "hello from slack"),
+        )
+        .await;
+        deliver(
+            &app,
+            &acme,
+            Platform::Telegram,
+            telegram_text(7402, "hello from telegram"),
+        )
+        .await;
+        c.goto(&console(&app, "/console/users")).await.unwrap();
+        let alice = c.find(Locator::Css(r#".user[data-user="alice"]"#)).await.unwrap();
+        let card = alice.text().await.unwrap();
+        assert!(
+            card.contains("2 turns") && card.contains("2 linked accounts"),
+            "{card}"
+        );
+        assert!(!c.source().await.unwrap().contains("globex secret plans"));
+        alice.click().await.unwrap();
+        wait_for_page(&c, "/console/conversation", Some("user_id=alice")).await;
+        let mut platforms = Vec::new();
+        for turn in c.find_all(Locator::Css(".exchange")).await.unwrap() {
+            platforms.push(turn.attr("data-platform").await.unwrap().unwrap());
+        }
+        assert_eq!(platforms, ["telegram", "slack"], "newest first, both platforms");
+        let page = c.source().await.unwrap();
+        assert!(page.contains("hello from slack") && page.contains("hello from telegram"));
+        assert!(
+            !page.contains("before the link"),
+            "that turn is the unlinked sender's"
+        );
+
+        // Unlinked again, the Telegram account drops out of the link list.
+        c.goto(&console(&app, "/console/links")).await.unwrap();
+        click(
+            &c,
+            &format!(r#".link[data-account="telegram:{TELEGRAM_USER}"] button.remove"#),
+        )
+        .await;
+        wait_for_page(&c, "/console/links", Some("notice=removed")).await;
+        assert!(c
+            .find(Locator::Css(&format!(
+                r#".link[data-account="telegram:{TELEGRAM_USER}"]"#
+            )))
+            .await
+            .is_err());
+        c.find(Locator::Css(&format!(
+            r#".link[data-account="slack:{SLACK_USER}"]"#
+        )))
+        .await
+        .unwrap();
+        let actions: Vec<String> = audit_actions(&app, acme.tenant)
+            .await
+            .into_iter()
+            .map(|(a, _)| a)
+            .collect();
+        assert_eq!(actions, ["link.set", "link.set", "link.delete"]);
+
+        // globex's key sees none of acme's users, not even by name.
+        c.find(Locator::Id("sign-out"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        wait_for_page(&c, "/console/sign-in", None).await;
+        sign_in_with(&c, &app, &other_key).await;
+        c.goto(&console(&app, "/console/users")).await.unwrap();
+        let users = c.source().await.unwrap();
+        assert!(!users.contains("hello from"), "acme's turns are not listed");
+        assert!(users.contains("globex secret plans"), "globex's own are");
+        c.goto(&console(&app, "/console/conversation?user_id=alice"))
+            .await
+            .unwrap();
+        let theirs = c.source().await.unwrap();
+        assert!(
+            !theirs.contains("hello from"),
+            "acme's alice is not globex's alice"
+        );
+    })
+    .await;
+}
+
+/// `n` turns of a user (or of an unlinked sender when `user` is `None`) written straight
+/// into the tenant's table, newest last.
+async fn insert_turns(app: &TestApp, tenant: &Provisioned, user: Option<&str>, sender: &str, n: i64) {
+    let mut tx = app.tenant_tx(tenant.tenant).await;
+    let key = match user {
+        Some(user) => format!("user:{user}"),
+        None => format!("sender:{}:{sender}", tenant.telegram),
+    };
+    sqlx::query(
+        "insert into channel_messages (tenant_id, id, connector_id, platform, idempotency_key,
+             platform_message_id, chat_id, platform_user_id, user_id, conversation_key,
+             request_content, status, received_at)
+         select $1, gen_random_uuid(), $2, 'telegram', gen_random_uuid()::text, i::text, $4, $4, $5, $3,
+                'turn ' || i, 'denied_unlinked', now() - make_interval(secs => $6 - i)
+           from generate_series(1, $6) as i",
+    )
+    .bind(tenant.tenant)
+    .bind(tenant.telegram)
+    .bind(&key)
+    .bind(sender)
+    .bind(user)
+    .bind(n)
+    .execute(tx.conn())
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_users_page_pages_by_user_id_then_unlinked_senders_and_caps_counts() {
+    let app = spawn_app().await;
+    let acme = tenant_without_links(&app, "acme").await;
+    for n in 0..32 {
+        insert_turns(&app, &acme, Some(&format!("user{n:02}")), &format!("9{n:02}"), 1).await;
+    }
+    insert_turns(&app, &acme, Some("user00"), "900", 600).await;
+    insert_turns(&app, &acme, None, "555", 2).await;
+    let cookie = http_sign_in(&app, &admin_key(&app, acme.tenant).await).await;
+
+    let users_of = |page: &str| -> Vec<String> {
+        page.split(r#"data-user=""#)
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next())
+            .map(str::to_owned)
+            .collect()
+    };
+    let (status, first) = get_page(&app, &cookie, "/console/users").await;
+    assert_eq!(status, 200);
+    let want: Vec<String> = (0..30).map(|n| format!("user{n:02}")).collect();
+    assert_eq!(users_of(&first), want);
+    assert!(
+        first.contains("500+ turns"),
+        "a busy user's count stops at the cap"
+    );
+    let next = first
+        .split(r#"<a href=""#)
+        .find_map(|rest| {
+            rest.split_once(r#"" id="next""#)
+                .map(|(href, _)| href.replace("&amp;", "&"))
+        })
+        .expect("a next page");
+    assert_eq!(next, "/console/users?after=u.user29");
+
+    // The next page: the last two users, then the unlinked sender.
+    let (_, second) = get_page(&app, &cookie, &next).await;
+    assert_eq!(users_of(&second), ["user30", "user31"]);
+    assert!(
+        second.contains("data-sender=") && second.contains("2 turns"),
+        "{second}"
+    );
+    assert!(!second.contains(r#"id="next""#));
+
+    // A jump to a name starts there.
+    let (_, jumped) = get_page(&app, &cookie, "/console/users?from=user3").await;
+    assert_eq!(users_of(&jumped), ["user30", "user31"]);
+
+    // The sender's conversation, from its card.
+    let sender = second
+        .split(r#"class="card user" href=""#)
+        .nth(3)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .replace("&amp;", "&");
+    let (status, conversation) = get_page(&app, &cookie, &sender).await;
+    assert_eq!(status, 200, "{sender}");
+    assert_eq!(conversation.matches(r#"class="card turn exchange""#).count(), 2);
+}
+
+#[tokio::test]
+async fn a_console_page_past_the_admin_deadline_answers_503_as_a_page() {
+    let proxy = crate::support::db_proxy::DbProxy::start(crate::support::db_proxy::upstream_addr()).await;
+    let app = crate::support::spawn_app_with(|settings, db| {
+        settings.database.url = crate::support::url_with(&db.name, Some(proxy.addr)).into();
+        settings.database.acquire_timeout_ms = 20_000;
+        settings.database.deadline_ms = 20_000;
+        settings.admin_deadline_ms = 700;
+    })
+    .await;
+    let acme = provision_tenant(&app.pool, "acme").await;
+    let cookie = http_sign_in(&app, &admin_key(&app, acme.tenant).await).await;
+
+    proxy.hold();
+    let started = Instant::now();
+    let response = no_redirects()
+        .get(app.url("/console/users"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    proxy.release();
+    assert_eq!(response.status(), 503);
+    assert!(took < Duration::from_secs(5), "answered after {took:?}");
+    assert_eq!(response.headers()["retry-after"], "1");
+    assert!(response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/html"));
+    let body = response.text().await.unwrap();
+    assert!(body.contains(r#"id="error""#), "{body}");
+}
+
+#[tokio::test]
+async fn a_session_started_on_one_instance_works_on_another_and_signing_out_there_ends_it_on_both() {
+    let first = spawn_app().await;
+    let second = crate::support::spawn_app_on(&first.db, |_| {}).await;
+    let acme = provision_tenant(&first.pool, "acme").await;
+    let cookie = http_sign_in(&first, &admin_key(&first, acme.tenant).await).await;
+
+    // The other instance knows the session: no sticky sessions needed.
+    let (status, page) = get_page(&second, &cookie, "/console/users").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("Sign out"), "signed in on the second instance");
+
+    // Signed out there, the session is over on the first one too.
+    let response = no_redirects()
+        .post(second.url("/console/sign-out"))
+        .header("cookie", &cookie)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("csrf={}", csrf_of(&page)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 303);
+    for app in [&first, &second] {
+        let response = no_redirects()
+            .get(app.url("/console/users"))
+            .header("cookie", &cookie)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 303);
+        assert_eq!(response.headers()["location"], "/console/sign-in");
+    }
+    let mut owner = first.db.owner_conn().await;
+    let left: i64 = sqlx::query_scalar("select count(*) from console_sessions")
+        .fetch_one(&mut owner)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "the session's row is gone");
 }

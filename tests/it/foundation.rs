@@ -38,6 +38,7 @@ async fn migrate_applies_on_an_empty_database_and_a_second_run_is_a_no_op() {
             "channel_messages",
             "channel_notices",
             "channel_replies",
+            "console_sessions",
             "dispatch_queue",
             "slack_read_budget",
             "tenants"

@@ -1,0 +1,289 @@
+//! Conversations by user: the users page lists the tenant's conversations (a linked user
+//! across all their platforms, or an unlinked sender) with their latest turn and counts,
+//! in user-id order with keyset paging (`db::conversations` says why that order, and which
+//! indexes it walks); each leads to the conversation page, the turns newest first with the
+//! answer as the agent gave it and the reply parts as they were posted.
+
+use std::fmt::Write;
+
+use axum::extract::{Query, State};
+use serde::Deserialize;
+
+use super::html::{badge, esc, excerpt, query_value};
+use super::pages::when;
+use super::session::SignedIn;
+use super::{ok_page, PageResult};
+use crate::admin::messages::{self, ConversationPage, ConversationTurn, Who};
+use crate::db::conversations::{self, ConversationRow, PageStart, COUNT_CAP};
+use crate::error::AppError;
+use crate::state::AppState;
+
+/// Conversations on one page of the users list.
+const PAGE: i64 = 30;
+
+#[derive(Debug, Default, Deserialize)]
+pub struct UsersQuery {
+    /// Jump to the users whose id sorts at or after this text.
+    from: Option<String>,
+    /// The next page: `u.<user id>` or `s.<conversation key>` of the last row shown.
+    after: Option<String>,
+}
+
+impl UsersQuery {
+    fn start(&self) -> Result<PageStart, AppError> {
+        if let Some(after) = self.after.as_deref().filter(|a| !a.is_empty()) {
+            crate::admin::schema::check_text("after", after, 2048)?;
+            return match after.split_once('.') {
+                Some(("u", user)) => Ok(PageStart::User {
+                    user_id: user.to_owned(),
+                    inclusive: false,
+                }),
+                Some(("s", key)) => Ok(PageStart::Sender {
+                    after: key.to_owned(),
+                }),
+                _ => Err(AppError::Unprocessable("invalid cursor".into())),
+            };
+        }
+        match self.from.as_deref().map(str::trim).filter(|f| !f.is_empty()) {
+            Some(from) => {
+                crate::admin::schema::check_text("from", from, crate::admin::schema::ID_MAX)?;
+                Ok(PageStart::User {
+                    user_id: from.to_owned(),
+                    inclusive: true,
+                })
+            }
+            None => Ok(PageStart::Start),
+        }
+    }
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    signed_in: SignedIn,
+    Query(query): Query<UsersQuery>,
+) -> PageResult {
+    let start = query.start()?;
+    let mut tx = crate::db::TenantTx::begin(&state.pool, signed_in.session.tenant)
+        .await
+        .map_err(AppError::from)?;
+    // One row more than shown says whether there is a next page.
+    let mut rows = conversations::page(&mut tx, &start, PAGE + 1)
+        .await
+        .map_err(AppError::from)?;
+    tx.commit().await.map_err(AppError::from)?;
+    let more = rows.len() as i64 > PAGE;
+    rows.truncate(PAGE as usize);
+    let body = render_list(&query, &rows, more);
+    ok_page("Conversations by user", &signed_in, &body)
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct ConversationQuery {
+    user_id: Option<String>,
+    /// An unlinked sender's conversation key.
+    sender: Option<String>,
+    cursor: Option<String>,
+}
+
+pub async fn conversation(
+    State(state): State<AppState>,
+    signed_in: SignedIn,
+    Query(query): Query<ConversationQuery>,
+) -> PageResult {
+    let nonempty = |v: &Option<String>| v.clone().filter(|v| !v.is_empty());
+    let who = match (nonempty(&query.user_id), nonempty(&query.sender)) {
+        (Some(user), None) => Who::User(user),
+        (None, Some(sender)) => Who::Sender(sender),
+        _ => return Err(AppError::NotFound("conversation").into()),
+    };
+    let cursor = nonempty(&query.cursor);
+    let page = messages::conversation(&state.pool, signed_in.session.tenant, &who, cursor.as_deref()).await?;
+    let title = match &who {
+        Who::User(user) => format!("Conversation of {user}"),
+        Who::Sender(_) => "Conversation of an unlinked sender".to_owned(),
+    };
+    let body = render_conversation(&who, &page, &signed_in.session.csrf);
+    ok_page(&title, &signed_in, &body)
+}
+
+// ---------------------------------------------------------------------------------------
+// Rendering
+
+fn conversation_link(row: &ConversationRow) -> String {
+    if row.linked {
+        format!("/console/conversation?user_id={}", query_value(&row.key))
+    } else {
+        format!("/console/conversation?sender={}", query_value(&row.key))
+    }
+}
+
+fn turns_count(turns: i64) -> String {
+    match turns {
+        1 => "1 turn".into(),
+        n if n >= COUNT_CAP => format!("{COUNT_CAP}+ turns"),
+        n => format!("{n} turns"),
+    }
+}
+
+fn render_list(query: &UsersQuery, rows: &[ConversationRow], more: bool) -> String {
+    let from = query.from.as_deref().unwrap_or_default();
+    let mut body = format!(
+        r#"<form method="get" action="/console/users" class="filters">
+<input type="search" name="from" id="from" value="{from}" placeholder="Jump to a user id"><button type="submit" id="jump">Go</button></form>
+<p class="empty">Linked users by id (each with all their platforms), then senders who are not linked.</p>"#,
+        from = esc(from),
+    );
+    if rows.is_empty() {
+        body.push_str(r#"<p class="empty" id="no-users">No conversations.</p>"#);
+    }
+    for row in rows {
+        let (who, data) = if row.linked {
+            let accounts = match row.linked_accounts {
+                1 => "1 linked account".to_owned(),
+                n => format!("{n} linked accounts"),
+            };
+            (
+                format!(
+                    "<strong>{}</strong> <span class=\"sub\">{accounts}</span>",
+                    esc(&row.key)
+                ),
+                format!(r#" data-user="{}""#, esc(&row.key)),
+            )
+        } else {
+            (
+                format!(
+                    "<strong>{} {}</strong> <span class=\"sub\">unlinked</span>",
+                    esc(&row.platform),
+                    esc(&row.platform_user_id)
+                ),
+                format!(r#" data-sender="{}""#, esc(&row.key)),
+            )
+        };
+        let answer = row
+            .response_content
+            .as_deref()
+            .map(|r| format!(r#"<p class="answer">↳ {}</p>"#, esc(&excerpt(r, 160))))
+            .unwrap_or_default();
+        let _ = write!(
+            body,
+            r#"<a class="card user" href="{href}"{data}><span class="who">{who}</span>
+<span class="meta">{badge}<span class="count">{count}</span><span>{platform}</span><span>{at}</span></span>
+<p class="text">{text}</p>{answer}</a>"#,
+            href = esc(&conversation_link(row)),
+            badge = badge(row.status.as_str()),
+            count = turns_count(row.turns),
+            platform = esc(&row.platform),
+            at = when(row.received_at),
+            text = esc(&excerpt(&row.request_content, 160)),
+        );
+    }
+    if let (true, Some(last)) = (more, rows.last()) {
+        let kind = if last.linked { "u" } else { "s" };
+        let link = format!("/console/users?after={kind}.{}", query_value(&last.key));
+        let _ = write!(body, r#"<p><a href="{}" id="next">Next →</a></p>"#, esc(&link));
+    }
+    body
+}
+
+fn render_conversation(who: &Who, page: &ConversationPage, csrf: &str) -> String {
+    let mut body = String::new();
+    match who {
+        Who::User(user) => {
+            let accounts: Vec<String> = page
+                .links
+                .iter()
+                .map(|l| format!("{} {}", esc(&l.platform), esc(&l.platform_user_id)))
+                .collect();
+            let accounts = if accounts.is_empty() {
+                "no linked account now".to_owned()
+            } else {
+                accounts.join(" · ")
+            };
+            let _ = write!(
+                body,
+                r#"<p class="empty" id="accounts">Linked accounts: {accounts} · <a href="/console/turns?user_id={q}">search their turns</a></p>"#,
+                q = esc(&query_value(user)),
+            );
+        }
+        Who::Sender(_) => body.push_str(
+            r#"<p class="empty" id="accounts">Not linked to a user: <a href="/console/links">link the account</a> to give its next turns a user.</p>"#,
+        ),
+    }
+    if page.turns.is_empty() {
+        body.push_str(r#"<p class="empty" id="no-turns">No turns.</p>"#);
+    }
+    for turn in &page.turns {
+        body.push_str(&exchange(turn, csrf));
+    }
+    if let Some(cursor) = &page.next_cursor {
+        let (name, value) = match who {
+            Who::User(user) => ("user_id", user),
+            Who::Sender(key) => ("sender", key),
+        };
+        let link = format!(
+            "/console/conversation?{name}={}&cursor={}",
+            query_value(value),
+            query_value(cursor)
+        );
+        let _ = write!(
+            body,
+            r#"<p><a href="{}" id="older">Older turns →</a></p>"#,
+            esc(&link)
+        );
+    }
+    body
+}
+
+/// One turn: the user's text as the agent got it, the answer, and the parts as posted;
+/// a failed one with its recovery button (the turn page's).
+fn exchange(turn: &ConversationTurn, csrf: &str) -> String {
+    let m = &turn.message;
+    let id = esc(&m.id.to_string());
+    let answer = match &m.response_content {
+        Some(answer) => format!(
+            r#"<p class="label">Agent</p><pre class="answer">{}</pre>"#,
+            esc(answer)
+        ),
+        None => String::new(),
+    };
+    let mut parts = String::new();
+    if !turn.reply_parts.is_empty() {
+        parts.push_str(r#"<p class="label">Posted</p><ol class="parts">"#);
+        for part in &turn.reply_parts {
+            let _ = write!(
+                parts,
+                r#"<li class="part" data-status="{status}">{badge}{delivery} {content}{error}</li>"#,
+                status = esc(part.status.as_str()),
+                badge = badge(&part.status),
+                delivery = part
+                    .delivery_status
+                    .as_deref()
+                    .map(|d| format!(" {}", badge(d)))
+                    .unwrap_or_default(),
+                content = esc(&part.content),
+                error = part
+                    .last_error
+                    .as_deref()
+                    .map(|e| format!(r#" <span class="error">{}</span>"#, esc(e)))
+                    .unwrap_or_default(),
+            );
+        }
+        parts.push_str("</ol>");
+    }
+    let error = match (&m.last_error, m.response_content.is_none()) {
+        (Some(e), true) => format!(r#"<p class="error">{}</p>"#, esc(e)),
+        _ => String::new(),
+    };
+    format!(
+        r#"<div class="card turn exchange" id="turn-{id}" data-status="{status}" data-platform="{platform}">
+<div class="meta">{badge}<span>{platform}</span><span>{account}</span><span>{at}</span><a href="/console/turns/{id}">details</a></div>
+<p class="label">User</p><pre class="request">{text}</pre>{answer}{parts}{error}{action}</div>"#,
+        status = esc(&m.status),
+        badge = badge(&m.status),
+        platform = esc(&m.platform),
+        account = esc(&m.platform_user_id),
+        at = when(m.received_at),
+        text = esc(&m.request_content),
+        action = super::pages::action_form(m, csrf),
+    )
+}
