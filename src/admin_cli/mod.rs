@@ -11,6 +11,7 @@
 mod client;
 mod connectors;
 mod keys;
+mod lifecycle;
 mod links;
 mod messages;
 mod output;
@@ -64,6 +65,10 @@ pub enum AdminCommand {
     Messages(messages::Command),
     /// A user's history exactly as the agent would get it with their next message (tenant key).
     History(messages::HistoryArgs),
+    /// Erase one person's turns, replies, links and notice marks, for good (tenant key).
+    Erase(lifecycle::EraseArgs),
+    /// The audit log, newest first (tenant key).
+    Audit(lifecycle::AuditArgs),
     /// Tenants, named by id or slug (operator token).
     #[command(subcommand)]
     Tenants(tenants::Command),
@@ -82,7 +87,12 @@ enum Role {
 impl AdminCommand {
     fn role(&self) -> Role {
         match self {
-            Self::Connectors(_) | Self::Links(_) | Self::Messages(_) | Self::History(_) => Role::TenantAdmin,
+            Self::Connectors(_)
+            | Self::Links(_)
+            | Self::Messages(_)
+            | Self::History(_)
+            | Self::Erase(_)
+            | Self::Audit(_) => Role::TenantAdmin,
             Self::Tenants(_) | Self::Keys(_) => Role::Operator,
         }
     }
@@ -119,6 +129,8 @@ pub async fn run(args: AdminArgs) -> anyhow::Result<()> {
         AdminCommand::Links(command) => links::run(command, &context).await,
         AdminCommand::Messages(command) => messages::run(command, &context).await,
         AdminCommand::History(history) => messages::history(history, &context).await,
+        AdminCommand::Erase(args) => lifecycle::erase(args, &context).await,
+        AdminCommand::Audit(args) => lifecycle::audit(args, &context).await,
         AdminCommand::Tenants(command) => tenants::run(command, &context).await,
         AdminCommand::Keys(command) => keys::run(command, &context).await,
     }

@@ -989,3 +989,98 @@ async fn the_database_cli_names_an_unknown_tenant_instead_of_printing_an_empty_p
         );
     }
 }
+
+#[tokio::test]
+async fn the_cli_erases_one_person_only_with_yes_and_the_audit_log_shows_it() {
+    let app = app().await;
+    let (acme, key) = tenant_with_key(&app, "acme").await;
+    deliver(
+        &app,
+        &acme,
+        Platform::Telegram,
+        telegram_text(800, "alice on telegram"),
+    )
+    .await;
+    deliver(
+        &app,
+        &acme,
+        Platform::Slack,
+        slack_text("1700000000.000300", "alice on slack"),
+    )
+    .await;
+    deliver(
+        &app,
+        &acme,
+        Platform::Whatsapp,
+        fixture(Platform::Whatsapp, "text"),
+    )
+    .await;
+
+    let refused = admin_cli(&app, As::Admin(&key), &["erase", "--user-id", "alice"], None).await;
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("--yes"), "{}", stderr(&refused));
+    let nobody = admin_cli(&app, As::Admin(&key), &["erase", "--yes"], None).await;
+    assert_eq!(nobody.status.code(), Some(2), "a person must be named");
+
+    let erased = json_of(
+        &admin_cli(
+            &app,
+            As::Admin(&key),
+            &["erase", "--user-id", "alice", "--yes"],
+            None,
+        )
+        .await,
+    );
+    assert_eq!(
+        (erased["turns"].as_u64(), erased["links"].as_u64()),
+        (Some(2), Some(2)),
+        "{erased}"
+    );
+    let left = json_of(&admin_cli(&app, As::Admin(&key), &["messages", "list"], None).await);
+    let users: Vec<&str> = left["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["user_id"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(users, ["bob"], "only alice's turns went");
+
+    let sender = admin_cli(
+        &app,
+        As::Admin(&key),
+        &[
+            "erase",
+            "--platform",
+            "whatsapp",
+            "--platform-user-id",
+            WHATSAPP_USER,
+            "--yes",
+            "--table",
+        ],
+        None,
+    )
+    .await;
+    assert!(
+        stdout(&sender).contains(&format!("Erased whatsapp account {WHATSAPP_USER}: 1 turns")),
+        "{}",
+        stdout(&sender)
+    );
+
+    let audit = json_of(&admin_cli(&app, As::Admin(&key), &["audit"], None).await);
+    let records: Vec<(&str, &str)> = audit["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["action"].as_str().unwrap(), r["target"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        records[..2],
+        [
+            ("person.erase", format!("whatsapp:{WHATSAPP_USER}").as_str()),
+            ("person.erase", "user:alice")
+        ]
+    );
+    let table = stdout(&admin_cli(&app, As::Admin(&key), &["audit", "--table", "--limit", "1"], None).await);
+    assert!(table.starts_with("AT (UTC)"), "{table}");
+    assert_eq!(table.lines().count(), 2, "a header and one record: {table}");
+}
