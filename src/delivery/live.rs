@@ -27,6 +27,9 @@
 //! between the platform's answer to the first call and that record leaves an unfinished
 //! preview which nothing adopts (the answer is then posted as a new message).
 //!
+//! A preview that no part will adopt (the agent failed for good, or answered nothing) is
+//! ended: a Slack stream is stopped (`end`); a retry keeps it for the next attempt.
+//!
 //! Best effort: a failed call ends the view (the answer is delivered normally), never the
 //! turn. Nothing is logged with a URL (Telegram URLs hold the bot token) or text.
 
@@ -168,6 +171,25 @@ impl<F: FnOnce() -> Option<LiveContext>> TextSink for LiveView<F> {
         if let Some(running) = &self.running {
             running.text.send_modify(|text| text.push_str(delta));
         }
+    }
+}
+
+/// Ends a preview that no reply part will adopt (best effort): a Slack stream is stopped
+/// with the text it shows; a Telegram group message keeps its text (there is nothing to
+/// end).
+pub async fn end(client: &GuardedClient, connector: &Connector, message: &MessageRow, live_id: &str) {
+    let Some(token) = connector.outbound_token.as_ref() else {
+        return;
+    };
+    if connector.platform != Platform::Slack {
+        return;
+    }
+    let request = client
+        .post(format!("{}/api/chat.stopStream", base_url(connector)))
+        .bearer_auth(token.expose_secret())
+        .json(&json!({ "channel": message.chat_id, "ts": live_id }));
+    if client.send(request).await.is_err() {
+        tracing::debug!("could not stop the stream of an answer that failed");
     }
 }
 

@@ -422,6 +422,7 @@ impl Worker {
                     tracing::warn!(reason, %error, attempts, "dispatch failed; retries are over");
                     metrics::counter!("channel_bridge_dispatch_failures_total", "reason" => reason)
                         .increment(1);
+                    self.end_preview(&prepared).await;
                     self.conclude(job, Transition::AgentFailed { error }, StepOutcome::Failed(id))
                         .await
                 }
@@ -429,6 +430,7 @@ impl Worker {
             CallOutcome::Permanent { reason, error } => {
                 tracing::warn!(reason, %error, attempts, "dispatch failed");
                 metrics::counter!("channel_bridge_dispatch_failures_total", "reason" => reason).increment(1);
+                self.end_preview(&prepared).await;
                 self.conclude(job, Transition::AgentFailed { error }, StepOutcome::Failed(id))
                     .await
             }
@@ -453,6 +455,17 @@ impl Worker {
             message: prepared.message.clone(),
             interval: Duration::from_millis(self.settings.dispatch.stream_interval_ms),
         })
+    }
+
+    /// Ends the preview of a streamed answer that gets no reply (the agent failed for good,
+    /// or answered nothing), so that no Slack stream stays open. A retry keeps it: the next
+    /// attempt's first part adopts it.
+    async fn end_preview(&self, prepared: &Prepared) {
+        let (Some(connector), Some(live_id)) = (&prepared.connector, &prepared.message.live_message_id)
+        else {
+            return;
+        };
+        crate::delivery::live::end(&self.platform_client, connector, &prepared.message, live_id).await;
     }
 
     /// Whether a failed call gets another attempt after `delay`: within the attempt limit
@@ -536,6 +549,7 @@ impl Worker {
             tracing::info!("turn was already finished by another attempt; keeping the first answer");
         }
         if !has_parts {
+            self.end_preview(&prepared).await;
             return Ok(StepOutcome::Executed(job.message_id));
         }
         let outgoing = match (first, prepared.connector) {

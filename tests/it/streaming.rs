@@ -450,6 +450,40 @@ async fn a_worker_killed_while_the_first_part_completes_the_stream_completes_it_
     );
 }
 
+#[tokio::test]
+async fn a_slack_stream_whose_agent_fails_for_good_is_stopped_not_left_open() {
+    let s = setup().await;
+    let mut settings = ServeSettings::for_database(s.app.db.url());
+    settings.agent_url = Some(s.agent.url.clone());
+    settings.dispatch.max_attempts = 1;
+    let worker = Worker::new(s.app.pool.clone(), Arc::new(settings), || {
+        chrono::Utc::now().timestamp()
+    })
+    .unwrap();
+    let fail = gate();
+    s.agent.script([Reply::Stream(vec![
+        Chunk::delta("I will"),
+        Chunk::Wait(fail.clone()),
+        Chunk::Event("event: error\ndata: {\"message\":\"overloaded\"}\n\n".into()),
+    ])]);
+    deliver(
+        &s.app,
+        &s.tenant,
+        Platform::Slack,
+        slack_text("1718003400.000100", "stream it"),
+    )
+    .await;
+    let step = tokio::spawn(async move { worker.step().await.unwrap() });
+    let ts = s.recorded_live_message().await;
+    fail.add_permits(1);
+    assert!(matches!(step.await.unwrap(), StepOutcome::Failed(_)));
+    let stops = s.platforms.calls("chat.stopStream");
+    assert_eq!(stops.len(), 1);
+    assert_eq!(stops[0].body["ts"], ts.as_str());
+    assert!(s.platforms.calls("chat.update").is_empty());
+    assert!(s.platforms.calls("chat.postMessage").is_empty());
+}
+
 // --- Step 4: Telegram group: one message, edited, adopted -----------------------------------
 
 #[tokio::test]
