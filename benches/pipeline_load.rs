@@ -35,6 +35,10 @@
 //! 6. posts signed webhooks with the text `load <seq>`, round-robin over the users, for
 //!    `--seconds`: open loop at `--rate` per second (webhook *i* is due at start + i/rate,
 //!    with at most `--concurrency` in flight), or closed loop with `--rate 0`;
+//!    With `--stream` the agent answers `text/event-stream`: its first OpenAI chunk at once,
+//!    the rest after `--agent-latency-ms`; the Telegram stand-in also answers
+//!    `sendMessageDraft` (the gateway's preview in a private chat), and the run reports the
+//!    time from the first chunk written to the first draft received (p50/p99);
 //! 7. waits, at most `--drain-secs`, until a reply was posted for every accepted webhook;
 //! 8. stops the gateway (SIGTERM, then kill), then, unless `--skip-idle`, starts a second,
 //!    worker-only gateway (`CB_HTTP=false`) whose database connections pass through a proxy
@@ -83,6 +87,7 @@ use anyhow::Context;
 use axum::body::Bytes;
 use axum::extract::{Path as UrlPath, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::{Json, Router};
 use channel_bridge::db::connectors::NewConnector;
@@ -137,6 +142,10 @@ struct Args {
     /// Keep the database afterwards instead of dropping it.
     #[arg(long)]
     keep_db: bool,
+    /// The agent streams its answer (SSE): the first chunk at once, the rest after
+    /// `--agent-latency-ms`; reports first chunk → first draft shown.
+    #[arg(long)]
+    stream: bool,
     /// Print the figures as one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -318,6 +327,10 @@ struct Shared {
     called: Vec<AtomicU64>,
     /// The turn's first typing indicator (`sendChatAction`).
     typed: Vec<AtomicU64>,
+    /// `--stream`: the agent wrote the turn's first chunk; the first draft showed it.
+    chunked: Vec<AtomicU64>,
+    drafted: Vec<AtomicU64>,
+    stream: bool,
     replied: Vec<AtomicU64>,
     users: u64,
     answer: String,
@@ -351,6 +364,9 @@ impl Shared {
             answered: table(),
             called: table(),
             typed: table(),
+            chunked: table(),
+            drafted: table(),
+            stream: args.stream,
             replied: table(),
             users: args.users,
             answer: "lorem ipsum dolor sit amet "
@@ -485,6 +501,7 @@ async fn start_stand_ins(shared: Arc<Shared>) -> anyhow::Result<String> {
         .route("/agent/{tenant}", post(agent_call))
         .route("/telegram/{bot}/sendMessage", post(telegram_send))
         .route("/telegram/{bot}/sendChatAction", post(telegram_chat_action))
+        .route("/telegram/{bot}/sendMessageDraft", post(telegram_draft))
         .with_state(shared);
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
@@ -500,24 +517,92 @@ async fn agent_call(
     UrlPath(tenant): UrlPath<usize>,
     headers: HeaderMap,
     body: Bytes,
-) -> (StatusCode, Json<Value>) {
+) -> axum::response::Response {
     let counts = &shared.counts;
     counts.agent_calls.fetch_add(1, Relaxed);
     if !shared.signature_ok(tenant, &headers, &body) {
         counts.bad_signatures.fetch_add(1, Relaxed);
-        return (
+        let refused = (
             StatusCode::UNAUTHORIZED,
             Json(json!({ "error": "bad signature" })),
         );
+        return refused.into_response();
     }
-    let _call = AgentCall::enter(&shared);
-    match turn_of_dispatch(&body).and_then(|seq| shared.stamp_first(&shared.called, seq)) {
+    let call = AgentCall::enter(&shared);
+    let turn = turn_of_dispatch(&body);
+    match turn.and_then(|seq| shared.stamp_first(&shared.called, seq)) {
         Some(true) => {}
         Some(false) => _ = counts.repeat_calls.fetch_add(1, Relaxed),
         None => _ = counts.unknown_turns.fetch_add(1, Relaxed),
     }
+    if shared.stream {
+        // The in-flight count covers the call up to its first chunk only.
+        drop(call);
+        return stream_answer(shared.clone(), turn);
+    }
     tokio::time::sleep(shared.agent_latency).await;
-    (StatusCode::OK, Json(json!({ "content": shared.answer })))
+    drop(call);
+    (StatusCode::OK, Json(json!({ "content": shared.answer }))).into_response()
+}
+
+/// `--stream`: the first half of the answer as an OpenAI chunk at once (stamped as it is
+/// handed to the connection), the rest and `[DONE]` after the agent's latency.
+fn stream_answer(shared: Arc<Shared>, turn: Option<u64>) -> axum::response::Response {
+    let chunk = |text: &str| {
+        let chunk =
+            json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": text}}]});
+        Bytes::from(format!("data: {chunk}\n\n"))
+    };
+    let half = shared.answer.len() / 2;
+    let (first, rest) = (chunk(&shared.answer[..half]), chunk(&shared.answer[half..]));
+    let steps = futures::stream::unfold(0u8, move |step| {
+        let shared = shared.clone();
+        let (first, rest) = (first.clone(), rest.clone());
+        async move {
+            match step {
+                0 => {
+                    if let Some(seq) = turn {
+                        shared.stamp_first(&shared.chunked, seq);
+                    }
+                    Some((Ok::<_, std::convert::Infallible>(first), 1))
+                }
+                1 => {
+                    tokio::time::sleep(shared.agent_latency).await;
+                    Some((Ok(rest), 2))
+                }
+                2 => Some((Ok(Bytes::from_static(b"data: [DONE]\n\n")), 3)),
+                _ => None,
+            }
+        }
+    });
+    (
+        [("content-type", "text/event-stream")],
+        axum::body::Body::from_stream(steps),
+    )
+        .into_response()
+}
+
+/// `sendMessageDraft` (`--stream`): stamps the first draft of the sender's turn in flight.
+async fn telegram_draft(State(shared): State<Arc<Shared>>, body: Bytes) -> Json<Value> {
+    if let Some(seq) = turn_in_flight(&shared, &body) {
+        shared.stamp_first(&shared.drafted, seq);
+    }
+    Json(json!({ "ok": true, "result": true }))
+}
+
+/// The sender's turn in flight, by the request's `chat_id`: the oldest posted turn of that
+/// user without a reply (a user has one turn in flight at a time).
+fn turn_in_flight(shared: &Shared, body: &[u8]) -> Option<u64> {
+    let chat = serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|request| request["chat_id"].as_u64());
+    let user = chat.and_then(|chat| chat.checked_sub(FIRST_SENDER_ID))?;
+    (user..shared.posted.len() as u64)
+        .step_by(shared.users.max(1) as usize)
+        .find(|&seq| {
+            let posted = shared.posted[seq as usize].load(Relaxed) > 0;
+            posted && shared.replied[seq as usize].load(Relaxed) == 0
+        })
 }
 
 /// The sequence number in the dispatched turn's text (`load <seq>`).
@@ -1616,6 +1701,8 @@ struct Results {
     webhook_to_agent_ms: Percentiles,
     webhook_to_reply_ms: Percentiles,
     webhook_to_typing_ms: Percentiles,
+    /// `--stream`: the agent's first chunk to the first draft showing it.
+    first_chunk_to_draft_ms: Percentiles,
     /// From the gateway's histogram; null when it could not be scraped.
     claim_to_typing_ms: Option<BucketPercentiles>,
     agent: AgentFigures,
@@ -1724,6 +1811,7 @@ impl Results {
             webhook_to_agent_ms: percentiles(intervals(&shared.posted, &shared.called)),
             webhook_to_reply_ms: percentiles(intervals(&shared.posted, &shared.replied)),
             webhook_to_typing_ms: percentiles(intervals(&shared.posted, &shared.typed)),
+            first_chunk_to_draft_ms: percentiles(intervals(&shared.chunked, &shared.drafted)),
             claim_to_typing_ms: None,
             agent: AgentFigures {
                 calls: get(&counts.agent_calls),
@@ -1808,6 +1896,9 @@ impl Results {
         print_percentiles("webhook→agent", &self.webhook_to_agent_ms);
         print_percentiles("webhook→reply", &self.webhook_to_reply_ms);
         print_percentiles("webhook→typing", &self.webhook_to_typing_ms);
+        if self.setup.stream {
+            print_percentiles("chunk→draft", &self.first_chunk_to_draft_ms);
+        }
         match &self.claim_to_typing_ms {
             Some(c) => println!(
                 "  claim→typing   p50 ≤ {} ms  p99 ≤ {} ms  (gateway histogram buckets, n={})",

@@ -522,6 +522,12 @@ pub struct DispatchSettings {
     /// requests for one chat on this instance.
     #[arg(long, env = "CB_TYPING_INTERVAL_MS", default_value_t = 4000)]
     pub typing_interval_ms: u64,
+
+    /// Least time between two calls that show a streamed answer as it grows, per turn, in
+    /// milliseconds (Slack appendStream, Telegram draft; three times this for the edits of a
+    /// Telegram group message, where a bot may send about 20 messages a minute).
+    #[arg(long, env = "CB_STREAM_INTERVAL_MS", default_value_t = 1000)]
+    pub stream_interval_ms: u64,
 }
 
 impl Default for DispatchSettings {
@@ -540,6 +546,7 @@ impl Default for DispatchSettings {
             slack_read_interval_ms: 60_000,
             poll_interval_ms: 1000,
             typing_interval_ms: 4000,
+            stream_interval_ms: 1000,
         }
     }
 }

@@ -10,6 +10,9 @@
 //! upstream is rate limited. In `--echo` mode there is no upstream: the answer is
 //! `echo: <text> (history: N turns)`, N being the user messages before the current one.
 //!
+//! With `--stream`, the upstream is asked for `stream: true`, and a streamed answer is
+//! relayed to the gateway as `text/event-stream` while it comes (`upstream::relay`).
+//!
 //! Routes: `POST` on any path (so a tenant's agent URL may be `http://host:9000/` or
 //! `…/agent`), and `GET /healthz`.
 
@@ -35,7 +38,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 
 use self::inbound::{InvalidDispatch, Turn};
-use self::upstream::{UpstreamConfig, UpstreamError};
+use self::upstream::{Completion, UpstreamConfig, UpstreamError};
 use crate::dispatch::payload::ChatMessage;
 use crate::dispatch::signature::{self, SignatureError};
 
@@ -73,6 +76,10 @@ pub struct BridgeArgs {
     /// CB_AGENT_TIMEOUT_SECS (30) so the gateway sees a 504 instead of its own timeout.
     #[arg(long, env = "CB_BRIDGE_UPSTREAM_TIMEOUT_SECS", default_value_t = 25)]
     pub upstream_timeout_secs: u64,
+    /// Ask the upstream for `stream: true` and relay its chunks to the gateway as they come
+    /// (the gateway shows them on the platform). For upstreams that support streaming.
+    #[arg(long, env = "CB_BRIDGE_STREAM", conflicts_with = "echo")]
+    pub stream: bool,
     /// No upstream: answer `echo: <text> (history: N turns)` (demos, tests).
     #[arg(long)]
     pub echo: bool,
@@ -137,6 +144,7 @@ impl BridgeArgs {
                 config.api_key = self.upstream_api_key;
                 config.timeout = Duration::from_secs(self.upstream_timeout_secs);
                 config.stable_user = self.stable_user;
+                config.stream = self.stream;
                 Answerer::Upstream(config)
             }
             (None, false) => anyhow::bail!("give --upstream <url> or --echo"),
@@ -209,16 +217,24 @@ struct AnswerOut {
 
 async fn receive(State(bridge): State<Arc<Bridge>>, headers: HeaderMap, body: Bytes) -> Response {
     match answer(&bridge, &headers, &body).await {
-        Ok(parts) => Json(AnswerOut {
+        Ok(Completion::Parts(parts)) => Json(AnswerOut {
             messages: parts.into_iter().map(ChatMessage::assistant).collect(),
         })
         .into_response(),
+        Ok(Completion::Stream(upstream)) => (
+            [
+                (header::CONTENT_TYPE, "text/event-stream"),
+                (header::CACHE_CONTROL, "no-cache"),
+            ],
+            upstream::relay(upstream),
+        )
+            .into_response(),
         Err(err) => err.into_response(),
     }
 }
 
 /// The handler's steps: verify, read, ask.
-async fn answer(bridge: &Bridge, headers: &HeaderMap, body: &[u8]) -> Result<Vec<String>, BridgeError> {
+async fn answer(bridge: &Bridge, headers: &HeaderMap, body: &[u8]) -> Result<Completion, BridgeError> {
     verify(bridge.config.secret.expose_secret(), headers, body)?;
     let turn = inbound::parse(body)?;
     let span = tracing::info_span!(
@@ -230,9 +246,9 @@ async fn answer(bridge: &Bridge, headers: &HeaderMap, body: &[u8]) -> Result<Vec
     tracing::Instrument::instrument(ask(bridge, &turn), span).await
 }
 
-async fn ask(bridge: &Bridge, turn: &Turn) -> Result<Vec<String>, BridgeError> {
+async fn ask(bridge: &Bridge, turn: &Turn) -> Result<Completion, BridgeError> {
     match &bridge.config.answerer {
-        Answerer::Echo => Ok(vec![echo_reply(&turn.messages)]),
+        Answerer::Echo => Ok(Completion::Parts(vec![echo_reply(&turn.messages)])),
         Answerer::Upstream(config) => {
             let messages = with_system_prompt(bridge.config.system_prompt.as_deref(), &turn.messages);
             let messages = content::upstream_messages(&bridge.client, &messages).await;
@@ -241,7 +257,10 @@ async fn ask(bridge: &Bridge, turn: &Turn) -> Result<Vec<String>, BridgeError> {
                 upstream::complete(&bridge.client, config, &messages, turn.stable_user().as_deref()).await;
             let elapsed_ms = started.elapsed().as_millis() as u64;
             match &result {
-                Ok(parts) => tracing::info!(elapsed_ms, parts = parts.len(), "upstream answered"),
+                Ok(Completion::Parts(parts)) => {
+                    tracing::info!(elapsed_ms, parts = parts.len(), "upstream answered")
+                }
+                Ok(Completion::Stream(_)) => tracing::info!(elapsed_ms, "upstream streams; relaying"),
                 Err(err) => tracing::warn!(elapsed_ms, error = %err, "upstream failed"),
             }
             Ok(result?)

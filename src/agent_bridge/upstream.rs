@@ -5,14 +5,26 @@
 //! `messages[]`; by default the upstream gets no `user` field, because servers that keep a
 //! transcript per stable `user` (OpenClaw's gateway derives its session key from it) would
 //! then hold the history a second time and feed every turn to the model twice.
+//!
+//! Streaming (`--stream`): the request asks for `stream: true`; an upstream that answers
+//! `text/event-stream` has its chunks relayed to the gateway as they come, re-framed in
+//! the gateway's own event format (`event: delta` per text chunk, `event: done` after the
+//! upstream's `[DONE]`). An upstream stream that breaks or ends without `[DONE]` ends the
+//! relayed one without its final event, which the gateway retries. An upstream that
+//! ignores `stream` and answers JSON is read as before.
 
 use std::time::Duration;
 
+use axum::body::{Body, Bytes};
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
 use reqwest::{StatusCode, Url};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Serialize;
+use serde_json::{json, Value};
 
 use crate::dispatch::payload::parse_answer;
+use crate::dispatch::stream::{body_chunks, is_event_stream};
 
 /// Where and how to call the upstream.
 #[derive(Debug, Clone)]
@@ -28,6 +40,8 @@ pub struct UpstreamConfig {
     pub timeout: Duration,
     /// Send `user = <tenant_id>:<user_id>` (see module docs for the trade-off).
     pub stable_user: bool,
+    /// Ask for `stream: true` and relay the chunks (see module docs).
+    pub stream: bool,
 }
 
 impl UpstreamConfig {
@@ -38,6 +52,7 @@ impl UpstreamConfig {
             api_key: None,
             timeout: Duration::from_secs(25),
             stable_user: false,
+            stream: false,
         })
     }
 }
@@ -90,19 +105,26 @@ pub struct ChatRequestOut<'a> {
     pub stream: bool,
 }
 
-/// Asks the upstream for the next assistant message; returns the reply parts (one for a
-/// chat completion, none when its content is empty).
+/// What the upstream answered.
+pub enum Completion {
+    /// The reply parts (one for a chat completion, none when its content is empty).
+    Parts(Vec<String>),
+    /// A stream, relayed as it comes (`relay`).
+    Stream(reqwest::Response),
+}
+
+/// Asks the upstream for the next assistant message.
 pub async fn complete(
     client: &reqwest::Client,
     config: &UpstreamConfig,
     messages: &[serde_json::Value],
     stable_user: Option<&str>,
-) -> Result<Vec<String>, UpstreamError> {
+) -> Result<Completion, UpstreamError> {
     let body = ChatRequestOut {
         model: config.model.as_deref(),
         messages,
         user: stable_user.filter(|_| config.stable_user),
-        stream: false,
+        stream: config.stream,
     };
     let mut request = client
         .post(config.endpoint.clone())
@@ -124,11 +146,55 @@ pub async fn complete(
     if !status.is_success() {
         return Err(UpstreamError::Status(status));
     }
+    if is_event_stream(response.headers()) {
+        return Ok(Completion::Stream(response));
+    }
     let body = response
         .bytes()
         .await
         .map_err(|err| transport_error(err, config.timeout))?;
-    parse_answer(&body).map_err(|err| UpstreamError::InvalidAnswer(err.0))
+    let parts = parse_answer(&body).map_err(|err| UpstreamError::InvalidAnswer(err.0))?;
+    Ok(Completion::Parts(parts))
+}
+
+/// The upstream's OpenAI chunks as the gateway's events: `event: delta` for each text
+/// chunk, `event: done` after `[DONE]`. Anything else the upstream sends (role-only chunks,
+/// comments) is skipped; a break, an unreadable chunk or an end without `[DONE]` ends the
+/// relayed stream without `done`, so the gateway retries the turn.
+pub fn relay(response: reqwest::Response) -> Body {
+    let events = Box::pin(body_chunks(response).eventsource());
+    let relayed = futures::stream::unfold(Some(events), |events| async move {
+        let mut events = events?;
+        loop {
+            let event = match events.next().await? {
+                Ok(event) => event,
+                Err(_) => {
+                    tracing::warn!(
+                        "upstream stream broke; ending the relayed stream without its final event"
+                    );
+                    return None;
+                }
+            };
+            let data = event.data.trim();
+            if data == "[DONE]" {
+                let done = Bytes::from_static(b"event: done\ndata: {}\n\n");
+                return Some((Ok::<_, std::convert::Infallible>(done), None));
+            }
+            let Ok(chunk) = serde_json::from_str::<Value>(data) else {
+                tracing::warn!(
+                    "unreadable upstream chunk; ending the relayed stream without its final event"
+                );
+                return None;
+            };
+            if let Some(text) = chunk.pointer("/choices/0/delta/content").and_then(Value::as_str) {
+                if !text.is_empty() {
+                    let delta = format!("event: delta\ndata: {}\n\n", json!({ "content": text }));
+                    return Some((Ok(Bytes::from(delta)), Some(events)));
+                }
+            }
+        }
+    });
+    Body::from_stream(relayed)
 }
 
 /// reqwest's error text can carry the URL (credentials in it, for some deployments).

@@ -147,12 +147,16 @@ pub struct MessageRow {
     /// The files sent with the turn; `None` when there are none.
     #[sqlx(json(nullable))]
     pub attachments: Option<Vec<crate::media::Attachment>>,
+    /// The platform message a streamed answer was shown in while it ran (a Slack stream's
+    /// `ts`, a Telegram group message id), which the first reply part adopts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub live_message_id: Option<String>,
 }
 
 pub const MESSAGE_COLUMNS: &str = "id, tenant_id, connector_id, platform, idempotency_key,
     platform_message_id, chat_id, thread_id, space, platform_user_id, reply_to_id, user_id,
     conversation_key, request_content, response_content, decision, status, attempts,
-    last_error, received_at, completed_at, delivered_at, metadata, attachments";
+    last_error, received_at, completed_at, delivered_at, metadata, attachments, live_message_id";
 
 /// The space of the newest turn recorded in `chat_id` of `connector` (`None`: a direct
 /// chat, or none recorded).

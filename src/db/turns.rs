@@ -33,6 +33,10 @@
 //! mark the next request needs and a one-part answer costs three commits in all (claim,
 //! answer, delivery), each shared with other turns (`crate::dispatch::writer`).
 //!
+//! `LiveShown` changes no state: while a streamed answer runs (`dispatching`), it records the
+//! platform message its live view left (`live_message_id`), which the first part then
+//! adopts instead of posting a second message (`crate::delivery::live`).
+//!
 //! The two admin actions (`redispatch`, `resend`) are the only transitions made without a
 //! lease: they apply only to turns that have no job, and they create one. Each takes the
 //! turns it changes by a row lock on their message and re-checks their state under it, so
@@ -121,6 +125,10 @@ pub enum Transition {
     /// Nothing can be posted (the connector is gone): unsent parts fail, the turn is
     /// `delivery_failed`, the job is gone.
     Abandoned { error: String },
+    /// A streamed answer's live view left this message on the platform (a Slack stream's
+    /// `ts`, a Telegram group message id): the first reply part adopts it
+    /// (`crate::delivery::live`).
+    LiveShown { platform_id: String },
 }
 
 /// What applying a transition came to.
@@ -281,6 +289,17 @@ async fn apply_rare(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Erro
             record_delivery_error(tx, message, error, false).await?;
         }
         Transition::Concluded { .. } => queue::finish(tx, message).await?,
+        Transition::LiveShown { platform_id } => {
+            sqlx::query(
+                "update channel_messages set live_message_id = $3, updated_at = now()
+                  where tenant_id = $1 and id = $2 and status = 'dispatching'",
+            )
+            .bind(tx.tenant())
+            .bind(message)
+            .bind(platform_id)
+            .execute(tx.conn())
+            .await?;
+        }
         Transition::Answered { .. }
         | Transition::MarkSending { .. }
         | Transition::PartPosted { .. }

@@ -11,6 +11,10 @@
 //!   which were certainly never sent; at-least-once: resend).
 //! - then the part is marked `sending` (committed), posted, and settled from the answer.
 //!
+//! A streamed answer whose live view left a message on the platform (`live`) has its first
+//! part delivered into that message (`outbound::adopt`) rather than posted: an edit, so an
+//! interrupted one is simply made again, without reconciling.
+//!
 //! Rate-limit answers put the part back to `pending` and the job waits the platform's delay;
 //! a permanent refusal fails the part and the ones after it, makes the turn
 //! `delivery_failed` with the part's error (an admin can resend it) and releases the
@@ -21,6 +25,7 @@
 //! goes on, and each checks that the job's lease is still held (the dispatcher renews it): a pass whose
 //! lease was lost stops before its next request.
 
+pub mod live;
 pub mod outbound;
 mod slack;
 pub mod split;
@@ -277,7 +282,7 @@ impl Delivery<'_> {
         platform_time: &mut Duration,
     ) -> anyhow::Result<PartOutcome> {
         let index = part.part_index;
-        if part.status == PartStatus::Sending && !marked {
+        if part.status == PartStatus::Sending && !marked && adopted(outgoing, part).is_none() {
             let started = Instant::now();
             let reconciled = self.reconcile(outgoing, part).await?;
             *platform_time += started.elapsed();
@@ -318,7 +323,10 @@ impl Delivery<'_> {
             text: &part.content,
         };
         let started = Instant::now();
-        let outcome = outbound::send(self.client, &outbound).await;
+        let outcome = match adopted(outgoing, part) {
+            Some(live_id) => outbound::adopt(self.client, &outbound, live_id).await,
+            None => outbound::send(self.client, &outbound).await,
+        };
         *platform_time += started.elapsed();
         metrics::histogram!("channel_bridge_reply_send_seconds").record(started.elapsed().as_secs_f64());
         let platform = outgoing.connector.platform.as_str();
@@ -389,6 +397,14 @@ impl Delivery<'_> {
     fn backoff(&self, attempts: i32) -> Duration {
         part_backoff(self.settings, attempts)
     }
+}
+
+/// The platform message a part adopts instead of being posted: the first part of a streamed
+/// answer whose live view left one.
+fn adopted<'a>(outgoing: &'a Outgoing, part: &ReplyPart) -> Option<&'a str> {
+    (part.part_index == 0)
+        .then_some(outgoing.message.live_message_id.as_deref())
+        .flatten()
 }
 
 /// The pause before a part's next attempt, after `attempts` of them.

@@ -72,6 +72,26 @@ pub async fn send(client: &Client, part: &OutboundPart<'_>) -> SendOutcome {
     }
 }
 
+/// The first part of a streamed answer, delivered into the message its live view left on
+/// the platform (`live_id`, `super::live`) instead of a new one: Slack ends the stream
+/// (`chat.stopStream`) and puts the part's final text in it (`chat.update`); Telegram edits
+/// it (`editMessageText`). Both are edits, so a repeat after an outcome in doubt cannot
+/// double the message. When the message is gone (deleted meanwhile), the part is posted as
+/// usual.
+pub async fn adopt(client: &Client, part: &OutboundPart<'_>, live_id: &str) -> SendOutcome {
+    let Some(token) = part.connector.outbound_token.as_ref() else {
+        return SendOutcome::Permanent {
+            error: "connector has no outbound token".into(),
+        };
+    };
+    let token = token.expose_secret();
+    match part.connector.platform {
+        Platform::Slack => slack_adopt(client, part, token, live_id).await,
+        Platform::Telegram => telegram_adopt(client, part, token, live_id).await,
+        Platform::Whatsapp => whatsapp_send(client, part, token).await,
+    }
+}
+
 pub(crate) fn base_url(connector: &Connector) -> &str {
     let default = match connector.platform {
         Platform::Slack => "https://slack.com",
@@ -221,6 +241,66 @@ fn classify_slack(status: StatusCode, body: Option<Value>, retry_after: Option<D
         None => SendOutcome::Unknown {
             error: format!("slack answered {status} without JSON"),
         },
+    }
+}
+
+/// Slack errors of `chat.update` that mean the adopted message is no longer there to edit.
+const SLACK_MESSAGE_GONE: &[&str] = &["message_not_found", "cant_update_message", "edit_window_closed"];
+
+async fn slack_adopt(client: &Client, part: &OutboundPart<'_>, token: &str, ts: &str) -> SendOutcome {
+    let base = base_url(part.connector);
+    let channel = &part.message.chat_id;
+    // Ends the stream if it still runs. Its own refusals (already stopped, e.g. by the
+    // holder before a crash, or by Slack after a while) do not matter: the update below
+    // sets the final text either way.
+    let stop = client
+        .post(format!("{base}/api/chat.stopStream"))
+        .bearer_auth(token)
+        .json(&json!({ "channel": channel, "ts": ts }));
+    match client.send(stop).await {
+        Ok(response) => {
+            let (status, body, retry_after) = read_json(response).await;
+            if let outcome @ SendOutcome::RateLimited { .. } = classify_slack(status, body, retry_after) {
+                return outcome;
+            }
+        }
+        Err(err) => return transport_error(err),
+    }
+    let text = match part.formatted() {
+        Some(formatted) => formatted.text,
+        None => slack_escape(part.text),
+    };
+    // `blocks: []` drops the stream's markdown block, so the message shows the part exactly
+    // as a posted part would.
+    let body = json!({
+        "channel": channel,
+        "ts": ts,
+        "text": text,
+        "blocks": [],
+        "metadata": {
+            "event_type": crate::channels::slack::REPLY_METADATA_EVENT_TYPE,
+            "event_payload": { "part_key": part.part_key },
+        },
+    });
+    let request = client
+        .post(format!("{base}/api/chat.update"))
+        .bearer_auth(token)
+        .json(&body);
+    let (status, body, retry_after) = match client.send(request).await {
+        Ok(response) => read_json(response).await,
+        Err(err) => return transport_error(err),
+    };
+    let gone = body
+        .as_ref()
+        .and_then(|b| b["error"].as_str())
+        .is_some_and(|e| SLACK_MESSAGE_GONE.contains(&e));
+    if gone {
+        return slack_post(client, part, token).await;
+    }
+    match classify_slack(status, body, retry_after) {
+        // chat.update answers with the message's ts; it is the adopted one.
+        SendOutcome::Sent(_) => SendOutcome::Sent(ts.to_owned()),
+        other => other,
     }
 }
 
@@ -413,6 +493,82 @@ async fn telegram_post(
             (Some(status), classify_telegram(status, body))
         }
         Err(err) => (None, transport_error(err)),
+    }
+}
+
+/// The adopted message edited to the part's final text (formatted, then plain when the
+/// formatting is refused). "message is not modified" means it already shows it (an edit
+/// repeated after a crash); "message to edit not found" that it is gone: posted anew.
+async fn telegram_adopt(client: &Client, part: &OutboundPart<'_>, token: &str, id: &str) -> SendOutcome {
+    let formatted = part.formatted();
+    let first = formatted
+        .as_ref()
+        .map_or((part.text, None), |f| (f.text.as_str(), f.parse_mode));
+    let mut answer = telegram_edit(client, part, token, id, first.0, first.1).await;
+    if first.1.is_some()
+        && matches!(&answer, Edited::Refused(400, d) if !d.contains("not modified") && !d.contains("not found"))
+    {
+        tracing::warn!("telegram refused a formatted edit (400); editing as plain text");
+        answer = telegram_edit(client, part, token, id, part.text, None).await;
+    }
+    match answer {
+        Edited::Outcome(outcome) => outcome,
+        Edited::Refused(400, description) if description.contains("message is not modified") => {
+            SendOutcome::Sent(id.to_owned())
+        }
+        Edited::Refused(400, description) if description.contains("message to edit not found") => {
+            telegram_send(client, part, token).await
+        }
+        Edited::Refused(status, description) => SendOutcome::Permanent {
+            error: format!("telegram {status}: {}", egress::short_reason(&description)),
+        },
+    }
+}
+
+enum Edited {
+    Outcome(SendOutcome),
+    /// A 400 (status and Telegram's description, for the caller to tell apart).
+    Refused(u16, String),
+}
+
+async fn telegram_edit(
+    client: &Client,
+    part: &OutboundPart<'_>,
+    token: &str,
+    id: &str,
+    text: &str,
+    parse_mode: Option<&str>,
+) -> Edited {
+    let mut body = json!({
+        "chat_id": telegram_int(&part.message.chat_id),
+        "message_id": telegram_int(id),
+        "text": text,
+        "link_preview_options": { "is_disabled": true },
+    });
+    if let Some(mode) = parse_mode {
+        body["parse_mode"] = mode.into();
+    }
+    let request = client
+        .post(format!("{}/bot{token}/editMessageText", base_url(part.connector)))
+        .json(&body);
+    let (status, body) = match client.send(request).await {
+        Ok(response) => {
+            let (status, body, _) = read_json(response).await;
+            (status, body)
+        }
+        Err(err) => return Edited::Outcome(transport_error(err)),
+    };
+    if status == StatusCode::BAD_REQUEST {
+        let description = body
+            .as_ref()
+            .and_then(|b| b["description"].as_str())
+            .unwrap_or_default()
+            .to_owned();
+        return Edited::Refused(400, description);
+    }
+    match classify_telegram(status, body) {
+        SendOutcome::Sent(_) => Edited::Outcome(SendOutcome::Sent(id.to_owned())),
+        other => Edited::Outcome(other),
     }
 }
 

@@ -300,6 +300,16 @@ impl Typing {
     }
 }
 
+impl Typing {
+    /// A streamed answer's preview is about to show (`super::live`): no further indicator
+    /// request is made; one under way finishes in the background rather than delay the
+    /// first text.
+    pub fn end_for_preview(mut self) {
+        self.stop.send_replace(Some(Ending::Reply));
+        drop(self.task.take());
+    }
+}
+
 impl Drop for Typing {
     /// The turn ended without a reply (or the reply path already stopped it): the task ends
     /// by itself (clearing a Slack status first), bounded by its own timeouts.
@@ -470,6 +480,7 @@ mod tests {
             delivered_at: None,
             attachments: None,
             metadata,
+            live_message_id: None,
         }
     }
 

@@ -6,6 +6,10 @@
 //! (`crate::egress`): the turn is `dispatch_failed` with the fixed reason
 //! `egress::AGENT_REFUSED`. No retries happen inside the client: the
 //! worker reschedules the job durably, so a crash between attempts loses nothing.
+//!
+//! A 2xx `text/event-stream` answer is read as a stream (`super::stream`), its text so far
+//! handed to the caller's `live` view; a stream cut off before its final event is
+//! retried like any answer that could not be read.
 
 use std::time::Duration;
 
@@ -14,6 +18,7 @@ use reqwest::StatusCode;
 
 use super::payload::{parse_answer, DispatchOut};
 use super::signature;
+use super::stream::{self, StreamError, TextSink};
 use crate::egress::{GuardedClient, SendError, AGENT_REFUSED};
 
 /// What one agent call came to.
@@ -39,6 +44,7 @@ pub async fn call(
     secrets: &[&str],
     payload: DispatchOut,
     now: i64,
+    live: Option<&mut (dyn TextSink + Send)>,
 ) -> CallOutcome {
     // Only the encoded body lives on while the call waits (thousands of calls wait at
     // once); the payload and its history are dropped here.
@@ -73,6 +79,9 @@ pub async fn call(
     let response = client.send(request).await;
     let host = host_of(url);
     match response {
+        Ok(response) if response.status().is_success() && stream::is_event_stream(response.headers()) => {
+            read_stream(response, &host, live).await
+        }
         Ok(response) => classify(response, &host).await,
         // A verdict on the URL, not an outage: a retry would be refused the same way.
         Err(SendError::Refused(_)) => CallOutcome::Permanent {
@@ -143,6 +152,23 @@ async fn classify(response: reqwest::Response, host: &str) -> CallOutcome {
             reason: "client_error",
             error,
         }
+    }
+}
+
+async fn read_stream(
+    response: reqwest::Response,
+    host: &str,
+    live: Option<&mut (dyn TextSink + Send)>,
+) -> CallOutcome {
+    match stream::read(response, live).await {
+        Ok(parts) => CallOutcome::Answered(parts),
+        Err(err @ StreamError::CutOff(_)) => {
+            retryable("stream_cut_off", format!("agent {host}: {err}"), None)
+        }
+        Err(err @ StreamError::Invalid(_)) => {
+            retryable("invalid_answer", format!("agent {host}: {err}"), None)
+        }
+        Err(err @ StreamError::AgentError) => retryable("stream_error", format!("agent {host}: {err}"), None),
     }
 }
 

@@ -27,6 +27,7 @@ pub mod dispatcher;
 pub mod history;
 pub mod payload;
 pub mod signature;
+pub mod stream;
 pub mod wakeup;
 pub mod writer;
 
@@ -47,6 +48,7 @@ use crate::db::queue::{ClaimRequest, Job, Queue, Stage};
 use crate::db::tenants::TenantRow;
 use crate::db::turns::{self, Applied, Transition};
 use crate::db::TenantTx;
+use crate::delivery::live::{LiveContext, LiveView};
 use crate::delivery::typing::{Indicators, Typing};
 use crate::delivery::{split, Delivery, DeliveryOutcome, Outgoing};
 use crate::domain::{Connector, MessageId, Platform, TenantId};
@@ -390,9 +392,16 @@ impl Worker {
         let started = Instant::now();
         let typing = self.start_typing(&prepared);
         let history = std::mem::take(&mut prepared.history);
-        let outcome = self.call_agent(&prepared, history).await;
+        let mut live = LiveView::new(|| self.live_context(job, &prepared), typing);
+        let outcome = self.call_agent(&prepared, history, &mut live).await;
+        let live = live.finish().await;
+        if prepared.message.live_message_id.is_none() {
+            prepared.message.live_message_id = live.live_message_id;
+        }
         // Without an answer there is no reply to wait for: the indicator ends now.
-        let typing = typing.filter(|_| matches!(outcome, CallOutcome::Answered(_)));
+        let typing = live
+            .typing
+            .filter(|_| matches!(outcome, CallOutcome::Answered(_)));
         waited.0 += started.elapsed();
         metrics::histogram!("channel_bridge_dispatch_agent_seconds").record(started.elapsed().as_secs_f64());
         phase("agent", started);
@@ -413,6 +422,7 @@ impl Worker {
                     tracing::warn!(reason, %error, attempts, "dispatch failed; retries are over");
                     metrics::counter!("channel_bridge_dispatch_failures_total", "reason" => reason)
                         .increment(1);
+                    self.end_preview(&prepared).await;
                     self.conclude(job, Transition::AgentFailed { error }, StepOutcome::Failed(id))
                         .await
                 }
@@ -420,6 +430,7 @@ impl Worker {
             CallOutcome::Permanent { reason, error } => {
                 tracing::warn!(reason, %error, attempts, "dispatch failed");
                 metrics::counter!("channel_bridge_dispatch_failures_total", "reason" => reason).increment(1);
+                self.end_preview(&prepared).await;
                 self.conclude(job, Transition::AgentFailed { error }, StepOutcome::Failed(id))
                     .await
             }
@@ -432,6 +443,29 @@ impl Worker {
         let connector = prepared.connector.as_ref()?;
         self.typing
             .start(connector, &prepared.message, prepared.claimed_at)
+    }
+
+    /// Where a streamed answer is shown while it runs (`None`: the connector is gone).
+    fn live_context(&self, job: &Job, prepared: &Prepared) -> Option<LiveContext> {
+        Some(LiveContext {
+            client: self.platform_client.clone(),
+            writer: self.writer.clone(),
+            job: job.clone(),
+            connector: prepared.connector.clone()?,
+            message: prepared.message.clone(),
+            interval: Duration::from_millis(self.settings.dispatch.stream_interval_ms),
+        })
+    }
+
+    /// Ends the preview of a streamed answer that gets no reply (the agent failed for good,
+    /// or answered nothing), so that no Slack stream stays open. A retry keeps it: the next
+    /// attempt's first part adopts it.
+    async fn end_preview(&self, prepared: &Prepared) {
+        let (Some(connector), Some(live_id)) = (&prepared.connector, &prepared.message.live_message_id)
+        else {
+            return;
+        };
+        crate::delivery::live::end(&self.platform_client, connector, &prepared.message, live_id).await;
     }
 
     /// Whether a failed call gets another attempt after `delay`: within the attempt limit
@@ -462,7 +496,12 @@ impl Worker {
 
     /// Calls the agent with the turn and its `history`, which is consumed: only the encoded
     /// request lives on while the call waits.
-    async fn call_agent(&self, prepared: &Prepared, history: Vec<ChatMessage>) -> CallOutcome {
+    async fn call_agent(
+        &self,
+        prepared: &Prepared,
+        history: Vec<ChatMessage>,
+        live: &mut (dyn stream::TextSink + Send),
+    ) -> CallOutcome {
         let tenant = &prepared.tenant;
         let Some(url) = tenant.agent_url.as_ref().or(self.settings.agent_url.as_ref()) else {
             return CallOutcome::Permanent {
@@ -479,7 +518,7 @@ impl Worker {
                 .as_ref()
                 .map(|s| s.expose_secret()),
         );
-        agent::call(&self.client, url, &secrets, payload, now).await
+        agent::call(&self.client, url, &secrets, payload, now, Some(live)).await
     }
 
     /// Stores the answer and its reply parts (the store commits together with the first
@@ -510,6 +549,7 @@ impl Worker {
             tracing::info!("turn was already finished by another attempt; keeping the first answer");
         }
         if !has_parts {
+            self.end_preview(&prepared).await;
             return Ok(StepOutcome::Executed(job.message_id));
         }
         let outgoing = match (first, prepared.connector) {

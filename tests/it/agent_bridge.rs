@@ -44,6 +44,8 @@ enum UpstreamAnswer {
     Status(u16, Value, Option<u64>),
     Raw(&'static str),
     Hang,
+    /// `text/event-stream` with this body, sent as one chunk per element.
+    Stream(Vec<String>),
 }
 
 #[derive(Default)]
@@ -126,7 +128,26 @@ async fn complete(
         }
         Some(UpstreamAnswer::Raw(body)) => (StatusCode::OK, body).into_response(),
         Some(UpstreamAnswer::Hang) => std::future::pending().await,
+        Some(UpstreamAnswer::Stream(chunks)) => {
+            let chunks = futures::stream::iter(
+                chunks
+                    .into_iter()
+                    .map(|c| Ok::<_, std::io::Error>(axum::body::Bytes::from(c))),
+            );
+            (
+                [("content-type", "text/event-stream")],
+                axum::body::Body::from_stream(chunks),
+            )
+                .into_response()
+        }
     }
+}
+
+/// An OpenAI chat completion chunk with `text`, as an SSE event.
+fn openai_chunk(text: &str) -> String {
+    let chunk =
+        json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": text}}]});
+    format!("data: {chunk}\n\n")
 }
 
 // --- helpers --------------------------------------------------------------------------
@@ -572,4 +593,78 @@ async fn gateway_to_bridge_to_upstream_keeps_the_history_intact_over_three_turns
             (Platform::Telegram, "answer 3 to third (6 messages)".into()),
         ]
     );
+}
+
+// --- streaming ------------------------------------------------------------------------
+
+#[tokio::test]
+async fn with_stream_the_bridge_asks_for_a_stream_and_relays_it_in_the_gateway_format() {
+    let upstream = Upstream::start().await;
+    upstream.script([UpstreamAnswer::Stream(vec![
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n".into(),
+        openai_chunk("Hel"),
+        openai_chunk("lo"),
+        "data: [DONE]\n\n".into(),
+    ])]);
+    let mut config = upstream_config(&upstream);
+    config.stream = true;
+    let url = spawn_bridge(BridgeConfig::upstream(SECRET, config)).await;
+    let response = dispatch(&url, &dispatch_payload(vec![user("hi")])).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let body = response.text().await.unwrap();
+    assert_eq!(
+        body,
+        "event: delta\ndata: {\"content\":\"Hel\"}\n\n\
+         event: delta\ndata: {\"content\":\"lo\"}\n\n\
+         event: done\ndata: {}\n\n"
+    );
+    assert_eq!(upstream.calls()[0].body["stream"], true);
+
+    // An upstream that ignores `stream` and answers JSON is read as before.
+    let (status, json) = status_and_json(dispatch(&url, &dispatch_payload(vec![user("again")])).await).await;
+    assert_eq!(status, 200);
+    assert_eq!(json["messages"][0]["content"], "answer 2 to again (1 messages)");
+}
+
+#[tokio::test]
+async fn an_upstream_stream_without_done_is_relayed_without_the_final_event() {
+    let upstream = Upstream::start().await;
+    upstream.script([UpstreamAnswer::Stream(vec![openai_chunk("cut")])]);
+    let mut config = upstream_config(&upstream);
+    config.stream = true;
+    let url = spawn_bridge(BridgeConfig::upstream(SECRET, config)).await;
+    let body = dispatch(&url, &dispatch_payload(vec![user("hi")]))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(body, "event: delta\ndata: {\"content\":\"cut\"}\n\n");
+}
+
+#[tokio::test]
+async fn gateway_to_streaming_bridge_shows_a_telegram_draft_and_delivers_the_answer_once() {
+    let app = spawn_app().await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
+    let upstream = Upstream::start().await;
+    upstream.script([UpstreamAnswer::Stream(vec![
+        openai_chunk("streamed "),
+        openai_chunk("answer"),
+        "data: [DONE]\n\n".into(),
+    ])]);
+    let mut config = upstream_config(&upstream);
+    config.stream = true;
+    let agent_url = spawn_bridge(BridgeConfig::upstream(&tenant.dispatch_secret, config)).await;
+    let mut settings = ServeSettings::for_database(app.db.url());
+    settings.agent_url = Some(agent_url);
+    let worker = Worker::new(app.pool.clone(), Arc::new(settings), || {
+        chrono::Utc::now().timestamp()
+    })
+    .unwrap();
+    deliver(&app, &tenant, Platform::Telegram, telegram_text(2101, "stream")).await;
+    assert!(matches!(worker.step().await.unwrap(), StepOutcome::Executed(_)));
+    let finals = platforms.calls("sendMessage");
+    assert_eq!(finals.len(), 1);
+    assert_eq!(finals[0].text(), "streamed answer");
 }

@@ -27,4 +27,5 @@ mod runtime_role;
 mod secrets;
 mod send_fixture;
 mod slack_in_doubt;
+mod streaming;
 mod typing;

@@ -36,6 +36,62 @@ pub enum Reply {
     Hang,
     /// This answer (status 200, JSON body) after this long (an agent that thinks).
     JsonAfter(std::time::Duration, Value),
+    /// A `text/event-stream` answer, written step by step.
+    Stream(Vec<Chunk>),
+}
+
+/// One step of a streamed answer.
+#[derive(Debug, Clone)]
+pub enum Chunk {
+    /// Raw SSE text written as one chunk (`"data: …\n\n"`).
+    Event(String),
+    /// Waits until the test adds a permit.
+    Wait(Arc<Semaphore>),
+    /// Never writes again and never ends (the worker is "killed" meanwhile).
+    Hang,
+}
+
+impl Chunk {
+    /// An OpenAI chat completion chunk carrying `text`.
+    pub fn openai(text: &str) -> Self {
+        let chunk = json!({"id": "chatcmpl-s", "object": "chat.completion.chunk",
+                           "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]});
+        Self::Event(format!("data: {chunk}\n\n"))
+    }
+
+    /// OpenAI's end of stream.
+    pub fn openai_done() -> Self {
+        Self::Event("data: [DONE]\n\n".into())
+    }
+
+    /// The gateway format's delta.
+    pub fn delta(text: &str) -> Self {
+        Self::Event(format!("event: delta\ndata: {}\n\n", json!({"content": text})))
+    }
+
+    /// The gateway format's final event, with this data.
+    pub fn done(data: Value) -> Self {
+        Self::Event(format!("event: done\ndata: {data}\n\n"))
+    }
+}
+
+/// The streamed body: each step in turn; the stream ends after the last one.
+fn stream_body(chunks: Vec<Chunk>) -> Response {
+    let steps = futures::stream::unfold(chunks.into_iter(), |mut chunks| async move {
+        loop {
+            match chunks.next()? {
+                Chunk::Event(text) => return Some((Ok::<_, std::io::Error>(Bytes::from(text)), chunks)),
+                Chunk::Wait(gate) => gate.acquire().await.expect("gate stays open").forget(),
+                Chunk::Hang => std::future::pending::<()>().await,
+            }
+        }
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "text/event-stream")
+        .header("cache-control", "no-cache")
+        .body(axum::body::Body::from_stream(steps))
+        .unwrap()
 }
 
 #[derive(Default)]
@@ -166,5 +222,6 @@ async fn receive(State(state): State<Arc<AgentState>>, headers: HeaderMap, body:
             tokio::time::sleep(delay).await;
             (StatusCode::OK, axum::Json(body)).into_response()
         }
+        Some(Reply::Stream(chunks)) => stream_body(chunks),
     }
 }

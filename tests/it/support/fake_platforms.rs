@@ -95,6 +95,8 @@ struct PlatformState {
     /// Typing indicator calls, and answers for the next ones (then success).
     typing: Mutex<Vec<Sent>>,
     typing_script: Mutex<VecDeque<Answer>>,
+    /// Answers for the next calls of a streaming method, by method name.
+    method_scripts: Mutex<Vec<(&'static str, VecDeque<Answer>)>>,
     /// The arrival sequence shared by sends and indicator calls.
     seq: std::sync::atomic::AtomicU64,
     arrived: Notify,
@@ -124,6 +126,12 @@ impl FakePlatforms {
             .route("/{bot}/sendMessage", post(telegram_send))
             .route("/{bot}/sendChatAction", post(telegram_chat_action))
             .route("/{version}/{phone}/messages", post(whatsapp_send))
+            .route("/api/chat.startStream", post(slack_start_stream))
+            .route("/api/chat.appendStream", post(slack_append_stream))
+            .route("/api/chat.stopStream", post(slack_stop_stream))
+            .route("/api/chat.update", post(slack_update))
+            .route("/{bot}/sendMessageDraft", post(telegram_draft))
+            .route("/{bot}/editMessageText", post(telegram_edit))
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base_url = format!("http://{}", listener.local_addr().unwrap());
@@ -148,6 +156,38 @@ impl FakePlatforms {
             .into_iter()
             .filter(|s| s.platform == platform)
             .collect()
+    }
+
+    /// Answers for the next calls of a streaming method (`"chat.update"`,
+    /// `"editMessageText"`…), then success.
+    pub fn script_method(&self, method: &'static str, answers: impl IntoIterator<Item = Answer>) {
+        let mut scripts = self.state.method_scripts.lock().unwrap();
+        match scripts.iter_mut().find(|(m, _)| *m == method) {
+            Some((_, queue)) => queue.extend(answers),
+            None => scripts.push((method, answers.into_iter().collect())),
+        }
+    }
+
+    /// The requests whose path ends with `/{method}` (`"chat.postMessage"`, `"sendMessage"`…).
+    pub fn calls(&self, method: &str) -> Vec<Sent> {
+        let suffix = format!("/{method}");
+        self.sent()
+            .into_iter()
+            .filter(|s| s.path.ends_with(&suffix))
+            .collect()
+    }
+
+    /// Waits until at least `n` requests of `method` arrived.
+    pub async fn wait_for_calls(&self, method: &str, n: usize) {
+        loop {
+            let notified = self.state.arrived.notified();
+            if self.calls(method).len() >= n {
+                return;
+            }
+            tokio::time::timeout(std::time::Duration::from_secs(20), notified)
+                .await
+                .expect("the platform receives the expected calls");
+        }
     }
 
     /// Adds `count` messages of a person to a Slack thread, at `secs` (unix seconds).
@@ -499,4 +539,140 @@ async fn whatsapp_send(
     let reply = next_answer(&state, Platform::Whatsapp);
     let to = body["to"].clone();
     answer(reply, json!({"messaging_product": "whatsapp", "contacts": [{"input": to, "wa_id": "16505551234"}], "messages": [{"id": format!("wamid.OUT{n}")}]})).await
+}
+
+fn method_answer(state: &PlatformState, method: &str) -> Answer {
+    let mut scripts = state.method_scripts.lock().unwrap();
+    scripts
+        .iter_mut()
+        .find(|(m, _)| *m == method)
+        .and_then(|(_, queue)| queue.pop_front())
+        .unwrap_or(Answer::Ok)
+}
+
+/// Records a streaming method's call and answers it from its script.
+async fn method_call(
+    state: &PlatformState,
+    (platform, path, method): (Platform, String, &str),
+    headers: &HeaderMap,
+    body: Value,
+    success: Value,
+) -> Response {
+    record(state, platform, path, headers, body);
+    answer(method_answer(state, method), success).await
+}
+
+async fn slack_start_stream(
+    State(state): State<Arc<PlatformState>>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    // The stream is a message in the thread from its start.
+    let ts = state.slack_ts(chrono::Utc::now().timestamp());
+    state.slack_thread.lock().unwrap().push(ThreadMessage {
+        channel: body["channel"].as_str().unwrap_or_default().to_owned(),
+        thread_ts: body["thread_ts"].as_str().unwrap_or_default().to_owned(),
+        ts: ts.clone(),
+        part_key: None,
+    });
+    let call = (
+        Platform::Slack,
+        "/api/chat.startStream".to_owned(),
+        "chat.startStream",
+    );
+    let success = json!({"ok": true, "channel": body["channel"], "ts": ts});
+    method_call(&state, call, &headers, body, success).await
+}
+
+async fn slack_append_stream(
+    State(state): State<Arc<PlatformState>>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    let success = json!({"ok": true, "channel": body["channel"], "ts": body["ts"]});
+    let call = (
+        Platform::Slack,
+        "/api/chat.appendStream".to_owned(),
+        "chat.appendStream",
+    );
+    method_call(&state, call, &headers, body, success).await
+}
+
+async fn slack_stop_stream(
+    State(state): State<Arc<PlatformState>>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    let success = json!({"ok": true, "channel": body["channel"], "ts": body["ts"]});
+    let call = (
+        Platform::Slack,
+        "/api/chat.stopStream".to_owned(),
+        "chat.stopStream",
+    );
+    method_call(&state, call, &headers, body, success).await
+}
+
+async fn slack_update(
+    State(state): State<Arc<PlatformState>>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    let key = body
+        .pointer("/metadata/event_payload/part_key")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let ts = body["ts"].as_str().unwrap_or_default().to_owned();
+    let call = (Platform::Slack, "/api/chat.update".to_owned(), "chat.update");
+    let reply = {
+        record(&state, call.0, call.1, &headers, body.clone());
+        method_answer(&state, call.2)
+    };
+    if matches!(
+        reply,
+        Answer::Ok | Answer::HangAfterPosting | Answer::OkWhenReleased(_)
+    ) {
+        let found = {
+            let mut thread = state.slack_thread.lock().unwrap();
+            let message = thread.iter_mut().find(|m| m.ts == ts);
+            message.map(|message| message.part_key = key).is_some()
+        };
+        if !found {
+            let gone = json!({"ok": false, "error": "message_not_found"});
+            return Json(gone).into_response();
+        }
+    }
+    answer(
+        reply,
+        json!({"ok": true, "channel": body["channel"], "ts": ts, "text": body["text"]}),
+    )
+    .await
+}
+
+async fn telegram_draft(
+    State(state): State<Arc<PlatformState>>,
+    Path(bot): Path<String>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    let call = (
+        Platform::Telegram,
+        format!("/{bot}/sendMessageDraft"),
+        "sendMessageDraft",
+    );
+    method_call(&state, call, &headers, body, json!({"ok": true, "result": true})).await
+}
+
+async fn telegram_edit(
+    State(state): State<Arc<PlatformState>>,
+    Path(bot): Path<String>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    let success = json!({"ok": true, "result": {"message_id": body["message_id"], "chat": {"id": body["chat_id"]}, "text": body["text"]}});
+    let call = (
+        Platform::Telegram,
+        format!("/{bot}/editMessageText"),
+        "editMessageText",
+    );
+    method_call(&state, call, &headers, body, success).await
 }

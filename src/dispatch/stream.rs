@@ -1,0 +1,220 @@
+//! Streamed answers: an agent may answer a dispatch with `text/event-stream` (DESIGN.md
+//! "Dispatch payload"; README "Streamed answers"). Two event forms are read:
+//!
+//! - OpenAI chat completion chunks: unnamed events whose data is
+//!   `{"choices": [{"delta": {"content": "…"}}]}`, ended by `data: [DONE]`.
+//! - The gateway's own: `event: delta` with `{"content": "…"}`, ended by `event: done`,
+//!   whose data is empty, `{}`, or a complete answer in any shape `parse_answer` accepts
+//!   (`{"content": …}`, `{"messages": […]}`…), which then replaces the deltas (an agent
+//!   that splits its answer into parts says so there). `event: error` ends the stream as a
+//!   failed call.
+//!
+//! Other events (`ping`, comments, unknown names) are skipped. The answer is the deltas
+//! joined, as one part, unless the final event names the parts. A stream that ends without
+//! its final event was cut off: the call is retried as any failed call is, and nothing of
+//! it is stored (the retry's stream is the one kept).
+//!
+//! While it runs, each delta is handed to a [`TextSink`]: the live view
+//! (`crate::delivery::live`), which shows the newest text at its own pace, so deltas that
+//! arrive faster than a platform may be called coalesce.
+
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use serde_json::Value;
+
+use super::payload::{parse_answer, InvalidAnswer};
+
+/// Whether a response is a streamed answer, by its content type.
+pub fn is_event_stream(headers: &reqwest::header::HeaderMap) -> bool {
+    headers
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        })
+}
+
+/// Where a stream's text goes while it runs.
+pub trait TextSink {
+    /// `delta` was added to the answer's text.
+    fn push(&mut self, delta: &str);
+}
+
+/// Why a stream gave no answer.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum StreamError {
+    /// The connection ended (or broke) before the final event.
+    #[error("stream cut off before its final event{0}")]
+    CutOff(String),
+    /// An event that is not a supported shape.
+    #[error("{0}")]
+    Invalid(#[from] InvalidAnswer),
+    /// The agent ended the stream with `event: error`.
+    #[error("the agent ended its stream with an error event")]
+    AgentError,
+}
+
+/// What one event means.
+#[derive(Debug, PartialEq, Eq)]
+enum Event {
+    Delta(String),
+    /// The stream is over; the parts when the final event names them.
+    Done(Option<Vec<String>>),
+    Skip,
+}
+
+/// Reads a streamed answer to its end, handing each delta to `live`. Returns the reply
+/// parts, whitespace-only parts dropped.
+pub async fn read(
+    response: reqwest::Response,
+    mut live: Option<&mut (dyn TextSink + Send)>,
+) -> Result<Vec<String>, StreamError> {
+    let mut events = std::pin::pin!(body_chunks(response).eventsource());
+    let mut text = String::new();
+    while let Some(event) = events.next().await {
+        let event = event.map_err(|err| StreamError::CutOff(format!(": {}", cut_cause(&err))))?;
+        match parse_event(&event.event, &event.data)? {
+            Event::Delta(delta) if !delta.is_empty() => {
+                text.push_str(&delta);
+                if let Some(live) = live.as_mut() {
+                    live.push(&delta);
+                }
+            }
+            Event::Delta(_) | Event::Skip => {}
+            Event::Done(parts) => {
+                let parts = parts.unwrap_or_else(|| vec![text]);
+                return Ok(parts.into_iter().filter(|p| !p.trim().is_empty()).collect());
+            }
+        }
+    }
+    Err(StreamError::CutOff(String::new()))
+}
+
+/// A response body as a stream of chunks: reqwest's `chunk()`, without its `stream`
+/// feature. An error ends the stream after it is yielded.
+pub fn body_chunks(
+    response: reqwest::Response,
+) -> impl futures::Stream<Item = Result<axum::body::Bytes, reqwest::Error>> {
+    futures::stream::unfold(Some(response), |response| async move {
+        let mut response = response?;
+        match response.chunk().await {
+            Ok(Some(chunk)) => Some((Ok(chunk), Some(response))),
+            Ok(None) => None,
+            Err(err) => Some((Err(err), None)),
+        }
+    })
+}
+
+/// The cause of a broken stream, without the URL reqwest would print.
+fn cut_cause<E: std::fmt::Display>(err: &eventsource_stream::EventStreamError<E>) -> String {
+    match err {
+        eventsource_stream::EventStreamError::Transport(_) => "the connection broke".into(),
+        other => other.to_string(),
+    }
+}
+
+fn parse_event(name: &str, data: &str) -> Result<Event, StreamError> {
+    let data = data.trim();
+    match name {
+        "delta" => {
+            let value = json(data)?;
+            match value.get("content") {
+                Some(Value::String(text)) => Ok(Event::Delta(text.clone())),
+                Some(Value::Null) | None => Ok(Event::Skip),
+                Some(_) => Err(StreamError::Invalid(InvalidAnswer(
+                    "a delta's `content` must be a string".into(),
+                ))),
+            }
+        }
+        "done" if data.is_empty() => Ok(Event::Done(None)),
+        "done" => {
+            let value = json(data)?;
+            let names_parts = ["content", "messages", "choices", "output"]
+                .iter()
+                .any(|key| value.get(key).is_some());
+            if names_parts {
+                Ok(Event::Done(Some(parse_answer(data.as_bytes())?)))
+            } else {
+                Ok(Event::Done(None))
+            }
+        }
+        "error" => Err(StreamError::AgentError),
+        "" | "message" if data == "[DONE]" => Ok(Event::Done(None)),
+        "" | "message" => Ok(openai_chunk(&json(data)?)?),
+        _ => Ok(Event::Skip),
+    }
+}
+
+/// An OpenAI chat completion chunk: `choices[0].delta.content` (absent or null in the
+/// role-only first chunk and the `finish_reason` chunk).
+fn openai_chunk(value: &Value) -> Result<Event, InvalidAnswer> {
+    if value.get("error").is_some() {
+        return Err(InvalidAnswer("the stream carried an error object".into()));
+    }
+    let Some(choices) = value.get("choices").and_then(Value::as_array) else {
+        return Err(InvalidAnswer("a stream chunk without `choices`".into()));
+    };
+    match choices.first().and_then(|c| c.pointer("/delta/content")) {
+        Some(Value::String(text)) => Ok(Event::Delta(text.clone())),
+        Some(Value::Null) | None => Ok(Event::Skip),
+        Some(_) => Err(InvalidAnswer("`delta.content` must be a string".into())),
+    }
+}
+
+fn json(data: &str) -> Result<Value, InvalidAnswer> {
+    serde_json::from_str(data).map_err(|e| InvalidAnswer(format!("a stream event is not JSON ({e})")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_openai_chunks_and_the_gateway_events() {
+        let chunk = r#"{"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Hel"}}]}"#;
+        assert_eq!(parse_event("", chunk).unwrap(), Event::Delta("Hel".into()));
+        let role = r#"{"choices":[{"index":0,"delta":{"role":"assistant"}}]}"#;
+        assert_eq!(parse_event("", role).unwrap(), Event::Skip);
+        let finish = r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
+        assert_eq!(parse_event("", finish).unwrap(), Event::Skip);
+        assert_eq!(parse_event("", "[DONE]").unwrap(), Event::Done(None));
+        assert_eq!(
+            parse_event("delta", r#"{"content":"lo"}"#).unwrap(),
+            Event::Delta("lo".into())
+        );
+        assert_eq!(parse_event("done", "").unwrap(), Event::Done(None));
+        assert_eq!(parse_event("done", "{}").unwrap(), Event::Done(None));
+        assert_eq!(
+            parse_event(
+                "done",
+                r#"{"messages":[{"role":"assistant","content":"a"},{"role":"assistant","content":"b"}]}"#
+            )
+            .unwrap(),
+            Event::Done(Some(vec!["a".into(), "b".into()]))
+        );
+        assert_eq!(parse_event("ping", "whatever").unwrap(), Event::Skip);
+    }
+
+    #[test]
+    fn unreadable_events_and_error_events_fail_the_stream() {
+        assert!(parse_event("", "not json").is_err());
+        assert!(parse_event("", r#"{"error":{"message":"overloaded"}}"#).is_err());
+        assert!(parse_event("delta", r#"{"content":42}"#).is_err());
+        assert!(parse_event("error", r#"{"message":"boom"}"#).is_err());
+    }
+
+    #[test]
+    fn the_content_type_decides() {
+        let mut headers = reqwest::header::HeaderMap::new();
+        assert!(!is_event_stream(&headers));
+        headers.insert(
+            "content-type",
+            "text/event-stream; charset=utf-8".parse().unwrap(),
+        );
+        assert!(is_event_stream(&headers));
+        headers.insert("content-type", "application/json".parse().unwrap());
+        assert!(!is_event_stream(&headers));
+    }
+}
