@@ -442,7 +442,15 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
         }) => {
             let pool = crate::db::connect_pool(&database)?;
             print_json(
-                &crate::provision::add_link(&pool, tenant, platform, &platform_user_id, &user_id).await?,
+                &crate::provision::add_link_as(
+                    &pool,
+                    tenant,
+                    platform,
+                    &platform_user_id,
+                    &user_id,
+                    Some(Actor::Cli),
+                )
+                .await?,
             )
         }
         Command::Citus(CitusCommand::Distribute { database }) => {
@@ -484,11 +492,19 @@ async fn run_admin(command: Command) -> anyhow::Result<()> {
             name,
         }) => {
             let pool = crate::db::connect_pool(&database)?;
-            print_json(&operator::issue(&pool, tenant, &name).await.map_err(admin_error)?)
+            print_json(
+                &operator::issue_as(&pool, tenant, &name, Actor::Cli)
+                    .await
+                    .map_err(admin_error)?,
+            )
         }
         Command::Key(KeyCommand::Revoke { database, id }) => {
             let pool = crate::db::connect_pool(&database)?;
-            print_json(&operator::revoke(&pool, id).await.map_err(admin_error)?)
+            print_json(
+                &operator::revoke_as(&pool, id, Actor::Cli)
+                    .await
+                    .map_err(admin_error)?,
+            )
         }
         Command::Messages(MessagesCommand::List {
             database,

@@ -101,6 +101,19 @@ pub async fn add_link(
     platform_user_id: &str,
     user_id: &str,
 ) -> anyhow::Result<Link> {
+    add_link_as(pool, tenant, platform, platform_user_id, user_id, None).await
+}
+
+/// `add_link`, recorded in the tenant's audit log under `actor` when one is given (the
+/// database CLI's `link add`), in the same transaction.
+pub async fn add_link_as(
+    pool: &PgPool,
+    tenant: TenantId,
+    platform: Platform,
+    platform_user_id: &str,
+    user_id: &str,
+    actor: Option<db::audit::Actor>,
+) -> anyhow::Result<Link> {
     let mut tx = TenantTx::begin(pool, tenant)
         .await
         .context("Failed to reach the database")?;
@@ -113,6 +126,18 @@ pub async fn add_link(
             }
             _ => anyhow::Error::new(err).context("Failed to add the link"),
         })?;
+    if let Some(actor) = actor {
+        let details = serde_json::json!({ "user_id": user_id });
+        let entry = db::audit::AuditEntry::new(
+            actor,
+            db::audit::AuditAction::LinkSet,
+            format!("{platform}:{platform_user_id}"),
+            details,
+        );
+        db::audit::record(&mut tx, &entry)
+            .await
+            .context("Failed to record the link in the audit log")?;
+    }
     tx.commit().await.context("Failed to commit the link")?;
     Ok(link)
 }

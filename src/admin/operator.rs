@@ -17,8 +17,9 @@ use uuid::Uuid;
 use super::auth::{issue_key, Operator};
 use super::{schema, ApiJson, ApiJsonError, ApiPath, ApiQuery};
 use crate::db::api_keys::ApiKeyRow;
+use crate::db::audit::{Actor, AuditAction, AuditEntry};
 use crate::db::tenants::{OperatorChange, TenantRef, TenantSummary};
-use crate::db::{self};
+use crate::db::{self, TenantTx};
 use crate::domain::{HistoryScopeSetting, TenantId};
 use crate::error::AppError;
 use crate::provision::{self, TenantCreated};
@@ -68,6 +69,20 @@ pub struct OperatorTenantPatch {
     /// Which earlier turns of a user the agent gets as history (README "History scope");
     /// the tenant's admins can change it too.
     pub history_scope: Option<HistoryScopeSetting>,
+}
+
+impl OperatorTenantPatch {
+    /// The names of the fields it changes, for the audit record.
+    fn fields(&self) -> Vec<&'static str> {
+        [
+            ("name", self.name.is_some()),
+            ("max_in_flight", self.max_in_flight.is_some()),
+            ("history_scope", self.history_scope.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, given)| given.then_some(name))
+        .collect()
+    }
 }
 
 /// A field that may be absent (keep), `null` (back to the default) or a number.
@@ -257,16 +272,31 @@ pub struct KeyIssuedOut {
     pub key: String,
 }
 
-/// Issues a tenant admin key. 404 for an unknown tenant.
+/// Issues a tenant admin key on the operator's word. 404 for an unknown tenant.
 pub async fn issue(pool: &PgPool, tenant: TenantId, name: &str) -> Result<KeyIssuedOut, AppError> {
+    issue_as(pool, tenant, name, Actor::Operator).await
+}
+
+/// Issues a tenant admin key, recorded in the tenant's audit log under `actor` in the same
+/// transaction. 404 for an unknown tenant.
+pub async fn issue_as(
+    pool: &PgPool,
+    tenant: TenantId,
+    name: &str,
+    actor: Actor,
+) -> Result<KeyIssuedOut, AppError> {
     let issued = issue_key();
-    let mut conn = pool.acquire().await?;
-    let row = db::api_keys::insert(&mut conn, tenant, name, &issued.prefix, &issued.hash)
+    let mut tx = TenantTx::begin(pool, tenant).await?;
+    let row = db::api_keys::insert(tx.conn(), tenant, name, &issued.prefix, &issued.hash)
         .await
         .map_err(|err| match provision::constraint(&err) {
             Some("api_keys_tenant_id_fkey") => AppError::NotFound("tenant"),
             _ => err.into(),
         })?;
+    let details = serde_json::json!({"name": row.name, "prefix": row.prefix});
+    let entry = AuditEntry::new(actor, AuditAction::KeyIssue, row.id.to_string(), details);
+    db::audit::record(&mut tx, &entry).await?;
+    tx.commit().await?;
     Ok(KeyIssuedOut {
         id: row.id,
         tenant_id: tenant.0,
@@ -276,12 +306,27 @@ pub async fn issue(pool: &PgPool, tenant: TenantId, name: &str) -> Result<KeyIss
     })
 }
 
-/// Revokes a key at once: its next request answers 401.
+/// Revokes a key at once on the operator's word: its next request answers 401.
 pub async fn revoke(pool: &PgPool, id: Uuid) -> Result<ApiKeyRow, AppError> {
-    let mut conn = pool.acquire().await?;
-    db::api_keys::revoke(&mut conn, id)
+    revoke_as(pool, id, Actor::Operator).await
+}
+
+/// Revokes a key at once, recorded in its tenant's audit log under `actor`.
+pub async fn revoke_as(pool: &PgPool, id: Uuid, actor: Actor) -> Result<ApiKeyRow, AppError> {
+    let tenant = {
+        let mut conn = pool.acquire().await?;
+        db::api_keys::tenant_of(&mut conn, id).await?
+    };
+    let tenant = tenant.ok_or(AppError::NotFound("key"))?;
+    let mut tx = TenantTx::begin(pool, tenant).await?;
+    let row = db::api_keys::revoke(tx.conn(), id)
         .await?
-        .ok_or(AppError::NotFound("key"))
+        .ok_or(AppError::NotFound("key"))?;
+    let details = serde_json::json!({"name": row.name, "prefix": row.prefix});
+    let entry = AuditEntry::new(actor, AuditAction::KeyRevoke, row.id.to_string(), details);
+    db::audit::record(&mut tx, &entry).await?;
+    tx.commit().await?;
+    Ok(row)
 }
 
 /// Create a tenant; the answer holds its dispatch secret, shown this once.
@@ -398,11 +443,14 @@ pub async fn update_tenant(
         history_scope: patch.history_scope,
         max_in_flight: patch.max_in_flight,
     };
-    let mut conn = state.pool.acquire().await?;
-    if !db::tenants::operator_update(&mut conn, id, change).await? {
+    let mut tx = TenantTx::begin(&state.pool, id).await?;
+    if !db::tenants::operator_update(tx.conn(), id, change).await? {
         return Err(AppError::NotFound("tenant"));
     }
-    drop(conn);
+    let details = serde_json::json!({"fields": patch.fields()});
+    let entry = AuditEntry::new(Actor::Operator, AuditAction::TenantUpdate, "tenant", details);
+    db::audit::record(&mut tx, &entry).await?;
+    tx.commit().await?;
     state.cache.forget_tenant(id);
     Ok(Json(summary_or_404(&state.pool, &TenantRef::Id(id)).await?))
 }

@@ -88,6 +88,14 @@ pub async fn list(conn: &mut PgConnection, tenant: TenantId) -> Result<Vec<ApiKe
 }
 
 /// Revokes a key; `None` when there is no such key. Revoking twice keeps the first time.
+/// The tenant a key belongs to, if the key exists.
+pub async fn tenant_of(conn: &mut PgConnection, id: Uuid) -> Result<Option<TenantId>, sqlx::Error> {
+    sqlx::query_scalar("select tenant_id from api_keys where id = $1")
+        .bind(id)
+        .fetch_optional(conn)
+        .await
+}
+
 pub async fn revoke(conn: &mut PgConnection, id: Uuid) -> Result<Option<ApiKeyRow>, sqlx::Error> {
     sqlx::query_as(&format!(
         "update api_keys set revoked_at = coalesce(revoked_at, $2) where id = $1 returning {COLUMNS}"

@@ -47,10 +47,13 @@ pub enum AuditAction {
     MessagesRedispatch,
     MessagesResend,
     PersonErase,
+    /// The operator (or the database CLI) issued an admin key (`details.name`, `prefix`).
+    KeyIssue,
+    KeyRevoke,
 }
 
 impl AuditAction {
-    pub const ALL: [AuditAction; 11] = [
+    pub const ALL: [AuditAction; 13] = [
         Self::ConnectorCreate,
         Self::ConnectorUpdate,
         Self::ConnectorDisable,
@@ -62,6 +65,8 @@ impl AuditAction {
         Self::MessagesRedispatch,
         Self::MessagesResend,
         Self::PersonErase,
+        Self::KeyIssue,
+        Self::KeyRevoke,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -77,6 +82,8 @@ impl AuditAction {
             Self::MessagesRedispatch => "messages.redispatch",
             Self::MessagesResend => "messages.resend",
             Self::PersonErase => "person.erase",
+            Self::KeyIssue => "key.issue",
+            Self::KeyRevoke => "key.revoke",
         }
     }
 }

@@ -1358,3 +1358,95 @@ async fn the_cli_resends_and_redispatches_by_filter_and_a_running_worker_picks_t
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("message not found"));
 }
+
+#[tokio::test]
+async fn operator_and_database_cli_actions_reach_the_tenants_audit_log() {
+    let app = app().await;
+    let (status, created) = call(
+        &app,
+        Method::POST,
+        "/v1/operator/tenants",
+        OPERATOR,
+        Some(json!({"slug": "acme"})),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let tenant = created["tenant_id"].as_str().unwrap().to_owned();
+    let keys = format!("/v1/operator/tenants/{tenant}/keys");
+    let (_, reader) = call(
+        &app,
+        Method::POST,
+        &keys,
+        OPERATOR,
+        Some(json!({"name": "reader"})),
+    )
+    .await;
+    let (_, spare) = call(
+        &app,
+        Method::POST,
+        &keys,
+        OPERATOR,
+        Some(json!({"name": "spare"})),
+    )
+    .await;
+    let spare_id = spare["id"].as_str().unwrap();
+    let (status, _) = call(
+        &app,
+        Method::DELETE,
+        &format!("/v1/operator/keys/{spare_id}"),
+        OPERATOR,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, _) = call(
+        &app,
+        Method::PATCH,
+        "/v1/operator/tenants/acme",
+        OPERATOR,
+        Some(json!({"max_in_flight": 40, "history_scope": "chat"})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let linked = std::process::Command::new(env!("CARGO_BIN_EXE_channel-bridge"))
+        .args(["link", "add", "--tenant", &tenant, "--platform", "telegram"])
+        .args(["--platform-user-id", "408258968", "--user-id", "alice"])
+        .env("DATABASE_URL", app.db.url())
+        .output()
+        .unwrap();
+    assert!(
+        linked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&linked.stderr)
+    );
+
+    let reader_key = reader["key"].as_str().unwrap();
+    let (status, page) = call(&app, Method::GET, "/v1/admin/audit", reader_key, None).await;
+    assert_eq!(status, 200, "{page}");
+    let records: Vec<(String, String, String)> = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let field = |name: &str| r[name].as_str().unwrap().to_owned();
+            (field("action"), field("actor"), field("target"))
+        })
+        .collect();
+    let own =
+        |action: &str, actor: &str, target: &str| (action.to_owned(), actor.to_owned(), target.to_owned());
+    assert_eq!(
+        records,
+        [
+            own("link.set", "cli", "telegram:408258968"),
+            own("tenant.update", "operator", "tenant"),
+            own("key.revoke", "operator", spare_id),
+            own("key.issue", "operator", spare_id),
+            own("key.issue", "operator", reader["id"].as_str().unwrap()),
+        ]
+    );
+    assert_eq!(
+        page["items"][1]["details"],
+        json!({"fields": ["max_in_flight", "history_scope"]})
+    );
+    assert!(!page.to_string().contains(reader_key), "no key in the audit log");
+}

@@ -830,7 +830,26 @@ async fn the_audit_log_records_admin_actions_without_content_or_secrets_and_anot
     let path = format!("/v1/admin/senders/telegram/{TELEGRAM_USER}/erase");
     assert_eq!(call(&app, Method::POST, &path, &a.key, None).await.0, 200);
 
-    let records = audit(&app, &a.key, 3).await;
+    let everything = audit(&app, &a.key, 3).await;
+    // The operator issued the admin key the test uses, before anything else.
+    let issued = everything.last().unwrap();
+    assert_eq!(
+        (
+            issued["action"].as_str(),
+            issued["actor"].as_str(),
+            issued["target"].as_str()
+        ),
+        (
+            Some("key.issue"),
+            Some("operator"),
+            Some(a.key_id.to_string().as_str())
+        )
+    );
+    assert!(
+        !issued.to_string().contains(a.key.as_str()),
+        "the key itself is never recorded"
+    );
+    let records: Vec<Value> = everything[..everything.len() - 1].to_vec();
     let actions: Vec<&str> = records.iter().map(|r| r["action"].as_str().unwrap()).collect();
     assert_eq!(
         actions,
@@ -889,7 +908,9 @@ async fn the_audit_log_records_admin_actions_without_content_or_secrets_and_anot
 
     // Tenant B sees none of it, through the API or by naming A's rows in its own tenant
     // transaction (RLS); and B's actions are B's alone.
-    assert!(audit(&app, &b.key, 50).await.is_empty());
+    let b_records = audit(&app, &b.key, 50).await;
+    let b_targets: Vec<&str> = b_records.iter().map(|r| r["target"].as_str().unwrap()).collect();
+    assert_eq!(b_targets, [b.key_id.to_string()], "only the issue of B's own key");
     let mut tx = TenantTx::begin(&app.pool, b.p.tenant).await.unwrap();
     let seen: i64 = sqlx::query_scalar("select count(*) from audit_log where tenant_id = $1")
         .bind(a.p.tenant)
