@@ -14,6 +14,9 @@ async fn main() -> std::process::ExitCode {
         }
     };
     telemetry::init_tracing(cli.log_format, "info,sqlx=warn,tower_http=info", traces.as_ref());
+    if traces.is_some() {
+        traces::warn_if_protocol_unsupported();
+    }
     let result = cli::run(cli.command).await;
     if let Some(traces) = traces {
         // Blocks until the last batch is posted: off the async workers.
@@ -32,7 +35,7 @@ async fn main() -> std::process::ExitCode {
 /// collector: the one-shot commands have no turn to follow.
 fn start_traces(command: &Command) -> anyhow::Result<Option<traces::Traces>> {
     match command {
-        Command::Serve(_) => traces::TraceExport::from_env()
+        Command::Serve(_) => traces::TraceExport::from_env()?
             .map(traces::TraceExport::start)
             .transpose(),
         _ => Ok(None),

@@ -11,13 +11,15 @@
 //!   instance: the webhook span's W3C `traceparent` is kept in the turn's
 //!   `metadata.traceparent` and read back when the job is claimed;
 //! - under it, `agent call` (which sends `traceparent`/`tracestate` to the agent so that its
-//!   spans join the trace) and `reply` with one `reply part` per platform send.
+//!   spans join the trace) and `deliver` with one `send reply part` per platform send;
+//!   these three are made for traces only (target `TARGET`) and stay out of the logs.
 //!
-//! Span attributes are the spans' ids and route templates: never message text or secrets.
+//! Span attributes are the spans' ids, route templates and fixed outcome words: never
+//! message text, answers or secrets.
 //!
 //! Everything here asks the current subscriber whether it exports traces (`traced`), so
-//! a process (or a test) without the layer pays one thread-local look-up per webhook and
-//! allocates nothing. The exporter and its batch thread exist only when the layer does.
+//! a process (or a test) without the layer pays a few thread-local look-ups per webhook
+//! and allocates nothing. The exporter and its batch thread exist only when the layer does.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -55,15 +57,30 @@ impl TraceExport {
     /// Headers (`OTEL_EXPORTER_OTLP_HEADERS`), timeout, sampler (`OTEL_TRACES_SAMPLER`,
     /// `OTEL_TRACES_SAMPLER_ARG`), batching (`OTEL_BSP_*`) and the resource
     /// (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`) are read by the SDK itself.
-    pub fn from_env() -> Option<Self> {
+    /// An endpoint that is not an http(s) URL stops the start with a message naming the
+    /// variable (the exporter would quietly post to `localhost:4318` instead).
+    pub fn from_env() -> anyhow::Result<Option<Self>> {
         Self::from_vars(|name| std::env::var(name).ok())
     }
 
-    fn from_vars(var: impl Fn(&str) -> Option<String>) -> Option<Self> {
-        let set = |name: &str| var(name).is_some_and(|value| !value.trim().is_empty());
+    fn from_vars(var: impl Fn(&str) -> Option<String>) -> anyhow::Result<Option<Self>> {
+        const ENDPOINTS: [&str; 2] = [
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+        ];
         let disabled = var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
-        let configured = set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
-        (configured && !disabled).then_some(Self { endpoint: None })
+        let mut configured = false;
+        for name in ENDPOINTS {
+            let Some(value) = var(name).filter(|value| !value.trim().is_empty()) else {
+                continue;
+            };
+            let url = reqwest::Url::parse(value.trim()).ok();
+            if !url.is_some_and(|url| matches!(url.scheme(), "http" | "https")) {
+                anyhow::bail!("{name} must be an http(s) URL, such as http://otel-collector:4318");
+            }
+            configured = true;
+        }
+        Ok((configured && !disabled).then_some(Self { endpoint: None }))
     }
 
     /// Spans posted to exactly this URL (`http://host:port/v1/traces`).
@@ -77,7 +94,6 @@ impl TraceExport {
     /// every `OTEL_BSP_SCHEDULE_DELAY`, 5 s by default, so no request waits on the collector).
     pub fn start(self) -> anyhow::Result<Traces> {
         use opentelemetry_otlp::WithExportConfig;
-        warn_unsupported_protocol();
         let mut builder = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_protocol(opentelemetry_otlp::Protocol::HttpBinary);
@@ -96,14 +112,16 @@ impl TraceExport {
 }
 
 /// Only OTLP over HTTP with protobuf bodies is built in (no gRPC stack in the binary); a
-/// collector's OTLP/HTTP port (4318) takes it. Said once at start rather than failing.
-fn warn_unsupported_protocol() {
+/// collector's OTLP/HTTP port (4318) takes it. Said once at start (once the subscriber
+/// is installed) rather than failing: the collector may well take it anyway.
+pub fn warn_if_protocol_unsupported() {
     let protocol = std::env::var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
         .or_else(|_| std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL"));
     if let Ok(protocol) = protocol {
         if protocol.trim() != "http/protobuf" {
-            eprintln!(
-                "warning: OTEL_EXPORTER_OTLP_PROTOCOL={protocol} is not supported; traces are sent as http/protobuf"
+            tracing::warn!(
+                %protocol,
+                "OTEL_EXPORTER_OTLP_PROTOCOL is not supported; traces are sent as http/protobuf"
             );
         }
     }
@@ -155,8 +173,8 @@ impl Traces {
         }
     }
 
-    /// Exports what is still buffered and stops the batch thread. Blocks (up to the
-    /// export timeout): call it off the async workers (`spawn_blocking`) or after them.
+    /// Exports what is still buffered and stops the batch thread. Blocks (5 s at most,
+    /// the SDK's bound): call it off the async workers (`spawn_blocking`) or after them.
     pub fn shutdown(self) {
         if let Err(err) = self.provider.shutdown() {
             tracing::warn!(%err, "exporting the last spans failed");
@@ -304,25 +322,37 @@ mod tests {
         }
     }
 
+    fn configured(pairs: &[(&str, &str)]) -> bool {
+        TraceExport::from_vars(vars(pairs)).unwrap().is_some()
+    }
+
     #[test]
     fn traces_are_on_only_when_an_otlp_endpoint_is_set_and_the_sdk_is_not_disabled() {
-        assert_eq!(TraceExport::from_vars(vars(&[])), None);
-        assert_eq!(
-            TraceExport::from_vars(vars(&[("OTEL_EXPORTER_OTLP_ENDPOINT", " ")])),
-            None
-        );
-        let base = [("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")];
-        assert!(TraceExport::from_vars(vars(&base)).is_some());
-        let traces_only = [(
+        assert!(!configured(&[]));
+        assert!(!configured(&[("OTEL_EXPORTER_OTLP_ENDPOINT", " ")]));
+        assert!(configured(&[(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "http://collector:4318"
+        )]));
+        assert!(configured(&[(
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-            "http://collector:4318/v1/traces",
-        )];
-        assert!(TraceExport::from_vars(vars(&traces_only)).is_some());
-        let disabled = [
+            "https://collector.example/v1/traces"
+        )]));
+        assert!(!configured(&[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
             ("OTEL_SDK_DISABLED", "TRUE"),
-        ];
-        assert_eq!(TraceExport::from_vars(vars(&disabled)), None);
+        ]));
+    }
+
+    #[test]
+    fn an_endpoint_that_is_no_http_url_is_refused_naming_its_variable() {
+        for value in ["collector:4318", "grpc://collector:4317", "not a url"] {
+            let err = TraceExport::from_vars(vars(&[("OTEL_EXPORTER_OTLP_ENDPOINT", value)])).unwrap_err();
+            assert!(
+                err.to_string().starts_with("OTEL_EXPORTER_OTLP_ENDPOINT "),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -211,6 +211,10 @@ async fn a_telegram_turn_is_one_trace_from_webhook_to_reply_and_the_agent_joins_
         let everything = format!("{:?} {}", span.attributes, span.rest);
         assert!(!everything.contains("tangerine"), "{span:#?}");
     }
+    // Stopped here, off this runtime, rather than when the subscriber drops on it.
+    tokio::task::spawn_blocking(move || traces.shutdown())
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -259,6 +263,8 @@ async fn serve_exports_to_the_endpoint_its_environment_names_and_flushes_when_it
             collector.traces_url.trim_end_matches("/v1/traces"),
         )
         .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("OTEL_SDK_DISABLED")
+        .env_remove("OTEL_TRACES_SAMPLER")
         .env("OTEL_SERVICE_NAME", "bridge-under-test")
         .env("OTEL_BSP_SCHEDULE_DELAY", "600000")
         .stdin(Stdio::null())
