@@ -250,7 +250,7 @@ async fn serve_exports_to_the_endpoint_its_environment_names_and_flushes_when_it
     let platforms = FakePlatforms::start().await;
     let tenant = provision_tenant_sealed(&db.app_pool(), "acme", Some(&platforms.base_url), &keys).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let mut serve = Command::new(env!("CARGO_BIN_EXE_channel-bridge"))
+    let child = Command::new(env!("CARGO_BIN_EXE_channel-bridge"))
         .args(["serve", "--bind", "127.0.0.1:0"])
         .env("DATABASE_URL", db.url())
         .env("CB_SECRETS_KEY", &key)
@@ -258,6 +258,7 @@ async fn serve_exports_to_the_endpoint_its_environment_names_and_flushes_when_it
         .env("CB_EGRESS_ALLOW", "127.0.0.1")
         .env("CB_LOG_FORMAT", "json")
         .env("RUST_LOG", "info")
+        .env("CB_SHUTDOWN_GRACE_SECS", "5")
         .env(
             "OTEL_EXPORTER_OTLP_ENDPOINT",
             collector.traces_url.trim_end_matches("/v1/traces"),
@@ -272,7 +273,8 @@ async fn serve_exports_to_the_endpoint_its_environment_names_and_flushes_when_it
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let addr = listening_addr(serve.stderr.take().unwrap()).await;
+    let mut serve = KilledOnDrop(Some(child));
+    let addr = listening_addr(serve.child().stderr.take().unwrap()).await;
 
     let body = telegram_text(7403, "hello");
     let mut request = reqwest::Client::new()
@@ -289,15 +291,20 @@ async fn serve_exports_to_the_endpoint_its_environment_names_and_flushes_when_it
         "nothing is posted before the batch delay"
     );
 
-    let terminated = Command::new("kill")
-        .args(["-TERM", &serve.id().to_string()])
+    // The shell's own `kill`: a minimal image may have no kill binary.
+    let terminated = Command::new("sh")
+        .args(["-c", &format!("kill -TERM {}", serve.child().id())])
         .status()
         .unwrap();
     assert!(terminated.success());
-    let exited = tokio::task::spawn_blocking(move || serve.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let mut exited = None;
+    eventually("serve exits after SIGTERM", || {
+        exited = serve.child().try_wait().unwrap();
+        let done = exited.is_some();
+        async move { done }
+    })
+    .await;
+    let exited = exited.unwrap();
     assert!(exited.success(), "{exited}");
 
     let spans = collector.spans();
@@ -314,6 +321,25 @@ async fn serve_exports_to_the_endpoint_its_environment_names_and_flushes_when_it
         traceparent.starts_with(&format!("00-{}-", webhook.trace_id)),
         "{traceparent}"
     );
+}
+
+/// A child process killed (and reaped) when a test ends without stopping it, so a failed
+/// assertion leaves no `serve` running.
+struct KilledOnDrop(Option<std::process::Child>);
+
+impl KilledOnDrop {
+    fn child(&mut self) -> &mut std::process::Child {
+        self.0.as_mut().expect("the child is still owned")
+    }
+}
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 /// The address `serve` logs once it listens (`"message": "listening"`); the rest of its
