@@ -12,6 +12,7 @@
 //!   CLI (`channel-bridge admin`).
 //! - `egress`: where the worker may send requests (the SSRF guard); `secrets`: sealing the
 //!   secrets stored in the database.
+//! - `telemetry`: logs, Prometheus metrics, and OpenTelemetry traces (`telemetry::traces`).
 //! - `agent_bridge`: the agent side of a dispatch, in front of an OpenAI-compatible server.
 //! - `demo`: the whole pipeline on one machine (`channel-bridge demo`).
 //! - `sign`, `send_fixture`: signing webhooks as the platforms do, for `send-fixture` and the

@@ -1,7 +1,8 @@
 //! Tracing and metrics set-up, once per process.
 //!
 //! Logs go to stderr, JSON or compact text, without ANSI colours unless stderr is a
-//! terminal (and `NO_COLOR` is unset), so files and log shippers get plain text.
+//! terminal (and `NO_COLOR` is unset), so files and log shippers get plain text. Spans are
+//! exported over OTLP when the standard `OTEL_*` variables ask for it (`traces`).
 //!
 //! Metrics follow Prometheus' naming rules: every name starts with `channel_bridge_`,
 //! counters end in `_total`, durations in `_seconds`, sizes that are counts carry no unit.
@@ -10,25 +11,31 @@
 //! into time buckets. A histogram missing from the list would be rendered as a summary,
 //! which the exposition test refuses: add it here (and to README's table) first.
 
+pub mod traces;
+
 use std::io::IsTerminal;
 use std::sync::OnceLock;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tracing_subscriber::filter::filter_fn;
 use tracing_subscriber::fmt::MakeWriter;
-use tracing_subscriber::{fmt, EnvFilter};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::{fmt, EnvFilter, Layer as _};
 
 use crate::settings::LogFormat;
 
-/// Installs the global tracing subscriber. `RUST_LOG` overrides the default filter.
-/// Calling it twice is harmless (the second call is ignored), which tests rely on.
-pub fn init_tracing(format: LogFormat, default_filter: &str) {
+/// Installs the global tracing subscriber, exporting spans through `traces` when given
+/// (`traces::TraceExport`). `RUST_LOG` overrides the default filter, for logs and spans
+/// alike. Calling it twice is harmless (the second call is ignored), which tests rely on.
+pub fn init_tracing(format: LogFormat, default_filter: &str, traces: Option<&traces::Traces>) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let _ = tracing::subscriber::set_global_default(subscriber(format, filter, std::io::stderr, ansi));
+    let subscriber = subscriber_with(format, filter, std::io::stderr, ansi, traces);
+    let _ = tracing::subscriber::set_global_default(subscriber);
 }
 
-/// The subscriber `init_tracing` installs, writing to `writer`: tests capture the
-/// production format with it.
+/// The subscriber `init_tracing` installs without traces, writing to `writer`: tests
+/// capture the production format with it.
 pub fn subscriber<W>(
     format: LogFormat,
     filter: EnvFilter,
@@ -38,16 +45,38 @@ pub fn subscriber<W>(
 where
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
-    let builder = fmt().with_env_filter(filter).with_writer(writer).with_ansi(ansi);
+    subscriber_with(format, filter, writer, ansi, None)
+}
+
+/// Logs in `format` to `writer`, and spans to `traces` when given. One filter decides
+/// both, so a span is exported only when its level is logged. Spans made for traces only
+/// (target `traces::TARGET`: the agent call, the reply sends) stay out of the logs, so a
+/// log line's span is the job's, with its ids, whether traces are on or off.
+pub fn subscriber_with<W>(
+    format: LogFormat,
+    filter: EnvFilter,
+    writer: W,
+    ansi: bool,
+    traces: Option<&traces::Traces>,
+) -> Box<dyn tracing::Subscriber + Send + Sync>
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    let spans = tracing_subscriber::registry()
+        .with(filter)
+        .with(traces.map(|traces| traces.layer()));
+    let logs = fmt::layer().with_writer(writer).with_ansi(ansi);
+    let not_traces_only = filter_fn(|metadata| metadata.target() != traces::TARGET);
     match format {
         LogFormat::Json => Box::new(
-            builder
-                .json()
-                .flatten_event(true)
-                .with_current_span(true)
-                .finish(),
+            spans.with(
+                logs.json()
+                    .flatten_event(true)
+                    .with_current_span(true)
+                    .with_filter(not_traces_only),
+            ),
         ),
-        LogFormat::Pretty => Box::new(builder.compact().finish()),
+        LogFormat::Pretty => Box::new(spans.with(logs.compact().with_filter(not_traces_only))),
     }
 }
 

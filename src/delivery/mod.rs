@@ -323,10 +323,13 @@ impl Delivery<'_> {
             text: &part.content,
         };
         let started = Instant::now();
-        let outcome = match adopted(outgoing, part) {
-            Some(live_id) => outbound::adopt(self.client, &outbound, live_id).await,
-            None => outbound::send(self.client, &outbound).await,
+        let send = async {
+            match adopted(outgoing, part) {
+                Some(live_id) => outbound::adopt(self.client, &outbound, live_id).await,
+                None => outbound::send(self.client, &outbound).await,
+            }
         };
+        let outcome = traced_send(outgoing.connector.platform, part.part_index, send).await;
         *platform_time += started.elapsed();
         metrics::histogram!("channel_bridge_reply_send_seconds").record(started.elapsed().as_secs_f64());
         let platform = outgoing.connector.platform.as_str();
@@ -405,6 +408,25 @@ fn adopted<'a>(outgoing: &'a Outgoing, part: &ReplyPart) -> Option<&'a str> {
     (part.part_index == 0)
         .then_some(outgoing.message.live_message_id.as_deref())
         .flatten()
+}
+
+/// One platform send (or the adoption of a live message), as a client span of the delivery
+/// pass in exported traces (the span names the platform and the part, never its text),
+/// failed unless the part was posted.
+async fn traced_send(
+    platform: Platform,
+    part_index: i32,
+    send: impl std::future::Future<Output = SendOutcome>,
+) -> SendOutcome {
+    use crate::telemetry::traces;
+    use tracing::Instrument;
+    let platform = platform.as_str();
+    let span = tracing::info_span!(target: traces::TARGET, "send reply part", otel.kind = "client", platform, part_index);
+    let outcome = send.instrument(span.clone()).await;
+    if !matches!(outcome, SendOutcome::Sent(_)) {
+        traces::record_failure(&span, "not posted");
+    }
+    outcome
 }
 
 /// The pause before a part's next attempt, after `attempts` of them.

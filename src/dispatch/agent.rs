@@ -76,7 +76,7 @@ pub async fn call(
         .header("webhook-timestamp", now.to_string())
         .header("webhook-signature", signature)
         .body(body);
-    let response = client.send(request).await;
+    let response = client.send(with_trace_context(request)).await;
     let host = host_of(url);
     match response {
         Ok(response) if response.status().is_success() && stream::is_event_stream(response.headers()) => {
@@ -95,6 +95,15 @@ pub async fn call(
             retryable("connect", format!("agent {host}: {}", cause(&err)), None)
         }
     }
+}
+
+/// W3C `traceparent` (and `tracestate`) of the current span when traces are exported, so
+/// the agent's own spans join the turn's trace. Outside the signature: they describe the
+/// call, not the turn, and an agent that ignores them verifies as before.
+fn with_trace_context(request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+    crate::telemetry::traces::trace_headers()
+        .into_iter()
+        .fold(request, |request, (name, value)| request.header(name, value))
 }
 
 /// `host:port` of the agent URL, for errors: enough to tell which agent failed, without the

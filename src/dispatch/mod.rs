@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use secrecy::ExposeSecret;
 use sqlx::{PgPool, Postgres, Transaction};
+use tracing::Instrument;
 
 use self::agent::CallOutcome;
 use self::payload::ChatMessage;
@@ -54,6 +55,7 @@ use crate::delivery::{split, Delivery, DeliveryOutcome, Outgoing};
 use crate::domain::{Connector, MessageId, Platform, TenantId};
 use crate::egress::GuardedClient;
 use crate::settings::ServeSettings;
+use crate::telemetry::traces;
 
 /// Why a reply stays unposted when its message or connector is gone.
 const NOTHING_TO_POST: &str = "not posted: the message or its connector was deleted";
@@ -353,8 +355,12 @@ impl Worker {
     pub async fn run_job(&self, claimed: Claimed) -> anyhow::Result<StepOutcome> {
         let started = Instant::now();
         let request_id = claimed.request_id().unwrap_or_default().to_owned();
+        let traceparent = claimed.traceparent().map(str::to_owned);
         let job = claimed.job;
-        let span = tracing::info_span!("job", tenant_id = %job.tenant_id, message_id = %job.message_id, stage = %job.stage, request_id);
+        let span = tracing::info_span!("job", tenant_id = %job.tenant_id, message_id = %job.message_id, stage = %job.stage, request_id, otel.kind = tracing::field::Empty);
+        // In traces the job continues its webhook's trace, named after its stage.
+        traces::continue_trace(&span, traceparent.as_deref());
+        traces::describe(&span, "consumer", job.stage.as_str());
         let mut waited = Waited::default();
         let work = async {
             match claimed.work {
@@ -518,7 +524,17 @@ impl Worker {
                 .as_ref()
                 .map(|s| s.expose_secret()),
         );
-        agent::call(&self.client, url, &secrets, payload, now, Some(live)).await
+        let span = tracing::info_span!(target: traces::TARGET, "agent call", otel.kind = "client");
+        let outcome = agent::call(&self.client, url, &secrets, payload, now, Some(live))
+            .instrument(span.clone())
+            .await;
+        match &outcome {
+            CallOutcome::Answered(_) => {}
+            CallOutcome::Retryable { reason, .. } | CallOutcome::Permanent { reason, .. } => {
+                traces::record_failure(&span, reason);
+            }
+        }
+        outcome
     }
 
     /// Stores the answer and its reply parts (the store commits together with the first
@@ -612,7 +628,8 @@ impl Worker {
             client: &self.platform_client,
             settings: &self.settings.dispatch,
         };
-        let pass = delivery.run(job, outgoing).await?;
+        let span = tracing::info_span!(target: traces::TARGET, "deliver", parts = outgoing.parts.len());
+        let pass = delivery.run(job, outgoing).instrument(span).await?;
         waited.0 += pass.platform_time;
         let id = job.message_id;
         Ok(match pass.outcome {
@@ -631,15 +648,22 @@ impl Claimed {
     /// The id of the webhook request that recorded the turn (`metadata.request_id`, set by
     /// `http::hooks`), so a job's logs can be joined to its request's.
     fn request_id(&self) -> Option<&str> {
+        self.metadata_str("request_id")
+    }
+
+    /// The W3C `traceparent` of the webhook request that recorded the turn
+    /// (`metadata.traceparent`, set by `http::hooks` when traces are exported).
+    fn traceparent(&self) -> Option<&str> {
+        self.metadata_str("traceparent")
+    }
+
+    fn metadata_str(&self, key: &str) -> Option<&str> {
         let message = match &self.work {
             Work::Dispatch(prepared) => &prepared.message,
             Work::Deliver(outgoing) => &outgoing.message,
             Work::Skip | Work::Abandon => return None,
         };
-        message
-            .metadata
-            .get("request_id")
-            .and_then(serde_json::Value::as_str)
+        message.metadata.get(key).and_then(serde_json::Value::as_str)
     }
 }
 

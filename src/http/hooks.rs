@@ -136,6 +136,7 @@ async fn accept(
 ) -> Result<Response, AppError> {
     let platform = connector.platform;
     stamp_request_id(&mut inbound, request_id);
+    stamp_traceparent(&mut inbound);
     count_dropped(platform, &inbound.dropped);
     let dropped = inbound.dropped.len();
     let outcome = state
@@ -206,6 +207,24 @@ fn stamp_request_id(inbound: &mut Inbound, request_id: Option<&str>) {
                 map.insert("request_id".into(), id.into());
             }
             other if other.is_null() => *other = json!({ "request_id": id }),
+            _ => {}
+        }
+    }
+}
+
+/// Keeps the request span's W3C `traceparent` in each turn's `metadata.traceparent`, so
+/// the job that works the turn (later, maybe on another instance) continues the webhook's
+/// trace. Nothing when traces are off.
+fn stamp_traceparent(inbound: &mut Inbound) {
+    let Some(traceparent) = crate::telemetry::traces::current_traceparent() else {
+        return;
+    };
+    for message in &mut inbound.messages {
+        match &mut message.metadata {
+            serde_json::Value::Object(map) => {
+                map.insert("traceparent".into(), traceparent.clone().into());
+            }
+            other if other.is_null() => *other = json!({ "traceparent": traceparent }),
             _ => {}
         }
     }

@@ -249,6 +249,7 @@ async fn observe(request: Request, next: axum::middleware::Next) -> axum::respon
 /// and `hooks::Accepted`; never message text); every other answer at DEBUG.
 fn log_response(response: &axum::response::Response, latency: Duration, span: &tracing::Span) {
     span.record("status", response.status().as_u16());
+    crate::telemetry::traces::record_response_status(span, response.status());
     let latency_ms = u64::try_from(latency.as_millis()).unwrap_or(u64::MAX);
     match response.extensions().get::<hooks::Accepted>() {
         Some(accepted) => tracing::info!(
@@ -265,7 +266,9 @@ fn log_response(response: &axum::response::Response, latency: Duration, span: &t
 }
 
 /// Spans carry the route template (`/v1/hooks/{tenant_id}/{connector_id}`), never the raw
-/// path, so ids do not explode span cardinality; ids are recorded as fields instead.
+/// path, so ids do not explode span cardinality; ids are recorded as fields instead. With
+/// traces exported, the span is a server span named `{method} {route}`
+/// (`telemetry::traces`).
 fn request_span(request: &Request) -> tracing::Span {
     let route = request
         .extensions()
@@ -277,7 +280,7 @@ fn request_span(request: &Request) -> tracing::Span {
         .get(&REQUEST_ID)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
-    tracing::info_span!(
+    let span = tracing::info_span!(
         "http",
         method = %request.method(),
         route,
@@ -286,5 +289,8 @@ fn request_span(request: &Request) -> tracing::Span {
         tenant_id = tracing::field::Empty,
         connector_id = tracing::field::Empty,
         platform = tracing::field::Empty,
-    )
+        otel.kind = tracing::field::Empty,
+    );
+    crate::telemetry::traces::start_request_span(&span, request.headers(), request.method().as_str(), route);
+    span
 }

@@ -28,4 +28,5 @@ mod secrets;
 mod send_fixture;
 mod slack_in_doubt;
 mod streaming;
+mod traces;
 mod typing;

@@ -23,6 +23,8 @@ pub struct AgentCall {
     pub webhook_id: String,
     pub payload: DispatchOut,
     pub raw: Value,
+    /// The W3C `traceparent` header, when the gateway exports traces.
+    pub traceparent: Option<String>,
 }
 
 /// How to answer the next call.
@@ -184,6 +186,7 @@ async fn receive(State(state): State<Arc<AgentState>>, headers: HeaderMap, body:
         webhook_id: header("webhook-id").unwrap_or_default(),
         payload,
         raw,
+        traceparent: header("traceparent"),
     };
     let content = call.payload.content.clone();
     let history_len = call.payload.messages.len() - 1;

@@ -4,6 +4,7 @@
 pub mod db_proxy;
 pub mod fake_agent;
 pub mod fake_platforms;
+pub mod otlp_collector;
 pub mod platforms;
 
 use std::net::SocketAddr;

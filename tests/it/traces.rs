@@ -1,0 +1,367 @@
+//! OpenTelemetry traces (issue #17): one Telegram turn, end to end, is one trace at an OTLP
+//! collector stand-in, webhook → dispatch → agent call and delivery → platform send, and the
+//! agent receives the `traceparent` of its call; without an exporter nothing is propagated;
+//! `serve` takes the standard variables and posts its last spans when it stops.
+//!
+//! The exporting subscriber is this test's own (thread-local, on the test's single-threaded
+//! runtime, which also runs the app), with a tracer provider of its own: tests running in
+//! parallel in this process neither see its spans nor change it.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use channel_bridge::db::messages;
+use channel_bridge::dispatch::{StepOutcome, Worker};
+use channel_bridge::domain::Platform;
+use channel_bridge::secrets::Keyring;
+use channel_bridge::settings::{LogFormat, ServeSettings};
+use channel_bridge::telemetry::{self, traces};
+use secrecy::ExposeSecret;
+
+use crate::support::fake_agent::FakeAgent;
+use crate::support::fake_platforms::FakePlatforms;
+use crate::support::otlp_collector::{OtlpCollector, ReceivedSpan, KIND_CLIENT, KIND_CONSUMER, KIND_SERVER};
+use crate::support::platforms::*;
+use crate::support::{eventually, spawn_app, TestApp, TestDb};
+
+/// A worker for `app`'s database that calls `agent`.
+fn worker_for(app: &TestApp, agent: &FakeAgent) -> Worker {
+    let mut settings = ServeSettings::for_database(app.db.url());
+    settings.agent_url = Some(agent.url.clone());
+    Worker::new(app.pool.clone(), Arc::new(settings), || {
+        chrono::Utc::now().timestamp()
+    })
+    .unwrap()
+}
+
+/// The process-wide subscriber while tests install their own: it wants nothing but answers
+/// "sometimes" for every call site, so that no call site is cached as "never" while a
+/// test's subscriber is being registered on another thread (see `observability.rs`).
+fn ask_each_time_globally() {
+    struct AskEachTime;
+    impl tracing::Subscriber for AskEachTime {
+        fn register_callsite(&self, _: &tracing::Metadata<'_>) -> tracing::subscriber::Interest {
+            tracing::subscriber::Interest::sometimes()
+        }
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            false
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, _: &tracing::Event<'_>) {}
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+    static GLOBAL: std::sync::Once = std::sync::Once::new();
+    GLOBAL.call_once(|| {
+        let _ = tracing::subscriber::set_global_default(AskEachTime);
+    });
+}
+
+/// The log lines a test's subscriber writes, in the production JSON format.
+#[derive(Clone, Default)]
+struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+impl Logs {
+    fn lines(&self) -> Vec<serde_json::Value> {
+        let text = String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned();
+        text.lines()
+            .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("JSON log line: {line}")))
+            .collect()
+    }
+}
+
+/// Exports what the batch processor holds (on a blocking thread: the collector answers on
+/// this test's runtime) and returns every span the collector has.
+async fn flushed(traces: &traces::Traces, collector: &OtlpCollector) -> Vec<ReceivedSpan> {
+    let traces = traces.clone();
+    tokio::task::spawn_blocking(move || traces.flush()).await.unwrap();
+    collector.spans()
+}
+
+fn named<'a>(spans: &'a [ReceivedSpan], name: &str) -> &'a ReceivedSpan {
+    let matching: Vec<&ReceivedSpan> = spans.iter().filter(|span| span.name == name).collect();
+    assert_eq!(matching.len(), 1, "one span named {name:?} in {spans:#?}");
+    matching[0]
+}
+
+const WEBHOOK: &str = "POST /v1/hooks/{tenant_id}/{connector_id}";
+const SPANS_OF_A_TURN: [&str; 5] = [WEBHOOK, "dispatch", "agent call", "deliver", "send reply part"];
+
+#[tokio::test]
+async fn a_telegram_turn_is_one_trace_from_webhook_to_reply_and_the_agent_joins_it_by_traceparent() {
+    ask_each_time_globally();
+    let collector = OtlpCollector::start().await;
+    let traces = traces::TraceExport::to(&collector.traces_url).start().unwrap();
+    let logs = Logs::default();
+    let subscriber = telemetry::subscriber_with(
+        LogFormat::Json,
+        tracing_subscriber::EnvFilter::new("info"),
+        logs.clone(),
+        false,
+        Some(&traces),
+    );
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let app = spawn_app().await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
+    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
+    let worker = worker_for(&app, &agent);
+    let body = telegram_text(7401, "my locker code is tangerine-5520");
+    deliver(&app, &tenant, Platform::Telegram, body).await;
+    let StepOutcome::Executed(message_id) = worker.step().await.unwrap() else {
+        panic!("the agent answered");
+    };
+    assert_eq!(platforms.sent().len(), 1, "the reply was posted");
+
+    eventually("the collector receives every span of the turn", || async {
+        let spans = flushed(&traces, &collector).await;
+        SPANS_OF_A_TURN
+            .iter()
+            .all(|name| spans.iter().any(|span| span.name == *name))
+    })
+    .await;
+    let spans = collector.spans();
+
+    let webhook = named(&spans, WEBHOOK);
+    let dispatch = named(&spans, "dispatch");
+    let agent_call = named(&spans, "agent call");
+    let deliver_pass = named(&spans, "deliver");
+    let send = named(&spans, "send reply part");
+    // One trace, and each span the child of the step that led to it: the dispatch, in
+    // another task after the queue, continues the webhook's span.
+    for span in [dispatch, agent_call, deliver_pass, send] {
+        assert_eq!(span.trace_id, webhook.trace_id, "{span:#?}");
+    }
+    assert_eq!(dispatch.parent_span_id, webhook.span_id);
+    assert_eq!(agent_call.parent_span_id, dispatch.span_id);
+    assert_eq!(deliver_pass.parent_span_id, dispatch.span_id);
+    assert_eq!(send.parent_span_id, deliver_pass.span_id);
+    assert_eq!(
+        (webhook.kind, dispatch.kind, agent_call.kind, send.kind),
+        (KIND_SERVER, KIND_CONSUMER, KIND_CLIENT, KIND_CLIENT)
+    );
+    assert_eq!(
+        webhook.attributes["http.route"],
+        "/v1/hooks/{tenant_id}/{connector_id}"
+    );
+    assert_eq!(webhook.attributes["http.response.status_code"], "200");
+    assert_eq!(dispatch.attributes["message_id"], message_id.to_string());
+    assert_eq!(send.attributes["platform"], "telegram");
+    let named_by_env = ["OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"]
+        .iter()
+        .any(|name| std::env::var_os(name).is_some());
+    if !named_by_env {
+        assert_eq!(webhook.service, traces::DEFAULT_SERVICE_NAME);
+    }
+
+    // The agent's spans join the trace as children of the call.
+    let calls = agent.calls();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(
+        calls[0].traceparent.as_deref(),
+        Some(format!("00-{}-{}-01", webhook.trace_id, agent_call.span_id).as_str())
+    );
+
+    // The turn keeps the webhook's traceparent, which is what carried the trace across the queue.
+    let mut tx = app.tenant_tx(tenant.tenant).await;
+    let message = messages::get(&mut tx, message_id).await.unwrap().unwrap();
+    assert_eq!(
+        message.metadata["traceparent"],
+        format!("00-{}-{}-01", webhook.trace_id, webhook.span_id)
+    );
+
+    // The logs are as without traces: the spans made for traces only are not in them, and
+    // the delivered turn's line has the job's span with its ids.
+    let lines = logs.lines();
+    let delivered: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|line| line["message"] == "turn delivered")
+        .collect();
+    assert_eq!(delivered.len(), 1, "{lines:#?}");
+    assert_eq!(delivered[0]["span"]["message_id"], message_id.to_string());
+    for line in &lines {
+        let spans = line["spans"].as_array().cloned().unwrap_or_default();
+        let names: Vec<&str> = spans.iter().filter_map(|span| span["name"].as_str()).collect();
+        assert!(names.iter().all(|name| ["http", "job"].contains(name)), "{line}");
+    }
+
+    // Neither the text nor the answer quoting it is in any span.
+    for span in &spans {
+        let everything = format!("{:?} {}", span.attributes, span.rest);
+        assert!(!everything.contains("tangerine"), "{span:#?}");
+    }
+    // Stopped here, off this runtime, rather than when the subscriber drops on it.
+    tokio::task::spawn_blocking(move || traces.shutdown())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn without_an_exporter_no_traceparent_is_stored_or_sent() {
+    let app = spawn_app().await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
+    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
+    let worker = worker_for(&app, &agent);
+    deliver(&app, &tenant, Platform::Telegram, telegram_text(7402, "hello")).await;
+    let StepOutcome::Executed(message_id) = worker.step().await.unwrap() else {
+        panic!("the agent answered");
+    };
+
+    assert_eq!(agent.calls()[0].traceparent, None);
+    let mut tx = app.tenant_tx(tenant.tenant).await;
+    let message = messages::get(&mut tx, message_id).await.unwrap().unwrap();
+    assert_eq!(message.metadata.get("traceparent"), None, "{}", message.metadata);
+}
+
+/// `serve` as an operator runs it: traces on by the standard variables alone, and the
+/// spans still buffered when SIGTERM arrives are posted before the process exits (the
+/// batch delay is set past the test's length, so only that last flush can deliver them).
+#[tokio::test]
+async fn serve_exports_to_the_endpoint_its_environment_names_and_flushes_when_it_stops() {
+    let db = TestDb::migrated().await;
+    let key = Keyring::generate_entry("traces")
+        .unwrap()
+        .expose_secret()
+        .to_owned();
+    let keys = Keyring::parse(&key).unwrap();
+    let collector = OtlpCollector::start().await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_sealed(&db.app_pool(), "acme", Some(&platforms.base_url), &keys).await;
+    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
+    let child = Command::new(env!("CARGO_BIN_EXE_channel-bridge"))
+        .args(["serve", "--bind", "127.0.0.1:0"])
+        .env("DATABASE_URL", db.url())
+        .env("CB_SECRETS_KEY", &key)
+        .env("CB_AGENT_URL", &agent.url)
+        .env("CB_EGRESS_ALLOW", "127.0.0.1")
+        .env("CB_LOG_FORMAT", "json")
+        .env("RUST_LOG", "info")
+        .env("CB_SHUTDOWN_GRACE_SECS", "5")
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            collector.traces_url.trim_end_matches("/v1/traces"),
+        )
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("OTEL_SDK_DISABLED")
+        .env_remove("OTEL_TRACES_SAMPLER")
+        .env("OTEL_SERVICE_NAME", "bridge-under-test")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "600000")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut serve = KilledOnDrop(Some(child));
+    let addr = listening_addr(serve.child().stderr.take().unwrap()).await;
+
+    let body = telegram_text(7403, "hello");
+    let mut request = reqwest::Client::new()
+        .post(format!("http://{addr}{}", tenant.hook_path(Platform::Telegram)))
+        .body(body.clone());
+    for (name, value) in signed_headers(Platform::Telegram, &body) {
+        request = request.header(name, value);
+    }
+    assert_eq!(request.send().await.unwrap().status(), 200);
+    agent.wait_for_calls(1).await;
+    eventually("the reply is posted", || async { platforms.sent().len() == 1 }).await;
+    assert!(
+        collector.spans().is_empty(),
+        "nothing is posted before the batch delay"
+    );
+
+    // The shell's own `kill`: a minimal image may have no kill binary.
+    let terminated = Command::new("sh")
+        .args(["-c", &format!("kill -TERM {}", serve.child().id())])
+        .status()
+        .unwrap();
+    assert!(terminated.success());
+    let mut exited = None;
+    eventually("serve exits after SIGTERM", || {
+        exited = serve.child().try_wait().unwrap();
+        let done = exited.is_some();
+        async move { done }
+    })
+    .await;
+    let exited = exited.unwrap();
+    assert!(exited.success(), "{exited}");
+
+    let spans = collector.spans();
+    let webhook = named(&spans, WEBHOOK);
+    let dispatch = named(&spans, "dispatch");
+    assert_eq!(dispatch.trace_id, webhook.trace_id);
+    assert_eq!(dispatch.parent_span_id, webhook.span_id);
+    assert!(
+        spans.iter().all(|span| span.service == "bridge-under-test"),
+        "{spans:#?}"
+    );
+    let traceparent = agent.calls()[0].traceparent.clone().unwrap_or_default();
+    assert!(
+        traceparent.starts_with(&format!("00-{}-", webhook.trace_id)),
+        "{traceparent}"
+    );
+}
+
+/// A child process killed (and reaped) when a test ends without stopping it, so a failed
+/// assertion leaves no `serve` running.
+struct KilledOnDrop(Option<std::process::Child>);
+
+impl KilledOnDrop {
+    fn child(&mut self) -> &mut std::process::Child {
+        self.0.as_mut().expect("the child is still owned")
+    }
+}
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The address `serve` logs once it listens (`"message": "listening"`); the rest of its
+/// log is drained on a thread of its own so that the pipe never fills.
+async fn listening_addr(stderr: std::process::ChildStderr) -> String {
+    let read = tokio::task::spawn_blocking(move || {
+        let mut lines = BufReader::new(stderr).lines();
+        let addr = lines.by_ref().map_while(Result::ok).find_map(|line| {
+            let line: serde_json::Value = serde_json::from_str(&line).ok()?;
+            (line["message"] == "listening").then(|| line["addr"].as_str().map(str::to_owned))?
+        });
+        std::thread::spawn(move || lines.for_each(drop));
+        addr
+    });
+    tokio::time::timeout(Duration::from_secs(30), read)
+        .await
+        .expect("serve starts listening within 30 s")
+        .unwrap()
+        .expect("serve logs the address it listens on")
+}
