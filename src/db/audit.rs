@@ -179,7 +179,9 @@ mod tests {
                 | AuditAction::LinkDelete
                 | AuditAction::MessagesRedispatch
                 | AuditAction::MessagesResend
-                | AuditAction::PersonErase => {}
+                | AuditAction::PersonErase
+                | AuditAction::KeyIssue
+                | AuditAction::KeyRevoke => {}
             }
         }
         let names: std::collections::HashSet<_> = AuditAction::ALL.map(AuditAction::as_str).into();
