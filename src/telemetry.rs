@@ -379,6 +379,18 @@ pub const METRICS: &[Metric] = &[
         "Slack thread reads looking for an in-doubt reply part, by result.",
     ),
     metric(
+        "channel_bridge_retention_deleted_total",
+        Counter,
+        &["kind"],
+        "Rows the retention job deleted, by kind (turns, reply_parts, notices).",
+    ),
+    metric(
+        "channel_bridge_retention_passes_total",
+        Counter,
+        &["outcome"],
+        "Retention passes over every tenant with a retention, by outcome (ok, failed).",
+    ),
+    metric(
         "channel_bridge_typing_requests_total",
         Counter,
         &["platform", "outcome"],

@@ -77,6 +77,13 @@ async fn pass(
         report.reply_parts += purged.reply_parts;
         let notices = purge_notices(pool, tenant, cutoff(now, days).date_naive(), &stopping).await?;
         report.notices += notices;
+        for (kind, count) in [
+            ("turns", purged.turns),
+            ("reply_parts", purged.reply_parts),
+            ("notices", notices),
+        ] {
+            metrics::counter!("channel_bridge_retention_deleted_total", "kind" => kind).increment(count);
+        }
         if purged.turns + notices > 0 {
             tracing::info!(
                 tenant_id = %tenant,
@@ -141,9 +148,15 @@ pub async fn run(pool: PgPool, mut stop: watch::Receiver<bool>) {
             move || *stop.borrow()
         };
         match pass(&pool, chrono::Utc::now(), stopping).await {
-            Ok(_) => {}
+            Ok(_) => {
+                metrics::counter!("channel_bridge_retention_passes_total", "outcome" => "ok").increment(1)
+            }
             Err(err) if crate::db::means_no_schema(&err) => {}
-            Err(err) => tracing::warn!(error = %err, "retention pass failed; trying again at the next one"),
+            Err(err) => {
+                metrics::counter!("channel_bridge_retention_passes_total", "outcome" => "failed")
+                    .increment(1);
+                tracing::warn!(error = %err, "retention pass failed; trying again at the next one");
+            }
         }
         tokio::select! {
             () = tokio::time::sleep(EVERY) => {}
