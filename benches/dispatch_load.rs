@@ -53,7 +53,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::{Json, Router};
-use channel_bridge::channels::{Inbound, InboundKind, InboundMessage};
+use channel_bridge::platforms::inbound::{Inbound, InboundKind, InboundMessage};
 use channel_bridge::db::connectors::NewConnector;
 use channel_bridge::db::queue::{ClaimRequest, Queue};
 use channel_bridge::db::{self, TenantTx};

@@ -65,7 +65,7 @@ fn hmac_sha256_hex(secret: &str, parts: &[&[u8]]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::channels::{channel_for, testing, HookRequest};
+    use crate::platforms::inbound::{channel_for, testing, HookRequest};
 
     fn header<'a>(headers: &'a [(HeaderName, String)], name: &HeaderName) -> &'a str {
         headers

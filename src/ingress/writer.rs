@@ -22,7 +22,7 @@ use sqlx::PgPool;
 
 use super::{record_many_in, RecordOutcome};
 use crate::batch::{BatchError, BatchLimits, BatchWrite, Batcher, WriteFuture};
-use crate::channels::Inbound;
+use crate::platforms::inbound::Inbound;
 use crate::db::TenantTx;
 use crate::domain::{Connector, TenantId};
 

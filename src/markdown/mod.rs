@@ -24,10 +24,7 @@
 //! ([`telegram::visible_units`]).
 
 pub mod render;
-pub mod slack;
 pub mod split;
-pub mod telegram;
-pub mod whatsapp;
 
 use crate::domain::Platform;
 
@@ -55,11 +52,7 @@ pub trait Renderer: Sync {
 
 /// The renderer of `platform`.
 pub fn renderer(platform: Platform) -> &'static dyn Renderer {
-    match platform {
-        Platform::Slack => &slack::Slack,
-        Platform::Telegram => &telegram::Telegram,
-        Platform::Whatsapp => &whatsapp::Whatsapp,
-    }
+    crate::platforms::of(platform)
 }
 
 /// `markdown` in `platform`'s formatting; `None` when it renders to nothing visible (a part

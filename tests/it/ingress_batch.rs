@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use channel_bridge::cache::ConfigCache;
-use channel_bridge::channels::{channel_for, Inbound, Parsed};
+use channel_bridge::platforms::inbound::{channel_for, Inbound, Parsed};
 use channel_bridge::db;
 use channel_bridge::dispatch::{StepOutcome, Worker};
 use channel_bridge::domain::{Connector, ConnectorId, Platform, TenantId};

@@ -12,7 +12,8 @@
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::{
+use super::Telegram;
+use crate::platforms::inbound::{
     constant_time_eq, parse_json, required_header, verification_secrets, Channel, HookError, HookRequest,
     Inbound, InboundKind, InboundMessage, Parsed,
 };
@@ -68,8 +69,6 @@ const NON_TEXT_CONTENT: &[(&str, &str)] = &[
     ("game", "[game]"),
     ("checklist", "[checklist]"),
 ];
-
-pub struct Telegram;
 
 impl Channel for Telegram {
     fn platform(&self) -> Platform {
@@ -278,19 +277,19 @@ fn metadata(message: &MessageIn, from: &UserIn) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::channels::testing;
+    use crate::platforms::inbound::testing;
 
     const SECRET: &str = "tg_secret-Token_0123";
 
-    const PRIVATE_TEXT: &[u8] = include_bytes!("../../fixtures/telegram/private_text.json");
-    const GROUP_TOPIC_REPLY: &[u8] = include_bytes!("../../fixtures/telegram/group_topic_reply.json");
-    const EDITED_MESSAGE: &[u8] = include_bytes!("../../fixtures/telegram/edited_message.json");
-    const CHANNEL_POST: &[u8] = include_bytes!("../../fixtures/telegram/channel_post.json");
-    const MY_CHAT_MEMBER: &[u8] = include_bytes!("../../fixtures/telegram/my_chat_member.json");
-    const BOT_SENDER: &[u8] = include_bytes!("../../fixtures/telegram/bot_sender.json");
-    const PHOTO: &[u8] = include_bytes!("../../fixtures/telegram/photo.json");
-    const NEW_CHAT_MEMBERS: &[u8] = include_bytes!("../../fixtures/telegram/new_chat_members.json");
-    const UNKNOWN_UPDATE_KIND: &[u8] = include_bytes!("../../fixtures/telegram/unknown_update_kind.json");
+    const PRIVATE_TEXT: &[u8] = include_bytes!("../../../fixtures/telegram/private_text.json");
+    const GROUP_TOPIC_REPLY: &[u8] = include_bytes!("../../../fixtures/telegram/group_topic_reply.json");
+    const EDITED_MESSAGE: &[u8] = include_bytes!("../../../fixtures/telegram/edited_message.json");
+    const CHANNEL_POST: &[u8] = include_bytes!("../../../fixtures/telegram/channel_post.json");
+    const MY_CHAT_MEMBER: &[u8] = include_bytes!("../../../fixtures/telegram/my_chat_member.json");
+    const BOT_SENDER: &[u8] = include_bytes!("../../../fixtures/telegram/bot_sender.json");
+    const PHOTO: &[u8] = include_bytes!("../../../fixtures/telegram/photo.json");
+    const NEW_CHAT_MEMBERS: &[u8] = include_bytes!("../../../fixtures/telegram/new_chat_members.json");
+    const UNKNOWN_UPDATE_KIND: &[u8] = include_bytes!("../../../fixtures/telegram/unknown_update_kind.json");
 
     fn connector() -> Connector {
         let mut connector = testing::connector(Platform::Telegram, SECRET);

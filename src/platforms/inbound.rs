@@ -1,12 +1,10 @@
-//! The three platforms behind one trait: verify a webhook over its raw bytes, answer a
-//! handshake, and parse the body into inbound user turns with their idempotency keys.
+//! What every platform's inbound protocol shares: the [`Channel`] trait (verify a webhook
+//! over its raw bytes, answer a handshake, parse the body into inbound user turns with their
+//! idempotency keys), the turns it produces, and the verification helpers. Each platform's
+//! own protocol is its folder's `inbound.rs`.
 //!
 //! Nothing here touches the database or the network; the ingress handler
 //! (`crate::http::hooks`) drives these steps in order.
-
-pub mod slack;
-pub mod telegram;
-pub mod whatsapp;
 
 use axum::http::HeaderMap;
 use hmac::{Hmac, Mac};
@@ -258,13 +256,9 @@ pub trait Channel: Send + Sync {
     fn parse(&self, connector: &Connector, body: &[u8]) -> Result<Parsed, HookError>;
 }
 
-/// The module that speaks `platform`.
+/// The inbound protocol of `platform` (`super::of`).
 pub fn channel_for(platform: Platform) -> &'static dyn Channel {
-    match platform {
-        Platform::Slack => &slack::Slack,
-        Platform::Whatsapp => &whatsapp::WhatsApp,
-        Platform::Telegram => &telegram::Telegram,
-    }
+    super::of(platform)
 }
 
 /// Constant-time equality of two byte strings (length is not secret).
