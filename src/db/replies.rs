@@ -6,8 +6,8 @@
 use chrono::{DateTime, Utc};
 
 use super::TenantTx;
-use crate::platforms::inbound::{DeliveryStatus, PostedPart};
 use crate::domain::{ConnectorId, MessageId};
+use crate::platforms::inbound::{DeliveryStatus, PostedPart};
 
 /// Applies a WhatsApp status callback to the reply part it names: by our part key
 /// (`biz_opaque_callback_data` = `{message_id}:{part_index}`) when present, else by the

@@ -10,6 +10,10 @@
 //!   message (its id recorded at once), then `editMessageText`.
 //! - WhatsApp: no such API; the typing indicator goes on until the reply.
 //!
+//! This file is the machinery; each platform's calls are its `live.rs`
+//! (`crate::platforms::slack::live`, `crate::platforms::telegram::live`) behind
+//! `crate::platforms::LivePreview`.
+//!
 //! The view starts with the stream's first text (an answer in JSON starts none).
 //!
 //! Throttling: the view wakes on the newest text (a `watch` channel keeps only the latest,
@@ -21,7 +25,7 @@
 //! Exactly once: a message the view leaves on the platform (Slack stream, Telegram group
 //! message) is recorded in `channel_messages.live_message_id` through the turn writer, under
 //! the job's lease, before any further call. The answer's first part then *adopts* it
-//! (`outbound::adopt`: `chat.stopStream` + `chat.update`, `editMessageText`) instead of
+//! (`crate::platforms::send::adopt`: `chat.stopStream` + `chat.update`, `editMessageText`) instead of
 //! posting a second message, and a worker that claims the turn again after a crash finds
 //! the id, shows nothing live, and completes that same message. Limit: a worker that dies
 //! between the platform's answer to the first call and that record leaves an unfinished
@@ -268,7 +272,10 @@ pub(crate) fn token(context: &LiveContext) -> &str {
 }
 
 /// Posts `body` and reads the JSON answer; `Err` for anything but `ok: true`.
-pub(crate) async fn call(context: &LiveContext, request: reqwest::RequestBuilder) -> Result<Value, &'static str> {
+pub(crate) async fn call(
+    context: &LiveContext,
+    request: reqwest::RequestBuilder,
+) -> Result<Value, &'static str> {
     let response = context.client.send(request).await.map_err(|_| "request failed")?;
     let body: Value = response.json().await.map_err(|_| "unreadable answer")?;
     if body["ok"] == true {

@@ -12,7 +12,7 @@
 //! - then the part is marked `sending` (committed), posted, and settled from the answer.
 //!
 //! A streamed answer whose live view left a message on the platform (`live`) has its first
-//! part delivered into that message (`outbound::adopt`) rather than posted: an edit, so an
+//! part delivered into that message (`platforms::send::adopt`) rather than posted: an edit, so an
 //! interrupted one is simply made again, without reconciling.
 //!
 //! Rate-limit answers put the part back to `pending` and the job waits the platform's delay;
@@ -34,13 +34,13 @@ use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 
-use crate::platforms::send::{self as outbound, OutboundPart, SendOutcome};
 use crate::db::messages::{MessageRow, ReplyPart};
 use crate::db::queue::Job;
 use crate::db::turns::{Applied, PartStatus, Transition};
 use crate::db::{self, replies, TenantTx};
 use crate::dispatch::writer::TurnWriter;
 use crate::domain::{Connector, MessageId};
+use crate::platforms::send::{self as outbound, OutboundPart, SendOutcome};
 use crate::settings::DispatchSettings;
 
 /// Where a message's delivery stands after one pass.

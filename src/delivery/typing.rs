@@ -15,6 +15,9 @@
 //!   status goes when the app replies, and after 2 min without a message: refreshed every
 //!   25 intervals (100 s), and cleared (empty status) when the turn ends without a reply.
 //!
+//! This file is the machinery; each platform's requests are its `typing.rs`
+//! (`crate::platforms::telegram::typing`…) behind `crate::platforms::TypingIndicator`.
+//!
 //! Best effort, never in the turn's way: the indicator runs in a task of its own, each
 //! request with a short timeout (2 s, at most one interval), and nothing it meets (an error,
 //! a timeout, the egress policy) reaches the turn; a refusal (4xx) stops its refreshes.

@@ -16,9 +16,9 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::admin::{ApiJsonError, ApiPath};
-use crate::platforms::inbound::{channel_for, HandshakeReply, HookRequest, Inbound, Parsed};
 use crate::domain::{Connector, ConnectorId, Platform, TenantId};
 use crate::error::AppError;
+use crate::platforms::inbound::{channel_for, HandshakeReply, HookRequest, Inbound, Parsed};
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {

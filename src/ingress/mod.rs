@@ -26,10 +26,10 @@ pub mod writer;
 
 use sqlx::PgPool;
 
-use crate::platforms::inbound::{Inbound, InboundKind, InboundMessage};
 use crate::db::queue::Stage;
 use crate::db::{self, messages::NewMessage, TenantTx};
 use crate::domain::{Connector, MessageId, MessageStatus, Platform, UnlinkedPolicy};
+use crate::platforms::inbound::{Inbound, InboundKind, InboundMessage};
 
 /// What `record` did with one webhook.
 #[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]

@@ -8,6 +8,9 @@
 //! - Slack: the file's `url_private_download` (from the signed event, or `files.info` when
 //!   the event had none), fetched with the bot token. The token is only ever sent to Slack's
 //!   file host or the connector's own API host.
+//!
+//! Each platform's lookups are its `files.rs` (`crate::platforms::slack::files`…) behind
+//! `crate::platforms::Files`; this file holds what they share.
 
 use reqwest::StatusCode;
 use secrecy::ExposeSecret;
@@ -89,4 +92,3 @@ pub(crate) async fn json(response: reqwest::Response) -> (StatusCode, Value) {
     let status = response.status();
     (status, response.json().await.unwrap_or(Value::Null))
 }
-

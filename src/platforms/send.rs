@@ -61,7 +61,12 @@ impl OutboundPart<'_> {
 /// next to the several the request itself makes, for a trait the platforms can sit behind.
 pub trait Outbound: Sync {
     /// Posts `part` as a new message, threaded to the user's.
-    fn send<'a>(&'a self, client: &'a Client, part: &'a OutboundPart<'a>, token: &'a str) -> BoxFuture<'a, SendOutcome>;
+    fn send<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+    ) -> BoxFuture<'a, SendOutcome>;
 
     /// Delivers `part` into the message the live view left (`live_id`) instead of a new one;
     /// platforms without live messages post it.

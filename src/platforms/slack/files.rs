@@ -93,7 +93,8 @@ mod tests {
 
     #[test]
     fn the_slack_token_goes_to_slack_or_the_connectors_own_host_only() {
-        let mut connector = crate::platforms::inbound::testing::connector(crate::domain::Platform::Slack, "s");
+        let mut connector =
+            crate::platforms::inbound::testing::connector(crate::domain::Platform::Slack, "s");
         assert!(check_slack_host(
             &connector,
             "https://files.slack.com/files-pri/T1-F1/download/a.png"

@@ -18,13 +18,15 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::Slack;
-use crate::platforms::inbound::{
-    hmac_sha256_matches, parse_json, required_header, Channel, HandshakeReply, HookError, HookRequest,
-    Inbound, InboundKind, InboundMessage, Parsed, PostedPart,
-};
+use axum::http::HeaderName;
+
 use crate::db::replies::parse_part_key;
 use crate::domain::{Connector, Platform};
 use crate::media::{Attachment, AttachmentKind, FileSource};
+use crate::platforms::inbound::{
+    hmac_sha256_hex, hmac_sha256_matches, parse_json, required_header, Channel, HandshakeReply, HookError,
+    HookRequest, Inbound, InboundKind, InboundMessage, Parsed, PostedPart,
+};
 
 /// The `event_type` of the metadata every reply part is posted with, and the one the app's
 /// manifest subscribes to under `metadata_subscriptions` (README, "Registering the webhook").
@@ -32,12 +34,31 @@ pub const REPLY_METADATA_EVENT_TYPE: &str = "channel_bridge_reply";
 
 const SIGNATURE_HEADER: &str = "x-slack-signature";
 const TIMESTAMP_HEADER: &str = "x-slack-request-timestamp";
+pub const SIGNATURE: HeaderName = HeaderName::from_static(SIGNATURE_HEADER);
+pub const TIMESTAMP: HeaderName = HeaderName::from_static(TIMESTAMP_HEADER);
 /// "more than five minutes from local time", in either direction (PLATFORMS.md §1.1).
 const MAX_CLOCK_SKEW_SECS: u64 = 300;
 
 impl Channel for Slack {
     fn platform(&self) -> Platform {
         Platform::Slack
+    }
+
+    /// `X-Slack-Request-Timestamp: {now}` and
+    /// `X-Slack-Signature: v0=hex(HMAC-SHA256(secret, "v0:{now}:{body}"))`.
+    fn sign(&self, secret: &str, body: &[u8], now: i64) -> Vec<(HeaderName, String)> {
+        let timestamp = now.to_string();
+        let signature = hmac_sha256_hex(secret, &[b"v0:", timestamp.as_bytes(), b":", body]);
+        vec![(TIMESTAMP, timestamp), (SIGNATURE, format!("v0={signature}"))]
+    }
+
+    fn signing_note(&self, now: i64) -> Option<String> {
+        let window = i64::try_from(MAX_CLOCK_SKEW_SECS).unwrap_or(i64::MAX);
+        Some(format!(
+            "the Slack signature covers timestamp {now}: the command is accepted for {window} s \
+             (until unix time {})",
+            now + window
+        ))
     }
 
     /// `X-Slack-Signature: v0=hex(HMAC-SHA256(secret, "v0:{ts}:{raw body}"))` with a fresh

@@ -55,7 +55,13 @@ pub(super) async fn show(context: &LiveContext, text: &str, shown: &mut Shown) -
 }
 
 /// Stops the stream `live_id` with the text it shows (best effort).
-pub(super) async fn end(client: &GuardedClient, connector: &Connector, message: &MessageRow, live_id: &str, token: &str) {
+pub(super) async fn end(
+    client: &GuardedClient,
+    connector: &Connector,
+    message: &MessageRow,
+    live_id: &str,
+    token: &str,
+) {
     let request = client
         .post(format!("{}/api/chat.stopStream", base_url(connector)))
         .bearer_auth(token)

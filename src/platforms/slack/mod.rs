@@ -50,7 +50,12 @@ impl PlatformApi for Slack {
 }
 
 impl Outbound for Slack {
-    fn send<'a>(&'a self, client: &'a Client, part: &'a OutboundPart<'a>, token: &'a str) -> BoxFuture<'a, SendOutcome> {
+    fn send<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+    ) -> BoxFuture<'a, SendOutcome> {
         Box::pin(send::post(client, part, token))
     }
 

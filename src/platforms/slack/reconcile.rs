@@ -46,9 +46,9 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
 use super::thread::{self, ThreadPage, ThreadPageQuery};
-use crate::delivery::{part_backoff, window_left, Outgoing, Reconciled};
 use crate::db::messages::ReplyPart;
 use crate::db::{replies, slack_budget, TenantTx};
+use crate::delivery::{part_backoff, window_left, Outgoing, Reconciled};
 use crate::settings::DispatchSettings;
 
 /// How far before the part's `sending` mark the read starts: room for the clocks of our

@@ -76,7 +76,11 @@ pub(super) async fn post(client: &Client, part: &OutboundPart<'_>, token: &str) 
     classify(status, body, retry_after)
 }
 
-pub(super) fn classify(status: StatusCode, body: Option<Value>, retry_after: Option<Duration>) -> SendOutcome {
+pub(super) fn classify(
+    status: StatusCode,
+    body: Option<Value>,
+    retry_after: Option<Duration>,
+) -> SendOutcome {
     // Only a well-formed Slack error code is kept: the base URL may be the tenant's.
     let error = body
         .as_ref()
@@ -227,5 +231,4 @@ mod tests {
             SendOutcome::Unknown { .. }
         ));
     }
-
 }

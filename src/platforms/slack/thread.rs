@@ -120,8 +120,7 @@ fn classify_thread_page(
         };
     };
     let ours = |m: &&Value| {
-        m.pointer("/metadata/event_type").and_then(Value::as_str)
-            == Some(REPLY_METADATA_EVENT_TYPE)
+        m.pointer("/metadata/event_type").and_then(Value::as_str) == Some(REPLY_METADATA_EVENT_TYPE)
             && m.pointer("/metadata/event_payload/part_key")
                 .and_then(Value::as_str)
                 == Some(part_key)
@@ -144,7 +143,6 @@ fn classify_thread_page(
         _ => ThreadPage::Failed("slack conversations.replies: has_more without a next_cursor".into()),
     }
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -213,5 +211,4 @@ mod tests {
             ThreadPage::Failed(_)
         ));
     }
-
 }

@@ -13,14 +13,17 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::Telegram;
+use axum::http::HeaderName;
+
+use crate::domain::{Connector, Platform};
+use crate::media::{Attachment, AttachmentKind, FileSource};
 use crate::platforms::inbound::{
     constant_time_eq, parse_json, required_header, verification_secrets, Channel, HookError, HookRequest,
     Inbound, InboundKind, InboundMessage, Parsed,
 };
-use crate::domain::{Connector, Platform};
-use crate::media::{Attachment, AttachmentKind, FileSource};
 
 const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
+pub const SECRET_TOKEN: HeaderName = HeaderName::from_static(SECRET_HEADER);
 
 /// Update kinds the Bot API documents besides `message`, each with its own drop reason.
 const OTHER_UPDATE_KINDS: &[&str] = &[
@@ -73,6 +76,23 @@ const NON_TEXT_CONTENT: &[(&str, &str)] = &[
 impl Channel for Telegram {
     fn platform(&self) -> Platform {
         Platform::Telegram
+    }
+
+    /// `X-Telegram-Bot-Api-Secret-Token: {secret}` (the header is the secret itself).
+    fn sign(&self, secret: &str, _body: &[u8], _now: i64) -> Vec<(HeaderName, String)> {
+        vec![(SECRET_TOKEN, secret.to_owned())]
+    }
+
+    fn secret_header(&self) -> Option<HeaderName> {
+        Some(SECRET_TOKEN)
+    }
+
+    fn signing_note(&self, _now: i64) -> Option<String> {
+        Some(format!(
+            "the Telegram header is the secret itself, so the command reads it from ${}: \
+             export it in the shell that runs the command",
+            crate::send_fixture::SECRET_ENV
+        ))
     }
 
     /// The `secret_token` given to `setWebhook` comes back verbatim in a header: no HMAC,

@@ -20,7 +20,11 @@ fn draft_id(message: &MessageRow) -> i64 {
     i64::from(bits.max(1))
 }
 
-pub(super) async fn draft(context: &LiveContext, text: &str, shown: &mut Shown) -> Result<bool, &'static str> {
+pub(super) async fn draft(
+    context: &LiveContext,
+    text: &str,
+    shown: &mut Shown,
+) -> Result<bool, &'static str> {
     let text = clip(text, TELEGRAM_MAX_CHARS);
     if text == shown.text {
         return Ok(true);
@@ -87,4 +91,3 @@ pub(super) async fn show(context: &LiveContext, text: &str, shown: &mut Shown) -
     shown.text = text.to_owned();
     Ok(true)
 }
-

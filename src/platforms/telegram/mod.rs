@@ -38,16 +38,21 @@ impl PlatformApi for Telegram {
     ) -> BoxFuture<'a, anyhow::Result<Reconciled>> {
         let reconciled = match outgoing.connector.telegram_delivery {
             TelegramDelivery::AtLeastOnce => Reconciled::Absent,
-            TelegramDelivery::AtMostOnce => Reconciled::Unknowable(
-                "send interrupted, outcome unknown; not resent (at-most-once)".into(),
-            ),
+            TelegramDelivery::AtMostOnce => {
+                Reconciled::Unknowable("send interrupted, outcome unknown; not resent (at-most-once)".into())
+            }
         };
         Box::pin(async { Ok(reconciled) })
     }
 }
 
 impl Outbound for Telegram {
-    fn send<'a>(&'a self, client: &'a Client, part: &'a OutboundPart<'a>, token: &'a str) -> BoxFuture<'a, SendOutcome> {
+    fn send<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+    ) -> BoxFuture<'a, SendOutcome> {
         Box::pin(send::send(client, part, token))
     }
 

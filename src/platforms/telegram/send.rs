@@ -182,7 +182,6 @@ fn classify(status: StatusCode, body: Option<Value>) -> SendOutcome {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,5 +209,4 @@ mod tests {
             SendOutcome::Unknown { .. }
         ));
     }
-
 }

@@ -12,19 +12,27 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::Whatsapp;
-use crate::platforms::inbound::{
-    constant_time_eq, hmac_sha256_matches, parse_json, required_header, Channel, DeliveryStatus,
-    HandshakeReply, HookError, HookRequest, Inbound, InboundKind, InboundMessage, Parsed,
-};
+use axum::http::HeaderName;
+
 use crate::domain::{Connector, Platform};
 use crate::media::{Attachment, AttachmentKind, FileSource};
+use crate::platforms::inbound::{
+    constant_time_eq, hmac_sha256_hex, hmac_sha256_matches, parse_json, required_header, Channel,
+    DeliveryStatus, HandshakeReply, HookError, HookRequest, Inbound, InboundKind, InboundMessage, Parsed,
+};
 
 /// Only the SHA-256 header is checked; the legacy `X-Hub-Signature` (sha1) is ignored (§2.1).
 const SIGNATURE_HEADER: &str = "x-hub-signature-256";
+pub const SIGNATURE: HeaderName = HeaderName::from_static(SIGNATURE_HEADER);
 
 impl Channel for Whatsapp {
     fn platform(&self) -> Platform {
         Platform::Whatsapp
+    }
+
+    /// `X-Hub-Signature-256: sha256=hex(HMAC-SHA256(app secret, body))`.
+    fn sign(&self, secret: &str, body: &[u8], _now: i64) -> Vec<(HeaderName, String)> {
+        vec![(SIGNATURE, format!("sha256={}", hmac_sha256_hex(secret, &[body])))]
     }
 
     /// `X-Hub-Signature-256: sha256=hex(HMAC-SHA256(app secret, raw body))` (§2.1). The body

@@ -57,7 +57,12 @@ impl PlatformApi for Whatsapp {
 }
 
 impl Outbound for Whatsapp {
-    fn send<'a>(&'a self, client: &'a Client, part: &'a OutboundPart<'a>, token: &'a str) -> BoxFuture<'a, SendOutcome> {
+    fn send<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+    ) -> BoxFuture<'a, SendOutcome> {
         Box::pin(send::send(client, part, token))
     }
 }

@@ -93,7 +93,6 @@ fn classify(status: StatusCode, body: Option<Value>) -> SendOutcome {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
