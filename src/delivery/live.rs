@@ -25,11 +25,11 @@
 //! Exactly once: a message the view leaves on the platform (Slack stream, Telegram group
 //! message) is recorded in `channel_messages.live_message_id` through the turn writer, under
 //! the job's lease, before any further call. The answer's first part then *adopts* it
-//! (`crate::platforms::send::adopt`: `chat.stopStream` + `chat.update`, `editMessageText`) instead of
-//! posting a second message, and a worker that claims the turn again after a crash finds
-//! the id, shows nothing live, and completes that same message. Limit: a worker that dies
-//! between the platform's answer to the first call and that record leaves an unfinished
-//! preview which nothing adopts (the answer is then posted as a new message).
+//! (`crate::platforms::send::adopt`: `chat.stopStream` + `chat.update`, `editMessageText`)
+//! instead of posting a second message, and a worker that claims the turn again after a
+//! crash finds the id, shows nothing live, and completes that same message. Limit: a worker
+//! that dies between the platform's answer to the first call and that record leaves an
+//! unfinished preview which nothing adopts (the answer is then posted as a new message).
 //!
 //! A preview that no part will adopt (the agent failed for good, or answered nothing) is
 //! ended: a Slack stream is stopped (`end`); a retry keeps it for the next attempt.

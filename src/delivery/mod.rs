@@ -2,18 +2,19 @@
 //! platform"): in order, threaded, each part exactly once.
 //!
 //! For each part still to post:
-//! - `sending` (an earlier send whose outcome is unknown) is reconciled first: Slack waits
-//!   for the `message_metadata_posted` event that confirms the post, then looks for the
-//!   part key in the thread within Slack's read limits (`platforms::slack::reconcile`); WhatsApp waits for the status
-//!   callback that echoes the part key, and resends only when none came within
-//!   `CB_WHATSAPP_CONFIRM_SECS`; Telegram, which offers no way to look, follows the
+//! - `sending` (an earlier send whose outcome is unknown) is reconciled first, as its
+//!   platform says (`crate::platforms::PlatformApi::reconcile`): Slack waits for the
+//!   `message_metadata_posted` event that confirms the post, then looks for the part key in
+//!   the thread within Slack's read limits (`platforms::slack::reconcile`); WhatsApp waits
+//!   for the status callback that echoes the part key, and resends only when none came
+//!   within `CB_WHATSAPP_CONFIRM_SECS`; Telegram, which offers no way to look, follows the
 //!   connector's choice (at-most-once: mark it `unknown` and go on with the parts after it,
 //!   which were certainly never sent; at-least-once: resend).
 //! - then the part is marked `sending` (committed), posted, and settled from the answer.
 //!
 //! A streamed answer whose live view left a message on the platform (`live`) has its first
-//! part delivered into that message (`platforms::send::adopt`) rather than posted: an edit, so an
-//! interrupted one is simply made again, without reconciling.
+//! part delivered into that message (`platforms::send::adopt`) rather than posted: an edit,
+//! so an interrupted one is simply made again, without reconciling.
 //!
 //! Rate-limit answers put the part back to `pending` and the job waits the platform's delay;
 //! a permanent refusal fails the part and the ones after it, makes the turn

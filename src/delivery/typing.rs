@@ -97,7 +97,7 @@ pub enum Show {
 
 /// What one indicator request came to (the `outcome` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+enum Outcome {
     Ok,
     /// The platform asked to slow down: this refresh is lost, the next one is tried.
     RateLimited,

@@ -10,14 +10,14 @@ use crate::db::messages::MessageRow;
 use crate::delivery::live::{call, clip, record, token, LiveContext, Shown};
 use crate::domain::Connector;
 use crate::egress::GuardedClient;
-use crate::platforms::api_base as base_url;
+use crate::platforms::api_base;
 
 /// Slack's limit on one `markdown_text`, in characters (12,000 per the API reference).
 const SLACK_MAX_CHARS: usize = 12_000;
 
 pub(super) async fn show(context: &LiveContext, text: &str, shown: &mut Shown) -> Result<bool, &'static str> {
     let message = &context.message;
-    let base = base_url(&context.connector);
+    let base = api_base(&context.connector);
     let Some(ts) = shown.id.clone() else {
         let mut body = json!({
             "channel": message.chat_id,
@@ -63,7 +63,7 @@ pub(super) async fn end(
     token: &str,
 ) {
     let request = client
-        .post(format!("{}/api/chat.stopStream", base_url(connector)))
+        .post(format!("{}/api/chat.stopStream", api_base(connector)))
         .bearer_auth(token)
         .json(&json!({ "channel": message.chat_id, "ts": live_id }));
     if client.send(request).await.is_err() {

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use super::inbound::REPLY_METADATA_EVENT_TYPE;
 use crate::db::messages::MessageRow;
 use crate::egress::{self, GuardedClient as Client};
-use crate::platforms::api_base as base_url;
+use crate::platforms::api_base;
 use crate::platforms::send::{read_json, transport_error, OutboundPart, SendOutcome};
 
 /// Slack's control characters; nothing else is escaped (Slack formatting reference). This
@@ -65,7 +65,7 @@ pub(super) async fn post(client: &Client, part: &OutboundPart<'_>, token: &str) 
         },
     });
     let request = client
-        .post(format!("{}/api/chat.postMessage", base_url(part.connector)))
+        .post(format!("{}/api/chat.postMessage", api_base(part.connector)))
         .bearer_auth(token)
         .json(&body);
     let response = client.send(request).await;
@@ -124,7 +124,7 @@ pub(super) fn classify(
 const SLACK_MESSAGE_GONE: &[&str] = &["message_not_found", "cant_update_message", "edit_window_closed"];
 
 pub(super) async fn adopt(client: &Client, part: &OutboundPart<'_>, token: &str, ts: &str) -> SendOutcome {
-    let base = base_url(part.connector);
+    let base = api_base(part.connector);
     let channel = &part.message.chat_id;
     // Ends the stream if it still runs. Its own refusals (already stopped, e.g. by the
     // holder before a crash, or by Slack after a while) do not matter: the update below

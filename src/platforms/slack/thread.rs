@@ -13,7 +13,7 @@ use super::send::thread_ts;
 use crate::db::messages::MessageRow;
 use crate::domain::Connector;
 use crate::egress::{self, GuardedClient as Client, SendError};
-use crate::platforms::api_base as base_url;
+use crate::platforms::api_base;
 use crate::platforms::send::read_json;
 
 /// Slack errors of `conversations.replies` that a repeat cannot fix: the thread cannot be
@@ -80,7 +80,7 @@ pub async fn thread_page(client: &Client, query: &ThreadPageQuery<'_>) -> Thread
     ];
     params.extend(query.cursor.map(|cursor| ("cursor", cursor)));
     let request = client
-        .get(format!("{}/api/conversations.replies", base_url(query.connector)))
+        .get(format!("{}/api/conversations.replies", api_base(query.connector)))
         .bearer_auth(token.expose_secret())
         .query(&params);
     let response = client.send(request).await;

@@ -6,10 +6,10 @@
 
 use serde_json::{json, Value};
 
-use super::send::int as telegram_int;
+use super::send::json_id;
 use crate::db::messages::MessageRow;
 use crate::delivery::live::{call, clip, record, token, LiveContext, Shown};
-use crate::platforms::api_base as base_url;
+use crate::platforms::api_base;
 
 /// Telegram's limit on a message's (and a draft's) text, in characters.
 const TELEGRAM_MAX_CHARS: usize = 4096;
@@ -31,18 +31,18 @@ pub(super) async fn draft(
     }
     let message = &context.message;
     let mut body = json!({
-        "chat_id": telegram_int(&message.chat_id),
+        "chat_id": json_id(&message.chat_id),
         "draft_id": draft_id(message),
         "text": text,
     });
     if let Some(topic) = &message.thread_id {
-        body["message_thread_id"] = telegram_int(topic);
+        body["message_thread_id"] = json_id(topic);
     }
     let request = context
         .client
         .post(format!(
             "{}/bot{}/sendMessageDraft",
-            base_url(&context.connector),
+            api_base(&context.connector),
             token(context)
         ))
         .json(&body);
@@ -57,19 +57,19 @@ pub(super) async fn show(context: &LiveContext, text: &str, shown: &mut Shown) -
         return Ok(true);
     }
     let message = &context.message;
-    let base = format!("{}/bot{}", base_url(&context.connector), token(context));
+    let base = format!("{}/bot{}", api_base(&context.connector), token(context));
     let Some(id) = shown.id.clone() else {
         let mut body = json!({
-            "chat_id": telegram_int(&message.chat_id),
+            "chat_id": json_id(&message.chat_id),
             "text": text,
             "reply_parameters": {
-                "message_id": telegram_int(&message.platform_message_id),
+                "message_id": json_id(&message.platform_message_id),
                 "allow_sending_without_reply": true,
             },
             "link_preview_options": { "is_disabled": true },
         });
         if let Some(topic) = &message.thread_id {
-            body["message_thread_id"] = telegram_int(topic);
+            body["message_thread_id"] = json_id(topic);
         }
         let request = context.client.post(format!("{base}/sendMessage")).json(&body);
         let answer = call(context, request).await?;
@@ -81,8 +81,8 @@ pub(super) async fn show(context: &LiveContext, text: &str, shown: &mut Shown) -
         return record(context, &id, shown).await;
     };
     let body = json!({
-        "chat_id": telegram_int(&message.chat_id),
-        "message_id": telegram_int(&id),
+        "chat_id": json_id(&message.chat_id),
+        "message_id": json_id(&id),
         "text": text,
         "link_preview_options": { "is_disabled": true },
     });

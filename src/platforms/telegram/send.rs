@@ -9,11 +9,11 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use crate::egress::{self, GuardedClient as Client};
-use crate::platforms::api_base as base_url;
+use crate::platforms::api_base;
 use crate::platforms::send::{read_json, transport_error, OutboundPart, SendOutcome};
 
 /// Telegram chat and message ids are integers; the JSON must carry numbers.
-pub(crate) fn int(value: &str) -> Value {
+pub(crate) fn json_id(value: &str) -> Value {
     value
         .parse::<i64>()
         .map_or_else(|_| Value::String(value.to_owned()), Value::from)
@@ -46,22 +46,22 @@ async fn post(
 ) -> (Option<StatusCode>, SendOutcome) {
     let message = part.message;
     let mut body = json!({
-        "chat_id": int(&message.chat_id),
+        "chat_id": json_id(&message.chat_id),
         "text": text,
         "reply_parameters": {
-            "message_id": int(&message.platform_message_id),
+            "message_id": json_id(&message.platform_message_id),
             "allow_sending_without_reply": true,
         },
         "link_preview_options": { "is_disabled": true },
     });
     if let Some(topic) = &message.thread_id {
-        body["message_thread_id"] = int(topic);
+        body["message_thread_id"] = json_id(topic);
     }
     if let Some(mode) = parse_mode {
         body["parse_mode"] = mode.into();
     }
     let request = client
-        .post(format!("{}/bot{token}/sendMessage", base_url(part.connector)))
+        .post(format!("{}/bot{token}/sendMessage", api_base(part.connector)))
         .json(&body);
     let response = client.send(request).await;
     match response {
@@ -117,8 +117,8 @@ async fn edit(
     parse_mode: Option<&str>,
 ) -> Edited {
     let mut body = json!({
-        "chat_id": int(&part.message.chat_id),
-        "message_id": int(id),
+        "chat_id": json_id(&part.message.chat_id),
+        "message_id": json_id(id),
         "text": text,
         "link_preview_options": { "is_disabled": true },
     });
@@ -126,7 +126,7 @@ async fn edit(
         body["parse_mode"] = mode.into();
     }
     let request = client
-        .post(format!("{}/bot{token}/editMessageText", base_url(part.connector)))
+        .post(format!("{}/bot{token}/editMessageText", api_base(part.connector)))
         .json(&body);
     let (status, body) = match client.send(request).await {
         Ok(response) => {

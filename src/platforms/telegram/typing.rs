@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use super::send::int as telegram_int;
+use super::send::json_id;
 use super::Telegram;
 use crate::db::messages::MessageRow;
 use crate::delivery::typing::{Place, Show};
@@ -32,9 +32,9 @@ impl TypingIndicator for Telegram {
         place: &Place,
         _show: Show,
     ) -> reqwest::RequestBuilder {
-        let mut body = json!({ "chat_id": telegram_int(&place.chat), "action": "typing" });
+        let mut body = json!({ "chat_id": json_id(&place.chat), "action": "typing" });
         if let Some(topic) = &place.within {
-            body["message_thread_id"] = telegram_int(topic);
+            body["message_thread_id"] = json_id(topic);
         }
         client
             .post(format!("{base}/bot{token}/sendChatAction"))

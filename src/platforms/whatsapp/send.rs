@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::GRAPH_VERSION;
 use crate::egress::{self, GuardedClient as Client};
-use crate::platforms::api_base as base_url;
+use crate::platforms::api_base;
 use crate::platforms::send::{read_json, transport_error, OutboundPart, SendOutcome};
 
 /// Meta error codes that mean "slow down" (PLATFORMS.md §2.6): throughput 130429, pair
@@ -45,7 +45,7 @@ pub(super) async fn send(client: &Client, part: &OutboundPart<'_>, token: &str) 
     let request = client
         .post(format!(
             "{}/{GRAPH_VERSION}/{phone_number_id}/messages",
-            base_url(part.connector)
+            api_base(part.connector)
         ))
         .bearer_auth(token)
         .json(&body);
