@@ -48,10 +48,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use channel_bridge::channels::{channel_for, Parsed};
 use channel_bridge::db::connectors::NewConnector;
 use channel_bridge::db::{self, TenantTx};
 use channel_bridge::domain::{ConnectorId, MessageId, Platform, TenantId, UnlinkedPolicy};
+use channel_bridge::platforms::inbound::{channel_for, Parsed};
 use channel_bridge::settings::{DatabaseSettings, ServeSettings};
 use channel_bridge::startup::Application;
 use clap::Parser;

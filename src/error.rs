@@ -6,14 +6,14 @@
 //! - A database that cannot be reached is `Unavailable` (503), so platforms retry later.
 //! - Outside the request cycle (CLI, start-up, worker plumbing) functions return
 //!   `anyhow::Result` with `.context("Failed to …")`; `thiserror` enums are used where a
-//!   caller branches on the variant (`channels::HookError`).
+//!   caller branches on the variant (`platforms::inbound::HookError`).
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
-use crate::channels::HookError;
+use crate::platforms::inbound::HookError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {

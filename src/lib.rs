@@ -2,7 +2,11 @@
 //! webhooks and an AI agent, with every tenant's data under PostgreSQL row-level security.
 //!
 //! Map of the crate:
-//! - `channels`: the three platform protocols behind one trait (verify, handshake, parse).
+//! - `platforms`: one folder per platform (`slack/`, `telegram/`, `whatsapp/`) holding all
+//!   the gateway knows of it (inbound webhooks, sends, formatting, typing, live previews,
+//!   files), behind traits; `platforms::of` is the one place platforms are listed.
+//! - `delivery`: posting reply parts exactly once; `markdown`: parsing, rendering and
+//!   splitting the agent's Markdown; `media`: attachment tokens and downloads.
 //! - `http`: the HTTP surface, one router per feature; `console`: the tenant admin web console.
 //! - `db`: pool, migrations, the tenant transaction (the one door to tenant tables).
 //! - `ingress`: recording webhooks (the batching writer); `cache`: connector and tenant
@@ -23,7 +27,6 @@ pub mod admin_cli;
 pub mod agent_bridge;
 pub mod batch;
 pub mod cache;
-pub mod channels;
 pub mod cli;
 pub mod console;
 pub mod db;
@@ -38,6 +41,7 @@ pub mod ingress;
 pub mod lifecycle;
 pub mod markdown;
 pub mod media;
+pub mod platforms;
 pub mod provision;
 pub mod retry;
 pub mod secret_input;

@@ -29,9 +29,6 @@ use crate::domain::{ConnectorId, Platform, TenantId};
 /// curl command of a Telegram connector refers to it instead of containing the secret.
 pub const SECRET_ENV: &str = "CB_VERIFICATION_SECRET";
 
-/// Slack's replay window, which bounds how long a printed Slack command stays valid.
-const SLACK_WINDOW_SECS: i64 = 300;
-
 #[derive(Debug, clap::Args)]
 pub struct SendFixtureArgs {
     /// Base URL of the gateway, e.g. http://127.0.0.1:8080 (a path prefix is kept).
@@ -168,19 +165,8 @@ pub fn curl_command(request: &SignedRequest, file: &Path) -> String {
 /// What the operator should know before running the printed command (printed on stderr, so
 /// stdout holds only the command).
 pub fn curl_notes(request: &SignedRequest, now: i64) -> Vec<String> {
-    match request.platform {
-        Platform::Slack => vec![format!(
-            "the Slack signature covers timestamp {now}: the command is accepted for {} s \
-             (until unix time {})",
-            SLACK_WINDOW_SECS,
-            now + SLACK_WINDOW_SECS
-        )],
-        Platform::Telegram => vec![format!(
-            "the Telegram header is the secret itself, so the command reads it from ${SECRET_ENV}: \
-             export it in the shell that runs the command"
-        )],
-        Platform::Whatsapp => Vec::new(),
-    }
+    let channel = crate::platforms::inbound::channel_for(request.platform);
+    channel.signing_note(now).into_iter().collect()
 }
 
 /// Single-quotes a word for a POSIX shell.

@@ -1,22 +1,22 @@
 //! Signing a webhook body the way each platform does (PLATFORMS.md §1.1, §2.1, §3.1): the
-//! client side of what `crate::channels` verifies. `send-fixture` and the ingress load
+//! client side of what `crate::platforms` verifies (each platform signs in its
+//! `inbound.rs`). `send-fixture` and the ingress load
 //! generator use it; the integration tests keep their own independent signer
 //! (`tests/it/support/platforms.rs`) so that a bug here cannot hide a bug in verification.
 
 use axum::http::HeaderName;
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
 
 use crate::domain::Platform;
+use crate::platforms::inbound::channel_for;
 
-pub const SLACK_SIGNATURE: HeaderName = HeaderName::from_static("x-slack-signature");
-pub const SLACK_TIMESTAMP: HeaderName = HeaderName::from_static("x-slack-request-timestamp");
-pub const WHATSAPP_SIGNATURE: HeaderName = HeaderName::from_static("x-hub-signature-256");
-pub const TELEGRAM_SECRET_TOKEN: HeaderName = HeaderName::from_static("x-telegram-bot-api-secret-token");
+pub use crate::platforms::slack::inbound::{SIGNATURE as SLACK_SIGNATURE, TIMESTAMP as SLACK_TIMESTAMP};
+pub use crate::platforms::telegram::inbound::SECRET_TOKEN as TELEGRAM_SECRET_TOKEN;
+pub use crate::platforms::whatsapp::inbound::SIGNATURE as WHATSAPP_SIGNATURE;
 
 /// The headers `platform` would send with `body`, given the connector's verification secret
 /// (Slack signing secret, Meta app secret, Telegram `secret_token`) and, for Slack, the unix
-/// time to sign (Slack rejects a timestamp more than 300 s from its receiver's clock).
+/// time to sign (Slack rejects a timestamp more than 300 s from its receiver's clock). Each
+/// platform signs in its `inbound.rs` (`Channel::sign`):
 ///
 /// - Slack: `X-Slack-Request-Timestamp: {now}` and
 ///   `X-Slack-Signature: v0=hex(HMAC-SHA256(secret, "v0:{now}:{body}"))`.
@@ -26,46 +26,21 @@ pub const TELEGRAM_SECRET_TOKEN: HeaderName = HeaderName::from_static("x-telegra
 /// All three send JSON, so `content-type: application/json` comes first.
 pub fn sign_headers(platform: Platform, secret: &str, body: &[u8], now: i64) -> Vec<(HeaderName, String)> {
     let content_type = (axum::http::header::CONTENT_TYPE, "application/json".to_owned());
-    match platform {
-        Platform::Slack => {
-            let timestamp = now.to_string();
-            let signature = hmac_sha256_hex(secret, &[b"v0:", timestamp.as_bytes(), b":", body]);
-            vec![
-                content_type,
-                (SLACK_TIMESTAMP, timestamp),
-                (SLACK_SIGNATURE, format!("v0={signature}")),
-            ]
-        }
-        Platform::Whatsapp => vec![
-            content_type,
-            (
-                WHATSAPP_SIGNATURE,
-                format!("sha256={}", hmac_sha256_hex(secret, &[body])),
-            ),
-        ],
-        Platform::Telegram => vec![content_type, (TELEGRAM_SECRET_TOKEN, secret.to_owned())],
-    }
+    let mut headers = vec![content_type];
+    headers.extend(channel_for(platform).sign(secret, body, now));
+    headers
 }
 
 /// The header that carries the secret itself rather than a signature over the body, if the
 /// platform has one (Telegram). Anything that prints headers must mask this one.
 pub fn secret_header(platform: Platform) -> Option<HeaderName> {
-    (platform == Platform::Telegram).then_some(TELEGRAM_SECRET_TOKEN)
-}
-
-/// Lowercase hex HMAC-SHA256 of the concatenated `parts`. The key is the secret's UTF-8
-/// bytes, never hex- or base64-decoded (PLATFORMS.md §1.1, §2.1).
-fn hmac_sha256_hex(secret: &str, parts: &[&[u8]]) -> String {
-    let mut mac =
-        Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC-SHA256 accepts keys of any length");
-    parts.iter().for_each(|part| mac.update(part));
-    hex::encode(mac.finalize().into_bytes())
+    channel_for(platform).secret_header()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::channels::{channel_for, testing, HookRequest};
+    use crate::platforms::inbound::{testing, HookRequest};
 
     fn header<'a>(headers: &'a [(HeaderName, String)], name: &HeaderName) -> &'a str {
         headers

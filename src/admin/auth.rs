@@ -106,7 +106,8 @@ impl FromRequestParts<AppState> for Operator {
             ));
         };
         let token = bearer(parts).ok_or(AppError::Unauthorized("missing bearer token"))?;
-        if crate::channels::constant_time_eq(token.as_bytes(), expected.expose_secret().as_bytes()) {
+        if crate::platforms::inbound::constant_time_eq(token.as_bytes(), expected.expose_secret().as_bytes())
+        {
             Ok(Operator)
         } else {
             Err(AppError::Unauthorized("invalid operator token"))

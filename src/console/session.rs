@@ -125,7 +125,7 @@ pub struct SignedIn {
 impl SignedIn {
     /// The form's CSRF token matches the session's; else 403.
     pub fn check_csrf(&self, token: &str) -> Result<(), super::ConsoleError> {
-        if crate::channels::constant_time_eq(token.as_bytes(), self.session.csrf.as_bytes()) {
+        if crate::platforms::inbound::constant_time_eq(token.as_bytes(), self.session.csrf.as_bytes()) {
             Ok(())
         } else {
             Err(super::ConsoleError::Csrf)

@@ -6,8 +6,8 @@
 use chrono::{DateTime, Utc};
 
 use super::TenantTx;
-use crate::channels::{DeliveryStatus, PostedPart};
 use crate::domain::{ConnectorId, MessageId};
+use crate::platforms::inbound::{DeliveryStatus, PostedPart};
 
 /// Applies a WhatsApp status callback to the reply part it names: by our part key
 /// (`biz_opaque_callback_data` = `{message_id}:{part_index}`) when present, else by the
@@ -161,7 +161,7 @@ pub async fn claim_daily_notice(
     sender: &str,
 ) -> Result<bool, sqlx::Error> {
     let tenant = tx.tenant();
-    let sender = crate::channels::index_key(sender);
+    let sender = crate::platforms::inbound::index_key(sender);
     let inserted = sqlx::query(
         "insert into channel_notices (tenant_id, connector_id, platform_user_id, day)
          values ($1, $2, $3, (now() at time zone 'utc')::date)

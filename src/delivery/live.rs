@@ -10,6 +10,10 @@
 //!   message (its id recorded at once), then `editMessageText`.
 //! - WhatsApp: no such API; the typing indicator goes on until the reply.
 //!
+//! This file is the machinery; each platform's calls are its `live.rs`
+//! (`crate::platforms::slack::live`, `crate::platforms::telegram::live`) behind
+//! `crate::platforms::LivePreview`.
+//!
 //! The view starts with the stream's first text (an answer in JSON starts none).
 //!
 //! Throttling: the view wakes on the newest text (a `watch` channel keeps only the latest,
@@ -21,11 +25,11 @@
 //! Exactly once: a message the view leaves on the platform (Slack stream, Telegram group
 //! message) is recorded in `channel_messages.live_message_id` through the turn writer, under
 //! the job's lease, before any further call. The answer's first part then *adopts* it
-//! (`outbound::adopt`: `chat.stopStream` + `chat.update`, `editMessageText`) instead of
-//! posting a second message, and a worker that claims the turn again after a crash finds
-//! the id, shows nothing live, and completes that same message. Limit: a worker that dies
-//! between the platform's answer to the first call and that record leaves an unfinished
-//! preview which nothing adopts (the answer is then posted as a new message).
+//! (`crate::platforms::send::adopt`: `chat.stopStream` + `chat.update`, `editMessageText`)
+//! instead of posting a second message, and a worker that claims the turn again after a
+//! crash finds the id, shows nothing live, and completes that same message. Limit: a worker
+//! that dies between the platform's answer to the first call and that record leaves an
+//! unfinished preview which nothing adopts (the answer is then posted as a new message).
 //!
 //! A preview that no part will adopt (the agent failed for good, or answered nothing) is
 //! ended: a Slack stream is stopped (`end`); a retry keeps it for the next attempt.
@@ -37,24 +41,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use secrecy::ExposeSecret;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
-use super::outbound::{base_url, slack_thread_ts, telegram_int};
 use super::typing::Typing;
 use crate::db::messages::MessageRow;
 use crate::db::queue::Job;
 use crate::db::turns::{Applied, Transition};
 use crate::dispatch::stream::TextSink;
 use crate::dispatch::writer::TurnWriter;
-use crate::domain::{Connector, Platform};
+use crate::domain::Connector;
 use crate::egress::GuardedClient;
-
-/// Telegram's limit on a message's (and a draft's) text, in characters.
-const TELEGRAM_MAX_CHARS: usize = 4096;
-/// Slack's limit on one `markdown_text`, in characters (12,000 per the API reference).
-const SLACK_MAX_CHARS: usize = 12_000;
+use crate::platforms;
 
 /// Everything a view needs: where to show and how to record what it left.
 pub struct LiveContext {
@@ -89,12 +88,13 @@ pub struct LiveEnd {
     pub typing: Option<Typing>,
 }
 
-/// Where a turn's stream shows.
+/// Where a turn's stream shows, as its platform says (`crate::platforms::LivePreview`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Surface {
-    SlackStream,
-    TelegramDraft,
-    TelegramMessage,
+pub struct Surface {
+    /// Multiples of `CB_STREAM_INTERVAL_MS` between two calls.
+    pub pace: u32,
+    /// A preview that leaves no message behind (Telegram's draft in a private chat).
+    pub ephemeral: bool,
 }
 
 impl Surface {
@@ -105,19 +105,11 @@ impl Surface {
         if message.live_message_id.is_some() {
             return None;
         }
-        match connector.platform {
-            Platform::Slack => Some(Self::SlackStream),
-            Platform::Telegram if message.space.is_none() => Some(Self::TelegramDraft),
-            Platform::Telegram => Some(Self::TelegramMessage),
-            Platform::Whatsapp => None,
-        }
+        platforms::of(connector.platform).live_surface(message)
     }
 
     fn interval(self, base: Duration) -> Duration {
-        match self {
-            Self::TelegramMessage => base.saturating_mul(3),
-            Self::SlackStream | Self::TelegramDraft => base,
-        }
+        base.saturating_mul(self.pace)
     }
 }
 
@@ -181,25 +173,19 @@ pub async fn end(client: &GuardedClient, connector: &Connector, message: &Messag
     let Some(token) = connector.outbound_token.as_ref() else {
         return;
     };
-    if connector.platform != Platform::Slack {
-        return;
-    }
-    let request = client
-        .post(format!("{}/api/chat.stopStream", base_url(connector)))
-        .bearer_auth(token.expose_secret())
-        .json(&json!({ "channel": message.chat_id, "ts": live_id }));
-    if client.send(request).await.is_err() {
-        tracing::debug!("could not stop the stream of an answer that failed");
-    }
+    let platform = platforms::of(connector.platform);
+    platform
+        .end_live(client, connector, message, live_id, token.expose_secret())
+        .await;
 }
 
 /// What the view has shown so far.
 #[derive(Default)]
-struct Shown {
+pub struct Shown {
     /// The platform message it recorded.
-    id: Option<String>,
+    pub id: Option<String>,
     /// The text last sent (Slack: its length is what was appended).
-    text: String,
+    pub text: String,
 }
 
 async fn run(
@@ -248,11 +234,8 @@ async fn run(
 
 /// One call showing `text`; `false` ends the view.
 async fn show(context: &LiveContext, surface: Surface, text: &str, shown: &mut Shown) -> bool {
-    let result = match surface {
-        Surface::SlackStream => slack_show(context, text, shown).await,
-        Surface::TelegramDraft => telegram_draft(context, text, shown).await,
-        Surface::TelegramMessage => telegram_show(context, text, shown).await,
-    };
+    let platform = platforms::of(context.connector.platform);
+    let result = platform.show_live(context, surface, text, shown).await;
     match result {
         Ok(keep) => keep,
         Err(why) => {
@@ -266,7 +249,7 @@ async fn show(context: &LiveContext, surface: Surface, text: &str, shown: &mut S
 
 /// Records the message the view left, under the job's lease: `Ok(false)` when the lease is
 /// gone (the view stops; the new holder decides).
-async fn record(context: &LiveContext, id: &str, shown: &mut Shown) -> Result<bool, &'static str> {
+pub(crate) async fn record(context: &LiveContext, id: &str, shown: &mut Shown) -> Result<bool, &'static str> {
     let transition = Transition::LiveShown {
         platform_id: id.to_owned(),
     };
@@ -280,7 +263,7 @@ async fn record(context: &LiveContext, id: &str, shown: &mut Shown) -> Result<bo
     }
 }
 
-fn token(context: &LiveContext) -> &str {
+pub(crate) fn token(context: &LiveContext) -> &str {
     context
         .connector
         .outbound_token
@@ -289,7 +272,10 @@ fn token(context: &LiveContext) -> &str {
 }
 
 /// Posts `body` and reads the JSON answer; `Err` for anything but `ok: true`.
-async fn call(context: &LiveContext, request: reqwest::RequestBuilder) -> Result<Value, &'static str> {
+pub(crate) async fn call(
+    context: &LiveContext,
+    request: reqwest::RequestBuilder,
+) -> Result<Value, &'static str> {
     let response = context.client.send(request).await.map_err(|_| "request failed")?;
     let body: Value = response.json().await.map_err(|_| "unreadable answer")?;
     if body["ok"] == true {
@@ -299,124 +285,11 @@ async fn call(context: &LiveContext, request: reqwest::RequestBuilder) -> Result
     }
 }
 
-fn clip(text: &str, max_chars: usize) -> &str {
+pub(crate) fn clip(text: &str, max_chars: usize) -> &str {
     match text.char_indices().nth(max_chars) {
         Some((end, _)) => &text[..end],
         None => text,
     }
-}
-
-async fn slack_show(context: &LiveContext, text: &str, shown: &mut Shown) -> Result<bool, &'static str> {
-    let message = &context.message;
-    let base = base_url(&context.connector);
-    let Some(ts) = shown.id.clone() else {
-        let mut body = json!({
-            "channel": message.chat_id,
-            "thread_ts": slack_thread_ts(message),
-            "markdown_text": clip(text, SLACK_MAX_CHARS),
-            "recipient_user_id": message.platform_user_id,
-        });
-        if let Some(team) = message.metadata.get("team_id").and_then(Value::as_str) {
-            body["recipient_team_id"] = team.into();
-        }
-        let request = context
-            .client
-            .post(format!("{base}/api/chat.startStream"))
-            .bearer_auth(token(context))
-            .json(&body);
-        let answer = call(context, request).await?;
-        let ts = answer["ts"].as_str().ok_or("no ts")?;
-        shown.text = text.to_owned();
-        return record(context, ts, shown).await;
-    };
-    let added = text.get(shown.text.len()..).unwrap_or_default();
-    if added.is_empty() || shown.text.len() + added.len() > SLACK_MAX_CHARS * 3 {
-        return Ok(true);
-    }
-    let request = context
-        .client
-        .post(format!("{base}/api/chat.appendStream"))
-        .bearer_auth(token(context))
-        .json(
-            &json!({ "channel": message.chat_id, "ts": ts, "markdown_text": clip(added, SLACK_MAX_CHARS) }),
-        );
-    call(context, request).await?;
-    shown.text = text.to_owned();
-    Ok(true)
-}
-
-/// A non-zero draft id of the turn (Telegram animates changes of one draft).
-fn draft_id(message: &MessageRow) -> i64 {
-    let bits = message.id.0.as_u128() as u32 & 0x7fff_ffff;
-    i64::from(bits.max(1))
-}
-
-async fn telegram_draft(context: &LiveContext, text: &str, shown: &mut Shown) -> Result<bool, &'static str> {
-    let text = clip(text, TELEGRAM_MAX_CHARS);
-    if text == shown.text {
-        return Ok(true);
-    }
-    let message = &context.message;
-    let mut body = json!({
-        "chat_id": telegram_int(&message.chat_id),
-        "draft_id": draft_id(message),
-        "text": text,
-    });
-    if let Some(topic) = &message.thread_id {
-        body["message_thread_id"] = telegram_int(topic);
-    }
-    let request = context
-        .client
-        .post(format!(
-            "{}/bot{}/sendMessageDraft",
-            base_url(&context.connector),
-            token(context)
-        ))
-        .json(&body);
-    call(context, request).await?;
-    shown.text = text.to_owned();
-    Ok(true)
-}
-
-async fn telegram_show(context: &LiveContext, text: &str, shown: &mut Shown) -> Result<bool, &'static str> {
-    let text = clip(text, TELEGRAM_MAX_CHARS);
-    if text == shown.text {
-        return Ok(true);
-    }
-    let message = &context.message;
-    let base = format!("{}/bot{}", base_url(&context.connector), token(context));
-    let Some(id) = shown.id.clone() else {
-        let mut body = json!({
-            "chat_id": telegram_int(&message.chat_id),
-            "text": text,
-            "reply_parameters": {
-                "message_id": telegram_int(&message.platform_message_id),
-                "allow_sending_without_reply": true,
-            },
-            "link_preview_options": { "is_disabled": true },
-        });
-        if let Some(topic) = &message.thread_id {
-            body["message_thread_id"] = telegram_int(topic);
-        }
-        let request = context.client.post(format!("{base}/sendMessage")).json(&body);
-        let answer = call(context, request).await?;
-        let id = answer
-            .pointer("/result/message_id")
-            .map(Value::to_string)
-            .ok_or("no message_id")?;
-        shown.text = text.to_owned();
-        return record(context, &id, shown).await;
-    };
-    let body = json!({
-        "chat_id": telegram_int(&message.chat_id),
-        "message_id": telegram_int(&id),
-        "text": text,
-        "link_preview_options": { "is_disabled": true },
-    });
-    let request = context.client.post(format!("{base}/editMessageText")).json(&body);
-    call(context, request).await?;
-    shown.text = text.to_owned();
-    Ok(true)
 }
 
 #[cfg(test)]

@@ -2,18 +2,19 @@
 //! platform"): in order, threaded, each part exactly once.
 //!
 //! For each part still to post:
-//! - `sending` (an earlier send whose outcome is unknown) is reconciled first: Slack waits
-//!   for the `message_metadata_posted` event that confirms the post, then looks for the
-//!   part key in the thread within Slack's read limits (`slack`); WhatsApp waits for the status
-//!   callback that echoes the part key, and resends only when none came within
-//!   `CB_WHATSAPP_CONFIRM_SECS`; Telegram, which offers no way to look, follows the
+//! - `sending` (an earlier send whose outcome is unknown) is reconciled first, as its
+//!   platform says (`crate::platforms::PlatformApi::reconcile`): Slack waits for the
+//!   `message_metadata_posted` event that confirms the post, then looks for the part key in
+//!   the thread within Slack's read limits (`platforms::slack::reconcile`); WhatsApp waits
+//!   for the status callback that echoes the part key, and resends only when none came
+//!   within `CB_WHATSAPP_CONFIRM_SECS`; Telegram, which offers no way to look, follows the
 //!   connector's choice (at-most-once: mark it `unknown` and go on with the parts after it,
 //!   which were certainly never sent; at-least-once: resend).
 //! - then the part is marked `sending` (committed), posted, and settled from the answer.
 //!
 //! A streamed answer whose live view left a message on the platform (`live`) has its first
-//! part delivered into that message (`outbound::adopt`) rather than posted: an edit, so an
-//! interrupted one is simply made again, without reconciling.
+//! part delivered into that message (`platforms::send::adopt`) rather than posted: an edit,
+//! so an interrupted one is simply made again, without reconciling.
 //!
 //! Rate-limit answers put the part back to `pending` and the job waits the platform's delay;
 //! a permanent refusal fails the part and the ones after it, makes the turn
@@ -26,8 +27,6 @@
 //! lease was lost stops before its next request.
 
 pub mod live;
-pub mod outbound;
-mod slack;
 pub mod split;
 pub mod typing;
 
@@ -36,13 +35,13 @@ use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 
-use self::outbound::{OutboundPart, SendOutcome};
 use crate::db::messages::{MessageRow, ReplyPart};
 use crate::db::queue::Job;
 use crate::db::turns::{Applied, PartStatus, Transition};
 use crate::db::{self, replies, TenantTx};
 use crate::dispatch::writer::TurnWriter;
-use crate::domain::{Connector, MessageId, Platform, TelegramDelivery};
+use crate::domain::{Connector, MessageId};
+use crate::platforms::send::{self as outbound, OutboundPart, SendOutcome};
 use crate::settings::DispatchSettings;
 
 /// Where a message's delivery stands after one pass.
@@ -77,8 +76,8 @@ enum PartOutcome {
     End(Transition, DeliveryOutcome),
 }
 
-/// Reconciling an interrupted send.
-enum Reconciled {
+/// Reconciling an interrupted send (`crate::platforms::PlatformApi::reconcile`).
+pub enum Reconciled {
     /// It was posted; here is its platform id.
     Found(String),
     /// It certainly was not posted (or the connector accepts a possible duplicate): send.
@@ -364,33 +363,8 @@ impl Delivery<'_> {
     }
 
     async fn reconcile(&self, outgoing: &Outgoing, part: &ReplyPart) -> anyhow::Result<Reconciled> {
-        Ok(match outgoing.connector.platform {
-            Platform::Slack => {
-                let search = slack::ThreadSearch {
-                    pool: self.pool,
-                    client: self.client,
-                    settings: self.settings,
-                };
-                search.reconcile(outgoing, part).await?
-            }
-            Platform::Whatsapp => {
-                let now = chrono::Utc::now();
-                let window = Duration::from_secs(self.settings.whatsapp_confirm_secs);
-                match window_left(window, part.sending_since.unwrap_or(now), now) {
-                    Some(left) => Reconciled::Later(
-                        left.min(Duration::from_secs(15)),
-                        "send outcome not known yet".into(),
-                    ),
-                    None => Reconciled::Absent,
-                }
-            }
-            Platform::Telegram => match outgoing.connector.telegram_delivery {
-                TelegramDelivery::AtLeastOnce => Reconciled::Absent,
-                TelegramDelivery::AtMostOnce => Reconciled::Unknowable(
-                    "send interrupted, outcome unknown; not resent (at-most-once)".into(),
-                ),
-            },
-        })
+        let platform = crate::platforms::of(outgoing.connector.platform);
+        platform.reconcile(self, outgoing, part).await
     }
 
     fn max_attempts(&self) -> i32 {
@@ -430,13 +404,13 @@ async fn traced_send(
 }
 
 /// The pause before a part's next attempt, after `attempts` of them.
-fn part_backoff(settings: &DispatchSettings, attempts: i32) -> Duration {
+pub(crate) fn part_backoff(settings: &DispatchSettings, attempts: i32) -> Duration {
     crate::retry::backoff(settings, u32::try_from(attempts).unwrap_or(1), None)
 }
 
 /// What is left of a confirmation `window` (a status callback, a Slack metadata event)
 /// after a part's `sending` mark; `None` once it is over.
-fn window_left(
+pub(crate) fn window_left(
     window: Duration,
     mark: chrono::DateTime<chrono::Utc>,
     now: chrono::DateTime<chrono::Utc>,

@@ -12,13 +12,9 @@
 
 use crate::domain::Platform;
 
-/// Longest part per platform, in UTF-16 units. Slack truncates at 40,000 characters but
-/// recommends about 4,000 for readability.
+/// Longest part per platform, in UTF-16 units (`crate::platforms::PlatformApi::part_limit`).
 pub fn limit(platform: Platform) -> usize {
-    match platform {
-        Platform::Slack => 4000,
-        Platform::Telegram | Platform::Whatsapp => 4096,
-    }
+    crate::platforms::of(platform).part_limit()
 }
 
 /// Splits each agent part to the platform's limit; the order of parts is kept. `markdown`:

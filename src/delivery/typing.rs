@@ -15,6 +15,9 @@
 //!   status goes when the app replies, and after 2 min without a message: refreshed every
 //!   25 intervals (100 s), and cleared (empty status) when the turn ends without a reply.
 //!
+//! This file is the machinery; each platform's requests are its `typing.rs`
+//! (`crate::platforms::telegram::typing`…) behind `crate::platforms::TypingIndicator`.
+//!
 //! Best effort, never in the turn's way: the indicator runs in a task of its own, each
 //! request with a short timeout (2 s, at most one interval), and nothing it meets (an error,
 //! a timeout, the egress policy) reaches the turn; a refusal (4xx) stops its refreshes.
@@ -41,21 +44,19 @@ use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use reqwest::StatusCode;
 use secrecy::{ExposeSecret, SecretString};
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::outbound::{base_url, telegram_int, whatsapp_rate_limit, GRAPH_VERSION};
 use crate::db::messages::MessageRow;
 use crate::domain::{Connector, ConnectorId, Platform};
 use crate::egress::{GuardedClient, SendError};
+use crate::platforms;
 
 /// Longest wait of one indicator request (and never more than one interval).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest the first reply part waits for an indicator request under way.
 pub const REPLY_GRACE: Duration = Duration::from_millis(300);
-/// The Slack status shown while the agent works.
-const SLACK_STATUS: &str = "is thinking…";
 /// Turns started between two sweeps of the limiter's idle chats.
 const SWEEP_EVERY: u64 = 1024;
 
@@ -88,7 +89,7 @@ enum Ending {
 
 /// What to show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Show {
+pub enum Show {
     Working,
     /// Slack only: the status is removed.
     Nothing,
@@ -131,19 +132,15 @@ struct Target {
     place: Place,
 }
 
-enum Place {
-    Telegram {
-        chat_id: Value,
-        topic: Option<Value>,
-    },
-    Whatsapp {
-        phone_number_id: String,
-        message_id: String,
-    },
-    Slack {
-        channel_id: String,
-        thread_ts: String,
-    },
+/// Where an indicator shows, as its platform addresses it (`crate::platforms::TypingIndicator`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    /// The chat (Slack channel, Telegram chat), or the number that answers (WhatsApp
+    /// `phone_number_id`).
+    pub chat: String,
+    /// Within it: the Telegram forum topic, the Slack assistant thread, the WhatsApp message
+    /// marked read.
+    pub within: Option<String>,
 }
 
 impl Indicators {
@@ -220,7 +217,7 @@ impl Indicators {
             }
         }
         let ending = (*stop.borrow()).unwrap_or(Ending::NoReply);
-        if ending == Ending::NoReply && shown && target.platform == Platform::Slack {
+        if ending == Ending::NoReply && shown && platforms::of(target.platform).typing_stays() {
             // The turn ends without the reply that would clear it.
             let clear = async {
                 self.until_turn(&target.key).await;
@@ -329,27 +326,11 @@ impl Target {
     /// message outside an assistant thread) or it cannot be addressed.
     fn of(connector: &Connector, message: &MessageRow) -> Option<Self> {
         let token = connector.outbound_token.clone()?;
-        let place = match connector.platform {
-            Platform::Telegram => Place::Telegram {
-                chat_id: telegram_int(&message.chat_id),
-                topic: message.thread_id.as_deref().map(telegram_int),
-            },
-            Platform::Whatsapp => Place::Whatsapp {
-                phone_number_id: message.metadata["phone_number_id"]
-                    .as_str()
-                    .or(connector.external_id.as_deref())?
-                    .to_owned(),
-                message_id: message.platform_message_id.clone(),
-            },
-            Platform::Slack => Place::Slack {
-                channel_id: message.chat_id.clone(),
-                thread_ts: slack_assistant_thread(message)?.to_owned(),
-            },
-        };
+        let place = platforms::of(connector.platform).typing_place(connector, message)?;
         Some(Self {
             platform: connector.platform,
             key: (connector.id, message.chat_id.clone(), message.thread_id.clone()),
-            base_url: base_url(connector).to_owned(),
+            base_url: platforms::api_base(connector).to_owned(),
             token,
             place,
         })
@@ -357,93 +338,31 @@ impl Target {
 
     /// How many intervals the platform's indicator outlasts comfortably.
     fn refresh_intervals(&self) -> u32 {
-        match self.platform {
-            Platform::Telegram => 1,
-            Platform::Whatsapp => 5,
-            Platform::Slack => 25,
-        }
+        platforms::of(self.platform).typing_refresh_intervals()
     }
 
     fn request(&self, client: &GuardedClient, show: Show) -> reqwest::RequestBuilder {
         let token = self.token.expose_secret();
-        let base = &self.base_url;
-        match &self.place {
-            Place::Telegram { chat_id, topic } => {
-                let mut body = json!({ "chat_id": chat_id, "action": "typing" });
-                if let Some(topic) = topic {
-                    body["message_thread_id"] = topic.clone();
-                }
-                client
-                    .post(format!("{base}/bot{token}/sendChatAction"))
-                    .json(&body)
-            }
-            Place::Whatsapp {
-                phone_number_id,
-                message_id,
-            } => client
-                .post(format!("{base}/{GRAPH_VERSION}/{phone_number_id}/messages"))
-                .bearer_auth(token)
-                .json(&json!({
-                    "messaging_product": "whatsapp",
-                    "status": "read",
-                    "message_id": message_id,
-                    "typing_indicator": { "type": "text" },
-                })),
-            Place::Slack {
-                channel_id,
-                thread_ts,
-            } => {
-                let status = match show {
-                    Show::Working => SLACK_STATUS,
-                    Show::Nothing => "",
-                };
-                client
-                    .post(format!("{base}/api/assistant.threads.setStatus"))
-                    .bearer_auth(token)
-                    .json(&json!({ "channel_id": channel_id, "thread_ts": thread_ts, "status": status }))
-            }
-        }
+        platforms::of(self.platform).typing_request(client, &self.base_url, token, &self.place, show)
     }
-}
-
-/// The assistant thread a Slack turn was asked in (its `thread_ts`), if it was: what Bolt's
-/// `Assistant` middleware accepts as a user message in an assistant thread — a `message`
-/// event in the app's DM (`channel_type` `im`), in a thread, with no subtype but
-/// `file_share`. Ingress keeps those fields (`metadata`, `thread_id`).
-pub fn slack_assistant_thread(message: &MessageRow) -> Option<&str> {
-    let metadata = &message.metadata;
-    let field = |name: &str| metadata.get(name).and_then(Value::as_str);
-    let in_dm_thread = field("event_type") == Some("message") && field("channel_type") == Some("im");
-    let plain = matches!(field("subtype"), None | Some("file_share"));
-    (in_dm_thread && plain)
-        .then_some(message.thread_id.as_deref())
-        .flatten()
 }
 
 fn classify(platform: Platform, status: StatusCode, body: Option<&Value>) -> Outcome {
+    let platform = platforms::of(platform);
     if status == StatusCode::TOO_MANY_REQUESTS {
         return Outcome::RateLimited;
     }
-    let ok = match platform {
-        Platform::Slack | Platform::Telegram => body.is_some_and(|b| b["ok"] == true),
-        Platform::Whatsapp => body.is_some_and(|b| b["success"] == true),
-    };
-    if status.is_success() && ok {
+    if status.is_success() && body.is_some_and(|b| platform.typing_shown(b)) {
         return Outcome::Ok;
     }
     let slack_error = body.and_then(|b| b["error"].as_str());
     if matches!(slack_error, Some("ratelimited" | "rate_limited")) {
         return Outcome::RateLimited;
     }
-    let meta_code = body
-        .and_then(|b| b.pointer("/error/code"))
-        .and_then(Value::as_i64);
-    if platform == Platform::Whatsapp && meta_code.and_then(whatsapp_rate_limit).is_some() {
+    if body.is_some_and(|b| platform.typing_slowed(b)) {
         return Outcome::RateLimited;
     }
-    if status.is_client_error()
-        || (platform == Platform::Slack && status.is_success() && slack_error.is_some())
-    {
+    if status.is_client_error() || (status.is_success() && body.is_some_and(|b| platform.typing_refused(b))) {
         Outcome::Rejected
     } else {
         Outcome::Failed
@@ -452,54 +371,9 @@ fn classify(platform: Platform, status: StatusCode, body: Option<&Value>) -> Out
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
-
-    fn slack_message(metadata: Value, thread: Option<&str>) -> MessageRow {
-        MessageRow {
-            id: crate::domain::MessageId::new(),
-            tenant_id: uuid::Uuid::nil(),
-            connector_id: ConnectorId::new(),
-            platform: "slack".into(),
-            idempotency_key: "T1:D1:1.1".into(),
-            platform_message_id: "1718000000.000200".into(),
-            chat_id: "D0DM".into(),
-            thread_id: thread.map(str::to_owned),
-            space: None,
-            platform_user_id: "U1".into(),
-            reply_to_id: thread.map(str::to_owned),
-            user_id: None,
-            conversation_key: "c".into(),
-            request_content: "hi".into(),
-            response_content: None,
-            decision: None,
-            status: crate::domain::MessageStatus::Accepted,
-            attempts: 0,
-            last_error: None,
-            received_at: chrono::Utc::now(),
-            completed_at: None,
-            delivered_at: None,
-            attachments: None,
-            metadata,
-            live_message_id: None,
-        }
-    }
-
-    #[test]
-    fn a_slack_dm_thread_message_is_an_assistant_thread_and_nothing_else_is() {
-        let dm = json!({"event_type": "message", "channel_type": "im", "subtype": null});
-        let thread = Some("1718000000.000100");
-        assert_eq!(slack_assistant_thread(&slack_message(dm.clone(), thread)), thread);
-        let file = json!({"event_type": "message", "channel_type": "im", "subtype": "file_share"});
-        assert_eq!(slack_assistant_thread(&slack_message(file, thread)), thread);
-        // A DM outside a thread, a channel thread, a mention, a broadcast: no indicator.
-        assert_eq!(slack_assistant_thread(&slack_message(dm, None)), None);
-        let channel = json!({"event_type": "message", "channel_type": "channel"});
-        assert_eq!(slack_assistant_thread(&slack_message(channel, thread)), None);
-        let mention = json!({"event_type": "app_mention", "channel_type": null});
-        assert_eq!(slack_assistant_thread(&slack_message(mention, thread)), None);
-        let broadcast = json!({"event_type": "message", "channel_type": "im", "subtype": "thread_broadcast"});
-        assert_eq!(slack_assistant_thread(&slack_message(broadcast, thread)), None);
-    }
 
     #[test]
     fn indicator_answers_are_classified() {

@@ -1,6 +1,6 @@
 //! Local stand-ins for the three platforms' send APIs, for the demo: Slack
 //! `POST /api/chat.postMessage`, Telegram `POST /bot<token>/sendMessage`, WhatsApp
-//! `POST /<version>/<phone_number_id>/messages` (the calls of `delivery::outbound`). Each
+//! `POST /<version>/<phone_number_id>/messages` (the calls of `crate::platforms`). Each
 //! records where the reply went and answers like the platform does on success.
 
 use std::sync::{Arc, Mutex};

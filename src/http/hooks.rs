@@ -16,9 +16,9 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::admin::{ApiJsonError, ApiPath};
-use crate::channels::{channel_for, HandshakeReply, HookRequest, Inbound, Parsed};
 use crate::domain::{Connector, ConnectorId, Platform, TenantId};
 use crate::error::AppError;
+use crate::platforms::inbound::{channel_for, HandshakeReply, HookRequest, Inbound, Parsed};
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -110,9 +110,10 @@ async fn read_body(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Bytes, AppError> {
-    let limit = match connector.platform {
-        Platform::Whatsapp => state.settings.whatsapp_body_limit,
-        Platform::Slack | Platform::Telegram => state.settings.body_limit,
+    let limit = if crate::platforms::of(connector.platform).batches_webhooks() {
+        state.settings.whatsapp_body_limit
+    } else {
+        state.settings.body_limit
     };
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -258,7 +259,7 @@ fn count_dropped(platform: Platform, dropped: &[&'static str]) {
     }
 }
 
-fn reject_metric(connector: &Connector, err: &crate::channels::HookError) {
+fn reject_metric(connector: &Connector, err: &crate::platforms::inbound::HookError) {
     tracing::info!(error = %err, "webhook rejected");
     metrics::counter!("channel_bridge_webhook_rejected_total", "platform" => connector.platform.as_str())
         .increment(1);

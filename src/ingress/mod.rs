@@ -26,10 +26,10 @@ pub mod writer;
 
 use sqlx::PgPool;
 
-use crate::channels::{Inbound, InboundKind, InboundMessage};
 use crate::db::queue::Stage;
 use crate::db::{self, messages::NewMessage, TenantTx};
 use crate::domain::{Connector, MessageId, MessageStatus, Platform, UnlinkedPolicy};
+use crate::platforms::inbound::{Inbound, InboundKind, InboundMessage};
 
 /// What `record` did with one webhook.
 #[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
@@ -199,7 +199,7 @@ fn route(connector: &Connector, message: &InboundMessage, user_id: Option<String
         None => format!(
             "sender:{}:{}",
             connector.id,
-            crate::channels::index_key(&message.platform_user_id)
+            crate::platforms::inbound::index_key(&message.platform_user_id)
         ),
     };
     let (status, decision) = match (message.kind, &user_id, connector.unlinked_policy) {

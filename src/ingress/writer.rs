@@ -22,9 +22,9 @@ use sqlx::PgPool;
 
 use super::{record_many_in, RecordOutcome};
 use crate::batch::{BatchError, BatchLimits, BatchWrite, Batcher, WriteFuture};
-use crate::channels::Inbound;
 use crate::db::TenantTx;
 use crate::domain::{Connector, TenantId};
+use crate::platforms::inbound::Inbound;
 
 /// Why a webhook was not recorded; shared by every webhook of a failed batch.
 pub type RecordError = BatchError;

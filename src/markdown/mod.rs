@@ -3,14 +3,14 @@
 //! Agents (LLMs) answer in CommonMark: `**bold**`, fenced code, lists, links. Sent as it is,
 //! Telegram and WhatsApp show the asterisks and backticks. This module parses the answer
 //! with a real CommonMark parser (pulldown-cmark, strikethrough enabled, nothing else) and
-//! renders it per platform: one file per platform, each a small [`render::Style`] that says
-//! how bold, code, links and quotes look there; [`render::render`] walks the document once
-//! for all of them.
+//! renders it per platform: each platform's `format.rs` (`crate::platforms::slack::format`…)
+//! is a small [`render::Style`] that says how bold, code, links and quotes look there;
+//! [`render::render`] walks the document once for all of them.
 //!
 //! Where it happens: reply parts are stored as the agent's Markdown, split by [`split`] into
 //! parts that are each a complete Markdown document (a code block cut in two is closed and
 //! reopened with its language), and each part is rendered only when it is sent
-//! (`delivery::outbound`). So what is stored does not depend on the connector's
+//! (`crate::platforms::send`). So what is stored does not depend on the connector's
 //! `format_markdown` setting at the time, the rendering and Telegram's `parse_mode` are
 //! always decided together, and a part the platform refuses as formatted can still be sent
 //! as the plain text it was stored as.
@@ -21,13 +21,10 @@
 //! entities", answered by sending the part as plain text) instead of silently formatting the
 //! wrong UTF-16 range, which is what a wrong entity offset does. The limit is counted as
 //! Telegram counts it: the text after entity parsing, in UTF-16 units
-//! ([`telegram::visible_units`]).
+//! (`crate::platforms::telegram::format::visible_units`).
 
 pub mod render;
-pub mod slack;
 pub mod split;
-pub mod telegram;
-pub mod whatsapp;
 
 use crate::domain::Platform;
 
@@ -55,11 +52,7 @@ pub trait Renderer: Sync {
 
 /// The renderer of `platform`.
 pub fn renderer(platform: Platform) -> &'static dyn Renderer {
-    match platform {
-        Platform::Slack => &slack::Slack,
-        Platform::Telegram => &telegram::Telegram,
-        Platform::Whatsapp => &whatsapp::Whatsapp,
-    }
+    crate::platforms::of(platform)
 }
 
 /// `markdown` in `platform`'s formatting; `None` when it renders to nothing visible (a part

@@ -438,7 +438,8 @@ fn fence(language: Option<&str>, code: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::markdown::{slack::Slack, telegram, telegram::Telegram, whatsapp::Whatsapp};
+    use crate::platforms::telegram::format as telegram;
+    use crate::platforms::{slack::Slack, telegram::Telegram, whatsapp::Whatsapp};
 
     fn units(s: &str) -> usize {
         s.encode_utf16().count()

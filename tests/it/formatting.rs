@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use channel_bridge::dispatch::{StepOutcome, Worker};
 use channel_bridge::domain::{MessageId, Platform};
-use channel_bridge::markdown::telegram::visible_units;
+use channel_bridge::platforms::telegram::format::visible_units;
 use channel_bridge::settings::ServeSettings;
 use serde_json::{json, Value};
 

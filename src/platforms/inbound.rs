@@ -1,14 +1,12 @@
-//! The three platforms behind one trait: verify a webhook over its raw bytes, answer a
-//! handshake, and parse the body into inbound user turns with their idempotency keys.
+//! What every platform's inbound protocol shares: the [`Channel`] trait (verify a webhook
+//! over its raw bytes, answer a handshake, parse the body into inbound user turns with their
+//! idempotency keys), the turns it produces, and the verification helpers. Each platform's
+//! own protocol is its folder's `inbound.rs`.
 //!
 //! Nothing here touches the database or the network; the ingress handler
 //! (`crate::http::hooks`) drives these steps in order.
 
-pub mod slack;
-pub mod telegram;
-pub mod whatsapp;
-
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName};
 use hmac::{Hmac, Mac};
 use secrecy::ExposeSecret;
 use serde::de::DeserializeOwned;
@@ -256,15 +254,29 @@ pub trait Channel: Send + Sync {
 
     /// Parses a verified body. Never called before `verify` succeeded.
     fn parse(&self, connector: &Connector, body: &[u8]) -> Result<Parsed, HookError>;
+
+    /// The headers the platform sends with `body` besides its content type, given the
+    /// connector's verification secret and the unix time to sign: the client side of
+    /// `verify`, for `crate::sign`.
+    fn sign(&self, secret: &str, body: &[u8], now: i64) -> Vec<(HeaderName, String)>;
+
+    /// The header that carries the secret itself rather than a signature over the body, if
+    /// the platform has one (Telegram). Anything that prints headers must mask this one.
+    fn secret_header(&self) -> Option<HeaderName> {
+        None
+    }
+
+    /// What an operator replaying a request signed at `now` should know (`send-fixture
+    /// --curl`), if anything.
+    fn signing_note(&self, now: i64) -> Option<String> {
+        let _ = now;
+        None
+    }
 }
 
-/// The module that speaks `platform`.
+/// The inbound protocol of `platform` (`super::of`).
 pub fn channel_for(platform: Platform) -> &'static dyn Channel {
-    match platform {
-        Platform::Slack => &slack::Slack,
-        Platform::Whatsapp => &whatsapp::WhatsApp,
-        Platform::Telegram => &telegram::Telegram,
-    }
+    super::of(platform)
 }
 
 /// Constant-time equality of two byte strings (length is not secret).
@@ -305,6 +317,16 @@ pub(crate) fn hmac_sha256_matches(connector: &Connector, parts: &[&[u8]], hex_si
         parts.iter().for_each(|part| mac.update(part));
         mac.verify_slice(&signature).is_ok()
     })
+}
+
+/// Lowercase hex HMAC-SHA256 of the concatenated `parts`, for signing as a platform does.
+/// The key is the secret's UTF-8 bytes, never hex- or base64-decoded (PLATFORMS.md §1.1,
+/// §2.1).
+pub(crate) fn hmac_sha256_hex(secret: &str, parts: &[&[u8]]) -> String {
+    let mut mac =
+        Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC-SHA256 accepts keys of any length");
+    parts.iter().for_each(|part| mac.update(part));
+    hex::encode(mac.finalize().into_bytes())
 }
 
 /// A required header as text. Header names are case-insensitive (`HeaderMap` handles that,

@@ -12,14 +12,18 @@
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::{
+use super::Telegram;
+use axum::http::HeaderName;
+
+use crate::domain::{Connector, Platform};
+use crate::media::{Attachment, AttachmentKind, FileSource};
+use crate::platforms::inbound::{
     constant_time_eq, parse_json, required_header, verification_secrets, Channel, HookError, HookRequest,
     Inbound, InboundKind, InboundMessage, Parsed,
 };
-use crate::domain::{Connector, Platform};
-use crate::media::{Attachment, AttachmentKind, FileSource};
 
 const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
+pub const SECRET_TOKEN: HeaderName = HeaderName::from_static(SECRET_HEADER);
 
 /// Update kinds the Bot API documents besides `message`, each with its own drop reason.
 const OTHER_UPDATE_KINDS: &[&str] = &[
@@ -69,11 +73,26 @@ const NON_TEXT_CONTENT: &[(&str, &str)] = &[
     ("checklist", "[checklist]"),
 ];
 
-pub struct Telegram;
-
 impl Channel for Telegram {
     fn platform(&self) -> Platform {
         Platform::Telegram
+    }
+
+    /// `X-Telegram-Bot-Api-Secret-Token: {secret}` (the header is the secret itself).
+    fn sign(&self, secret: &str, _body: &[u8], _now: i64) -> Vec<(HeaderName, String)> {
+        vec![(SECRET_TOKEN, secret.to_owned())]
+    }
+
+    fn secret_header(&self) -> Option<HeaderName> {
+        Some(SECRET_TOKEN)
+    }
+
+    fn signing_note(&self, _now: i64) -> Option<String> {
+        Some(format!(
+            "the Telegram header is the secret itself, so the command reads it from ${}: \
+             export it in the shell that runs the command",
+            crate::send_fixture::SECRET_ENV
+        ))
     }
 
     /// The `secret_token` given to `setWebhook` comes back verbatim in a header: no HMAC,
@@ -278,19 +297,19 @@ fn metadata(message: &MessageIn, from: &UserIn) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::channels::testing;
+    use crate::platforms::inbound::testing;
 
     const SECRET: &str = "tg_secret-Token_0123";
 
-    const PRIVATE_TEXT: &[u8] = include_bytes!("../../fixtures/telegram/private_text.json");
-    const GROUP_TOPIC_REPLY: &[u8] = include_bytes!("../../fixtures/telegram/group_topic_reply.json");
-    const EDITED_MESSAGE: &[u8] = include_bytes!("../../fixtures/telegram/edited_message.json");
-    const CHANNEL_POST: &[u8] = include_bytes!("../../fixtures/telegram/channel_post.json");
-    const MY_CHAT_MEMBER: &[u8] = include_bytes!("../../fixtures/telegram/my_chat_member.json");
-    const BOT_SENDER: &[u8] = include_bytes!("../../fixtures/telegram/bot_sender.json");
-    const PHOTO: &[u8] = include_bytes!("../../fixtures/telegram/photo.json");
-    const NEW_CHAT_MEMBERS: &[u8] = include_bytes!("../../fixtures/telegram/new_chat_members.json");
-    const UNKNOWN_UPDATE_KIND: &[u8] = include_bytes!("../../fixtures/telegram/unknown_update_kind.json");
+    const PRIVATE_TEXT: &[u8] = include_bytes!("../../../fixtures/telegram/private_text.json");
+    const GROUP_TOPIC_REPLY: &[u8] = include_bytes!("../../../fixtures/telegram/group_topic_reply.json");
+    const EDITED_MESSAGE: &[u8] = include_bytes!("../../../fixtures/telegram/edited_message.json");
+    const CHANNEL_POST: &[u8] = include_bytes!("../../../fixtures/telegram/channel_post.json");
+    const MY_CHAT_MEMBER: &[u8] = include_bytes!("../../../fixtures/telegram/my_chat_member.json");
+    const BOT_SENDER: &[u8] = include_bytes!("../../../fixtures/telegram/bot_sender.json");
+    const PHOTO: &[u8] = include_bytes!("../../../fixtures/telegram/photo.json");
+    const NEW_CHAT_MEMBERS: &[u8] = include_bytes!("../../../fixtures/telegram/new_chat_members.json");
+    const UNKNOWN_UPDATE_KIND: &[u8] = include_bytes!("../../../fixtures/telegram/unknown_update_kind.json");
 
     fn connector() -> Connector {
         let mut connector = testing::connector(Platform::Telegram, SECRET);

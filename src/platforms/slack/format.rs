@@ -3,14 +3,13 @@
 //! links, `>` quotes. `&`, `<` and `>` are always escaped as `&amp;`, `&lt;`, `&gt;`, in
 //! code too: they are Slack's control characters, and unescaped they would let an answer
 //! write `<!channel>` or `<@U…>` mentions. Slack has no escape for `*`, `_`, `~` or `` ` ``:
-//! literal ones are set apart with zero-width spaces ([`super::render::neutralize_markers`];
+//! literal ones are set apart with zero-width spaces ([`crate::markdown::render::neutralize_markers`];
 //! how Slack's parser treats them is not confirmed against the live platform, PLATFORMS.md
 //! [U]).
 
-use super::render::{self, neutralize_markers, wrap, Style};
-use super::Renderer;
-
-pub struct Slack;
+use super::Slack;
+use crate::markdown::render::{self, neutralize_markers, wrap, Style};
+use crate::markdown::Renderer;
 
 impl Renderer for Slack {
     fn render(&self, markdown: &str) -> String {

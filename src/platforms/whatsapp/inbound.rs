@@ -11,21 +11,28 @@ use secrecy::ExposeSecret;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{
-    constant_time_eq, hmac_sha256_matches, parse_json, required_header, Channel, DeliveryStatus,
-    HandshakeReply, HookError, HookRequest, Inbound, InboundKind, InboundMessage, Parsed,
-};
+use super::Whatsapp;
+use axum::http::HeaderName;
+
 use crate::domain::{Connector, Platform};
 use crate::media::{Attachment, AttachmentKind, FileSource};
+use crate::platforms::inbound::{
+    constant_time_eq, hmac_sha256_hex, hmac_sha256_matches, parse_json, required_header, Channel,
+    DeliveryStatus, HandshakeReply, HookError, HookRequest, Inbound, InboundKind, InboundMessage, Parsed,
+};
 
 /// Only the SHA-256 header is checked; the legacy `X-Hub-Signature` (sha1) is ignored (§2.1).
 const SIGNATURE_HEADER: &str = "x-hub-signature-256";
+pub const SIGNATURE: HeaderName = HeaderName::from_static(SIGNATURE_HEADER);
 
-pub struct WhatsApp;
-
-impl Channel for WhatsApp {
+impl Channel for Whatsapp {
     fn platform(&self) -> Platform {
         Platform::Whatsapp
+    }
+
+    /// `X-Hub-Signature-256: sha256=hex(HMAC-SHA256(app secret, body))`.
+    fn sign(&self, secret: &str, body: &[u8], _now: i64) -> Vec<(HeaderName, String)> {
+        vec![(SIGNATURE, format!("sha256={}", hmac_sha256_hex(secret, &[body])))]
     }
 
     /// `X-Hub-Signature-256: sha256=hex(HMAC-SHA256(app secret, raw body))` (§2.1). The body
@@ -390,25 +397,25 @@ mod tests {
     use sha2::Sha256;
 
     use super::*;
-    use crate::channels::testing;
+    use crate::platforms::inbound::testing;
 
     const SECRET: &str = "test_app_secret";
     const PHONE_NUMBER_ID: &str = "106540352242922";
-    const VECTOR_49: &[u8] = include_bytes!("../../fixtures/whatsapp/vector_49_bytes.json");
+    const VECTOR_49: &[u8] = include_bytes!("../../../fixtures/whatsapp/vector_49_bytes.json");
     const VECTOR_49_SIGNATURE: &str =
         "sha256=dec6a680679a968e7e0319355b23599cbfc54502c0784668e9618baa0c633756";
-    const VECTOR_403: &[u8] = include_bytes!("../../fixtures/whatsapp/vector_403_bytes.json");
+    const VECTOR_403: &[u8] = include_bytes!("../../../fixtures/whatsapp/vector_403_bytes.json");
     const VECTOR_403_SIGNATURE: &str =
         "sha256=070b3a057e48f03d06df6a2aecc4f9b767bd545339b0470cf20afaee82015a73";
 
-    const TEXT: &[u8] = include_bytes!("../../fixtures/whatsapp/text.json");
-    const BATCH: &[u8] = include_bytes!("../../fixtures/whatsapp/batch_two_messages_two_statuses.json");
-    const IMAGE: &[u8] = include_bytes!("../../fixtures/whatsapp/image.json");
-    const IMAGE_TEXT: &str = include_str!("../../fixtures/whatsapp/image.json");
-    const SYSTEM_WITHOUT_FROM: &[u8] = include_bytes!("../../fixtures/whatsapp/system_without_from.json");
-    const REPLY_WITH_CONTEXT: &[u8] = include_bytes!("../../fixtures/whatsapp/reply_with_context.json");
-    const STATUS_FAILED: &[u8] = include_bytes!("../../fixtures/whatsapp/status_failed.json");
-    const MESSAGE_ECHOES: &[u8] = include_bytes!("../../fixtures/whatsapp/message_echoes.json");
+    const TEXT: &[u8] = include_bytes!("../../../fixtures/whatsapp/text.json");
+    const BATCH: &[u8] = include_bytes!("../../../fixtures/whatsapp/batch_two_messages_two_statuses.json");
+    const IMAGE: &[u8] = include_bytes!("../../../fixtures/whatsapp/image.json");
+    const IMAGE_TEXT: &str = include_str!("../../../fixtures/whatsapp/image.json");
+    const SYSTEM_WITHOUT_FROM: &[u8] = include_bytes!("../../../fixtures/whatsapp/system_without_from.json");
+    const REPLY_WITH_CONTEXT: &[u8] = include_bytes!("../../../fixtures/whatsapp/reply_with_context.json");
+    const STATUS_FAILED: &[u8] = include_bytes!("../../../fixtures/whatsapp/status_failed.json");
+    const MESSAGE_ECHOES: &[u8] = include_bytes!("../../../fixtures/whatsapp/message_echoes.json");
 
     fn connector() -> Connector {
         let mut connector = testing::connector(Platform::Whatsapp, SECRET);
@@ -426,7 +433,7 @@ mod tests {
             body,
             now: 0,
         };
-        WhatsApp.verify(connector, &request)
+        Whatsapp.verify(connector, &request)
     }
 
     fn handshake(connector: &Connector, query: Option<&str>) -> Result<HandshakeReply, HookError> {
@@ -437,11 +444,11 @@ mod tests {
             body: b"",
             now: 0,
         };
-        WhatsApp.handshake(connector, &request)
+        Whatsapp.handshake(connector, &request)
     }
 
     fn events(body: &[u8]) -> Inbound {
-        testing::events(&WhatsApp, &connector(), body)
+        testing::events(&Whatsapp, &connector(), body)
     }
 
     fn single_message(body: &[u8]) -> InboundMessage {
@@ -490,7 +497,7 @@ mod tests {
             now: 0,
         };
         assert_eq!(
-            WhatsApp.verify(&connector(), &request),
+            Whatsapp.verify(&connector(), &request),
             Err(HookError::MissingSignature(SIGNATURE_HEADER))
         );
     }
@@ -697,7 +704,7 @@ mod tests {
     fn messages_for_another_phone_number_are_dropped() {
         let mut other = connector();
         other.external_id = Some("999999999999999".into());
-        let Ok(Parsed::Events(inbound)) = WhatsApp.parse(&other, BATCH) else {
+        let Ok(Parsed::Events(inbound)) = Whatsapp.parse(&other, BATCH) else {
             panic!("expected events");
         };
         assert!(inbound.messages.is_empty() && inbound.statuses.is_empty());
@@ -737,7 +744,7 @@ mod tests {
     #[test]
     fn invalid_json_is_malformed() {
         assert!(matches!(
-            WhatsApp.parse(&connector(), b"nope"),
+            Whatsapp.parse(&connector(), b"nope"),
             Err(HookError::Malformed(_))
         ));
     }

@@ -3,12 +3,11 @@
 //! `> ` quotes. Links are not markup on WhatsApp: `text (url)`, or the address alone when
 //! it is its own text. Nothing is escaped (WhatsApp has no escapes); literal formatting
 //! characters are set apart with zero-width spaces, as for Slack
-//! ([`super::render::neutralize_markers`]).
+//! ([`crate::markdown::render::neutralize_markers`]).
 
-use super::render::{self, neutralize_markers, wrap, Style};
-use super::Renderer;
-
-pub struct Whatsapp;
+use super::Whatsapp;
+use crate::markdown::render::{self, neutralize_markers, wrap, Style};
+use crate::markdown::Renderer;
 
 impl Renderer for Whatsapp {
     fn render(&self, markdown: &str) -> String {

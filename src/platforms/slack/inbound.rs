@@ -17,13 +17,16 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{
-    hmac_sha256_matches, parse_json, required_header, Channel, HandshakeReply, HookError, HookRequest,
-    Inbound, InboundKind, InboundMessage, Parsed, PostedPart,
-};
+use super::Slack;
+use axum::http::HeaderName;
+
 use crate::db::replies::parse_part_key;
 use crate::domain::{Connector, Platform};
 use crate::media::{Attachment, AttachmentKind, FileSource};
+use crate::platforms::inbound::{
+    hmac_sha256_hex, hmac_sha256_matches, parse_json, required_header, Channel, HandshakeReply, HookError,
+    HookRequest, Inbound, InboundKind, InboundMessage, Parsed, PostedPart,
+};
 
 /// The `event_type` of the metadata every reply part is posted with, and the one the app's
 /// manifest subscribes to under `metadata_subscriptions` (README, "Registering the webhook").
@@ -31,14 +34,31 @@ pub const REPLY_METADATA_EVENT_TYPE: &str = "channel_bridge_reply";
 
 const SIGNATURE_HEADER: &str = "x-slack-signature";
 const TIMESTAMP_HEADER: &str = "x-slack-request-timestamp";
+pub const SIGNATURE: HeaderName = HeaderName::from_static(SIGNATURE_HEADER);
+pub const TIMESTAMP: HeaderName = HeaderName::from_static(TIMESTAMP_HEADER);
 /// "more than five minutes from local time", in either direction (PLATFORMS.md §1.1).
 const MAX_CLOCK_SKEW_SECS: u64 = 300;
-
-pub struct Slack;
 
 impl Channel for Slack {
     fn platform(&self) -> Platform {
         Platform::Slack
+    }
+
+    /// `X-Slack-Request-Timestamp: {now}` and
+    /// `X-Slack-Signature: v0=hex(HMAC-SHA256(secret, "v0:{now}:{body}"))`.
+    fn sign(&self, secret: &str, body: &[u8], now: i64) -> Vec<(HeaderName, String)> {
+        let timestamp = now.to_string();
+        let signature = hmac_sha256_hex(secret, &[b"v0:", timestamp.as_bytes(), b":", body]);
+        vec![(TIMESTAMP, timestamp), (SIGNATURE, format!("v0={signature}"))]
+    }
+
+    fn signing_note(&self, now: i64) -> Option<String> {
+        let window = i64::try_from(MAX_CLOCK_SKEW_SECS).unwrap_or(i64::MAX);
+        Some(format!(
+            "the Slack signature covers timestamp {now}: the command is accepted for {window} s \
+             (until unix time {})",
+            now + window
+        ))
     }
 
     /// `X-Slack-Signature: v0=hex(HMAC-SHA256(secret, "v0:{ts}:{raw body}"))` with a fresh
@@ -407,7 +427,7 @@ mod tests {
     use sha2::Sha256;
 
     use super::*;
-    use crate::channels::testing;
+    use crate::platforms::inbound::testing;
 
     const OFFICIAL_SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
     const OFFICIAL_TS: i64 = 1_531_420_618;
@@ -416,21 +436,21 @@ mod tests {
     const URL_VERIFICATION_SIGNATURE: &str =
         "v0=f9bd80929259f3f6d5fe3a3186c453c89cd1ad4862815a15837584f31c993652";
 
-    const DM_TEXT: &[u8] = include_bytes!("../../fixtures/slack/dm_text.json");
-    const CHANNEL_TEXT: &[u8] = include_bytes!("../../fixtures/slack/channel_text.json");
-    const THREAD_REPLY: &[u8] = include_bytes!("../../fixtures/slack/thread_reply.json");
-    const MESSAGE_CHANGED: &[u8] = include_bytes!("../../fixtures/slack/message_changed.json");
-    const MESSAGE_DELETED: &[u8] = include_bytes!("../../fixtures/slack/message_deleted.json");
-    const BOT_ECHO: &[u8] = include_bytes!("../../fixtures/slack/bot_echo.json");
-    const CLASSIC_BOT: &[u8] = include_bytes!("../../fixtures/slack/bot_message_classic.json");
-    const MENTION_MESSAGE: &[u8] = include_bytes!("../../fixtures/slack/mention_message.json");
-    const MENTION_APP_MENTION: &[u8] = include_bytes!("../../fixtures/slack/mention_app_mention.json");
-    const URL_VERIFICATION: &[u8] = include_bytes!("../../fixtures/slack/url_verification.json");
-    const CHANNEL_JOIN: &[u8] = include_bytes!("../../fixtures/slack/channel_join.json");
-    const APP_RATE_LIMITED: &[u8] = include_bytes!("../../fixtures/slack/app_rate_limited.json");
-    const REACTION_ADDED: &[u8] = include_bytes!("../../fixtures/slack/reaction_added.json");
-    const FILE_SHARE_NO_TEXT: &[u8] = include_bytes!("../../fixtures/slack/file_share_no_text.json");
-    const METADATA_POSTED: &[u8] = include_bytes!("../../fixtures/slack/message_metadata_posted.json");
+    const DM_TEXT: &[u8] = include_bytes!("../../../fixtures/slack/dm_text.json");
+    const CHANNEL_TEXT: &[u8] = include_bytes!("../../../fixtures/slack/channel_text.json");
+    const THREAD_REPLY: &[u8] = include_bytes!("../../../fixtures/slack/thread_reply.json");
+    const MESSAGE_CHANGED: &[u8] = include_bytes!("../../../fixtures/slack/message_changed.json");
+    const MESSAGE_DELETED: &[u8] = include_bytes!("../../../fixtures/slack/message_deleted.json");
+    const BOT_ECHO: &[u8] = include_bytes!("../../../fixtures/slack/bot_echo.json");
+    const CLASSIC_BOT: &[u8] = include_bytes!("../../../fixtures/slack/bot_message_classic.json");
+    const MENTION_MESSAGE: &[u8] = include_bytes!("../../../fixtures/slack/mention_message.json");
+    const MENTION_APP_MENTION: &[u8] = include_bytes!("../../../fixtures/slack/mention_app_mention.json");
+    const URL_VERIFICATION: &[u8] = include_bytes!("../../../fixtures/slack/url_verification.json");
+    const CHANNEL_JOIN: &[u8] = include_bytes!("../../../fixtures/slack/channel_join.json");
+    const APP_RATE_LIMITED: &[u8] = include_bytes!("../../../fixtures/slack/app_rate_limited.json");
+    const REACTION_ADDED: &[u8] = include_bytes!("../../../fixtures/slack/reaction_added.json");
+    const FILE_SHARE_NO_TEXT: &[u8] = include_bytes!("../../../fixtures/slack/file_share_no_text.json");
+    const METADATA_POSTED: &[u8] = include_bytes!("../../../fixtures/slack/message_metadata_posted.json");
 
     /// The connector the fixtures were written for (fixtures/README.md).
     fn connector() -> Connector {

@@ -45,10 +45,10 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
-use super::outbound::{self, ThreadPage, ThreadPageQuery};
-use super::{part_backoff, window_left, Outgoing, Reconciled};
+use super::thread::{self, ThreadPage, ThreadPageQuery};
 use crate::db::messages::ReplyPart;
 use crate::db::{replies, slack_budget, TenantTx};
+use crate::delivery::{part_backoff, window_left, Outgoing, Reconciled};
 use crate::settings::DispatchSettings;
 
 /// How far before the part's `sending` mark the read starts: room for the clocks of our
@@ -119,7 +119,7 @@ impl ThreadSearch<'_> {
                 oldest: &oldest,
                 cursor: cursor.page(),
             };
-            let page = outbound::slack_thread_page(self.client, &query).await;
+            let page = thread::thread_page(self.client, &query).await;
             metrics::counter!("channel_bridge_slack_thread_reads_total", "result" => page_result(&page))
                 .increment(1);
             match page {

@@ -5,10 +5,9 @@
 //! (links and code cannot contain each other), and a quote within a quote is flattened
 //! (blockquotes cannot be nested).
 
-use super::render::{self, Style};
-use super::Renderer;
-
-pub struct Telegram;
+use super::Telegram;
+use crate::markdown::render::{self, Style};
+use crate::markdown::Renderer;
 
 impl Renderer for Telegram {
     fn render(&self, markdown: &str) -> String {

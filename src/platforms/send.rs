@@ -1,0 +1,145 @@
+//! What every platform's send shares (PLATFORMS.md §1.6, §2.6, §3.6): the part to post, the
+//! classified outcome the delivery loop branches on (posted, refused, or in doubt), and the
+//! [`Outbound`] trait each platform's `send.rs` implements. [`send`] and [`adopt`] are the
+//! delivery loop's entry points.
+//!
+//! A part is stored as the agent wrote it and formatted here, when it is sent, if its
+//! connector formats Markdown (`crate::markdown`); a Telegram part refused as formatted is
+//! sent again at once as plain text (a 400 means it was not posted), so a formatting mistake
+//! never costs a reply.
+//!
+//! One shared client with timeouts and no retries of its own: a send whose outcome is
+//! unknown must be reconciled, never blindly repeated by a library underneath.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use secrecy::ExposeSecret;
+use serde_json::Value;
+
+use super::BoxFuture;
+use crate::db::messages::MessageRow;
+use crate::domain::Connector;
+use crate::egress::{self, GuardedClient as Client, SendError};
+
+/// The outcome of one send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendOutcome {
+    /// Posted; the platform's id of the new message.
+    Sent(String),
+    /// Refused for now, certainly not posted; try again after the platform's delay.
+    RateLimited { retry_after: Duration, error: String },
+    /// Certainly not posted (no connection); try again later.
+    NotSent { error: String },
+    /// Maybe posted (timeout, 5xx, the platform's own "internal error"): reconcile first.
+    Unknown { error: String },
+    /// Refused for good: `<platform code>: <message>`.
+    Permanent { error: String },
+}
+
+/// One part to post, with everything needed to thread it.
+pub struct OutboundPart<'a> {
+    pub connector: &'a Connector,
+    pub message: &'a MessageRow,
+    /// `{message_id}:{part_index}`: sent along where the platform keeps it (Slack message
+    /// metadata, WhatsApp `biz_opaque_callback_data`) so an interrupted send can be found.
+    pub part_key: &'a str,
+    pub text: &'a str,
+}
+
+impl OutboundPart<'_> {
+    /// The part in its platform's formatting, when its connector formats Markdown.
+    pub(crate) fn formatted(&self) -> Option<crate::markdown::Formatted> {
+        self.connector
+            .format_markdown
+            .then(|| crate::markdown::format(self.connector.platform, self.text))
+            .flatten()
+    }
+}
+
+/// One platform's send API. The futures are boxed: one small allocation per HTTP request,
+/// next to the several the request itself makes, for a trait the platforms can sit behind.
+pub trait Outbound: Sync {
+    /// Posts `part` as a new message, threaded to the user's.
+    fn send<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+    ) -> BoxFuture<'a, SendOutcome>;
+
+    /// Delivers `part` into the message the live view left (`live_id`) instead of a new one;
+    /// platforms without live messages post it.
+    fn adopt<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+        live_id: &'a str,
+    ) -> BoxFuture<'a, SendOutcome> {
+        let _ = live_id;
+        self.send(client, part, token)
+    }
+}
+
+pub async fn send(client: &Client, part: &OutboundPart<'_>) -> SendOutcome {
+    let Some(token) = part.connector.outbound_token.as_ref() else {
+        return no_token();
+    };
+    let platform = super::of(part.connector.platform);
+    platform.send(client, part, token.expose_secret()).await
+}
+
+/// The first part of a streamed answer, delivered into the message its live view left on
+/// the platform (`live_id`, `crate::delivery::live`) instead of a new one: Slack ends the
+/// stream (`chat.stopStream`) and puts the part's final text in it (`chat.update`); Telegram
+/// edits it (`editMessageText`). Both are edits, so a repeat after an outcome in doubt
+/// cannot double the message. When the message is gone (deleted meanwhile), the part is
+/// posted as usual.
+pub async fn adopt(client: &Client, part: &OutboundPart<'_>, live_id: &str) -> SendOutcome {
+    let Some(token) = part.connector.outbound_token.as_ref() else {
+        return no_token();
+    };
+    let platform = super::of(part.connector.platform);
+    platform.adopt(client, part, token.expose_secret(), live_id).await
+}
+
+fn no_token() -> SendOutcome {
+    SendOutcome::Permanent {
+        error: "connector has no outbound token".into(),
+    }
+}
+
+/// A transport error: a refused connection certainly posted nothing; anything after the
+/// request left (timeout, reset) may have. reqwest's error text loses the URL, which can
+/// hold a Telegram token. A URL the egress policy refuses fails the part for good: nothing
+/// was sent, and a retry would be refused the same way.
+pub(crate) fn transport_error(err: SendError) -> SendOutcome {
+    let err = match err {
+        SendError::Refused(_) => {
+            return SendOutcome::Permanent {
+                error: egress::PLATFORM_REFUSED.into(),
+            }
+        }
+        SendError::Transport(err) => err,
+    };
+    let connect = err.is_connect();
+    let error = err.without_url().to_string();
+    if connect {
+        SendOutcome::NotSent { error }
+    } else {
+        SendOutcome::Unknown { error }
+    }
+}
+
+pub(crate) async fn read_json(response: reqwest::Response) -> (StatusCode, Option<Value>, Option<Duration>) {
+    let status = response.status();
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let body = response.json::<Value>().await.ok();
+    (status, body, retry_after)
+}

@@ -1,0 +1,234 @@
+//! Posting a reply part to Slack (`chat.postMessage`, PLATFORMS.md §1.6), and adopting the
+//! message a streamed answer's live view left (`chat.stopStream` + `chat.update`), each
+//! answer classified for the delivery loop.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use super::inbound::REPLY_METADATA_EVENT_TYPE;
+use crate::db::messages::MessageRow;
+use crate::egress::{self, GuardedClient as Client};
+use crate::platforms::api_base;
+use crate::platforms::send::{read_json, transport_error, OutboundPart, SendOutcome};
+
+/// Slack's control characters; nothing else is escaped (Slack formatting reference). This
+/// also keeps agent text from forming `<@U…>` mentions or `<!channel>` pings.
+pub fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// Slack errors that a repeat cannot fix.
+const SLACK_PERMANENT: &[&str] = &[
+    "channel_not_found",
+    "not_in_channel",
+    "is_archived",
+    "invalid_auth",
+    "not_authed",
+    "token_revoked",
+    "token_expired",
+    "account_inactive",
+    "missing_scope",
+    "msg_too_long",
+    "no_text",
+    "restricted_action",
+    "restricted_action_thread_only_channel",
+    "invalid_arguments",
+    "cannot_reply_to_message",
+];
+
+/// Replies go under the thread's parent: `thread_ts` if the user wrote in a thread, else
+/// the user's own message starts one (PLATFORMS.md §1.6).
+pub fn thread_ts(message: &MessageRow) -> &str {
+    message
+        .thread_id
+        .as_deref()
+        .unwrap_or(&message.platform_message_id)
+}
+
+pub(super) async fn post(client: &Client, part: &OutboundPart<'_>, token: &str) -> SendOutcome {
+    // Rendered mrkdwn is escaped by its renderer; plain text is escaped here.
+    let text = match part.formatted() {
+        Some(formatted) => formatted.text,
+        None => escape(part.text),
+    };
+    let body = json!({
+        "channel": part.message.chat_id,
+        "text": text,
+        "thread_ts": thread_ts(part.message),
+        "metadata": {
+            "event_type": REPLY_METADATA_EVENT_TYPE,
+            "event_payload": { "part_key": part.part_key },
+        },
+    });
+    let request = client
+        .post(format!("{}/api/chat.postMessage", api_base(part.connector)))
+        .bearer_auth(token)
+        .json(&body);
+    let response = client.send(request).await;
+    let (status, body, retry_after) = match response {
+        Ok(response) => read_json(response).await,
+        Err(err) => return transport_error(err),
+    };
+    classify(status, body, retry_after)
+}
+
+pub(super) fn classify(
+    status: StatusCode,
+    body: Option<Value>,
+    retry_after: Option<Duration>,
+) -> SendOutcome {
+    // Only a well-formed Slack error code is kept: the base URL may be the tenant's.
+    let error = body
+        .as_ref()
+        .and_then(|b| b["error"].as_str())
+        .map_or("", egress::slack_code)
+        .to_owned();
+    // Both spellings exist in Slack's docs (PLATFORMS.md §5.10).
+    if status == StatusCode::TOO_MANY_REQUESTS || error == "ratelimited" || error == "rate_limited" {
+        let retry_after = retry_after.unwrap_or(Duration::from_secs(1));
+        return SendOutcome::RateLimited {
+            retry_after,
+            error: format!("slack {status}: rate limited"),
+        };
+    }
+    if status.is_server_error() {
+        return SendOutcome::Unknown {
+            error: format!("slack answered {status}"),
+        };
+    }
+    match body {
+        Some(body) if body["ok"] == true => match body["ts"].as_str() {
+            Some(ts) => SendOutcome::Sent(ts.to_owned()),
+            None => SendOutcome::Unknown {
+                error: "slack ok without ts".into(),
+            },
+        },
+        Some(_) if SLACK_PERMANENT.contains(&error.as_str()) => SendOutcome::Permanent {
+            error: format!("slack: {error}"),
+        },
+        // internal_error, fatal_error, request_timeout…: "some aspect may have succeeded".
+        Some(_) => SendOutcome::Unknown {
+            error: format!("slack: {error}"),
+        },
+        None => SendOutcome::Unknown {
+            error: format!("slack answered {status} without JSON"),
+        },
+    }
+}
+
+/// Slack errors of `chat.update` that mean the adopted message is no longer there to edit.
+const SLACK_MESSAGE_GONE: &[&str] = &["message_not_found", "cant_update_message", "edit_window_closed"];
+
+pub(super) async fn adopt(client: &Client, part: &OutboundPart<'_>, token: &str, ts: &str) -> SendOutcome {
+    let base = api_base(part.connector);
+    let channel = &part.message.chat_id;
+    // Ends the stream if it still runs. Its own refusals (already stopped, e.g. by the
+    // holder before a crash, or by Slack after a while) do not matter: the update below
+    // sets the final text either way.
+    let stop = client
+        .post(format!("{base}/api/chat.stopStream"))
+        .bearer_auth(token)
+        .json(&json!({ "channel": channel, "ts": ts }));
+    match client.send(stop).await {
+        Ok(response) => {
+            let (status, body, retry_after) = read_json(response).await;
+            if let outcome @ SendOutcome::RateLimited { .. } = classify(status, body, retry_after) {
+                return outcome;
+            }
+        }
+        Err(err) => return transport_error(err),
+    }
+    let text = match part.formatted() {
+        Some(formatted) => formatted.text,
+        None => escape(part.text),
+    };
+    // `blocks: []` drops the stream's markdown block, so the message shows the part exactly
+    // as a posted part would.
+    let body = json!({
+        "channel": channel,
+        "ts": ts,
+        "text": text,
+        "blocks": [],
+        "metadata": {
+            "event_type": REPLY_METADATA_EVENT_TYPE,
+            "event_payload": { "part_key": part.part_key },
+        },
+    });
+    let request = client
+        .post(format!("{base}/api/chat.update"))
+        .bearer_auth(token)
+        .json(&body);
+    let (status, body, retry_after) = match client.send(request).await {
+        Ok(response) => read_json(response).await,
+        Err(err) => return transport_error(err),
+    };
+    let gone = body
+        .as_ref()
+        .and_then(|b| b["error"].as_str())
+        .is_some_and(|e| SLACK_MESSAGE_GONE.contains(&e));
+    if gone {
+        return post(client, part, token).await;
+    }
+    match classify(status, body, retry_after) {
+        // chat.update answers with the message's ts; it is the adopted one.
+        SendOutcome::Sent(_) => SendOutcome::Sent(ts.to_owned()),
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slack_escapes_only_its_three_control_characters() {
+        assert_eq!(
+            escape("a < b && c > d <@U123> *bold*"),
+            "a &lt; b &amp;&amp; c &gt; d &lt;@U123&gt; *bold*"
+        );
+    }
+
+    #[test]
+    fn slack_answers_are_classified() {
+        let ok = json!({"ok": true, "channel": "C1", "ts": "1.2"});
+        assert_eq!(
+            classify(StatusCode::OK, Some(ok), None),
+            SendOutcome::Sent("1.2".into())
+        );
+        let limited = classify(StatusCode::TOO_MANY_REQUESTS, None, Some(Duration::from_secs(30)));
+        assert!(
+            matches!(limited, SendOutcome::RateLimited { retry_after, .. } if retry_after == Duration::from_secs(30))
+        );
+        let spelled = classify(
+            StatusCode::OK,
+            Some(json!({"ok": false, "error": "ratelimited"})),
+            None,
+        );
+        assert!(matches!(spelled, SendOutcome::RateLimited { .. }));
+        let gone = classify(
+            StatusCode::OK,
+            Some(json!({"ok": false, "error": "channel_not_found"})),
+            None,
+        );
+        assert_eq!(
+            gone,
+            SendOutcome::Permanent {
+                error: "slack: channel_not_found".into()
+            }
+        );
+        let doubt = classify(
+            StatusCode::OK,
+            Some(json!({"ok": false, "error": "internal_error"})),
+            None,
+        );
+        assert!(matches!(doubt, SendOutcome::Unknown { .. }));
+        assert!(matches!(
+            classify(StatusCode::BAD_GATEWAY, None, None),
+            SendOutcome::Unknown { .. }
+        ));
+    }
+}

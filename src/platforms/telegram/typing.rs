@@ -1,0 +1,47 @@
+//! Telegram's typing indicator (`crate::delivery::typing`): `sendChatAction` `typing` (with
+//! `message_thread_id` in a forum topic); it shows for 5 s or until the bot's next message:
+//! refreshed every interval (`CB_TYPING_INTERVAL_MS`, 4 s).
+
+use serde_json::{json, Value};
+
+use super::send::json_id;
+use super::Telegram;
+use crate::db::messages::MessageRow;
+use crate::delivery::typing::{Place, Show};
+use crate::domain::Connector;
+use crate::egress::GuardedClient;
+use crate::platforms::TypingIndicator;
+
+impl TypingIndicator for Telegram {
+    fn typing_place(&self, _connector: &Connector, message: &MessageRow) -> Option<Place> {
+        Some(Place {
+            chat: message.chat_id.clone(),
+            within: message.thread_id.clone(),
+        })
+    }
+
+    fn typing_refresh_intervals(&self) -> u32 {
+        1
+    }
+
+    fn typing_request(
+        &self,
+        client: &GuardedClient,
+        base: &str,
+        token: &str,
+        place: &Place,
+        _show: Show,
+    ) -> reqwest::RequestBuilder {
+        let mut body = json!({ "chat_id": json_id(&place.chat), "action": "typing" });
+        if let Some(topic) = &place.within {
+            body["message_thread_id"] = json_id(topic);
+        }
+        client
+            .post(format!("{base}/bot{token}/sendChatAction"))
+            .json(&body)
+    }
+
+    fn typing_shown(&self, body: &Value) -> bool {
+        body["ok"] == true
+    }
+}

@@ -1,0 +1,70 @@
+//! WhatsApp: Cloud API webhooks in (`inbound`), `messages` out (`send`), WhatsApp's own
+//! formatting (`format`), the typing indicator sent with the read receipt (`typing`), and
+//! media downloads (`files`). There is no live view of a streamed answer: the typing
+//! indicator goes on until the reply.
+
+pub mod files;
+pub mod format;
+pub mod inbound;
+pub mod send;
+pub mod typing;
+
+use std::time::Duration;
+
+use super::{BoxFuture, LivePreview, PlatformApi};
+use crate::db::messages::ReplyPart;
+use crate::delivery::{window_left, Delivery, Outgoing, Reconciled};
+use crate::egress::GuardedClient as Client;
+use crate::platforms::send::{Outbound, OutboundPart, SendOutcome};
+
+/// Meta Graph API version every WhatsApp call is pinned to.
+pub const GRAPH_VERSION: &str = "v25.0";
+
+pub struct Whatsapp;
+
+impl PlatformApi for Whatsapp {
+    fn default_api_base(&self) -> &'static str {
+        "https://graph.facebook.com"
+    }
+
+    fn part_limit(&self) -> usize {
+        4096
+    }
+
+    fn batches_webhooks(&self) -> bool {
+        true
+    }
+
+    /// The status callback that echoes the part key settles it (ingress); the part is
+    /// resent only when none came within `CB_WHATSAPP_CONFIRM_SECS`.
+    fn reconcile<'a>(
+        &'a self,
+        delivery: &'a Delivery<'a>,
+        _outgoing: &'a Outgoing,
+        part: &'a ReplyPart,
+    ) -> BoxFuture<'a, anyhow::Result<Reconciled>> {
+        let now = chrono::Utc::now();
+        let window = Duration::from_secs(delivery.settings.whatsapp_confirm_secs);
+        let reconciled = match window_left(window, part.sending_since.unwrap_or(now), now) {
+            Some(left) => Reconciled::Later(
+                left.min(Duration::from_secs(15)),
+                "send outcome not known yet".into(),
+            ),
+            None => Reconciled::Absent,
+        };
+        Box::pin(async { Ok(reconciled) })
+    }
+}
+
+impl Outbound for Whatsapp {
+    fn send<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+    ) -> BoxFuture<'a, SendOutcome> {
+        Box::pin(send::send(client, part, token))
+    }
+}
+
+impl LivePreview for Whatsapp {}

@@ -1,0 +1,129 @@
+//! Sending a reply part to WhatsApp (Cloud API `messages`, PLATFORMS.md §2.6), with the
+//! part key as `biz_opaque_callback_data` so the status callback can settle a send in doubt.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use super::GRAPH_VERSION;
+use crate::egress::{self, GuardedClient as Client};
+use crate::platforms::api_base;
+use crate::platforms::send::{read_json, transport_error, OutboundPart, SendOutcome};
+
+/// Meta error codes that mean "slow down" (PLATFORMS.md §2.6): throughput 130429, pair
+/// rate 131056 (one message per 6 s to the same user), app/WABA limits 4 and 80007.
+pub(crate) fn rate_limit(code: i64) -> Option<Duration> {
+    match code {
+        131056 => Some(Duration::from_secs(6)),
+        130429 | 4 | 80007 => Some(Duration::from_secs(2)),
+        _ => None,
+    }
+}
+
+pub(super) async fn send(client: &Client, part: &OutboundPart<'_>, token: &str) -> SendOutcome {
+    let message = part.message;
+    let phone_number_id = message.metadata["phone_number_id"]
+        .as_str()
+        .or(part.connector.external_id.as_deref());
+    let Some(phone_number_id) = phone_number_id else {
+        return SendOutcome::Permanent {
+            error: "connector has no phone_number_id (external id)".into(),
+        };
+    };
+    let formatted = part.formatted();
+    let text = formatted.as_ref().map_or(part.text, |f| f.text.as_str());
+    let body = json!({
+        "messaging_product": "whatsapp",
+        "recipient_type": "individual",
+        "to": format!("+{}", message.chat_id.trim_start_matches('+')),
+        "type": "text",
+        "context": { "message_id": message.platform_message_id },
+        "text": { "preview_url": false, "body": text },
+        "biz_opaque_callback_data": part.part_key,
+    });
+    let request = client
+        .post(format!(
+            "{}/{GRAPH_VERSION}/{phone_number_id}/messages",
+            api_base(part.connector)
+        ))
+        .bearer_auth(token)
+        .json(&body);
+    let response = client.send(request).await;
+    match response {
+        Ok(response) => {
+            let (status, body, _) = read_json(response).await;
+            classify(status, body)
+        }
+        Err(err) => transport_error(err),
+    }
+}
+
+fn classify(status: StatusCode, body: Option<Value>) -> SendOutcome {
+    if let Some(id) = body
+        .as_ref()
+        .and_then(|b| b.pointer("/messages/0/id"))
+        .and_then(Value::as_str)
+    {
+        return SendOutcome::Sent(id.to_owned());
+    }
+    let code = body
+        .as_ref()
+        .and_then(|b| b.pointer("/error/code"))
+        .and_then(Value::as_i64);
+    let text = body
+        .as_ref()
+        .and_then(|b| b.pointer("/error/message"))
+        .and_then(Value::as_str)
+        .map(egress::short_reason)
+        .unwrap_or_default();
+    // The HTTP status varies: match on error.code (PLATFORMS.md §2.6).
+    match code {
+        Some(code) => {
+            let error = format!("whatsapp {code}: {text}");
+            match rate_limit(code) {
+                Some(retry_after) => SendOutcome::RateLimited { retry_after, error },
+                None if status.is_server_error() || code == 1 || code == 2 => SendOutcome::Unknown { error },
+                None => SendOutcome::Permanent { error },
+            }
+        }
+        None => SendOutcome::Unknown {
+            error: format!("whatsapp answered {status} without an error code"),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whatsapp_answers_are_classified_by_error_code() {
+        let ok = json!({"messaging_product": "whatsapp", "contacts": [{"input": "+1", "wa_id": "1"}], "messages": [{"id": "wamid.OUT"}]});
+        assert_eq!(
+            classify(StatusCode::OK, Some(ok)),
+            SendOutcome::Sent("wamid.OUT".into())
+        );
+        let pair = json!({"error": {"message": "pair rate limit", "code": 131056}});
+        assert!(matches!(
+            classify(StatusCode::BAD_REQUEST, Some(pair)),
+            SendOutcome::RateLimited { .. }
+        ));
+        let window = json!({"error": {"message": "Re-engagement message", "code": 131047}});
+        assert_eq!(
+            classify(StatusCode::BAD_REQUEST, Some(window)),
+            SendOutcome::Permanent {
+                error: "whatsapp 131047: Re-engagement message".into()
+            }
+        );
+        let expired = json!({"error": {"message": "Session has expired", "code": 190}});
+        assert!(matches!(
+            classify(StatusCode::UNAUTHORIZED, Some(expired)),
+            SendOutcome::Permanent { .. }
+        ));
+        assert!(matches!(
+            classify(StatusCode::INTERNAL_SERVER_ERROR, None),
+            SendOutcome::Unknown { .. }
+        ));
+    }
+}
