@@ -40,7 +40,7 @@ use crate::db::queue::Job;
 use crate::db::turns::{Applied, PartStatus, Transition};
 use crate::db::{self, replies, TenantTx};
 use crate::dispatch::writer::TurnWriter;
-use crate::domain::{Connector, MessageId};
+use crate::domain::{Connector, MessageId, Platform};
 use crate::platforms::send::{self as outbound, OutboundPart, SendOutcome};
 use crate::settings::DispatchSettings;
 
