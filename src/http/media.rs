@@ -2,8 +2,9 @@
 //!
 //! The token is the whole authorisation: verified (404 when it is not one of ours, so a
 //! guess learns nothing), then its time (410 once expired). The turn and its connector are
-//! read in a tenant transaction, which ends before the download starts: a slow agent
-//! reading a large file holds no database connection. The platform's bytes are streamed
+//! read in a tenant transaction within `CB_ADMIN_DEADLINE_MS` (503 past it, as the admin
+//! API), which ends before the download starts: a slow agent reading a large file holds no
+//! database connection. The platform's bytes are streamed
 //! through, cut off at `CB_MEDIA_MAX_BYTES`.
 
 use axum::body::Body;
@@ -34,7 +35,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         (status = 404, description = "not a valid media link, or the platform no longer has the file", body = crate::admin::ApiJsonError),
         (status = 410, description = "the link has expired: the next dispatch attempt gets a fresh one", body = crate::admin::ApiJsonError),
         (status = 413, description = "the file is larger than this gateway streams", body = crate::admin::ApiJsonError),
-        (status = 502, description = "the platform did not serve the file", body = crate::admin::ApiJsonError)))]
+        (status = 502, description = "the platform did not serve the file", body = crate::admin::ApiJsonError),
+        (status = 503, description = "the database is unavailable, or did not answer within the deadline", body = crate::admin::ApiJsonError)))]
 async fn media(State(state): State<AppState>, Path(token): Path<String>) -> Result<Response, AppError> {
     let keys = &state.settings.database.secrets;
     let token = MediaToken::decode(&token, keys, (state.clock)()).map_err(|err| match err {
@@ -43,7 +45,21 @@ async fn media(State(state): State<AppState>, Path(token): Path<String>) -> Resu
             AppError::Gone("this media link has expired; the next attempt of the dispatch gets a fresh one")
         }
     })?;
-    let (attachment, connector) = find(&state, &token).await?;
+    // The database part is bounded like an admin request; the download that follows is not
+    // (a large file on a slow link takes its time, holding no connection).
+    let deadline_ms = state.settings.admin_deadline_ms;
+    let found = tokio::time::timeout(
+        std::time::Duration::from_millis(deadline_ms),
+        find(&state, &token),
+    )
+    .await;
+    let (attachment, connector) = match found {
+        Ok(found) => found?,
+        Err(_) => {
+            crate::db::deadline_missed();
+            return Err(AppError::DeadlinePassed(deadline_ms));
+        }
+    };
     let max = state.settings.media.media_max_bytes;
     if !state
         .settings

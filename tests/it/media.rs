@@ -435,3 +435,36 @@ async fn a_file_type_outside_the_list_is_described_to_the_agent_without_a_url() 
     assert_eq!(current["attachments"][0]["name"], "setup.exe");
     assert_eq!(current["attachments"][0]["url"], Value::Null);
 }
+
+#[tokio::test]
+async fn a_media_link_answers_503_when_the_database_does_not_answer_within_the_admin_deadline() {
+    use crate::support::db_proxy::{upstream_addr, DbProxy};
+    let proxy = DbProxy::start(upstream_addr()).await;
+    let app = crate::support::spawn_app_with(|settings, db| {
+        settings.database.url = crate::support::url_with(&db.name, Some(proxy.addr)).into();
+        settings.database.acquire_timeout_ms = 20_000;
+        settings.database.deadline_ms = 20_000;
+        settings.admin_deadline_ms = 700;
+    })
+    .await;
+    let tenant = provision_tenant(&app.pool, "acme").await;
+    let token = MediaToken {
+        tenant: tenant.tenant,
+        message: MessageId::new(),
+        index: 0,
+        expires: chrono::Utc::now().timestamp() + 60,
+    };
+    let url = app.url(&format!("/v1/media/{}", token.encode(&Keyring::ephemeral())));
+
+    proxy.hold();
+    let response = fetch(&url).await;
+    proxy.release();
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers()["retry-after"], "1");
+    assert_eq!(response.json::<Value>().await.unwrap()["error"], "unavailable");
+    assert_eq!(
+        fetch(&url).await.status(),
+        404,
+        "with the database back: no such turn"
+    );
+}
