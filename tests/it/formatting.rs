@@ -7,7 +7,6 @@ use std::sync::Arc;
 use channel_bridge::dispatch::{StepOutcome, Worker};
 use channel_bridge::domain::{MessageId, Platform};
 use channel_bridge::platforms::telegram::format::visible_units;
-use channel_bridge::settings::ServeSettings;
 use serde_json::{json, Value};
 
 use crate::support::fake_agent::{FakeAgent, Reply};
@@ -33,15 +32,9 @@ async fn setup() -> Setup {
     let platforms = FakePlatforms::start().await;
     let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let mut settings = ServeSettings::for_database(app.db.url());
-    settings.agent_url = Some(agent.url.clone());
-    settings.dispatch.retry_base_ms = 0;
-    let worker = Arc::new(
-        Worker::new(app.pool.clone(), Arc::new(settings), || {
-            chrono::Utc::now().timestamp()
-        })
-        .unwrap(),
-    );
+    let worker = Arc::new(crate::support::worker(&app, &agent.url, |settings| {
+        settings.dispatch.retry_base_ms = 0;
+    }));
     Setup {
         seq: Default::default(),
         app,

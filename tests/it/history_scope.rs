@@ -3,12 +3,9 @@
 //! message with their direct messages on every platform; `user` and `chat` are the tenant's
 //! other choices. The admin API shows the same history the worker sends.
 
-use std::sync::Arc;
-
 use channel_bridge::dispatch::payload::ChatMessage;
 use channel_bridge::dispatch::{StepOutcome, Worker};
 use channel_bridge::domain::Platform;
-use channel_bridge::settings::ServeSettings;
 use serde_json::{json, Value};
 
 use crate::support::fake_agent::FakeAgent;
@@ -30,13 +27,9 @@ async fn setup() -> Setup {
     let platforms = FakePlatforms::start().await;
     let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let mut settings = ServeSettings::for_database(app.db.url());
-    settings.agent_url = Some(agent.url.clone());
-    settings.config_cache_secs = 0;
-    let worker = Worker::new(app.pool.clone(), Arc::new(settings), || {
-        chrono::Utc::now().timestamp()
-    })
-    .unwrap();
+    let worker = crate::support::worker(&app, &agent.url, |settings| {
+        settings.config_cache_secs = 0;
+    });
     let key = channel_bridge::admin::operator::issue(&app.pool, tenant.tenant, "ci")
         .await
         .unwrap()

@@ -16,7 +16,6 @@ use channel_bridge::dispatch::Worker;
 use channel_bridge::domain::{MessageId, Platform, TenantId};
 use channel_bridge::media::token::MediaToken;
 use channel_bridge::secrets::Keyring;
-use channel_bridge::settings::ServeSettings;
 use serde_json::{json, Value};
 
 use crate::support::fake_agent::{FakeAgent, Reply};
@@ -166,13 +165,9 @@ async fn setup() -> Setup {
     let files = FileHost::start().await;
     let tenant = provision_tenant_at(&app.pool, "acme", Some(&files.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let mut settings = ServeSettings::for_database(app.db.url());
-    settings.agent_url = Some(agent.url.clone());
-    settings.media.public_url = Some(app.url(""));
-    let worker = Worker::new(app.pool.clone(), Arc::new(settings), || {
-        chrono::Utc::now().timestamp()
-    })
-    .unwrap();
+    let worker = crate::support::worker(&app, &agent.url, |settings| {
+        settings.media.public_url = Some(app.url(""));
+    });
     Setup {
         app,
         files,

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use channel_bridge::db::messages::ReplyPart;
 use channel_bridge::dispatch::{StepOutcome, Worker};
 use channel_bridge::domain::{MessageId, Platform};
-use channel_bridge::settings::ServeSettings;
 use serde_json::{json, Value};
 
 use crate::support::fake_agent::{FakeAgent, Reply};
@@ -27,19 +26,14 @@ async fn setup() -> Setup {
     let platforms = FakePlatforms::start().await;
     let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let mut settings = ServeSettings::for_database(app.db.url());
-    settings.agent_url = Some(agent.url.clone());
-    settings.dispatch.retry_base_ms = 0;
-    // An interrupted Slack send is looked for in the thread at once, with no read budget
-    // (the confirmation window and the budget have tests of their own, `slack_in_doubt`).
-    settings.dispatch.slack_confirm_secs = 0;
-    settings.dispatch.slack_read_interval_ms = 0;
-    let worker = Arc::new(
-        Worker::new(app.pool.clone(), Arc::new(settings), || {
-            chrono::Utc::now().timestamp()
-        })
-        .unwrap(),
-    );
+    let worker = Arc::new(crate::support::worker(&app, &agent.url, |settings| {
+        settings.dispatch.retry_base_ms = 0;
+        // An interrupted Slack send is looked for in the thread at once, with no read
+        // budget (the confirmation window and the budget have tests of their own,
+        // `slack_in_doubt`).
+        settings.dispatch.slack_confirm_secs = 0;
+        settings.dispatch.slack_read_interval_ms = 0;
+    }));
     Setup {
         app,
         platforms,

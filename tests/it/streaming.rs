@@ -10,7 +10,6 @@ use std::time::Duration;
 use channel_bridge::db::messages::ReplyPart;
 use channel_bridge::dispatch::{StepOutcome, Worker};
 use channel_bridge::domain::{MessageId, Platform};
-use channel_bridge::settings::ServeSettings;
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
@@ -36,16 +35,10 @@ async fn setup() -> Setup {
     let platforms = FakePlatforms::start().await;
     let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let mut settings = ServeSettings::for_database(app.db.url());
-    settings.agent_url = Some(agent.url.clone());
-    settings.dispatch.retry_base_ms = 0;
-    settings.dispatch.stream_interval_ms = STREAM_INTERVAL.as_millis() as u64;
-    let worker = Arc::new(
-        Worker::new(app.pool.clone(), Arc::new(settings), || {
-            chrono::Utc::now().timestamp()
-        })
-        .unwrap(),
-    );
+    let worker = Arc::new(crate::support::worker(&app, &agent.url, |settings| {
+        settings.dispatch.retry_base_ms = 0;
+        settings.dispatch.stream_interval_ms = STREAM_INTERVAL.as_millis() as u64;
+    }));
     Setup {
         app,
         platforms,
@@ -453,13 +446,9 @@ async fn a_worker_killed_while_the_first_part_completes_the_stream_completes_it_
 #[tokio::test]
 async fn a_slack_stream_whose_agent_fails_for_good_is_stopped_not_left_open() {
     let s = setup().await;
-    let mut settings = ServeSettings::for_database(s.app.db.url());
-    settings.agent_url = Some(s.agent.url.clone());
-    settings.dispatch.max_attempts = 1;
-    let worker = Worker::new(s.app.pool.clone(), Arc::new(settings), || {
-        chrono::Utc::now().timestamp()
-    })
-    .unwrap();
+    let worker = crate::support::worker(&s.app, &s.agent.url, |settings| {
+        settings.dispatch.max_attempts = 1;
+    });
     let fail = gate();
     s.agent.script([Reply::Stream(vec![
         Chunk::delta("I will"),

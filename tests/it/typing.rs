@@ -10,7 +10,6 @@ use std::time::Duration;
 use channel_bridge::dispatch::{StepOutcome, Worker};
 use channel_bridge::domain::{MessageId, Platform};
 use channel_bridge::provision;
-use channel_bridge::settings::ServeSettings;
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
@@ -39,16 +38,10 @@ async fn setup() -> Setup {
     let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let gate = Arc::new(Semaphore::new(0));
     let agent = FakeAgent::start_gated(&tenant.dispatch_secret, gate.clone()).await;
-    let mut settings = ServeSettings::for_database(app.db.url());
-    settings.agent_url = Some(agent.url.clone());
-    settings.dispatch.retry_base_ms = 0;
-    settings.dispatch.typing_interval_ms = INTERVAL.as_millis() as u64;
-    let worker = Arc::new(
-        Worker::new(app.pool.clone(), Arc::new(settings), || {
-            chrono::Utc::now().timestamp()
-        })
-        .unwrap(),
-    );
+    let worker = Arc::new(crate::support::worker(&app, &agent.url, |settings| {
+        settings.dispatch.retry_base_ms = 0;
+        settings.dispatch.typing_interval_ms = INTERVAL.as_millis() as u64;
+    }));
     Setup {
         app,
         platforms,

@@ -188,6 +188,22 @@ impl Drop for TestApp {
     }
 }
 
+/// A dispatch worker on `app`'s database whose agent is `agent_url`, its settings adjusted
+/// by `configure` (the worker tests drive it step by step).
+pub fn worker(
+    app: &TestApp,
+    agent_url: &str,
+    configure: impl FnOnce(&mut ServeSettings),
+) -> channel_bridge::dispatch::Worker {
+    let mut settings = ServeSettings::for_database(app.db.url());
+    settings.agent_url = Some(agent_url.to_owned());
+    configure(&mut settings);
+    channel_bridge::dispatch::Worker::new(app.pool.clone(), std::sync::Arc::new(settings), || {
+        chrono::Utc::now().timestamp()
+    })
+    .expect("the worker's settings are valid")
+}
+
 /// A fresh migrated database and the application serving it.
 pub async fn spawn_app() -> TestApp {
     spawn_app_with(|_, _| {}).await
