@@ -357,7 +357,7 @@ impl Worker {
         let request_id = claimed.request_id().unwrap_or_default().to_owned();
         let traceparent = claimed.traceparent().map(str::to_owned);
         let job = claimed.job;
-        let span = tracing::info_span!("job", tenant_id = %job.tenant_id, message_id = %job.message_id, stage = %job.stage, request_id, otel.kind = tracing::field::Empty);
+        let span = tracing::info_span!("job", tenant_id = %job.tenant_id, message_id = %job.message_id, stage = %job.stage, request_id, otel.kind = tracing::field::Empty, trace_id = tracing::field::Empty);
         // In traces the job continues its webhook's trace, named after its stage.
         traces::continue_trace(&span, traceparent.as_deref());
         traces::describe(&span, "consumer", job.stage.as_str());

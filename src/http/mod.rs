@@ -290,6 +290,7 @@ fn request_span(request: &Request) -> tracing::Span {
         connector_id = tracing::field::Empty,
         platform = tracing::field::Empty,
         otel.kind = tracing::field::Empty,
+        trace_id = tracing::field::Empty,
     );
     crate::telemetry::traces::start_request_span(&span, request.headers(), request.method().as_str(), route);
     span

@@ -288,7 +288,14 @@ pub fn describe(span: &Span, kind: &'static str, name: impl Into<Cow<'static, st
         return;
     }
     span.record("otel.kind", kind);
-    span.context().span().update_name(name);
+    let context = span.context();
+    // The trace id on the log lines of the span (when it declares `trace_id`), so a log
+    // line leads to its trace.
+    let trace_id = context.span().span_context().trace_id();
+    if trace_id != opentelemetry::trace::TraceId::INVALID {
+        span.record("trace_id", tracing::field::display(trace_id));
+    }
+    context.span().update_name(name);
 }
 
 /// The answer's status on the request span; a 5xx marks the span as failed.

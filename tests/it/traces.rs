@@ -205,6 +205,14 @@ async fn a_telegram_turn_is_one_trace_from_webhook_to_reply_and_the_agent_joins_
         .collect();
     assert_eq!(delivered.len(), 1, "{lines:#?}");
     assert_eq!(delivered[0]["span"]["message_id"], message_id.to_string());
+    // Each line of the turn's job and webhook leads to the trace.
+    assert_eq!(delivered[0]["span"]["trace_id"], webhook.trace_id);
+    let accepted: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|line| line["message"] == "webhook accepted")
+        .collect();
+    assert_eq!(accepted.len(), 1, "{lines:#?}");
+    assert_eq!(accepted[0]["span"]["trace_id"], webhook.trace_id);
     for line in &lines {
         let spans = line["spans"].as_array().cloned().unwrap_or_default();
         let names: Vec<&str> = spans.iter().filter_map(|span| span["name"].as_str()).collect();
