@@ -143,25 +143,9 @@ pub enum MessagesCommand {
         database: DatabaseSettings,
         #[arg(long)]
         tenant: TenantId,
-        #[arg(long)]
-        user: Option<String>,
-        #[arg(long)]
-        platform: Option<String>,
-        #[arg(long)]
-        connector: Option<uuid::Uuid>,
-        #[arg(long)]
-        status: Option<String>,
-        #[arg(long)]
-        decision: Option<String>,
-        /// RFC 3339.
-        #[arg(long)]
-        since: Option<chrono::DateTime<chrono::Utc>>,
-        /// RFC 3339.
-        #[arg(long)]
-        until: Option<chrono::DateTime<chrono::Utc>>,
-        /// Text search over request and response.
-        #[arg(long)]
-        search: Option<String>,
+        /// The same filters as `channel-bridge admin messages list`.
+        #[command(flatten)]
+        filters: crate::admin_cli::messages::Filters,
         #[arg(long)]
         cursor: Option<String>,
         #[arg(long, default_value_t = 50)]
@@ -193,29 +177,9 @@ pub struct RecoveryArgs {
     pub database: DatabaseSettings,
     #[arg(long)]
     pub tenant: TenantId,
-    /// One message, by id.
-    #[arg(long, conflicts_with_all = ["user", "platform", "connector", "status", "since", "until", "limit"])]
-    pub id: Option<uuid::Uuid>,
-    /// Linked user id.
-    #[arg(long)]
-    pub user: Option<String>,
-    #[arg(long)]
-    pub platform: Option<String>,
-    #[arg(long)]
-    pub connector: Option<uuid::Uuid>,
-    /// resend: delivery_failed or executed (both when absent); redispatch: dispatch_failed.
-    #[arg(long)]
-    pub status: Option<String>,
-    /// Received at or after (RFC 3339).
-    #[arg(long)]
-    pub since: Option<chrono::DateTime<chrono::Utc>>,
-    /// Received before (RFC 3339).
-    #[arg(long)]
-    pub until: Option<chrono::DateTime<chrono::Utc>>,
-    /// Most messages this call queues, 1..=1000 (default 100); `more: true` in the output
-    /// says to run it again.
-    #[arg(long)]
-    pub limit: Option<i64>,
+    /// The same selection as `channel-bridge admin messages resend|redispatch`.
+    #[command(flatten)]
+    pub selection: crate::admin_cli::messages::Selection,
 }
 
 /// Whose data `erase` deletes: exactly one of --user and --sender.
@@ -509,28 +473,21 @@ async fn run_admin(command: Command) -> anyhow::Result<()> {
         Command::Messages(MessagesCommand::List {
             database,
             tenant,
-            user,
-            platform,
-            connector,
-            status,
-            decision,
-            since,
-            until,
-            search,
+            filters,
             cursor,
             limit,
         }) => {
             let pool = crate::db::connect_pool(&database)?;
             known_tenant(&pool, tenant).await?;
             let query = messages::MessagesQuery {
-                user_id: user,
-                platform,
-                connector_id: connector,
-                status,
-                decision,
-                since,
-                until,
-                q: search,
+                user_id: filters.user,
+                platform: filters.platform.map(|p| p.as_str().to_owned()),
+                connector_id: filters.connector,
+                status: filters.status,
+                decision: filters.decision,
+                since: filters.since,
+                until: filters.until,
+                q: filters.search,
                 cursor,
                 limit: Some(limit),
             };
@@ -573,17 +530,18 @@ async fn recover(
     use crate::admin::messages::{self, ActionFilterIn};
     let pool = crate::db::connect_pool(&args.database)?;
     known_tenant(&pool, args.tenant).await?;
-    let queued = match args.id {
+    let selection = args.selection;
+    let queued = match selection.id {
         Some(id) => messages::recover_one(&pool, args.tenant, action, id, include_unknown, Actor::Cli).await,
         None => {
             let filter = ActionFilterIn {
-                user_id: args.user,
-                platform: args.platform,
-                connector_id: args.connector,
-                status: args.status,
-                since: args.since,
-                until: args.until,
-                limit: args.limit,
+                user_id: selection.user,
+                platform: selection.platform.map(|p| p.as_str().to_owned()),
+                connector_id: selection.connector,
+                status: selection.status,
+                since: selection.since,
+                until: selection.until,
+                limit: selection.limit,
                 include_unknown: include_unknown.then_some(true),
             };
             messages::recover_many(&pool, args.tenant, action, &filter, Actor::Cli).await

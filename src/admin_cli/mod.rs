@@ -13,7 +13,7 @@ mod connectors;
 mod keys;
 mod lifecycle;
 mod links;
-mod messages;
+pub mod messages;
 mod output;
 mod tenants;
 
