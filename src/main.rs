@@ -3,8 +3,39 @@ use clap::Parser;
 use channel_bridge::cli::{self, Cli, Command};
 use channel_bridge::telemetry::{self, traces};
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
+    unset_empty_settings();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run())
+}
+
+/// An empty `CB_*`, `DATABASE_URL` or `OTEL_*` variable is no setting: the default applies,
+/// as if it were unset. Compose files and `.env` templates pass `CB_AGENT_URL=` or
+/// `${CB_OPERATOR_TOKEN:-}` for "not set", and clap would otherwise read the empty text as
+/// a value (an empty URL, an empty secret) and refuse to start. Done before any other
+/// thread exists: changing the environment is only sound then.
+fn unset_empty_settings() {
+    let empty: Vec<std::ffi::OsString> = std::env::vars_os()
+        .filter(|(key, value)| {
+            let ours = key
+                .to_str()
+                .is_some_and(|k| k.starts_with("CB_") || k.starts_with("OTEL_") || k == "DATABASE_URL");
+            ours && value.is_empty()
+        })
+        .map(|(key, _)| key)
+        .collect();
+    for key in empty {
+        std::env::remove_var(key);
+    }
+}
+
+async fn run() -> std::process::ExitCode {
     let cli = Cli::parse();
     let traces = match start_traces(&cli.command) {
         Ok(traces) => traces,

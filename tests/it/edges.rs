@@ -415,3 +415,64 @@ async fn the_cli_takes_a_connector_secret_from_standard_input_and_the_webhook_ve
     assert_eq!(webhook("from-stdin-0123456789").await.unwrap().status(), 200);
     assert_eq!(webhook("from-stdin-012345678").await.unwrap().status(), 401);
 }
+
+#[tokio::test]
+async fn empty_setting_variables_count_as_unset_so_a_compose_default_env_starts() {
+    // docker-compose.yml passes `${CB_AGENT_URL:-}` and friends: empty means "not set".
+    let db = TestDb::empty().await;
+    let mut serve = std::process::Command::new(env!("CARGO_BIN_EXE_channel-bridge"))
+        .args(["serve", "--migrate", "--bind", "127.0.0.1:0"])
+        .env("DATABASE_URL", db.url())
+        .env("CB_WORKER", "false")
+        .envs(
+            [
+                "CB_AGENT_URL",
+                "CB_OPERATOR_TOKEN",
+                "CB_EGRESS_ALLOW",
+                "CB_PUBLIC_URL",
+                "CB_SECRETS_KEY",
+                "CB_METRICS_BIND",
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+            ]
+            .map(|key| (key, "")),
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pool = db.app_pool();
+    let started = eventually_or_exit(&mut serve, || async {
+        matches!(
+            channel_bridge::db::schema(&pool).await,
+            Ok(schema) if schema.is_current()
+        )
+    })
+    .await;
+    serve.kill().unwrap();
+    let output = serve.wait_with_output().unwrap();
+    assert!(
+        started,
+        "serve refused the empty variables: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Polls `condition` until it holds (true) or the child exits first (false); bounded.
+async fn eventually_or_exit<F, Fut>(child: &mut std::process::Child, condition: F) -> bool
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        if child.try_wait().unwrap().is_some() {
+            return false;
+        }
+        if condition().await {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("serve neither started nor exited within 30 s");
+}
