@@ -7,34 +7,11 @@ use channel_bridge::domain::Platform;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
+use crate::support::api::{call, operator_app as app, OPERATOR};
 use crate::support::fake_agent::{FakeAgent, Reply};
 use crate::support::fake_platforms::{Answer, FakePlatforms};
 use crate::support::platforms::*;
-use crate::support::{eventually, spawn_app_on, spawn_app_with, TestApp};
-
-const OPERATOR: &str = "operator-token-0123456789";
-
-async fn app() -> TestApp {
-    spawn_app_with(|settings, _| settings.operator_token = Some(OPERATOR.to_owned().into())).await
-}
-
-/// Sends a request with a bearer token; returns status and JSON body (Null when empty).
-async fn call(
-    app: &TestApp,
-    method: Method,
-    path: &str,
-    token: &str,
-    body: Option<Value>,
-) -> (StatusCode, Value) {
-    let mut request = app.client.request(method, app.url(path)).bearer_auth(token);
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let response = request.send().await.unwrap();
-    let status = response.status();
-    let text = response.text().await.unwrap();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
-}
+use crate::support::{eventually, spawn_app_on, TestApp};
 
 /// A tenant provisioned like the webhook tests', with an admin key.
 struct Tenant {

@@ -9,32 +9,9 @@ use channel_bridge::domain::Platform;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
+use crate::support::api::{call, operator_app as app, OPERATOR};
 use crate::support::platforms::*;
-use crate::support::{spawn_app_with, TestApp};
-
-const OPERATOR: &str = "operator-token-0123456789";
-
-async fn app() -> TestApp {
-    spawn_app_with(|settings, _| settings.operator_token = Some(OPERATOR.to_owned().into())).await
-}
-
-/// Sends a request with a bearer token; returns status and JSON body (Null when empty).
-async fn call(
-    app: &TestApp,
-    method: Method,
-    path: &str,
-    token: &str,
-    body: Option<Value>,
-) -> (StatusCode, Value) {
-    let mut request = app.client.request(method, app.url(path)).bearer_auth(token);
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let response = request.send().await.unwrap();
-    let status = response.status();
-    let text = response.text().await.unwrap();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
-}
+use crate::support::TestApp;
 
 /// A provisioned tenant (three connectors, linked users) and an admin key.
 async fn tenant_with_key(app: &TestApp, slug: &str) -> (Provisioned, String) {

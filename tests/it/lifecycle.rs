@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
+use crate::support::api::call;
 use crate::support::platforms::*;
 use crate::support::{spawn_app, TestApp};
 
@@ -34,24 +35,6 @@ async fn tenant(app: &TestApp, slug: &str) -> Tenant {
         key: issued.key,
         key_id: issued.id,
     }
-}
-
-/// Sends a request with a bearer token; returns status and JSON body (Null when empty).
-async fn call(
-    app: &TestApp,
-    method: Method,
-    path: &str,
-    key: &str,
-    body: Option<Value>,
-) -> (StatusCode, Value) {
-    let mut request = app.client.request(method, app.url(path)).bearer_auth(key);
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let response = request.send().await.unwrap();
-    let status = response.status();
-    let text = response.text().await.unwrap();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 
 /// A turn written as ingress and the worker would have left it.

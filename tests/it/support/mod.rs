@@ -1,6 +1,7 @@
 //! Test harness: a fresh database per test, the real application on port 0, and a TCP proxy
 //! in front of PostgreSQL that a test can cut to simulate an outage.
 
+pub mod api;
 pub mod db_proxy;
 pub mod fake_agent;
 pub mod fake_platforms;
