@@ -51,7 +51,7 @@ use anyhow::Context;
 use channel_bridge::db::connectors::NewConnector;
 use channel_bridge::db::{self, TenantTx};
 use channel_bridge::domain::{ConnectorId, MessageId, Platform, TenantId, UnlinkedPolicy};
-use channel_bridge::platforms::inbound::{channel_for, Parsed};
+use channel_bridge::platforms::inbound::Parsed;
 use channel_bridge::settings::{DatabaseSettings, ServeSettings};
 use channel_bridge::startup::Application;
 use clap::Parser;
@@ -660,7 +660,7 @@ async fn db_path(
                     connector.context("connector exists")?
                 }
             };
-            let inbound = match channel_for(connector.platform).parse(&connector, &body) {
+            let inbound = match channel_bridge::platforms::of(connector.platform).parse(&connector, &body) {
                 Ok(Parsed::Events(inbound)) => inbound,
                 _ => anyhow::bail!("the bench body did not parse into events"),
             };

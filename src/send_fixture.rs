@@ -165,7 +165,7 @@ pub fn curl_command(request: &SignedRequest, file: &Path) -> String {
 /// What the operator should know before running the printed command (printed on stderr, so
 /// stdout holds only the command).
 pub fn curl_notes(request: &SignedRequest, now: i64) -> Vec<String> {
-    let channel = crate::platforms::inbound::channel_for(request.platform);
+    let channel = crate::platforms::of(request.platform);
     channel.signing_note(now).into_iter().collect()
 }
 

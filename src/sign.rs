@@ -7,7 +7,6 @@
 use axum::http::HeaderName;
 
 use crate::domain::Platform;
-use crate::platforms::inbound::channel_for;
 
 pub use crate::platforms::slack::inbound::{SIGNATURE as SLACK_SIGNATURE, TIMESTAMP as SLACK_TIMESTAMP};
 pub use crate::platforms::telegram::inbound::SECRET_TOKEN as TELEGRAM_SECRET_TOKEN;
@@ -27,14 +26,14 @@ pub use crate::platforms::whatsapp::inbound::SIGNATURE as WHATSAPP_SIGNATURE;
 pub fn sign_headers(platform: Platform, secret: &str, body: &[u8], now: i64) -> Vec<(HeaderName, String)> {
     let content_type = (axum::http::header::CONTENT_TYPE, "application/json".to_owned());
     let mut headers = vec![content_type];
-    headers.extend(channel_for(platform).sign(secret, body, now));
+    headers.extend(crate::platforms::of(platform).sign(secret, body, now));
     headers
 }
 
 /// The header that carries the secret itself rather than a signature over the body, if the
 /// platform has one (Telegram). Anything that prints headers must mask this one.
 pub fn secret_header(platform: Platform) -> Option<HeaderName> {
-    channel_for(platform).secret_header()
+    crate::platforms::of(platform).secret_header()
 }
 
 #[cfg(test)]
@@ -101,7 +100,7 @@ mod tests {
                 now,
             };
             assert_eq!(
-                channel_for(platform).verify(&connector, &request),
+                crate::platforms::of(platform).verify(&connector, &request),
                 Ok(()),
                 "{platform}"
             );

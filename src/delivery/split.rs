@@ -24,7 +24,7 @@ pub fn split_parts(platform: Platform, markdown: bool, parts: &[String]) -> Vec<
     parts
         .iter()
         .flat_map(|part| match markdown {
-            true => crate::markdown::split::split(part, crate::markdown::renderer(platform), max),
+            true => crate::markdown::split::split(part, crate::platforms::of(platform), max),
             false => split(part, max),
         })
         .collect()

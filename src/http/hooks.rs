@@ -18,7 +18,7 @@ use utoipa_axum::routes;
 use crate::admin::{ApiJsonError, ApiPath};
 use crate::domain::{Connector, ConnectorId, Platform, TenantId};
 use crate::error::AppError;
-use crate::platforms::inbound::{channel_for, HandshakeReply, HookRequest, Inbound, Parsed};
+use crate::platforms::inbound::{HandshakeReply, HookRequest, Inbound, Parsed};
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -40,7 +40,7 @@ async fn receive(
 ) -> Result<Response, AppError> {
     let connector = load_connector(&state, &ids).await?;
     let body = read_body(&state, &connector, &headers, body).await?;
-    let channel = channel_for(connector.platform);
+    let channel = crate::platforms::of(connector.platform);
     let request = HookRequest {
         headers: &headers,
         query: None,
@@ -76,7 +76,7 @@ async fn handshake(
         body: &[],
         now: (state.clock)(),
     };
-    let reply = channel_for(connector.platform).handshake(&connector, &request)?;
+    let reply = crate::platforms::of(connector.platform).handshake(&connector, &request)?;
     Ok(handshake_response(reply))
 }
 

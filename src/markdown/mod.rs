@@ -50,15 +50,10 @@ pub trait Renderer: Sync {
     }
 }
 
-/// The renderer of `platform`.
-pub fn renderer(platform: Platform) -> &'static dyn Renderer {
-    crate::platforms::of(platform)
-}
-
 /// `markdown` in `platform`'s formatting; `None` when it renders to nothing visible (a part
 /// holding only a link definition, say), which is then better sent as it is.
 pub fn format(platform: Platform, markdown: &str) -> Option<Formatted> {
-    let renderer = renderer(platform);
+    let renderer: &dyn Renderer = crate::platforms::of(platform);
     let text = renderer.render(markdown);
     (!text.trim().is_empty()).then(|| Formatted {
         text,

@@ -274,11 +274,6 @@ pub trait Channel: Send + Sync {
     }
 }
 
-/// The inbound protocol of `platform` (`super::of`).
-pub fn channel_for(platform: Platform) -> &'static dyn Channel {
-    super::of(platform)
-}
-
 /// Constant-time equality of two byte strings (length is not secret).
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     use subtle::ConstantTimeEq;

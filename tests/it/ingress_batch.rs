@@ -12,7 +12,7 @@ use channel_bridge::dispatch::{StepOutcome, Worker};
 use channel_bridge::domain::{Connector, ConnectorId, Platform, TenantId};
 use channel_bridge::ingress;
 use channel_bridge::ingress::writer::Writer;
-use channel_bridge::platforms::inbound::{channel_for, Inbound, Parsed};
+use channel_bridge::platforms::inbound::{Inbound, Parsed};
 use futures::future::join_all;
 use serde_json::json;
 use sqlx::PgPool;
@@ -40,7 +40,10 @@ async fn connector(pool: &PgPool, tenant: TenantId, id: ConnectorId) -> Arc<Conn
 }
 
 fn parsed(connector: &Connector, body: &[u8]) -> Inbound {
-    match channel_for(connector.platform).parse(connector, body).unwrap() {
+    match channel_bridge::platforms::of(connector.platform)
+        .parse(connector, body)
+        .unwrap()
+    {
         Parsed::Events(inbound) => inbound,
         Parsed::Handshake(_) => panic!("a message, not a handshake"),
     }
