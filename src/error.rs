@@ -3,7 +3,8 @@
 //! - `AppError` is what a request handler returns. Client errors carry a stable JSON code and
 //!   a message written for the caller; everything else is logged with its cause chain and
 //!   answered as an opaque 500. SQL text, internal paths and secrets never reach a client.
-//! - A database that cannot be reached is `Unavailable` (503), so platforms retry later.
+//! - A database that cannot be reached is `Unavailable` (503), so platforms retry later; one
+//!   that refuses the app role (`Refused`, SQLSTATE 42501) too, logged as the fault it is.
 //! - Outside the request cycle (CLI, start-up, worker plumbing) functions return
 //!   `anyhow::Result` with `.context("Failed to …")`; `thiserror` enums are used where a
 //!   caller branches on the variant (`platforms::inbound::HookError`).
@@ -50,6 +51,10 @@ pub enum AppError {
     TooManyRequests(std::time::Duration),
     #[error("database unavailable")]
     Unavailable(#[source] std::sync::Arc<sqlx::Error>),
+    /// The database refused the app role a statement (a missing grant, row-level security):
+    /// the operator's to fix, so platforms are asked to retry.
+    #[error("the database refused the gateway's role")]
+    Refused(#[source] std::sync::Arc<sqlx::Error>),
     /// A stored secret does not open with the configured keys (`CB_SECRETS_KEY`): the
     /// operator's to fix, so platforms are asked to retry.
     #[error("stored secrets cannot be opened")]
@@ -73,7 +78,7 @@ impl AppError {
             Self::FileTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             Self::BadGateway(_) => (StatusCode::BAD_GATEWAY, "bad_gateway"),
             Self::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_requests"),
-            Self::Unavailable(_) | Self::DeadlinePassed(_) | Self::SecretsUnopened(_) => {
+            Self::Unavailable(_) | Self::Refused(_) | Self::DeadlinePassed(_) | Self::SecretsUnopened(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
             }
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
@@ -87,6 +92,8 @@ impl AppError {
     pub fn from_shared_db(err: std::sync::Arc<sqlx::Error>) -> Self {
         if crate::db::is_unavailable(&err) || crate::db::means_no_schema(&err) {
             Self::Unavailable(err)
+        } else if crate::db::is_refused(&err) {
+            Self::Refused(err)
         } else if let Some(secret) = crate::db::secret_error(&err) {
             match secret {
                 crate::secrets::SecretError::ReservedPrefix => Self::Unprocessable(secret.to_string()),
@@ -131,6 +138,10 @@ impl IntoResponse for AppError {
             Self::Unavailable(err) => {
                 tracing::warn!(error = %err, "database unavailable");
                 "database unavailable, retry later".to_owned()
+            }
+            Self::Refused(err) => {
+                tracing::error!(error = %err, "the database refused the app role: check its grants and the tenant setting");
+                "the database refused the gateway's role, retry later".to_owned()
             }
             Self::SecretsUnopened(err) => {
                 tracing::error!(error = %err, "a stored secret does not open: check CB_SECRETS_KEY");

@@ -142,7 +142,21 @@ pub async fn add_link_as(
     Ok(link)
 }
 
-/// The name of the constraint a database error violated, if any.
+/// The name of the constraint a database error violated, if any. On Citus the error comes
+/// from a shard, whose constraints carry the shard's id (`tenants_slug_key_102008`), and
+/// Citus passes on only its message: the name is read from the message there, and the id
+/// dropped, so callers match the schema's names.
 pub fn constraint(err: &sqlx::Error) -> Option<&str> {
-    err.as_database_error().and_then(|e| e.constraint())
+    let db = err.as_database_error()?;
+    let name = match db.constraint() {
+        Some(name) => name,
+        None => {
+            let (_, rest) = db.message().split_once("constraint \"")?;
+            rest.split_once('"')?.0
+        }
+    };
+    Some(match name.rsplit_once('_') {
+        Some((base, shard)) if !shard.is_empty() && shard.bytes().all(|b| b.is_ascii_digit()) => base,
+        _ => name,
+    })
 }

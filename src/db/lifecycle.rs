@@ -5,7 +5,7 @@
 use sqlx::{PgConnection, Postgres, QueryBuilder};
 
 use super::messages::{MessageRow, ReplyPart, MESSAGE_COLUMNS};
-use super::TenantTx;
+use super::{queue, TenantTx};
 use crate::domain::{MessageId, Platform, TenantId};
 
 /// Whose data: a tenant user (their turns under that user id, the turns their linked
@@ -111,31 +111,37 @@ pub async fn purge_turns(
     limit: i64,
 ) -> Result<Purged, sqlx::Error> {
     let tenant = tx.tenant();
+    let (doomed, _) = queue::without_jobs(tx, limit, |seen, need| {
+        let mut sql = QueryBuilder::new("select m.id from channel_messages m where m.tenant_id = ");
+        sql.push_bind(tenant)
+            .push(" and m.received_at < ")
+            .push_bind(cutoff)
+            .push(
+                " and m.status not in ('accepted', 'dispatching')
+                  and not exists (select 1 from channel_replies r
+                                   where r.tenant_id = m.tenant_id and r.message_id = m.id
+                                     and r.status in ('pending', 'sending'))
+                  and m.id <> all(",
+            )
+            .push_bind(seen.to_vec())
+            .push(") order by m.received_at, m.id limit ")
+            .push_bind(need)
+            .push(" for update of m skip locked");
+        sql
+    })
+    .await?;
+    if doomed.is_empty() {
+        return Ok(Purged::default());
+    }
     let (turns, reply_parts): (i64, i64) = sqlx::query_as(
-        "with doomed as (
-             select m.id from channel_messages m
-              where m.tenant_id = $1 and m.received_at < $2
-                and m.status not in ('accepted', 'dispatching')
-                and not exists (select 1 from dispatch_queue q where q.message_id = m.id)
-                and not exists (select 1 from channel_replies r
-                                 where r.tenant_id = m.tenant_id and r.message_id = m.id
-                                   and r.status in ('pending', 'sending'))
-              order by m.received_at, m.id
-              limit $3
-              for update of m skip locked),
-         parts as (
-             delete from channel_replies r using doomed d
-              where r.tenant_id = $1 and r.message_id = d.id
-              returning 1),
+        "with parts as (
+             delete from channel_replies where tenant_id = $1 and message_id = any($2) returning 1),
          turns as (
-             delete from channel_messages m using doomed d
-              where m.tenant_id = $1 and m.id = d.id
-              returning 1)
+             delete from channel_messages where tenant_id = $1 and id = any($2) returning 1)
          select (select count(*) from turns), (select count(*) from parts)",
     )
     .bind(tenant)
-    .bind(cutoff)
-    .bind(limit)
+    .bind(&doomed)
     .fetch_one(tx.conn())
     .await?;
     Ok(Purged {

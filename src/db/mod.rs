@@ -286,6 +286,17 @@ pub async fn check_ready_to_serve(settings: &DatabaseSettings) -> anyhow::Result
         }
         Err(err) => Err(err),
     };
+    let schema = match schema {
+        Ok(schema) if schema.is_current() => match within(limit, citus_fault(&pool, settings)).await {
+            Ok(None) => Ok(schema),
+            Ok(Some(fault)) => {
+                pool.close().await;
+                anyhow::bail!("{}: {fault}", describe(settings));
+            }
+            Err(err) => Err(err),
+        },
+        other => other,
+    };
     pool.close().await;
     match schema {
         Ok(schema) if schema.is_current() => Ok(schema),
@@ -293,11 +304,46 @@ pub async fn check_ready_to_serve(settings: &DatabaseSettings) -> anyhow::Result
         Err(err) if means_no_schema(&err) => {
             anyhow::bail!("{}: {}", describe(settings), Schema::Behind { database: None })
         }
+        Err(err) if is_refused(&err) => anyhow::bail!(
+            "PostgreSQL at {} refuses the gateway's role ({err}): check its grants (README, \"Security boundary\")",
+            describe(settings)
+        ),
         Err(err) => anyhow::bail!(
             "cannot reach PostgreSQL at {} ({err}): start it or fix DATABASE_URL",
             describe(settings)
         ),
     }
+}
+
+/// What keeps the pool from working on a Citus cluster (`None`: nothing, or no Citus).
+/// Citus opens its connections to the workers as the session's role, so the pool must log
+/// in as a runtime role (the `SET ROLE` mode's `channel_bridge_app` may not log in), and
+/// that role must get into every worker: one statement touching every shard proves it.
+async fn citus_fault(pool: &PgPool, settings: &DatabaseSettings) -> Result<Option<String>, sqlx::Error> {
+    let citus: bool =
+        sqlx::query_scalar("select exists (select 1 from pg_extension where extname = 'citus')")
+            .fetch_one(pool)
+            .await?;
+    if !citus {
+        return Ok(None);
+    }
+    if settings.app_url.is_none() {
+        return Ok(Some(
+            "this is a Citus cluster, whose workers the gateway's role must log in to: set \
+             CB_APP_DATABASE_URL to a runtime login role (README, \"Running on Citus\")"
+                .to_owned(),
+        ));
+    }
+    // Row-level security shows no rows without a tenant; the workers are reached all the same.
+    let reached = sqlx::query("select count(*) from channel_connectors")
+        .execute(pool)
+        .await;
+    Ok(reached.err().map(|err| {
+        format!(
+            "the runtime role of CB_APP_DATABASE_URL cannot reach the Citus workers ({err}): give it \
+             a login on every node and the coordinator its credentials (README, \"Running on Citus\")"
+        )
+    }))
 }
 
 /// What is wrong with the login role of `CB_APP_DATABASE_URL` (`None`: nothing): it must
@@ -325,6 +371,13 @@ async fn runtime_role_fault(pool: &PgPool) -> Result<Option<&'static str>, sqlx:
         None
     };
     Ok(fault)
+}
+
+/// Whether the database refused a statement of the app role (insufficient_privilege: a
+/// missing grant, a role that may not log in on a Citus worker, or a row that row-level
+/// security refuses): a deployment fault, not a missing schema and not an outage.
+pub fn is_refused(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some("42501"))
 }
 
 /// Says "run migrate" when `err` comes from a database without the schema; other errors
@@ -402,21 +455,22 @@ pub async fn schema<'e>(db: impl sqlx::PgExecutor<'e>) -> Result<Schema, sqlx::E
     match version {
         Ok(Some(database)) if database >= binary_schema_version() => Ok(Schema::Current { database }),
         Ok(database) => Ok(Schema::Behind { database }),
-        Err(err) if means_no_schema(&err) => Ok(Schema::Behind { database: None }),
+        // Before migration 15 the app role may not read the version table.
+        Err(err) if means_no_schema(&err) || is_refused(&err) => Ok(Schema::Behind { database: None }),
         Err(err) => Err(err),
     }
 }
 
 /// Whether a database error says the schema (or the app role the migrations create) is
-/// not there: a missing table, column or role, or no right to read the version table.
+/// not there: a missing table, column, function or role.
 pub fn means_no_schema(err: &sqlx::Error) -> bool {
     let sqlx::Error::Database(db) = err else {
         return false;
     };
     match db.code().as_deref() {
-        // undefined_table, undefined_column, undefined_function, insufficient_privilege,
-        // invalid_catalog_name (the database itself is missing: `migrate` creates it)
-        Some("42P01" | "42703" | "42883" | "42501" | "3D000") => true,
+        // undefined_table, undefined_column, undefined_function, invalid_catalog_name (the
+        // database itself is missing: `migrate` creates it)
+        Some("42P01" | "42703" | "42883" | "3D000") => true,
         // `SET ROLE channel_bridge_app` when the role does not exist.
         Some("22023") => db.message().contains(APP_ROLE),
         _ => false,

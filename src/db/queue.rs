@@ -132,6 +132,58 @@ pub async fn wake_reply(tx: &mut TenantTx, message: MessageId) -> Result<(), sql
     Ok(())
 }
 
+/// Those of `messages` (the tenant's turns) that have a job, queued or being worked. Asked
+/// of the queue alone: on Citus the queue is a table of the coordinator, which a statement
+/// on the sharded tenant tables cannot join.
+async fn having_jobs(
+    tx: &mut TenantTx,
+    messages: &[MessageId],
+) -> Result<std::collections::HashSet<MessageId>, sqlx::Error> {
+    if messages.is_empty() {
+        return Ok(Default::default());
+    }
+    let queued: Vec<MessageId> = sqlx::query_scalar(
+        "select message_id from dispatch_queue where tenant_id = $1 and message_id = any($2)",
+    )
+    .bind(tx.tenant())
+    .bind(messages)
+    .fetch_all(tx.conn())
+    .await?;
+    Ok(queued.into_iter().collect())
+}
+
+/// Up to `limit` turns from `candidates`, oldest first, that have no job, and those skipped
+/// for having one. `candidates(seen, need)` builds the query of the next `need` candidate
+/// ids, oldest first, none of `seen`; it is asked again while jobs made it come up short.
+pub async fn without_jobs(
+    tx: &mut TenantTx,
+    limit: i64,
+    mut candidates: impl FnMut(&[MessageId], i64) -> sqlx::QueryBuilder<'static, sqlx::Postgres>,
+) -> Result<(Vec<MessageId>, Vec<MessageId>), sqlx::Error> {
+    let (mut chosen, mut skipped) = (Vec::new(), Vec::new());
+    loop {
+        let need = limit.saturating_sub(i64::try_from(chosen.len()).unwrap_or(i64::MAX));
+        if need <= 0 {
+            break;
+        }
+        let seen: Vec<MessageId> = chosen.iter().chain(&skipped).copied().collect();
+        let found: Vec<MessageId> = candidates(&seen, need)
+            .build_query_scalar()
+            .fetch_all(tx.conn())
+            .await?;
+        let with_jobs = having_jobs(tx, &found).await?;
+        let exhausted = i64::try_from(found.len()).unwrap_or(i64::MAX) < need;
+        let (free, queued): (Vec<_>, Vec<_>) = found.into_iter().partition(|id| !with_jobs.contains(id));
+        chosen.extend(free);
+        if exhausted || queued.is_empty() {
+            skipped.extend(queued);
+            break;
+        }
+        skipped.extend(queued);
+    }
+    Ok((chosen, skipped))
+}
+
 /// Removes a finished job, in the transaction that stores its result. The conversation's
 /// next message becomes the head of line at commit.
 pub async fn finish(tx: &mut TenantTx, message: MessageId) -> Result<(), sqlx::Error> {

@@ -26,28 +26,23 @@ pub async fn apply_status(
         None => (None, None),
     };
     let posted = matches!(status.status.as_str(), "sent" | "delivered" | "read");
-    sqlx::query_scalar(
-        "with part as (
-             update channel_replies
-                set delivery_status = $5,
-                    status = case when $6 and status in ('sending', 'pending') then 'sent'
-                                  when $5 = 'failed' and status = 'sent' then 'failed'
-                                  else status end,
-                    platform_message_id = coalesce(platform_message_id, $4),
-                    sent_at = case when $6 then coalesce(sent_at, $8) else sent_at end,
-                    last_error = case when $5 = 'failed' then $7 else last_error end,
-                    updated_at = now()
-              where tenant_id = $1
-                and (($2::uuid is not null and message_id = $2 and part_index = $3)
-                     or ($2::uuid is null and platform_message_id = $4))
-          returning message_id, status),
-         undelivered as (
-             update channel_messages m
-                set status = 'delivery_failed', last_error = part.last_error, updated_at = now()
-               from (select message_id, coalesce($7, 'not delivered (WhatsApp status failed)') as last_error
-                       from part where status = 'failed' and $5 = 'failed') part
-              where m.tenant_id = $1 and m.id = part.message_id and m.status = 'executed')
-         select message_id from part",
+    // The clock is read here: Citus refuses `now()` inside CASE or COALESCE of a
+    // modification.
+    let now = chrono::Utc::now();
+    let changed: Option<(MessageId, String, Option<String>)> = sqlx::query_as(
+        "update channel_replies
+            set delivery_status = $5,
+                status = case when $6 and status in ('sending', 'pending') then 'sent'
+                              when $5 = 'failed' and status = 'sent' then 'failed'
+                              else status end,
+                platform_message_id = coalesce(platform_message_id, $4),
+                sent_at = case when $6 then coalesce(sent_at, $8) else sent_at end,
+                last_error = case when $5 = 'failed' then $7 else last_error end,
+                updated_at = $8
+          where tenant_id = $1
+            and (($2::uuid is not null and message_id = $2 and part_index = $3)
+                 or ($2::uuid is null and platform_message_id = $4))
+      returning message_id, status, last_error",
     )
     .bind(tenant)
     .bind(message)
@@ -56,11 +51,28 @@ pub async fn apply_status(
     .bind(&status.status)
     .bind(posted)
     .bind(&status.error)
-    // The clock is read here: Citus refuses `now()` inside CASE or COALESCE of a
-    // modification.
-    .bind(chrono::Utc::now())
+    .bind(now)
     .fetch_optional(tx.conn())
-    .await
+    .await?;
+    let Some((message, part_status, last_error)) = changed else {
+        return Ok(None);
+    };
+    // Its own statement, not a CTE of the one above: Citus cannot nest a statement on one
+    // distributed table inside a statement on another's shard.
+    if status.status == "failed" && part_status == "failed" {
+        sqlx::query(
+            "update channel_messages
+                set status = 'delivery_failed', last_error = $3, updated_at = $4
+              where tenant_id = $1 and id = $2 and status = 'executed'",
+        )
+        .bind(tenant)
+        .bind(message)
+        .bind(last_error.unwrap_or_else(|| "not delivered (WhatsApp status failed)".to_owned()))
+        .bind(now)
+        .execute(tx.conn())
+        .await?;
+    }
+    Ok(Some(message))
 }
 
 /// Settles a reply part as posted on the platform's word (Slack `message_metadata_posted`

@@ -21,11 +21,12 @@ pub async fn take(
     interval: Duration,
 ) -> Result<Option<Duration>, sqlx::Error> {
     let tenant = tx.tenant();
-    let granted: Option<i32> = sqlx::query_scalar(
-        "insert into slack_read_budget as b (tenant_id, workspace, next_at)
-         values ($1, $2, now() + make_interval(secs => $3))
-         on conflict (tenant_id, workspace) do update set next_at = excluded.next_at
-          where b.next_at <= now()
+    // An update of a due mark, else an insert of the first: two statements, because Citus
+    // allows no `now()` in an `ON CONFLICT … WHERE`. The row lock still settles a race (the
+    // second update sees the moved mark; the second insert, the first's row).
+    let mut granted: Option<i32> = sqlx::query_scalar(
+        "update slack_read_budget set next_at = now() + make_interval(secs => $3)
+          where tenant_id = $1 and workspace = $2 and next_at <= now()
          returning 1",
     )
     .bind(tenant)
@@ -33,6 +34,19 @@ pub async fn take(
     .bind(interval.as_secs_f64())
     .fetch_optional(tx.conn())
     .await?;
+    if granted.is_none() {
+        granted = sqlx::query_scalar(
+            "insert into slack_read_budget (tenant_id, workspace, next_at)
+             values ($1, $2, now() + make_interval(secs => $3))
+             on conflict (tenant_id, workspace) do nothing
+             returning 1",
+        )
+        .bind(tenant)
+        .bind(workspace)
+        .bind(interval.as_secs_f64())
+        .fetch_optional(tx.conn())
+        .await?;
+    }
     if granted.is_some() {
         return Ok(None);
     }

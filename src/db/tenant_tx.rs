@@ -5,16 +5,16 @@
 //! one is `TenantTx::begin`, which sets `app.tenant_id` for this transaction alone. RLS then
 //! hides every other tenant's rows even if a query forgets its `tenant_id = $1` predicate.
 //!
-//! The setting is transaction-local (`SET LOCAL app.tenant_id = '<uuid>'`), so a pooled
-//! connection (or a pgbouncer in transaction mode) never carries one tenant's setting into
-//! another's work, and it is the form Citus propagates to its workers (`set_config()` is
-//! not).
+//! The setting is transaction-local (`SET LOCAL app.tenant_id`, run by the function
+//! `channel_bridge_set_tenant`, migration 27), so a pooled connection (or a pgbouncer in
+//! transaction mode) never carries one tenant's setting into another's work, and Citus
+//! passes it on to its workers whatever the cluster's defaults.
 //!
 //! `BEGIN` and the setting travel in one simple-query round trip. The tenant id is a typed
 //! UUID rendered by `uuid` itself (hex digits and hyphens), so formatting it into the SQL
 //! text cannot inject anything.
 
-use sqlx::{Executor, PgConnection, PgPool, Postgres, Transaction};
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 
 use crate::domain::TenantId;
 
@@ -73,22 +73,18 @@ impl TenantTx {
 }
 
 /// The tenant setting, transaction-local. With `begin_statement`, the only code that sets
-/// it. `SET LOCAL` (not `set_config`) because it is the form Citus propagates to its
-/// workers; it cannot take a bind parameter, so it is sent as a simple query with the
-/// tenant id rendered by `uuid` itself (hex digits and hyphens only).
+/// it.
 async fn set_tenant(tx: &mut Transaction<'static, Postgres>, tenant: TenantId) -> Result<(), sqlx::Error> {
-    let statement = set_local(tenant);
-    (&mut **tx).execute(statement.as_str()).await?;
+    sqlx::query("select channel_bridge_set_tenant($1)")
+        .bind(tenant)
+        .execute(&mut **tx)
+        .await?;
     Ok(())
 }
 
-fn set_local(tenant: TenantId) -> String {
-    let tenant: uuid::Uuid = tenant.0;
-    format!("set local app.tenant_id = '{tenant}'")
-}
-
 fn begin_statement(tenant: TenantId) -> String {
-    format!("begin; {}", set_local(tenant))
+    let tenant: uuid::Uuid = tenant.0;
+    format!("begin; select channel_bridge_set_tenant('{tenant}')")
 }
 
 #[cfg(test)]
@@ -100,7 +96,7 @@ mod tests {
         let tenant = TenantId(uuid::Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef));
         assert_eq!(
             begin_statement(tenant),
-            "begin; set local app.tenant_id = '01234567-89ab-cdef-0123-456789abcdef'"
+            "begin; select channel_bridge_set_tenant('01234567-89ab-cdef-0123-456789abcdef')"
         );
     }
 }

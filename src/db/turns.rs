@@ -654,8 +654,9 @@ impl Action {
     }
 }
 
-/// Appends `where …` for the turns (`m`) of `selection` that `action` applies to: a turn
-/// that has a job (queued, or being worked) is never taken, so nothing is queued twice.
+/// Appends `where …` for the turns (`m`) of `selection` that `action` applies to. A turn
+/// that has a job (queued, or being worked) is never taken either, so nothing is queued
+/// twice; the queue is asked apart (`choose`), since on Citus it cannot be joined.
 fn push_candidates(
     sql: &mut sqlx::QueryBuilder<'_, sqlx::Postgres>,
     tenant: crate::domain::TenantId,
@@ -678,7 +679,6 @@ fn push_candidates(
             .push("))");
         }
     }
-    sql.push(" and not exists (select 1 from dispatch_queue q where q.message_id = m.id)");
     if let Some(ids) = &selection.ids {
         sql.push(" and m.id = any(").push_bind(ids.clone()).push(")");
     }
@@ -702,41 +702,45 @@ fn push_candidates(
     }
 }
 
-/// The chosen turns' rows, oldest first, locked until the commit: a second call waits for
-/// the first and then finds them no longer candidates (the lock re-checks the turn's row).
-fn push_chosen(
-    sql: &mut sqlx::QueryBuilder<'_, sqlx::Postgres>,
-    tenant: crate::domain::TenantId,
+/// The chosen turns, oldest first, locked until the commit (a second call waits for the
+/// first and then finds them no longer candidates), without those that have a job; and
+/// those skipped for having one.
+async fn choose(
+    tx: &mut TenantTx,
     selection: &Selection,
     action: Action,
-) {
-    sql.push("with chosen as (select m.id from channel_messages m");
-    push_candidates(sql, tenant, selection, action);
-    sql.push(" order by m.received_at, m.id limit ")
-        .push_bind(selection.limit)
-        .push(" for update of m)");
+) -> Result<(Vec<MessageId>, Vec<MessageId>), sqlx::Error> {
+    let tenant = tx.tenant();
+    queue::without_jobs(tx, selection.limit, |seen, need| {
+        let mut sql = sqlx::QueryBuilder::new("select m.id from channel_messages m");
+        push_candidates(&mut sql, tenant, selection, action);
+        sql.push(" and m.id <> all(")
+            .push_bind(seen.to_vec())
+            .push(") order by m.received_at, m.id limit ")
+            .push_bind(need)
+            .push(" for update of m");
+        sql
+    })
+    .await
 }
 
 /// Puts `dispatch_failed` turns back in the queue, as if they had just arrived: status
 /// `accepted`, attempts, decision and error cleared, a dispatch job each, queued oldest
 /// first so that one user's turns are dispatched in the order they were written.
 pub async fn redispatch(tx: &mut TenantTx, selection: &Selection) -> Result<Requeued, sqlx::Error> {
-    let tenant = tx.tenant();
-    let mut sql = sqlx::QueryBuilder::new("");
-    push_chosen(&mut sql, tenant, selection, Action::Redispatch);
-    sql.push(
-        " update channel_messages m
-             set status = 'accepted', decision = null, attempts = 0, last_error = null,
-                 completed_at = null, updated_at = now()
-            from chosen
-           where m.tenant_id = ",
+    let (chosen, skipped) = choose(tx, selection, Action::Redispatch).await?;
+    let rows: Vec<(MessageId, String, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
+        "update channel_messages
+            set status = 'accepted', decision = null, attempts = 0, last_error = null,
+                completed_at = null, updated_at = now()
+          where tenant_id = $1 and id = any($2) and status = 'dispatch_failed'
+      returning id, conversation_key, received_at",
     )
-    .push_bind(tenant)
-    .push(" and m.id = chosen.id and m.status = 'dispatch_failed'")
-    .push(" returning m.id, m.conversation_key, m.received_at");
-    let rows: Vec<(MessageId, String, chrono::DateTime<chrono::Utc>)> =
-        sql.build_query_as().fetch_all(tx.conn()).await?;
-    requeue(tx, rows, selection, Action::Redispatch, Stage::Dispatch).await
+    .bind(tx.tenant())
+    .bind(&chosen)
+    .fetch_all(tx.conn())
+    .await?;
+    requeue(tx, rows, selection, Action::Redispatch, Stage::Dispatch, &skipped).await
 }
 
 /// Queues the undelivered parts of answered turns again: their `failed` parts (and, with
@@ -748,35 +752,34 @@ pub async fn resend(
     selection: &Selection,
     include_unknown: bool,
 ) -> Result<Requeued, sqlx::Error> {
-    let tenant = tx.tenant();
     let action = Action::Resend { include_unknown };
-    let mut sql = sqlx::QueryBuilder::new("");
-    push_chosen(&mut sql, tenant, selection, action);
+    let (chosen, skipped) = choose(tx, selection, action).await?;
     // The part statuses are checked again by the update itself: a concurrent resend that
     // committed first has made them `pending`, so this one changes (and queues) nothing.
-    sql.push(
-        ", parts as (
-             update channel_replies r
-                set status = 'pending', attempts = 0, last_error = null, sending_since = null,
-                    updated_at = now()
-               from chosen
-              where r.tenant_id = ",
+    let mut reopened: Vec<MessageId> = sqlx::query_scalar(
+        "update channel_replies
+            set status = 'pending', attempts = 0, last_error = null, sending_since = null,
+                updated_at = now()
+          where tenant_id = $1 and message_id = any($2) and status = any($3)
+      returning message_id",
     )
-    .push_bind(tenant)
-    .push(" and r.message_id = chosen.id and r.status = any(")
-    .push_bind(action.undelivered())
-    .push(
-        ") returning r.message_id)
-         update channel_messages m
-            set status = 'executed', last_error = null, updated_at = now()
-           from (select distinct message_id from parts) p
-          where m.tenant_id = ",
+    .bind(tx.tenant())
+    .bind(&chosen)
+    .bind(action.undelivered())
+    .fetch_all(tx.conn())
+    .await?;
+    reopened.sort();
+    reopened.dedup();
+    let rows: Vec<(MessageId, String, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
+        "update channel_messages set status = 'executed', last_error = null, updated_at = now()
+          where tenant_id = $1 and id = any($2)
+      returning id, conversation_key, received_at",
     )
-    .push_bind(tenant)
-    .push(" and m.id = p.message_id returning m.id, m.conversation_key, m.received_at");
-    let rows: Vec<(MessageId, String, chrono::DateTime<chrono::Utc>)> =
-        sql.build_query_as().fetch_all(tx.conn()).await?;
-    requeue(tx, rows, selection, action, Stage::Reply).await
+    .bind(tx.tenant())
+    .bind(&reopened)
+    .fetch_all(tx.conn())
+    .await?;
+    requeue(tx, rows, selection, action, Stage::Reply, &skipped).await
 }
 
 /// Gives the changed turns their jobs, oldest first, and looks whether the selection holds
@@ -787,13 +790,16 @@ async fn requeue(
     selection: &Selection,
     action: Action,
     stage: Stage,
+    skipped: &[MessageId],
 ) -> Result<Requeued, sqlx::Error> {
     rows.sort_by_key(|(id, _, received_at)| (*received_at, *id));
     let jobs: Vec<(MessageId, &str)> = rows.iter().map(|(id, key, _)| (*id, key.as_str())).collect();
     queue::enqueue_many(tx, &jobs, stage).await?;
     let mut more = sqlx::QueryBuilder::new("select exists (select 1 from channel_messages m");
     push_candidates(&mut more, tx.tenant(), selection, action);
-    more.push(")");
+    more.push(" and m.id <> all(")
+        .push_bind(skipped.to_vec())
+        .push("))");
     let more: bool = more.build_query_scalar().fetch_one(tx.conn()).await?;
     Ok(Requeued {
         ids: rows.into_iter().map(|(id, ..)| id).collect(),

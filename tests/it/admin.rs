@@ -11,7 +11,7 @@ use crate::support::api::{call, operator_app as app, OPERATOR};
 use crate::support::fake_agent::{FakeAgent, Reply};
 use crate::support::fake_platforms::{Answer, FakePlatforms};
 use crate::support::platforms::*;
-use crate::support::{eventually, spawn_app_on, TestApp};
+use crate::support::{eventually, run_cli, spawn_app_on, TestApp};
 
 /// A tenant provisioned like the webhook tests', with an admin key.
 struct Tenant {
@@ -40,7 +40,7 @@ async fn tenant_at(app: &TestApp, slug: &str, platforms: &FakePlatforms) -> Tena
 
 /// A worker driven step by step, dispatching to `agent`.
 fn worker_for(app: &TestApp, agent: &FakeAgent) -> channel_bridge::dispatch::Worker {
-    let mut settings = channel_bridge::settings::ServeSettings::for_database(app.db.url());
+    let mut settings = app.db.serve_settings();
     settings.agent_url = Some(agent.url.clone());
     settings.dispatch.retry_base_ms = 0;
     channel_bridge::dispatch::Worker::new(app.pool.clone(), std::sync::Arc::new(settings), || {
@@ -727,7 +727,7 @@ async fn after_a_dispatch_secret_rotation_both_secrets_sign_until_the_grace_peri
 
     // An agent that still only knows the old secret keeps verifying.
     let agent = FakeAgent::start(&p.dispatch_secret).await;
-    let mut settings = channel_bridge::settings::ServeSettings::for_database(app.db.url());
+    let mut settings = app.db.serve_settings();
     settings.agent_url = Some(agent.url.clone());
     let worker = Worker::new(app.pool.clone(), std::sync::Arc::new(settings), || {
         chrono::Utc::now().timestamp()
@@ -1162,22 +1162,6 @@ async fn bulk_redispatch_requeues_exactly_the_failed_turns_the_filter_selects_an
     assert_eq!(queue_depth(&app).await, 0);
 }
 
-/// Runs the `channel-bridge` binary with `args` against `database_url` (given in the
-/// environment, as an operator would, never on the command line).
-async fn run_cli(database_url: String, args: &[&str]) -> std::process::Output {
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_channel-bridge"))
-            .args(&args)
-            .env("DATABASE_URL", database_url)
-            .env("RUST_LOG", "warn")
-            .output()
-            .expect("the binary runs")
-    })
-    .await
-    .unwrap()
-}
-
 fn printed(output: &std::process::Output) -> Value {
     assert!(
         output.status.success(),
@@ -1265,7 +1249,6 @@ async fn the_cli_resends_and_redispatches_by_filter_and_a_running_worker_picks_t
     let turns = turns_by_text(&app, &t).await;
     let (slack_turn, bobs_turn) = (turns["two parts"].0.clone(), turns[bobs].0.clone());
 
-    let url = app.db.url();
     let tenant = t.p.tenant.to_string();
     let slack = t.p.slack.to_string();
     let resend = [
@@ -1278,7 +1261,7 @@ async fn the_cli_resends_and_redispatches_by_filter_and_a_running_worker_picks_t
         "--status",
         "delivery_failed",
     ];
-    let queued = printed(&run_cli(url.clone(), &resend).await);
+    let queued = printed(&run_cli(&app.db, &resend).await);
     assert_eq!(queued, json!({"queued": 1, "ids": [slack_turn], "more": false}));
     eventually("the resent part is posted", || async {
         status_of("two parts").await == Some(("executed".into(), true))
@@ -1290,11 +1273,11 @@ async fn the_cli_resends_and_redispatches_by_filter_and_a_running_worker_picks_t
         .map(|m| m.text().to_owned())
         .collect();
     assert_eq!(texts, ["p0", "p1", "p1"], "only the missing part, once");
-    let queued = printed(&run_cli(url.clone(), &resend).await);
+    let queued = printed(&run_cli(&app.db, &resend).await);
     assert_eq!(queued, json!({"queued": 0, "ids": [], "more": false}));
 
     let redispatch = ["messages", "redispatch", "--tenant", &tenant, "--user", "bob"];
-    let queued = printed(&run_cli(url.clone(), &redispatch).await);
+    let queued = printed(&run_cli(&app.db, &redispatch).await);
     assert_eq!(queued, json!({"queued": 1, "ids": [bobs_turn], "more": false}));
     eventually("the redispatched turn is answered and delivered", || async {
         status_of(bobs).await == Some(("executed".into(), true))
@@ -1302,7 +1285,7 @@ async fn the_cli_resends_and_redispatches_by_filter_and_a_running_worker_picks_t
     .await;
     assert_eq!(platforms.sent_to(Platform::Whatsapp).len(), 1);
     let one = ["messages", "redispatch", "--tenant", &tenant, "--id", &bobs_turn];
-    let output = run_cli(url.clone(), &one).await;
+    let output = run_cli(&app.db, &one).await;
     assert!(!output.status.success());
     assert!(
         String::from_utf8_lossy(&output.stderr)
@@ -1319,7 +1302,7 @@ async fn the_cli_resends_and_redispatches_by_filter_and_a_running_worker_picks_t
         "--status",
         "executed",
     ];
-    let output = run_cli(url.clone(), &wrong).await;
+    let output = run_cli(&app.db, &wrong).await;
     assert!(!output.status.success());
     assert!(
         String::from_utf8_lossy(&output.stderr).contains("redispatch applies to dispatch_failed messages"),
@@ -1328,7 +1311,7 @@ async fn the_cli_resends_and_redispatches_by_filter_and_a_running_worker_picks_t
     );
     let unknown = uuid::Uuid::new_v4().to_string();
     let output = run_cli(
-        url,
+        &app.db,
         &["messages", "resend", "--tenant", &tenant, "--id", &unknown],
     )
     .await;
@@ -1385,12 +1368,22 @@ async fn operator_and_database_cli_actions_reach_the_tenants_audit_log() {
     )
     .await;
     assert_eq!(status, 200);
-    let linked = std::process::Command::new(env!("CARGO_BIN_EXE_channel-bridge"))
-        .args(["link", "add", "--tenant", &tenant, "--platform", "telegram"])
-        .args(["--platform-user-id", "408258968", "--user-id", "alice"])
-        .env("DATABASE_URL", app.db.url())
-        .output()
-        .unwrap();
+    let linked = run_cli(
+        &app.db,
+        &[
+            "link",
+            "add",
+            "--tenant",
+            &tenant,
+            "--platform",
+            "telegram",
+            "--platform-user-id",
+            "408258968",
+            "--user-id",
+            "alice",
+        ],
+    )
+    .await;
     assert!(
         linked.status.success(),
         "{}",

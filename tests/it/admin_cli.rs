@@ -610,8 +610,9 @@ async fn the_cli_redispatches_the_failed_turns_a_filter_selects_and_only_those()
 
     let mut owner = app.db.owner_conn().await;
     let rows: Vec<(String, String, bool)> = sqlx::query_as(
-        "select m.id::text, m.status, exists (select 1 from dispatch_queue q where q.message_id = m.id)
-           from channel_messages m where m.tenant_id = $1",
+        "select m.id::text, m.status, q.message_id is not null
+           from channel_messages m left join dispatch_queue q on q.message_id = m.id
+          where m.tenant_id = $1",
     )
     .bind(acme.tenant)
     .fetch_all(&mut owner)
@@ -945,18 +946,7 @@ async fn the_database_cli_names_an_unknown_tenant_instead_of_printing_an_empty_p
         vec!["messages", "list", "--tenant", &unknown],
         vec!["messages", "redispatch", "--tenant", &unknown],
     ] {
-        let args_for_thread: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        let url = app.db.url();
-        let output = tokio::task::spawn_blocking(move || {
-            std::process::Command::new(env!("CARGO_BIN_EXE_channel-bridge"))
-                .args(&args_for_thread)
-                .env("DATABASE_URL", url)
-                .env("RUST_LOG", "warn")
-                .output()
-                .expect("the binary runs")
-        })
-        .await
-        .unwrap();
+        let output = crate::support::run_cli(&app.db, &args).await;
         assert_eq!(output.status.code(), Some(1), "{args:?}");
         assert!(output.stdout.is_empty(), "{args:?}");
         assert_eq!(

@@ -17,7 +17,6 @@ use channel_bridge::dispatch::payload::{ChannelOut, ChatMessage, DispatchOut};
 use channel_bridge::dispatch::signature;
 use channel_bridge::dispatch::{StepOutcome, Worker};
 use channel_bridge::domain::Platform;
-use channel_bridge::settings::ServeSettings;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
@@ -541,7 +540,7 @@ async fn gateway_to_bridge_to_upstream_keeps_the_history_intact_over_three_turns
     let mut bridge = BridgeConfig::upstream(&tenant.dispatch_secret, upstream_config(&upstream));
     bridge.system_prompt = Some("You are the acme assistant.".into());
     let agent_url = spawn_bridge(bridge).await;
-    let mut settings = ServeSettings::for_database(app.db.url());
+    let mut settings = app.db.serve_settings();
     settings.agent_url = Some(agent_url);
     let worker = Worker::new(app.pool.clone(), Arc::new(settings), || {
         chrono::Utc::now().timestamp()
@@ -656,7 +655,7 @@ async fn gateway_to_streaming_bridge_shows_a_telegram_draft_and_delivers_the_ans
     let mut config = upstream_config(&upstream);
     config.stream = true;
     let agent_url = spawn_bridge(BridgeConfig::upstream(&tenant.dispatch_secret, config)).await;
-    let mut settings = ServeSettings::for_database(app.db.url());
+    let mut settings = app.db.serve_settings();
     settings.agent_url = Some(agent_url);
     let worker = Worker::new(app.pool.clone(), Arc::new(settings), || {
         chrono::Utc::now().timestamp()

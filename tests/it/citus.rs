@@ -1,139 +1,173 @@
-//! Running on Citus (issue #16). No Citus cluster is within reach of the test machine (its
-//! packages come from Citus's own repository, not Debian's), so the distribution function of
-//! migration 22 is checked two ways on plain PostgreSQL:
-//! - as it is: a no-op saying Citus is absent, through `channel-bridge citus distribute`;
-//! - against stand-ins of `create_reference_table` / `create_distributed_table` that refuse
-//!   what Citus refuses about order (a foreign key to a table not distributed yet, a
-//!   reference table pointing at a distributed one) and record each call.
+//! Running on Citus (issue #23), on the live cluster of `scripts/test-citus`: what migrate
+//! and `citus distribute` make of the schema, and what `serve` refuses. The rest of the suite's
+//! Citus run (ingress, dispatch, replies, admin, console, lifecycle, RLS as the runtime role)
+//! is the ordinary tests on the cluster. Without a cluster these say so and pass.
 
+use channel_bridge::settings::DatabaseSettings;
 use serde_json::Value;
-use sqlx::{Connection, Executor, PgConnection};
+use sqlx::PgConnection;
 
-use crate::support::TestDb;
+use crate::support::platforms::*;
+use crate::support::{citus, run_cli, spawn_app, TestDb};
 
-/// Stand-ins of Citus's functions and catalog in their own schema, put first on the path.
-const CITUS_STANDIN: &str = r#"
-create schema citus_standin;
-create table citus_standin.pg_dist_partition (
-    seq serial, logicalrelid regclass primary key, kind text, colocate_with text);
+/// The cluster's workers, or `None` after saying the test needs one.
+fn cluster(test: &str) -> Option<Vec<String>> {
+    let workers = citus::workers();
+    if workers.is_none() {
+        eprintln!("{test}: needs a Citus cluster; scripts/test-citus runs it on one");
+    }
+    workers
+}
 
--- Every table `t` references must be distributed or a reference table already; a reference
--- table may reference reference tables only.
-create function citus_standin.check_parents(t regclass, reference boolean) returns void
-language plpgsql as $$
-declare parent record;
-begin
-    for parent in select c.confrelid::regclass as rel from pg_constraint c
-                   where c.conrelid = t and c.contype = 'f' loop
-        if not exists (select 1 from citus_standin.pg_dist_partition p
-                        where p.logicalrelid = parent.rel
-                          and (not reference or p.kind = 'reference')) then
-            raise exception 'cannot create foreign key constraint: % references %, not distributed yet',
-                t, parent.rel;
-        end if;
-    end loop;
-end $$;
+/// Each table of the schema Citus knows: (table, kind `n` reference / `h` hash, colocation).
+async fn distribution(owner: &mut PgConnection) -> Vec<(String, String, i32)> {
+    sqlx::query_as(
+        "select logicalrelid::text, partmethod::text, colocationid from pg_dist_partition
+          where logicalrelid::regclass::text not like 'test_guard%' order by 1",
+    )
+    .fetch_all(owner)
+    .await
+    .unwrap()
+}
 
-create function citus_standin.create_reference_table(t regclass) returns void
-language plpgsql as $$
-begin
-    perform citus_standin.check_parents(t, true);
-    insert into citus_standin.pg_dist_partition (logicalrelid, kind) values (t, 'reference');
-end $$;
+const TENANT_TABLES: [&str; 7] = [
+    "audit_log",
+    "channel_connectors",
+    "channel_links",
+    "channel_messages",
+    "channel_notices",
+    "channel_replies",
+    "slack_read_budget",
+];
 
-create function citus_standin.create_distributed_table(
-    t regclass, column_name text, colocate_with text default 'default') returns void
-language plpgsql as $$
-begin
-    if column_name <> 'tenant_id' then
-        raise exception 'distributed by %', column_name;
-    end if;
-    perform citus_standin.check_parents(t, false);
-    insert into citus_standin.pg_dist_partition (logicalrelid, kind, colocate_with)
-    values (t, 'hash', colocate_with);
-end $$;
-"#;
-
-async fn distribute(owner: &mut PgConnection) -> String {
-    let mut tx = owner.begin().await.unwrap();
-    tx.execute("set local search_path = citus_standin, public")
-        .await
-        .unwrap();
-    let done: String = sqlx::query_scalar("select channel_bridge_distribute()")
-        .fetch_one(&mut *tx)
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
-    done
+fn assert_distributed_as_designed(tables: &[(String, String, i32)]) {
+    let kind = |name: &str| tables.iter().find(|t| t.0 == name).map(|t| (t.1.as_str(), t.2));
+    assert_eq!(kind("tenants").map(|k| k.0), Some("n"), "{tables:?}");
+    assert_eq!(kind("api_keys").map(|k| k.0), Some("n"), "{tables:?}");
+    let group = kind("channel_connectors")
+        .expect("channel_connectors is distributed")
+        .1;
+    for table in TENANT_TABLES {
+        assert_eq!(
+            kind(table),
+            Some(("h", group)),
+            "{table}: hash-distributed, co-located"
+        );
+    }
+    for local in ["dispatch_queue", "console_sessions", "_sqlx_migrations"] {
+        assert_eq!(
+            kind(local),
+            None,
+            "{local} stays a plain table on the coordinator"
+        );
+    }
+    assert_eq!(tables.len(), TENANT_TABLES.len() + 2, "{tables:?}");
 }
 
 #[tokio::test]
-async fn with_citus_the_tables_are_distributed_parents_first_and_the_queue_stays_local() {
-    let db = TestDb::migrated().await;
-    let mut owner = db.owner_conn().await;
-    owner.execute(CITUS_STANDIN).await.unwrap();
-    // The stand-in refuses a child before its parent, as Citus does.
-    let early = sqlx::query("select citus_standin.create_distributed_table('channel_messages', 'tenant_id')")
-        .execute(&mut owner)
+async fn a_fresh_migrate_distributes_the_tenant_tables_co_located_and_keeps_the_queue_local() {
+    if cluster("fresh migrate").is_none() {
+        return;
+    }
+    let db = TestDb::empty().await;
+    channel_bridge::db::migrate(&DatabaseSettings::from_url(db.url()))
         .await
-        .unwrap_err();
-    assert!(early.to_string().contains("not distributed yet"), "{early}");
-
-    let done = distribute(&mut owner).await;
-    assert!(done.starts_with("distributed: "), "{done}");
-    let calls: Vec<(String, String, Option<String>)> = sqlx::query_as(
-        "select logicalrelid::text, kind, colocate_with from citus_standin.pg_dist_partition order by seq",
-    )
-    .fetch_all(&mut owner)
-    .await
-    .unwrap();
-    let tables: Vec<&str> = calls.iter().map(|c| c.0.as_str()).collect();
-    assert_eq!(&tables[..2], ["tenants", "api_keys"], "reference tables first");
-    assert!(calls[..2].iter().all(|c| c.1 == "reference"));
-    assert_eq!(
-        &tables[2..8],
-        [
-            "channel_connectors",
-            "channel_links",
-            "channel_messages",
-            "channel_replies",
-            "channel_notices",
-            "slack_read_budget"
-        ]
-    );
-    assert!(
-        !tables.contains(&"dispatch_queue"),
-        "the queue stays on the coordinator"
-    );
-    assert_eq!(calls[2].2.as_deref(), Some("default"));
-    assert!(
-        calls[3..]
-            .iter()
-            .all(|c| c.1 == "hash" && c.2.as_deref() == Some("channel_connectors")),
-        "co-located: {calls:?}"
-    );
-    // Every table with tenant data and RLS is distributed, including later migrations'.
+        .expect("migrations apply on Citus");
+    let mut owner = db.owner_conn().await;
+    assert_distributed_as_designed(&distribution(&mut owner).await);
+    // Every table with tenant data and RLS is among them.
     let undistributed: Vec<String> = sqlx::query_scalar(
-        "select c.relname::text from pg_class c join pg_namespace n on n.oid = c.relnamespace
-          where n.nspname = 'public' and c.relkind = 'r' and c.relrowsecurity
-            and c.oid not in (select logicalrelid from citus_standin.pg_dist_partition)",
+        "select c.relname::text from pg_class c
+          where c.relnamespace = 'public'::regnamespace and c.relkind = 'r' and c.relrowsecurity
+            and c.oid not in (select logicalrelid from pg_dist_partition)",
     )
     .fetch_all(&mut owner)
     .await
     .unwrap();
     assert!(undistributed.is_empty(), "{undistributed:?}");
+}
 
-    assert_eq!(distribute(&mut owner).await, "already distributed");
+#[tokio::test]
+async fn citus_distribute_moves_a_database_migrated_before_citus_and_leaves_no_copy_behind() {
+    let Some(workers) = cluster("citus distribute") else {
+        return;
+    };
+    let name = format!("cbt_{}", uuid::Uuid::new_v4().simple());
+    citus::create_before_citus(&name, &workers).await;
+    let db = TestDb { name };
+    channel_bridge::db::migrate(&DatabaseSettings::from_url(db.url()))
+        .await
+        .expect("migrations apply without Citus");
+    // Data written while the database was plain: it must all be reachable afterwards.
+    let pool = channel_bridge::db::connect_pool(&DatabaseSettings::from_url(db.url())).unwrap();
+    let tenant = provision_tenant(&pool, "acme").await;
+    pool.close().await;
+    citus::install(&db.name, &workers).await;
+
+    let output = run_cli(&db, &["citus", "distribute"]).await;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let answer: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(
+        answer["result"]
+            .as_str()
+            .unwrap()
+            .starts_with("distributed: tenants (reference)"),
+        "{answer}"
+    );
+    let mut owner = db.owner_conn().await;
+    assert_distributed_as_designed(&distribution(&mut owner).await);
+    // The rows moved to the shards, and none stayed in the coordinator's own tables.
+    let connectors: i64 = sqlx::query_scalar("select count(*) from channel_connectors where tenant_id = $1")
+        .bind(tenant.tenant)
+        .fetch_one(&mut owner)
+        .await
+        .unwrap();
+    assert_eq!(connectors, 3, "the tenant's three connectors, now on the shards");
+    let left: Vec<(String, i64)> = sqlx::query_as(
+        "select logicalrelid::text, pg_relation_size(logicalrelid) from pg_dist_partition
+          where pg_relation_size(logicalrelid) > 0",
+    )
+    .fetch_all(&mut owner)
+    .await
+    .unwrap();
+    assert!(
+        left.is_empty(),
+        "pre-distribution rows left on the coordinator: {left:?}"
+    );
+
+    let again = run_cli(&db, &["citus", "distribute"]).await;
+    let answer: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(answer["result"], "already distributed");
+}
+
+#[tokio::test]
+async fn serve_refuses_a_citus_cluster_without_a_runtime_login_role_and_says_which_setting() {
+    if cluster("serve without a login role").is_none() {
+        return;
+    }
+    let db = TestDb::migrated().await;
+    let set_role_mode = DatabaseSettings::from_url(db.url());
+    let refused = channel_bridge::db::check_ready_to_serve(&set_role_mode)
+        .await
+        .expect_err("SET ROLE mode cannot reach the workers");
+    assert!(refused.to_string().contains("CB_APP_DATABASE_URL"), "{refused}");
+    channel_bridge::db::check_ready_to_serve(&db.settings())
+        .await
+        .expect("the runtime role reaches every worker");
 }
 
 #[tokio::test]
 async fn on_plain_postgresql_distributing_does_nothing_and_the_queue_has_no_key_to_tenants() {
-    let db = TestDb::migrated().await;
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_channel-bridge"))
-        .args(["citus", "distribute"])
-        .env("DATABASE_URL", db.url())
-        .output()
-        .unwrap();
+    if citus::enabled() {
+        eprintln!("on plain PostgreSQL only");
+        return;
+    }
+    let app = spawn_app().await;
+    let output = run_cli(&app.db, &["citus", "distribute"]).await;
     assert!(
         output.status.success(),
         "{}",
@@ -144,7 +178,7 @@ async fn on_plain_postgresql_distributing_does_nothing_and_the_queue_has_no_key_
         answer["result"].as_str().unwrap().contains("not installed"),
         "{answer}"
     );
-    let mut owner = db.owner_conn().await;
+    let mut owner = app.db.owner_conn().await;
     let keys: i64 = sqlx::query_scalar(
         "select count(*) from pg_constraint where conrelid = 'dispatch_queue'::regclass and contype = 'f'",
     )

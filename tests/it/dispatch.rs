@@ -18,7 +18,7 @@ use crate::support::platforms::*;
 use crate::support::{spawn_app, TestApp};
 
 fn worker_for(app: &TestApp, agent: &FakeAgent, tweak: impl FnOnce(&mut ServeSettings)) -> Worker {
-    let mut settings = ServeSettings::for_database(app.db.url());
+    let mut settings = app.db.serve_settings();
     settings.agent_url = Some(agent.url.clone());
     settings.dispatch.retry_base_ms = 0;
     tweak(&mut settings);
@@ -497,6 +497,12 @@ async fn a_failed_history_read_still_dispatches_with_empty_history() {
     let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
     let worker = worker_for(&app, &agent, |_| {});
+    if crate::support::citus::enabled() {
+        eprintln!(
+            "skipped on Citus: a policy added while the gateway runs does not make Citus's history read fail"
+        );
+        return;
+    }
     seed_turn(&app, &tenant, Some("alice"), "executed", "poison-history", 60).await;
     // Fault injection: any read that touches the poisoned row fails (division by zero),
     // while the turn being dispatched can still be read and written.

@@ -20,10 +20,10 @@ use crate::support::db_proxy::{upstream_addr, DbProxy};
 use crate::support::fake_agent::{FakeAgent, Reply};
 use crate::support::fake_platforms::{Answer, FakePlatforms};
 use crate::support::platforms::*;
-use crate::support::{eventually, spawn_app, spawn_app_with, url_with, TestApp};
+use crate::support::{eventually, spawn_app, spawn_app_with, TestApp};
 
 fn worker(app: &TestApp, agent_url: Option<&str>, tweak: impl FnOnce(&mut ServeSettings)) -> Arc<Worker> {
-    let mut settings = ServeSettings::for_database(app.db.url());
+    let mut settings = app.db.serve_settings();
     settings.agent_url = agent_url.map(str::to_owned);
     settings.dispatch.retry_base_ms = 0;
     tweak(&mut settings);
@@ -422,9 +422,7 @@ async fn an_idle_instance_sends_at_most_one_statement_per_polling_tick() {
     let proxy = DbProxy::start(upstream_addr()).await;
     let poll = Duration::from_millis(50);
     let app = spawn_app_with(|settings, db| {
-        // In clear, so the proxy can read the statements.
-        let url = format!("{}?sslmode=disable", url_with(&db.name, Some(proxy.addr)));
-        settings.database.url = url.into();
+        db.route_via(&mut settings.database, proxy.addr);
         settings.worker = true;
         settings.dispatch.poll_interval_ms = poll.as_millis() as u64;
     })

@@ -54,7 +54,7 @@ async fn a_partition_answers_503_within_the_deadline_and_after_it_every_webhook_
     let webhook_deadline = Duration::from_millis(1500);
     // The web-only instance reaches PostgreSQL through the proxy; the worker directly.
     let web = spawn_app_with(|settings, db| {
-        settings.database.url = url_with(&db.name, Some(proxy.addr)).into();
+        db.route_via(&mut settings.database, proxy.addr);
         settings.database.acquire_timeout_ms = 500;
         settings.database.deadline_ms = 1000;
         settings.webhook_deadline_ms = webhook_deadline.as_millis() as u64;

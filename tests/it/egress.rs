@@ -14,7 +14,7 @@ use axum::Router;
 use channel_bridge::dispatch::{StepOutcome, Worker};
 use channel_bridge::domain::{MessageId, Platform};
 use channel_bridge::egress::{EgressPolicy, AGENT_REFUSED, PLATFORM_REFUSED};
-use channel_bridge::settings::{EgressSettings, ServeSettings};
+use channel_bridge::settings::EgressSettings;
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -74,7 +74,7 @@ fn ssrf_shapes(port: u16) -> Vec<String> {
 
 /// A worker driven step by step whose policy is `allow` (empty: public addresses only).
 fn worker(app: &TestApp, allow: &str, agent_url: Option<String>) -> Worker {
-    let mut settings = ServeSettings::for_database(app.db.url());
+    let mut settings = app.db.serve_settings();
     settings.egress = EgressSettings {
         allow: EgressPolicy::parse(allow).unwrap(),
     };

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::support::db_proxy::{upstream_addr, DbProxy};
 use crate::support::platforms::*;
-use crate::support::{eventually, spawn_app, spawn_app_with, url_with, TestApp};
+use crate::support::{eventually, spawn_app, spawn_app_with, TestApp};
 
 /// What the database holds for one tenant, read as the owner (outside RLS) so a test can
 /// also see rows it should not have written.
@@ -527,7 +527,7 @@ async fn unlinked_senders_are_denied_by_default_and_queued_under_their_own_key_w
 async fn with_the_database_unreachable_the_answer_is_503_and_the_retry_records_once() {
     let proxy = DbProxy::start(upstream_addr()).await;
     let app = spawn_app_with(|settings, db| {
-        settings.database.url = url_with(&db.name, Some(proxy.addr)).into();
+        db.route_via(&mut settings.database, proxy.addr);
         settings.database.acquire_timeout_ms = 500;
     })
     .await;
@@ -624,7 +624,6 @@ async fn a_nul_in_the_text_of_any_platform_is_stored_as_a_replacement_character_
     use std::sync::Arc;
 
     use channel_bridge::dispatch::{StepOutcome, Worker};
-    use channel_bridge::settings::ServeSettings;
 
     use crate::support::fake_agent::FakeAgent;
     use crate::support::fake_platforms::FakePlatforms;
@@ -649,7 +648,7 @@ async fn a_nul_in_the_text_of_any_platform_is_stored_as_a_replacement_character_
         deliver(&app, &tenant, platform, body).await;
     }
 
-    let mut settings = ServeSettings::for_database(app.db.url());
+    let mut settings = app.db.serve_settings();
     settings.agent_url = Some(agent.url.clone());
     let worker = Worker::new(app.pool.clone(), Arc::new(settings), || {
         chrono::Utc::now().timestamp()

@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use crate::support::api::call;
 use crate::support::platforms::*;
-use crate::support::{spawn_app, TestApp};
+use crate::support::{run_cli, spawn_app, TestApp};
 
 /// A provisioned tenant (`provision_tenant`: alice on Slack and Telegram, bob and carol on
 /// WhatsApp) with an admin key.
@@ -683,29 +683,14 @@ async fn an_export_round_trips_with_the_listing_and_the_reply_parts_page_by_page
 
     // The CLI writes the same lines.
     let cli = run_cli(
-        app.db.url(),
+        &app.db,
         &["export", "--tenant", &a.p.tenant.to_string(), "--user", "alice"],
     )
     .await;
     assert!(cli.status.success(), "{}", String::from_utf8_lossy(&cli.stderr));
     assert_eq!(String::from_utf8(cli.stdout).unwrap(), user_text);
-    let cli = run_cli(app.db.url(), &["export", "--tenant", &a.p.tenant.to_string()]).await;
+    let cli = run_cli(&app.db, &["export", "--tenant", &a.p.tenant.to_string()]).await;
     assert_eq!(String::from_utf8(cli.stdout).unwrap(), text);
-}
-
-/// Runs the `channel-bridge` binary with `args`, the database URL in the environment.
-async fn run_cli(database_url: String, args: &[&str]) -> std::process::Output {
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_channel-bridge"))
-            .args(&args)
-            .env("DATABASE_URL", database_url)
-            .env("RUST_LOG", "warn")
-            .output()
-            .expect("the binary runs")
-    })
-    .await
-    .unwrap()
 }
 
 /// The tenant's audit log, newest first, walked page by page.
@@ -923,7 +908,7 @@ async fn the_audit_log_records_admin_actions_without_content_or_secrets_and_anot
 
     // The CLI's own actions are recorded as `cli`.
     let tenant = a.p.tenant.to_string();
-    let cli = run_cli(app.db.url(), &["erase", "--tenant", &tenant, "--user", "bob"]).await;
+    let cli = run_cli(&app.db, &["erase", "--tenant", &tenant, "--user", "bob"]).await;
     assert!(cli.status.success(), "{}", String::from_utf8_lossy(&cli.stderr));
     let erased: Value = serde_json::from_slice(&cli.stdout).unwrap();
     assert_eq!(erased["links"], 1);

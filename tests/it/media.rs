@@ -436,7 +436,7 @@ async fn a_media_link_answers_503_when_the_database_does_not_answer_within_the_a
     use crate::support::db_proxy::{upstream_addr, DbProxy};
     let proxy = DbProxy::start(upstream_addr()).await;
     let app = crate::support::spawn_app_with(|settings, db| {
-        settings.database.url = crate::support::url_with(&db.name, Some(proxy.addr)).into();
+        db.route_via(&mut settings.database, proxy.addr);
         settings.database.acquire_timeout_ms = 20_000;
         settings.database.deadline_ms = 20_000;
         settings.admin_deadline_ms = 700;

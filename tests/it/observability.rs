@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use channel_bridge::dispatch::{StepOutcome, Worker};
 use channel_bridge::domain::Platform;
-use channel_bridge::settings::{LogFormat, ServeSettings};
+use channel_bridge::settings::LogFormat;
 use channel_bridge::startup::Application;
 use serde_json::Value;
 use tokio::sync::Semaphore;
@@ -21,7 +21,7 @@ use crate::support::{eventually, spawn_app, spawn_app_on, TestApp, TestDb};
 
 /// A worker for `app`'s database that calls `agent` and retries at once.
 fn worker_for(app: &TestApp, agent: &FakeAgent) -> Worker {
-    let mut settings = ServeSettings::for_database(app.db.url());
+    let mut settings = app.db.serve_settings();
     settings.agent_url = Some(agent.url.clone());
     settings.dispatch.retry_base_ms = 0;
     Worker::new(app.pool.clone(), Arc::new(settings), || {
@@ -244,7 +244,7 @@ async fn a_worker_only_instance_serves_metrics_and_probes_on_its_metrics_listene
     // Queued before the worker starts, and held by the agent: its queue stays non-empty.
     deliver(&web, &tenant, Platform::Telegram, telegram_text(7101, "hello")).await;
 
-    let mut settings = ServeSettings::for_database(web.db.url());
+    let mut settings = web.db.serve_settings();
     settings.http = false;
     settings.worker = true;
     settings.metrics_bind = Some("127.0.0.1:0".parse().unwrap());

@@ -9,7 +9,6 @@ use channel_bridge::db::messages::{NewMessage, ReplyPart};
 use channel_bridge::db::{self, TenantTx};
 use channel_bridge::dispatch::{StepOutcome, Worker};
 use channel_bridge::domain::{MessageId, MessageStatus, Platform};
-use channel_bridge::settings::ServeSettings;
 use serde_json::{json, Value};
 
 use crate::support::fake_agent::{FakeAgent, Reply};
@@ -35,7 +34,7 @@ async fn setup(confirm_secs: u64, read_interval_ms: u64) -> Setup {
     let platforms = FakePlatforms::start().await;
     let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let mut settings = ServeSettings::for_database(app.db.url());
+    let mut settings = app.db.serve_settings();
     settings.agent_url = Some(agent.url.clone());
     settings.dispatch.retry_base_ms = 0;
     settings.dispatch.slack_confirm_secs = confirm_secs;

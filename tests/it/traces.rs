@@ -16,7 +16,7 @@ use channel_bridge::db::messages;
 use channel_bridge::dispatch::{StepOutcome, Worker};
 use channel_bridge::domain::Platform;
 use channel_bridge::secrets::Keyring;
-use channel_bridge::settings::{LogFormat, ServeSettings};
+use channel_bridge::settings::LogFormat;
 use channel_bridge::telemetry::{self, traces};
 use secrecy::ExposeSecret;
 
@@ -28,7 +28,7 @@ use crate::support::{eventually, spawn_app, TestApp, TestDb};
 
 /// A worker for `app`'s database that calls `agent`.
 fn worker_for(app: &TestApp, agent: &FakeAgent) -> Worker {
-    let mut settings = ServeSettings::for_database(app.db.url());
+    let mut settings = app.db.serve_settings();
     settings.agent_url = Some(agent.url.clone());
     Worker::new(app.pool.clone(), Arc::new(settings), || {
         chrono::Utc::now().timestamp()

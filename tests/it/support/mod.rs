@@ -2,6 +2,7 @@
 //! in front of PostgreSQL that a test can cut to simulate an outage.
 
 pub mod api;
+pub mod citus;
 pub mod db_proxy;
 pub mod fake_agent;
 pub mod fake_platforms;
@@ -40,21 +41,27 @@ pub struct TestDb {
 }
 
 impl TestDb {
-    /// An empty database, not migrated.
+    /// An empty database, not migrated. On Citus (`citus::workers`), on every node with the
+    /// extension, the workers added.
     pub async fn empty() -> Self {
         let name = format!("cbt_{}", uuid::Uuid::new_v4().simple());
-        let mut admin = PgConnection::connect(&admin_url())
-            .await
-            .expect("test PostgreSQL answers at DATABASE_URL");
-        admin
-            .execute(format!("create database {name}").as_str())
-            .await
-            .expect("create test database");
+        match citus::workers() {
+            Some(workers) => citus::create_database(&name, &workers).await,
+            None => create_database(&admin_url(), &format!("create database {name}")).await,
+        }
         Self { name }
     }
 
-    /// A database with every migration applied by the application's own `migrate`.
+    /// A database with every migration applied by the application's own `migrate`. On
+    /// Citus a copy, on every node, of a template migrated once per test process.
     pub async fn migrated() -> Self {
+        if let Some(workers) = citus::workers() {
+            let name = format!("cbt_{}", uuid::Uuid::new_v4().simple());
+            citus::copy_template(&name, &workers).await;
+            let db = Self { name };
+            db.guard_search_path().await;
+            return db;
+        }
         let db = Self::empty().await;
         channel_bridge::db::migrate(&db.settings())
             .await
@@ -70,20 +77,16 @@ impl TestDb {
     async fn forbid_set_config(&self) {
         let mut owner = self.owner_conn().await;
         owner
-            .execute(
-                r#"create schema test_guard;
-                   create function test_guard.set_config(setting text, value text, is_local boolean)
-                   returns text language plpgsql as $$
-                   begin
-                       if setting = 'app.tenant_id' then
-                           raise exception 'set_config(''app.tenant_id'', …) is forbidden: set the tenant with SET LOCAL';
-                       end if;
-                       return pg_catalog.set_config(setting, value, is_local);
-                   end $$;
-                   grant usage on schema test_guard to channel_bridge_app;"#,
-            )
+            .execute(SET_CONFIG_GUARD)
             .await
             .expect("the set_config guard installs");
+        self.guard_search_path().await;
+    }
+
+    /// Puts the guard first on every new session's search path (a database setting, which a
+    /// copy from a template does not inherit).
+    async fn guard_search_path(&self) {
+        let mut owner = self.owner_conn().await;
         owner
             .execute(
                 format!(
@@ -100,8 +103,41 @@ impl TestDb {
         url_with(&self.name, None)
     }
 
+    /// The application's database settings: the owner's URL, and on Citus the runtime login
+    /// role's (Citus connects to its workers as the session's role, which must log in).
     pub fn settings(&self) -> DatabaseSettings {
-        DatabaseSettings::from_url(self.url())
+        let settings = DatabaseSettings::from_url(self.url());
+        match citus::workers() {
+            Some(_) => settings.with_app_url(citus::runtime_url(&self.name)),
+            None => settings,
+        }
+    }
+
+    /// Test settings of `serve` on this database (`ServeSettings::for_database`, with the
+    /// runtime role on Citus).
+    pub fn serve_settings(&self) -> ServeSettings {
+        let mut settings = ServeSettings::for_database(self.url());
+        settings.database = self.settings().with_secrets(settings.database.secrets.clone());
+        settings
+    }
+
+    /// Points `settings` at `addr` (a `DbProxy` in front of the server) instead of the
+    /// server: the owner's URL and, on Citus, the runtime role's; in clear text, so the
+    /// proxy can read the messages.
+    pub fn route_via(&self, settings: &mut DatabaseSettings, addr: SocketAddr) {
+        settings.url = in_clear(url_with(&self.name, Some(addr))).into();
+        if settings.app_url.is_some() {
+            settings.app_url = Some(in_clear(citus::runtime_url_at(&self.name, Some(addr))).into());
+        }
+    }
+
+    /// The environment a `channel-bridge` child process needs for this database.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        let mut env = vec![("DATABASE_URL", self.url())];
+        if citus::workers().is_some() {
+            env.push(("CB_APP_DATABASE_URL", citus::runtime_url(&self.name)));
+        }
+        env
     }
 
     /// The application's own pool (connections run as `channel_bridge_app`).
@@ -125,13 +161,68 @@ impl Drop for TestDb {
                 .build()
                 .ok()?;
             runtime.block_on(async {
-                let mut admin = PgConnection::connect(&admin_url()).await.ok()?;
-                admin.execute(statement.as_str()).await.ok()
+                for node in citus::all_nodes() {
+                    let mut admin = PgConnection::connect(&node).await.ok()?;
+                    admin.execute(statement.as_str()).await.ok()?;
+                }
+                Some(())
             })
         })
         .join();
     }
 }
+
+/// Runs the `channel-bridge` binary with `args` against `db`, its URLs in the environment as
+/// an operator gives them (never on the command line).
+pub async fn run_cli(db: &TestDb, args: &[&str]) -> std::process::Output {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let env = db.env();
+    tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_channel-bridge"))
+            .args(&args)
+            .envs(env)
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("the binary runs")
+    })
+    .await
+    .expect("the binary's thread ends")
+}
+
+/// `url` with `sslmode=disable`.
+fn in_clear(url: String) -> String {
+    let mut url = reqwest::Url::parse(&url).expect("a valid URL");
+    let kept: Vec<(String, String)> = url
+        .query_pairs()
+        .filter(|(name, _)| name != "sslmode")
+        .map(|(name, value)| (name.into_owned(), value.into_owned()))
+        .collect();
+    url.query_pairs_mut()
+        .clear()
+        .extend_pairs(kept)
+        .append_pair("sslmode", "disable");
+    url.to_string()
+}
+
+/// Runs `create database …` on the server at `admin`.
+async fn create_database(admin: &str, statement: &str) {
+    let mut admin = PgConnection::connect(admin)
+        .await
+        .expect("test PostgreSQL answers at DATABASE_URL");
+    admin.execute(statement).await.expect("create test database");
+}
+
+/// Makes `set_config('app.tenant_id', …)` fail (see `TestDb::forbid_set_config`).
+const SET_CONFIG_GUARD: &str = r#"create schema test_guard;
+   create function test_guard.set_config(setting text, value text, is_local boolean)
+   returns text language plpgsql as $$
+   begin
+       if setting = 'app.tenant_id' then
+           raise exception 'set_config(''app.tenant_id'', …) is forbidden: set the tenant with SET LOCAL';
+       end if;
+       return pg_catalog.set_config(setting, value, is_local);
+   end $$;
+   grant usage on schema test_guard to channel_bridge_app;"#;
 
 /// Waits until `done` holds, looking every few milliseconds, for at most 20 s.
 pub async fn eventually<F, Fut>(what: &str, mut done: F)
@@ -196,7 +287,7 @@ pub fn worker(
     agent_url: &str,
     configure: impl FnOnce(&mut ServeSettings),
 ) -> channel_bridge::dispatch::Worker {
-    let mut settings = ServeSettings::for_database(app.db.url());
+    let mut settings = app.db.serve_settings();
     settings.agent_url = Some(agent_url.to_owned());
     configure(&mut settings);
     channel_bridge::dispatch::Worker::new(app.pool.clone(), std::sync::Arc::new(settings), || {
@@ -214,7 +305,7 @@ pub async fn spawn_app() -> TestApp {
 /// point through a `DbProxy`).
 pub async fn spawn_app_with(configure: impl FnOnce(&mut ServeSettings, &TestDb)) -> TestApp {
     let db = TestDb::migrated().await;
-    let mut settings = ServeSettings::for_database(db.url());
+    let mut settings = db.serve_settings();
     settings.worker = false;
     configure(&mut settings, &db);
     start(std::sync::Arc::new(db), settings).await
@@ -225,7 +316,7 @@ pub async fn spawn_app_on(
     db: &std::sync::Arc<TestDb>,
     configure: impl FnOnce(&mut ServeSettings),
 ) -> TestApp {
-    let mut settings = ServeSettings::for_database(db.url());
+    let mut settings = db.serve_settings();
     settings.worker = false;
     configure(&mut settings);
     start(db.clone(), settings).await
