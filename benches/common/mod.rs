@@ -1,6 +1,12 @@
 //! What the benchmarks share: a database of their own on DATABASE_URL's server (default
 //! postgres://postgres@127.0.0.1:5432/postgres), migrated by the app's own `migrate`, and
 //! dropped at the end.
+//!
+//! On Citus: `CB_BENCH_CITUS_WORKERS=host:port,…` names the workers of the coordinator
+//! DATABASE_URL points at; the database is made on every node with the extension, the
+//! workers added, and the gateway's pool logs in as the login role `cb_bench_runtime`
+//! (created when missing; trust authentication assumed, as on `scripts/test-citus`'s
+//! cluster), given to child processes as `CB_APP_DATABASE_URL`.
 
 use anyhow::Context;
 use channel_bridge::db;
@@ -11,7 +17,12 @@ pub struct BenchDb {
     pub name: String,
     pub url: String,
     admin_url: String,
+    /// Admin URLs of the Citus workers (database `postgres`), when on Citus.
+    workers: Vec<String>,
+    app_url: Option<String>,
 }
+
+const CITUS_RUNTIME_ROLE: &str = "cb_bench_runtime";
 
 impl BenchDb {
     /// Creates and migrates `cb_bench_<random>`.
@@ -21,27 +32,124 @@ impl BenchDb {
         let name = format!("cb_bench_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
         let mut url = reqwest::Url::parse(&admin_url).context("DATABASE_URL is not a URL")?;
         url.set_path(&format!("/{name}"));
-        let db = Self {
+        let workers: Vec<String> = std::env::var("CB_BENCH_CITUS_WORKERS")
+            .unwrap_or_default()
+            .split(',')
+            .filter(|w| !w.trim().is_empty())
+            .map(|w| {
+                let mut worker = url.clone();
+                worker.set_path("/postgres");
+                let (host, port) = w
+                    .trim()
+                    .rsplit_once(':')
+                    .context("CB_BENCH_CITUS_WORKERS: host:port")?;
+                worker.set_host(Some(host))?;
+                worker
+                    .set_port(Some(port.parse()?))
+                    .map_err(|()| anyhow::anyhow!("a worker port"))?;
+                Ok(worker.to_string())
+            })
+            .collect::<anyhow::Result<_>>()?;
+        let mut db = Self {
             name,
             url: url.to_string(),
             admin_url,
+            workers,
+            app_url: None,
         };
-        let report = db::migrate(&db.settings()).await?;
-        anyhow::ensure!(report.database_created, "database {} already existed", db.name);
+        if !db.workers.is_empty() {
+            db.make_on_citus().await?;
+        }
+        let report = db::migrate(&DatabaseSettings::from_url(db.url.clone())).await?;
+        anyhow::ensure!(
+            report.database_created || !db.workers.is_empty(),
+            "database {} already existed",
+            db.name
+        );
+        if let Some(app_url) = &db.app_url {
+            let mut owner = PgConnection::connect(&db.url).await?;
+            let exists: bool =
+                sqlx::query_scalar("select exists (select 1 from pg_roles where rolname = $1)")
+                    .bind(CITUS_RUNTIME_ROLE)
+                    .fetch_one(&mut owner)
+                    .await?;
+            if !exists {
+                owner
+                    .execute(
+                        format!("create role {CITUS_RUNTIME_ROLE} login; grant channel_bridge_app to {CITUS_RUNTIME_ROLE}")
+                            .as_str(),
+                    )
+                    .await?;
+            }
+            // The gateway child processes inherit it.
+            std::env::set_var("CB_APP_DATABASE_URL", app_url);
+        }
         Ok(db)
     }
 
+    /// The database on every node with the citus extension, the workers added.
+    async fn make_on_citus(&mut self) -> anyhow::Result<()> {
+        let statement = format!("create database {}", self.name);
+        let mut urls = vec![(self.admin_url.clone(), self.url.clone())];
+        for worker in &self.workers {
+            let mut url = reqwest::Url::parse(worker)?;
+            url.set_path(&format!("/{}", self.name));
+            urls.push((worker.clone(), url.to_string()));
+        }
+        for (admin, url) in &urls {
+            PgConnection::connect(admin)
+                .await?
+                .execute(statement.as_str())
+                .await?;
+            PgConnection::connect(url)
+                .await?
+                .execute("create extension citus")
+                .await?;
+        }
+        let coordinator = reqwest::Url::parse(&self.url)?;
+        let mut conn = PgConnection::connect(&self.url).await?;
+        sqlx::query("select citus_set_coordinator_host($1, $2)")
+            .bind(coordinator.host_str().context("a host")?)
+            .bind(i32::from(coordinator.port().unwrap_or(5432)))
+            .execute(&mut conn)
+            .await?;
+        for worker in &self.workers {
+            let worker = reqwest::Url::parse(worker)?;
+            sqlx::query("select citus_add_node($1, $2)")
+                .bind(worker.host_str().context("a host")?)
+                .bind(i32::from(worker.port().unwrap_or(5432)))
+                .execute(&mut conn)
+                .await?;
+        }
+        let mut app_url = coordinator;
+        app_url
+            .set_username(CITUS_RUNTIME_ROLE)
+            .map_err(|()| anyhow::anyhow!("a user"))?;
+        app_url
+            .set_password(None)
+            .map_err(|()| anyhow::anyhow!("a password"))?;
+        self.app_url = Some(app_url.to_string());
+        Ok(())
+    }
+
     pub fn settings(&self) -> DatabaseSettings {
-        DatabaseSettings::from_url(self.url.clone())
+        let settings = DatabaseSettings::from_url(self.url.clone());
+        match &self.app_url {
+            Some(app_url) => settings.with_app_url(app_url.clone()),
+            None => settings,
+        }
     }
 
     /// Drops the database, its connections included; says so, or why it could not.
     pub async fn drop_now(&self) {
         let statement = format!("drop database if exists {} with (force)", self.name);
         let dropped = async {
-            let mut admin = PgConnection::connect(&self.admin_url).await?;
-            admin.execute(statement.as_str()).await?;
-            admin.close().await
+            for node in std::iter::once(&self.admin_url).chain(&self.workers) {
+                let mut admin = PgConnection::connect(node).await?;
+                admin.execute(statement.as_str()).await?;
+                admin.close().await?;
+            }
+            Ok::<(), sqlx::Error>(())
         };
         match dropped.await {
             Ok(()) => println!("database {} dropped", self.name),
