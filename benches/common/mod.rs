@@ -132,6 +132,8 @@ impl BenchDb {
         Ok(())
     }
 
+    /// The gateway's database settings (the runtime role's pool on Citus).
+    #[allow(dead_code)] // used by the benches that provision through the app's pool, not by all
     pub fn settings(&self) -> DatabaseSettings {
         let settings = DatabaseSettings::from_url(self.url.clone());
         match &self.app_url {

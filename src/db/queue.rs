@@ -172,14 +172,14 @@ pub async fn without_jobs(
             .fetch_all(tx.conn())
             .await?;
         let with_jobs = having_jobs(tx, &found).await?;
-        let exhausted = i64::try_from(found.len()).unwrap_or(i64::MAX) < need;
+        // Short of `need` only for the jobs: ask again past them.
+        let again = i64::try_from(found.len()).unwrap_or(i64::MAX) == need && !with_jobs.is_empty();
         let (free, queued): (Vec<_>, Vec<_>) = found.into_iter().partition(|id| !with_jobs.contains(id));
         chosen.extend(free);
-        if exhausted || queued.is_empty() {
-            skipped.extend(queued);
+        skipped.extend(queued);
+        if !again {
             break;
         }
-        skipped.extend(queued);
     }
     Ok((chosen, skipped))
 }
