@@ -31,14 +31,87 @@ pub struct NewMessage<'a> {
     pub attachments: Option<Value>,
 }
 
-/// Inserts turns in one statement, in order, each unless its idempotency key is already
-/// recorded (by an earlier transaction, or earlier in the same list): the unique index
-/// decides, with no check-then-insert race. The same statement queues the dispatch job of
-/// every `accepted` turn it inserted, in the same order (see `queue::enqueue_many`, whose
-/// rule it follows: a shared advisory lock on each turn's conversation), so a turn never
-/// exists without its job, and ingress pays one round trip for both. Returns, per input
-/// position, the new id, or `None` for a duplicate.
+/// Inserts turns, in order, each unless its idempotency key is already recorded (by an
+/// earlier transaction, or earlier in the same list): the unique index decides, with no
+/// check-then-insert race. Queues the dispatch job of every `accepted` turn it inserted, in
+/// the same order and transaction (the rule of `queue::enqueue_many`), so a turn never
+/// exists without its job. Returns, per input position, the new id, or `None` for a
+/// duplicate.
+///
+/// Two shapes, each right on both servers and the faster on its own (`super::on_citus`):
+/// on PostgreSQL one statement does both; on Citus a multi-row `VALUES`, which it routes to
+/// the tenant's shard as it is (an `INSERT … SELECT FROM unnest(…)` it pulls through the
+/// coordinator), and the queue, a table of the coordinator, in a statement of its own.
 pub async fn insert_many(
+    tx: &mut TenantTx,
+    rows: &[NewMessage<'_>],
+) -> Result<Vec<Option<MessageId>>, sqlx::Error> {
+    if super::on_citus(tx.conn()).await? {
+        insert_many_routed(tx, rows).await
+    } else {
+        insert_many_in_one(tx, rows).await
+    }
+}
+
+async fn insert_many_routed(
+    tx: &mut TenantTx,
+    rows: &[NewMessage<'_>],
+) -> Result<Vec<Option<MessageId>>, sqlx::Error> {
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let tenant = tx.tenant();
+    let ids: Vec<MessageId> = rows.iter().map(|_| MessageId::new()).collect();
+    // A turn decided at ingress is complete now.
+    let now = chrono::Utc::now();
+    let mut sql = sqlx::QueryBuilder::new(
+        "insert into channel_messages (tenant_id, id, connector_id, platform, idempotency_key,
+             platform_message_id, chat_id, thread_id, platform_user_id, reply_to_id, user_id,
+             conversation_key, request_content, status, decision, metadata, space, attachments,
+             completed_at) ",
+    );
+    sql.push_values(rows.iter().zip(&ids), |mut row, (r, id)| {
+        row.push_bind(tenant)
+            .push_bind(*id)
+            .push_bind(r.connector_id)
+            .push_bind(r.platform.as_str())
+            .push_bind(r.idempotency_key)
+            .push_bind(r.platform_message_id)
+            .push_bind(r.chat_id)
+            .push_bind(r.thread_id)
+            .push_bind(r.platform_user_id)
+            .push_bind(r.reply_to_id)
+            .push_bind(r.user_id)
+            .push_bind(r.conversation_key)
+            .push_bind(r.request_content)
+            .push_bind(r.status.as_str())
+            .push_bind(r.decision)
+            .push_bind(r.metadata)
+            .push_bind(r.space)
+            .push_bind(&r.attachments)
+            .push_bind((r.status != MessageStatus::Accepted).then_some(now));
+    });
+    sql.push(" on conflict (tenant_id, connector_id, idempotency_key) do nothing returning id");
+    let inserted: std::collections::HashSet<MessageId> = sql
+        .build_query_scalar()
+        .fetch_all(tx.conn())
+        .await?
+        .into_iter()
+        .collect();
+    let jobs: Vec<(MessageId, &str)> = rows
+        .iter()
+        .zip(&ids)
+        .filter(|(r, id)| r.status == MessageStatus::Accepted && inserted.contains(id))
+        .map(|(r, id)| (*id, r.conversation_key))
+        .collect();
+    super::queue::enqueue_many(tx, &jobs, super::queue::Stage::Dispatch).await?;
+    Ok(ids
+        .into_iter()
+        .map(|id| inserted.contains(&id).then_some(id))
+        .collect())
+}
+
+async fn insert_many_in_one(
     tx: &mut TenantTx,
     rows: &[NewMessage<'_>],
 ) -> Result<Vec<Option<MessageId>>, sqlx::Error> {
@@ -247,20 +320,21 @@ pub async fn insert_reply_parts(
     message: MessageId,
     parts: &[String],
 ) -> Result<(), sqlx::Error> {
+    if parts.is_empty() {
+        return Ok(());
+    }
     let tenant = tx.tenant();
-    let indexes: Vec<i32> = (0..parts.len() as i32).collect();
-    sqlx::query(
-        "insert into channel_replies (tenant_id, message_id, part_index, content)
-         select $1, $2, part.idx, part.content
-           from unnest($3::int[], $4::text[]) as part(idx, content)
-         on conflict (tenant_id, message_id, part_index) do nothing",
-    )
-    .bind(tenant)
-    .bind(message)
-    .bind(&indexes)
-    .bind(parts)
-    .execute(tx.conn())
-    .await?;
+    // `VALUES`, which Citus routes to the tenant's shard as it is.
+    let mut sql =
+        sqlx::QueryBuilder::new("insert into channel_replies (tenant_id, message_id, part_index, content) ");
+    sql.push_values((0..).zip(parts), |mut row, (index, content): (i32, &String)| {
+        row.push_bind(tenant)
+            .push_bind(message)
+            .push_bind(index)
+            .push_bind(content.as_str());
+    });
+    sql.push(" on conflict (tenant_id, message_id, part_index) do nothing");
+    sql.build().execute(tx.conn()).await?;
     Ok(())
 }
 

@@ -179,6 +179,22 @@ fn connect_options(url: &SecretString) -> anyhow::Result<PgConnectOptions> {
     Ok(options)
 }
 
+/// Whether the database is a Citus cluster; asked once per process. A few hot statements
+/// have two shapes, each correct on both servers and the faster on its own: one statement
+/// across the tenant tables and the queue on PostgreSQL, statements Citus routes to one
+/// shard on Citus (`messages::insert_many`, `turns::store_answers`).
+pub(crate) async fn on_citus(conn: &mut sqlx::PgConnection) -> Result<bool, sqlx::Error> {
+    static CITUS: OnceLock<bool> = OnceLock::new();
+    if let Some(known) = CITUS.get() {
+        return Ok(*known);
+    }
+    let citus: bool =
+        sqlx::query_scalar("select exists (select 1 from pg_extension where extname = 'citus')")
+            .fetch_one(conn)
+            .await?;
+    Ok(*CITUS.get_or_init(|| citus))
+}
+
 /// What `migrate` did.
 #[derive(Debug, Clone, serde::Serialize, PartialEq, Eq)]
 pub struct MigrateReport {

@@ -354,7 +354,8 @@ pub async fn begin_dispatch(
     .await
 }
 
-/// Stores agents' answers, one statement for all: status `executed`, the response (the
+/// Stores agents' answers (one statement for all on PostgreSQL; see `store_answers_routed`
+/// for Citus): status `executed`, the response (the
 /// agent's parts joined by a blank line, as history shows it), the decision and the reply
 /// parts (the answer split to the platform's size), part 0 already `sending` (attempt 1),
 /// the job moved to its reply stage; an answer without parts is delivered at once and its
@@ -373,6 +374,9 @@ async fn store_answers(
         .iter()
         .map(|(.., parts)| if parts.is_empty() { "no_reply" } else { "respond" })
         .collect();
+    if super::on_citus(tx.conn()).await? {
+        return store_answers_routed(tx, answers, &ids, &responses, &decisions).await;
+    }
     let (mut part_ids, mut part_indexes, mut part_texts) = (Vec::new(), Vec::new(), Vec::new());
     for (id, _, parts) in answers {
         for (index, text) in (0..).zip(parts.iter()) {
@@ -422,6 +426,79 @@ async fn store_answers(
     .fetch_all(tx.conn())
     .await?;
     Ok(stored.into_iter().collect())
+}
+
+/// `store_answers` on Citus: three statements, each on one kind of table, so that the
+/// first two go to the tenant's shard as they are (the queue is a table of the coordinator).
+async fn store_answers_routed(
+    tx: &mut TenantTx,
+    answers: &[(MessageId, &str, &[String])],
+    ids: &[MessageId],
+    responses: &[&str],
+    decisions: &[&str],
+) -> Result<std::collections::HashSet<MessageId>, sqlx::Error> {
+    // The clock is read here, not by `now()` inside a CASE: Citus refuses non-immutable
+    // functions there on a distributed table.
+    let now = chrono::Utc::now();
+    let stored: Vec<(MessageId, String)> = sqlx::query_as(
+        "update channel_messages m
+            set status = 'executed', response_content = a.response, decision = a.decision,
+                last_error = null, completed_at = now(), updated_at = now(),
+                delivered_at = case when a.decision = 'no_reply' then $5::timestamptz end
+           from unnest($2::uuid[], $3::text[], $4::text[]) as a(id, response, decision)
+          where m.tenant_id = $1 and m.id = a.id and m.status = 'dispatching'
+      returning m.id, a.decision",
+    )
+    .bind(tx.tenant())
+    .bind(ids)
+    .bind(responses)
+    .bind(decisions)
+    .bind(now)
+    .fetch_all(tx.conn())
+    .await?;
+    let stored_ids: std::collections::HashSet<MessageId> = stored.iter().map(|(id, _)| *id).collect();
+    let parts: Vec<(MessageId, i32, &str)> = answers
+        .iter()
+        .filter(|(id, ..)| stored_ids.contains(id))
+        .flat_map(|(id, _, parts)| {
+            (0..)
+                .zip(parts.iter())
+                .map(|(index, text)| (*id, index, text.as_str()))
+        })
+        .collect();
+    if !parts.is_empty() {
+        let mut sql = sqlx::QueryBuilder::new(
+            "insert into channel_replies (tenant_id, message_id, part_index, content, status, attempts,
+                                          sending_since) ",
+        );
+        sql.push_values(&parts, |mut row, (id, index, text)| {
+            let first = *index == 0;
+            row.push_bind(tx.tenant())
+                .push_bind(*id)
+                .push_bind(*index)
+                .push_bind(*text)
+                .push_bind(if first { "sending" } else { "pending" })
+                .push_bind(i32::from(first))
+                .push_bind(first.then_some(now));
+        });
+        sql.push(" on conflict (tenant_id, message_id, part_index) do nothing");
+        sql.build().execute(tx.conn()).await?;
+    }
+    let (replying, finished): (Vec<_>, Vec<_>) =
+        stored.iter().partition(|(_, decision)| decision == "respond");
+    let replying: Vec<MessageId> = replying.into_iter().map(|(id, _)| *id).collect();
+    let finished: Vec<MessageId> = finished.into_iter().map(|(id, _)| *id).collect();
+    sqlx::query(
+        "with staged as (
+             update dispatch_queue set stage = 'reply' where tenant_id = $1 and message_id = any($2))
+         delete from dispatch_queue where tenant_id = $1 and message_id = any($3)",
+    )
+    .bind(tx.tenant())
+    .bind(&replying)
+    .bind(&finished)
+    .execute(tx.conn())
+    .await?;
+    Ok(stored_ids)
 }
 
 /// Records a failed attempt; with `terminal`, the turn becomes `dispatch_failed`.
