@@ -17,7 +17,7 @@ use std::io::IsTerminal;
 use std::sync::OnceLock;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use tracing_subscriber::filter::filter_fn;
+use tracing_subscriber::filter::{filter_fn, FilterExt, Targets};
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::{fmt, EnvFilter, Layer as _};
@@ -25,8 +25,8 @@ use tracing_subscriber::{fmt, EnvFilter, Layer as _};
 use crate::settings::LogFormat;
 
 /// Installs the global tracing subscriber, exporting spans through `traces` when given
-/// (`traces::TraceExport`). `RUST_LOG` overrides the default filter, for logs and spans
-/// alike. Calling it twice is harmless (the second call is ignored), which tests rely on.
+/// (`traces::TraceExport`). `RUST_LOG` overrides the default filter of the logs; the
+/// exported spans do not depend on it (`subscriber_with`). Calling it twice is harmless (the second call is ignored), which tests rely on.
 pub fn init_tracing(format: LogFormat, default_filter: &str, traces: Option<&traces::Traces>) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
@@ -48,10 +48,13 @@ where
     subscriber_with(format, filter, writer, ansi, None)
 }
 
-/// Logs in `format` to `writer`, and spans to `traces` when given. One filter decides
-/// both, so a span is exported only when its level is logged. Spans made for traces only
-/// (target `traces::TARGET`: the agent call, the reply sends) stay out of the logs, so a
-/// log line's span is the job's, with its ids, whether traces are on or off.
+/// Logs in `format` to `writer`, as `filter` (`RUST_LOG`) lets through, and spans to
+/// `traces` when given. Which spans are exported is not the log filter's business: a
+/// production `RUST_LOG=warn` would drop every span of a turn. The gateway's own spans (info
+/// and above) always reach the exporter, whose sampler (`OTEL_TRACES_SAMPLER`) decides.
+/// Spans made for traces only (target `traces::TARGET`: the agent call, the reply sends)
+/// stay out of the logs, so a log line's span is the job's, with its ids, whether traces
+/// are on or off.
 pub fn subscriber_with<W>(
     format: LogFormat,
     filter: EnvFilter,
@@ -62,21 +65,22 @@ pub fn subscriber_with<W>(
 where
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
-    let spans = tracing_subscriber::registry()
-        .with(filter)
-        .with(traces.map(|traces| traces.layer()));
+    let exported = Targets::new().with_target("channel_bridge", tracing::Level::INFO);
+    let spans =
+        tracing_subscriber::registry().with(traces.map(|traces| traces.layer().with_filter(exported)));
     let logs = fmt::layer().with_writer(writer).with_ansi(ansi);
     let not_traces_only = filter_fn(|metadata| metadata.target() != traces::TARGET);
+    let logged = filter.and(not_traces_only);
     match format {
         LogFormat::Json => Box::new(
             spans.with(
                 logs.json()
                     .flatten_event(true)
                     .with_current_span(true)
-                    .with_filter(not_traces_only),
+                    .with_filter(logged),
             ),
         ),
-        LogFormat::Pretty => Box::new(spans.with(logs.compact().with_filter(not_traces_only))),
+        LogFormat::Pretty => Box::new(spans.with(logs.compact().with_filter(logged))),
     }
 }
 

@@ -57,6 +57,47 @@ fn bearer(parts: &Parts) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
+/// The key id and tenant of `key` when it is a live admin key (`None`: it is not), decided
+/// with the key itself (`super::throttle`): a wrong key costs no database work when its
+/// prefix is known here, and spends a token of `source`'s bucket; 429 once that is empty.
+pub async fn verify_key(
+    state: &AppState,
+    source: Option<std::net::IpAddr>,
+    key: &str,
+) -> Result<Option<(Uuid, TenantId)>, AppError> {
+    let throttle = &state.auth_throttle;
+    let Some(prefix) = key_prefix(key) else {
+        throttle.charge(source).map_err(AppError::TooManyRequests)?;
+        return Ok(None);
+    };
+    let hash = hash_key(key);
+    let (stored, paid) = match throttle.stored_hash(prefix) {
+        Some(stored) => (stored, false),
+        None => {
+            // A look-up is database work: it is paid for from the source's bucket, and
+            // covers the failure it may turn out to be.
+            throttle.charge(source).map_err(AppError::TooManyRequests)?;
+            let mut conn = state.pool.acquire().await?;
+            let stored = crate::db::api_keys::live_hash(&mut conn, prefix).await?;
+            throttle.remember(prefix, stored.clone());
+            (stored, true)
+        }
+    };
+    let matches = stored.is_some_and(|stored| crate::platforms::inbound::constant_time_eq(&stored, &hash));
+    if !matches {
+        if !paid {
+            throttle.charge(source).map_err(AppError::TooManyRequests)?;
+        }
+        return Ok(None);
+    }
+    let mut conn = state.pool.acquire().await?;
+    let found = crate::db::api_keys::authenticate(&mut conn, &hash).await?;
+    if found.is_none() {
+        throttle.forget(prefix);
+    }
+    Ok(found)
+}
+
 /// A request authenticated by a live tenant admin key.
 #[derive(Debug, Clone, Copy)]
 pub struct TenantAdmin {
@@ -73,19 +114,7 @@ impl FromRequestParts<AppState> for TenantAdmin {
             .extensions
             .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
             .map(|info| info.0.ip());
-        let prefix = key_prefix(key);
-        let hash = hash_key(key);
-        state
-            .auth_throttle
-            .admit(source, prefix, &hash)
-            .map_err(AppError::TooManyRequests)?;
-        if prefix.is_none() {
-            // Not shaped like a key: it cannot be one, so no lookup.
-            return Err(AppError::Unauthorized("invalid or revoked API key"));
-        }
-        let mut conn = state.pool.acquire().await?;
-        let found = crate::db::api_keys::authenticate(&mut conn, &hash).await?;
-        state.auth_throttle.record(&hash, found.is_some());
+        let found = verify_key(state, source, key).await?;
         let (key_id, tenant) = found.ok_or(AppError::Unauthorized("invalid or revoked API key"))?;
         tracing::Span::current().record("tenant_id", tracing::field::display(tenant));
         Ok(Self { tenant, key_id })

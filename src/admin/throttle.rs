@@ -1,43 +1,37 @@
-//! Throttling of bad admin credentials, answered before any database work.
+//! Throttling of bad admin credentials, without database work per bad attempt, and never
+//! against a key's owner.
 //!
-//! Checking an admin key costs a pooled connection and a query, so a flood of made-up keys
-//! could hold the pool. Keys that have not authenticated on this instance are *untrusted*:
-//! each attempt with one spends a token from two buckets (governor's token buckets), one
-//! per source address (the TCP peer) and one per key prefix. An empty bucket answers 429
-//! with `Retry-After` before the key is looked up. A key that authenticates is trusted by
-//! its hash (the whole key, not its public prefix: knowing a prefix must not let anyone
-//! lock the real key out), so working clients are never charged; a key that fails (it was
-//! revoked) is untrusted again. A bearer token that is not shaped like a key (`cbk_<prefix>_<secret>`)
-//! cannot be valid: it is refused (and charged) without a lookup.
+//! A key is decided by itself: the stored hash of each key prefix recently looked up is
+//! kept in memory (a short TTL), so a wrong secret with a known prefix is refused without
+//! touching the database, and the right key is never refused, whoever failed with its
+//! (public) prefix before. Only failures, and the prefix look-ups an unknown prefix costs,
+//! spend tokens of the source's bucket (the TCP peer; governor's token buckets): an empty
+//! bucket answers 429 with `Retry-After`. A bearer token not shaped like a key
+//! (`cbk_<prefix>_<secret>`) cannot be valid: it is refused (and charged) without a lookup.
 //!
-//! Behind a load balancer every client has the balancer's address: untrusted attempts then
-//! share one source bucket, while clients with a working key are not affected. The operator
-//! token is compared in memory (no database work) and is not throttled here.
+//! Behind a load balancer every client has the balancer's address: failures then share one
+//! bucket. A key already known to the instance is still never refused; a key it has not
+//! seen in the TTL waits while the balancer's bucket is empty. The operator token is
+//! compared in memory (no database work) and is not throttled here.
 
-use std::collections::HashSet;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
-use std::sync::RwLock;
 use std::time::Duration;
 
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
-/// Untrusted attempts one source may make at once, and how fast its bucket refills.
+/// Failures (and look-ups) one source may make at once, and how fast its bucket refills.
 const SOURCE_BURST: u32 = 20;
 const SOURCE_PER_SECOND: u32 = 2;
-/// Untrusted attempts with one key prefix at once, and one more every this long.
-const PREFIX_BURST: u32 = 5;
-const PREFIX_REFILL: Duration = Duration::from_secs(10);
-/// Trusted keys kept at most; past it the set starts over (keys are re-trusted by their
-/// next success).
-const MAX_TRUSTED: usize = 10_000;
+/// How long a prefix's stored hash (or its absence) is trusted, and how many are kept.
+const PREFIX_TTL: Duration = Duration::from_secs(30);
+const MAX_PREFIXES: u64 = 10_000;
 
 pub struct AuthThrottle {
     by_source: DefaultKeyedRateLimiter<IpAddr>,
-    by_prefix: DefaultKeyedRateLimiter<String>,
-    /// Hashes of keys that authenticated (`super::auth::hash_key`).
-    trusted: RwLock<HashSet<Vec<u8>>>,
+    /// Key prefix → the live key's hash (`None`: no live key has it).
+    hashes: moka::sync::Cache<String, Option<Vec<u8>>>,
     clock: DefaultClock,
 }
 
@@ -45,14 +39,12 @@ impl Default for AuthThrottle {
     fn default() -> Self {
         let per_second = NonZeroU32::new(SOURCE_PER_SECOND).unwrap_or(NonZeroU32::MIN);
         let source_burst = NonZeroU32::new(SOURCE_BURST).unwrap_or(NonZeroU32::MIN);
-        let prefix_burst = NonZeroU32::new(PREFIX_BURST).unwrap_or(NonZeroU32::MIN);
-        let prefix_quota = Quota::with_period(PREFIX_REFILL)
-            .unwrap_or(Quota::per_second(NonZeroU32::MIN))
-            .allow_burst(prefix_burst);
         Self {
             by_source: RateLimiter::keyed(Quota::per_second(per_second).allow_burst(source_burst)),
-            by_prefix: RateLimiter::keyed(prefix_quota),
-            trusted: RwLock::new(HashSet::new()),
+            hashes: moka::sync::Cache::builder()
+                .max_capacity(MAX_PREFIXES)
+                .time_to_live(PREFIX_TTL)
+                .build(),
             clock: DefaultClock::default(),
         }
     }
@@ -70,62 +62,31 @@ pub fn key_prefix(token: &str) -> Option<&str> {
 }
 
 impl AuthThrottle {
-    /// Before a key is looked up: `Err(wait)` when an untrusted attempt (the key whose hash
-    /// is `key_hash`) from `source` or with `prefix` (`None`: a token not shaped like a key)
-    /// is over its budget.
-    pub fn admit(
-        &self,
-        source: Option<IpAddr>,
-        prefix: Option<&str>,
-        key_hash: &[u8],
-    ) -> Result<(), Duration> {
-        if self.is_trusted(key_hash) {
+    /// Spends one token of `source`'s bucket (a failure, or a look-up about to be made):
+    /// `Err(wait)` when it is empty.
+    pub fn charge(&self, source: Option<IpAddr>) -> Result<(), Duration> {
+        let Some(source) = source else {
             return Ok(());
-        }
-        let now = self.clock.now();
-        let mut wait = Duration::ZERO;
-        if let Some(source) = source {
-            if let Err(not_until) = self.by_source.check_key(&source) {
-                wait = wait.max(not_until.wait_time_from(now));
-            }
-        }
-        if let Some(prefix) = prefix {
-            if let Err(not_until) = self.by_prefix.check_key(&prefix.to_owned()) {
-                wait = wait.max(not_until.wait_time_from(now));
-            }
-        }
-        if wait.is_zero() {
-            Ok(())
-        } else {
+        };
+        self.by_source.check_key(&source).map_err(|not_until| {
             metrics::counter!("channel_bridge_admin_auth_throttled_total").increment(1);
-            Err(wait)
-        }
+            not_until.wait_time_from(self.clock.now())
+        })
     }
 
-    /// After the lookup: a working key is trusted, a failing one is not.
-    pub fn record(&self, key_hash: &[u8], authenticated: bool) {
-        if authenticated == self.is_trusted(key_hash) {
-            return;
-        }
-        let mut trusted = self
-            .trusted
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if authenticated {
-            if trusted.len() >= MAX_TRUSTED {
-                trusted.clear();
-            }
-            trusted.insert(key_hash.to_vec());
-        } else {
-            trusted.remove(key_hash);
-        }
+    /// The live key hash of `prefix` as last looked up: `None` when not known here,
+    /// `Some(None)` when no live key has it.
+    pub fn stored_hash(&self, prefix: &str) -> Option<Option<Vec<u8>>> {
+        self.hashes.get(prefix)
     }
 
-    fn is_trusted(&self, key_hash: &[u8]) -> bool {
-        self.trusted
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .contains(key_hash)
+    pub fn remember(&self, prefix: &str, hash: Option<Vec<u8>>) {
+        self.hashes.insert(prefix.to_owned(), hash);
+    }
+
+    /// Drops what is known of `prefix` (its key was just refused by the database: revoked).
+    pub fn forget(&self, prefix: &str) {
+        self.hashes.invalidate(prefix);
     }
 }
 
@@ -150,34 +111,25 @@ mod tests {
     }
 
     #[test]
-    fn untrusted_attempts_run_out_and_a_trusted_prefix_is_never_charged() {
+    fn a_source_runs_out_of_failures_and_other_sources_keep_theirs() {
         let throttle = AuthThrottle::default();
         let source = Some(IpAddr::from([203, 0, 113, 7]));
-        let admitted = (0..50)
-            .filter(|n| throttle.admit(source, Some(&format!("bad{n}")), b"bad").is_ok())
-            .count();
-        assert_eq!(admitted, SOURCE_BURST as usize);
-        let wait = throttle.admit(source, Some("another"), b"another").unwrap_err();
+        let charged = (0..50).filter(|_| throttle.charge(source).is_ok()).count();
+        assert_eq!(charged, SOURCE_BURST as usize);
+        let wait = throttle.charge(source).unwrap_err();
         assert!(wait > Duration::ZERO && wait <= Duration::from_secs(1));
-
-        throttle.record(b"good key", true);
-        assert!(throttle.admit(source, Some("good"), b"good key").is_ok());
-        // The same prefix with another secret is not the trusted key.
-        assert!(throttle.admit(source, Some("good"), b"guessed key").is_err());
-        throttle.record(b"good key", false);
-        assert!(throttle.admit(source, Some("good"), b"good key").is_err());
+        assert!(throttle.charge(Some(IpAddr::from([203, 0, 113, 8]))).is_ok());
     }
 
     #[test]
-    fn one_prefix_is_limited_whatever_the_source() {
+    fn a_prefix_is_known_until_forgotten() {
         let throttle = AuthThrottle::default();
-        let admitted = (0..20u8)
-            .filter(|n| {
-                throttle
-                    .admit(Some(IpAddr::from([198, 51, 100, *n])), Some("target"), b"guess")
-                    .is_ok()
-            })
-            .count();
-        assert_eq!(admitted, PREFIX_BURST as usize);
+        assert_eq!(throttle.stored_hash("abc"), None);
+        throttle.remember("abc", Some(b"hash".to_vec()));
+        throttle.remember("gone", None);
+        assert_eq!(throttle.stored_hash("abc"), Some(Some(b"hash".to_vec())));
+        assert_eq!(throttle.stored_hash("gone"), Some(None));
+        throttle.forget("abc");
+        assert_eq!(throttle.stored_hash("abc"), None);
     }
 }

@@ -30,7 +30,6 @@ use axum::{Extension, Form, Router};
 use serde::Deserialize;
 use uuid::Uuid;
 
-use crate::admin::auth::hash_key;
 use crate::admin::messages::{self, MessagesQuery, Recovery};
 use crate::admin::throttle::key_prefix;
 use crate::error::AppError;
@@ -151,7 +150,7 @@ struct SignInForm {
     key: String,
 }
 
-/// Checks the key as the API does (throttled before any database work), then starts a
+/// Checks the key as the API does (`admin::auth::verify_key`), then starts a
 /// session. A wrong key gets the form again with an error and no cookie.
 async fn sign_in(
     State(state): State<AppState>,
@@ -163,28 +162,16 @@ async fn sign_in(
         return ConsoleError::Csrf.into_response();
     }
     let key = form.key.trim();
-    let prefix = key_prefix(key);
-    let hash = hash_key(key);
     let source = connect_info.map(|Extension(ConnectInfo(addr))| addr.ip());
-    if let Err(wait) = state.auth_throttle.admit(source, prefix, &hash) {
-        return ConsoleError::App(AppError::TooManyRequests(wait)).into_response();
-    }
-    let refused = || {
-        html::respond(
-            StatusCode::UNAUTHORIZED,
-            pages::sign_in(Some("That key is not valid (or was revoked).")),
-        )
-    };
-    let Some(prefix) = prefix else {
-        return refused();
-    };
-    let found = match authenticate(&state, &hash).await {
+    let found = match crate::admin::auth::verify_key(&state, source, key).await {
         Ok(found) => found,
         Err(err) => return ConsoleError::App(err).into_response(),
     };
-    state.auth_throttle.record(&hash, found.is_some());
-    let Some((key_id, tenant)) = found else {
-        return refused();
+    let (Some((key_id, tenant)), Some(prefix)) = (found, key_prefix(key)) else {
+        return html::respond(
+            StatusCode::UNAUTHORIZED,
+            pages::sign_in(Some("That key is not valid (or was revoked).")),
+        );
     };
     let id = match session::start(&state.pool, tenant, key_id, prefix).await {
         Ok(id) => id,
@@ -195,14 +182,6 @@ async fn sign_in(
         .headers_mut()
         .insert(axum::http::header::SET_COOKIE, session::set_cookie(&id));
     response
-}
-
-async fn authenticate(
-    state: &AppState,
-    hash: &[u8],
-) -> Result<Option<(Uuid, crate::domain::TenantId)>, AppError> {
-    let mut conn = state.pool.acquire().await?;
-    Ok(crate::db::api_keys::authenticate(&mut conn, hash).await?)
 }
 
 /// A sign-in form posted from another site (login CSRF) is refused: when the browser says

@@ -41,6 +41,14 @@ pub async fn insert(
     .await
 }
 
+/// The hash of the live key with `prefix`, if any (`admin::throttle` keeps it a while).
+pub async fn live_hash(conn: &mut PgConnection, prefix: &str) -> Result<Option<Vec<u8>>, sqlx::Error> {
+    sqlx::query_scalar("select key_hash from api_keys where prefix = $1 and revoked_at is null")
+        .bind(prefix)
+        .fetch_optional(conn)
+        .await
+}
+
 /// The tenant of a live key, recording its use (at most once a minute, so reads do not
 /// turn into a write per request).
 pub async fn authenticate(

@@ -11,13 +11,14 @@ use channel_bridge::dispatch::wakeup::Wakeup;
 use channel_bridge::dispatch::Worker;
 use channel_bridge::domain::Platform;
 use channel_bridge::settings::ServeSettings;
+use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use crate::support::db_proxy::{upstream_addr, DbProxy};
 use crate::support::fake_agent::FakeAgent;
 use crate::support::fake_platforms::FakePlatforms;
 use crate::support::platforms::*;
-use crate::support::{eventually, spawn_app_on, spawn_app_with, url_with, TestApp, TestDb};
+use crate::support::{eventually, spawn_app, spawn_app_on, spawn_app_with, url_with, TestApp, TestDb};
 
 /// `len` characters that do not compress (PostgreSQL compresses long values before it
 /// indexes them, so a repeated character would fit).
@@ -322,12 +323,7 @@ async fn a_dispatcher_backs_off_while_the_database_is_out_of_reach() {
 #[tokio::test]
 async fn a_burst_of_bad_admin_keys_is_answered_429_without_database_work() {
     let proxy = DbProxy::start(upstream_addr()).await;
-    let app = spawn_app_with(|settings, db| {
-        // In clear, so the proxy can count the statements.
-        let url = format!("{}?sslmode=disable", url_with(&db.name, Some(proxy.addr)));
-        settings.database.url = url.into();
-    })
-    .await;
+    let app = spawn_app_with(|settings, db| db.route_via(&mut settings.database, proxy.addr)).await;
     let tenant = provision_tenant(&app.pool, "acme").await;
     let key = channel_bridge::admin::operator::issue(&app.pool, tenant.tenant, "ci")
         .await
@@ -365,6 +361,59 @@ async fn a_burst_of_bad_admin_keys_is_answered_429_without_database_work() {
 
     // A key that works is not held back by the flood from its address.
     assert_eq!(links(key).await.status(), 200);
+}
+
+#[tokio::test]
+async fn a_flood_of_wrong_keys_with_a_real_keys_prefix_never_locks_that_key_out() {
+    let app = spawn_app().await;
+    let tenant = provision_tenant(&app.pool, "acme").await;
+    let key = channel_bridge::admin::operator::issue(&app.pool, tenant.tenant, "ci")
+        .await
+        .unwrap()
+        .key;
+    let prefix = channel_bridge::admin::throttle::key_prefix(&key)
+        .unwrap()
+        .to_owned();
+    // A fresh instance on the same database, which has never seen the key work.
+    let fresh = spawn_app_on(&app.db, |_| {}).await;
+    let from = |last: u8| {
+        reqwest::Client::builder()
+            .local_address(std::net::IpAddr::from([127, 0, 0, last]))
+            .build()
+            .unwrap()
+    };
+    let (attacker, owner) = (from(1), from(2));
+    let links = |client: &reqwest::Client, token: String| {
+        let request = client.get(fresh.url("/v1/admin/links")).bearer_auth(token);
+        async move { request.send().await.unwrap().status() }
+    };
+    let made_up = || format!("cbk_{prefix}_{}", uuid::Uuid::new_v4().simple());
+
+    let mut flood = Vec::new();
+    for _ in 0..30 {
+        flood.push(links(&attacker, made_up()).await);
+    }
+    assert!(flood.iter().all(|s| *s == 401 || *s == 429), "{flood:?}");
+    assert!(
+        flood.contains(&StatusCode::TOO_MANY_REQUESTS),
+        "the flooding source is throttled"
+    );
+
+    assert_eq!(
+        links(&owner, key.clone()).await,
+        200,
+        "the real key, from another source"
+    );
+    assert_eq!(
+        links(&attacker, key).await,
+        200,
+        "a known key is decided by itself"
+    );
+    assert_eq!(
+        links(&attacker, made_up()).await,
+        429,
+        "the flood stays throttled"
+    );
 }
 
 #[tokio::test]
