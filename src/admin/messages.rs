@@ -384,7 +384,7 @@ pub async fn get_message(pool: &PgPool, tenant: TenantId, id: Uuid) -> Result<Me
 pub struct HistoryQuery {
     /// With `chat_id`: the user's next turn in this chat of this connector, rather than
     /// their next direct message (under the `chat` scope: in the direct chat they wrote in
-    /// last).
+    /// last). Either alone: the chat of this connector, or with this id, they wrote in last.
     pub connector_id: Option<Uuid>,
     #[param(max_length = 256, pattern = r"^[^\u0000]*$")]
     pub chat_id: Option<String>,
@@ -403,7 +403,7 @@ pub async fn user_history(
     let setting = db::tenants::history_scope(tx.conn(), tenant)
         .await?
         .ok_or(AppError::NotFound("tenant"))?;
-    let last_direct;
+    let last;
     let chat = match (query.connector_id, query.chat_id.as_deref()) {
         (Some(connector), Some(chat_id)) => {
             let connector = ConnectorId(connector);
@@ -412,16 +412,22 @@ pub async fn user_history(
         }
         // Under `chat` a direct message sees its own chat only: the one they wrote in last.
         (None, None) if setting == HistoryScopeSetting::Chat => {
-            last_direct = db::messages::last_direct_chat(&mut tx, user_id).await?;
-            last_direct
-                .as_ref()
+            last = db::messages::last_chat(&mut tx, user_id, None, None, true).await?;
+            last.as_ref()
                 .map(|(connector, chat_id)| (*connector, chat_id.as_str(), None))
         }
         (None, None) => None,
-        _ => {
-            return Err(AppError::Unprocessable(
-                "connector_id and chat_id go together".into(),
-            ))
+        // One of the two: the chat of that connector, or with that id, they wrote in last.
+        (connector, chat_id) => {
+            last =
+                db::messages::last_chat(&mut tx, user_id, connector.map(ConnectorId), chat_id, false).await?;
+            match &last {
+                Some((connector, chat_id)) => {
+                    let space = db::messages::space_of_chat(&mut tx, *connector, chat_id).await?;
+                    Some((*connector, chat_id.as_str(), space))
+                }
+                None => None,
+            }
         }
     };
     let place = match (setting, &chat) {

@@ -252,19 +252,28 @@ pub async fn space_of_chat(
     Ok(space.flatten())
 }
 
-/// The direct chat (connector, chat id) `user_id` wrote in last, if any.
-pub async fn last_direct_chat(
+/// The chat `user_id` last wrote in, as (connector, chat id), among those of `connector`
+/// and with `chat_id` when given, and only direct chats with `direct`.
+pub async fn last_chat(
     tx: &mut TenantTx,
     user_id: &str,
+    connector: Option<ConnectorId>,
+    chat_id: Option<&str>,
+    direct: bool,
 ) -> Result<Option<(ConnectorId, String)>, sqlx::Error> {
     let tenant = tx.tenant();
     sqlx::query_as(
         "select connector_id, chat_id from channel_messages
-          where tenant_id = $1 and user_id = $2 and space is null
+          where tenant_id = $1 and user_id = $2
+            and ($3::uuid is null or connector_id = $3) and ($4::text is null or chat_id = $4)
+            and (not $5 or space is null)
           order by received_at desc limit 1",
     )
     .bind(tenant)
     .bind(user_id)
+    .bind(connector)
+    .bind(chat_id)
+    .bind(direct)
     .fetch_optional(tx.conn())
     .await
 }

@@ -425,3 +425,19 @@ fn urlencoding(segment: &str) -> String {
         })
         .collect()
 }
+
+#[tokio::test]
+async fn a_handshake_get_on_a_connector_that_has_none_is_a_documented_405() {
+    let (app, _) = app_with_key().await;
+    let doc = served_document(&app).await;
+    let tenant = provision_tenant(&app.pool, "globex").await;
+    for platform in [Platform::Telegram, Platform::Slack] {
+        let request = app.client.get(app.url(&tenant.hook_path(platform)));
+        assert_eq!(
+            json_error(request).await,
+            (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed".into()),
+            "{platform:?}"
+        );
+    }
+    assert!(documented(&doc, "get", "/v1/hooks/{tenant_id}/{connector_id}").contains(&405));
+}
