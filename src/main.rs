@@ -44,7 +44,20 @@ async fn run() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    telemetry::init_tracing(cli.log_format, "info,sqlx=warn,tower_http=info", traces.as_ref());
+    let filter = "info,sqlx=warn,tower_http=info";
+    let log_file = match &cli.command {
+        Command::Demo(args) => args.log_file(),
+        _ => None,
+    };
+    match log_file {
+        Some(path) => {
+            if let Err(err) = telemetry::init_tracing_to_file(cli.log_format, filter, &path) {
+                eprintln!("error: cannot write the log file {}: {err}", path.display());
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+        None => telemetry::init_tracing(cli.log_format, filter, traces.as_ref()),
+    }
     if traces.is_some() {
         traces::warn_if_protocol_unsupported();
     }

@@ -34,6 +34,20 @@ pub fn init_tracing(format: LogFormat, default_filter: &str, traces: Option<&tra
     let _ = tracing::subscriber::set_global_default(subscriber);
 }
 
+/// As `init_tracing` without traces, the log written to the file at `path` (made anew) instead of
+/// stderr: the demo keeps the terminal for its walkthrough.
+pub fn init_tracing_to_file(
+    format: LogFormat,
+    default_filter: &str,
+    path: &std::path::Path,
+) -> std::io::Result<()> {
+    let file = std::fs::File::create(path)?;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    let subscriber = subscriber_with(format, filter, std::sync::Mutex::new(file), false, None);
+    let _ = tracing::subscriber::set_global_default(subscriber);
+    Ok(())
+}
+
 /// The subscriber `init_tracing` installs without traces, writing to `writer`: tests
 /// capture the production format with it.
 pub fn subscriber<W>(

@@ -230,18 +230,25 @@ pub async fn distribute_on_citus(settings: &DatabaseSettings) -> anyhow::Result<
 
 pub async fn migrate(settings: &DatabaseSettings) -> anyhow::Result<MigrateReport> {
     let url = settings.url.expose_secret();
-    let exists = Postgres::database_exists(url)
-        .await
-        .context("Failed to reach PostgreSQL at DATABASE_URL")?;
+    let masked = masked_url(url);
+    let exists = Postgres::database_exists(url).await.map_err(|err| {
+        anyhow::anyhow!(
+            "cannot reach PostgreSQL at DATABASE_URL={masked}: {}",
+            cause(&err)
+        )
+    })?;
     if !exists {
-        Postgres::create_database(url)
-            .await
-            .context("Failed to create the database named in DATABASE_URL")?;
+        Postgres::create_database(url).await.map_err(|err| {
+            anyhow::anyhow!(
+                "cannot create the database of DATABASE_URL={masked}: {}",
+                cause(&err)
+            )
+        })?;
     }
     let mut conn = connect_options(&settings.url)?
         .connect()
         .await
-        .context("Failed to connect to PostgreSQL as the schema owner")?;
+        .map_err(|err| anyhow::anyhow!("cannot connect to DATABASE_URL={masked}: {}", cause(&err)))?;
     let before = applied_versions(&mut conn).await?;
     MIGRATOR
         .run(&mut conn)
@@ -266,6 +273,27 @@ async fn applied_versions(conn: &mut sqlx::PgConnection) -> anyhow::Result<Vec<i
         .fetch_all(&mut *conn)
         .await?;
     Ok(versions)
+}
+
+/// A database URL fit for messages: the password, if any, replaced by `****`.
+pub fn masked_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("****"));
+            parsed.to_string()
+        }
+        Ok(parsed) => parsed.to_string(),
+        Err(_) => "(not a valid URL)".to_owned(),
+    }
+}
+
+/// What the server said, once: a database error's own message, not sqlx's wrapping of it
+/// followed by the same message again.
+fn cause(err: &sqlx::Error) -> String {
+    match err.as_database_error() {
+        Some(db) => db.message().to_owned(),
+        None => err.to_string(),
+    }
 }
 
 /// Where the pool connects (CB_APP_DATABASE_URL or DATABASE_URL), for messages: host, port

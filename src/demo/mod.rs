@@ -58,12 +58,27 @@ pub struct DemoArgs {
     /// Print the summary as JSON on stdout (the walkthrough then goes to stderr).
     #[arg(long)]
     pub json: bool,
+    /// Show the gateway's own log lines on the terminal, between the walkthrough's lines
+    /// (by default they go to the file `log_file` names).
+    #[arg(long)]
+    pub verbose: bool,
+}
+
+impl DemoArgs {
+    /// Where the gateway's log goes while the demo runs: a file in the temporary directory,
+    /// unless `--verbose` keeps it on the terminal.
+    pub fn log_file(&self) -> Option<std::path::PathBuf> {
+        (!self.verbose).then(|| std::env::temp_dir().join("channel-bridge-demo.log"))
+    }
 }
 
 /// `channel-bridge demo`.
 pub async fn run_cli(args: DemoArgs) -> anyhow::Result<()> {
     let database_url = demo_database_url(args.database_url.expose_secret(), &args.database_name)?;
-    let config = DemoConfig { database_url };
+    let config = DemoConfig {
+        database_url,
+        log_file: args.log_file(),
+    };
     if args.json {
         let summary = run(&config, &mut std::io::stderr()).await?;
         println!("{}", serde_json::to_string_pretty(&summary)?);
@@ -98,6 +113,9 @@ pub fn demo_database_url(database_url: &str, name: &str) -> anyhow::Result<Strin
 pub struct DemoConfig {
     /// The demo's own database: dropped (sessions on it are ended) and re-created.
     pub database_url: String,
+    /// Where the gateway's own log lines go instead of the terminal (`None`: the terminal,
+    /// with `--verbose`, or a test's subscriber).
+    pub log_file: Option<std::path::PathBuf>,
 }
 
 /// What happened, step by step; the demo's printed walkthrough is made from it.
@@ -183,6 +201,9 @@ pub async fn run(config: &DemoConfig, out: &mut (dyn Write + Send)) -> anyhow::R
     let started = Instant::now();
     let shown_url = redact_password(&config.database_url);
     writeln!(out, "channel-bridge demo\n")?;
+    if let Some(log) = &config.log_file {
+        writeln!(out, "  gateway log {} (--verbose shows it here)", log.display())?;
+    }
     recreate_database(&config.database_url).await?;
     writeln!(out, "  database   {shown_url} (fresh, migrated)")?;
     let stack = Stack::start(&config.database_url).await?;
@@ -220,7 +241,8 @@ pub async fn run(config: &DemoConfig, out: &mut (dyn Write + Send)) -> anyhow::R
         Ok(summary)
     });
     if let Ok(summary) = &summary {
-        conclude(summary, out)?;
+        let url_holds_a_secret = shown_url_differs(&config.database_url);
+        conclude(summary, url_holds_a_secret, out)?;
     }
     stack.stop().await;
     summary
@@ -710,7 +732,13 @@ async fn count_turns(pool: &PgPool, tenant: TenantId) -> anyhow::Result<usize> {
     Ok(usize::try_from(count).unwrap_or_default())
 }
 
-fn conclude(summary: &DemoSummary, out: &mut (dyn Write + Send)) -> std::io::Result<()> {
+/// The last words: what happened, and commands to explore that work when pasted. A URL
+/// with a password is not printed; the scripts' own set-up gives it back instead.
+fn conclude(
+    summary: &DemoSummary,
+    url_holds_a_secret: bool,
+    out: &mut (dyn Write + Send),
+) -> std::io::Result<()> {
     let turns = summary.turns().count();
     writeln!(
         out,
@@ -724,29 +752,44 @@ fn conclude(summary: &DemoSummary, out: &mut (dyn Write + Send)) -> std::io::Res
     )?;
     writeln!(
         out,
-        "Explore (the database stays until the next demo; the demo's agent and platform stand-ins have stopped):"
+        "Explore, from the repository root (the database stays until the next demo; the demo's agent and \
+         platform stand-ins have stopped):"
     )?;
-    writeln!(out, "  export DATABASE_URL='{}'", summary.database_url)?;
-    writeln!(out, "  tenant id: {}", summary.tenant_id)?;
+    let database = reqwest::Url::parse(&summary.database_url)
+        .ok()
+        .map(|url| url.path().trim_start_matches('/').to_owned())
+        .unwrap_or_default();
+    if url_holds_a_secret {
+        writeln!(
+            out,
+            "  source scripts/lib/postgres.sh && ensure_database {database}   # DATABASE_URL, password included"
+        )?;
+    } else {
+        writeln!(out, "  export DATABASE_URL='{}'", summary.database_url)?;
+    }
+    writeln!(out, "  B={}", this_binary())?;
+    let tenant = summary.tenant_id;
+    writeln!(out, "  $B messages list --tenant {tenant}")?;
+    writeln!(out, "  $B history --tenant {tenant} --user alice")?;
     writeln!(
         out,
-        "  channel-bridge messages list --tenant {}",
-        summary.tenant_id
-    )?;
-    writeln!(
-        out,
-        "  channel-bridge history --tenant {} --user alice",
-        summary.tenant_id
-    )?;
-    writeln!(
-        out,
-        "  channel-bridge key issue --tenant {}   # then the admin API (README)",
-        summary.tenant_id
+        "  $B key issue --tenant {tenant}   # then the admin API (README)"
     )?;
     writeln!(
         out,
         "  scripts/run     # with that DATABASE_URL: the gateway, its admin API and CLI on the demo data (README)"
     )
+}
+
+/// This program's path, relative to the working directory when it lies below it.
+fn this_binary() -> String {
+    let Ok(exe) = std::env::current_exe() else {
+        return "channel-bridge".to_owned();
+    };
+    let relative = std::env::current_dir()
+        .ok()
+        .and_then(|cwd| exe.strip_prefix(cwd).ok().map(std::path::Path::to_path_buf));
+    relative.unwrap_or(exe).display().to_string()
 }
 
 fn plural(n: usize, noun: &str) -> String {
@@ -757,14 +800,12 @@ fn plural(n: usize, noun: &str) -> String {
     }
 }
 
+fn shown_url_differs(url: &str) -> bool {
+    redact_password(url) != url
+}
+
 fn redact_password(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(mut parsed) if parsed.password().is_some() => {
-            let _ = parsed.set_password(Some("****"));
-            parsed.to_string()
-        }
-        _ => url.to_owned(),
-    }
+    crate::db::masked_url(url)
 }
 
 /// A small axum server on a bound listener, stopped gracefully on request.

@@ -15,6 +15,7 @@ async fn the_demo_answers_every_turn_on_its_platform_collapses_the_retry_and_dro
     let summary = demo::run(
         &DemoConfig {
             database_url: db.url(),
+            log_file: None,
         },
         &mut printed,
     )
@@ -95,4 +96,58 @@ async fn the_demo_answers_every_turn_on_its_platform_collapses_the_retry_and_dro
         .await
         .unwrap();
     assert_eq!(rows, 4);
+}
+
+#[tokio::test]
+async fn the_demo_binary_keeps_the_terminal_for_its_walkthrough_and_its_hints_work_when_pasted() {
+    let db = TestDb::empty().await;
+    let tmp = std::env::temp_dir().join(format!("cb-demo-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let repo = env!("CARGO_MANIFEST_DIR");
+    let (name, tmp_dir) = (db.name.clone(), tmp.clone());
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_channel-bridge"))
+            .args(["demo", "--database-name", &name])
+            .env("DATABASE_URL", crate::support::admin_url())
+            .env("TMPDIR", &tmp_dir)
+            .current_dir(repo)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    // The walkthrough alone: the gateway's log lines are in the file it names.
+    let log = tmp.join("channel-bridge-demo.log");
+    assert!(
+        stdout.contains(&format!("gateway log {}", log.display())),
+        "{stdout}"
+    );
+    for line in stdout.lines().chain(stderr.lines()) {
+        assert!(
+            !line.contains("webhook accepted") && !line.contains(" INFO "),
+            "a log line on the terminal: {line}"
+        );
+    }
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("webhook accepted"), "{logged}");
+    // The hints: a database URL as it is (this one holds no password) and the binary's path.
+    let hint = |prefix: &str| {
+        stdout
+            .lines()
+            .find_map(|line| line.trim().strip_prefix(prefix).map(str::to_owned))
+            .unwrap_or_else(|| panic!("no `{prefix}` hint in {stdout}"))
+    };
+    let url = hint("export DATABASE_URL=");
+    assert!(!url.contains("****") && url.contains(&db.name), "{url}");
+    let binary = hint("B=");
+    assert!(
+        std::path::Path::new(repo).join(&binary).is_file(),
+        "{binary} is not the binary's path from the repository root"
+    );
+    std::fs::remove_dir_all(&tmp).unwrap();
 }

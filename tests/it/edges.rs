@@ -198,6 +198,31 @@ async fn serve_on_a_database_that_does_not_answer_exits_naming_it_without_the_pa
 }
 
 #[tokio::test]
+async fn migrate_refused_by_the_server_names_the_masked_url_and_the_reason_once() {
+    let mut url = reqwest::Url::parse(&crate::support::admin_url()).unwrap();
+    url.set_username("no_such_role_cb").unwrap();
+    url.set_password(Some("hunter2secret")).unwrap();
+    let url = url.to_string();
+    let cli = std::process::Command::new(env!("CARGO_BIN_EXE_channel-bridge"))
+        .arg("migrate")
+        .env("DATABASE_URL", &url)
+        .output()
+        .unwrap();
+    assert!(!cli.status.success());
+    let stderr = String::from_utf8_lossy(&cli.stderr);
+    assert!(
+        stderr.contains("DATABASE_URL=postgres://no_such_role_cb:****@"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("hunter2secret"), "{stderr}");
+    assert_eq!(
+        stderr.matches("no_such_role_cb\" does not exist").count(),
+        1,
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
 async fn serve_with_migrate_brings_an_empty_database_to_the_binary_schema_and_serves() {
     let db = TestDb::empty().await;
     let mut serve = std::process::Command::new(env!("CARGO_BIN_EXE_channel-bridge"))
