@@ -16,7 +16,8 @@
 //! part delivered into that message (`platforms::send::adopt`) rather than posted: an edit,
 //! so an interrupted one is simply made again, without reconciling.
 //!
-//! Rate-limit answers put the part back to `pending` and the job waits the platform's delay;
+//! Rate-limit answers put the part back to `pending` and the job waits the platform's delay,
+//! and hold the connector's other sends as long (`holds`);
 //! a permanent refusal fails the part and the ones after it, makes the turn
 //! `delivery_failed` with the part's error (an admin can resend it) and releases the
 //! conversation.
@@ -26,6 +27,7 @@
 //! goes on, and each checks that the job's lease is still held (the dispatcher renews it): a pass whose
 //! lease was lost stops before its next request.
 
+pub mod holds;
 pub mod live;
 pub mod split;
 pub mod typing;
@@ -94,6 +96,8 @@ pub struct Delivery<'a> {
     pub pool: &'a PgPool,
     pub client: &'a crate::egress::GuardedClient,
     pub settings: &'a DispatchSettings,
+    /// The instance's rate-limit holds, per connector (`holds`).
+    pub holds: &'a holds::SendHolds,
 }
 
 /// What a delivery pass works from.
@@ -298,6 +302,10 @@ impl Delivery<'_> {
                 Reconciled::Unknowable(error) => return Ok(PartOutcome::Unknown(error)),
             }
         }
+        if let holds::Clearance::Wait(delay) = self.holds.clearance(outgoing.connector.id) {
+            let error = "held: the platform asked this connector to slow down".to_owned();
+            return Ok(wait(index, error, false, delay));
+        }
         if !marked {
             let mark = Transition::MarkSending { part: index };
             if self.transition(job, mark, DeliveryOutcome::Wait).await? == DeliveryOutcome::LeaseLost {
@@ -334,6 +342,13 @@ impl Delivery<'_> {
         let platform = outgoing.connector.platform.as_str();
         let attempts = if marked { part.attempts } else { part.attempts + 1 };
         let index = part.part_index;
+        match &outcome {
+            SendOutcome::RateLimited { retry_after, .. } => self.holds.rate_limited(
+                outgoing.connector.id,
+                (*retry_after).min(Duration::from_millis(self.settings.retry_max_ms)),
+            ),
+            _ => self.holds.passed(outgoing.connector.id),
+        }
         match outcome {
             SendOutcome::Sent(platform_id) => {
                 metrics::counter!("channel_bridge_replies_sent_total", "platform" => platform).increment(1);

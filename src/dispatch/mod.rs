@@ -130,6 +130,8 @@ pub struct Worker {
     cache: Arc<ConfigCache>,
     /// Signs the attachment URLs given to the agent (`crate::media`).
     urls: crate::media::token::UrlMinter,
+    /// Rate-limit holds of the platforms' send APIs, per connector.
+    holds: crate::delivery::holds::SendHolds,
     clock: fn() -> i64,
 }
 
@@ -176,6 +178,7 @@ impl Worker {
                 settings.database.secrets.clone(),
             )),
             urls: crate::media::token::UrlMinter::new(settings.database.secrets.clone(), &settings.media),
+            holds: Default::default(),
             settings,
         })
     }
@@ -627,6 +630,7 @@ impl Worker {
             pool: &self.pool,
             client: &self.platform_client,
             settings: &self.settings.dispatch,
+            holds: &self.holds,
         };
         let span = tracing::info_span!(target: traces::TARGET, "deliver", parts = outgoing.parts.len());
         let pass = delivery.run(job, outgoing).instrument(span).await?;

@@ -615,3 +615,60 @@ async fn a_reply_that_outlasts_the_lease_is_posted_once_across_two_instances() {
         .unwrap();
     assert!(delivered);
 }
+
+#[tokio::test]
+async fn a_bots_flood_control_holds_all_its_sends_not_each_turn_on_its_own_clock() {
+    let app = spawn_app().await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
+    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
+    let people = 10;
+    link_people(&app, tenant.tenant, people).await;
+    let parts = json!({"messages": [{"role": "assistant", "content": "one"},
+                                    {"role": "assistant", "content": "two"},
+                                    {"role": "assistant", "content": "three"}]});
+    agent.script((0..people).map(|_| Reply::Json(200, parts.clone(), None)));
+    // Telegram answers every sendMessage of the bot with 429, retry after 1 s, for 3 s.
+    let window = Duration::from_secs(3);
+    let flood_ends = Instant::now() + window;
+    platforms.flood_control(Platform::Telegram, flood_ends, 1);
+    for n in 0..people {
+        let body = telegram_from(6000 + n as i64, &person(n), &format!("hello {n}"));
+        deliver(&app, &tenant, Platform::Telegram, body).await;
+    }
+    let dispatcher = Dispatcher::new(worker(&app, Some(&agent.url), |s| {
+        s.max_in_flight = 16;
+        s.tenant_share_percent = 100;
+    }));
+    let stop = run_dispatcher(&dispatcher);
+    let posted = |sent: &[crate::support::fake_platforms::Sent]| {
+        sent.iter()
+            .filter(|s| s.path.ends_with("/sendMessage") && s.at >= flood_ends)
+            .count()
+    };
+    eventually("every part is posted once the flood control ends", || async {
+        posted(&platforms.sent_to(Platform::Telegram)) >= people * 3
+    })
+    .await;
+    stop.send_replace(true);
+
+    let sent = platforms.sent_to(Platform::Telegram);
+    let into_the_window = sent.iter().filter(|s| s.at < flood_ends).count();
+    eprintln!("{into_the_window} requests into the flood control");
+    // Each turn's first send may have left before the first 429 came back; after it, one
+    // probe a second. Each turn retrying on its own clock sent about people × 3.
+    assert!(
+        into_the_window <= people + 4,
+        "{into_the_window} requests into a {window:?} flood control"
+    );
+    assert_eq!(posted(&sent), people * 3, "each part once, nothing doubled");
+    for n in 0..people {
+        let chat = person(n);
+        let texts: Vec<&str> = sent
+            .iter()
+            .filter(|s| s.at >= flood_ends && s.body["chat_id"].to_string().trim_matches('"') == chat)
+            .map(|s| s.text())
+            .collect();
+        assert_eq!(texts, ["one", "two", "three"], "person {n}: in order");
+    }
+}

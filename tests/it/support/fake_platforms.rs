@@ -97,6 +97,9 @@ struct PlatformState {
     typing_script: Mutex<VecDeque<Answer>>,
     /// Answers for the next calls of a streaming method, by method name.
     method_scripts: Mutex<Vec<(&'static str, VecDeque<Answer>)>>,
+    /// Flood control: until then, every send of that platform answers 429 with this
+    /// `retry_after` (seconds), as Telegram does per bot.
+    flood: Mutex<Option<(Platform, std::time::Instant, u64)>>,
     /// The arrival sequence shared by sends and indicator calls.
     seq: std::sync::atomic::AtomicU64,
     arrived: Notify,
@@ -145,6 +148,11 @@ impl FakePlatforms {
             Some((_, queue)) => queue.extend(answers),
             None => scripts.push((platform, answers.into_iter().collect())),
         }
+    }
+
+    /// Every send of `platform` answers 429 (`retry_after` seconds) until `until`.
+    pub fn flood_control(&self, platform: Platform, until: std::time::Instant, retry_after: u64) {
+        *self.state.flood.lock().unwrap() = Some((platform, until, retry_after));
     }
 
     pub fn sent(&self) -> Vec<Sent> {
@@ -280,6 +288,14 @@ impl FakePlatforms {
 }
 
 fn next_answer(state: &PlatformState, platform: Platform) -> Answer {
+    if let Some((flooded, until, secs)) = *state.flood.lock().unwrap() {
+        if flooded == platform && std::time::Instant::now() < until {
+            let body = json!({"ok": false, "error_code": 429,
+                              "description": format!("Too Many Requests: retry after {secs}"),
+                              "parameters": {"retry_after": secs}});
+            return Answer::Status(429, body, Some(secs));
+        }
+    }
     let mut scripts = state.scripts.lock().unwrap();
     scripts
         .iter_mut()
