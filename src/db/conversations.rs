@@ -7,9 +7,9 @@
 //! up to date by every webhook (a hot row per busy user on the ingress path) — or a walk
 //! over the newest turns until enough distinct conversations are found, which one chatty
 //! user can make as long as the tenant's history. Ordered by user id, the list is a skip
-//! scan over indexes that already exist: `channel_messages_history_idx` (tenant_id,
+//! scan over indexes that already exist: `channel_messages_user_history_idx` (tenant_id,
 //! user_id, received_at DESC) for linked users and the partial
-//! `channel_messages_sender_history_idx` (tenant_id, conversation_key, received_at DESC)
+//! `channel_messages_sender_history_ordered_idx` (tenant_id, conversation_key, received_at DESC)
 //! WHERE user_id IS NULL for unlinked senders. Each step is one index probe ("the next
 //! user after this one"), so a page costs a few probes per row whatever the tenant holds,
 //! and the keyset cursor (the last key) keeps pages stable while turns arrive.

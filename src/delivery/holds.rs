@@ -1,14 +1,15 @@
 //! A platform's rate limit belongs to the bot (Telegram), the workspace and method (Slack:
 //! replies are all `chat.postMessage`), the number (WhatsApp): to the connector, not to the
 //! turn that met it. A 429 holds every reply send of that connector on this instance until
-//! its delay has passed; then one send probes, and the rest follow once it went through.
+//! its delay has passed; then one send probes (the turn that met the 429, when its job is
+//! back), and the rest follow once it went through.
 //! Without this, each waiting turn retried on its own clock and kept the flood control going.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::domain::ConnectorId;
+use crate::domain::{ConnectorId, MessageId};
 
 /// How long the other sends wait for a probe's answer before looking again, and how long a
 /// probe that never reports back (its task died) holds them at most.
@@ -24,6 +25,8 @@ struct Hold {
     until: Instant,
     /// A send is out to find whether the limit has passed.
     probing: bool,
+    /// The turn that met the last 429: its own job waits the delay, and it is the probe.
+    by: MessageId,
 }
 
 /// Whether a reply send through a connector may go now.
@@ -35,13 +38,15 @@ pub enum Clearance {
 }
 
 impl SendHolds {
-    pub fn clearance(&self, connector: ConnectorId) -> Clearance {
+    /// Whether `message`'s next part may be sent through `connector` now.
+    pub fn clearance(&self, connector: ConnectorId, message: MessageId) -> Clearance {
         let mut held = self.held.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let Some(hold) = held.get_mut(&connector) else {
             return Clearance::Go;
         };
         let now = Instant::now();
-        if now < hold.until {
+        let its_own = hold.by == message && !hold.probing;
+        if now < hold.until && !its_own {
             let left = hold.until - now;
             return Clearance::Wait(if hold.probing { left.min(PROBE_WAIT) } else { left });
         }
@@ -51,18 +56,20 @@ impl SendHolds {
         Clearance::Go
     }
 
-    /// The platform answered 429: the connector's sends wait `delay`.
-    pub fn rate_limited(&self, connector: ConnectorId, delay: Duration) {
+    /// The platform answered 429 to `message`'s send: the connector's sends wait `delay`.
+    pub fn rate_limited(&self, connector: ConnectorId, message: MessageId, delay: Duration) {
         let until = Instant::now() + delay;
         let mut held = self.held.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let hold = held.entry(connector).or_insert(Hold {
             until,
             probing: false,
+            by: message,
         });
         if hold.probing || hold.until < until {
             hold.until = until;
         }
         hold.probing = false;
+        hold.by = message;
     }
 
     /// A send got any other answer: the connector is not held.
@@ -80,30 +87,45 @@ mod tests {
     fn a_429_holds_the_connector_then_one_probe_goes_and_the_rest_wait_for_it() {
         let holds = SendHolds::default();
         let (bot, other) = (ConnectorId::new(), ConnectorId::new());
-        assert_eq!(holds.clearance(bot), Clearance::Go);
-        holds.rate_limited(bot, Duration::from_secs(60));
-        assert!(matches!(holds.clearance(bot), Clearance::Wait(d) if d > Duration::from_secs(59)));
+        let (met, waiting) = (MessageId::new(), MessageId::new());
+        let held = |connector, message, longer_than: u64| {
+            matches!(holds.clearance(connector, message),
+                     Clearance::Wait(d) if d > Duration::from_secs(longer_than))
+        };
+        assert_eq!(holds.clearance(bot, waiting), Clearance::Go);
+        holds.rate_limited(bot, met, Duration::from_secs(60));
+        assert!(held(bot, waiting, 59));
         assert_eq!(
-            holds.clearance(other),
+            holds.clearance(other, waiting),
             Clearance::Go,
-            "another connector is not held"
+            "another connector"
         );
-
-        holds.rate_limited(bot, Duration::from_secs(1));
+        holds.rate_limited(bot, met, Duration::from_secs(1));
         assert!(
-            matches!(holds.clearance(bot), Clearance::Wait(d) if d > Duration::from_secs(58)),
+            held(bot, waiting, 58),
             "a shorter delay does not shorten the hold"
         );
-
-        let passed = ConnectorId::new();
-        holds.rate_limited(passed, Duration::ZERO);
-        assert_eq!(holds.clearance(passed), Clearance::Go, "the probe");
+        // The turn that met the 429 is back when its own job's delay is over: the probe.
+        assert_eq!(holds.clearance(bot, met), Clearance::Go);
+        let probing = holds.clearance(bot, waiting);
         assert!(
-            matches!(holds.clearance(passed), Clearance::Wait(d) if d <= PROBE_WAIT),
-            "the rest wait for the probe"
+            matches!(probing, Clearance::Wait(d) if d <= PROBE_WAIT),
+            "{probing:?}"
         );
-        holds.passed(passed);
-        assert_eq!(holds.clearance(passed), Clearance::Go);
-        assert_eq!(holds.clearance(passed), Clearance::Go);
+        holds.passed(bot);
+        assert_eq!(holds.clearance(bot, waiting), Clearance::Go);
+
+        let over = ConnectorId::new();
+        holds.rate_limited(over, met, Duration::ZERO);
+        assert_eq!(
+            holds.clearance(over, waiting),
+            Clearance::Go,
+            "a probe once the delay is over"
+        );
+        let probing = holds.clearance(over, met);
+        assert!(
+            matches!(probing, Clearance::Wait(d) if d <= PROBE_WAIT),
+            "{probing:?}"
+        );
     }
 }

@@ -302,7 +302,9 @@ impl Delivery<'_> {
                 Reconciled::Unknowable(error) => return Ok(PartOutcome::Unknown(error)),
             }
         }
-        if let holds::Clearance::Wait(delay) = self.holds.clearance(outgoing.connector.id) {
+        if let holds::Clearance::Wait(delay) =
+            self.holds.clearance(outgoing.connector.id, outgoing.message.id)
+        {
             let error = "held: the platform asked this connector to slow down".to_owned();
             return Ok(wait(index, error, false, delay));
         }
@@ -345,6 +347,7 @@ impl Delivery<'_> {
         match &outcome {
             SendOutcome::RateLimited { retry_after, .. } => self.holds.rate_limited(
                 outgoing.connector.id,
+                outgoing.message.id,
                 (*retry_after).min(Duration::from_millis(self.settings.retry_max_ms)),
             ),
             _ => self.holds.passed(outgoing.connector.id),
