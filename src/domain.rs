@@ -229,6 +229,9 @@ pub struct Connector {
     pub format_markdown: bool,
     /// The platform's typing indicator is shown while the agent works on a turn.
     pub typing_indicator: bool,
+    /// Until then the platform asked this connector to slow down (a 429 met by any
+    /// instance): its reply sends wait (`crate::delivery::holds`).
+    pub sends_held_until: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// Telegram offers no way to find out whether an interrupted `sendMessage` went through.

@@ -50,6 +50,7 @@ struct ConnectorRow {
     unlinked_notice: Option<String>,
     format_markdown: bool,
     typing_indicator: bool,
+    sends_held_until: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl ConnectorRow {
@@ -94,6 +95,7 @@ impl ConnectorRow {
             unlinked_notice: self.unlinked_notice,
             format_markdown: self.format_markdown,
             typing_indicator: self.typing_indicator,
+            sends_held_until: self.sends_held_until,
         })
     }
 }
@@ -104,8 +106,27 @@ const SELECT_CONNECTOR: &str =
         case when previous_secret_expires_at > now() then previous_verification_secret end
             as live_previous_secret,
         verify_token, outbound_token, api_base_url, enabled, unlinked_policy,
-        telegram_delivery, unlinked_notice, format_markdown, typing_indicator
+        telegram_delivery, unlinked_notice, format_markdown, typing_indicator, sends_held_until
    from channel_connectors";
+
+/// Holds the connector's reply sends until `until`, for every instance (a 429 met now): a
+/// later hold already there stays.
+pub async fn hold_sends(
+    tx: &mut TenantTx,
+    connector: ConnectorId,
+    until: chrono::DateTime<chrono::Utc>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "update channel_connectors set sends_held_until = greatest(sends_held_until, $3)
+          where tenant_id = $1 and id = $2",
+    )
+    .bind(tx.tenant())
+    .bind(connector)
+    .bind(until)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
 
 pub async fn insert(tx: &mut TenantTx, keys: &Keyring, new: &NewConnector) -> Result<Connector, sqlx::Error> {
     let tenant = tx.tenant();

@@ -1,8 +1,10 @@
 //! A platform's rate limit belongs to the bot (Telegram), the workspace and method (Slack:
 //! replies are all `chat.postMessage`), the number (WhatsApp): to the connector, not to the
-//! turn that met it. A 429 holds every reply send of that connector on this instance until
-//! its delay has passed; then one send probes (the turn that met the 429, when its job is
-//! back), and the rest follow once it went through.
+//! turn that met it. A 429 holds every reply send of that connector until its delay has
+//! passed; then one send probes (the turn that met the 429, when its job is back), and the
+//! rest follow once it went through. The hold is kept here and written to the connector's
+//! row (`db::connectors::hold_sends`), which the workers read for every delivery pass: the
+//! other instances hold their sends as well, and each probes once.
 //! Without this, each waiting turn retried on its own clock and kept the flood control going.
 
 use std::collections::HashMap;
@@ -25,8 +27,9 @@ struct Hold {
     until: Instant,
     /// A send is out to find whether the limit has passed.
     probing: bool,
-    /// The turn that met the last 429: its own job waits the delay, and it is the probe.
-    by: MessageId,
+    /// The turn that met the last 429 here: its own job waits the delay, and it is the
+    /// probe. `None` for a hold learnt from another instance.
+    by: Option<MessageId>,
 }
 
 /// Whether a reply send through a connector may go now.
@@ -45,7 +48,7 @@ impl SendHolds {
             return Clearance::Go;
         };
         let now = Instant::now();
-        let its_own = hold.by == message && !hold.probing;
+        let its_own = hold.by == Some(message) && !hold.probing;
         if now < hold.until && !its_own {
             let left = hold.until - now;
             return Clearance::Wait(if hold.probing { left.min(PROBE_WAIT) } else { left });
@@ -63,13 +66,36 @@ impl SendHolds {
         let hold = held.entry(connector).or_insert(Hold {
             until,
             probing: false,
-            by: message,
+            by: None,
         });
         if hold.probing || hold.until < until {
             hold.until = until;
         }
         hold.probing = false;
-        hold.by = message;
+        hold.by = Some(message);
+    }
+
+    /// Another instance met a 429 on `connector`: hold it here until `until` too, unless a
+    /// hold of this instance already lasts as long.
+    pub fn learn(&self, connector: ConnectorId, until: Instant) {
+        if until <= Instant::now() {
+            return;
+        }
+        let mut held = self.held.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match held.get_mut(&connector) {
+            Some(hold) if hold.until >= until || hold.probing => {}
+            Some(hold) => hold.until = until,
+            None => {
+                held.insert(
+                    connector,
+                    Hold {
+                        until,
+                        probing: false,
+                        by: None,
+                    },
+                );
+            }
+        }
     }
 
     /// A send got any other answer: the connector is not held.
@@ -114,6 +140,13 @@ mod tests {
         );
         holds.passed(bot);
         assert_eq!(holds.clearance(bot, waiting), Clearance::Go);
+
+        let learnt = ConnectorId::new();
+        holds.learn(learnt, Instant::now() + Duration::from_secs(30));
+        assert!(
+            held(learnt, met, 29),
+            "a hold met by another instance holds every turn here"
+        );
 
         let over = ConnectorId::new();
         holds.rate_limited(over, met, Duration::ZERO);

@@ -90,6 +90,9 @@ pub enum Reconciled {
     Unknowable(String),
 }
 
+/// How long writing a rate-limit hold for the other instances may take.
+const SHARE_DEADLINE: Duration = Duration::from_secs(2);
+
 pub struct Delivery<'a> {
     pub writer: &'a TurnWriter,
     /// For the short transactions of a Slack thread search (budget, cursor).
@@ -302,6 +305,10 @@ impl Delivery<'_> {
                 Reconciled::Unknowable(error) => return Ok(PartOutcome::Unknown(error)),
             }
         }
+        if let Some(until) = outgoing.connector.sends_held_until {
+            let left = (until - chrono::Utc::now()).to_std().unwrap_or_default();
+            self.holds.learn(outgoing.connector.id, Instant::now() + left);
+        }
         if let holds::Clearance::Wait(delay) =
             self.holds.clearance(outgoing.connector.id, outgoing.message.id)
         {
@@ -345,11 +352,12 @@ impl Delivery<'_> {
         let attempts = if marked { part.attempts } else { part.attempts + 1 };
         let index = part.part_index;
         match &outcome {
-            SendOutcome::RateLimited { retry_after, .. } => self.holds.rate_limited(
-                outgoing.connector.id,
-                outgoing.message.id,
-                (*retry_after).min(Duration::from_millis(self.settings.retry_max_ms)),
-            ),
+            SendOutcome::RateLimited { retry_after, .. } => {
+                let delay = (*retry_after).min(Duration::from_millis(self.settings.retry_max_ms));
+                self.holds
+                    .rate_limited(outgoing.connector.id, outgoing.message.id, delay);
+                self.share_hold(&outgoing.connector, delay).await;
+            }
             _ => self.holds.passed(outgoing.connector.id),
         }
         match outcome {
@@ -377,6 +385,20 @@ impl Delivery<'_> {
                 metrics::counter!("channel_bridge_replies_failed_total", "platform" => platform).increment(1);
                 failed(index, error)
             }
+        }
+    }
+
+    /// Writes the hold to the connector's row for the other instances. A failure leaves the
+    /// hold to this instance (the others meet the 429 themselves).
+    async fn share_hold(&self, connector: &Connector, delay: Duration) {
+        let until = chrono::Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
+        let written = async {
+            let mut tx = TenantTx::begin(self.pool, connector.tenant_id).await?;
+            db::connectors::hold_sends(&mut tx, connector.id, until).await?;
+            tx.commit().await
+        };
+        if let Err(err) = db::within(SHARE_DEADLINE, written).await {
+            tracing::warn!(%err, connector_id = %connector.id, "could not share a rate-limit hold");
         }
     }
 

@@ -408,6 +408,7 @@ pub(crate) mod testing {
             unlinked_notice: None,
             format_markdown: true,
             typing_indicator: true,
+            sends_held_until: None,
         }
     }
 

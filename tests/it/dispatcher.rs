@@ -672,3 +672,67 @@ async fn a_bots_flood_control_holds_all_its_sends_not_each_turn_on_its_own_clock
         assert_eq!(texts, ["one", "two", "three"], "person {n}: in order");
     }
 }
+
+#[tokio::test]
+async fn a_429_met_by_one_instance_holds_the_connectors_sends_on_another() {
+    let app = spawn_app().await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
+    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
+    link_people(&app, tenant.tenant, 2).await;
+    platforms.flood_control(Platform::Telegram, Instant::now() + Duration::from_secs(60), 30);
+    let (first, second) = (
+        worker(&app, Some(&agent.url), |_| {}),
+        worker(&app, Some(&agent.url), |_| {}),
+    );
+
+    deliver(
+        &app,
+        &tenant,
+        Platform::Telegram,
+        telegram_from(7001, &person(0), "one"),
+    )
+    .await;
+    assert!(matches!(first.step().await.unwrap(), StepOutcome::Executed(_)));
+    assert_eq!(
+        platforms.sent_to(Platform::Telegram).len(),
+        1,
+        "the send that met the 429"
+    );
+    let mut owner = app.db.owner_conn().await;
+    let held: f64 = sqlx::query_scalar(
+        "select extract(epoch from sends_held_until - now())::float8 from channel_connectors where id = $1",
+    )
+    .bind(tenant.telegram)
+    .fetch_one(&mut owner)
+    .await
+    .unwrap();
+    assert!(
+        (28.0..=31.0).contains(&held),
+        "held for the platform's delay: {held}"
+    );
+
+    // Another instance, which never met the 429, sends nothing for the held bot.
+    deliver(
+        &app,
+        &tenant,
+        Platform::Telegram,
+        telegram_from(7002, &person(1), "two"),
+    )
+    .await;
+    let StepOutcome::Executed(id) = second.step().await.unwrap() else {
+        panic!("the second turn is answered");
+    };
+    assert_eq!(
+        platforms.sent_to(Platform::Telegram).len(),
+        1,
+        "no request while held"
+    );
+    let status: String =
+        sqlx::query_scalar("select status from channel_replies where message_id = $1 and part_index = 0")
+            .bind(id)
+            .fetch_one(&mut owner)
+            .await
+            .unwrap();
+    assert_eq!(status, "pending", "the part waits for the hold");
+}
