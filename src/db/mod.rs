@@ -255,7 +255,14 @@ pub async fn migrate(settings: &DatabaseSettings) -> anyhow::Result<MigrateRepor
         .await
         .context("Failed to apply migrations")?;
     let after = applied_versions(&mut conn).await?;
-    let applied = after.into_iter().filter(|v| !before.contains(v)).collect();
+    let applied: Vec<i64> = after.into_iter().filter(|v| !before.contains(v)).collect();
+    if !applied.is_empty() {
+        // Statistics now, rather than whenever autovacuum comes (it may be off or late):
+        // plans made before them are kept by the gateway's prepared statements.
+        conn.execute("analyze")
+            .await
+            .context("Failed to analyze the migrated tables")?;
+    }
     Ok(MigrateReport {
         database_created: !exists,
         applied,

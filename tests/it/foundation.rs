@@ -44,6 +44,15 @@ async fn migrate_applies_on_an_empty_database_and_a_second_run_is_a_no_op() {
             "tenants"
         ]
     );
+    // Statistics from the start, whether autovacuum comes or not (issue #28).
+    let unanalyzed: Vec<String> = sqlx::query_scalar(
+        "select relname::text from pg_stat_user_tables
+          where schemaname = 'public' and last_analyze is null and relname not like '\\_%'",
+    )
+    .fetch_all(&mut owner)
+    .await
+    .unwrap();
+    assert!(unanalyzed.is_empty(), "not analyzed by migrate: {unanalyzed:?}");
 }
 
 #[tokio::test]
