@@ -74,6 +74,15 @@ impl Platform {
             Platform::Telegram => "telegram",
         }
     }
+
+    /// The platform's API, for connectors that name none of their own.
+    pub fn default_api_base(self) -> &'static str {
+        match self {
+            Platform::Slack => "https://slack.com",
+            Platform::Whatsapp => "https://graph.facebook.com",
+            Platform::Telegram => "https://api.telegram.org",
+        }
+    }
 }
 
 impl fmt::Display for Platform {
@@ -302,6 +311,33 @@ impl FromStr for HistoryScopeSetting {
             "private_aware" => Ok(Self::PrivateAware),
             "chat" => Ok(Self::Chat),
             other => Err(format!("unknown history scope `{other}`")),
+        }
+    }
+}
+
+/// Status of a reply part (`channel_replies.status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, sqlx::Type)]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
+pub enum PartStatus {
+    Pending,
+    /// Its request may have left: reconciled before any resend.
+    Sending,
+    Sent,
+    Failed,
+    /// Its request may or may not have been posted, and the platform offers no way to
+    /// tell (Telegram, at-most-once): never resent, the parts after it still are.
+    Unknown,
+}
+
+impl PartStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Sending => "sending",
+            Self::Sent => "sent",
+            Self::Failed => "failed",
+            Self::Unknown => "unknown",
         }
     }
 }

@@ -52,3 +52,4 @@ pub mod sign;
 pub mod startup;
 pub mod state;
 pub mod telemetry;
+pub mod turn;

@@ -25,6 +25,22 @@ pub fn backoff(settings: &DispatchSettings, attempt: u32, retry_after: Option<Du
     Duration::from_millis(jittered.max(floor))
 }
 
+/// The pause before a reply part's next attempt, after `attempts` of them.
+pub fn part_backoff(settings: &DispatchSettings, attempts: i32) -> Duration {
+    backoff(settings, u32::try_from(attempts).unwrap_or(1), None)
+}
+
+/// What is left of a confirmation `window` (a status callback, a Slack metadata event)
+/// after a part's `sending` mark; `None` once it is over.
+pub fn window_left(
+    window: Duration,
+    mark: chrono::DateTime<chrono::Utc>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Option<Duration> {
+    let waited = (now - mark).to_std().unwrap_or_default();
+    window.checked_sub(waited).filter(|left| !left.is_zero())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@
 //! `METRICS` lists every series the binary exports; the recorder is given each one's help
 //! text (`# HELP`) and each histogram its own buckets, so a batch size is never sorted
 //! into time buckets. A histogram missing from the list would be rendered as a summary,
-//! which the exposition test refuses: add it here (and to README's table) first.
+//! which the exposition test refuses: add it here (and to docs/operations.md's table) first.
 
 pub mod traces;
 
@@ -106,7 +106,7 @@ pub enum Kind {
     Histogram(&'static [f64]),
 }
 
-/// One exported metric, as README's table lists it.
+/// One exported metric, as docs/operations.md's table lists it.
 #[derive(Debug)]
 pub struct Metric {
     pub name: &'static str,
@@ -535,11 +535,11 @@ mod tests {
 
     #[test]
     fn readme_lists_every_metric() {
-        let readme = include_str!("../README.md");
+        let readme = include_str!("../docs/operations.md");
         for metric in METRICS {
             assert!(
                 readme.contains(&format!("`{}`", metric.name)),
-                "README's metric table misses {}",
+                "docs/operations.md's metric table misses {}",
                 metric.name
             );
         }

@@ -20,13 +20,13 @@ use super::auth::TenantAdmin;
 use super::{schema, ApiJson, ApiJsonError, ApiPath, ApiQuery};
 use crate::db::audit::{Actor, AuditAction, AuditEntry};
 use crate::db::messages::{MessageFilter, MessageRow, ReplyPart};
-use crate::db::turns::{Requeued, Selection};
 use crate::db::{self, TenantTx};
 use crate::dispatch::history::{self, HistoryScope, Place};
 use crate::dispatch::payload::ChatMessage;
 use crate::domain::{ConnectorId, HistoryScopeSetting, MessageId, MessageStatus, Platform, TenantId};
 use crate::error::AppError;
 use crate::state::AppState;
+use crate::turn::requeue::{self, Requeued, Selection};
 
 const DEFAULT_LIMIT: i64 = 50;
 const MAX_LIMIT: i64 = 200;
@@ -583,8 +583,8 @@ impl Recovery {
         include_unknown: bool,
     ) -> Result<Requeued, sqlx::Error> {
         match self {
-            Recovery::Redispatch => db::turns::redispatch(tx, selection).await,
-            Recovery::Resend => db::turns::resend(tx, selection, include_unknown).await,
+            Recovery::Redispatch => requeue::redispatch(tx, selection).await,
+            Recovery::Resend => requeue::resend(tx, selection, include_unknown).await,
         }
     }
 

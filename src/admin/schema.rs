@@ -13,7 +13,7 @@
 use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
 use utoipa::openapi::{Object, Schema};
 
-use crate::db::turns::PartStatus;
+use crate::domain::PartStatus;
 use crate::domain::{MessageStatus, Platform, TelegramDelivery, UnlinkedPolicy};
 use crate::error::AppError;
 

@@ -313,7 +313,7 @@ pub async fn get(tx: &mut TenantTx, id: MessageId) -> Result<Option<MessageRow>,
 pub struct ReplyPart {
     pub part_index: i32,
     pub content: String,
-    pub status: super::turns::PartStatus,
+    pub status: crate::domain::PartStatus,
     pub platform_message_id: Option<String>,
     pub delivery_status: Option<String>,
     pub attempts: i32,

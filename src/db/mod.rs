@@ -18,7 +18,6 @@ pub mod sealing;
 pub mod slack_budget;
 pub mod tenant_tx;
 pub mod tenants;
-pub mod turns;
 
 use std::future::Future;
 use std::str::FromStr;

@@ -41,19 +41,24 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use secrecy::ExposeSecret;
-use serde_json::Value;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::typing::Typing;
 use crate::db::messages::MessageRow;
 use crate::db::queue::Job;
-use crate::db::turns::{Applied, Transition};
-use crate::dispatch::stream::TextSink;
-use crate::dispatch::writer::TurnWriter;
 use crate::domain::Connector;
 use crate::egress::GuardedClient;
 use crate::platforms;
+use crate::platforms::live::{LiveStep, LiveTarget, Shown, Surface};
+use crate::turn::writer::TurnWriter;
+use crate::turn::{Applied, Transition};
+
+/// Where a stream's text goes while it runs.
+pub trait TextSink {
+    /// `delta` was added to the answer's text.
+    fn push(&mut self, delta: &str);
+}
 
 /// Everything a view needs: where to show and how to record what it left.
 pub struct LiveContext {
@@ -88,29 +93,15 @@ pub struct LiveEnd {
     pub typing: Option<Typing>,
 }
 
-/// Where a turn's stream shows, as its platform says (`crate::platforms::LivePreview`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Surface {
-    /// Multiples of `CB_STREAM_INTERVAL_MS` between two calls.
-    pub pace: u32,
-    /// A preview that leaves no message behind (Telegram's draft in a private chat).
-    pub ephemeral: bool,
-}
-
-impl Surface {
-    fn of(connector: &Connector, message: &MessageRow) -> Option<Self> {
-        connector.outbound_token.as_ref()?;
-        // Claimed again after a crash mid-stream: the known message is completed by the
-        // first part; a second live message must not start.
-        if message.live_message_id.is_some() {
-            return None;
-        }
-        platforms::of(connector.platform).live_surface(message)
+/// Where `message`'s stream shows, if anywhere.
+fn surface(connector: &Connector, message: &MessageRow) -> Option<Surface> {
+    connector.outbound_token.as_ref()?;
+    // Claimed again after a crash mid-stream: the known message is completed by the
+    // first part; a second live message must not start.
+    if message.live_message_id.is_some() {
+        return None;
     }
-
-    fn interval(self, base: Duration) -> Duration {
-        base.saturating_mul(self.pace)
-    }
+    platforms::of(connector.platform).live_surface(message)
 }
 
 impl<F: FnOnce() -> Option<LiveContext>> LiveView<F> {
@@ -131,7 +122,7 @@ impl<F: FnOnce() -> Option<LiveContext>> LiveView<F> {
         let Some(context) = make() else {
             return;
         };
-        let Some(surface) = Surface::of(&context.connector, &context.message) else {
+        let Some(surface) = surface(&context.connector, &context.message) else {
             return;
         };
         let (text, shown) = watch::channel(String::new());
@@ -179,15 +170,6 @@ pub async fn end(client: &GuardedClient, connector: &Connector, message: &Messag
         .await;
 }
 
-/// What the view has shown so far.
-#[derive(Default)]
-pub struct Shown {
-    /// The platform message it recorded.
-    pub id: Option<String>,
-    /// The text last sent (Slack: its length is what was appended).
-    pub text: String,
-}
-
 async fn run(
     context: LiveContext,
     surface: Surface,
@@ -232,10 +214,19 @@ async fn run(
     }
 }
 
-/// One call showing `text`; `false` ends the view.
+/// One call showing `text`, and the recording of a message it left; `false` ends the view.
 async fn show(context: &LiveContext, surface: Surface, text: &str, shown: &mut Shown) -> bool {
     let platform = platforms::of(context.connector.platform);
-    let result = platform.show_live(context, surface, text, shown).await;
+    let target = LiveTarget {
+        client: &context.client,
+        connector: &context.connector,
+        message: &context.message,
+    };
+    let result = match platform.show_live(&target, surface, text, shown).await {
+        Ok(LiveStep::Shown) => Ok(true),
+        Ok(LiveStep::Started(id)) => record(context, id, shown).await,
+        Err(why) => Err(why),
+    };
     match result {
         Ok(keep) => keep,
         Err(why) => {
@@ -249,56 +240,16 @@ async fn show(context: &LiveContext, surface: Surface, text: &str, shown: &mut S
 
 /// Records the message the view left, under the job's lease: `Ok(false)` when the lease is
 /// gone (the view stops; the new holder decides).
-pub(crate) async fn record(context: &LiveContext, id: &str, shown: &mut Shown) -> Result<bool, &'static str> {
+async fn record(context: &LiveContext, id: String, shown: &mut Shown) -> Result<bool, &'static str> {
     let transition = Transition::LiveShown {
-        platform_id: id.to_owned(),
+        platform_id: id.clone(),
     };
     match context.writer.apply(&context.job, transition).await {
         Ok(Applied::LeaseLost) => Ok(false),
         Ok(_) => {
-            shown.id = Some(id.to_owned());
+            shown.id = Some(id);
             Ok(true)
         }
         Err(_) => Err("the live message could not be recorded"),
-    }
-}
-
-pub(crate) fn token(context: &LiveContext) -> &str {
-    context
-        .connector
-        .outbound_token
-        .as_ref()
-        .map_or("", |t| t.expose_secret())
-}
-
-/// Posts `body` and reads the JSON answer; `Err` for anything but `ok: true`.
-pub(crate) async fn call(
-    context: &LiveContext,
-    request: reqwest::RequestBuilder,
-) -> Result<Value, &'static str> {
-    let response = context.client.send(request).await.map_err(|_| "request failed")?;
-    let body: Value = response.json().await.map_err(|_| "unreadable answer")?;
-    if body["ok"] == true {
-        Ok(body)
-    } else {
-        Err("refused")
-    }
-}
-
-pub(crate) fn clip(text: &str, max_chars: usize) -> &str {
-    match text.char_indices().nth(max_chars) {
-        Some((end, _)) => &text[..end],
-        None => text,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn clipping_counts_characters_not_bytes() {
-        assert_eq!(clip("héllo", 2), "hé");
-        assert_eq!(clip("hé", 5), "hé");
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! For each part still to post:
 //! - `sending` (an earlier send whose outcome is unknown) is reconciled first, as its
-//!   platform says (`crate::platforms::PlatformApi::reconcile`): Slack waits for the
+//!   platform says (`crate::platforms::contract::PlatformApi::reconcile`): Slack waits for the
 //!   `message_metadata_posted` event that confirms the post, then looks for the part key in
 //!   the thread within Slack's read limits (`platforms::slack::reconcile`); WhatsApp waits
 //!   for the status callback that echoes the part key, and resends only when none came
@@ -13,7 +13,7 @@
 //! - then the part is marked `sending` (committed), posted, and settled from the answer.
 //!
 //! A streamed answer whose live view left a message on the platform (`live`) has its first
-//! part delivered into that message (`platforms::send::adopt`) rather than posted: an edit,
+//! part delivered into that message (`platforms::adopt`) rather than posted: an edit,
 //! so an interrupted one is simply made again, without reconciling.
 //!
 //! Rate-limit answers put the part back to `pending` and the job waits the platform's delay,
@@ -39,12 +39,15 @@ use sqlx::PgPool;
 
 use crate::db::messages::{MessageRow, ReplyPart};
 use crate::db::queue::Job;
-use crate::db::turns::{Applied, PartStatus, Transition};
 use crate::db::{self, replies, TenantTx};
-use crate::dispatch::writer::TurnWriter;
-use crate::domain::{Connector, MessageId, Platform};
-use crate::platforms::send::{self as outbound, OutboundPart, SendOutcome};
+use crate::domain::{Connector, MessageId, PartStatus, Platform};
+use crate::platforms;
+use crate::platforms::contract::{Pending, Reconciled};
+use crate::platforms::send::{OutboundPart, SendOutcome};
+use crate::retry::part_backoff;
 use crate::settings::DispatchSettings;
+use crate::turn::writer::TurnWriter;
+use crate::turn::{Applied, Transition};
 
 /// Where a message's delivery stands after one pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,18 +79,6 @@ enum PartOutcome {
     Unknown(String),
     /// A transition that ends the pass (wait, fail).
     End(Transition, DeliveryOutcome),
-}
-
-/// Reconciling an interrupted send (`crate::platforms::PlatformApi::reconcile`).
-pub enum Reconciled {
-    /// It was posted; here is its platform id.
-    Found(String),
-    /// It certainly was not posted (or the connector accepts a possible duplicate): send.
-    Absent,
-    /// Not known yet; look again after this long (why, for the part's `last_error`).
-    Later(Duration, String),
-    /// Not knowable, and the connector prefers a lost reply to a doubled one.
-    Unknowable(String),
 }
 
 /// How long writing a rate-limit hold for the other instances may take.
@@ -341,8 +332,8 @@ impl Delivery<'_> {
         let started = Instant::now();
         let send = async {
             match adopted(outgoing, part) {
-                Some(live_id) => outbound::adopt(self.client, &outbound, live_id).await,
-                None => outbound::send(self.client, &outbound).await,
+                Some(live_id) => platforms::adopt(self.client, &outbound, live_id).await,
+                None => platforms::send(self.client, &outbound).await,
             }
         };
         let outcome = traced_send(outgoing.connector.platform, part.part_index, send).await;
@@ -403,8 +394,15 @@ impl Delivery<'_> {
     }
 
     async fn reconcile(&self, outgoing: &Outgoing, part: &ReplyPart) -> anyhow::Result<Reconciled> {
-        let platform = crate::platforms::of(outgoing.connector.platform);
-        platform.reconcile(self, outgoing, part).await
+        let pending = Pending {
+            connector: &outgoing.connector,
+            message: &outgoing.message,
+            pool: self.pool,
+            client: self.client,
+            settings: self.settings,
+        };
+        let platform = platforms::of(outgoing.connector.platform);
+        platform.reconcile(&pending, part).await
     }
 
     fn max_attempts(&self) -> i32 {
@@ -441,22 +439,6 @@ async fn traced_send(
         traces::record_failure(&span, "not posted");
     }
     outcome
-}
-
-/// The pause before a part's next attempt, after `attempts` of them.
-pub(crate) fn part_backoff(settings: &DispatchSettings, attempts: i32) -> Duration {
-    crate::retry::backoff(settings, u32::try_from(attempts).unwrap_or(1), None)
-}
-
-/// What is left of a confirmation `window` (a status callback, a Slack metadata event)
-/// after a part's `sending` mark; `None` once it is over.
-pub(crate) fn window_left(
-    window: Duration,
-    mark: chrono::DateTime<chrono::Utc>,
-    now: chrono::DateTime<chrono::Utc>,
-) -> Option<Duration> {
-    let waited = (now - mark).to_std().unwrap_or_default();
-    window.checked_sub(waited).filter(|left| !left.is_zero())
 }
 
 /// The transition that ends a pass with nothing left to send: delivered, or, when a part is

@@ -16,7 +16,7 @@
 //!   25 intervals (100 s), and cleared (empty status) when the turn ends without a reply.
 //!
 //! This file is the machinery; each platform's requests are its `typing.rs`
-//! (`crate::platforms::telegram::typing`…) behind `crate::platforms::TypingIndicator`.
+//! (`crate::platforms::telegram::typing`…) behind `crate::platforms::contract::TypingIndicator`.
 //!
 //! Best effort, never in the turn's way: the indicator runs in a task of its own, each
 //! request with a short timeout (2 s, at most one interval), and nothing it meets (an error,
@@ -52,6 +52,7 @@ use crate::db::messages::MessageRow;
 use crate::domain::{Connector, ConnectorId, Platform};
 use crate::egress::{GuardedClient, SendError};
 use crate::platforms;
+use crate::platforms::contract::{api_base, Place, Show};
 
 /// Longest wait of one indicator request (and never more than one interval).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
@@ -85,14 +86,6 @@ enum Ending {
     Reply,
     /// No reply follows (agent failure, retry, empty answer, lost lease).
     NoReply,
-}
-
-/// What to show.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Show {
-    Working,
-    /// Slack only: the status is removed.
-    Nothing,
 }
 
 /// What one indicator request came to (the `outcome` label).
@@ -130,17 +123,6 @@ struct Target {
     base_url: String,
     token: SecretString,
     place: Place,
-}
-
-/// Where an indicator shows, as its platform addresses it (`crate::platforms::TypingIndicator`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Place {
-    /// The chat (Slack channel, Telegram chat), or the number that answers (WhatsApp
-    /// `phone_number_id`).
-    pub chat: String,
-    /// Within it: the Telegram forum topic, the Slack assistant thread, the WhatsApp message
-    /// marked read.
-    pub within: Option<String>,
 }
 
 impl Indicators {
@@ -330,7 +312,7 @@ impl Target {
         Some(Self {
             platform: connector.platform,
             key: (connector.id, message.chat_id.clone(), message.thread_id.clone()),
-            base_url: platforms::api_base(connector).to_owned(),
+            base_url: api_base(connector).to_owned(),
             token,
             place,
         })

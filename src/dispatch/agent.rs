@@ -18,7 +18,8 @@ use reqwest::StatusCode;
 
 use super::payload::{parse_answer, DispatchOut};
 use super::signature;
-use super::stream::{self, StreamError, TextSink};
+use super::stream::{self, StreamError};
+use crate::delivery::live::TextSink;
 use crate::egress::{GuardedClient, SendError, AGENT_REFUSED};
 
 /// What one agent call came to.

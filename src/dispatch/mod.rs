@@ -29,7 +29,6 @@ pub mod payload;
 pub mod signature;
 pub mod stream;
 pub mod wakeup;
-pub mod writer;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -42,20 +41,20 @@ use tracing::Instrument;
 
 use self::agent::CallOutcome;
 use self::payload::ChatMessage;
-use self::writer::TurnWriter;
 use crate::cache::ConfigCache;
 use crate::db::messages::MessageRow;
 use crate::db::queue::{ClaimRequest, Job, Queue, Stage};
 use crate::db::tenants::TenantRow;
-use crate::db::turns::{self, Applied, Transition};
 use crate::db::TenantTx;
-use crate::delivery::live::{LiveContext, LiveView};
+use crate::delivery::live::{LiveContext, LiveView, TextSink};
 use crate::delivery::typing::{Indicators, Typing};
 use crate::delivery::{split, Delivery, DeliveryOutcome, Outgoing};
 use crate::domain::{Connector, MessageId, Platform, TenantId};
 use crate::egress::GuardedClient;
 use crate::settings::ServeSettings;
 use crate::telemetry::traces;
+use crate::turn::writer::TurnWriter;
+use crate::turn::{apply, Applied, Transition};
 
 /// Why a reply stays unposted when its message or connector is gone.
 const NOTHING_TO_POST: &str = "not posted: the message or its connector was deleted";
@@ -298,7 +297,7 @@ impl Worker {
             return Ok(claimed);
         };
         let ids: Vec<MessageId> = dispatch.iter().map(|job| job.message_id).collect();
-        let mut messages: HashMap<MessageId, MessageRow> = turns::begin_dispatch(tx, &ids)
+        let mut messages: HashMap<MessageId, MessageRow> = apply::begin_dispatch(tx, &ids)
             .await?
             .into_iter()
             .map(|row| (row.id, row))
@@ -509,7 +508,7 @@ impl Worker {
         &self,
         prepared: &Prepared,
         history: Vec<ChatMessage>,
-        live: &mut (dyn stream::TextSink + Send),
+        live: &mut (dyn TextSink + Send),
     ) -> CallOutcome {
         let tenant = &prepared.tenant;
         let Some(url) = tenant.agent_url.as_ref().or(self.settings.agent_url.as_ref()) else {

@@ -23,6 +23,7 @@ use futures::StreamExt;
 use serde_json::Value;
 
 use super::payload::{parse_answer, InvalidAnswer};
+use crate::delivery::live::TextSink;
 
 /// Whether a response is a streamed answer, by its content type.
 pub fn is_event_stream(headers: &reqwest::header::HeaderMap) -> bool {
@@ -34,12 +35,6 @@ pub fn is_event_stream(headers: &reqwest::header::HeaderMap) -> bool {
                 .to_ascii_lowercase()
                 .starts_with("text/event-stream")
         })
-}
-
-/// Where a stream's text goes while it runs.
-pub trait TextSink {
-    /// `delta` was added to the answer's text.
-    fn push(&mut self, delta: &str);
 }
 
 /// Why a stream gave no answer.

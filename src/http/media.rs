@@ -18,9 +18,9 @@ use utoipa_axum::routes;
 use crate::db::TenantTx;
 use crate::domain::Connector;
 use crate::error::AppError;
-use crate::media::fetch::{self, FetchError};
 use crate::media::token::{MediaToken, TokenError};
 use crate::media::Attachment;
+use crate::platforms::files::FetchError;
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -68,7 +68,7 @@ async fn media(State(state): State<AppState>, Path(token): Path<String>) -> Resu
     {
         return Err(AppError::NotFound("attachment"));
     }
-    let upstream = fetch::open(&state.media_client, &connector, &attachment.source, max)
+    let upstream = crate::platforms::open_file(&state.media_client, &connector, &attachment.source, max)
         .await
         .map_err(|err| fetch_error(err, max))?;
     Ok(stream(&attachment, upstream, max))

@@ -151,14 +151,14 @@ pub async fn record_many_in(
     }
     for ((connector, inbound), outcome) in webhooks.iter().zip(&mut outcomes) {
         for status in &inbound.statuses {
-            if let Some(message) = db::replies::apply_status(tx, status).await? {
+            if let Some(message) = crate::turn::settle::apply_status(tx, status).await? {
                 db::queue::wake_reply(tx, message).await?;
                 outcome.statuses_applied += 1;
             }
         }
         // A confirmed part's job may be waiting out its confirmation window: it goes on now.
         for posted in &inbound.posted {
-            if let Some(message) = db::replies::confirm_posted(tx, connector.id, posted).await? {
+            if let Some(message) = crate::turn::settle::confirm_posted(tx, connector.id, posted).await? {
                 db::queue::wake_reply(tx, message).await?;
                 outcome.parts_confirmed += 1;
             }

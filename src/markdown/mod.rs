@@ -26,8 +26,6 @@
 pub mod render;
 pub mod split;
 
-use crate::domain::Platform;
-
 /// A reply part as it is sent: the text, and Telegram's `parse_mode` when it is HTML.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Formatted {
@@ -48,17 +46,15 @@ pub trait Renderer: Sync {
     fn parse_mode(&self) -> Option<&'static str> {
         None
     }
-}
-
-/// `markdown` in `platform`'s formatting; `None` when it renders to nothing visible (a part
-/// holding only a link definition, say), which is then better sent as it is.
-pub fn format(platform: Platform, markdown: &str) -> Option<Formatted> {
-    let renderer: &dyn Renderer = crate::platforms::of(platform);
-    let text = renderer.render(markdown);
-    (!text.trim().is_empty()).then(|| Formatted {
-        text,
-        parse_mode: renderer.parse_mode(),
-    })
+    /// `markdown` in this formatting; `None` when it renders to nothing visible (a part
+    /// holding only a link definition, say), which is then better sent as it is.
+    fn format(&self, markdown: &str) -> Option<Formatted> {
+        let text = self.render(markdown);
+        (!text.trim().is_empty()).then(|| Formatted {
+            text,
+            parse_mode: self.parse_mode(),
+        })
+    }
 }
 
 /// The parser every renderer and the splitter use: CommonMark plus `~~strike~~`.
@@ -73,25 +69,4 @@ pub(crate) fn linkable(url: &str) -> bool {
     ["http://", "https://", "mailto:"]
         .iter()
         .any(|scheme| lower.starts_with(scheme))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_part_that_renders_to_nothing_is_not_formatted() {
-        assert_eq!(format(Platform::Slack, "[d]: https://example.com/d"), None);
-        assert_eq!(
-            format(Platform::Telegram, "**a**"),
-            Some(Formatted {
-                text: "<b>a</b>".into(),
-                parse_mode: Some("HTML")
-            })
-        );
-        assert_eq!(
-            format(Platform::Whatsapp, "**a**").map(|f| f.parse_mode),
-            Some(None)
-        );
-    }
 }

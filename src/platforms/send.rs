@@ -1,7 +1,6 @@
 //! What every platform's send shares (PLATFORMS.md §1.6, §2.6, §3.6): the part to post, the
 //! classified outcome the delivery loop branches on (posted, refused, or in doubt), and the
-//! [`Outbound`] trait each platform's `send.rs` implements. [`send`] and [`adopt`] are the
-//! delivery loop's entry points.
+//! [`Outbound`] trait each platform's `send.rs` implements.
 //!
 //! A part is stored as the agent wrote it and formatted here, when it is sent, if its
 //! connector formats Markdown (`crate::markdown`); a Telegram part refused as formatted is
@@ -14,13 +13,14 @@
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use secrecy::ExposeSecret;
 use serde_json::Value;
 
-use super::BoxFuture;
+use futures::future::BoxFuture;
+
 use crate::db::messages::MessageRow;
 use crate::domain::Connector;
 use crate::egress::{self, GuardedClient as Client, SendError};
+use crate::markdown::{Formatted, Renderer};
 
 /// The outcome of one send.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,10 +49,10 @@ pub struct OutboundPart<'a> {
 
 impl OutboundPart<'_> {
     /// The part in its platform's formatting, when its connector formats Markdown.
-    pub(crate) fn formatted(&self) -> Option<crate::markdown::Formatted> {
+    pub(crate) fn formatted(&self, renderer: &dyn Renderer) -> Option<Formatted> {
         self.connector
             .format_markdown
-            .then(|| crate::markdown::format(self.connector.platform, self.text))
+            .then(|| renderer.format(self.text))
             .flatten()
     }
 }
@@ -82,29 +82,7 @@ pub trait Outbound: Sync {
     }
 }
 
-pub async fn send(client: &Client, part: &OutboundPart<'_>) -> SendOutcome {
-    let Some(token) = part.connector.outbound_token.as_ref() else {
-        return no_token();
-    };
-    let platform = super::of(part.connector.platform);
-    platform.send(client, part, token.expose_secret()).await
-}
-
-/// The first part of a streamed answer, delivered into the message its live view left on
-/// the platform (`live_id`, `crate::delivery::live`) instead of a new one: Slack ends the
-/// stream (`chat.stopStream`) and puts the part's final text in it (`chat.update`); Telegram
-/// edits it (`editMessageText`). Both are edits, so a repeat after an outcome in doubt
-/// cannot double the message. When the message is gone (deleted meanwhile), the part is
-/// posted as usual.
-pub async fn adopt(client: &Client, part: &OutboundPart<'_>, live_id: &str) -> SendOutcome {
-    let Some(token) = part.connector.outbound_token.as_ref() else {
-        return no_token();
-    };
-    let platform = super::of(part.connector.platform);
-    platform.adopt(client, part, token.expose_secret(), live_id).await
-}
-
-fn no_token() -> SendOutcome {
+pub(crate) fn no_token() -> SendOutcome {
     SendOutcome::Permanent {
         error: "connector has no outbound token".into(),
     }

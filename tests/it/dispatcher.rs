@@ -452,7 +452,7 @@ async fn an_idle_instance_sends_at_most_one_statement_per_polling_tick() {
 #[tokio::test]
 async fn changes_of_several_turns_applied_together_each_get_their_own_outcome() {
     use channel_bridge::db::queue::LeaseToken;
-    use channel_bridge::db::turns::{self, Applied, Change, Transition};
+    use channel_bridge::turn::{apply, Applied, Change, Transition};
 
     let app = spawn_app().await;
     let tenant = provision_tenant(&app.pool, "acme").await;
@@ -496,7 +496,7 @@ async fn changes_of_several_turns_applied_together_each_get_their_own_outcome() 
 
     let mut tx = app.tenant_tx(tenant.tenant).await;
     let refs: Vec<&Change> = changes.iter().collect();
-    let applied = turns::apply_many(&mut tx, &refs).await.unwrap();
+    let applied = apply::apply_many(&mut tx, &refs).await.unwrap();
     tx.commit().await.unwrap();
 
     assert_eq!(

@@ -1,4 +1,4 @@
-//! Slack files (`crate::media::fetch`): the file's `url_private_download` (from the signed
+//! Slack files: the file's `url_private_download` (from the signed
 //! event, or `files.info` when the event had none), fetched with the bot token. The token
 //! is only ever sent to Slack's file host or the connector's own API host.
 
@@ -7,9 +7,10 @@ use serde_json::Value;
 use super::Slack;
 use crate::domain::Connector;
 use crate::egress::GuardedClient;
-use crate::media::fetch::{json, send, FetchError};
 use crate::media::FileSource;
-use crate::platforms::{api_base, foreign_file, BoxFuture, Files};
+use crate::platforms::contract::{api_base, Files};
+use crate::platforms::files::{foreign_file, json, send, FetchError};
+use futures::future::BoxFuture;
 
 /// Slack's host for `url_private_download`.
 const SLACK_FILES_HOST: &str = "files.slack.com";

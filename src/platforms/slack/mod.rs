@@ -12,21 +12,14 @@ pub mod send;
 pub mod thread;
 pub mod typing;
 
-use super::{BoxFuture, LivePreview, PlatformApi};
-use crate::db::messages::{MessageRow, ReplyPart};
-use crate::delivery::live::{LiveContext, Shown, Surface};
-use crate::delivery::{Delivery, Outgoing, Reconciled};
-use crate::domain::Connector;
-use crate::egress::GuardedClient as Client;
-use crate::platforms::send::{Outbound, OutboundPart, SendOutcome};
+use futures::future::BoxFuture;
+
+use crate::db::messages::ReplyPart;
+use crate::platforms::contract::{Pending, PlatformApi, Reconciled};
 
 pub struct Slack;
 
 impl PlatformApi for Slack {
-    fn default_api_base(&self) -> &'static str {
-        "https://slack.com"
-    }
-
     /// Slack truncates at 40,000 characters but recommends about 4,000 for readability.
     fn part_limit(&self) -> usize {
         4000
@@ -34,68 +27,9 @@ impl PlatformApi for Slack {
 
     fn reconcile<'a>(
         &'a self,
-        delivery: &'a Delivery<'a>,
-        outgoing: &'a Outgoing,
+        pending: &'a Pending<'a>,
         part: &'a ReplyPart,
     ) -> BoxFuture<'a, anyhow::Result<Reconciled>> {
-        Box::pin(async move {
-            let search = reconcile::ThreadSearch {
-                pool: delivery.pool,
-                client: delivery.client,
-                settings: delivery.settings,
-            };
-            search.reconcile(outgoing, part).await
-        })
-    }
-}
-
-impl Outbound for Slack {
-    fn send<'a>(
-        &'a self,
-        client: &'a Client,
-        part: &'a OutboundPart<'a>,
-        token: &'a str,
-    ) -> BoxFuture<'a, SendOutcome> {
-        Box::pin(send::post(client, part, token))
-    }
-
-    fn adopt<'a>(
-        &'a self,
-        client: &'a Client,
-        part: &'a OutboundPart<'a>,
-        token: &'a str,
-        live_id: &'a str,
-    ) -> BoxFuture<'a, SendOutcome> {
-        Box::pin(send::adopt(client, part, token, live_id))
-    }
-}
-
-impl LivePreview for Slack {
-    fn live_surface(&self, _message: &MessageRow) -> Option<Surface> {
-        Some(Surface {
-            pace: 1,
-            ephemeral: false,
-        })
-    }
-
-    fn show_live<'a>(
-        &'a self,
-        context: &'a LiveContext,
-        _surface: Surface,
-        text: &'a str,
-        shown: &'a mut Shown,
-    ) -> BoxFuture<'a, Result<bool, &'static str>> {
-        Box::pin(live::show(context, text, shown))
-    }
-
-    fn end_live<'a>(
-        &'a self,
-        client: &'a Client,
-        connector: &'a Connector,
-        message: &'a MessageRow,
-        live_id: &'a str,
-        token: &'a str,
-    ) -> BoxFuture<'a, ()> {
-        Box::pin(live::end(client, connector, message, live_id, token))
+        Box::pin(reconcile::reconcile(pending, part))
     }
 }

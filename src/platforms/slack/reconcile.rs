@@ -48,7 +48,8 @@ use sqlx::PgPool;
 use super::thread::{self, ThreadPage, ThreadPageQuery};
 use crate::db::messages::ReplyPart;
 use crate::db::{replies, slack_budget, TenantTx};
-use crate::delivery::{part_backoff, window_left, Outgoing, Reconciled};
+use crate::platforms::contract::{Pending, Reconciled};
+use crate::retry::{part_backoff, window_left};
 use crate::settings::DispatchSettings;
 
 /// How far before the part's `sending` mark the read starts: room for the clocks of our
@@ -90,15 +91,24 @@ impl Cursor {
     }
 }
 
-pub(super) struct ThreadSearch<'a> {
+/// Whether the part in doubt was posted, as far as this pass can tell.
+pub(super) async fn reconcile(pending: &Pending<'_>, part: &ReplyPart) -> anyhow::Result<Reconciled> {
+    let search = ThreadSearch {
+        pool: pending.pool,
+        client: pending.client,
+        settings: pending.settings,
+    };
+    search.reconcile(pending, part).await
+}
+
+struct ThreadSearch<'a> {
     pub pool: &'a PgPool,
     pub client: &'a crate::egress::GuardedClient,
     pub settings: &'a DispatchSettings,
 }
 
 impl ThreadSearch<'_> {
-    /// Whether the part in doubt was posted, as far as this pass can tell.
-    pub async fn reconcile(&self, outgoing: &Outgoing, part: &ReplyPart) -> anyhow::Result<Reconciled> {
+    async fn reconcile(&self, outgoing: &Pending<'_>, part: &ReplyPart) -> anyhow::Result<Reconciled> {
         let now = Utc::now();
         let mark = part.sending_since.unwrap_or(now);
         let window = Duration::from_secs(self.settings.slack_confirm_secs);
@@ -113,8 +123,8 @@ impl ThreadSearch<'_> {
                 return Ok(Reconciled::Later(wait.max(MIN_WAIT), BUDGET_SPENT.into()));
             }
             let query = ThreadPageQuery {
-                connector: &outgoing.connector,
-                message: &outgoing.message,
+                connector: outgoing.connector,
+                message: outgoing.message,
                 part_key: &key,
                 oldest: &oldest,
                 cursor: cursor.page(),
@@ -161,7 +171,7 @@ impl ThreadSearch<'_> {
     /// workspace's budget is taken. Returns how long to wait when the budget is spent.
     async fn before_request(
         &self,
-        outgoing: &Outgoing,
+        outgoing: &Pending<'_>,
         part: &ReplyPart,
         mark: DateTime<Utc>,
         cursor: &mut Cursor,
@@ -187,7 +197,7 @@ impl ThreadSearch<'_> {
 
     async fn save_cursor(
         &self,
-        outgoing: &Outgoing,
+        outgoing: &Pending<'_>,
         part: &ReplyPart,
         mark: DateTime<Utc>,
         cursor: Option<&str>,
@@ -201,7 +211,7 @@ impl ThreadSearch<'_> {
     /// Slack said 429: the whole workspace waits its `Retry-After` (or one interval).
     async fn rate_limited(
         &self,
-        outgoing: &Outgoing,
+        outgoing: &Pending<'_>,
         retry_after: Option<Duration>,
     ) -> anyhow::Result<Reconciled> {
         let interval = Duration::from_millis(self.settings.slack_read_interval_ms);
@@ -221,7 +231,7 @@ impl ThreadSearch<'_> {
 
 /// The budget's key: the connector's workspace (team id), or the connector itself when it
 /// names none.
-fn workspace(outgoing: &Outgoing) -> String {
+fn workspace(outgoing: &Pending<'_>) -> String {
     let connector = &outgoing.connector;
     connector
         .external_id

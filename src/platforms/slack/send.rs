@@ -2,16 +2,18 @@
 //! message a streamed answer's live view left (`chat.stopStream` + `chat.update`), each
 //! answer classified for the delivery loop.
 
+use futures::future::BoxFuture;
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use super::inbound::REPLY_METADATA_EVENT_TYPE;
+use super::Slack;
 use crate::db::messages::MessageRow;
 use crate::egress::{self, GuardedClient as Client};
-use crate::platforms::api_base;
-use crate::platforms::send::{read_json, transport_error, OutboundPart, SendOutcome};
+use crate::platforms::contract::api_base;
+use crate::platforms::send::{read_json, transport_error, Outbound, OutboundPart, SendOutcome};
 
 /// Slack's control characters; nothing else is escaped (Slack formatting reference). This
 /// also keeps agent text from forming `<@U…>` mentions or `<!channel>` pings.
@@ -51,7 +53,7 @@ pub fn thread_ts(message: &MessageRow) -> &str {
 
 pub(super) async fn post(client: &Client, part: &OutboundPart<'_>, token: &str) -> SendOutcome {
     // Rendered mrkdwn is escaped by its renderer; plain text is escaped here.
-    let text = match part.formatted() {
+    let text = match part.formatted(&Slack) {
         Some(formatted) => formatted.text,
         None => escape(part.text),
     };
@@ -142,7 +144,7 @@ pub(super) async fn adopt(client: &Client, part: &OutboundPart<'_>, token: &str,
         }
         Err(err) => return transport_error(err),
     }
-    let text = match part.formatted() {
+    let text = match part.formatted(&Slack) {
         Some(formatted) => formatted.text,
         None => escape(part.text),
     };
@@ -177,6 +179,27 @@ pub(super) async fn adopt(client: &Client, part: &OutboundPart<'_>, token: &str,
         // chat.update answers with the message's ts; it is the adopted one.
         SendOutcome::Sent(_) => SendOutcome::Sent(ts.to_owned()),
         other => other,
+    }
+}
+
+impl Outbound for Slack {
+    fn send<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+    ) -> BoxFuture<'a, SendOutcome> {
+        Box::pin(post(client, part, token))
+    }
+
+    fn adopt<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+        live_id: &'a str,
+    ) -> BoxFuture<'a, SendOutcome> {
+        Box::pin(adopt(client, part, token, live_id))
     }
 }
 

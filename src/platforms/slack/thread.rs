@@ -13,7 +13,7 @@ use super::send::thread_ts;
 use crate::db::messages::MessageRow;
 use crate::domain::Connector;
 use crate::egress::{self, GuardedClient as Client, SendError};
-use crate::platforms::api_base;
+use crate::platforms::contract::api_base;
 use crate::platforms::send::read_json;
 
 /// Slack errors of `conversations.replies` that a repeat cannot fix: the thread cannot be

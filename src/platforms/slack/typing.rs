@@ -1,4 +1,4 @@
-//! Slack's typing indicator (`crate::delivery::typing`): `assistant.threads.setStatus`
+//! Slack's typing indicator: `assistant.threads.setStatus`
 //! ("is thinking…"), which only exists in assistant threads (Agents & AI Apps). Elsewhere
 //! Slack offers no indicator and nothing is sent. The status goes when the app replies, and
 //! after 2 min without a message: refreshed every 25 intervals (100 s), and cleared (empty
@@ -8,10 +8,9 @@ use serde_json::{json, Value};
 
 use super::Slack;
 use crate::db::messages::MessageRow;
-use crate::delivery::typing::{Place, Show};
 use crate::domain::Connector;
 use crate::egress::GuardedClient;
-use crate::platforms::TypingIndicator;
+use crate::platforms::contract::{Place, Show, TypingIndicator};
 
 /// The Slack status shown while the agent works.
 const SLACK_STATUS: &str = "is thinking…";

@@ -1,4 +1,4 @@
-//! Telegram files (`crate::media::fetch`): `getFile` answers a `file_path`; the bytes are
+//! Telegram files: `getFile` answers a `file_path`; the bytes are
 //! at `{api}/file/bot<token>/<path>`.
 
 use reqwest::StatusCode;
@@ -7,9 +7,10 @@ use serde_json::Value;
 use super::Telegram;
 use crate::domain::Connector;
 use crate::egress::GuardedClient;
-use crate::media::fetch::{json, send, FetchError};
 use crate::media::FileSource;
-use crate::platforms::{api_base, foreign_file, BoxFuture, Files};
+use crate::platforms::contract::{api_base, Files};
+use crate::platforms::files::{foreign_file, json, send, FetchError};
+use futures::future::BoxFuture;
 
 impl Files for Telegram {
     fn download<'a>(

@@ -1,15 +1,17 @@
-//! A streamed answer shown live in Telegram (`crate::delivery::live`): in a private chat,
+//! A streamed answer shown live in Telegram: in a private chat,
 //! `sendMessageDraft` with the text so far (an ephemeral preview; nothing to record: the
 //! answer is then sent with `sendMessage` like any reply); in a group or channel,
 //! `sendMessage` with the text so far, replying to the user's message (its id recorded at
 //! once), then `editMessageText`.
 
+use futures::future::BoxFuture;
 use serde_json::{json, Value};
 
 use super::send::json_id;
+use super::Telegram;
 use crate::db::messages::MessageRow;
-use crate::delivery::live::{call, clip, record, token, LiveContext, Shown};
-use crate::platforms::api_base;
+use crate::platforms::contract::{api_base, LivePreview};
+use crate::platforms::live::{clip, LiveStep, LiveTarget, Shown, Surface};
 
 /// Telegram's limit on a message's (and a draft's) text, in characters.
 const TELEGRAM_MAX_CHARS: usize = 4096;
@@ -21,15 +23,15 @@ fn draft_id(message: &MessageRow) -> i64 {
 }
 
 pub(super) async fn draft(
-    context: &LiveContext,
+    target: &LiveTarget<'_>,
     text: &str,
     shown: &mut Shown,
-) -> Result<bool, &'static str> {
+) -> Result<LiveStep, &'static str> {
     let text = clip(text, TELEGRAM_MAX_CHARS);
     if text == shown.text {
-        return Ok(true);
+        return Ok(LiveStep::Shown);
     }
-    let message = &context.message;
+    let message = target.message;
     let mut body = json!({
         "chat_id": json_id(&message.chat_id),
         "draft_id": draft_id(message),
@@ -38,26 +40,30 @@ pub(super) async fn draft(
     if let Some(topic) = &message.thread_id {
         body["message_thread_id"] = json_id(topic);
     }
-    let request = context
+    let request = target
         .client
         .post(format!(
             "{}/bot{}/sendMessageDraft",
-            api_base(&context.connector),
-            token(context)
+            api_base(target.connector),
+            target.token()
         ))
         .json(&body);
-    call(context, request).await?;
+    target.call(request).await?;
     shown.text = text.to_owned();
-    Ok(true)
+    Ok(LiveStep::Shown)
 }
 
-pub(super) async fn show(context: &LiveContext, text: &str, shown: &mut Shown) -> Result<bool, &'static str> {
+pub(super) async fn show(
+    target: &LiveTarget<'_>,
+    text: &str,
+    shown: &mut Shown,
+) -> Result<LiveStep, &'static str> {
     let text = clip(text, TELEGRAM_MAX_CHARS);
     if text == shown.text {
-        return Ok(true);
+        return Ok(LiveStep::Shown);
     }
-    let message = &context.message;
-    let base = format!("{}/bot{}", api_base(&context.connector), token(context));
+    let message = target.message;
+    let base = format!("{}/bot{}", api_base(target.connector), target.token());
     let Some(id) = shown.id.clone() else {
         let mut body = json!({
             "chat_id": json_id(&message.chat_id),
@@ -71,14 +77,14 @@ pub(super) async fn show(context: &LiveContext, text: &str, shown: &mut Shown) -
         if let Some(topic) = &message.thread_id {
             body["message_thread_id"] = json_id(topic);
         }
-        let request = context.client.post(format!("{base}/sendMessage")).json(&body);
-        let answer = call(context, request).await?;
+        let request = target.client.post(format!("{base}/sendMessage")).json(&body);
+        let answer = target.call(request).await?;
         let id = answer
             .pointer("/result/message_id")
             .map(Value::to_string)
             .ok_or("no message_id")?;
         shown.text = text.to_owned();
-        return record(context, &id, shown).await;
+        return Ok(LiveStep::Started(id));
     };
     let body = json!({
         "chat_id": json_id(&message.chat_id),
@@ -86,8 +92,34 @@ pub(super) async fn show(context: &LiveContext, text: &str, shown: &mut Shown) -
         "text": text,
         "link_preview_options": { "is_disabled": true },
     });
-    let request = context.client.post(format!("{base}/editMessageText")).json(&body);
-    call(context, request).await?;
+    let request = target.client.post(format!("{base}/editMessageText")).json(&body);
+    target.call(request).await?;
     shown.text = text.to_owned();
-    Ok(true)
+    Ok(LiveStep::Shown)
+}
+
+impl LivePreview for Telegram {
+    /// A draft in a private chat; elsewhere a message, edited at a third of the pace (a bot
+    /// may send about 20 messages a minute to a group, edits included).
+    fn live_surface(&self, message: &MessageRow) -> Option<Surface> {
+        let private = message.space.is_none();
+        Some(Surface {
+            pace: if private { 1 } else { 3 },
+            ephemeral: private,
+        })
+    }
+
+    fn show_live<'a>(
+        &'a self,
+        target: &'a LiveTarget<'a>,
+        surface: Surface,
+        text: &'a str,
+        shown: &'a mut Shown,
+    ) -> BoxFuture<'a, Result<LiveStep, &'static str>> {
+        if surface.ephemeral {
+            Box::pin(draft(target, text, shown))
+        } else {
+            Box::pin(show(target, text, shown))
+        }
+    }
 }

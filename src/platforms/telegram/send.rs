@@ -3,14 +3,16 @@
 //! was not posted); and adopting the group message a streamed answer's live view left
 //! (`editMessageText`).
 
+use futures::future::BoxFuture;
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
+use super::Telegram;
 use crate::egress::{self, GuardedClient as Client};
-use crate::platforms::api_base;
-use crate::platforms::send::{read_json, transport_error, OutboundPart, SendOutcome};
+use crate::platforms::contract::api_base;
+use crate::platforms::send::{read_json, transport_error, Outbound, OutboundPart, SendOutcome};
 
 /// Telegram chat and message ids are integers; the JSON must carry numbers.
 pub(crate) fn json_id(value: &str) -> Value {
@@ -20,7 +22,7 @@ pub(crate) fn json_id(value: &str) -> Value {
 }
 
 pub(super) async fn send(client: &Client, part: &OutboundPart<'_>, token: &str) -> SendOutcome {
-    let Some(formatted) = part.formatted() else {
+    let Some(formatted) = part.formatted(&Telegram) else {
         return post(client, part, token, part.text, None).await.1;
     };
     let (status, outcome) = post(client, part, token, &formatted.text, formatted.parse_mode).await;
@@ -77,7 +79,7 @@ async fn post(
 /// formatting is refused). "message is not modified" means it already shows it (an edit
 /// repeated after a crash); "message to edit not found" that it is gone: posted anew.
 pub(super) async fn adopt(client: &Client, part: &OutboundPart<'_>, token: &str, id: &str) -> SendOutcome {
-    let formatted = part.formatted();
+    let formatted = part.formatted(&Telegram);
     let first = formatted
         .as_ref()
         .map_or((part.text, None), |f| (f.text.as_str(), f.parse_mode));
@@ -179,6 +181,27 @@ fn classify(status: StatusCode, body: Option<Value>) -> SendOutcome {
         // will never succeed as it is.
         400..=499 => SendOutcome::Permanent { error },
         _ => SendOutcome::Unknown { error },
+    }
+}
+
+impl Outbound for Telegram {
+    fn send<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+    ) -> BoxFuture<'a, SendOutcome> {
+        Box::pin(send(client, part, token))
+    }
+
+    fn adopt<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+        live_id: &'a str,
+    ) -> BoxFuture<'a, SendOutcome> {
+        Box::pin(adopt(client, part, token, live_id))
     }
 }
 

@@ -1,4 +1,4 @@
-//! Telegram's typing indicator (`crate::delivery::typing`): `sendChatAction` `typing` (with
+//! Telegram's typing indicator: `sendChatAction` `typing` (with
 //! `message_thread_id` in a forum topic); it shows for 5 s or until the bot's next message:
 //! refreshed every interval (`CB_TYPING_INTERVAL_MS`, 4 s).
 
@@ -7,10 +7,9 @@ use serde_json::{json, Value};
 use super::send::json_id;
 use super::Telegram;
 use crate::db::messages::MessageRow;
-use crate::delivery::typing::{Place, Show};
 use crate::domain::Connector;
 use crate::egress::GuardedClient;
-use crate::platforms::TypingIndicator;
+use crate::platforms::contract::{Place, Show, TypingIndicator};
 
 impl TypingIndicator for Telegram {
     fn typing_place(&self, _connector: &Connector, message: &MessageRow) -> Option<Place> {

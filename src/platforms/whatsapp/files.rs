@@ -1,12 +1,13 @@
-//! WhatsApp media (`crate::media::fetch`): `GET /{media-id}` with the access token answers
+//! WhatsApp media: `GET /{media-id}` with the access token answers
 //! a short-lived `url`, itself fetched with the token.
 
 use super::{Whatsapp, GRAPH_VERSION};
 use crate::domain::Connector;
 use crate::egress::GuardedClient;
-use crate::media::fetch::{json, send, FetchError};
 use crate::media::FileSource;
-use crate::platforms::{api_base, foreign_file, BoxFuture, Files};
+use crate::platforms::contract::{api_base, Files};
+use crate::platforms::files::{foreign_file, json, send, FetchError};
+use futures::future::BoxFuture;
 
 impl Files for Whatsapp {
     fn download<'a>(

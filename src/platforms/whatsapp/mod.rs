@@ -11,11 +11,11 @@ pub mod typing;
 
 use std::time::Duration;
 
-use super::{BoxFuture, LivePreview, PlatformApi};
+use futures::future::BoxFuture;
+
 use crate::db::messages::ReplyPart;
-use crate::delivery::{window_left, Delivery, Outgoing, Reconciled};
-use crate::egress::GuardedClient as Client;
-use crate::platforms::send::{Outbound, OutboundPart, SendOutcome};
+use crate::platforms::contract::{LivePreview, Pending, PlatformApi, Reconciled};
+use crate::retry::window_left;
 
 /// Meta Graph API version every WhatsApp call is pinned to.
 pub const GRAPH_VERSION: &str = "v25.0";
@@ -23,10 +23,6 @@ pub const GRAPH_VERSION: &str = "v25.0";
 pub struct Whatsapp;
 
 impl PlatformApi for Whatsapp {
-    fn default_api_base(&self) -> &'static str {
-        "https://graph.facebook.com"
-    }
-
     fn part_limit(&self) -> usize {
         4096
     }
@@ -39,12 +35,11 @@ impl PlatformApi for Whatsapp {
     /// resent only when none came within `CB_WHATSAPP_CONFIRM_SECS`.
     fn reconcile<'a>(
         &'a self,
-        delivery: &'a Delivery<'a>,
-        _outgoing: &'a Outgoing,
+        pending: &'a Pending<'a>,
         part: &'a ReplyPart,
     ) -> BoxFuture<'a, anyhow::Result<Reconciled>> {
         let now = chrono::Utc::now();
-        let window = Duration::from_secs(delivery.settings.whatsapp_confirm_secs);
+        let window = Duration::from_secs(pending.settings.whatsapp_confirm_secs);
         let reconciled = match window_left(window, part.sending_since.unwrap_or(now), now) {
             Some(left) => Reconciled::Later(
                 left.min(Duration::from_secs(15)),
@@ -53,17 +48,6 @@ impl PlatformApi for Whatsapp {
             None => Reconciled::Absent,
         };
         Box::pin(async { Ok(reconciled) })
-    }
-}
-
-impl Outbound for Whatsapp {
-    fn send<'a>(
-        &'a self,
-        client: &'a Client,
-        part: &'a OutboundPart<'a>,
-        token: &'a str,
-    ) -> BoxFuture<'a, SendOutcome> {
-        Box::pin(send::send(client, part, token))
     }
 }
 

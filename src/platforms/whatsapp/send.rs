@@ -1,15 +1,16 @@
 //! Sending a reply part to WhatsApp (Cloud API `messages`, PLATFORMS.md §2.6), with the
 //! part key as `biz_opaque_callback_data` so the status callback can settle a send in doubt.
 
+use futures::future::BoxFuture;
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use super::GRAPH_VERSION;
+use super::{Whatsapp, GRAPH_VERSION};
 use crate::egress::{self, GuardedClient as Client};
-use crate::platforms::api_base;
-use crate::platforms::send::{read_json, transport_error, OutboundPart, SendOutcome};
+use crate::platforms::contract::api_base;
+use crate::platforms::send::{read_json, transport_error, Outbound, OutboundPart, SendOutcome};
 
 /// Meta error codes that mean "slow down" (PLATFORMS.md §2.6): throughput 130429, pair
 /// rate 131056 (one message per 6 s to the same user), app/WABA limits 4 and 80007.
@@ -31,7 +32,7 @@ pub(super) async fn send(client: &Client, part: &OutboundPart<'_>, token: &str) 
             error: "connector has no phone_number_id (external id)".into(),
         };
     };
-    let formatted = part.formatted();
+    let formatted = part.formatted(&Whatsapp);
     let text = formatted.as_ref().map_or(part.text, |f| f.text.as_str());
     let body = json!({
         "messaging_product": "whatsapp",
@@ -90,6 +91,17 @@ fn classify(status: StatusCode, body: Option<Value>) -> SendOutcome {
         None => SendOutcome::Unknown {
             error: format!("whatsapp answered {status} without an error code"),
         },
+    }
+}
+
+impl Outbound for Whatsapp {
+    fn send<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+    ) -> BoxFuture<'a, SendOutcome> {
+        Box::pin(send(client, part, token))
     }
 }
 

@@ -1,4 +1,4 @@
-//! WhatsApp's typing indicator (`crate::delivery::typing`): the read receipt of the user's
+//! WhatsApp's typing indicator: the read receipt of the user's
 //! message with `typing_indicator` (the message shows as read from then on); it shows for up
 //! to 25 s or until the reply: refreshed every 5 intervals (20 s).
 
@@ -6,10 +6,9 @@ use serde_json::{json, Value};
 
 use super::{Whatsapp, GRAPH_VERSION};
 use crate::db::messages::MessageRow;
-use crate::delivery::typing::{Place, Show};
 use crate::domain::Connector;
 use crate::egress::GuardedClient;
-use crate::platforms::TypingIndicator;
+use crate::platforms::contract::{Place, Show, TypingIndicator};
 
 impl TypingIndicator for Whatsapp {
     fn typing_place(&self, connector: &Connector, message: &MessageRow) -> Option<Place> {

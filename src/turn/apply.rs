@@ -1,155 +1,13 @@
-//! A turn's transitions across its message row, its reply parts and its job: the one place
-//! that answers "where does a job end?".
-//!
-//! ```text
-//! message  accepted ─claim─▶ dispatching ─Answered─▶ executed ─Delivered─▶ (delivered_at)
-//!             ▲                │    ▲                   │  ▲
-//!             │                │    └─ AgentRetry       │  └─ resend ─┐
-//!             │                │      (error kept; the  ├─ PartFailed / Abandoned ─▶ delivery_failed
-//!             │                │       job waits)       └─ Concluded (a part unknown): stays
-//!             │                └─ AgentFailed ─▶ dispatch_failed      executed, not delivered
-//!             └──────────── redispatch ─────────────────┘
-//! part     pending ─MarkSending─▶ sending ─PartPosted / Delivered─▶ sent
-//!             ▲                     │  ├─ PartWait (not sent) ─▶ pending
-//!             │                     │  ├─ PartWait (in doubt) ─▶ sending (reconciled first)
-//!             │                     ├──┴─ PartFailed ─▶ failed (and every later part) ─┐
-//!             │                     └─ PartUnknown (Telegram at-most-once) ─▶ unknown ─┤
-//!             └──────── resend (failed; unknown only when asked) ───────────────────────┘
-//! job      dispatch ─Answered with parts─▶ reply ─Delivered / Concluded / PartFailed / Abandoned─▶ gone
-//!             └─ Answered without parts / AgentFailed / Skipped ─▶ gone
-//!          gone ─redispatch─▶ dispatch;  gone ─resend─▶ reply
-//! ```
-//!
-//! Every transition is made by the holder of the job's lease and first checks it (and locks
-//! the job's row until the commit, which holds off any claim), in the same transaction: a
-//! holder whose lease ran out and whose job was claimed again gets `Applied::LeaseLost`
-//! and nothing is written, except that a
-//! part it did post is still recorded as `sent` (a fact, whoever holds the job now). In
-//! particular a part is only ever marked `sending` (the mark that precedes its request)
-//! under a lease that was still held when the mark committed.
-//!
-//! `Answered` creates part 0 already `sending` (attempt 1) and `PartPosted` marks the next
-//! part `sending` with the settling of the one just posted, so each commit carries every
-//! mark the next request needs and a one-part answer costs three commits in all (claim,
-//! answer, delivery), each shared with other turns (`crate::dispatch::writer`).
-//!
-//! `LiveShown` changes no state: while a streamed answer runs (`dispatching`), it records the
-//! platform message its live view left (`live_message_id`), which the first part then
-//! adopts instead of posting a second message (`crate::delivery::live`).
-//!
-//! The two admin actions (`redispatch`, `resend`) are the only transitions made without a
-//! lease: they apply only to turns that have no job, and they create one. Each takes the
-//! turns it changes by a row lock on their message and re-checks their state under it, so
-//! two calls at the same time (or a repeated call) queue a turn at most once.
-//!
-//! A turn whose reply has a part in doubt (`unknown`: Telegram at-most-once) and none
-//! failed stays `executed` with `delivered_at` unset and the part's error in `last_error`:
-//! distinguishable from a delivered turn, and not `delivery_failed`, because resending it
-//! may post a second copy, which is what the connector's at-most-once choice forbids. A
-//! resend re-posts such a part only when asked to explicitly (`include_unknown`).
+//! Applying transitions: the SQL behind the diagram in [`super`], in as few statements as
+//! the batch allows.
 
 use std::time::Duration;
 
-use super::queue::{self, LeaseToken, Stage};
-use super::TenantTx;
-use crate::domain::{ConnectorId, MessageId, MessageStatus, Platform};
-
-/// Status of a reply part (`channel_replies.status`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, sqlx::Type)]
-#[sqlx(type_name = "text", rename_all = "snake_case")]
-#[serde(rename_all = "snake_case")]
-pub enum PartStatus {
-    Pending,
-    /// Its request may have left: reconciled before any resend.
-    Sending,
-    Sent,
-    Failed,
-    /// Its request may or may not have been posted, and the platform offers no way to
-    /// tell (Telegram, at-most-once): never resent, the parts after it still are.
-    Unknown,
-}
-
-impl PartStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Sending => "sending",
-            Self::Sent => "sent",
-            Self::Failed => "failed",
-            Self::Unknown => "unknown",
-        }
-    }
-}
-
-/// One change of a turn's state.
-#[derive(Debug, Clone)]
-pub enum Transition {
-    /// The agent answered. With parts: `executed`, the parts created (part 0 `sending`),
-    /// the job moved to its reply stage. Without: `executed`, delivered, the job gone.
-    Answered { response: String, parts: Vec<String> },
-    /// A failed agent call worth another attempt after `delay`.
-    AgentRetry { error: String, delay: Duration },
-    /// The agent refused, or retries are over: `dispatch_failed`, the job gone.
-    AgentFailed { error: String },
-    /// The message is gone or already finished: the job is dropped.
-    Skipped,
-    /// The next part's request is about to leave.
-    MarkSending { part: i32 },
-    /// A part was posted (not the last); `next` is marked `sending` with it.
-    PartPosted {
-        part: i32,
-        platform_id: String,
-        next: Option<i32>,
-    },
-    /// Every part is posted (the last one, when given, just now): delivered, job gone.
-    Delivered { last: Option<(i32, String)> },
-    /// A part must wait `delay` (rate limit, no answer yet): `in_doubt` when its request
-    /// may have gone through (it stays `sending`), else it is back to `pending`.
-    PartWait {
-        part: i32,
-        error: String,
-        in_doubt: bool,
-        delay: Duration,
-    },
-    /// A part failed for good: it and every later part fail, the turn is `delivery_failed`
-    /// with the part's error, the job is gone.
-    PartFailed { part: i32, error: String },
-    /// A part's outcome cannot be known and it will not be resent (Telegram at-most-once):
-    /// it is `unknown` (its error kept on the turn too), and the parts after it are still
-    /// sent.
-    PartUnknown { part: i32, error: String },
-    /// Nothing is left to send but not every part is known to be posted (some are
-    /// `unknown`): the last one posted (when given) is recorded, the job is gone, and the
-    /// turn is not marked delivered.
-    Concluded { last: Option<(i32, String)> },
-    /// Nothing can be posted (the connector is gone): unsent parts fail, the turn is
-    /// `delivery_failed`, the job is gone.
-    Abandoned { error: String },
-    /// A streamed answer's live view left this message on the platform (a Slack stream's
-    /// `ts`, a Telegram group message id): the first reply part adopts it
-    /// (`crate::delivery::live`).
-    LiveShown { platform_id: String },
-}
-
-/// What applying a transition came to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Applied {
-    Done,
-    /// `Answered`: whether this was the turn's first stored answer.
-    Stored {
-        first: bool,
-    },
-    /// The lease was no longer the caller's: nothing was written.
-    LeaseLost,
-}
-
-/// One holder's transition of one turn.
-#[derive(Debug, Clone)]
-pub struct Change {
-    pub message: MessageId,
-    pub lease: LeaseToken,
-    pub transition: Transition,
-}
+use super::{Applied, Change, Transition};
+use crate::db::messages::{MessageRow, MESSAGE_COLUMNS};
+use crate::db::queue::{self, LeaseToken};
+use crate::db::{self, TenantTx};
+use crate::domain::MessageId;
 
 /// Applies several turns' changes (at most one per turn) inside the caller's transaction,
 /// scoped to their tenant, and answers in the same order. The frequent transitions cost a
@@ -336,17 +194,14 @@ async fn held_leases(
 /// Marks claimed turns as being dispatched and counts the attempt, in one statement.
 /// Turns that are gone or already terminal (a repeat claim after another holder finished
 /// them) are missing from the answer.
-pub async fn begin_dispatch(
-    tx: &mut TenantTx,
-    ids: &[MessageId],
-) -> Result<Vec<super::messages::MessageRow>, sqlx::Error> {
+pub async fn begin_dispatch(tx: &mut TenantTx, ids: &[MessageId]) -> Result<Vec<MessageRow>, sqlx::Error> {
     let tenant = tx.tenant();
     sqlx::query_as(&format!(
         "update channel_messages
             set status = 'dispatching', attempts = attempts + 1, updated_at = now()
           where tenant_id = $1 and id = any($2) and status in ('accepted', 'dispatching')
       returning {}",
-        super::messages::MESSAGE_COLUMNS
+        MESSAGE_COLUMNS
     ))
     .bind(tenant)
     .bind(ids)
@@ -374,7 +229,7 @@ async fn store_answers(
         .iter()
         .map(|(.., parts)| if parts.is_empty() { "no_reply" } else { "respond" })
         .collect();
-    if super::on_citus(tx.conn()).await? {
+    if db::on_citus(tx.conn()).await? {
         return store_answers_routed(tx, answers, &ids, &responses, &decisions).await;
     }
     let (mut part_ids, mut part_indexes, mut part_texts) = (Vec::new(), Vec::new(), Vec::new());
@@ -682,204 +537,4 @@ async fn mark_delivered(tx: &mut TenantTx, messages: &[MessageId]) -> Result<(),
     .execute(tx.conn())
     .await?;
     Ok(())
-}
-
-/// Which turns an admin action (`redispatch`, `resend`) takes. Every field that is set
-/// narrows the choice, with the admin listing's meaning (`messages::list`); the oldest
-/// turns are taken first, at most `limit`.
-#[derive(Debug, Clone, Default)]
-pub struct Selection {
-    /// These turns only (the one-message actions).
-    pub ids: Option<Vec<MessageId>>,
-    /// The linked user.
-    pub user_id: Option<String>,
-    pub platform: Option<Platform>,
-    pub connector_id: Option<ConnectorId>,
-    pub status: Option<MessageStatus>,
-    /// Received at or after.
-    pub since: Option<chrono::DateTime<chrono::Utc>>,
-    /// Received before.
-    pub until: Option<chrono::DateTime<chrono::Utc>>,
-    pub limit: i64,
-}
-
-/// What an admin action queued.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Requeued {
-    /// The turns given a job, oldest first (the order of their jobs).
-    pub ids: Vec<MessageId>,
-    /// Whether more turns match than `Selection::limit` let the call take.
-    pub more: bool,
-}
-
-/// An admin action, for the candidates it applies to.
-#[derive(Debug, Clone, Copy)]
-enum Action {
-    Redispatch,
-    Resend { include_unknown: bool },
-}
-
-impl Action {
-    /// The part statuses a resend posts again.
-    fn undelivered(self) -> Vec<&'static str> {
-        match self {
-            Action::Resend {
-                include_unknown: true,
-            } => vec![PartStatus::Failed.as_str(), PartStatus::Unknown.as_str()],
-            _ => vec![PartStatus::Failed.as_str()],
-        }
-    }
-}
-
-/// Appends `where …` for the turns (`m`) of `selection` that `action` applies to. A turn
-/// that has a job (queued, or being worked) is never taken either, so nothing is queued
-/// twice; the queue is asked apart (`choose`), since on Citus it cannot be joined.
-fn push_candidates(
-    sql: &mut sqlx::QueryBuilder<'_, sqlx::Postgres>,
-    tenant: crate::domain::TenantId,
-    selection: &Selection,
-    action: Action,
-) {
-    sql.push(" where m.tenant_id = ").push_bind(tenant);
-    match action {
-        Action::Redispatch => {
-            sql.push(" and m.status = 'dispatch_failed'");
-        }
-        Action::Resend { .. } => {
-            sql.push(
-                " and m.status in ('executed', 'delivery_failed')
-                  and exists (select 1 from channel_replies r
-                               where r.tenant_id = m.tenant_id and r.message_id = m.id
-                                 and r.status = any(",
-            )
-            .push_bind(action.undelivered())
-            .push("))");
-        }
-    }
-    if let Some(ids) = &selection.ids {
-        sql.push(" and m.id = any(").push_bind(ids.clone()).push(")");
-    }
-    if let Some(user) = &selection.user_id {
-        sql.push(" and m.user_id = ").push_bind(user.clone());
-    }
-    if let Some(platform) = selection.platform {
-        sql.push(" and m.platform = ").push_bind(platform.as_str());
-    }
-    if let Some(connector) = selection.connector_id {
-        sql.push(" and m.connector_id = ").push_bind(connector);
-    }
-    if let Some(status) = selection.status {
-        sql.push(" and m.status = ").push_bind(status);
-    }
-    if let Some(since) = selection.since {
-        sql.push(" and m.received_at >= ").push_bind(since);
-    }
-    if let Some(until) = selection.until {
-        sql.push(" and m.received_at < ").push_bind(until);
-    }
-}
-
-/// The chosen turns, oldest first, locked until the commit (a second call waits for the
-/// first and then finds them no longer candidates), without those that have a job; and
-/// those skipped for having one.
-async fn choose(
-    tx: &mut TenantTx,
-    selection: &Selection,
-    action: Action,
-) -> Result<(Vec<MessageId>, Vec<MessageId>), sqlx::Error> {
-    let tenant = tx.tenant();
-    queue::without_jobs(tx, selection.limit, |seen, need| {
-        let mut sql = sqlx::QueryBuilder::new("select m.id from channel_messages m");
-        push_candidates(&mut sql, tenant, selection, action);
-        sql.push(" and m.id <> all(")
-            .push_bind(seen.to_vec())
-            .push(") order by m.received_at, m.id limit ")
-            .push_bind(need)
-            .push(" for update of m");
-        sql
-    })
-    .await
-}
-
-/// Puts `dispatch_failed` turns back in the queue, as if they had just arrived: status
-/// `accepted`, attempts, decision and error cleared, a dispatch job each, queued oldest
-/// first so that one user's turns are dispatched in the order they were written.
-pub async fn redispatch(tx: &mut TenantTx, selection: &Selection) -> Result<Requeued, sqlx::Error> {
-    let (chosen, skipped) = choose(tx, selection, Action::Redispatch).await?;
-    let rows: Vec<(MessageId, String, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
-        "update channel_messages
-            set status = 'accepted', decision = null, attempts = 0, last_error = null,
-                completed_at = null, updated_at = now()
-          where tenant_id = $1 and id = any($2) and status = 'dispatch_failed'
-      returning id, conversation_key, received_at",
-    )
-    .bind(tx.tenant())
-    .bind(&chosen)
-    .fetch_all(tx.conn())
-    .await?;
-    requeue(tx, rows, selection, Action::Redispatch, Stage::Dispatch, &skipped).await
-}
-
-/// Queues the undelivered parts of answered turns again: their `failed` parts (and, with
-/// `include_unknown`, the `unknown` ones) go back to `pending` with a fresh attempt count,
-/// the turn back to `executed` with its error cleared, and a reply job each. `sent` parts
-/// are never touched, so the pass posts only what is missing.
-pub async fn resend(
-    tx: &mut TenantTx,
-    selection: &Selection,
-    include_unknown: bool,
-) -> Result<Requeued, sqlx::Error> {
-    let action = Action::Resend { include_unknown };
-    let (chosen, skipped) = choose(tx, selection, action).await?;
-    // The part statuses are checked again by the update itself: a concurrent resend that
-    // committed first has made them `pending`, so this one changes (and queues) nothing.
-    let mut reopened: Vec<MessageId> = sqlx::query_scalar(
-        "update channel_replies
-            set status = 'pending', attempts = 0, last_error = null, sending_since = null,
-                updated_at = now()
-          where tenant_id = $1 and message_id = any($2) and status = any($3)
-      returning message_id",
-    )
-    .bind(tx.tenant())
-    .bind(&chosen)
-    .bind(action.undelivered())
-    .fetch_all(tx.conn())
-    .await?;
-    reopened.sort();
-    reopened.dedup();
-    let rows: Vec<(MessageId, String, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
-        "update channel_messages set status = 'executed', last_error = null, updated_at = now()
-          where tenant_id = $1 and id = any($2)
-      returning id, conversation_key, received_at",
-    )
-    .bind(tx.tenant())
-    .bind(&reopened)
-    .fetch_all(tx.conn())
-    .await?;
-    requeue(tx, rows, selection, action, Stage::Reply, &skipped).await
-}
-
-/// Gives the changed turns their jobs, oldest first, and looks whether the selection holds
-/// more candidates than the call took.
-async fn requeue(
-    tx: &mut TenantTx,
-    mut rows: Vec<(MessageId, String, chrono::DateTime<chrono::Utc>)>,
-    selection: &Selection,
-    action: Action,
-    stage: Stage,
-    skipped: &[MessageId],
-) -> Result<Requeued, sqlx::Error> {
-    rows.sort_by_key(|(id, _, received_at)| (*received_at, *id));
-    let jobs: Vec<(MessageId, &str)> = rows.iter().map(|(id, key, _)| (*id, key.as_str())).collect();
-    queue::enqueue_many(tx, &jobs, stage).await?;
-    let mut more = sqlx::QueryBuilder::new("select exists (select 1 from channel_messages m");
-    push_candidates(&mut more, tx.tenant(), selection, action);
-    more.push(" and m.id <> all(")
-        .push_bind(skipped.to_vec())
-        .push("))");
-    let more: bool = more.build_query_scalar().fetch_one(tx.conn()).await?;
-    Ok(Requeued {
-        ids: rows.into_iter().map(|(id, ..)| id).collect(),
-        more,
-    })
 }

@@ -1,6 +1,6 @@
 //! The turn writer: many turns' state changes per commit.
 //!
-//! The worker's tasks hand each change of a turn (`db::turns::Change`: an answer to store,
+//! The worker's tasks hand each change of a turn (`super::Change`: an answer to store,
 //! a part posted, a delivery, a retry…) to `TurnWriter::apply` and wait for its commit
 //! before they go on, so every rule of `db::turns` still holds (an answer is stored before
 //! any part is sent; a part is `sending` in a committed row before its request leaves).
@@ -17,9 +17,9 @@
 
 use sqlx::PgPool;
 
+use super::{apply, Applied, Change, Transition};
 use crate::batch::{BatchError, BatchLimits, BatchWrite, Batcher, WriteFuture};
 use crate::db::queue::Job;
-use crate::db::turns::{self, Applied, Change, Transition};
 use crate::db::TenantTx;
 use crate::domain::TenantId;
 
@@ -77,7 +77,7 @@ impl BatchWrite for TurnWrites {
             for group in items.chunk_by(|a, b| a.0 == b.0) {
                 tx.switch_tenant(group[0].0).await?;
                 let changes: Vec<&Change> = group.iter().map(|(_, change)| change).collect();
-                applied.extend(turns::apply_many(&mut tx, &changes).await?);
+                applied.extend(apply::apply_many(&mut tx, &changes).await?);
             }
             tx.commit().await?;
             Ok(applied)

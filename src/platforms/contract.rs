@@ -1,0 +1,186 @@
+//! What every platform implements, and the types those calls exchange with the pipeline
+//! above (`delivery`, `http`). Platform folders import this file, never `platforms::of`.
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+use sqlx::PgPool;
+
+use super::files::FetchError;
+use super::inbound::Channel;
+use super::live::{LiveStep, LiveTarget, Shown, Surface};
+use super::send::Outbound;
+use crate::db::messages::{MessageRow, ReplyPart};
+use crate::domain::Connector;
+use crate::egress::GuardedClient;
+use crate::markdown::Renderer;
+use crate::media::FileSource;
+use crate::settings::DispatchSettings;
+
+/// Everything one platform does: each job its own trait, and what is left here.
+pub trait PlatformApi: Channel + Outbound + Renderer + TypingIndicator + LivePreview + Files {
+    /// Longest reply part, in UTF-16 units (`crate::delivery::split`).
+    fn part_limit(&self) -> usize;
+
+    /// Whether webhooks come as large batches, read up to `CB_WHATSAPP_BODY_LIMIT` rather
+    /// than `CB_BODY_LIMIT` (Meta's run to about 3 MB).
+    fn batches_webhooks(&self) -> bool {
+        false
+    }
+
+    /// Whether the part left `sending` by an interrupted send was posted, as far as this
+    /// pass can tell.
+    fn reconcile<'a>(
+        &'a self,
+        pending: &'a Pending<'a>,
+        part: &'a ReplyPart,
+    ) -> BoxFuture<'a, anyhow::Result<Reconciled>>;
+}
+
+/// A turn whose part was left `sending`, and what settling it may use.
+pub struct Pending<'a> {
+    pub connector: &'a Connector,
+    pub message: &'a MessageRow,
+    /// For the short transactions of a Slack thread search (budget, cursor).
+    pub pool: &'a PgPool,
+    pub client: &'a GuardedClient,
+    pub settings: &'a DispatchSettings,
+}
+
+/// Reconciling an interrupted send.
+pub enum Reconciled {
+    /// It was posted; here is its platform id.
+    Found(String),
+    /// It certainly was not posted (or the connector accepts a possible duplicate): send.
+    Absent,
+    /// Not known yet; look again after this long (why, for the part's `last_error`).
+    Later(Duration, String),
+    /// Not knowable, and the connector prefers a lost reply to a doubled one.
+    Unknowable(String),
+}
+
+/// The connector's API base URL (a stand-in's, in tests and the demo), without a trailing
+/// slash.
+pub(crate) fn api_base(connector: &Connector) -> &str {
+    connector
+        .api_base_url
+        .as_deref()
+        .unwrap_or(connector.platform.default_api_base())
+        .trim_end_matches('/')
+}
+
+/// Where an indicator shows, as its platform addresses it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    /// The chat (Slack channel, Telegram chat), or the number that answers (WhatsApp
+    /// `phone_number_id`).
+    pub chat: String,
+    /// Within it: the Telegram forum topic, the Slack assistant thread, the WhatsApp message
+    /// marked read.
+    pub within: Option<String>,
+}
+
+/// What to show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Show {
+    Working,
+    /// Slack only: the status is removed.
+    Nothing,
+}
+
+/// The typing indicator as the platform shows it (`crate::delivery::typing` runs it).
+pub trait TypingIndicator: Sync {
+    /// Where `message`'s indicator shows, or `None` where the platform has none for it or
+    /// it cannot be addressed.
+    fn typing_place(&self, connector: &Connector, message: &MessageRow) -> Option<Place>;
+
+    /// How many refresh intervals (`CB_TYPING_INTERVAL_MS`) the indicator outlasts
+    /// comfortably.
+    fn typing_refresh_intervals(&self) -> u32;
+
+    /// The request that shows (or clears) the indicator.
+    fn typing_request(
+        &self,
+        client: &GuardedClient,
+        base: &str,
+        token: &str,
+        place: &Place,
+        show: Show,
+    ) -> reqwest::RequestBuilder;
+
+    /// Whether a 2xx answer's body says the indicator is shown.
+    fn typing_shown(&self, body: &Value) -> bool;
+
+    /// Whether the answer asks to slow down beyond a 429 or Slack's `ratelimited`.
+    fn typing_slowed(&self, body: &Value) -> bool {
+        let _ = body;
+        false
+    }
+
+    /// Whether a 2xx answer is a refusal (Slack answers `ok: false` with 200).
+    fn typing_refused(&self, body: &Value) -> bool {
+        let _ = body;
+        false
+    }
+
+    /// Whether the indicator stays until cleared, so a turn that ends without a reply must
+    /// clear it (Slack's status).
+    fn typing_stays(&self) -> bool {
+        false
+    }
+}
+
+/// A streamed answer's live view as the platform shows it (`crate::delivery::live` runs it).
+/// Platforms without one keep the defaults: the typing indicator goes on until the reply.
+pub trait LivePreview: Sync {
+    /// How `message`'s stream shows, or `None`.
+    fn live_surface(&self, message: &MessageRow) -> Option<Surface> {
+        let _ = message;
+        None
+    }
+
+    /// One call showing `text`.
+    fn show_live<'a>(
+        &'a self,
+        target: &'a LiveTarget<'a>,
+        surface: Surface,
+        text: &'a str,
+        shown: &'a mut Shown,
+    ) -> BoxFuture<'a, Result<LiveStep, &'static str>> {
+        let _ = (target, surface, text, shown);
+        Box::pin(async { Err("the platform shows no live view") })
+    }
+
+    /// Ends a preview no reply part will adopt (best effort); nothing where there is
+    /// nothing to end.
+    fn end_live<'a>(
+        &'a self,
+        client: &'a GuardedClient,
+        connector: &'a Connector,
+        message: &'a MessageRow,
+        live_id: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, ()> {
+        let _ = (client, connector, message, live_id, token);
+        Box::pin(async {})
+    }
+}
+
+/// Downloading an attachment with the connector's credentials.
+pub trait Files: Sync {
+    /// The request that downloads `source`, after any lookup the platform needs first.
+    fn download<'a>(
+        &'a self,
+        client: &'a GuardedClient,
+        connector: &'a Connector,
+        token: &'a str,
+        source: &'a FileSource,
+    ) -> BoxFuture<'a, Result<reqwest::RequestBuilder, FetchError>>;
+
+    /// Refuses a successful answer that is not the file.
+    fn check_download(&self, response: &reqwest::Response) -> Result<(), FetchError> {
+        let _ = response;
+        Ok(())
+    }
+}

@@ -1,0 +1,206 @@
+//! The two admin actions, `redispatch` and `resend`: the only transitions made without a
+//! lease (see [`super`]).
+
+use crate::db::queue::{self, Stage};
+use crate::db::TenantTx;
+use crate::domain::{ConnectorId, MessageId, MessageStatus, PartStatus, Platform};
+
+/// Which turns an admin action (`redispatch`, `resend`) takes. Every field that is set
+/// narrows the choice, with the admin listing's meaning (`messages::list`); the oldest
+/// turns are taken first, at most `limit`.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    /// These turns only (the one-message actions).
+    pub ids: Option<Vec<MessageId>>,
+    /// The linked user.
+    pub user_id: Option<String>,
+    pub platform: Option<Platform>,
+    pub connector_id: Option<ConnectorId>,
+    pub status: Option<MessageStatus>,
+    /// Received at or after.
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Received before.
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
+    pub limit: i64,
+}
+
+/// What an admin action queued.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Requeued {
+    /// The turns given a job, oldest first (the order of their jobs).
+    pub ids: Vec<MessageId>,
+    /// Whether more turns match than `Selection::limit` let the call take.
+    pub more: bool,
+}
+
+/// An admin action, for the candidates it applies to.
+#[derive(Debug, Clone, Copy)]
+enum Action {
+    Redispatch,
+    Resend { include_unknown: bool },
+}
+
+impl Action {
+    /// The part statuses a resend posts again.
+    fn undelivered(self) -> Vec<&'static str> {
+        match self {
+            Action::Resend {
+                include_unknown: true,
+            } => vec![PartStatus::Failed.as_str(), PartStatus::Unknown.as_str()],
+            _ => vec![PartStatus::Failed.as_str()],
+        }
+    }
+}
+
+/// Appends `where …` for the turns (`m`) of `selection` that `action` applies to. A turn
+/// that has a job (queued, or being worked) is never taken either, so nothing is queued
+/// twice; the queue is asked apart (`choose`), since on Citus it cannot be joined.
+fn push_candidates(
+    sql: &mut sqlx::QueryBuilder<'_, sqlx::Postgres>,
+    tenant: crate::domain::TenantId,
+    selection: &Selection,
+    action: Action,
+) {
+    sql.push(" where m.tenant_id = ").push_bind(tenant);
+    match action {
+        Action::Redispatch => {
+            sql.push(" and m.status = 'dispatch_failed'");
+        }
+        Action::Resend { .. } => {
+            sql.push(
+                " and m.status in ('executed', 'delivery_failed')
+                  and exists (select 1 from channel_replies r
+                               where r.tenant_id = m.tenant_id and r.message_id = m.id
+                                 and r.status = any(",
+            )
+            .push_bind(action.undelivered())
+            .push("))");
+        }
+    }
+    if let Some(ids) = &selection.ids {
+        sql.push(" and m.id = any(").push_bind(ids.clone()).push(")");
+    }
+    if let Some(user) = &selection.user_id {
+        sql.push(" and m.user_id = ").push_bind(user.clone());
+    }
+    if let Some(platform) = selection.platform {
+        sql.push(" and m.platform = ").push_bind(platform.as_str());
+    }
+    if let Some(connector) = selection.connector_id {
+        sql.push(" and m.connector_id = ").push_bind(connector);
+    }
+    if let Some(status) = selection.status {
+        sql.push(" and m.status = ").push_bind(status);
+    }
+    if let Some(since) = selection.since {
+        sql.push(" and m.received_at >= ").push_bind(since);
+    }
+    if let Some(until) = selection.until {
+        sql.push(" and m.received_at < ").push_bind(until);
+    }
+}
+
+/// The chosen turns, oldest first, locked until the commit (a second call waits for the
+/// first and then finds them no longer candidates), without those that have a job; and
+/// those skipped for having one.
+async fn choose(
+    tx: &mut TenantTx,
+    selection: &Selection,
+    action: Action,
+) -> Result<(Vec<MessageId>, Vec<MessageId>), sqlx::Error> {
+    let tenant = tx.tenant();
+    queue::without_jobs(tx, selection.limit, |seen, need| {
+        let mut sql = sqlx::QueryBuilder::new("select m.id from channel_messages m");
+        push_candidates(&mut sql, tenant, selection, action);
+        sql.push(" and m.id <> all(")
+            .push_bind(seen.to_vec())
+            .push(") order by m.received_at, m.id limit ")
+            .push_bind(need)
+            .push(" for update of m");
+        sql
+    })
+    .await
+}
+
+/// Puts `dispatch_failed` turns back in the queue, as if they had just arrived: status
+/// `accepted`, attempts, decision and error cleared, a dispatch job each, queued oldest
+/// first so that one user's turns are dispatched in the order they were written.
+pub async fn redispatch(tx: &mut TenantTx, selection: &Selection) -> Result<Requeued, sqlx::Error> {
+    let (chosen, skipped) = choose(tx, selection, Action::Redispatch).await?;
+    let rows: Vec<(MessageId, String, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
+        "update channel_messages
+            set status = 'accepted', decision = null, attempts = 0, last_error = null,
+                completed_at = null, updated_at = now()
+          where tenant_id = $1 and id = any($2) and status = 'dispatch_failed'
+      returning id, conversation_key, received_at",
+    )
+    .bind(tx.tenant())
+    .bind(&chosen)
+    .fetch_all(tx.conn())
+    .await?;
+    requeue(tx, rows, selection, Action::Redispatch, Stage::Dispatch, &skipped).await
+}
+
+/// Queues the undelivered parts of answered turns again: their `failed` parts (and, with
+/// `include_unknown`, the `unknown` ones) go back to `pending` with a fresh attempt count,
+/// the turn back to `executed` with its error cleared, and a reply job each. `sent` parts
+/// are never touched, so the pass posts only what is missing.
+pub async fn resend(
+    tx: &mut TenantTx,
+    selection: &Selection,
+    include_unknown: bool,
+) -> Result<Requeued, sqlx::Error> {
+    let action = Action::Resend { include_unknown };
+    let (chosen, skipped) = choose(tx, selection, action).await?;
+    // The part statuses are checked again by the update itself: a concurrent resend that
+    // committed first has made them `pending`, so this one changes (and queues) nothing.
+    let mut reopened: Vec<MessageId> = sqlx::query_scalar(
+        "update channel_replies
+            set status = 'pending', attempts = 0, last_error = null, sending_since = null,
+                updated_at = now()
+          where tenant_id = $1 and message_id = any($2) and status = any($3)
+      returning message_id",
+    )
+    .bind(tx.tenant())
+    .bind(&chosen)
+    .bind(action.undelivered())
+    .fetch_all(tx.conn())
+    .await?;
+    reopened.sort();
+    reopened.dedup();
+    let rows: Vec<(MessageId, String, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
+        "update channel_messages set status = 'executed', last_error = null, updated_at = now()
+          where tenant_id = $1 and id = any($2)
+      returning id, conversation_key, received_at",
+    )
+    .bind(tx.tenant())
+    .bind(&reopened)
+    .fetch_all(tx.conn())
+    .await?;
+    requeue(tx, rows, selection, action, Stage::Reply, &skipped).await
+}
+
+/// Gives the changed turns their jobs, oldest first, and looks whether the selection holds
+/// more candidates than the call took.
+async fn requeue(
+    tx: &mut TenantTx,
+    mut rows: Vec<(MessageId, String, chrono::DateTime<chrono::Utc>)>,
+    selection: &Selection,
+    action: Action,
+    stage: Stage,
+    skipped: &[MessageId],
+) -> Result<Requeued, sqlx::Error> {
+    rows.sort_by_key(|(id, _, received_at)| (*received_at, *id));
+    let jobs: Vec<(MessageId, &str)> = rows.iter().map(|(id, key, _)| (*id, key.as_str())).collect();
+    queue::enqueue_many(tx, &jobs, stage).await?;
+    let mut more = sqlx::QueryBuilder::new("select exists (select 1 from channel_messages m");
+    push_candidates(&mut more, tx.tenant(), selection, action);
+    more.push(" and m.id <> all(")
+        .push_bind(skipped.to_vec())
+        .push("))");
+    let more: bool = more.build_query_scalar().fetch_one(tx.conn()).await?;
+    Ok(Requeued {
+        ids: rows.into_iter().map(|(id, ..)| id).collect(),
+        more,
+    })
+}

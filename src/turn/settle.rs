@@ -1,0 +1,109 @@
+//! Reply-part transitions the platforms report after the fact: WhatsApp status callbacks
+//! and Slack's confirmation that a part was posted.
+
+use chrono::Utc;
+
+use crate::db::replies::parse_part_key;
+use crate::db::TenantTx;
+use crate::domain::{ConnectorId, MessageId};
+use crate::platforms::inbound::{DeliveryStatus, PostedPart};
+
+/// Applies a WhatsApp status callback to the reply part it names: by our part key
+/// (`biz_opaque_callback_data` = `{message_id}:{part_index}`) when present, else by the
+/// `wamid` the send returned. A `sent`/`delivered`/`read` for a part still `sending`
+/// settles it as posted. A `failed` for a part Meta had accepted (`sent`: the user never got
+/// it, e.g. outside the 24-hour window) fails the part and makes its turn
+/// `delivery_failed`, so admins see it and can resend it. Returns the message whose part
+/// changed, if any.
+pub async fn apply_status(
+    tx: &mut TenantTx,
+    status: &DeliveryStatus,
+) -> Result<Option<MessageId>, sqlx::Error> {
+    let tenant = tx.tenant();
+    let (message, part) = match status.callback_data.as_deref().and_then(parse_part_key) {
+        Some((message, part)) => (Some(message), Some(part)),
+        None => (None, None),
+    };
+    let posted = matches!(status.status.as_str(), "sent" | "delivered" | "read");
+    // The clock is read here: Citus refuses `now()` inside CASE or COALESCE of a
+    // modification.
+    let now = chrono::Utc::now();
+    let changed: Option<(MessageId, String, Option<String>)> = sqlx::query_as(
+        "update channel_replies
+            set delivery_status = $5,
+                status = case when $6 and status in ('sending', 'pending') then 'sent'
+                              when $5 = 'failed' and status = 'sent' then 'failed'
+                              else status end,
+                platform_message_id = coalesce(platform_message_id, $4),
+                sent_at = case when $6 then coalesce(sent_at, $8) else sent_at end,
+                last_error = case when $5 = 'failed' then $7 else last_error end,
+                updated_at = $8
+          where tenant_id = $1
+            and (($2::uuid is not null and message_id = $2 and part_index = $3)
+                 or ($2::uuid is null and platform_message_id = $4))
+      returning message_id, status, last_error",
+    )
+    .bind(tenant)
+    .bind(message)
+    .bind(part)
+    .bind(&status.platform_message_id)
+    .bind(&status.status)
+    .bind(posted)
+    .bind(&status.error)
+    .bind(now)
+    .fetch_optional(tx.conn())
+    .await?;
+    let Some((message, part_status, last_error)) = changed else {
+        return Ok(None);
+    };
+    // Its own statement, not a CTE of the one above: Citus cannot nest a statement on one
+    // distributed table inside a statement on another's shard.
+    if status.status == "failed" && part_status == "failed" {
+        sqlx::query(
+            "update channel_messages
+                set status = 'delivery_failed', last_error = $3, updated_at = $4
+              where tenant_id = $1 and id = $2 and status = 'executed'",
+        )
+        .bind(tenant)
+        .bind(message)
+        .bind(last_error.unwrap_or_else(|| "not delivered (WhatsApp status failed)".to_owned()))
+        .bind(now)
+        .execute(tx.conn())
+        .await?;
+    }
+    Ok(Some(message))
+}
+
+/// Settles a reply part as posted on the platform's word (Slack `message_metadata_posted`
+/// with our part key), with the posted message's id. Only a part still `sending` or
+/// `pending` changes, and only when it belongs to a turn of this connector in the chat the
+/// message was posted in: a key of another tenant (RLS hides it), of another connector or
+/// chat, or of a part already settled changes nothing, so a repeated event is harmless.
+/// Returns the message whose part was settled, if any.
+pub async fn confirm_posted(
+    tx: &mut TenantTx,
+    connector: ConnectorId,
+    posted: &PostedPart,
+) -> Result<Option<MessageId>, sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query_scalar(
+        "update channel_replies r
+            set status = 'sent', platform_message_id = $4, sent_at = $7, last_error = null,
+                updated_at = $7
+           from channel_messages m
+          where r.tenant_id = $1 and r.message_id = $2 and r.part_index = $3
+            and r.status in ('sending', 'pending')
+            and m.tenant_id = $1 and m.id = $2 and m.connector_id = $5 and m.chat_id = $6
+      returning r.message_id",
+    )
+    .bind(tenant)
+    .bind(posted.message)
+    .bind(posted.part_index)
+    .bind(&posted.platform_message_id)
+    .bind(connector)
+    .bind(&posted.chat_id)
+    // The clock is read here (Citus: no `now()` where a modification returns).
+    .bind(Utc::now())
+    .fetch_optional(tx.conn())
+    .await
+}
