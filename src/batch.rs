@@ -1,19 +1,7 @@
-//! Group commit: work items handed in one by one, written several to a transaction.
-//!
-//! A commit waits for its WAL flush, so one item per transaction caps a writer at
-//! PostgreSQL's per-commit ceiling. `Batcher::spawn` starts `writers` tasks; each takes
-//! whatever items have queued up meanwhile (up to `batch_max`), sorts them by tenant (a
-//! stable sort: one conversation's items keep their order) and writes them in one
-//! transaction (`BatchWrite::write`). At low load a batch is one item and nothing waits;
-//! under load batches grow by themselves while the other writers' commits are in flight.
-//! Each item's submitter waits for the commit that holds it.
-//!
-//! When a batch fails for a reason other than an outage (a deadlock between two batches, a
-//! row one item cannot write…), its items are written again one transaction each, so one
-//! item's failure is never its neighbours'. An outage fails the whole batch at once, and so
-//! does a batch that misses its deadline (`CB_DB_DEADLINE_MS`, `crate::db::within`): the
-//! writer goes on with the next batch instead of waiting on a network that holds traffic. The
-//! ingress writer (webhooks) and the turn writer (dispatch state changes) are the two users.
+//! Group commit: a commit waits for its WAL flush, so one item per transaction caps a writer at
+//! PostgreSQL's per-commit ceiling. A batch is sorted by tenant (stable: a conversation keeps
+//! its order); one that fails but for an outage or a missed deadline is redone one item per
+//! transaction, so one item's failure is never its neighbours'.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -24,24 +12,20 @@ use tokio::sync::{mpsc, oneshot, Mutex};
 
 use crate::domain::TenantId;
 
-/// Why an item was not written; shared by every item of a failed batch.
+/// Shared by every item of a failed batch.
 pub type BatchError = Arc<sqlx::Error>;
 
-/// The future `BatchWrite::write` returns.
 pub type WriteFuture<'a, T> = Pin<Box<dyn Future<Output = Result<Vec<T>, sqlx::Error>> + Send + 'a>>;
 
-/// What a writer commits.
 pub trait BatchWrite: Send + Sync + 'static {
     type Item: Send + Sync + 'static;
     type Output: Send + 'static;
     /// Names the writer in logs and labels `batch_size` / `batch_fallbacks_total`.
     const NAME: &'static str;
 
-    /// The tenant an item belongs to: a batch is grouped by it.
     fn tenant(item: &Self::Item) -> TenantId;
 
-    /// Writes `items` (sorted by tenant) in one transaction and commits; one output per
-    /// item, in order.
+    /// One transaction for `items` (sorted by tenant); one output per item, in order.
     fn write<'a>(&'a self, items: &'a [Self::Item]) -> WriteFuture<'a, Self::Output>;
 }
 
@@ -50,14 +34,11 @@ struct Pending<W: BatchWrite> {
     reply: oneshot::Sender<Result<W::Output, BatchError>>,
 }
 
-/// The handle items are submitted through. The writer tasks stop when the last handle is
-/// dropped, after finishing what was handed to them.
+/// The writer tasks stop when the last handle is dropped, after finishing their work.
 pub struct Batcher<W: BatchWrite> {
     items: mpsc::Sender<Pending<W>>,
 }
 
-/// How many writer tasks, how many items one transaction takes, and how long one write may
-/// take.
 #[derive(Debug, Clone, Copy)]
 pub struct BatchLimits {
     pub writers: usize,
@@ -74,7 +55,6 @@ impl<W: BatchWrite> Clone for Batcher<W> {
 }
 
 impl<W: BatchWrite> Batcher<W> {
-    /// Starts `limits.writers` writer tasks on the current runtime.
     pub fn spawn(writer: W, limits: BatchLimits) -> Self {
         let limits = BatchLimits {
             writers: limits.writers.max(1),
@@ -90,8 +70,7 @@ impl<W: BatchWrite> Batcher<W> {
         Self { items }
     }
 
-    /// Writes one item; returns once it is committed (or failed). A writer that is gone,
-    /// or ended without answering (the runtime is shutting down), is an outage.
+    /// Returns once committed. A writer gone without answering (shutdown) is an outage.
     pub async fn submit(&self, item: W::Item) -> Result<W::Output, BatchError> {
         let (reply, written) = oneshot::channel();
         if self.items.send(Pending { item, reply }).await.is_err() {
@@ -101,8 +80,7 @@ impl<W: BatchWrite> Batcher<W> {
     }
 }
 
-/// Runs a writer, and starts it again if it panics (a bug in one batch must not stop the
-/// writer for good). The batch it was writing is answered by its dropped reply channels.
+/// Restarts a writer that panics; its batch is answered by the dropped reply channels.
 async fn supervise<W: BatchWrite>(
     writer: Arc<W>,
     receiver: Arc<Mutex<mpsc::Receiver<Pending<W>>>>,
@@ -145,7 +123,6 @@ async fn run<W: BatchWrite>(
     }
 }
 
-/// Writes one batch and answers each of its items.
 async fn commit<W: BatchWrite>(writer: &W, mut batch: Vec<Pending<W>>, deadline: Duration) {
     metrics::histogram!("channel_bridge_batch_size", "writer" => W::NAME).record(batch.len() as f64);
     batch.sort_by_key(|pending| W::tenant(&pending.item));

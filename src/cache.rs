@@ -1,26 +1,6 @@
-//! Connectors read for webhook verification and tenants read for dispatch, reused for a
-//! few seconds.
-//!
-//! Every webhook needs its connector (secret, platform, policy) before anything else; read
-//! each time, it is a tenant transaction of its own, as much database work as recording
-//! the turn. Every dispatch needs its tenant (agent URL, dispatch secret): a round trip in
-//! the claim's transaction, about a tenth of the worker's database work per turn. Both are
-//! kept for `CB_CONFIG_CACHE_SECS` (default 5; 0 turns the cache off).
-//!
-//! Freshness: this instance's admin API forgets an entry as soon as it changes it (update,
-//! disable, delete, secret rotation; tenant agent URL, dispatch-secret rotation), so the
-//! next webhook or dispatch here sees the change; a read that
-//! was in flight during the change does not put the old row back (a generation counter).
-//! A change made through another instance or the CLI is seen here within the cache time at
-//! most. Rotations keep the previous secret valid for 24 h (Slack signing secret, dispatch
-//! secret), so no platform delivery is rejected and no agent sees an unknown signature
-//! meanwhile; a new agent URL set elsewhere gets dispatches within the cache time.
-//!
-//! The worker reads the connector fresh, not from here: a reply must go out with the
-//! outbound token as it is now.
-//!
-//! Only rows that exist are kept: an unknown connector is read again each time, so a new
-//! one is usable at once and a flood of made-up ids cannot fill the cache.
+//! Connectors and tenants reused for `CB_CONFIG_CACHE_SECS` (docs/configuration.md). The
+//! worker reads connectors fresh, for the outbound token as it is now. Only rows that exist
+//! are kept: a new connector is usable at once, and made-up ids cannot fill the cache.
 
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
@@ -33,17 +13,14 @@ use crate::db::{self, TenantTx};
 use crate::domain::{Connector, ConnectorId, TenantId};
 use crate::secrets::Keyring;
 
-/// Entries kept at most per map; past it the least useful are evicted (moka's policy).
 const MAX_ENTRIES: u64 = 10_000;
 
-/// A map whose entries expire `ttl` after they were stored (moka), and which never stores a
-/// value read before a removal of any key: the removal stands for a change the value may
-/// predate.
+/// Never stores a value read before a removal of any key: the removal stands for a change
+/// the value may predate.
 pub struct TtlCache<K, V> {
-    /// `None` when the time to live is zero: nothing is kept.
+    /// `None` when the time to live is zero.
     entries: Option<moka::sync::Cache<K, V>>,
-    /// Bumped by every `remove`, under this lock; `insert` compares and stores under it too,
-    /// so no removal slips between the check and the store.
+    /// `insert` compares and stores under this lock, so no removal slips in between.
     generation: Mutex<u64>,
 }
 
@@ -74,8 +51,7 @@ where
         self.entries.as_ref()?.get(key)
     }
 
-    /// Stores a value read since `generation` was taken, unless an entry was removed since
-    /// (the value may then predate the change that removal stands for).
+    /// Unless an entry was removed since `generation` was taken.
     pub fn insert(&self, key: K, value: V, generation: u64) {
         let Some(entries) = &self.entries else {
             return;
@@ -95,20 +71,17 @@ where
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, u64> {
-        // The guarded value is a counter each holder changes in one step: a lock poisoned by
-        // a panic elsewhere still guards a consistent value.
+        // A counter changed in one step: a poisoned lock still guards a consistent value.
         self.generation
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
-/// The cache one instance shares between its webhook handlers, its worker and its admin API
-/// (which forgets what it changes).
+/// Shared by an instance's handlers, worker and admin API (which forgets what it changes).
 pub struct ConfigCache {
     connectors: TtlCache<(TenantId, ConnectorId), Arc<Connector>>,
     tenants: TtlCache<TenantId, Arc<TenantRow>>,
-    /// Opens the secrets of what is read.
     keys: Keyring,
 }
 
@@ -121,8 +94,7 @@ impl ConfigCache {
         }
     }
 
-    /// The connector, enabled or not, from the cache or read inside its tenant's
-    /// transaction. `None` for an unknown connector or one of another tenant.
+    /// Enabled or not. `None` for an unknown connector or one of another tenant.
     pub async fn connector_of(
         &self,
         pool: &sqlx::PgPool,
@@ -145,7 +117,6 @@ impl ConfigCache {
         Ok(connector)
     }
 
-    /// The tenant row, from the cache or read on `conn`. `None` for an unknown tenant.
     pub async fn tenant(
         &self,
         conn: &mut PgConnection,
@@ -162,12 +133,10 @@ impl ConfigCache {
         Ok(tenant)
     }
 
-    /// Forgets a tenant this instance just changed.
     pub fn forget_tenant(&self, tenant: TenantId) {
         self.tenants.remove(&tenant);
     }
 
-    /// Forgets a connector this instance just changed or deleted.
     pub fn forget_connector(&self, tenant: TenantId, id: ConnectorId) {
         self.connectors.remove(&(tenant, id));
     }
@@ -177,8 +146,7 @@ impl ConfigCache {
 mod tests {
     use super::*;
 
-    // Expiry after the time to live is moka's (tested there); what is ours: a zero time to
-    // live keeps nothing, and the generation rule below.
+    // Expiry is moka's (tested there); ours: a zero time to live, and the generation rule.
     #[test]
     fn a_zero_ttl_keeps_nothing() {
         let off = TtlCache::new(Duration::ZERO);

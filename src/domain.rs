@@ -15,7 +15,7 @@ macro_rules! id_type {
         pub struct $name(pub Uuid);
 
         impl $name {
-            /// A new, time-ordered id (UUIDv7), so ids sort roughly by creation.
+            /// UUIDv7, so ids sort roughly by creation.
             pub fn new() -> Self {
                 Self(Uuid::now_v7())
             }
@@ -46,14 +46,8 @@ id_type!(
     /// A tenant: the unit of isolation under row-level security.
     TenantId
 );
-id_type!(
-    /// One platform endpoint of a tenant (`channel_connectors.id`).
-    ConnectorId
-);
-id_type!(
-    /// One inbound user turn (`channel_messages.id`).
-    MessageId
-);
+id_type!(ConnectorId);
+id_type!(MessageId);
 
 /// The messaging platforms the bridge speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
@@ -138,29 +132,21 @@ impl FromStr for UnlinkedPolicy {
     }
 }
 
-/// Lifecycle of a `channel_messages` row (DESIGN.md, "Statuses and decisions"; the
-/// worker's transitions are drawn in `crate::db::turns`).
+/// Lifecycle of a `channel_messages` row; the worker's transitions are drawn in
+/// `crate::db::turns`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, sqlx::Type)]
 #[serde(rename_all = "snake_case")]
 #[sqlx(type_name = "text", rename_all = "snake_case")]
 pub enum MessageStatus {
-    /// Recorded and queued for dispatch.
     Accepted,
-    /// Claimed by a worker; the agent call is under way.
     Dispatching,
-    /// The agent answered (and its reply is being, or was, delivered; `delivered_at` says
-    /// when every part was posted).
+    /// The agent answered; `delivered_at` says when every part was posted.
     Executed,
-    /// The agent answered, but a reply part failed for good (the platform refused it, or its
-    /// outcome stayed unknown after the last attempt): `last_error` has the part's error.
-    /// Resending the undelivered parts puts the turn back to `executed`.
+    /// A reply part failed for good; resending the undelivered parts makes it `executed`.
     DeliveryFailed,
-    /// The agent could not be reached or refused after retries.
     DispatchFailed,
-    /// The sender is not linked and the connector's policy is deny.
     DeniedUnlinked,
-    /// A real user's message the bridge does not forward (image, sticker, voice…): kept so
-    /// admins see it, never dispatched and never part of history.
+    /// Not forwarded (a sticker, a location…): kept for admins, never dispatched nor history.
     Ignored,
 }
 
@@ -200,8 +186,7 @@ impl fmt::Display for MessageStatus {
     }
 }
 
-/// A connector as the ingress and delivery code use it: identity, secrets (wrapped so that
-/// `Debug` never prints them) and behaviour switches.
+/// A connector as the ingress and delivery code use it; `Debug` never prints the secrets.
 #[derive(Clone, Debug)]
 pub struct Connector {
     pub tenant_id: TenantId,
@@ -210,36 +195,28 @@ pub struct Connector {
     pub name: String,
     /// Slack team id, WhatsApp phone_number_id or Telegram bot id.
     pub external_id: Option<String>,
-    /// Slack `api_app_id` (informational; the signing secret is per app).
+    /// Slack `api_app_id` (informational).
     pub app_id: Option<String>,
-    /// The bot's own user id (Slack `U…` from `auth.test`, Telegram bot user id): its messages
-    /// are echoes and are never dispatched.
+    /// The bot's own user id: its messages are echoes, never dispatched.
     pub bot_user_id: Option<String>,
-    /// Slack `bot_id` (`B…`) of our app.
     pub bot_id: Option<String>,
     /// Slack signing secret, Meta app secret or Telegram `secret_token`.
     pub verification_secret: secrecy::SecretString,
-    /// The secret replaced by the last rotation, while its grace period lasts (Slack keeps
-    /// the previous signing secret valid for 24 h).
+    /// Valid for a grace period after a rotation (Slack keeps the old one for 24 h).
     pub previous_verification_secret: Option<secrecy::SecretString>,
     /// Meta's `hub.verify_token` for the GET handshake.
     pub verify_token: Option<secrecy::SecretString>,
     /// Slack bot token, WhatsApp access token or Telegram bot token.
     pub outbound_token: Option<secrecy::SecretString>,
-    /// Override of the platform API host (tests, proxies).
     pub api_base_url: Option<String>,
     pub enabled: bool,
     pub unlinked_policy: UnlinkedPolicy,
-    /// Telegram only: what to do with a send interrupted before its answer.
     pub telegram_delivery: TelegramDelivery,
     /// Posted to an unlinked sender under the deny policy, at most once a day each.
     pub unlinked_notice: Option<String>,
-    /// Replies are converted from Markdown to the platform's formatting (else plain text).
     pub format_markdown: bool,
-    /// The platform's typing indicator is shown while the agent works on a turn.
     pub typing_indicator: bool,
-    /// Until then the platform asked this connector to slow down (a 429 met by any
-    /// instance): its reply sends wait (`crate::delivery::holds`).
+    /// A 429 met by any instance holds its reply sends until then.
     pub sends_held_until: Option<chrono::DateTime<chrono::Utc>>,
 }
 
@@ -315,7 +292,6 @@ impl FromStr for HistoryScopeSetting {
     }
 }
 
-/// Status of a reply part (`channel_replies.status`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, sqlx::Type)]
 #[sqlx(type_name = "text", rename_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
@@ -325,8 +301,7 @@ pub enum PartStatus {
     Sending,
     Sent,
     Failed,
-    /// Its request may or may not have been posted, and the platform offers no way to
-    /// tell (Telegram, at-most-once): never resent, the parts after it still are.
+    /// Posted or not, the platform cannot tell (Telegram, at-most-once): never resent.
     Unknown,
 }
 

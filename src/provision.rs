@@ -104,8 +104,7 @@ pub async fn add_link(
     add_link_as(pool, tenant, platform, platform_user_id, user_id, None).await
 }
 
-/// `add_link`, recorded in the tenant's audit log under `actor` when one is given (the
-/// database CLI's `link add`), in the same transaction.
+/// `add_link`, audited under `actor` when given, in the same transaction.
 pub async fn add_link_as(
     pool: &PgPool,
     tenant: TenantId,
@@ -142,10 +141,8 @@ pub async fn add_link_as(
     Ok(link)
 }
 
-/// The name of the constraint a database error violated, if any. On Citus the error comes
-/// from a shard, whose constraints carry the shard's id (`tenants_slug_key_102008`), and
-/// Citus passes on only its message: the name is read from the message there, and the id
-/// dropped, so callers match the schema's names.
+/// On Citus the error comes from a shard (`tenants_slug_key_102008`) and only its message is
+/// passed on: the name is read from it and the shard id dropped.
 pub fn constraint(err: &sqlx::Error) -> Option<&str> {
     let db = err.as_database_error()?;
     let name = match db.constraint() {

@@ -1,21 +1,6 @@
-//! Secrets at rest: what the gateway stores in the database and must read back in clear
-//! (connectors' verification secrets, verify tokens and outbound tokens; tenants' dispatch
-//! secrets) is sealed with AES-256-GCM under a key the database never sees.
-//!
-//! - **Keys** come from `CB_SECRETS_KEY` (or `@file`): `id:base64-of-32-bytes`, several
-//!   separated by commas or new lines. The first seals; every one listed opens. Rotating is
-//!   putting a new key first, restarting, running `channel-bridge secrets rotate-key` (which
-//!   re-seals every stored secret under the first key), then dropping the old key.
-//! - **A sealed value** is `cbsealed:v1:<key id>:<base64url of nonce ‖ ciphertext ‖ tag>`,
-//!   in the column the plain value would occupy, so the key id is beside each ciphertext and
-//!   rows sealed under different keys live side by side during a rotation. The nonce is 96
-//!   random bits per sealing.
-//! - **Bound to its row.** The associated data names the owner and the purpose
-//!   (`Binding`), so a sealed value copied to another tenant's row, another connector or
-//!   another column (an outbound token into the verification secret) does not open.
-//! - **Without a key** values are stored in plain text, as before this module: `serve` says
-//!   so at start and `/readyz` lists it among its warnings. Plain rows left from that time
-//!   are sealed when `serve` starts with a key (`seal_plain_rows`).
+//! Secrets at rest (docs/security.md#secrets-at-rest): sealed with AES-256-GCM (a random
+//! 96-bit nonce each) under keys the database never sees. The associated data binds a value
+//! to its row and purpose, so a value copied elsewhere does not open.
 
 use std::fmt;
 use std::sync::Arc;
@@ -28,13 +13,11 @@ use secrecy::{ExposeSecret, SecretString};
 
 use crate::domain::{ConnectorId, TenantId};
 
-/// What every sealed value starts with. No platform or gateway secret does, and a plain
-/// value that would is refused (`SecretError::ReservedPrefix`), so the two never mix up.
+/// A plain value starting with it is refused, so sealed and plain never mix up.
 const PREFIX: &str = "cbsealed:v1:";
 const KEY_LEN: usize = 32;
 const MAX_KEY_ID_LEN: usize = 32;
 
-/// The keys that seal and open stored secrets. Cheap to clone.
 #[derive(Clone)]
 pub struct Keyring(Arc<Keys>);
 
@@ -47,8 +30,7 @@ struct Keys {
 struct Key {
     id: String,
     cipher: LessSafeKey,
-    /// Signs gateway URLs (`crate::media`): derived from the same key material, so every
-    /// instance that opens the secrets also verifies the URLs any of them made.
+    /// Derived from the same key material, so every instance verifies every instance's URLs.
     url_signer: hmac::Key,
 }
 
@@ -60,8 +42,7 @@ fn url_signer(key_material: &[u8]) -> hmac::Key {
     hmac::Key::new(hmac::HMAC_SHA256, derived.as_ref())
 }
 
-/// The URL key of a keyring without keys: random, this process's own (URLs made by one
-/// instance are refused by another, which is one more reason to configure a key).
+/// Without keys: random, so another instance refuses this one's URLs.
 fn process_url_signer() -> &'static hmac::Key {
     static SIGNER: std::sync::OnceLock<hmac::Key> = std::sync::OnceLock::new();
     SIGNER.get_or_init(|| {
@@ -81,23 +62,19 @@ impl fmt::Debug for Keyring {
     }
 }
 
-/// What a sealed value belongs to; it is the cipher's associated data, so a value only opens
-/// where it was sealed. A secret and the one it replaced (kept during a rotation's grace
-/// period) share a binding: rotation moves the current value to the `previous_` column.
+/// The cipher's associated data. A secret and the one a rotation replaced share a binding:
+/// rotation moves the current value to the `previous_` column.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Binding(String);
 
-/// Which of a connector's secrets a value is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnectorSecret {
-    /// The verification secret and the one a rotation replaced.
     Verification,
     VerifyToken,
     OutboundToken,
 }
 
 impl Binding {
-    /// A tenant's dispatch secret (current or previous).
     pub fn dispatch(tenant: TenantId) -> Self {
         Self(format!("tenant/{tenant}/dispatch_secret"))
     }
@@ -122,13 +99,12 @@ pub enum SecretError {
     ReservedPrefix,
 }
 
-/// A `CB_SECRETS_KEY` value that cannot be used. Never echoes key material.
+/// Never echoes key material.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("CB_SECRETS_KEY: {0}")]
 pub struct KeyringError(String);
 
 impl Keyring {
-    /// No key: values are stored and read in plain text.
     pub fn plain() -> Self {
         Self(Arc::new(Keys {
             keys: Vec::new(),
@@ -185,7 +161,6 @@ impl Keyring {
         })))
     }
 
-    /// A new random key as a `CB_SECRETS_KEY` entry, `id:base64`.
     pub fn generate_entry(id: &str) -> Result<SecretString, KeyringError> {
         let mut bytes = [0u8; KEY_LEN];
         SystemRandom::new()
@@ -197,8 +172,7 @@ impl Keyring {
         Ok(SecretString::from(entry))
     }
 
-    /// A key of this process's own, the same for every call: for the demo and tests, whose
-    /// databases live no longer than the process.
+    /// For the demo and tests, whose databases live no longer than the process.
     pub fn ephemeral() -> Self {
         static KEYRING: std::sync::OnceLock<Keyring> = std::sync::OnceLock::new();
         KEYRING
@@ -209,18 +183,15 @@ impl Keyring {
             .clone()
     }
 
-    /// Whether new values are sealed (a key is configured).
     pub fn seals(&self) -> bool {
         !self.0.keys.is_empty()
     }
 
-    /// The id of the key that seals, if any.
     pub fn current_key(&self) -> Option<&str> {
         self.0.keys.first().map(|k| k.id.as_str())
     }
 
-    /// The value to store for `plain`: sealed under the first key, or `plain` itself
-    /// without a key.
+    /// Sealed under the first key, or `plain` itself without a key.
     pub fn seal(&self, plain: &str, binding: &Binding) -> Result<String, SecretError> {
         let Some(key) = self.0.keys.first() else {
             if plain.starts_with(PREFIX) {
@@ -247,7 +218,6 @@ impl Keyring {
         Ok(format!("{PREFIX}{}:{encoded}", key.id))
     }
 
-    /// [`seal`](Self::seal) for an optional value.
     pub fn seal_opt(
         &self,
         plain: Option<&SecretString>,
@@ -256,8 +226,7 @@ impl Keyring {
         plain.map(|p| self.seal(p.expose_secret(), binding)).transpose()
     }
 
-    /// The secret a stored value holds: opened when sealed, as it is when plain (a row
-    /// written before a key was configured).
+    /// A plain value (written before a key was configured) is returned as it is.
     pub fn open(&self, stored: &str, binding: &Binding) -> Result<SecretString, SecretError> {
         let Some(rest) = stored.strip_prefix(PREFIX) else {
             return Ok(SecretString::from(stored.to_owned()));
@@ -288,7 +257,6 @@ impl Keyring {
         Ok(SecretString::from(text.to_owned()))
     }
 
-    /// [`open`](Self::open) for an optional value.
     pub fn open_opt(
         &self,
         stored: Option<&str>,
@@ -297,8 +265,7 @@ impl Keyring {
         stored.map(|s| self.open(s, binding)).transpose()
     }
 
-    /// The HMAC-SHA256 tag of `data` for a gateway URL, under the first key (or this
-    /// process's own key without one).
+    /// HMAC-SHA256 under the first key, or this process's own without one.
     pub fn sign_url(&self, data: &[u8]) -> Vec<u8> {
         let signer = match self.0.keys.first() {
             Some(key) => &key.url_signer,
@@ -318,8 +285,7 @@ impl Keyring {
             .any(|k| hmac::verify(&k.url_signer, data, tag).is_ok())
     }
 
-    /// Whether a stored value should be sealed again: it is plain while a key is
-    /// configured, or sealed under a key other than the first.
+    /// Plain while a key is configured, or sealed under a key other than the first.
     pub fn needs_reseal(&self, stored: &str) -> bool {
         match (sealed_with(stored), self.current_key()) {
             (_, None) => false,
@@ -329,13 +295,11 @@ impl Keyring {
     }
 }
 
-/// The key id a stored value is sealed with; `None` for a plain value.
 pub fn sealed_with(stored: &str) -> Option<&str> {
     stored.strip_prefix(PREFIX)?.split_once(':').map(|(id, _)| id)
 }
 
-/// clap's parser of `CB_SECRETS_KEY`: the value itself or `@file` / `@-`; empty (unset)
-/// is no key.
+/// clap's parser of `CB_SECRETS_KEY`: the value or `@file` / `@-`; empty is no key.
 pub fn parse_setting(value: &str) -> Result<Keyring, String> {
     if value.is_empty() {
         return Ok(Keyring::plain());

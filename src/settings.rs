@@ -116,13 +116,11 @@ impl DatabaseSettings {
         Duration::from_millis(self.deadline_ms)
     }
 
-    /// The same settings with stored secrets sealed under `keys`.
     pub fn with_secrets(mut self, keys: Keyring) -> Self {
         self.secrets = keys;
         self
     }
 
-    /// The same settings with the pool logging in as a runtime role (`CB_APP_DATABASE_URL`).
     pub fn with_app_url(mut self, app_url: impl Into<String>) -> Self {
         self.app_url = Some(SecretString::from(app_url.into()));
         self
@@ -344,8 +342,7 @@ pub struct EgressSettings {
 }
 
 impl EgressSettings {
-    /// Public addresses plus 127.0.0.1, `::1` and `localhost`: for the demo and tests, whose
-    /// stand-in servers listen on loopback.
+    /// For the demo and tests, whose stand-in servers listen on loopback.
     pub fn allowing_loopback() -> Self {
         let allow =
             EgressPolicy::parse("127.0.0.1,::1,localhost").expect("the loopback allow list is well formed");
@@ -358,14 +355,13 @@ impl EgressSettings {
 pub struct SettingsError(pub String);
 
 impl ServeSettings {
-    /// Settings for tests and the demo: everything default, listening on an ephemeral port.
+    /// For tests and the demo: an ephemeral port, a key of the process's own (their databases
+    /// do not outlive it), loopback allowed.
     pub fn for_database(url: impl Into<String>) -> Self {
         Self {
-            // A key of the process's own: the demo's and the tests' databases do not outlive it.
             database: DatabaseSettings::from_url(url).with_secrets(Keyring::ephemeral()),
             bind: SocketAddr::from(([127, 0, 0, 1], 0)),
             agent_url: None,
-            // The demo's and the tests' stand-ins (agent, platform APIs) listen on loopback.
             egress: EgressSettings::allowing_loopback(),
             media: crate::media::MediaSettings::default(),
             operator_token: None,

@@ -1,15 +1,6 @@
-//! Tracing and metrics set-up, once per process.
-//!
-//! Logs go to stderr, JSON or compact text, without ANSI colours unless stderr is a
-//! terminal (and `NO_COLOR` is unset), so files and log shippers get plain text. Spans are
-//! exported over OTLP when the standard `OTEL_*` variables ask for it (`traces`).
-//!
-//! Metrics follow Prometheus' naming rules: every name starts with `channel_bridge_`,
-//! counters end in `_total`, durations in `_seconds`, sizes that are counts carry no unit.
-//! `METRICS` lists every series the binary exports; the recorder is given each one's help
-//! text (`# HELP`) and each histogram its own buckets, so a batch size is never sorted
-//! into time buckets. A histogram missing from the list would be rendered as a summary,
-//! which the exposition test refuses: add it here (and to docs/operations.md's table) first.
+//! Logs, traces and metrics set-up, once per process (docs/operations.md#observability).
+//! `METRICS` lists every exported series: a histogram missing from it would be rendered as a
+//! summary, which the exposition test refuses; add it here and to docs/operations.md first.
 
 pub mod traces;
 
@@ -24,9 +15,8 @@ use tracing_subscriber::{fmt, EnvFilter, Layer as _};
 
 use crate::settings::LogFormat;
 
-/// Installs the global tracing subscriber, exporting spans through `traces` when given
-/// (`traces::TraceExport`). `RUST_LOG` overrides the default filter of the logs; the
-/// exported spans do not depend on it (`subscriber_with`). Calling it twice is harmless (the second call is ignored), which tests rely on.
+/// `RUST_LOG` overrides the logs' default filter, not the exported spans. A second call is
+/// ignored, which tests rely on.
 pub fn init_tracing(format: LogFormat, default_filter: &str, traces: Option<&traces::Traces>) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
@@ -34,8 +24,7 @@ pub fn init_tracing(format: LogFormat, default_filter: &str, traces: Option<&tra
     let _ = tracing::subscriber::set_global_default(subscriber);
 }
 
-/// As `init_tracing` without traces, the log written to the file at `path` (made anew) instead of
-/// stderr: the demo keeps the terminal for its walkthrough.
+/// For the demo, which keeps the terminal for its walkthrough.
 pub fn init_tracing_to_file(
     format: LogFormat,
     default_filter: &str,
@@ -48,8 +37,7 @@ pub fn init_tracing_to_file(
     Ok(())
 }
 
-/// The subscriber `init_tracing` installs without traces, writing to `writer`: tests
-/// capture the production format with it.
+/// Tests capture the production format with it.
 pub fn subscriber<W>(
     format: LogFormat,
     filter: EnvFilter,
@@ -62,13 +50,9 @@ where
     subscriber_with(format, filter, writer, ansi, None)
 }
 
-/// Logs in `format` to `writer`, as `filter` (`RUST_LOG`) lets through, and spans to
-/// `traces` when given. Which spans are exported is not the log filter's business: a
-/// production `RUST_LOG=warn` would drop every span of a turn. The gateway's own spans (info
-/// and above) always reach the exporter, whose sampler (`OTEL_TRACES_SAMPLER`) decides.
-/// Spans made for traces only (target `traces::TARGET`: the agent call, the reply sends)
-/// stay out of the logs, so a log line's span is the job's, with its ids, whether traces
-/// are on or off.
+/// Exported spans ignore the log filter (`RUST_LOG=warn` would drop every span of a turn):
+/// the sampler decides. Trace-only spans stay out of the logs, so a log line's span is the
+/// job's whether traces are on or off.
 pub fn subscriber_with<W>(
     format: LogFormat,
     filter: EnvFilter,
@@ -98,7 +82,6 @@ where
     }
 }
 
-/// What kind of series a metric is; histograms carry their bucket bounds.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Kind {
     Counter,
@@ -115,39 +98,34 @@ pub struct Metric {
     pub help: &'static str,
 }
 
-/// Requests served by this process: a millisecond to ten seconds (the admin deadline).
+/// Up to the admin deadline.
 const HTTP_SECONDS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
-/// One database round trip or a few: 100 µs to 2.5 s (the default deadline is 2 s).
+/// Up to past the default deadline (2 s).
 const DB_SECONDS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
-/// An agent call: 10 ms to two minutes (the agent timeout is 30 s by default, configurable).
 const AGENT_SECONDS: &[f64] = &[
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0,
 ];
-/// A platform API request: 10 ms to 30 s (the platform timeout is 15 s by default).
+/// Up to twice the default platform timeout.
 const PLATFORM_SECONDS: &[f64] = &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0];
-/// Worker phases, from a claim (milliseconds) to an agent call or a reply (up to minutes).
 const PHASE_SECONDS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 ];
-/// The worker's own CPU-ish time per job: tens of microseconds to a second.
 const OWN_SECONDS: &[f64] = &[
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
 ];
-/// Claim to the first typing indicator request: a millisecond (the target is under 200 ms)
-/// to ten seconds (a request may wait for its chat's slot, one `CB_TYPING_INTERVAL_MS`).
+/// A request may wait for its chat's slot, one `CB_TYPING_INTERVAL_MS`.
 const TYPING_SECONDS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
-/// A streamed answer's first text to the answer of the platform call that shows it: a
-/// millisecond to ten seconds (the target is under 300 ms at p99).
+/// The target is under 300 ms at p99.
 const STREAM_SHOW_SECONDS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
-/// Items per batch: counts, in powers of two up to past the largest default batch (256).
+/// Counts, up to past the largest default batch (256).
 const BATCH_ITEMS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0];
 
 const fn metric(
@@ -166,7 +144,6 @@ const fn metric(
 
 use Kind::{Counter, Gauge, Histogram};
 
-/// Every metric the binary exports.
 pub const METRICS: &[Metric] = &[
     metric(
         "channel_bridge_build_info",
@@ -174,7 +151,6 @@ pub const METRICS: &[Metric] = &[
         &["version", "schema_version"],
         "Always 1; the labels name the running build and the migration version it expects.",
     ),
-    // HTTP
     metric(
         "channel_bridge_http_requests_total",
         Counter,
@@ -199,7 +175,6 @@ pub const METRICS: &[Metric] = &[
         &[],
         "Admin API requests refused with 429 after too many bad keys from one address or prefix.",
     ),
-    // Webhooks
     metric(
         "channel_bridge_webhook_events_total",
         Counter,
@@ -224,7 +199,6 @@ pub const METRICS: &[Metric] = &[
         &["result"],
         "Connector lookups of webhook verification, by result: hit or miss.",
     ),
-    // Batch writers
     metric(
         "channel_bridge_batch_size",
         Histogram(BATCH_ITEMS),
@@ -243,7 +217,6 @@ pub const METRICS: &[Metric] = &[
         &["writer"],
         "Batch writer tasks started again after a panic.",
     ),
-    // Database
     metric(
         "channel_bridge_db_deadlines_missed_total",
         Counter,
@@ -268,7 +241,6 @@ pub const METRICS: &[Metric] = &[
         &[],
         "The pool's ceiling (CB_DB_POOL_SIZE).",
     ),
-    // Dispatch
     metric(
         "channel_bridge_dispatch_queue_depth",
         Gauge,
@@ -365,7 +337,6 @@ pub const METRICS: &[Metric] = &[
         &[],
         "History reads that failed (the turn is dispatched without history).",
     ),
-    // Replies
     metric(
         "channel_bridge_reply_send_seconds",
         Histogram(PLATFORM_SECONDS),
@@ -434,8 +405,7 @@ pub const METRICS: &[Metric] = &[
     ),
 ];
 
-/// The process-wide Prometheus recorder. Several applications in one process (tests, the
-/// demo) share it.
+/// Process-wide: several applications in one process (tests, the demo) share it.
 pub fn metrics_handle() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE.get_or_init(install_recorder).clone()
@@ -452,8 +422,7 @@ fn install_recorder() -> PrometheusHandle {
     }
     let recorder = builder.build_recorder();
     let handle = recorder.handle();
-    // Fails only when another recorder is installed (the benchmarks' debugging recorder);
-    // the handle then still renders our (empty) registry.
+    // Fails only beside the benchmarks' debugging recorder; the handle still renders.
     let _ = metrics::set_global_recorder(recorder);
     describe_all();
     metrics::gauge!(
@@ -475,10 +444,8 @@ fn describe_all() {
     }
 }
 
-/// Publishes the pool's state; called when metrics are scraped, so the figures are fresh.
-/// sqlx 0.8 does not tell how many tasks wait for a connection: saturation shows as
-/// `connections == max_connections` with no idle ones, and then as 503s and
-/// `channel_bridge_db_deadlines_missed_total`.
+/// Called when metrics are scraped. sqlx 0.8 does not count waiting tasks
+/// (docs/operations.md#metrics says how saturation shows).
 pub fn observe_pool(pool: &sqlx::PgPool) {
     metrics::gauge!("channel_bridge_db_pool_connections").set(f64::from(pool.size()));
     metrics::gauge!("channel_bridge_db_pool_idle_connections").set(pool.num_idle() as f64);
@@ -486,7 +453,7 @@ pub fn observe_pool(pool: &sqlx::PgPool) {
         .set(f64::from(pool.options().get_max_connections()));
 }
 
-/// Status class label of an HTTP status (`2xx`…): bounded, unlike the code itself.
+/// Bounded, unlike the code itself.
 pub fn status_class(status: axum::http::StatusCode) -> &'static str {
     match status.as_u16() {
         100..=199 => "1xx",
@@ -497,7 +464,7 @@ pub fn status_class(status: axum::http::StatusCode) -> &'static str {
     }
 }
 
-/// Method label, with anything unusual folded into `other` (bounded cardinality).
+/// Anything unusual folded into `other` (bounded cardinality).
 pub fn method_label(method: &axum::http::Method) -> &'static str {
     use axum::http::Method;
     match *method {

@@ -1,13 +1,6 @@
-//! The conversation in OpenAI's chat form, attachments included.
-//!
-//! A message without files keeps `content` a string. A user message with files gets a list
-//! of content parts: its text, then one part per file, fetched from the gateway's URL and
-//! inlined (the upstream may not reach the gateway, and the URLs expire):
-//! - an image → `image_url` with a `data:` URL;
-//! - WAV or MP3 audio (voice notes included) → `input_audio`;
-//! - anything else (other audio formats such as Opus voice notes, video, documents), a file
-//!   the gateway does not offer (`url: null`) or one that cannot be fetched → a text part
-//!   that names it, so the model knows something was sent.
+//! The conversation in OpenAI's chat form. Files are fetched from the gateway and inlined
+//! (the upstream may not reach the gateway, and the URLs expire); what cannot be inlined
+//! becomes a text part naming it, so the model knows something was sent.
 
 use base64::Engine;
 use serde_json::{json, Value};
@@ -18,7 +11,6 @@ use crate::media::{AttachmentKind, AttachmentOut};
 /// Largest file inlined into an upstream request.
 const MAX_INLINE_BYTES: usize = 20 * 1024 * 1024;
 
-/// The messages of an upstream chat completion request.
 pub async fn upstream_messages(client: &reqwest::Client, messages: &[ChatMessage]) -> Vec<Value> {
     let mut out = Vec::with_capacity(messages.len());
     for message in messages {
@@ -45,7 +37,6 @@ fn text_part(text: &str) -> Value {
     json!({ "type": "text", "text": text })
 }
 
-/// The OpenAI audio formats `input_audio` takes, by MIME type.
 fn audio_format(mime: &str) -> Option<&'static str> {
     match mime.split(';').next().unwrap_or_default().trim() {
         "audio/wav" | "audio/x-wav" | "audio/wave" => Some("wav"),
@@ -112,7 +103,6 @@ fn note(attachment: &AttachmentOut, why: &str) -> String {
     format!("[the user sent {kind}{details}: {why}]")
 }
 
-/// The file's bytes, or nothing when it cannot be had within the limit.
 async fn fetch(client: &reqwest::Client, url: &str) -> Option<Vec<u8>> {
     let mut response = client.get(url).send().await.ok()?.error_for_status().ok()?;
     let mut bytes = Vec::new();

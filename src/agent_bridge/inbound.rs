@@ -1,28 +1,19 @@
-//! The dispatch payload as the bridge reads it (DESIGN.md "Dispatch payload"), checked at the
-//! edge: after this, the bridge holds a non-empty conversation that ends with the user's turn.
-//!
-//! Rules, each failing with a message the gateway's operator can act on (answered as 400):
-//! - the body is a JSON object;
-//! - `messages[]`, when present and non-empty, is the conversation: each item has `role`
-//!   `system`, `user` or `assistant` and a non-blank string `content` (a user message with
-//!   `attachments` may have an empty one: a photo without caption), and the last one is the
-//!   user's turn;
-//! - otherwise the legacy `role`/`content` pair makes one user message (`role` may be
-//!   omitted, and must be `user` when given).
+//! The dispatch payload checked at the edge (docs/agent.md#the-agent-side-agent-bridge):
+//! after this, the bridge holds a non-empty conversation that ends with the user's turn.
+//! Every refusal is a 400 with a message the gateway's operator can act on.
 
 use serde_json::{Map, Value};
 
 use crate::dispatch::payload::ChatMessage;
 use crate::media::AttachmentOut;
 
-/// Roles the bridge forwards. `tool` and `developer` messages need fields the gateway never
-/// sends (tool call ids), so they are refused rather than forwarded half-formed.
+/// `tool` and `developer` messages need fields the gateway never sends (tool call ids), so
+/// they are refused rather than forwarded half-formed.
 const ROLES: [&str; 3] = ["system", "user", "assistant"];
 
-/// One dispatch, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Turn {
-    /// The conversation, oldest first; the last message is the user's current turn.
+    /// Oldest first; the last is the user's current turn.
     pub messages: Vec<ChatMessage>,
     pub message_id: Option<String>,
     pub tenant_id: Option<String>,
@@ -33,16 +24,14 @@ pub struct Turn {
 }
 
 impl Turn {
-    /// The current user message.
     pub fn current(&self) -> &ChatMessage {
         self.messages
             .last()
             .expect("parse never returns a turn without messages")
     }
 
-    /// A stable end-user identity, the gateway's conversation key: `<tenant_id>:<user_id>`
-    /// for a linked user, `<tenant_id>:<connector_id>:<platform_user_id>` for an unlinked
-    /// sender, none when the payload does not say.
+    /// `<tenant_id>:<user_id>`, or `<tenant_id>:<connector_id>:<platform_user_id>` for an
+    /// unlinked sender.
     pub fn stable_user(&self) -> Option<String> {
         let tenant = self.tenant_id.as_deref()?;
         match (&self.user_id, &self.connector_id, &self.platform_user_id) {
@@ -61,7 +50,6 @@ fn invalid(message: impl Into<String>) -> InvalidDispatch {
     InvalidDispatch(message.into())
 }
 
-/// Reads a verified request body into a `Turn`.
 pub fn parse(body: &[u8]) -> Result<Turn, InvalidDispatch> {
     let value: Value =
         serde_json::from_slice(body).map_err(|e| invalid(format!("the body is not JSON ({e})")))?;
@@ -85,7 +73,7 @@ pub fn parse(body: &[u8]) -> Result<Turn, InvalidDispatch> {
     })
 }
 
-/// Agents that predate `messages[]` read the top-level `role`/`content`: one user message.
+/// The legacy top-level `role`/`content`: one user message.
 fn legacy_message(object: &Map<String, Value>) -> Result<ChatMessage, InvalidDispatch> {
     let Some(content) = object.get("content") else {
         return Err(invalid("the payload has neither `messages` nor `content`"));

@@ -1,20 +1,6 @@
-//! `agent-bridge`: the receiving end of a dispatch, in front of an OpenAI-compatible server.
-//!
-//! For each signed dispatch (DESIGN.md "Dispatch payload") the bridge: verifies the Standard
-//! Webhooks signature over the raw body (401), reads the conversation (400 when invalid),
-//! puts the configured system prompt first, turns attachments into content parts (`content`),
-//! asks the upstream's `/v1/chat/completions`, and
-//! answers `{"messages": [{"role": "assistant", "content": …}]}`. Upstream trouble answers
-//! statuses the gateway retries: 504 for a timeout, 502 for everything else (connection
-//! refused, 5xx, 4xx, an unreadable answer), 429 with the upstream's `Retry-After` when the
-//! upstream is rate limited. In `--echo` mode there is no upstream: the answer is
-//! `echo: <text> (history: N turns)`, N being the user messages before the current one.
-//!
-//! With `--stream`, the upstream is asked for `stream: true`, and a streamed answer is
-//! relayed to the gateway as `text/event-stream` while it comes (`upstream::relay`).
-//!
-//! Routes: `POST` on any path (so a tenant's agent URL may be `http://host:9000/` or
-//! `…/agent`), and `GET /healthz`.
+//! `agent-bridge`: the receiving end of a dispatch, in front of an OpenAI-compatible server
+//! (docs/agent.md#the-agent-side-agent-bridge). An upstream 4xx is answered 502, which the
+//! gateway retries: it is the bridge's misconfiguration, not the dispatch's fault.
 
 pub mod content;
 pub mod inbound;
@@ -90,15 +76,12 @@ pub struct BridgeArgs {
     pub stable_user: bool,
 }
 
-/// How the bridge answers.
 #[derive(Debug, Clone)]
 pub enum Answerer {
-    /// Deterministic, no upstream.
     Echo,
     Upstream(UpstreamConfig),
 }
 
-/// Everything the bridge needs; checked by `BridgeArgs::into_config` or built directly.
 #[derive(Debug, Clone)]
 pub struct BridgeConfig {
     pub secret: SecretString,
@@ -164,8 +147,7 @@ struct Bridge {
     client: reqwest::Client,
 }
 
-/// The bridge's routes. One HTTP client (pooled connections, no retries of its own) serves
-/// every upstream call; its timeout is set per request from the configuration.
+/// One HTTP client, without retries of its own, serves every upstream call.
 pub fn router(config: BridgeConfig) -> anyhow::Result<Router> {
     let client = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(5))
@@ -181,7 +163,6 @@ pub fn router(config: BridgeConfig) -> anyhow::Result<Router> {
         .with_state(bridge))
 }
 
-/// Serves the bridge on an already-bound listener until `shutdown` resolves.
 pub async fn serve(
     listener: TcpListener,
     config: BridgeConfig,
@@ -194,7 +175,6 @@ pub async fn serve(
         .context("agent-bridge server failed")
 }
 
-/// `channel-bridge agent-bridge`: bind, serve until SIGTERM or ctrl-c.
 pub async fn run(args: BridgeArgs) -> anyhow::Result<()> {
     let bind = args.bind;
     let config = args.into_config()?;
@@ -209,7 +189,6 @@ pub async fn run(args: BridgeArgs) -> anyhow::Result<()> {
     serve(listener, config, crate::startup::shutdown_signal()).await
 }
 
-/// The answer to the gateway: one assistant message per reply part.
 #[derive(Debug, Serialize)]
 struct AnswerOut {
     messages: Vec<ChatMessage>,
@@ -233,7 +212,6 @@ async fn receive(State(bridge): State<Arc<Bridge>>, headers: HeaderMap, body: By
     }
 }
 
-/// The handler's steps: verify, read, ask.
 async fn answer(bridge: &Bridge, headers: &HeaderMap, body: &[u8]) -> Result<Completion, BridgeError> {
     verify(bridge.config.secret.expose_secret(), headers, body)?;
     let turn = inbound::parse(body)?;
@@ -280,8 +258,7 @@ fn verify(secret: &str, headers: &HeaderMap, body: &[u8]) -> Result<(), Signatur
     )
 }
 
-/// The configured system prompt goes first; a system message of the payload's own (the
-/// gateway sends none) stays where it was.
+/// A system message of the payload's own (the gateway sends none) stays where it was.
 pub fn with_system_prompt(prompt: Option<&str>, messages: &[ChatMessage]) -> Vec<ChatMessage> {
     let system = prompt.map(|p| ChatMessage {
         role: "system".into(),
@@ -290,9 +267,6 @@ pub fn with_system_prompt(prompt: Option<&str>, messages: &[ChatMessage]) -> Vec
     system.into_iter().chain(messages.iter().cloned()).collect()
 }
 
-/// The `--echo` answer: `echo: <current text> (history: N turns)`, where N counts the user
-/// messages before the current one (assistant and system messages are not counted), and
-/// "turn" is singular for N = 1.
 pub fn echo_reply(messages: &[ChatMessage]) -> String {
     let Some((current, earlier)) = messages.split_last() else {
         return "echo: (nothing)".into();
@@ -302,8 +276,7 @@ pub fn echo_reply(messages: &[ChatMessage]) -> String {
     format!("echo: {} (history: {n} {unit})", current.content)
 }
 
-/// Why a dispatch got no answer. The JSON body is `{"error": <code>, "message": …}`, as
-/// everywhere in channel-bridge; it never carries the upstream's body or URL.
+/// The body never carries the upstream's body or URL.
 #[derive(Debug, thiserror::Error)]
 enum BridgeError {
     #[error(transparent)]
@@ -342,7 +315,7 @@ impl IntoResponse for BridgeError {
         }
         let mut response =
             (status, Json(json!({"error": code, "message": self.to_string()}))).into_response();
-        // The gateway honours Retry-After on a 429 (DESIGN.md "Dispatch payload").
+        // The gateway honours Retry-After on a 429.
         if let Self::Upstream(UpstreamError::RateLimited {
             retry_after: Some(secs),
         }) = self

@@ -1,17 +1,6 @@
-//! The OpenAI-compatible upstream: one `POST …/chat/completions` per dispatch, its outcome
-//! classified so the bridge answers the gateway with a status the gateway retries.
-//!
-//! The bridge keeps no state. The gateway owns the conversation and sends it whole in
-//! `messages[]`; by default the upstream gets no `user` field, because servers that keep a
-//! transcript per stable `user` (OpenClaw's gateway derives its session key from it) would
-//! then hold the history a second time and feed every turn to the model twice.
-//!
-//! Streaming (`--stream`): the request asks for `stream: true`; an upstream that answers
-//! `text/event-stream` has its chunks relayed to the gateway as they come, re-framed in
-//! the gateway's own event format (`event: delta` per text chunk, `event: done` after the
-//! upstream's `[DONE]`). An upstream stream that breaks or ends without `[DONE]` ends the
-//! relayed one without its final event, which the gateway retries. An upstream that
-//! ignores `stream` and answers JSON is read as before.
+//! The OpenAI-compatible upstream, its outcome classified into a status the gateway retries.
+//! No `user` field by default: the gateway sends the whole history, and an upstream keeping
+//! a transcript per `user` would feed every turn to the model twice.
 
 use std::time::Duration;
 
@@ -26,21 +15,16 @@ use serde_json::{json, Value};
 use crate::dispatch::payload::parse_answer;
 use crate::dispatch::stream::{body_chunks, is_event_stream};
 
-/// Where and how to call the upstream.
 #[derive(Debug, Clone)]
 pub struct UpstreamConfig {
-    /// The full chat completions endpoint (see `endpoint`).
     pub endpoint: Url,
     /// Sent as `model` when set; most servers need one, llama.cpp's ignores it.
     pub model: Option<String>,
-    /// Sent as `Authorization: Bearer …` when set.
     pub api_key: Option<SecretString>,
-    /// One upstream call, connection included. Keep it below the gateway's
-    /// `CB_AGENT_TIMEOUT_SECS`, so the gateway hears our 504 rather than its own timeout.
+    /// Below the gateway's `CB_AGENT_TIMEOUT_SECS`, so it hears our 504, not its own timeout.
     pub timeout: Duration,
-    /// Send `user = <tenant_id>:<user_id>` (see module docs for the trade-off).
+    /// Doubles the history with an upstream that keeps a transcript per `user`.
     pub stable_user: bool,
-    /// Ask for `stream: true` and relay the chunks (see module docs).
     pub stream: bool,
 }
 
@@ -57,9 +41,8 @@ impl UpstreamConfig {
     }
 }
 
-/// The chat completions endpoint of `upstream`: used as is when it already ends with
-/// `/chat/completions`; a base URL ending with `/v1` (the OpenAI SDKs' `base_url`
-/// convention) gets `/chat/completions`; any other base gets `/v1/chat/completions`.
+/// As is when it ends with `/chat/completions`; a `/v1` base (the OpenAI SDKs' `base_url`)
+/// gets `/chat/completions`, any other `/v1/chat/completions`.
 pub fn endpoint(upstream: &str) -> Result<Url, String> {
     let url = Url::parse(upstream).map_err(|e| format!("--upstream is not a URL ({e})"))?;
     if !matches!(url.scheme(), "http" | "https") {
@@ -78,7 +61,6 @@ pub fn endpoint(upstream: &str) -> Result<Url, String> {
     Ok(url)
 }
 
-/// What went wrong upstream; each maps to a status the gateway retries.
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
     #[error("the upstream did not answer within {0:?}")]
@@ -93,27 +75,22 @@ pub enum UpstreamError {
     InvalidAnswer(String),
 }
 
-/// The request body of a chat completion.
 #[derive(Debug, Serialize)]
 pub struct ChatRequestOut<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<&'a str>,
-    /// Chat messages in OpenAI's form (`super::content`).
     pub messages: &'a [serde_json::Value],
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user: Option<&'a str>,
     pub stream: bool,
 }
 
-/// What the upstream answered.
 pub enum Completion {
-    /// The reply parts (one for a chat completion, none when its content is empty).
+    /// None when the completion is empty.
     Parts(Vec<String>),
-    /// A stream, relayed as it comes (`relay`).
     Stream(reqwest::Response),
 }
 
-/// Asks the upstream for the next assistant message.
 pub async fn complete(
     client: &reqwest::Client,
     config: &UpstreamConfig,
@@ -157,10 +134,8 @@ pub async fn complete(
     Ok(Completion::Parts(parts))
 }
 
-/// The upstream's OpenAI chunks as the gateway's events: `event: delta` for each text
-/// chunk, `event: done` after `[DONE]`. Anything else the upstream sends (role-only chunks,
-/// comments) is skipped; a break, an unreadable chunk or an end without `[DONE]` ends the
-/// relayed stream without `done`, so the gateway retries the turn.
+/// OpenAI chunks as the gateway's `delta`/`done` events. A break, an unreadable chunk or an
+/// end without `[DONE]` ends the relay without `done`, so the gateway retries the turn.
 pub fn relay(response: reqwest::Response) -> Body {
     let events = Box::pin(body_chunks(response).eventsource());
     let relayed = futures::stream::unfold(Some(events), |events| async move {

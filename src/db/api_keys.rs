@@ -41,7 +41,6 @@ pub async fn insert(
     .await
 }
 
-/// The hash of the live key with `prefix`, if any (`admin::throttle` keeps it a while).
 pub async fn live_hash(conn: &mut PgConnection, prefix: &str) -> Result<Option<Vec<u8>>, sqlx::Error> {
     sqlx::query_scalar("select key_hash from api_keys where prefix = $1 and revoked_at is null")
         .bind(prefix)
@@ -49,8 +48,7 @@ pub async fn live_hash(conn: &mut PgConnection, prefix: &str) -> Result<Option<V
         .await
 }
 
-/// The tenant of a live key, recording its use (at most once a minute, so reads do not
-/// turn into a write per request).
+/// Records the use at most once a minute, so reads do not become a write per request.
 pub async fn authenticate(
     conn: &mut PgConnection,
     hash: &[u8],
@@ -69,8 +67,7 @@ pub async fn authenticate(
     .await
 }
 
-/// The tenant of a live key named by its id (a console session's key), recording its use
-/// as `authenticate` does.
+/// A console session's key; records its use as `authenticate` does.
 pub async fn live_by_id(conn: &mut PgConnection, id: Uuid) -> Result<Option<TenantId>, sqlx::Error> {
     sqlx::query_scalar(
         "with key as (
@@ -95,8 +92,6 @@ pub async fn list(conn: &mut PgConnection, tenant: TenantId) -> Result<Vec<ApiKe
     .await
 }
 
-/// Revokes a key; `None` when there is no such key. Revoking twice keeps the first time.
-/// The tenant a key belongs to, if the key exists.
 pub async fn tenant_of(conn: &mut PgConnection, id: Uuid) -> Result<Option<TenantId>, sqlx::Error> {
     sqlx::query_scalar("select tenant_id from api_keys where id = $1")
         .bind(id)
@@ -104,6 +99,7 @@ pub async fn tenant_of(conn: &mut PgConnection, id: Uuid) -> Result<Option<Tenan
         .await
 }
 
+/// Revoking twice keeps the first time.
 pub async fn revoke(conn: &mut PgConnection, id: Uuid) -> Result<Option<ApiKeyRow>, sqlx::Error> {
     sqlx::query_as(&format!(
         "update api_keys set revoked_at = coalesce(revoked_at, $2) where id = $1 returning {COLUMNS}"

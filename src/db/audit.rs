@@ -1,7 +1,5 @@
-//! `audit_log` (tenant table, RLS, append-only for the app role): who did what to the
-//! tenant's configuration and data. Every record is written in the transaction of the change
-//! it records. Details hold ids, counts and the names of changed fields, never message text
-//! or secrets (README "Data lifecycle").
+//! `audit_log` (RLS, append-only for the app role): each record is written in the
+//! transaction of the change it records; details never hold message text or secrets.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -9,19 +7,15 @@ use uuid::Uuid;
 
 use super::TenantTx;
 
-/// Who acted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Actor {
     /// A tenant admin, by the id of the API key they used.
     ApiKey(Uuid),
-    /// The operator (`CB_OPERATOR_TOKEN`).
     Operator,
-    /// The database-URL command line.
     Cli,
 }
 
 impl Actor {
-    /// The stored form (`audit_log_actor_check`).
     pub fn as_text(self) -> String {
         match self {
             Actor::ApiKey(id) => id.to_string(),
@@ -88,7 +82,6 @@ impl AuditAction {
     }
 }
 
-/// One record to write.
 #[derive(Debug, Clone)]
 pub struct AuditEntry {
     pub actor: Actor,
@@ -109,8 +102,7 @@ impl AuditEntry {
     }
 }
 
-/// Writes `entry` in the caller's transaction. The time is read here, not by `now()`:
-/// one clock for the record and the cursor the listing hands out.
+/// The time is read here, not by `now()`: one clock for the record and the listing's cursor.
 pub async fn record(tx: &mut TenantTx, entry: &AuditEntry) -> Result<(), sqlx::Error> {
     let tenant = tx.tenant();
     sqlx::query(
@@ -129,7 +121,6 @@ pub async fn record(tx: &mut TenantTx, entry: &AuditEntry) -> Result<(), sqlx::E
     Ok(())
 }
 
-/// A stored record.
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct AuditRow {
     pub id: Uuid,
@@ -140,7 +131,6 @@ pub struct AuditRow {
     pub details: Value,
 }
 
-/// Newest first, strictly older than `before` `(at, id)` when given.
 pub async fn list(
     tx: &mut TenantTx,
     before: Option<(chrono::DateTime<chrono::Utc>, Uuid)>,

@@ -54,7 +54,6 @@ struct ConnectorRow {
 }
 
 impl ConnectorRow {
-    /// The connector, its secrets opened with `keys`.
     fn open(self, keys: &Keyring) -> Result<Connector, sqlx::Error> {
         let decode = |e: String| sqlx::Error::Decode(e.into());
         let tenant_id = crate::domain::TenantId(self.tenant_id);
@@ -109,8 +108,7 @@ const SELECT_CONNECTOR: &str =
         telegram_delivery, unlinked_notice, format_markdown, typing_indicator, sends_held_until
    from channel_connectors";
 
-/// Holds the connector's reply sends until `until`, for every instance (a 429 met now): a
-/// later hold already there stays.
+/// For every instance; a later hold already there stays.
 pub async fn hold_sends(
     tx: &mut TenantTx,
     connector: ConnectorId,
@@ -165,7 +163,7 @@ pub async fn insert(tx: &mut TenantTx, keys: &Keyring, new: &NewConnector) -> Re
     get(tx, keys, id).await?.ok_or(sqlx::Error::RowNotFound)
 }
 
-/// The connector `id` of the transaction's tenant, enabled or not.
+/// Enabled or not.
 pub async fn get(
     tx: &mut TenantTx,
     keys: &Keyring,
@@ -181,7 +179,6 @@ pub async fn get(
     row.map(|row| row.open(keys)).transpose()
 }
 
-/// Several connectors of the tenant at once (a claimed batch's); missing ones are absent.
 pub async fn get_many(
     tx: &mut TenantTx,
     keys: &Keyring,
@@ -285,7 +282,6 @@ pub struct ConnectorChange {
     pub rotate_secret: Option<(SecretString, std::time::Duration)>,
 }
 
-/// Applies `change`; `false` when there is no such connector for this tenant.
 pub async fn update(
     tx: &mut TenantTx,
     keys: &Keyring,
@@ -364,8 +360,7 @@ pub async fn update(
     Ok(sql.build().execute(tx.conn()).await?.rows_affected() == 1)
 }
 
-/// Deletes a connector. Its messages go with it (foreign key cascade) only when `purge`;
-/// otherwise a connector with history is kept and `Err(HasHistory)` returned.
+/// Its messages go with it (cascade) only when `purge`; else one with history is kept.
 pub async fn delete(tx: &mut TenantTx, id: ConnectorId, purge: bool) -> Result<DeleteOutcome, sqlx::Error> {
     let tenant = tx.tenant();
     if !purge {

@@ -9,7 +9,6 @@ use crate::domain::TenantId;
 /// Expired sessions deleted per sign-in at most: the sweep stays one short statement.
 const SWEEP: i64 = 100;
 
-/// What a live session stands for.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct SessionRow {
     pub tenant_id: TenantId,
@@ -18,7 +17,6 @@ pub struct SessionRow {
     pub csrf: String,
 }
 
-/// Stores a new session, and sweeps a few expired ones.
 pub async fn insert(
     conn: &mut PgConnection,
     id_hash: &[u8],
@@ -47,7 +45,6 @@ pub async fn insert(
     Ok(())
 }
 
-/// The session `id_hash` names, unless it has expired.
 pub async fn live(conn: &mut PgConnection, id_hash: &[u8]) -> Result<Option<SessionRow>, sqlx::Error> {
     sqlx::query_as(
         "select tenant_id, key_id, key_prefix, csrf from console_sessions
@@ -58,7 +55,6 @@ pub async fn live(conn: &mut PgConnection, id_hash: &[u8]) -> Result<Option<Sess
     .await
 }
 
-/// Ends a session (signing out, or its key is no longer live).
 pub async fn delete(conn: &mut PgConnection, id_hash: &[u8]) -> Result<(), sqlx::Error> {
     sqlx::query("delete from console_sessions where id_hash = $1")
         .bind(id_hash)

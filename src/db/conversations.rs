@@ -1,49 +1,35 @@
-//! The tenant's conversations, one row each (the console's users page): a linked user (all
-//! their platforms together), or an unlinked sender (`conversation_key`, one per connector
-//! and platform account), each with its latest turn and how many turns it has.
-//!
-//! Why ordered by name and not by latest activity: listing the most recently active
-//! conversations needs each conversation's latest time in one place — a summary row kept
-//! up to date by every webhook (a hot row per busy user on the ingress path) — or a walk
-//! over the newest turns until enough distinct conversations are found, which one chatty
-//! user can make as long as the tenant's history. Ordered by user id, the list is a skip
-//! scan over indexes that already exist: `channel_messages_user_history_idx` (tenant_id,
-//! user_id, received_at DESC) for linked users and the partial
-//! `channel_messages_sender_history_ordered_idx` (tenant_id, conversation_key, received_at DESC)
-//! WHERE user_id IS NULL for unlinked senders. Each step is one index probe ("the next
-//! user after this one"), so a page costs a few probes per row whatever the tenant holds,
-//! and the keyset cursor (the last key) keeps pages stable while turns arrive.
-//! Linked users come first, then unlinked senders.
+//! The tenant's conversations, one row each (the console's users page), linked users first.
+//! Ordered by key, not latest activity: that would need a hot summary row per busy user on
+//! the ingress path, or a walk over the newest turns as long as one chatty user's history. By
+//! key, a page is a skip scan of the history indexes, a few probes per row.
 
 use super::TenantTx;
 use crate::domain::{MessageId, MessageStatus};
 
-/// Turn counts stop here (shown as "500+"): counting reads the conversation's index
-/// entries, and a page must not read a million of them for one busy user.
+/// Shown as "500+": a page must not count a million index entries for one busy user.
 pub const COUNT_CAP: i64 = 500;
 
-/// Where a page of conversations starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PageStart {
-    /// The first conversation.
     Start,
-    /// Linked users from this user id on (`inclusive`), or after it: a jump to a name, or
-    /// the next page.
-    User { user_id: String, inclusive: bool },
-    /// Past every linked user: unlinked senders after this conversation key.
-    Sender { after: String },
+    /// A jump to a name (`inclusive`), or the next page.
+    User {
+        user_id: String,
+        inclusive: bool,
+    },
+    /// Past every linked user.
+    Sender {
+        after: String,
+    },
 }
 
-/// One conversation and its latest turn.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ConversationRow {
-    /// A linked user (`key` is the user id), or an unlinked sender (`key` is the
-    /// conversation key).
+    /// `key` is the user id, else the unlinked sender's conversation key.
     pub linked: bool,
     pub key: String,
-    /// Turns in the conversation, at most `COUNT_CAP`.
+    /// At most `COUNT_CAP`.
     pub turns: i64,
-    /// Platform accounts linked to the user (0 for an unlinked sender).
     pub linked_accounts: i64,
     pub latest_id: MessageId,
     pub platform: String,
@@ -54,11 +40,8 @@ pub struct ConversationRow {
     pub received_at: chrono::DateTime<chrono::Utc>,
 }
 
-/// The skip scans (`users`, `senders`) are recursive CTEs whose every step is one probe of
-/// its index; they run only as far as the outer LIMIT pulls rows. The lateral parts read
-/// each row's latest turn (one probe), its capped count and its links. The guards
-/// `p.linked` / `not p.linked` are evaluated once per row, so only the branch for the
-/// row's kind runs.
+/// Each step of the skip scans is one index probe, run only as far as the outer LIMIT
+/// pulls; the `p.linked` guards let only the branch for the row's kind run.
 const PAGE_SQL: &str = "
 with recursive users(user_id) as (
     select (select m.user_id from channel_messages m

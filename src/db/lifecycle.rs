@@ -1,6 +1,5 @@
-//! The data lifecycle's statements (README "Data lifecycle"): the tenant's retention
-//! setting, the retention job's batch delete, erasing one person, and reading a person's
-//! or the tenant's turns in pages for export. The rules live in `crate::lifecycle`.
+//! The data lifecycle's statements (docs/admin.md#data-lifecycle-retention-erasure-export-audit):
+//! retention, erasure and export reads. The rules live in `crate::lifecycle`.
 
 use sqlx::{PgConnection, Postgres, QueryBuilder};
 
@@ -8,9 +7,8 @@ use super::messages::{MessageRow, ReplyPart, MESSAGE_COLUMNS};
 use super::{queue, TenantTx};
 use crate::domain::{MessageId, Platform, TenantId};
 
-/// Whose data: a tenant user (their turns under that user id, the turns their linked
-/// accounts sent before they were linked, their links), or one platform account (every turn
-/// it sent, linked or not, and its link).
+/// A tenant user (with what their accounts sent before being linked), or one platform
+/// account (every turn it sent, linked or not).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Person {
     User(String),
@@ -21,7 +19,7 @@ pub enum Person {
 }
 
 impl Person {
-    /// How audit records and logs name it: `user:<id>` or `<platform>:<platform user id>`.
+    /// `user:<id>` or `<platform>:<platform user id>`.
     pub fn target(&self) -> String {
         match self {
             Person::User(user) => format!("user:{user}"),
@@ -33,9 +31,8 @@ impl Person {
     }
 }
 
-/// Appends the predicate choosing `person`'s turns (`m`). A user's turns are those recorded
-/// under their id, and those an account linked to them sent while it was unlinked
-/// (`user_id` null); a turn recorded under another user's id is that user's.
+/// A user's turns include those a linked account sent while unlinked (`user_id` null); a
+/// turn recorded under another user's id is that user's.
 fn push_person(sql: &mut QueryBuilder<'_, Postgres>, tenant: TenantId, person: &Person) {
     match person {
         Person::User(user) => {
@@ -63,7 +60,7 @@ fn push_person(sql: &mut QueryBuilder<'_, Postgres>, tenant: TenantId, person: &
     }
 }
 
-/// The tenant's retention in days (`None`: kept for ever); `None` too for an unknown tenant.
+/// `None`: kept for ever, or an unknown tenant.
 pub async fn retention_days(conn: &mut PgConnection, tenant: TenantId) -> Result<Option<i32>, sqlx::Error> {
     let days: Option<Option<i32>> = sqlx::query_scalar("select retention_days from tenants where id = $1")
         .bind(tenant)
@@ -72,7 +69,6 @@ pub async fn retention_days(conn: &mut PgConnection, tenant: TenantId) -> Result
     Ok(days.flatten())
 }
 
-/// Sets the tenant's retention (`None`: for ever). `false` for an unknown tenant.
 pub async fn set_retention_days(
     conn: &mut PgConnection,
     tenant: TenantId,
@@ -86,25 +82,20 @@ pub async fn set_retention_days(
     Ok(done.rows_affected() == 1)
 }
 
-/// Every tenant with a retention: `(tenant, days)`. `tenants` is infrastructure (no RLS).
 pub async fn tenants_with_retention(conn: &mut PgConnection) -> Result<Vec<(TenantId, i32)>, sqlx::Error> {
     sqlx::query_as("select id, retention_days from tenants where retention_days is not null order by id")
         .fetch_all(conn)
         .await
 }
 
-/// What one retention batch deleted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Purged {
     pub turns: u64,
     pub reply_parts: u64,
 }
 
-/// Deletes up to `limit` of the tenant's turns received before `cutoff`, oldest first, with
-/// their reply parts, leaving every turn in flight: `accepted` or `dispatching`, one with a
-/// job (queued, or being worked: a resend of an old turn), or one with a reply part not
-/// settled (`pending`, `sending`). Rows another transaction holds (a resend choosing the
-/// same turn) are skipped, not waited for: the next pass takes them.
+/// Leaves every turn in flight (unfinished, with a job, or a part `pending`/`sending`).
+/// Locked rows are skipped, not waited for: the next pass takes them.
 pub async fn purge_turns(
     tx: &mut TenantTx,
     cutoff: chrono::DateTime<chrono::Utc>,
@@ -150,8 +141,7 @@ pub async fn purge_turns(
     })
 }
 
-/// Deletes up to `limit` of the tenant's unlinked-notice marks of days before `cutoff`
-/// (they only matter for today's "once a day").
+/// Notice marks only matter for today's "once a day".
 pub async fn purge_notices(
     tx: &mut TenantTx,
     cutoff: chrono::NaiveDate,
@@ -173,7 +163,6 @@ pub async fn purge_notices(
     Ok(done.rows_affected())
 }
 
-/// What an erasure deleted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 #[schema(example = json!({"turns": 12, "reply_parts": 14, "jobs": 1, "links": 2, "notices": 0}))]
 pub struct Erased {
@@ -188,10 +177,8 @@ pub struct Erased {
     pub notices: u64,
 }
 
-/// Deletes every row of `person` in the tenant's tables, in the caller's transaction: their
-/// turns with the turns' reply parts and jobs, their links, and the notice marks of every
-/// account they used. Rows of anyone else are not touched (`Person`). The Slack read budget
-/// is per workspace, not per person, and stays.
+/// In the caller's transaction; nobody else's rows. The Slack read budget is per
+/// workspace, not per person, and stays.
 pub async fn erase(tx: &mut TenantTx, person: &Person) -> Result<Erased, sqlx::Error> {
     let tenant = tx.tenant();
     let mut select = QueryBuilder::new(
@@ -236,7 +223,6 @@ pub async fn erase(tx: &mut TenantTx, person: &Person) -> Result<Erased, sqlx::E
     })
 }
 
-/// The platform accounts linked to `person` now: `(platform, platform_user_id)`.
 async fn accounts(tx: &mut TenantTx, person: &Person) -> Result<Vec<(String, String)>, sqlx::Error> {
     let tenant = tx.tenant();
     match person {
@@ -307,8 +293,7 @@ async fn delete_notices(tx: &mut TenantTx, senders: &[(String, String)]) -> Resu
     Ok(done.rows_affected())
 }
 
-/// The next `limit` turns after `after` `(received_at, id)`, oldest first, of every one of
-/// `people` (each narrows; none: every turn of the tenant), each with its reply parts.
+/// Oldest first, after `after`; no `people`: every turn of the tenant.
 pub async fn export_page(
     tx: &mut TenantTx,
     people: &[Person],
@@ -350,7 +335,6 @@ struct PartOf {
     part: ReplyPart,
 }
 
-/// The reply parts of several turns, each turn's in `part_index` order.
 async fn parts_of(
     tx: &mut TenantTx,
     ids: &[MessageId],

@@ -13,8 +13,7 @@ pub struct Link {
     pub created_at: chrono::DateTime<chrono::Utc>,
 }
 
-/// Links a sender to a user, or re-points an existing link (a link is a mapping, so setting
-/// it twice is not an error).
+/// Setting a link twice, or re-pointing it, is not an error.
 pub async fn upsert(
     tx: &mut TenantTx,
     platform: Platform,
@@ -36,7 +35,6 @@ pub async fn upsert(
     .await
 }
 
-/// The user linked to a sender, if any.
 pub async fn resolve(
     tx: &mut TenantTx,
     platform: Platform,
@@ -46,8 +44,7 @@ pub async fn resolve(
     Ok(linked.remove(&(platform.as_str().to_owned(), platform_user_id.to_owned())))
 }
 
-/// The users linked to several senders at once: `(platform, platform_user_id) → user_id`
-/// for those that are linked.
+/// `(platform, platform_user_id) → user_id` for those that are linked.
 pub async fn resolve_many(
     tx: &mut TenantTx,
     senders: &[(Platform, &str)],
@@ -84,7 +81,6 @@ pub async fn list(tx: &mut TenantTx) -> Result<Vec<Link>, sqlx::Error> {
     .await
 }
 
-/// The platform accounts linked to one user (by `channel_links_user_idx`).
 pub async fn of_user(tx: &mut TenantTx, user_id: &str) -> Result<Vec<Link>, sqlx::Error> {
     let tenant = tx.tenant();
     sqlx::query_as(
@@ -97,7 +93,6 @@ pub async fn of_user(tx: &mut TenantTx, user_id: &str) -> Result<Vec<Link>, sqlx
     .await
 }
 
-/// Unlinks a sender; `false` when there was no such link.
 pub async fn delete(
     tx: &mut TenantTx,
     platform: Platform,

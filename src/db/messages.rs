@@ -7,7 +7,6 @@ use serde_json::Value;
 use super::TenantTx;
 use crate::domain::{ConnectorId, MessageId, MessageStatus, Platform};
 
-/// An inbound turn to record.
 #[derive(Debug, Clone)]
 pub struct NewMessage<'a> {
     pub connector_id: ConnectorId,
@@ -24,24 +23,17 @@ pub struct NewMessage<'a> {
     pub conversation_key: &'a str,
     pub request_content: &'a str,
     pub status: MessageStatus,
-    /// Set at once for turns that are decided at ingress (`deny_unlinked`, `ignore_non_text`).
+    /// For turns decided at ingress (`deny_unlinked`, `ignore_non_text`).
     pub decision: Option<&'a str>,
     pub metadata: &'a Value,
-    /// The files sent with it (`crate::media::Attachment`s); `None` when there are none.
     pub attachments: Option<Value>,
 }
 
-/// Inserts turns, in order, each unless its idempotency key is already recorded (by an
-/// earlier transaction, or earlier in the same list): the unique index decides, with no
-/// check-then-insert race. Queues the dispatch job of every `accepted` turn it inserted, in
-/// the same order and transaction (the rule of `queue::enqueue_many`), so a turn never
-/// exists without its job. Returns, per input position, the new id, or `None` for a
-/// duplicate.
-///
-/// Two shapes, each right on both servers and the faster on its own (`super::on_citus`):
-/// on PostgreSQL one statement does both; on Citus a multi-row `VALUES`, which it routes to
-/// the tenant's shard as it is (an `INSERT … SELECT FROM unnest(…)` it pulls through the
-/// coordinator), and the queue, a table of the coordinator, in a statement of its own.
+/// Inserts turns in order unless their idempotency key is recorded (the unique index
+/// decides, no check-then-insert race), and queues the jobs of the accepted ones in the same
+/// transaction. Returns the new id per input, `None` for a duplicate. On Citus a multi-row
+/// `VALUES`, which it routes to the tenant's shard (it pulls `INSERT … SELECT FROM unnest`
+/// through the coordinator), and the coordinator's queue in a statement of its own.
 pub async fn insert_many(
     tx: &mut TenantTx,
     rows: &[NewMessage<'_>],
@@ -62,7 +54,6 @@ async fn insert_many_routed(
     }
     let tenant = tx.tenant();
     let ids: Vec<MessageId> = rows.iter().map(|_| MessageId::new()).collect();
-    // A turn decided at ingress is complete now.
     let now = chrono::Utc::now();
     let mut sql = sqlx::QueryBuilder::new(
         "insert into channel_messages (tenant_id, id, connector_id, platform, idempotency_key,
@@ -190,7 +181,6 @@ async fn insert_many_in_one(
         .collect())
 }
 
-/// A recorded turn as admins and the worker read it.
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct MessageRow {
     pub id: MessageId,
@@ -201,7 +191,6 @@ pub struct MessageRow {
     pub platform_message_id: String,
     pub chat_id: String,
     pub thread_id: Option<String>,
-    /// The shared space it was asked in; `None` for a direct message.
     pub space: Option<String>,
     pub platform_user_id: String,
     pub reply_to_id: Option<String>,
@@ -217,11 +206,9 @@ pub struct MessageRow {
     pub completed_at: Option<chrono::DateTime<chrono::Utc>>,
     pub delivered_at: Option<chrono::DateTime<chrono::Utc>>,
     pub metadata: Value,
-    /// The files sent with the turn; `None` when there are none.
     #[sqlx(json(nullable))]
     pub attachments: Option<Vec<crate::media::Attachment>>,
-    /// The platform message a streamed answer was shown in while it ran (a Slack stream's
-    /// `ts`, a Telegram group message id), which the first reply part adopts.
+    /// Where a streamed answer was shown; the first reply part adopts it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub live_message_id: Option<String>,
 }
@@ -231,8 +218,7 @@ pub const MESSAGE_COLUMNS: &str = "id, tenant_id, connector_id, platform, idempo
     conversation_key, request_content, response_content, decision, status, attempts,
     last_error, received_at, completed_at, delivered_at, metadata, attachments, live_message_id";
 
-/// The space of the newest turn recorded in `chat_id` of `connector` (`None`: a direct
-/// chat, or none recorded).
+/// `None`: a direct chat, or none recorded.
 pub async fn space_of_chat(
     tx: &mut TenantTx,
     connector: ConnectorId,
@@ -252,8 +238,7 @@ pub async fn space_of_chat(
     Ok(space.flatten())
 }
 
-/// The chat `user_id` last wrote in, as (connector, chat id), among those of `connector`
-/// and with `chat_id` when given, and only direct chats with `direct`.
+/// `(connector, chat id)` `user_id` last wrote in, narrowed by the other arguments.
 pub async fn last_chat(
     tx: &mut TenantTx,
     user_id: &str,
@@ -278,7 +263,6 @@ pub async fn last_chat(
     .await
 }
 
-/// Attachment `index` of turn `id` and the connector it came through.
 pub async fn attachment(
     tx: &mut TenantTx,
     id: MessageId,
@@ -308,7 +292,6 @@ pub async fn get(tx: &mut TenantTx, id: MessageId) -> Result<Option<MessageRow>,
     .await
 }
 
-/// One reply part as stored.
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct ReplyPart {
     pub part_index: i32,
@@ -322,8 +305,7 @@ pub struct ReplyPart {
     pub sent_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
-/// Creates the reply parts of a message, `part_index` 0..n in order. Existing parts are
-/// kept as they are (a repeated store after a crash must not reset a posted part).
+/// Existing parts are kept: a repeated store after a crash must not reset a posted part.
 pub async fn insert_reply_parts(
     tx: &mut TenantTx,
     message: MessageId,
@@ -360,8 +342,6 @@ pub async fn reply_parts(tx: &mut TenantTx, message: MessageId) -> Result<Vec<Re
     .await
 }
 
-/// The reply parts of several messages at once (a page of a conversation), in message and
-/// part order: one probe of the primary key per message.
 pub async fn reply_parts_of(
     tx: &mut TenantTx,
     messages: &[MessageId],
@@ -386,7 +366,6 @@ pub async fn reply_parts_of(
     Ok(rows.into_iter().map(|row| (row.message_id, row.part)).collect())
 }
 
-/// Filters of the admin message listing. Every field narrows the result.
 #[derive(Debug, Clone, Default)]
 pub struct MessageFilter {
     pub user_id: Option<String>,
@@ -398,15 +377,14 @@ pub struct MessageFilter {
     pub decision: Option<String>,
     pub since: Option<chrono::DateTime<chrono::Utc>>,
     pub until: Option<chrono::DateTime<chrono::Utc>>,
-    /// Case-insensitive substring of the request or the response.
+    /// Case-insensitive, in the request or the response.
     pub text: Option<String>,
-    /// Keyset position: only rows strictly older than this `(received_at, id)`.
+    /// Keyset: rows strictly older than this `(received_at, id)`.
     pub before: Option<(chrono::DateTime<chrono::Utc>, MessageId)>,
     pub limit: i64,
 }
 
-/// Newest first, in `(received_at, id)` order. Paging by keyset (`before`) instead of
-/// offsets keeps pages stable while new rows arrive: they sort before the first page.
+/// Newest first; keyset paging keeps pages stable while new rows arrive.
 pub async fn list(tx: &mut TenantTx, filter: &MessageFilter) -> Result<Vec<MessageRow>, sqlx::Error> {
     let tenant = tx.tenant();
     let mut sql = sqlx::QueryBuilder::<sqlx::Postgres>::new(format!(
@@ -461,8 +439,7 @@ fn escape_like(text: &str) -> String {
     text.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_")
 }
 
-/// The local message a platform reply-to id points at: one of this tenant's inbound turns,
-/// or the turn whose reply part the user answered.
+/// An inbound turn of this tenant, or the turn whose reply part the user answered.
 pub async fn resolve_reply_to(
     tx: &mut TenantTx,
     connector: ConnectorId,

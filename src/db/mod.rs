@@ -1,8 +1,6 @@
-//! PostgreSQL access: the pool (every connection runs as, or as a member of,
-//! `channel_bridge_app`, so RLS applies), migrations, the tenant transaction and one file per table family.
-//!
-//! Queries are runtime-checked `sqlx::query_as` calls; every one of them is exercised by the
-//! integration tests against a real database (README, "Checked SQL").
+//! PostgreSQL access: the pool, migrations, the tenant transaction and one file per table
+//! family. Every pooled connection has only `channel_bridge_app`'s privileges, so RLS applies
+//! (docs/security.md#security-boundary-row-level-security).
 
 pub mod api_keys;
 pub mod audit;
@@ -35,42 +33,16 @@ use crate::settings::DatabaseSettings;
 
 pub use tenant_tx::TenantTx;
 
-/// The role whose privileges every pooled connection has: switched to with `SET ROLE` in the
-/// single-URL mode, inherited by the login role of `CB_APP_DATABASE_URL`. It owns nothing,
-/// has no BYPASSRLS and only the grants the migrations give it.
+/// Owns nothing, has no BYPASSRLS: `SET ROLE` to it in the single-URL mode, inherited by the
+/// login role of `CB_APP_DATABASE_URL`.
 pub const APP_ROLE: &str = "channel_bridge_app";
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
-/// Opens the application pool. Connections are opened lazily, so the process starts (and
-/// `/readyz` answers 503) while the database is down.
-///
-/// Who the sessions are (README, "Security boundary"):
-/// - with `CB_APP_DATABASE_URL`, connections log in as that runtime role, which has the app
-///   role's privileges by membership and no others: there is no more privileged role for
-///   injected SQL to `RESET ROLE` or `SET ROLE` to;
-/// - without it (the single-URL development default), connections log in as the
-///   `DATABASE_URL` owner and run `SET ROLE channel_bridge_app` before they are handed out.
-///   RLS then applies to every query the code sends, but `RESET ROLE` would undo it.
-///
-/// Connections are not pinged before each use (`test_before_acquire(false)`): the ping was
-/// a whole round trip in front of every transaction. A connection that died meanwhile (a
-/// database restart) fails its first query instead, which is an outage answer (503, or a
-/// retried job) like any other, and the pool replaces it.
-///
-/// Bounded waiting (a network that holds traffic reports no error for minutes):
-/// - the sessions carry a server-side `statement_timeout` and
-///   `idle_in_transaction_session_timeout` (`CB_DB_STATEMENT_TIMEOUT_MS`,
-///   `CB_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS`), and server-side TCP keepalives, so the server
-///   ends the session of a client that vanished and releases its locks;
-/// - every interaction is bounded on the client by `within` (`CB_DB_DEADLINE_MS`), and
-///   acquiring a connection by `CB_DB_ACQUIRE_TIMEOUT_MS`;
-/// - a connection abandoned mid-statement is checked with a ping when it is released, and
-///   that ping could hang as long as the statement did. While a deadline was missed
-///   recently (`SUSPECT_WINDOW`), the release first pings with a short timeout of its own
-///   and closes the connection when it does not answer, so a held network does not keep
-///   the pool's slots for the kernel's 15 minutes. sqlx offers no client-side TCP
-///   keepalive; these deadlines stand in for it.
+/// Lazy, so the process starts (and `/readyz` answers 503) while the database is down. No
+/// ping before use: a dead connection fails its first query and is replaced. Within
+/// `SUSPECT_WINDOW` of a missed deadline, a silent released connection is closed: a held
+/// network would keep its slot for the kernel's 15 minutes (sqlx has no client keepalive).
 pub fn connect_pool(settings: &DatabaseSettings) -> anyhow::Result<PgPool> {
     let options = connect_options(settings.pool_url())?.options(session_settings(settings));
     let ping_timeout = settings.deadline().min(Duration::from_secs(1));
@@ -100,7 +72,6 @@ pub fn connect_pool(settings: &DatabaseSettings) -> anyhow::Result<PgPool> {
     Ok(pool)
 }
 
-/// Startup parameters of the pool's sessions (`-c name=value`).
 fn session_settings(settings: &DatabaseSettings) -> Vec<(&'static str, String)> {
     let mut options = vec![
         ("tcp_keepalives_idle", "10".to_owned()),
@@ -119,7 +90,6 @@ fn session_settings(settings: &DatabaseSettings) -> Vec<(&'static str, String)> 
     options
 }
 
-/// How long after a missed deadline releases check connections with a bounded ping.
 const SUSPECT_WINDOW: Duration = Duration::from_secs(60);
 
 /// Milliseconds since `EPOCH` of the last missed deadline (0: none yet).
@@ -130,8 +100,7 @@ fn since_epoch() -> Duration {
     EPOCH.get_or_init(Instant::now).elapsed()
 }
 
-/// Tells the pool that something waited on the database past its deadline (here, or a
-/// request answered 503 by its own deadline): see `connect_pool`.
+/// Something waited on the database past its deadline: see `connect_pool`.
 pub fn deadline_missed() {
     let now = u64::try_from(since_epoch().as_millis())
         .unwrap_or(u64::MAX)
@@ -145,7 +114,6 @@ fn deadline_missed_recently() -> bool {
     last > 0 && since_epoch().saturating_sub(Duration::from_millis(last)) < SUSPECT_WINDOW
 }
 
-/// The error of an interaction that missed its deadline: an outage (`is_unavailable`).
 pub fn deadline_error() -> sqlx::Error {
     sqlx::Error::Io(std::io::Error::new(
         std::io::ErrorKind::TimedOut,
@@ -153,8 +121,7 @@ pub fn deadline_error() -> sqlx::Error {
     ))
 }
 
-/// Runs one database interaction with a client-side deadline. Past it the work is dropped
-/// (a transaction in it rolls back) and the caller gets `deadline_error`.
+/// Past the deadline the work is dropped (a transaction in it rolls back).
 pub async fn within<T, E: From<sqlx::Error>>(
     deadline: Duration,
     work: impl Future<Output = Result<T, E>>,
@@ -178,10 +145,8 @@ fn connect_options(url: &SecretString) -> anyhow::Result<PgConnectOptions> {
     Ok(options)
 }
 
-/// Whether the database is a Citus cluster; asked once per process. A few hot statements
-/// have two shapes, each correct on both servers and the faster on its own: one statement
-/// across the tenant tables and the queue on PostgreSQL, statements Citus routes to one
-/// shard on Citus (`messages::insert_many`, `turns::store_answers`).
+/// Asked once per process. A few hot statements have two shapes: one statement across the
+/// tenant tables and the queue on PostgreSQL, statements routed to one shard on Citus.
 pub(crate) async fn on_citus(conn: &mut sqlx::PgConnection) -> Result<bool, sqlx::Error> {
     static CITUS: OnceLock<bool> = OnceLock::new();
     if let Some(known) = CITUS.get() {
@@ -194,19 +159,14 @@ pub(crate) async fn on_citus(conn: &mut sqlx::PgConnection) -> Result<bool, sqlx
     Ok(*CITUS.get_or_init(|| citus))
 }
 
-/// What `migrate` did.
 #[derive(Debug, Clone, serde::Serialize, PartialEq, Eq)]
 pub struct MigrateReport {
     pub database_created: bool,
     pub applied: Vec<i64>,
 }
 
-/// Creates the database when missing, then applies pending migrations as the owner
-/// (the DATABASE_URL user, not the app role). A second run applies nothing.
-/// Distributes the tables of a migrated database on Citus, in the order Citus accepts
-/// (`channel_bridge_distribute()`, migration 22): for a database that got the `citus`
-/// extension after it was migrated. Runs as the schema owner; safe to repeat. Says what it
-/// did, or that there is no Citus.
+/// `channel_bridge_distribute()` (migration 22), for a database that got Citus after it was
+/// migrated. Runs as the schema owner; safe to repeat.
 pub async fn distribute_on_citus(settings: &DatabaseSettings) -> anyhow::Result<String> {
     let mut conn = connect_options(&settings.url)?
         .connect()
@@ -227,6 +187,7 @@ pub async fn distribute_on_citus(settings: &DatabaseSettings) -> anyhow::Result<
     Ok(done)
 }
 
+/// Creates the database when missing, then applies pending migrations as the owner.
 pub async fn migrate(settings: &DatabaseSettings) -> anyhow::Result<MigrateReport> {
     let url = settings.url.expose_secret();
     let masked = masked_url(url);
@@ -281,7 +242,6 @@ async fn applied_versions(conn: &mut sqlx::PgConnection) -> anyhow::Result<Vec<i
     Ok(versions)
 }
 
-/// A database URL fit for messages: the password, if any, replaced by `****`.
 pub fn masked_url(url: &str) -> String {
     match reqwest::Url::parse(url) {
         Ok(mut parsed) if parsed.password().is_some() => {
@@ -293,8 +253,7 @@ pub fn masked_url(url: &str) -> String {
     }
 }
 
-/// What the server said, once: a database error's own message, not sqlx's wrapping of it
-/// followed by the same message again.
+/// A database error's own message, without sqlx's wrapping.
 fn cause(err: &sqlx::Error) -> String {
     match err.as_database_error() {
         Some(db) => db.message().to_owned(),
@@ -302,8 +261,7 @@ fn cause(err: &sqlx::Error) -> String {
     }
 }
 
-/// Where the pool connects (CB_APP_DATABASE_URL or DATABASE_URL), for messages: host, port
-/// and database, never the user or password.
+/// Host, port and database of the pool's URL, never the user or password.
 pub fn describe(settings: &DatabaseSettings) -> String {
     match PgConnectOptions::from_str(settings.pool_url().expose_secret()) {
         Ok(options) => format!(
@@ -316,9 +274,7 @@ pub fn describe(settings: &DatabaseSettings) -> String {
     }
 }
 
-/// What `serve` checks before it starts: the database answers, as the app role, within
-/// the acquire timeout and the deadline, and its schema is at this binary's version. The
-/// error is one line that says what to do.
+/// What `serve` checks before it starts; the error is one line that says what to do.
 pub async fn check_ready_to_serve(settings: &DatabaseSettings) -> anyhow::Result<Schema> {
     let pool = connect_pool(settings)?;
     let limit = settings.acquire_timeout() + settings.deadline();
@@ -365,10 +321,8 @@ pub async fn check_ready_to_serve(settings: &DatabaseSettings) -> anyhow::Result
     }
 }
 
-/// What keeps the pool from working on a Citus cluster (`None`: nothing, or no Citus).
-/// Citus opens its connections to the workers as the session's role, so the pool must log
-/// in as a runtime role (the `SET ROLE` mode's `channel_bridge_app` may not log in), and
-/// that role must get into every worker: one statement touching every shard proves it.
+/// Citus opens its worker connections as the session's role, so the pool must log in as a
+/// runtime role, and that role must reach every worker: one statement over every shard proves it.
 async fn citus_fault(pool: &PgPool, settings: &DatabaseSettings) -> Result<Option<String>, sqlx::Error> {
     let citus: bool =
         sqlx::query_scalar("select exists (select 1 from pg_extension where extname = 'citus')")
@@ -396,9 +350,8 @@ async fn citus_fault(pool: &PgPool, settings: &DatabaseSettings) -> Result<Optio
     }))
 }
 
-/// What is wrong with the login role of `CB_APP_DATABASE_URL` (`None`: nothing): it must
-/// have the app role's privileges and nothing that would lift RLS. Names no role (the user
-/// name is part of the credentials).
+/// The role must have the app role's privileges and nothing that would lift RLS. Names no
+/// role: the user name is part of the credentials.
 async fn runtime_role_fault(pool: &PgPool) -> Result<Option<&'static str>, sqlx::Error> {
     let (superuser, bypass_rls, app_member, owns): (bool, bool, bool, bool) = sqlx::query_as(
         "select r.rolsuper, r.rolbypassrls, pg_has_role(current_user, $1, 'USAGE'),
@@ -423,15 +376,13 @@ async fn runtime_role_fault(pool: &PgPool) -> Result<Option<&'static str>, sqlx:
     Ok(fault)
 }
 
-/// Whether the database refused a statement of the app role (insufficient_privilege: a
-/// missing grant, a role that may not log in on a Citus worker, or a row that row-level
-/// security refuses): a deployment fault, not a missing schema and not an outage.
+/// insufficient_privilege (a missing grant, a Citus worker login, a row RLS refuses): a
+/// deployment fault, neither a missing schema nor an outage.
 pub fn is_refused(err: &sqlx::Error) -> bool {
     matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some("42501"))
 }
 
-/// Says "run migrate" when `err` comes from a database without the schema; other errors
-/// are returned as they are. For the CLI's errors.
+/// Says "run migrate" when `err` comes from a database without the schema.
 pub fn explain_missing_schema(err: anyhow::Error) -> anyhow::Error {
     let missing = err.chain().find_map(|cause| {
         cause
@@ -450,19 +401,15 @@ pub fn explain_missing_schema(err: anyhow::Error) -> anyhow::Error {
     }
 }
 
-/// The newest migration this binary carries.
 pub fn binary_schema_version() -> i64 {
     MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0)
 }
 
-/// Where the database's schema stands next to the binary's migrations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Schema {
-    /// Every migration of the binary is applied (the database may have newer ones: an
-    /// instance of the previous release during a rolling deploy).
+    /// The database may have newer migrations: an older instance during a rolling deploy.
     Current { database: i64 },
-    /// Migrations are missing (`None`: the schema is absent or older than the version
-    /// table's grant).
+    /// `None`: the schema is absent or older than the version table's grant.
     Behind { database: Option<i64> },
 }
 
@@ -472,7 +419,6 @@ impl Schema {
     }
 }
 
-/// The one line `serve`, `/readyz` and the CLI say when the schema is not there.
 pub const RUN_MIGRATE: &str =
     "run `channel-bridge migrate` (or `scripts/run migrate`), or start `serve --migrate`";
 
@@ -495,8 +441,7 @@ impl std::fmt::Display for Schema {
     }
 }
 
-/// Reads the applied migrations as the app role. An error is the database being
-/// unreachable (or a bug), never a missing schema: that is `Schema::Behind`.
+/// As the app role. A missing schema is `Schema::Behind`, never an error.
 pub async fn schema<'e>(db: impl sqlx::PgExecutor<'e>) -> Result<Schema, sqlx::Error> {
     let version: Result<Option<i64>, sqlx::Error> =
         sqlx::query_scalar("select max(version) from _sqlx_migrations where success")
@@ -511,24 +456,19 @@ pub async fn schema<'e>(db: impl sqlx::PgExecutor<'e>) -> Result<Schema, sqlx::E
     }
 }
 
-/// Whether a database error says the schema (or the app role the migrations create) is
-/// not there: a missing table, column, function or role.
+/// A missing table, column, function, database or app role.
 pub fn means_no_schema(err: &sqlx::Error) -> bool {
     let sqlx::Error::Database(db) = err else {
         return false;
     };
     match db.code().as_deref() {
-        // undefined_table, undefined_column, undefined_function, invalid_catalog_name (the
-        // database itself is missing: `migrate` creates it)
+        // undefined_table, undefined_column, undefined_function, invalid_catalog_name
         Some("42P01" | "42703" | "42883" | "3D000") => true,
-        // `SET ROLE channel_bridge_app` when the role does not exist.
         Some("22023") => db.message().contains(APP_ROLE),
         _ => false,
     }
 }
 
-/// The secret that could not be sealed or opened, when that is what failed
-/// (`db::tenants::unopened`).
 pub fn secret_error(err: &sqlx::Error) -> Option<&crate::secrets::SecretError> {
     match err {
         sqlx::Error::Decode(source) => source.downcast_ref(),
@@ -536,34 +476,28 @@ pub fn secret_error(err: &sqlx::Error) -> Option<&crate::secrets::SecretError> {
     }
 }
 
-/// Whether a database error is about a value that cannot be stored (a NUL byte, an
-/// invalid encoding, a value too long for a column or an index): the request's fault, a
-/// 4xx, never a 500.
+/// A value that cannot be stored (NUL byte, bad encoding, too long): a 4xx, never a 500.
 pub fn is_unstorable_value(err: &sqlx::Error) -> bool {
     let sqlx::Error::Database(db) = err else {
         return false;
     };
-    // Class 22 is data exceptions; 54000 program_limit_exceeded is "index row size …
-    // exceeds maximum".
+    // Class 22: data exceptions; 54000: index row size exceeds maximum.
     db.code()
         .is_some_and(|code| code.starts_with("22") || code == "54000")
         && !means_no_schema(err)
 }
 
-/// Whether an error means "the database is unavailable" (answer 503 so the platform
-/// retries) rather than a bug or a bad request.
+/// An outage (answer 503 so the platform retries), not a bug or a bad request.
 pub fn is_unavailable(err: &sqlx::Error) -> bool {
     match err {
-        // A broken wire (including a server that closes the socket during the TLS/startup
-        // exchange, as a restarting PostgreSQL does) is an outage too.
+        // A restarting server closes the socket during TLS/startup.
         sqlx::Error::Io(_)
         | sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed
         | sqlx::Error::Tls(_)
         | sqlx::Error::Protocol(_) => true,
         sqlx::Error::Database(db) => {
-            // Class 08 connection exceptions, 57P01..57P03 shutdown / cannot connect now,
-            // 53300 too many connections.
+            // 08: connection exceptions; 57P0x: shutdown; 53300: too many connections.
             let code = db.code().unwrap_or_default();
             code.starts_with("08") || code.starts_with("57P") || code == "53300"
         }

@@ -1,14 +1,6 @@
-//! `dispatch_queue`: the durable job queue (infrastructure, no RLS).
-//!
-//! Two doors, on purpose:
-//! - `enqueue` and `finish` run inside a tenant transaction, atomically with the message
-//!   row they belong to (a message never exists without its job, a stored answer never
-//!   leaves its job behind); for the same reason the statements that store an answer
-//!   (`messages::store_answer`, which moves the job to its reply stage) and record a
-//!   delivery (`replies::mark_delivered`, which removes it) touch the job themselves;
-//! - `Queue` is the one cross-tenant piece of code: claiming looks at every tenant's jobs.
-//!   It reads and writes only this table, which holds ids and scheduling state, never
-//!   message content.
+//! `dispatch_queue`: the durable job queue (ids and scheduling state only, no RLS). The
+//! free functions run inside a tenant transaction, atomically with the message row; `Queue`
+//! is the one cross-tenant code, since claiming looks at every tenant's jobs.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -19,7 +11,6 @@ use uuid::Uuid;
 use super::TenantTx;
 use crate::domain::{MessageId, TenantId};
 
-/// A job's stage: call the agent, or post the reply parts back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
 #[sqlx(type_name = "text", rename_all = "snake_case")]
 pub enum Stage {
@@ -42,21 +33,17 @@ impl std::fmt::Display for Stage {
     }
 }
 
-/// Who holds a job: a token drawn by the claim for that job alone. Every write a holder
-/// makes on the job's behalf names it, so a holder whose lease ran out and was claimed again
-/// (by any instance, this one included) changes nothing.
+/// Drawn per claim and job; every write names it, so a holder whose lease was taken over
+/// changes nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, sqlx::Type)]
 #[sqlx(transparent)]
 pub struct LeaseToken(pub Uuid);
 
-/// The advisory-lock key of a conversation, from SQL expressions for its tenant id and its
-/// conversation key: `enqueue_many` takes it shared, the claim tries it exclusive.
+/// `enqueue_many` takes it shared, the claim tries it exclusive.
 pub(crate) fn conversation_lock(tenant: &str, key: &str) -> String {
     format!("hashtextextended({tenant}::text || '/' || {key}, 0)")
 }
 
-/// Queues work for a freshly recorded message, in the same transaction (see
-/// `enqueue_many`).
 pub async fn enqueue(
     tx: &mut TenantTx,
     message: MessageId,
@@ -66,18 +53,9 @@ pub async fn enqueue(
     enqueue_many(tx, &[(message, conversation_key)], stage).await
 }
 
-/// Queues work for freshly recorded messages in one statement, in the order given (that is
-/// their order in their conversations).
-///
-/// The statement also takes a *shared* transaction-scoped advisory lock on each message's
-/// conversation (`conversation_lock`), held until this transaction ends. The claim only
-/// takes a conversation's head after winning the *exclusive* lock without waiting, so it
-/// never picks a later message while an earlier one of the same conversation is still
-/// uncommitted: without this, two ingress batches (or two instances) recording M1 and M2
-/// at the same time could commit M2 first, have it claimed as the head, and then M1 would
-/// become a second head in flight. Shared locks never conflict with each other, so
-/// ingress transactions do not wait for one another; one waits only while a claim of the
-/// same conversation commits (milliseconds), and a claim never waits at all.
+/// Takes a *shared* advisory lock on each conversation until commit; the claim takes a head
+/// only with the *exclusive* lock, without waiting, so it never claims M2 while M1 of the
+/// same conversation is uncommitted (M1 would become a second head in flight).
 pub async fn enqueue_many(
     tx: &mut TenantTx,
     jobs: &[(MessageId, &str)],
@@ -110,9 +88,8 @@ pub async fn enqueue_many(
     Ok(())
 }
 
-/// Makes a waiting reply job ready now (a WhatsApp status callback settled its part),
-/// with the conversation's later jobs that `retry_later` parked behind it. A job under a
-/// live lease is left alone (its holder is working on it).
+/// Makes a waiting reply job ready now, with the later jobs `retry_later` parked behind
+/// it. A job under a live lease is left alone.
 pub async fn wake_reply(tx: &mut TenantTx, message: MessageId) -> Result<(), sqlx::Error> {
     let tenant = tx.tenant();
     sqlx::query(
@@ -132,9 +109,8 @@ pub async fn wake_reply(tx: &mut TenantTx, message: MessageId) -> Result<(), sql
     Ok(())
 }
 
-/// Those of `messages` (the tenant's turns) that have a job, queued or being worked. Asked
-/// of the queue alone: on Citus the queue is a table of the coordinator, which a statement
-/// on the sharded tenant tables cannot join.
+/// Those of `messages` that have a job. Asked of the queue alone: on Citus the queue is a
+/// coordinator table, which a statement on the sharded tables cannot join.
 async fn having_jobs(
     tx: &mut TenantTx,
     messages: &[MessageId],
@@ -152,9 +128,8 @@ async fn having_jobs(
     Ok(queued.into_iter().collect())
 }
 
-/// Up to `limit` turns from `candidates`, oldest first, that have no job, and those skipped
-/// for having one. `candidates(seen, need)` builds the query of the next `need` candidate
-/// ids, oldest first, none of `seen`; it is asked again while jobs made it come up short.
+/// Up to `limit` of the candidates without a job, and those skipped for having one.
+/// `candidates(seen, need)` is asked again while jobs made it come up short.
 pub async fn without_jobs(
     tx: &mut TenantTx,
     limit: i64,
@@ -184,8 +159,7 @@ pub async fn without_jobs(
     Ok((chosen, skipped))
 }
 
-/// Removes a finished job, in the transaction that stores its result. The conversation's
-/// next message becomes the head of line at commit.
+/// In the transaction that stores the result; the next message becomes head at commit.
 pub async fn finish(tx: &mut TenantTx, message: MessageId) -> Result<(), sqlx::Error> {
     let tenant = tx.tenant();
     sqlx::query("delete from dispatch_queue where message_id = $1 and tenant_id = $2")
@@ -209,14 +183,10 @@ pub(crate) const RETRY_LATER_SQL: &str = "with head as (
       where q.tenant_id = head.tenant_id and q.conversation_key = head.conversation_key
         and q.seq > head.seq and q.available_at < head.available_at";
 
-/// The batch claim (built once; see `Queue::claim`).
 static CLAIM_SQL: OnceLock<String> = OnceLock::new();
 
-/// `$1`/`$2` the room of tenants that have jobs in flight or a cap of their own, `$3` the
-/// room of any other tenant, `$4` jobs wanted, `$5` lease seconds.
-///
-/// Tenant by tenant, so that a tenant at its cap costs the claim nothing however deep its
-/// backlog, and every tenant with a ready job gets a look at every claim.
+/// `$1`/`$2` room of tenants in flight or capped, `$3` of the others, `$4` wanted, `$5` lease
+/// seconds. Tenant by tenant: one at its cap costs nothing however deep its backlog.
 const CLAIM_BATCH: &str = "with recursive ready_tenants(tenant_id) as (
          -- The tenants with a ready job: a loose scan of the (tenant_id, available_at, seq)
          -- index, one descent per tenant. Leased jobs are not ready (their lease end is
@@ -271,42 +241,33 @@ const CLAIM_BATCH: &str = "with recursive ready_tenants(tenant_id) as (
   returning q.message_id, q.tenant_id, q.conversation_key, q.stage, q.attempts,
             q.lease_owner as lease, q.enqueued_at";
 
-/// A claimed job.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Job {
     pub message_id: MessageId,
     pub tenant_id: TenantId,
     pub conversation_key: String,
     pub stage: Stage,
-    /// Claims of this job so far, this one included.
     pub attempts: i32,
-    /// This claim's lease.
     pub lease: LeaseToken,
     /// When the job was queued: the retry horizon counts from here.
     pub enqueued_at: chrono::DateTime<chrono::Utc>,
 }
 
-/// What a batch claim may take.
 #[derive(Debug, Clone, Default)]
 pub struct ClaimRequest {
-    /// Most jobs to claim.
     pub wanted: usize,
-    /// Jobs each tenant with jobs in flight (or a cap of its own) may still take; tenants
-    /// at zero are skipped without looking at their jobs.
+    /// Per tenant in flight or capped; tenants at zero are skipped without a look.
     pub room: Vec<(TenantId, usize)>,
-    /// Jobs any other tenant may take.
     pub default_room: usize,
     pub lease: Duration,
 }
 
-/// Queue depth and the age of its oldest job, for metrics.
 #[derive(Debug, Clone, Copy, sqlx::FromRow)]
 pub struct QueueStats {
     pub depth: i64,
     pub oldest_age_secs: f64,
 }
 
-/// One tenant's share of the queue, for metrics.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct TenantQueueStats {
     pub tenant_id: TenantId,
@@ -314,7 +275,6 @@ pub struct TenantQueueStats {
     pub oldest_age_secs: f64,
 }
 
-/// The cross-tenant side of the queue.
 #[derive(Clone)]
 pub struct Queue {
     pool: PgPool,
@@ -325,14 +285,8 @@ impl Queue {
         Self { pool }
     }
 
-    /// Claims up to `request.wanted` jobs in one statement, each the oldest job of its
-    /// conversation, leasing each to a token of its own, and hands back the open
-    /// transaction so the claimed turns' first tenant work commits with the lease (one
-    /// commit for the batch). Until that commit the rows stay locked and other claimers
-    /// pass them by (`SKIP LOCKED`). `None` when nothing was ready.
-    ///
-    /// Tenants interleave: the batch takes each tenant's oldest ready head before any
-    /// tenant's second, and no tenant more than its room.
+    /// Hands back the open transaction, so the turns' first tenant work commits with the
+    /// leases; other claimers skip the locked rows meanwhile.
     pub async fn claim(
         &self,
         request: &ClaimRequest,
@@ -354,8 +308,7 @@ impl Queue {
         Ok(Some((jobs, tx)))
     }
 
-    /// EXPLAIN (ANALYZE, BUFFERS) of the claim `request` would run, rolled back: nothing is
-    /// claimed (for the dispatch benchmark).
+    /// EXPLAIN ANALYZE of the claim, rolled back (for the dispatch benchmark).
     pub async fn explain_claim(&self, request: &ClaimRequest) -> Result<Vec<String>, sqlx::Error> {
         let args = ClaimArgs::of(request);
         let mut tx = self.pool.begin().await?;
@@ -371,25 +324,21 @@ impl Queue {
         Ok(plan)
     }
 
-    /// The tenants the operator gave a cap of their own (`tenants.max_in_flight`): few, so
-    /// the dispatcher reads them all and knows every cap before it claims.
+    /// Few, so the dispatcher reads them all before it claims.
     pub async fn tenant_caps(&self) -> Result<Vec<(TenantId, i32)>, sqlx::Error> {
         sqlx::query_as("select id, max_in_flight from tenants where max_in_flight is not null")
             .fetch_all(&self.pool)
             .await
     }
 
-    /// Whether any job is ready: the cheap look an idle instance takes on each polling tick
-    /// before it opens a claim transaction.
+    /// An idle instance's cheap look on each polling tick.
     pub async fn any_ready(&self) -> Result<bool, sqlx::Error> {
         sqlx::query_scalar("select exists (select 1 from dispatch_queue where available_at <= now())")
             .fetch_one(&self.pool)
             .await
     }
 
-    /// Extends the leases of every job this instance holds, in one statement, and returns
-    /// the ones it still held: a job missing from the answer was claimed again elsewhere
-    /// (its lease had run out) or is gone, and its holder must stop.
+    /// Returns the jobs still held: the holder of a missing one must stop.
     pub async fn renew_leases(
         &self,
         held: &[(MessageId, LeaseToken)],
@@ -410,21 +359,10 @@ impl Queue {
         .await
     }
 
-    /// Puts a job back for a later attempt and ends the lease. It stays the head of its
-    /// conversation, so the user's later messages wait behind it and order is kept.
-    ///
-    /// Those later jobs are parked until the same time. They could not run earlier anyway,
-    /// and a job that is ready but blocked costs every claim, of every conversation, a
-    /// look at it (the claim scans ready jobs in order and rejects non-heads one by one):
-    /// with 3,000 turns behind one head in backoff, the dispatch-load benchmark measured
-    /// 50 ms per claim and throughput falling from ~140 to ~34 dispatches/s. Parked, they
-    /// are outside the claim's `available_at <= now()` range. Only the holder's own retry
-    /// parks anything (the head update must match), and `wake_reply` wakes them with it.
-    ///
-    /// A job nobody holds a live lease on qualifies too: a batch whose preparation failed
-    /// before its claim committed (the leases rolled back with it) puts its jobs back this
-    /// way, so a job that fails every time waits its backoff instead of being claimed again
-    /// at once.
+    /// Ends the lease; the job stays its conversation's head. The later jobs are parked
+    /// until the same time: ready but blocked, each would cost every claim a look
+    /// (docs/benchmarks.md). An unleased job qualifies too (a batch whose claim rolled back),
+    /// so a job that always fails still waits its backoff.
     pub async fn retry_later(
         &self,
         message: MessageId,
@@ -450,7 +388,6 @@ impl Queue {
         .await
     }
 
-    /// The `top` tenants with the deepest queues.
     pub async fn tenant_stats(&self, top: usize) -> Result<Vec<TenantQueueStats>, sqlx::Error> {
         sqlx::query_as(
             "select tenant_id, count(*) as depth,
@@ -466,7 +403,6 @@ impl Queue {
     }
 }
 
-/// The claim statement, built once.
 fn claim_sql() -> &'static str {
     CLAIM_SQL.get_or_init(|| {
         let lock = conversation_lock("ranked.tenant_id", "ranked.conversation_key");
@@ -474,7 +410,6 @@ fn claim_sql() -> &'static str {
     })
 }
 
-/// A claim request as the statement's parameters.
 struct ClaimArgs {
     room_tenants: Vec<TenantId>,
     room: Vec<i32>,

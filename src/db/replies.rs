@@ -1,14 +1,12 @@
-//! Reply parts (`channel_replies`) beside their transitions (`crate::turn`): the part key
-//! platforms carry back, where a search of a Slack thread resumes, and the daily notice to
-//! unlinked senders.
+//! Reply parts (`channel_replies`) beside their transitions (`crate::turn`): part keys, the
+//! Slack thread search's saved cursor, and the daily notice to unlinked senders.
 
 use chrono::{DateTime, Utc};
 
 use super::TenantTx;
 use crate::domain::MessageId;
 
-/// Where the search of the Slack thread for a part in doubt resumes: the cursor saved for
-/// the send marked `sending` at `mark`, if the search for that send stopped half-way.
+/// The cursor saved for the send marked `sending` at `mark`, if its search stopped half-way.
 pub async fn search_cursor(
     tx: &mut TenantTx,
     message: MessageId,
@@ -29,8 +27,7 @@ pub async fn search_cursor(
     Ok(cursor.flatten())
 }
 
-/// Saves the cursor of the next page to read for the send marked `sending` at `mark`
-/// (`None`: the search starts again from the first page).
+/// `None`: the search starts again from the first page.
 pub async fn save_search_cursor(
     tx: &mut TenantTx,
     message: MessageId,
@@ -53,7 +50,6 @@ pub async fn save_search_cursor(
     Ok(())
 }
 
-/// The key of a reply part, as sent to the platforms.
 pub fn part_key(message: MessageId, part: i32) -> String {
     format!("{message}:{part}")
 }
@@ -64,7 +60,7 @@ pub fn parse_part_key(key: &str) -> Option<(MessageId, i32)> {
     Some((message.parse().ok()?, part.parse().ok()?))
 }
 
-/// Claims today's notice for an unlinked sender; `true` only for the first claim of the day.
+/// `true` only for the first claim of the day.
 pub async fn claim_daily_notice(
     tx: &mut TenantTx,
     connector: uuid::Uuid,

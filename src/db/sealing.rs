@@ -1,11 +1,6 @@
-//! Sealing the secrets already stored (`crate::secrets`): plain values left from before a
-//! key was configured (`serve` does it at start) and values under an older key after a
-//! rotation (`channel-bridge secrets rotate-key`).
-//!
-//! One tenant transaction per tenant: its tenant row and its connectors are read `FOR
-//! UPDATE`, so a rotation or an admin change running at the same time waits for the row
-//! rather than being overwritten with an older value. A value sealed under a key that is no
-//! longer listed stops the pass with that key's id.
+//! Sealing stored secrets again: plain values at start with a key, values under an older key
+//! after a rotation (docs/security.md#secrets-at-rest). Rows are read `FOR UPDATE`, so an
+//! admin change running at the same time waits rather than being overwritten.
 
 use serde::Serialize;
 use sqlx::PgPool;
@@ -15,26 +10,19 @@ use super::TenantTx;
 use crate::domain::{ConnectorId, TenantId};
 use crate::secrets::{sealed_with, Binding, ConnectorSecret, Keyring};
 
-/// Which stored values a pass seals again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reseal {
-    /// Only plain values (start-up with a key: instances still on the old key list keep
-    /// opening everything else).
+    /// At start: instances still on the old key list keep opening everything else.
     Plain,
-    /// Plain values and values under any key but the first (after every instance knows
-    /// the first key).
+    /// Also values under any key but the first, once every instance knows it.
     NotUnderCurrentKey,
 }
 
-/// What a pass did.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
 pub struct Resealed {
-    /// The key everything touched is now sealed with.
     pub key: Option<String>,
     pub tenants_seen: u64,
-    /// Tenant rows whose dispatch secrets were sealed again.
     pub tenants_resealed: u64,
-    /// Connector rows whose secrets were sealed again.
     pub connectors_resealed: u64,
 }
 
@@ -47,7 +35,6 @@ struct StoredConnector {
     outbound_token: Option<String>,
 }
 
-/// Seals again what `which` selects, tenant by tenant. Nothing to do without a key.
 pub async fn reseal(pool: &PgPool, keys: &Keyring, which: Reseal) -> Result<Resealed, sqlx::Error> {
     let mut report = Resealed {
         key: keys.current_key().map(str::to_owned),
@@ -75,8 +62,7 @@ pub async fn reseal(pool: &PgPool, keys: &Keyring, which: Reseal) -> Result<Rese
     Ok(report)
 }
 
-/// Opens `stored` and seals it again under the first key, when `wanted`; `None` when the
-/// value stays as it is.
+/// `None` when the value stays as it is.
 fn resealed(
     keys: &Keyring,
     stored: &str,
@@ -93,7 +79,6 @@ fn resealed(
         .map_err(unopened)
 }
 
-/// The value to keep: the resealed one, or the stored one unchanged.
 fn either(resealed: Option<String>, stored: Option<String>) -> (bool, Option<String>) {
     match resealed {
         Some(value) => (true, Some(value)),

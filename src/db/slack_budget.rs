@@ -1,20 +1,12 @@
-//! `slack_read_budget` (tenant table, RLS): how often a Slack workspace's threads may be
-//! read with `conversations.replies` (Tier 1 for non-Marketplace apps: one request a
-//! minute, PLATFORMS.md §6).
-//!
-//! The budget lives in the database so that every instance spends the same one: Slack
-//! counts requests per app and workspace, whichever instance makes them. It is a single
-//! slot per workspace: a request is allowed when the workspace's `next_at` has passed, and
-//! taking it moves `next_at` one interval on, in one statement whose row lock settles two
-//! instances taking it at the same moment (the second sees the moved mark and is refused).
-//! The database's clock is the only clock, so instances whose clocks differ still agree.
+//! `slack_read_budget` (RLS): one `conversations.replies` slot per Slack workspace, kept in
+//! the database so all instances spend the one budget Slack counts; a row lock settles a race,
+//! and the database's clock is the only clock (docs/delivery.md#delivery-guarantees).
 
 use std::time::Duration;
 
 use super::TenantTx;
 
-/// Takes the workspace's next request if it is due: `None` when granted, else how long
-/// until it is.
+/// `None` when granted, else how long until it is due.
 pub async fn take(
     tx: &mut TenantTx,
     workspace: &str,
@@ -55,7 +47,6 @@ pub async fn take(
     Ok(Some(wait.unwrap_or(Duration::from_secs(1))))
 }
 
-/// Slack answered 429: nobody reads this workspace before `retry_after` has passed.
 pub async fn hold_off(tx: &mut TenantTx, workspace: &str, retry_after: Duration) -> Result<(), sqlx::Error> {
     let tenant = tx.tenant();
     sqlx::query(
@@ -71,7 +62,6 @@ pub async fn hold_off(tx: &mut TenantTx, workspace: &str, retry_after: Duration)
     Ok(())
 }
 
-/// How long until the workspace's next request is due (`None`: no mark, or it is due).
 async fn wait(tx: &mut TenantTx, workspace: &str) -> Result<Option<Duration>, sqlx::Error> {
     let tenant = tx.tenant();
     let secs: Option<f64> = sqlx::query_scalar(

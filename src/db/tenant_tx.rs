@@ -1,18 +1,7 @@
-//! The one door to tenant tables.
-//!
-//! Every function that reads or writes `channel_connectors`, `channel_links`,
-//! `channel_messages` or `channel_replies` takes a `&mut TenantTx`, and the only way to make
-//! one is `TenantTx::begin`, which sets `app.tenant_id` for this transaction alone. RLS then
-//! hides every other tenant's rows even if a query forgets its `tenant_id = $1` predicate.
-//!
-//! The setting is transaction-local (`SET LOCAL app.tenant_id`, run by the function
-//! `channel_bridge_set_tenant`, migration 27), so a pooled connection (or a pgbouncer in
-//! transaction mode) never carries one tenant's setting into another's work, and Citus
-//! passes it on to its workers whatever the cluster's defaults.
-//!
-//! `BEGIN` and the setting travel in one simple-query round trip. The tenant id is a typed
-//! UUID rendered by `uuid` itself (hex digits and hyphens), so formatting it into the SQL
-//! text cannot inject anything.
+//! The one door to tenant tables: `TenantTx::begin` sets `app.tenant_id` for this
+//! transaction alone (`SET LOCAL`, so it never leaks into a pooled connection's next work),
+//! and RLS hides other tenants' rows even if a query forgets its `tenant_id = $1`. The id is
+//! a typed UUID, so formatting it into the `BEGIN` round trip's SQL cannot inject anything.
 
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 
@@ -24,15 +13,12 @@ pub struct TenantTx {
 }
 
 impl TenantTx {
-    /// Begins a transaction scoped to `tenant`.
     pub async fn begin(pool: &PgPool, tenant: TenantId) -> Result<Self, sqlx::Error> {
         let tx = pool.begin_with(begin_statement(tenant)).await?;
         Ok(Self { tx, tenant })
     }
 
-    /// Scopes a transaction that began without a tenant (the queue claim, which looks at
-    /// every tenant's jobs) to `tenant`, so the claimed turns' first tenant work commits
-    /// with the claim.
+    /// Scopes the queue claim's transaction, so the turns' first tenant work commits with it.
     pub async fn after_claim(
         mut tx: Transaction<'static, Postgres>,
         tenant: TenantId,
@@ -41,11 +27,8 @@ impl TenantTx {
         Ok(Self { tx, tenant })
     }
 
-    /// Scopes the rest of this transaction to another tenant: the ingress batch writer
-    /// commits several webhooks, possibly of several tenants, in one transaction, and runs
-    /// each webhook's statements under its own tenant's setting. RLS checks every statement
-    /// against the setting in force when it runs, so rows written before the switch stay
-    /// out of reach of the statements after it.
+    /// For the ingress batch writer. RLS checks each statement against the setting in force
+    /// when it runs, so rows written before the switch are out of reach after it.
     pub async fn switch_tenant(&mut self, tenant: TenantId) -> Result<(), sqlx::Error> {
         if tenant != self.tenant {
             set_tenant(&mut self.tx, tenant).await?;
@@ -58,7 +41,6 @@ impl TenantTx {
         self.tenant
     }
 
-    /// The connection, for the table modules of `crate::db`.
     pub fn conn(&mut self) -> &mut PgConnection {
         &mut self.tx
     }
@@ -72,8 +54,7 @@ impl TenantTx {
     }
 }
 
-/// The tenant setting, transaction-local. With `begin_statement`, the only code that sets
-/// it.
+/// With `begin_statement`, the only code that sets the tenant.
 async fn set_tenant(tx: &mut Transaction<'static, Postgres>, tenant: TenantId) -> Result<(), sqlx::Error> {
     sqlx::query("select channel_bridge_set_tenant($1)")
         .bind(tenant)

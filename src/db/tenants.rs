@@ -9,7 +9,6 @@ use sqlx::PgConnection;
 use crate::domain::{HistoryScopeSetting, TenantId};
 use crate::secrets::{Binding, Keyring, SecretError};
 
-/// A tenant, its dispatch secrets opened.
 #[derive(Debug, Clone)]
 pub struct TenantRow {
     pub id: TenantId,
@@ -17,16 +16,13 @@ pub struct TenantRow {
     pub name: String,
     pub agent_url: Option<String>,
     pub dispatch_secret: DispatchSecret,
-    /// The secret replaced by the last rotation, while it is still honoured.
     pub previous_dispatch_secret: Option<SecretString>,
-    /// Most jobs of this tenant one instance keeps in flight (`None`: the instance default).
+    /// `None`: the instance default.
     pub max_in_flight: Option<i32>,
-    /// Which earlier turns the agent sees with a new one.
     pub history_scope: HistoryScopeSetting,
     pub created_at: chrono::DateTime<chrono::Utc>,
 }
 
-/// A tenant as stored: its dispatch secrets sealed (`crate::secrets`).
 #[derive(sqlx::FromRow)]
 struct StoredTenant {
     id: TenantId,
@@ -44,8 +40,7 @@ struct StoredTenant {
 impl StoredTenant {
     fn open(self, keys: &Keyring) -> Result<TenantRow, sqlx::Error> {
         let binding = Binding::dispatch(self.id);
-        // The clock is read here rather than by `now()` in the statement: Citus refuses a
-        // non-immutable function in the RETURNING of an update.
+        // Not `now()`: Citus refuses a non-immutable function in an update's RETURNING.
         let live_previous = self
             .previous_dispatch_secret
             .filter(|_| self.previous_dispatch_secret_expires_at > Some(chrono::Utc::now()));
@@ -68,8 +63,8 @@ impl StoredTenant {
     }
 }
 
-/// A stored secret that does not open: a database error to the caller, which the HTTP
-/// layer answers 503 and the worker retries (the operator fixes `CB_SECRETS_KEY`).
+/// A database error, so the HTTP layer answers 503 and the worker retries until the
+/// operator fixes `CB_SECRETS_KEY`.
 pub fn unopened(err: SecretError) -> sqlx::Error {
     sqlx::Error::Decode(Box::new(err))
 }
@@ -77,8 +72,7 @@ pub fn unopened(err: SecretError) -> sqlx::Error {
 const COLUMNS: &str = "id, slug, name, agent_url, dispatch_secret, previous_dispatch_secret,
     previous_dispatch_secret_expires_at, max_in_flight, history_scope, created_at";
 
-/// A Standard Webhooks signing secret, `whsec_<base64 of 32 random bytes>`; the HMAC key
-/// is the decoded bytes, so agents can verify with any Standard Webhooks library.
+/// `whsec_<base64 of 32 random bytes>`; the HMAC key is the decoded bytes.
 #[derive(Clone, Debug)]
 pub struct DispatchSecret(pub SecretString);
 
@@ -97,7 +91,6 @@ pub struct NewTenant<'a> {
     pub agent_url: Option<&'a str>,
 }
 
-/// Inserts a tenant with a new dispatch secret. A taken slug is `tenants_slug_key`.
 pub async fn insert(
     conn: &mut PgConnection,
     keys: &Keyring,
@@ -123,7 +116,6 @@ pub async fn insert(
     stored.open(keys)
 }
 
-/// The tenant's history scope alone (no secrets opened); `None` for an unknown tenant.
 pub async fn history_scope(
     conn: &mut PgConnection,
     id: TenantId,
@@ -150,7 +142,7 @@ pub async fn get(
     stored.map(|t| t.open(keys)).transpose()
 }
 
-/// What a tenant admin may change of their tenant; `None` keeps a field.
+/// `None` keeps a field.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct TenantChange<'a> {
     pub name: Option<&'a str>,
@@ -159,7 +151,6 @@ pub struct TenantChange<'a> {
     pub history_scope: Option<HistoryScopeSetting>,
 }
 
-/// Applies `change`; `None` for an unknown tenant.
 pub async fn update(
     conn: &mut PgConnection,
     keys: &Keyring,
@@ -182,8 +173,7 @@ pub async fn update(
     stored.map(|t| t.open(keys)).transpose()
 }
 
-/// Sets the most jobs of this tenant one instance keeps in flight (`None`: the instance
-/// default). The operator's to set, never the tenant's.
+/// The operator's to set, never the tenant's.
 pub async fn set_max_in_flight(
     conn: &mut PgConnection,
     keys: &Keyring,
@@ -225,8 +215,7 @@ pub async fn rotate_dispatch_secret(
     Ok((done.rows_affected() == 1).then_some(secret))
 }
 
-/// How the operator names a tenant: by id or by slug. A path segment of UUID form is an id
-/// (`provision::create_tenant` refuses slugs of that form, so none is unreachable).
+/// Text of UUID form is an id (`provision::create_tenant` refuses such slugs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TenantRef {
     Id(TenantId),
@@ -242,7 +231,7 @@ impl TenantRef {
         is_slug(text).then(|| Self::Slug(text.to_owned()))
     }
 
-    /// A condition on `tenants` (aliased `t`) for `$1`, and the value to bind as text.
+    /// A condition on `tenants t` for `$1`, and the value to bind as text.
     fn condition(&self) -> (&'static str, String) {
         match self {
             Self::Id(id) => ("t.id = $1::uuid", id.to_string()),
@@ -261,7 +250,6 @@ pub fn is_slug(text: &str) -> bool {
         && text.len() <= 63
 }
 
-/// A tenant as the operator sees it: its settings and how many live keys it has, no secrets.
 #[derive(Debug, Clone)]
 pub struct TenantSummary {
     pub id: TenantId,
@@ -270,7 +258,6 @@ pub struct TenantSummary {
     pub agent_url: Option<String>,
     pub max_in_flight: Option<i32>,
     pub history_scope: HistoryScopeSetting,
-    /// Keys not revoked.
     pub active_keys: i64,
     pub created_at: chrono::DateTime<chrono::Utc>,
     pub updated_at: chrono::DateTime<chrono::Utc>,
@@ -310,13 +297,11 @@ impl TryFrom<StoredSummary> for TenantSummary {
     }
 }
 
-/// The summary columns; the key count is one index lookup per tenant (`api_keys_tenant_idx`).
 const SUMMARY: &str = "select t.id, t.slug, t.name, t.agent_url, t.max_in_flight, t.history_scope,
         (select count(*) from api_keys k where k.tenant_id = t.id and k.revoked_at is null) as active_keys,
         t.created_at, t.updated_at
    from tenants t";
 
-/// Tenants by slug, after `after` (the last slug of the previous page), at most `limit`.
 pub async fn list_summaries(
     conn: &mut PgConnection,
     after: Option<&str>,
@@ -332,7 +317,6 @@ pub async fn list_summaries(
     rows.into_iter().map(TenantSummary::try_from).collect()
 }
 
-/// One tenant's summary, by id or slug; `None` when no tenant has it.
 pub async fn summary(
     conn: &mut PgConnection,
     tenant: &TenantRef,
@@ -345,7 +329,6 @@ pub async fn summary(
     row.map(TenantSummary::try_from).transpose()
 }
 
-/// The id of the tenant `tenant` names; `None` when no tenant has it.
 pub async fn resolve(conn: &mut PgConnection, tenant: &TenantRef) -> Result<Option<TenantId>, sqlx::Error> {
     let (condition, value) = tenant.condition();
     sqlx::query_scalar(&format!("select t.id from tenants t where {condition}"))
@@ -354,7 +337,7 @@ pub async fn resolve(conn: &mut PgConnection, tenant: &TenantRef) -> Result<Opti
         .await
 }
 
-/// What the operator may change of a tenant; `None` keeps a field.
+/// `None` keeps a field.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct OperatorChange<'a> {
     pub name: Option<&'a str>,
@@ -363,7 +346,6 @@ pub struct OperatorChange<'a> {
     pub max_in_flight: Option<Option<i32>>,
 }
 
-/// Applies `change` in one statement; `false` for an unknown tenant.
 pub async fn operator_update(
     conn: &mut PgConnection,
     id: TenantId,

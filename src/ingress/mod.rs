@@ -1,26 +1,6 @@
-//! Recording what a verified webhook carried: each inbound turn becomes a `channel_messages`
-//! row and, when it is to reach the agent, a `dispatch_queue` row, in one tenant
-//! transaction. A duplicate (same idempotency key) inserts nothing and is still a success.
-//!
-//! `record_many_in` is what webhooks of one tenant write, inside a transaction it is given,
-//! in a fixed number of statements whatever their number. The HTTP handlers go through the
-//! batching `writer::Writer` (several webhooks per commit, past PostgreSQL's per-commit
-//! ceiling); `record` is one webhook in a transaction of its own (the writer's fallback and
-//! the benchmarks). Handlers find connectors through
-//! `crate::cache::ConfigCache`.
-//!
-//! What admins see of what is not dispatched:
-//! - a real user's picture, voice note, video or file is a turn like text, with its caption
-//!   (or `""`) and its attachments (`crate::media`); other non-text content (sticker,
-//!   location, poll…) is recorded with a placeholder such as `[sticker]` and status `ignored`;
-//! - an unlinked sender's message under the deny policy is recorded as `denied_unlinked`;
-//! - bot echoes, our own messages, edits, deletes, joins, statuses and unknown update kinds
-//!   are not recorded at all: they are counted in `webhook_events_dropped_total` and logged
-//!   at debug level.
-//!
-//! Platform reports about our own reply parts are never turns: WhatsApp status callbacks
-//! (`db::replies::apply_status`) and Slack's `message_metadata_posted` confirmations
-//! (`db::replies::confirm_posted`) settle the part they name and wake its job.
+//! Recording verified webhooks: each turn a `channel_messages` row and, when it is to reach
+//! the agent, a queue job, in one tenant transaction; a duplicate inserts nothing and is still
+//! a success (what is dropped: docs/platforms.md#what-is-forwarded-recorded-or-dropped).
 
 pub mod writer;
 
@@ -31,16 +11,12 @@ use crate::db::{self, messages::NewMessage, TenantTx};
 use crate::domain::{Connector, MessageId, MessageStatus, Platform, UnlinkedPolicy};
 use crate::platforms::inbound::{Inbound, InboundKind, InboundMessage};
 
-/// What `record` did with one webhook.
 #[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct RecordOutcome {
-    /// New rows queued for dispatch.
     pub queued: Vec<MessageId>,
     /// New rows recorded without dispatch (`ignored`, `denied_*`).
     pub recorded_only: usize,
-    /// Turns already recorded by an earlier delivery.
     pub duplicates: usize,
-    /// Unlinked-sender notices queued for posting.
     pub notices: usize,
     /// WhatsApp status callbacks that matched one of our reply parts.
     pub statuses_applied: usize,
@@ -49,13 +25,11 @@ pub struct RecordOutcome {
 }
 
 impl RecordOutcome {
-    /// Whether a worker has something new to do.
     pub fn has_work(&self) -> bool {
         !self.queued.is_empty() || self.notices > 0 || self.statuses_applied > 0 || self.parts_confirmed > 0
     }
 }
 
-/// The decision for one inbound turn, before it is written.
 struct Routing {
     user_id: Option<String>,
     conversation_key: String,
@@ -63,7 +37,7 @@ struct Routing {
     decision: Option<&'static str>,
 }
 
-/// Records every inbound turn of one verified webhook in a tenant transaction of its own.
+/// One webhook in a transaction of its own (the writer's fallback, the benchmarks).
 pub async fn record(
     pool: &PgPool,
     connector: &Connector,
@@ -78,8 +52,7 @@ pub async fn record(
     Ok(outcome)
 }
 
-/// Records every inbound turn of one verified webhook in `tx`, which must be scoped to the
-/// connector's tenant. Nothing is visible to workers before the caller commits.
+/// `tx` must be scoped to the connector's tenant.
 pub async fn record_in(
     tx: &mut TenantTx,
     connector: &Connector,
@@ -89,11 +62,8 @@ pub async fn record_in(
     Ok(outcomes.pop().unwrap_or_default())
 }
 
-/// Records several verified webhooks of one tenant in `tx` (scoped to that tenant), with a
-/// fixed number of statements for all their turns: one link lookup, one insert of the
-/// message rows, one insert of the jobs (in arrival order). Only what is rare goes turn by
-/// turn: unlinked-sender notices, WhatsApp status callbacks and Slack post confirmations.
-/// Returns one outcome per webhook, in order.
+/// Several webhooks of one tenant in a fixed number of statements, whatever their number;
+/// only the rare things (notices, status callbacks, confirmations) go turn by turn.
 pub async fn record_many_in(
     tx: &mut TenantTx,
     webhooks: &[(&Connector, &Inbound)],
@@ -167,9 +137,8 @@ pub async fn record_many_in(
     Ok(outcomes)
 }
 
-/// Queues the connector's notice to an unlinked sender, at most once per sender and day,
-/// as a reply part of their denied message (so it is delivered, threaded and reconciled
-/// like any reply). Off unless the connector has a notice text.
+/// At most once per sender and day, as a reply part of the denied message, so it is
+/// delivered and reconciled like any reply.
 async fn queue_notice(
     tx: &mut TenantTx,
     connector: &Connector,
@@ -192,7 +161,6 @@ async fn queue_notice(
     Ok(true)
 }
 
-/// Decides the status and conversation of one turn, given its sender's linked user.
 fn route(connector: &Connector, message: &InboundMessage, user_id: Option<String>) -> Routing {
     let conversation_key = match &user_id {
         Some(user) => format!("user:{user}"),

@@ -1,12 +1,6 @@
-//! Erasing one person: every row of theirs in every tenant table (turns on every platform,
-//! the turns' reply parts and queue jobs, links, unlinked-notice marks) and nothing of
-//! anyone else, in one tenant transaction that also writes the audit record (the counts,
-//! never content). See `db::lifecycle::Person` for whose rows a user id and an account
-//! name.
-//!
-//! A turn in flight is erased too: its job goes with it, so a worker holding the job finds
-//! its lease gone and writes nothing more. A request to the agent or the platform already
-//! on the wire cannot be called back: at most that one answer is still posted.
+//! Erasing one person in one tenant transaction with its audit record (counts, never
+//! content). A turn in flight is erased too: its job goes, so the worker finds its lease
+//! gone; a request already on the wire cannot be called back.
 
 use serde_json::json;
 use sqlx::PgPool;
@@ -16,8 +10,7 @@ use crate::db::lifecycle::{self, Erased, Person};
 use crate::db::TenantTx;
 use crate::domain::TenantId;
 
-/// Erases `person` from `tenant`'s data; what it deleted (all zero when nothing was
-/// there: erasing twice is not an error).
+/// All zero when nothing was there: erasing twice is not an error.
 pub async fn erase(
     pool: &PgPool,
     tenant: TenantId,

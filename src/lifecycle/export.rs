@@ -1,11 +1,5 @@
-//! Export: a person's or the whole tenant's turns as JSON Lines, one line per turn with its
-//! reply parts (`ExportLine`: the listing's fields of `GET /v1/admin/messages` plus
-//! `reply_parts` as `GET /v1/admin/messages/{id}` shows them), oldest first.
-//!
-//! Read page by page (`PAGE` turns, each page its own tenant transaction, keyset on
-//! `(received_at, id)`), so a large tenant is streamed and never held in memory. Turns that
-//! arrive during an export sort after the ones already read and are included; a turn
-//! deleted meanwhile (retention, erasure) may or may not be.
+//! Export as JSON Lines, one turn with its reply parts per line, oldest first, a page per
+//! tenant transaction (keyset on `(received_at, id)`): streamed, never held in memory.
 
 use std::time::Duration;
 
@@ -18,7 +12,6 @@ use crate::db::lifecycle::{self, Person};
 use crate::db::TenantTx;
 use crate::domain::{MessageId, TenantId};
 
-/// Turns read per transaction.
 pub const PAGE: i64 = 200;
 
 /// One line of an export.
@@ -29,20 +22,18 @@ pub struct ExportLine {
     pub reply_parts: Vec<ReplyPartOut>,
 }
 
-/// An export in progress: hands out its lines a page at a time.
 pub struct Export {
     pool: PgPool,
     tenant: TenantId,
     people: Vec<Person>,
     after: Option<(chrono::DateTime<chrono::Utc>, MessageId)>,
     done: bool,
-    /// Bound on each page's database work (the admin request deadline).
+    /// Per page (the admin request deadline).
     deadline: Duration,
 }
 
 impl Export {
-    /// The turns of every one of `people` (each narrows), or every turn of the tenant when
-    /// there is none.
+    /// No `people`: every turn of the tenant.
     pub fn new(pool: PgPool, tenant: TenantId, people: Vec<Person>, deadline: Duration) -> Self {
         Self {
             pool,
@@ -54,7 +45,7 @@ impl Export {
         }
     }
 
-    /// The next page's lines, each ending in `\n`; `None` once every turn was read.
+    /// `None` once every turn was read.
     pub async fn next_chunk(&mut self) -> Result<Option<Vec<u8>>, sqlx::Error> {
         if self.done {
             return Ok(None);
@@ -92,10 +83,8 @@ impl Export {
         Ok(page)
     }
 
-    /// The rest of the export as a body stream, after `first` (the page the caller already
-    /// read, so that a database that cannot be reached answers 503 rather than a cut
-    /// stream). An error later cuts the stream: the client sees the body end early, without
-    /// the final chunk of the chunked encoding.
+    /// The caller reads `first` itself, so an unreachable database is a 503, not a cut
+    /// stream. A later error ends the body without the final chunk.
     pub fn into_stream(
         self,
         first: Option<Vec<u8>>,

@@ -1,19 +1,6 @@
-//! The retention job: deletes each tenant's turns older than its `retention_days`, with
-//! their reply parts, and its unlinked-notice marks of days past it.
-//!
-//! - Small batches (`BATCH` turns per transaction), tenant by tenant, each inside that
-//!   tenant's `TenantTx`: no transaction holds many locks or much WAL, and RLS applies to
-//!   every delete as to any other tenant work.
-//! - Never a turn in flight (`db::lifecycle::purge_turns`): not `accepted` or
-//!   `dispatching`, no job in the queue, no reply part `pending` or `sending`. Such a turn
-//!   is taken by a later pass, once it has settled.
-//! - Dedupe stays correct: the retention is at least `MIN_DAYS`, and a turn's idempotency
-//!   key lives as long as its row, so every platform retry (Meta retries for up to 7 days,
-//!   Slack and Telegram for far less) still finds the key and is dropped.
-//! - The cutoff is computed here from the caller's clock (bound as a parameter, never
-//!   `now()` inside the statement), so tests drive a pass at any instant.
-//! - Several instances may run it at once: rows another transaction holds are skipped, and
-//!   deleting what is already gone deletes nothing.
+//! The retention job (docs/admin.md#data-lifecycle-retention-erasure-export-audit): small
+//! batches inside each tenant's `TenantTx`, never a turn in flight. Several instances may run
+//! it at once: locked rows are skipped, and deleting what is gone deletes nothing.
 
 use std::time::Duration;
 
@@ -24,17 +11,13 @@ use crate::db::lifecycle::{self, Purged};
 use crate::db::TenantTx;
 use crate::domain::TenantId;
 
-/// The shortest retention a tenant may set: Meta's 7-day retry horizon (README "Data
-/// lifecycle").
+/// Meta's 7-day retry horizon: a retry must still find its idempotency key.
 pub const MIN_DAYS: i32 = 7;
-/// The longest: 100 years (beyond that, keep for ever with `null`).
 pub const MAX_DAYS: i32 = 36_500;
-/// Turns (or notice marks) deleted per transaction.
+/// Per transaction: no transaction holds many locks or much WAL.
 pub const BATCH: i64 = 500;
-/// Time between passes.
 const EVERY: Duration = Duration::from_secs(15 * 60);
 
-/// What one pass deleted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PassReport {
     /// Tenants with a retention, looked at.
@@ -44,13 +27,11 @@ pub struct PassReport {
     pub notices: u64,
 }
 
-/// The instant before which `days` of retention delete, as of `now`.
 pub fn cutoff(now: chrono::DateTime<chrono::Utc>, days: i32) -> chrono::DateTime<chrono::Utc> {
     now - chrono::Duration::days(i64::from(days))
 }
 
-/// One pass over every tenant with a retention, as of `now`: the job's step, which tests
-/// call directly.
+/// The job's step, which tests call at any instant: the cutoff is bound, never `now()`.
 pub async fn run_pass(pool: &PgPool, now: chrono::DateTime<chrono::Utc>) -> Result<PassReport, sqlx::Error> {
     pass(pool, now, || false).await
 }
@@ -98,8 +79,7 @@ async fn pass(
     Ok(report)
 }
 
-/// Deletes one tenant's turns before `cutoff`, a batch per transaction, until a batch
-/// comes back short.
+/// A batch per transaction until one comes back short.
 async fn purge_tenant(
     pool: &PgPool,
     tenant: TenantId,
@@ -139,8 +119,7 @@ async fn purge_notices(
     Ok(total)
 }
 
-/// The job: a pass now and every `EVERY` after, until `stop`. A failed pass is logged and
-/// tried again at the next one; a database without the schema yet is not an error.
+/// A failed pass is tried again at the next; a database without the schema is no error.
 pub async fn run(pool: PgPool, mut stop: watch::Receiver<bool>) {
     loop {
         let stopping = {

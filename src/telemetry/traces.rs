@@ -1,25 +1,6 @@
-//! OpenTelemetry traces over OTLP/HTTP (protobuf), exported only when the standard
-//! variables name a collector (`OTEL_EXPORTER_OTLP_ENDPOINT` or
-//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`).
-//!
-//! The `tracing` spans the code already has become OpenTelemetry spans through one extra
-//! subscriber layer; a turn's trace is:
-//! - the webhook's request span (`http`, named `POST /v1/hooks/{tenant_id}/{connector_id}`),
-//!   a child of the caller's `traceparent` when a proxy in front sent one;
-//! - the job span that works the turn (`dispatch`, or `reply` for a later delivery pass),
-//!   a child of the webhook span. The worker runs later, in another task, maybe on another
-//!   instance: the webhook span's W3C `traceparent` is kept in the turn's
-//!   `metadata.traceparent` and read back when the job is claimed;
-//! - under it, `agent call` (which sends `traceparent`/`tracestate` to the agent so that its
-//!   spans join the trace) and `deliver` with one `send reply part` per platform send;
-//!   these three are made for traces only (target `TARGET`) and stay out of the logs.
-//!
-//! Span attributes are the spans' ids, route templates and fixed outcome words: never
-//! message text, answers or secrets.
-//!
-//! Everything here asks the current subscriber whether it exports traces (`traced`), so
-//! a process (or a test) without the layer pays a few thread-local look-ups per webhook
-//! and allocates nothing. The exporter and its batch thread exist only when the layer does.
+//! OpenTelemetry traces over OTLP/HTTP, exported only when the standard variables name a
+//! collector (docs/operations.md#traces). Every function asks `traced()` first, so without
+//! the layer a webhook pays a few thread-local look-ups and allocates nothing.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -34,31 +15,20 @@ use opentelemetry_sdk::Resource;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-/// The target of spans made for traces only (`info_span!(target: TARGET, …)`): the log
-/// output leaves them out (`telemetry::subscriber_with`).
+/// Spans made for traces only; the log output leaves them out.
 pub const TARGET: &str = "channel_bridge::traces";
 
-/// The `service.name` when neither `OTEL_SERVICE_NAME` nor `OTEL_RESOURCE_ATTRIBUTES`
-/// names one (the SDK would say `unknown_service`).
 pub const DEFAULT_SERVICE_NAME: &str = "channel-bridge";
 
-/// Where spans go. Read from the standard variables by `from_env`; tests name their
-/// collector stand-in with `to`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceExport {
-    /// The full URL spans are posted to; `None` leaves it to the exporter, which reads
-    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` as is, or `OTEL_EXPORTER_OTLP_ENDPOINT` with
-    /// `/v1/traces` appended, as the OTLP specification says.
+    /// `None`: the exporter reads the OTLP variables itself.
     endpoint: Option<String>,
 }
 
 impl TraceExport {
-    /// Traces are on when an OTLP endpoint is set and `OTEL_SDK_DISABLED` is not `true`.
-    /// Headers (`OTEL_EXPORTER_OTLP_HEADERS`), timeout, sampler (`OTEL_TRACES_SAMPLER`,
-    /// `OTEL_TRACES_SAMPLER_ARG`), batching (`OTEL_BSP_*`) and the resource
-    /// (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`) are read by the SDK itself.
-    /// An endpoint that is not an http(s) URL stops the start with a message naming the
-    /// variable (the exporter would quietly post to `localhost:4318` instead).
+    /// An endpoint that is not an http(s) URL stops the start: the exporter would quietly
+    /// post to `localhost:4318` instead.
     pub fn from_env() -> anyhow::Result<Option<Self>> {
         Self::from_vars(|name| std::env::var(name).ok())
     }
@@ -83,15 +53,13 @@ impl TraceExport {
         Ok((configured && !disabled).then_some(Self { endpoint: None }))
     }
 
-    /// Spans posted to exactly this URL (`http://host:port/v1/traces`).
     pub fn to(endpoint: impl Into<String>) -> Self {
         Self {
             endpoint: Some(endpoint.into()),
         }
     }
 
-    /// Builds the exporter and the batch processor (its own thread, which posts a batch
-    /// every `OTEL_BSP_SCHEDULE_DELAY`, 5 s by default, so no request waits on the collector).
+    /// The batch processor has its own thread, so no request waits on the collector.
     pub fn start(self) -> anyhow::Result<Traces> {
         use opentelemetry_otlp::WithExportConfig;
         let mut builder = opentelemetry_otlp::SpanExporter::builder()
@@ -111,9 +79,7 @@ impl TraceExport {
     }
 }
 
-/// Only OTLP over HTTP with protobuf bodies is built in (no gRPC stack in the binary); a
-/// collector's OTLP/HTTP port (4318) takes it. Said once at start (once the subscriber
-/// is installed) rather than failing: the collector may well take it anyway.
+/// Only http/protobuf is built in. A warning, not a failure: the collector may take it anyway.
 pub fn warn_if_protocol_unsupported() {
     let protocol = std::env::var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
         .or_else(|_| std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL"));
@@ -127,8 +93,6 @@ pub fn warn_if_protocol_unsupported() {
     }
 }
 
-/// The SDK's resource (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`) with this build's
-/// version, named `channel-bridge` when nothing else names it.
 fn resource() -> Resource {
     let service_name = opentelemetry::Key::from_static_str("service.name");
     let named = Resource::builder()
@@ -144,16 +108,12 @@ fn resource() -> Resource {
     }
 }
 
-/// The running exporter: the subscriber layer that feeds it, and its shutdown. Clones
-/// share the one exporter.
 #[derive(Clone)]
 pub struct Traces {
     provider: SdkTracerProvider,
 }
 
 impl Traces {
-    /// The layer that turns `tracing` spans into exported spans, with the marker `traced`
-    /// looks for.
     pub fn layer<S>(&self) -> impl tracing_subscriber::Layer<S> + Send + Sync
     where
         S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span> + Send + Sync,
@@ -166,15 +126,14 @@ impl Traces {
             .and_then(Traced)
     }
 
-    /// Exports what is buffered now. Blocks like `shutdown`.
+    /// Blocks like `shutdown`.
     pub fn flush(&self) {
         if let Err(err) = self.provider.force_flush() {
             tracing::warn!(%err, "exporting spans failed");
         }
     }
 
-    /// Exports what is still buffered and stops the batch thread. Blocks (5 s at most,
-    /// the SDK's bound): call it off the async workers (`spawn_blocking`) or after them.
+    /// Blocks up to 5 s: call it off the async workers.
     pub fn shutdown(self) {
         if let Err(err) = self.provider.shutdown() {
             tracing::warn!(%err, "exporting the last spans failed");
@@ -182,23 +141,19 @@ impl Traces {
     }
 }
 
-/// Marks a subscriber that exports traces (a layer that does nothing else).
 struct Traced;
 
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Traced {}
 
-/// Whether the current subscriber exports traces: one thread-local look-up, no allocation.
 pub fn traced() -> bool {
     tracing::dispatcher::get_default(|dispatch| dispatch.is::<Traced>())
 }
 
-/// The W3C propagator (`traceparent`, `tracestate`); stateless, so made where used.
 fn propagator() -> TraceContextPropagator {
     TraceContextPropagator::new()
 }
 
-/// The W3C `traceparent` of the current span, to carry its trace across the queue. `None`
-/// (before even looking up the span) when traces are off.
+/// To carry the current trace across the queue.
 pub fn current_traceparent() -> Option<String> {
     if !traced() {
         return None;
@@ -206,8 +161,7 @@ pub fn current_traceparent() -> Option<String> {
     trace_headers_of(&Span::current()).remove("traceparent")
 }
 
-/// `traceparent` (and `tracestate` when there is one) of the current span, for a request
-/// the current span makes (the agent call); empty when traces are off.
+/// For a request the current span makes (the agent call).
 pub fn trace_headers() -> HashMap<String, String> {
     if !traced() {
         return HashMap::new();
@@ -221,9 +175,8 @@ fn trace_headers_of(span: &Span) -> HashMap<String, String> {
     headers
 }
 
-/// Makes `span` (just created, not yet entered) a child of the span `traceparent` names:
-/// the webhook's span, for the job that works its turn. A missing or malformed value
-/// leaves the span where it is (a root of its own).
+/// Makes `span` (not yet entered) a child of the webhook's span; a malformed value leaves
+/// it a root.
 pub fn continue_trace(span: &Span, traceparent: Option<&str>) {
     let Some(traceparent) = traceparent else { return };
     if !traced() {
@@ -236,7 +189,6 @@ pub fn continue_trace(span: &Span, traceparent: Option<&str>) {
     }
 }
 
-/// One value read as the `traceparent` header.
 struct Traceparent<'a>(&'a str);
 
 impl Extractor for Traceparent<'_> {
@@ -249,7 +201,6 @@ impl Extractor for Traceparent<'_> {
     }
 }
 
-/// A request's headers read by the propagator.
 struct Headers<'a>(&'a axum::http::HeaderMap);
 
 impl Extractor for Headers<'_> {
@@ -262,9 +213,7 @@ impl Extractor for Headers<'_> {
     }
 }
 
-/// Names a request's span after its method and route template and marks it as a server
-/// span, under the caller's trace when the request carries a `traceparent` (a proxy or
-/// load balancer that traces). `span` must declare `otel.kind` and not be entered yet.
+/// `span` must declare `otel.kind` and not be entered yet.
 pub fn start_request_span(span: &Span, headers: &axum::http::HeaderMap, method: &str, route: &str) {
     if !traced() {
         return;
@@ -280,17 +229,15 @@ pub fn start_request_span(span: &Span, headers: &axum::http::HeaderMap, method: 
     span.set_attribute("http.route", route.to_owned());
 }
 
-/// The name (and kind: `server`, `client`, `internal`…) a span has in exported traces.
-/// `span` must declare `otel.kind`; recorded only when traces are on, so log lines do
-/// not change otherwise.
+/// Name and kind in exported traces; `span` must declare `otel.kind`. Recorded only when
+/// traces are on, so log lines do not change otherwise.
 pub fn describe(span: &Span, kind: &'static str, name: impl Into<Cow<'static, str>>) {
     if !traced() {
         return;
     }
     span.record("otel.kind", kind);
     let context = span.context();
-    // The trace id on the log lines of the span (when it declares `trace_id`), so a log
-    // line leads to its trace.
+    // So a log line leads to its trace.
     let trace_id = context.span().span_context().trace_id();
     if trace_id != opentelemetry::trace::TraceId::INVALID {
         span.record("trace_id", tracing::field::display(trace_id));
@@ -298,7 +245,7 @@ pub fn describe(span: &Span, kind: &'static str, name: impl Into<Cow<'static, st
     context.span().update_name(name);
 }
 
-/// The answer's status on the request span; a 5xx marks the span as failed.
+/// A 5xx marks the span as failed.
 pub fn record_response_status(span: &Span, status: axum::http::StatusCode) {
     if !traced() {
         return;
@@ -309,7 +256,7 @@ pub fn record_response_status(span: &Span, status: axum::http::StatusCode) {
     }
 }
 
-/// Marks `span` as failed for `reason` (a fixed word, never a peer's text).
+/// `reason` is a fixed word, never a peer's text.
 pub fn record_failure(span: &Span, reason: &'static str) {
     if traced() {
         span.set_status(Status::error(reason));
