@@ -1,37 +1,10 @@
-//! The egress policy: where the worker may send requests (DESIGN.md "Egress").
+//! The egress policy: where the worker may send requests
+//! (docs/security.md#egress-where-the-worker-may-connect).
 //!
-//! A tenant admin sets URLs the gateway then calls: the agent URL, and each connector's
-//! platform `api_base_url`, which also receives the reply text and the bot token. Without a
-//! policy, that is a server-side request forgery: a tenant could aim the worker at loopback,
-//! the private network or a cloud metadata address (169.254.169.254). So:
-//!
-//! - Only `http` and `https` URLs with a host.
-//! - Every address a request may connect to must be *public*: not loopback, private
-//!   (RFC 1918, IPv6 unique-local), link-local, multicast, unspecified, shared (CGNAT),
-//!   broadcast, documentation, benchmarking or reserved. IPv6 forms that carry an IPv4
-//!   address (mapped `::ffff:a.b.c.d`, compatible `::a.b.c.d`, NAT64 `64:ff9b::/96`, 6to4
-//!   `2002::/16`) are judged by that IPv4 address.
-//! - The operator widens this with `CB_EGRESS_ALLOW`: a comma-separated list of CIDRs
-//!   (`10.1.0.0/16`), single addresses (`127.0.0.1`, `::1`) and host names
-//!   (`agent.internal`). A listed host name may resolve to anything; a listed network lets
-//!   any URL reach the addresses in it.
-//!
-//! Checked twice, because DNS can change between the two:
-//! - **When saved** ([`EgressPolicy::check_url`]): the admin API answers 422 and the CLI
-//!   refuses, if the URL breaks a rule or any of its host's addresses is refused.
-//! - **When connecting** ([`GuardedClient`], the worker's only HTTP client): its resolver
-//!   ([`GuardedResolver`]) drops refused addresses and fails when none is left, and every
-//!   request URL is checked first (scheme; an IP-literal host, for which reqwest does not call
-//!   the resolver). Redirects are never followed, and system proxies are not used (a proxy
-//!   would resolve names where this policy cannot see them).
-//!
-//! What a refusal does at send time (it is a verdict, not an outage: retrying cannot help):
-//! a refused agent URL — the tenant's or the operator's `CB_AGENT_URL` — fails the turn at
-//! once as `dispatch_failed` with [`AGENT_REFUSED`]; a refused platform API URL fails the
-//! reply part (`delivery_failed`) with [`PLATFORM_REFUSED`]. Neither names the address.
-//!
-//! Answers from these servers are not trusted either: no response body is stored or returned
-//! verbatim, only the status, a fixed classification and at most [`short_reason`].
+//! Tenants set the agent and platform API URLs, so without it a tenant could aim the worker
+//! at loopback or a cloud metadata address. Checked when a URL is saved
+//! ([`EgressPolicy::check_url`]) and again when connecting ([`GuardedClient`]), because DNS
+//! can change in between.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -46,11 +19,9 @@ pub const AGENT_REFUSED: &str = "agent URL refused by the egress policy";
 /// The fixed `last_error` of a reply part whose platform API URL the policy refused.
 pub const PLATFORM_REFUSED: &str = "platform API URL refused by the egress policy";
 
-/// How long a save-time check waits for DNS.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Why a URL or an address is refused. The text names the rule and never the addresses a
-/// name resolved to (internal DNS is none of the caller's business).
+/// Why a URL is refused. Names the rule, never the addresses a name resolved to.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     #[error("is not a URL")]
@@ -73,18 +44,15 @@ pub enum Refusal {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EgressPolicy {
     nets: Vec<IpNet>,
-    /// Lowercase, without a trailing dot.
     hosts: Vec<String>,
 }
 
 impl EgressPolicy {
-    /// Public addresses only: no exceptions.
     pub fn strict() -> Self {
         Self::default()
     }
 
-    /// Parses `CB_EGRESS_ALLOW`: comma-separated CIDRs, addresses and host names; blank
-    /// entries are ignored.
+    /// Parses `CB_EGRESS_ALLOW`: comma-separated CIDRs, addresses and host names.
     pub fn parse(list: &str) -> Result<Self, String> {
         let mut policy = Self::default();
         for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
@@ -93,7 +61,6 @@ impl EgressPolicy {
         Ok(policy)
     }
 
-    /// This policy plus one entry (a CIDR, an address or a host name).
     pub fn allowing(mut self, entry: &str) -> Result<Self, String> {
         let entry = entry.trim();
         if let Ok(net) = entry.parse::<IpNet>() {
@@ -110,13 +77,11 @@ impl EgressPolicy {
         Ok(self)
     }
 
-    /// Whether the operator allowed this host name by name.
     pub fn allows_host(&self, host: &str) -> bool {
         let host = normal_host(host);
         self.hosts.contains(&host)
     }
 
-    /// Whether a connection to `ip` is allowed: a public address, or one the operator listed.
     pub fn check_ip(&self, ip: IpAddr) -> Result<(), Refusal> {
         if self.nets.iter().any(|net| net.contains(&ip)) {
             return Ok(());
@@ -127,8 +92,8 @@ impl EgressPolicy {
         }
     }
 
-    /// The checks that need no DNS, made before every request: scheme, host, and an
-    /// IP-literal host's address. A named host is left to the resolver.
+    /// The checks that need no DNS, before every request: reqwest does not call the resolver
+    /// for an IP-literal host, so its address is checked here.
     pub fn check_target(&self, url: &Url) -> Result<(), Refusal> {
         if !matches!(url.scheme(), "http" | "https") {
             return Err(Refusal::Scheme);
@@ -139,8 +104,7 @@ impl EgressPolicy {
         }
     }
 
-    /// The save-time check of a URL a tenant (or the operator's CLI) sets: the rules above,
-    /// and every address the host resolves to must be allowed.
+    /// The save-time check: every address the host resolves to must be allowed.
     pub async fn check_url(&self, url: &str) -> Result<(), Refusal> {
         let parsed = Url::parse(url).map_err(|_| Refusal::NotAUrl)?;
         self.check_target(&parsed)?;
@@ -161,14 +125,12 @@ impl EgressPolicy {
     }
 }
 
-/// The address of a URL whose host is an IP literal (`[::1]` in brackets; the URL parser has
-/// already turned other IPv4 spellings such as `2130706433` into dotted form).
+/// The address of an IP-literal host (the URL parser already made `2130706433` dotted).
 fn literal_ip(url: &Url) -> Option<IpAddr> {
     url.host_str()?.trim_matches(['[', ']']).parse().ok()
 }
 
-/// A DNS name as URLs carry it: letters, digits, dashes and dots (underscores too, which
-/// some internal zones use).
+/// A DNS name; underscores too, which some internal zones use.
 fn is_host_name(entry: &str) -> bool {
     !entry.is_empty()
         && entry.len() <= 253
@@ -190,8 +152,8 @@ async fn resolve(host: &str) -> std::io::Result<Vec<SocketAddr>> {
     }
 }
 
-/// The class of a non-public address (`None`: public). IPv6 forms that carry an IPv4
-/// address are judged by it, so `::ffff:127.0.0.1` is loopback.
+/// The class of a non-public address (`None`: public). IPv6 forms carrying an IPv4 address
+/// are judged by it, so `::ffff:127.0.0.1` is loopback.
 pub fn classify(ip: IpAddr) -> Option<&'static str> {
     match ip {
         IpAddr::V4(ip) => classify_v4(ip),
@@ -241,8 +203,7 @@ fn classify_v6(ip: Ipv6Addr) -> Option<&'static str> {
     })
 }
 
-/// The IPv4 address an IPv6 address stands for, where it does: mapped `::ffff:0:0/96`,
-/// compatible `::/96` (deprecated), NAT64 `64:ff9b::/96` and 6to4 `2002::/16`.
+/// The IPv4 address in a mapped, compatible, NAT64 or 6to4 IPv6 address.
 fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
     let s = ip.segments();
     let low = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
@@ -262,9 +223,8 @@ fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
     }
 }
 
-/// A short, safe form of a reason a remote server gave (a Telegram `description`, a Meta
-/// error title): printable ASCII only, at most 80 characters. These come from a URL the
-/// tenant may have set, so they are never kept whole.
+/// A remote server's reason cut to 80 printable ASCII characters: it comes from a URL the
+/// tenant may have set, so it is never kept whole.
 pub fn short_reason(text: &str) -> String {
     const MAX: usize = 80;
     let cleaned: String = text
@@ -280,8 +240,7 @@ pub fn short_reason(text: &str) -> String {
     }
 }
 
-/// A Slack error code (`channel_not_found`) as Slack writes them; anything else is not
-/// repeated.
+/// A Slack error code as Slack writes them; anything else is not repeated.
 pub fn slack_code(code: &str) -> &str {
     let valid = (1..=64).contains(&code.len()) && code.bytes().all(|b| b.is_ascii_lowercase() || b == b'_');
     if valid {
@@ -291,8 +250,7 @@ pub fn slack_code(code: &str) -> &str {
     }
 }
 
-/// The worker's DNS resolver: the system's, minus every address the policy refuses; fails
-/// (with a [`Refusal`] the caller can find in the error's sources) when none is left.
+/// The system's resolver minus refused addresses; fails with a [`Refusal`] when none is left.
 pub struct GuardedResolver {
     policy: Arc<EgressPolicy>,
 }
@@ -322,15 +280,12 @@ impl Resolve for GuardedResolver {
 /// Why a guarded request did not get an answer.
 #[derive(Debug)]
 pub enum SendError {
-    /// The egress policy refused the URL or every address of its host.
     Refused(Refusal),
-    /// Anything else reqwest reports (connection, timeout, body).
     Transport(reqwest::Error),
 }
 
-/// The worker's HTTP client: the egress policy at connect time, no redirects, no proxies.
-/// Requests are built with [`GuardedClient::get`]/[`GuardedClient::post`] and sent only
-/// through [`GuardedClient::send`], which checks the URL first.
+/// The worker's HTTP client: the egress policy at connect time, no redirects, and no proxies
+/// (a proxy would resolve names out of the policy's sight).
 #[derive(Clone)]
 pub struct GuardedClient {
     inner: reqwest::Client,
@@ -338,8 +293,6 @@ pub struct GuardedClient {
 }
 
 impl GuardedClient {
-    /// Finishes `builder` (timeouts, user agent) with the policy's resolver, no redirects
-    /// and no system proxy.
     pub fn build(builder: reqwest::ClientBuilder, policy: Arc<EgressPolicy>) -> reqwest::Result<Self> {
         let resolver = Arc::new(GuardedResolver {
             policy: Arc::clone(&policy),
@@ -360,7 +313,6 @@ impl GuardedClient {
         self.inner.post(url)
     }
 
-    /// Checks the request's URL against the policy, then sends it.
     pub async fn send(&self, request: reqwest::RequestBuilder) -> Result<reqwest::Response, SendError> {
         // Errors never carry the URL: a Telegram URL holds the bot token.
         let request = request
@@ -380,7 +332,6 @@ impl GuardedClient {
     }
 }
 
-/// The resolver's refusal, if that is what failed a request.
 fn refusal_in(err: &reqwest::Error) -> Option<Refusal> {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(error) = source {

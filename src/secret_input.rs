@@ -1,21 +1,12 @@
-//! Where a secret the command line takes comes from, so that it never has to be an
-//! argument (visible to every user in `ps` and kept in shell history).
-//!
-//! Every secret flag also reads an environment variable (named in `--help`), and its value,
-//! from either place, may point elsewhere:
-//! - `@/path/to/file`: the file's content (a Docker or Kubernetes secret file, a file only
-//!   the operator can read);
-//! - `@-`: standard input, read to its end (`printf %s "$TOKEN" | channel-bridge …`); one
-//!   secret per command can come from there.
-//!
-//! One trailing line ending is removed from what is read (`echo` adds one). No platform or
-//! gateway secret starts with `@`, so a literal value is never mistaken for a reference.
+//! A secret flag's value may be `@/path` (the file's content) or `@-` (standard input), so a
+//! secret never has to be an argument visible in `ps` (README.md#first-steps). No platform or
+//! gateway secret starts with `@`, so a literal value is never mistaken for a reference. One
+//! trailing line ending is dropped (`echo` adds one).
 
 use std::io::Read;
 
 use secrecy::SecretString;
 
-/// Parses a secret flag's value: the value itself, or what `@path` / `@-` points at.
 pub fn parse(value: &str) -> Result<SecretString, String> {
     let Some(reference) = value.strip_prefix('@') else {
         return non_empty(value.to_owned());

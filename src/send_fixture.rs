@@ -1,17 +1,8 @@
-//! `channel-bridge send-fixture`: posts a JSON file to a running gateway, signed exactly as
-//! the platform would sign it, and prints the gateway's answer. It is how an operator checks
-//! a deployment end to end (URL, tenant and connector ids, secret, database) without waiting
-//! for a real platform to send something.
+//! `channel-bridge send-fixture`: posts a JSON file to a running gateway, signed as the
+//! platform would sign it (docs/platforms.md#checking-a-connector-send-fixture).
 //!
-//! With `--print-curl` it prints an equivalent `curl` command instead of sending. The body is
-//! referenced as `--data-binary @<file>` (never `-d`, which strips newlines and would break
-//! the signature), so the command stays short and the signature stays valid as long as the
-//! file is unchanged. What the command may reveal:
-//! - Slack and WhatsApp headers are HMACs of the body; they do not reveal the secret and are
-//!   printed as they are. A Slack signature covers its timestamp, which Slack-side (and our)
-//!   verification accepts for 300 s: the printed command works for 5 minutes.
-//! - Telegram's header *is* the secret (PLATFORMS.md §3.1), so it is never printed: the
-//!   command reads it from `$CB_VERIFICATION_SECRET` in the shell that runs it.
+//! `--print-curl` never prints Telegram's header, which *is* the secret (PLATFORMS.md §3.1);
+//! Slack's and WhatsApp's are HMACs of the body and reveal nothing.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -25,8 +16,7 @@ use serde_json::Value;
 
 use crate::domain::{ConnectorId, Platform, TenantId};
 
-/// The environment variable that holds the connector's verification secret; the printed
-/// curl command of a Telegram connector refers to it instead of containing the secret.
+/// A Telegram connector's printed curl command refers to this instead of holding the secret.
 pub const SECRET_ENV: &str = "CB_VERIFICATION_SECRET";
 
 #[derive(Debug, clap::Args)]
@@ -55,7 +45,6 @@ pub struct SendFixtureArgs {
     pub timestamp: Option<i64>,
 }
 
-/// A connector's webhook endpoint on a gateway.
 #[derive(Debug, Clone)]
 pub struct Target {
     pub base_url: Url,
@@ -65,8 +54,7 @@ pub struct Target {
 }
 
 impl Target {
-    /// `{base_url}/v1/hooks/{tenant}/{connector}`, keeping a path prefix of the base URL
-    /// (a gateway behind a reverse proxy at `/bridge/`).
+    /// Keeps a path prefix of the base URL (a gateway behind a reverse proxy at `/bridge/`).
     pub fn hook_url(&self) -> anyhow::Result<Url> {
         let scheme = self.base_url.scheme();
         if scheme != "http" && scheme != "https" {
@@ -85,7 +73,6 @@ impl Target {
     }
 }
 
-/// A request ready to send: the body and the headers the platform would put on it.
 #[derive(Debug, Clone)]
 pub struct SignedRequest {
     pub url: Url,
@@ -94,7 +81,6 @@ pub struct SignedRequest {
     pub body: Vec<u8>,
 }
 
-/// Signs `body` for `target` with the connector's `secret` at unix time `now`.
 pub fn sign(target: &Target, secret: &str, body: Vec<u8>, now: i64) -> anyhow::Result<SignedRequest> {
     if secret.is_empty() {
         // The gateway never accepts an empty secret; say so here rather than as a 401.
@@ -108,7 +94,7 @@ pub fn sign(target: &Target, secret: &str, body: Vec<u8>, now: i64) -> anyhow::R
     })
 }
 
-/// The gateway's answer: its status and its body (JSON when it is JSON, else the text).
+/// The body is JSON when it is JSON, else the text.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Answer {
     pub status: u16,
@@ -121,7 +107,6 @@ impl Answer {
     }
 }
 
-/// POSTs the signed request and reads the answer.
 pub async fn send(client: &reqwest::Client, request: SignedRequest) -> anyhow::Result<Answer> {
     let url = request.url.clone();
     let mut builder = client.post(request.url).body(request.body);
@@ -142,8 +127,7 @@ pub async fn send(client: &reqwest::Client, request: SignedRequest) -> anyhow::R
     Ok(Answer { status, body })
 }
 
-/// A `curl` command equivalent to sending `request`, with the body read from `file`. A
-/// header that carries the secret itself (Telegram) is written as `$CB_VERIFICATION_SECRET`.
+/// `--data-binary @file`, never `-d`, which strips newlines and would break the signature.
 pub fn curl_command(request: &SignedRequest, file: &Path) -> String {
     let secret_header = crate::sign::secret_header(request.platform);
     let mut words = vec!["curl -sS -X POST".to_owned(), shell_quote(request.url.as_str())];
@@ -162,20 +146,17 @@ pub fn curl_command(request: &SignedRequest, file: &Path) -> String {
     words.join(" ")
 }
 
-/// What the operator should know before running the printed command (printed on stderr, so
-/// stdout holds only the command).
+/// Printed on stderr, so stdout holds only the command.
 pub fn curl_notes(request: &SignedRequest, now: i64) -> Vec<String> {
     let channel = crate::platforms::of(request.platform);
     channel.signing_note(now).into_iter().collect()
 }
 
-/// Single-quotes a word for a POSIX shell.
 fn shell_quote(word: &str) -> String {
     format!("'{}'", word.replace('\'', r"'\''"))
 }
 
-/// Runs the subcommand: prints the answer as JSON (or the curl command). A non-2xx answer
-/// is printed too, then reported as an error so the exit status is non-zero.
+/// A non-2xx answer is printed too, then reported as an error (non-zero exit status).
 pub async fn run(args: SendFixtureArgs) -> anyhow::Result<()> {
     let body =
         std::fs::read(&args.file).with_context(|| format!("Failed to read {}", args.file.display()))?;

@@ -1,8 +1,6 @@
-//! Signing a webhook body the way each platform does (PLATFORMS.md §1.1, §2.1, §3.1): the
-//! client side of what `crate::platforms` verifies (each platform signs in its
-//! `inbound.rs`). `send-fixture` and the ingress load
-//! generator use it; the integration tests keep their own independent signer
-//! (`tests/it/support/platforms.rs`) so that a bug here cannot hide a bug in verification.
+//! Signing a webhook body the way each platform does (PLATFORMS.md §1.1, §2.1, §3.1), for
+//! `send-fixture` and the load generator. The integration tests keep their own signer, so a
+//! bug here cannot hide a bug in verification.
 
 use axum::http::HeaderName;
 
@@ -12,17 +10,8 @@ pub use crate::platforms::slack::inbound::{SIGNATURE as SLACK_SIGNATURE, TIMESTA
 pub use crate::platforms::telegram::inbound::SECRET_TOKEN as TELEGRAM_SECRET_TOKEN;
 pub use crate::platforms::whatsapp::inbound::SIGNATURE as WHATSAPP_SIGNATURE;
 
-/// The headers `platform` would send with `body`, given the connector's verification secret
-/// (Slack signing secret, Meta app secret, Telegram `secret_token`) and, for Slack, the unix
-/// time to sign (Slack rejects a timestamp more than 300 s from its receiver's clock). Each
-/// platform signs in its `inbound.rs` (`Channel::sign`):
-///
-/// - Slack: `X-Slack-Request-Timestamp: {now}` and
-///   `X-Slack-Signature: v0=hex(HMAC-SHA256(secret, "v0:{now}:{body}"))`.
-/// - WhatsApp: `X-Hub-Signature-256: sha256=hex(HMAC-SHA256(app secret, body))`.
-/// - Telegram: `X-Telegram-Bot-Api-Secret-Token: {secret}` (the header is the secret itself).
-///
-/// All three send JSON, so `content-type: application/json` comes first.
+/// The headers `platform` would send with `body`, `content-type` first, signed with the
+/// connector's verification secret (Slack's signature also covers `now`).
 pub fn sign_headers(platform: Platform, secret: &str, body: &[u8], now: i64) -> Vec<(HeaderName, String)> {
     let content_type = (axum::http::header::CONTENT_TYPE, "application/json".to_owned());
     let mut headers = vec![content_type];
@@ -30,8 +19,8 @@ pub fn sign_headers(platform: Platform, secret: &str, body: &[u8], now: i64) -> 
     headers
 }
 
-/// The header that carries the secret itself rather than a signature over the body, if the
-/// platform has one (Telegram). Anything that prints headers must mask this one.
+/// The header that carries the secret itself (Telegram): anything that prints headers must
+/// mask it.
 pub fn secret_header(platform: Platform) -> Option<HeaderName> {
     crate::platforms::of(platform).secret_header()
 }

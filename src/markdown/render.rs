@@ -1,29 +1,22 @@
-//! One walk over a parsed Markdown document for every platform: the layout that chat
-//! platforms share (blocks on their own lines, list markers, nesting by indentation) is
-//! done here, and a [`Style`] supplies each platform's markers and escaping.
-//!
-//! Every container (paragraph, item, quote, emphasis, link, code) collects its content in a
-//! buffer of its own, rendered as a whole when it ends. So a renderer always produces
-//! balanced output, whatever the input: an unclosed `**` is literal text to the parser, and
-//! a tag is only ever written together with its closing tag.
+//! One walk over a parsed Markdown document for every platform; a [`Style`] supplies each
+//! platform's markers and escaping. Every container collects its content in a buffer of its
+//! own, rendered whole when it ends, so a tag is only ever written with its closing tag.
 
 use pulldown_cmark::{CodeBlockKind, Event, LinkType, Parser, Tag, TagEnd};
 
-/// How one platform writes formatting.
 pub trait Style {
-    /// Writes text that is not code, escaped as the platform needs.
+    /// Text that is not code, escaped as the platform needs.
     fn text(&self, text: &str, out: &mut String);
     fn bold(&self, inner: &str) -> String;
     fn italic(&self, inner: &str) -> String;
     fn strike(&self, inner: &str) -> String;
     /// Inline code; `in_link` when it is part of a link's text.
     fn code(&self, code: &str, in_link: bool) -> String;
-    /// A code block, with the language of its fence when it had one.
     fn code_block(&self, language: Option<&str>, code: &str) -> String;
-    /// A link to `url` (raw, a scheme [`super::linkable`] allows) showing `inner`
-    /// (rendered); `bare` when the text is the address itself (`<https://…>`).
+    /// `url` is raw, of a scheme [`super::linkable`] allows; `bare` when the text is the
+    /// address itself (`<https://…>`).
     fn link(&self, url: &str, inner: &str, bare: bool) -> String;
-    /// A block quote of `inner` (rendered blocks); `depth` is 1 for the outermost.
+    /// `depth` is 1 for the outermost quote.
     fn quote(&self, inner: &str, depth: usize) -> String;
     /// Chat platforms have no headings: bold by default.
     fn heading(&self, inner: &str) -> String {
@@ -34,7 +27,6 @@ pub trait Style {
     }
 }
 
-/// Renders `markdown` with `style`.
 pub fn render(style: &dyn Style, markdown: &str) -> String {
     let mut walk = Walk {
         style,
@@ -51,7 +43,6 @@ pub fn render(style: &dyn Style, markdown: &str) -> String {
     root.trim_end().to_owned()
 }
 
-/// What a buffer on the stack belongs to.
 enum Frame {
     Root,
     Paragraph,
@@ -207,8 +198,7 @@ impl Walk<'_> {
         self.top().push_str(&rendered);
     }
 
-    /// Appends a finished block to its container: on a line of its own, after a blank line
-    /// except inside a list item, where blocks follow each other line by line.
+    /// A finished block, after a blank line except inside a list item.
     fn block(&mut self, rendered: String) {
         if rendered.is_empty() {
             return;
@@ -221,8 +211,7 @@ impl Walk<'_> {
         parent.push_str(&rendered);
     }
 
-    /// A finished list item: its marker before the first line, the lines after it indented
-    /// by the marker's width so nested lists and paragraphs stay under their item.
+    /// Later lines are indented by the marker's width, so nested blocks stay under their item.
     fn item(&mut self, inner: &str) {
         let marker = match self.lists.last_mut() {
             Some(Some(number)) => {
@@ -251,7 +240,7 @@ impl Walk<'_> {
         self.block(rendered);
     }
 
-    /// A link, or for a scheme that may not be a link, its text and its target as text.
+    /// For a scheme that may not be a link, its text and its target as text.
     fn link(&mut self, url: &str, inner: &str, bare: bool) {
         let style = self.style;
         if super::linkable(url) {
@@ -281,10 +270,9 @@ pub(crate) fn wrap(inner: &str, mark: &str) -> String {
     format!("{}{mark}{core}{mark}{}", &inner[..start], &inner[end..])
 }
 
-/// Writes `text` with each of Slack's and WhatsApp's formatting characters (`*`, `_`, `~`,
-/// `` ` ``) set apart by zero-width spaces, so that a literal one never pairs up with
-/// another as formatting. Within a word (`snake_case`) neither platform formats, and the
-/// text is left as it is there, so identifiers copy cleanly.
+/// Sets Slack's and WhatsApp's literal formatting characters apart by zero-width spaces so
+/// none pairs up as formatting; within a word (`snake_case`) neither platform formats, so
+/// identifiers are left as they are and copy cleanly.
 pub(crate) fn neutralize_markers(text: &str, out: &mut String, escape: fn(char, &mut String)) {
     let chars: Vec<char> = text.chars().collect();
     for (index, &ch) in chars.iter().enumerate() {

@@ -1,19 +1,7 @@
 //! Splitting the agent's Markdown into reply parts that each fit the platform's limit once
-//! rendered, and that are each a complete Markdown document.
-//!
-//! The parts are cut from the source, where its structure is known, never from rendered
-//! text: between top-level blocks first; a list too long for one part between its items; a
-//! code block between its lines, closed at the end of one part and opened again, with its
-//! language, at the start of the next; a paragraph at a space outside links and inline code
-//! (and outside bold or italic text while there is any other choice). Only text with no such
-//! place within the limit (one unbroken 5,000-character word) is cut where it must be, and
-//! still nothing is lost. Each part is measured as the platform counts it after rendering
-//! ([`Renderer::measure`]: UTF-16 units, for Telegram of the text after entity parsing) and
-//! also as plain text, so the plain fallback of a part fits too. Since every part is rendered
-//! on its own, tags are balanced in each (see `render`).
-//!
-//! Link reference definitions (`[x]: https://…`) are copied into every part that does not
-//! hold them, so a `[text][x]` link in another part still resolves.
+//! rendered (docs/configuration.md#formatted-replies). Parts are cut from the source, where
+//! its structure is known, never from rendered text, so each is a complete Markdown document
+//! that fits both rendered ([`Renderer::measure`]) and as its plain-text fallback.
 
 use std::ops::Range;
 
@@ -21,7 +9,7 @@ use pulldown_cmark::{CodeBlockKind, Event, Parser, Tag};
 
 use super::Renderer;
 
-/// Splits `markdown` into parts within `max_units` (see the module doc), trimmed, none empty.
+/// Splits `markdown` into parts within `max_units`, trimmed, none empty.
 pub fn split(markdown: &str, renderer: &dyn Renderer, max_units: usize) -> Vec<String> {
     let text = markdown.trim();
     if text.is_empty() {
@@ -34,8 +22,7 @@ pub fn split(markdown: &str, renderer: &dyn Renderer, max_units: usize) -> Vec<S
     splitter.split()
 }
 
-/// A piece of a part: a range of the source, or text made for the part (a code block's
-/// lines in a fence of their own).
+/// A range of the source, or text made for the part (code lines in a fence of their own).
 #[derive(Debug, Clone)]
 enum Piece {
     Source(Range<usize>),
@@ -83,8 +70,6 @@ impl<'a> Splitter<'a> {
         splitter
     }
 
-    /// Reads the top-level blocks, the items of top-level lists, the code of top-level code
-    /// blocks and the ranges not to cut inside.
     fn parse(&mut self) {
         let parser = Parser::new_ext(self.text, super::options());
         let mut definitions: Vec<Range<usize>> = parser
@@ -170,7 +155,6 @@ impl<'a> Splitter<'a> {
         self.pack(pieces)
     }
 
-    /// Whether `part` fits: rendered as the platform counts it, and as plain text.
     fn fits(&self, part: &str) -> bool {
         part.encode_utf16().count() <= self.max_units
             && self.renderer.measure(&self.renderer.render(part)) <= self.max_units
@@ -180,7 +164,6 @@ impl<'a> Splitter<'a> {
         self.fits(&self.assemble(pieces))
     }
 
-    /// One block as pieces that each fit on their own.
     fn block_pieces(&self, block: &Block, pieces: &mut Vec<Piece>) {
         let whole = Piece::Source(block.range.clone());
         if self.fits_pieces(std::slice::from_ref(&whole)) {
@@ -203,8 +186,6 @@ impl<'a> Splitter<'a> {
         }
     }
 
-    /// A code block too long for one part, as runs of whole lines each in a fence of its own
-    /// with the block's language; a single line too long is cut where it must be.
     fn code_pieces(&self, language: Option<&str>, code: &str, pieces: &mut Vec<Piece>) {
         let fenced = |lines: &[&str]| fence(language, &lines.join("\n"));
         let lines: Vec<&str> = code.trim_end_matches('\n').split('\n').collect();
@@ -228,7 +209,6 @@ impl<'a> Splitter<'a> {
                 rest = &rest[count..];
                 continue;
             }
-            // One line too long for a part of its own: cut where it must be.
             let mut line = rest[0];
             while !line.is_empty() {
                 let cut = self.longest_fitting(line, |head| fence(language, head));
@@ -239,9 +219,8 @@ impl<'a> Splitter<'a> {
         }
     }
 
-    /// Text too long for one part, cut at whitespace outside links and inline code, and
-    /// outside emphasis while that leaves a cut that fits; emphasis that is cut is closed at
-    /// the end of one piece and opened again at the start of the next.
+    /// Cuts at whitespace outside links and inline code, and outside emphasis while that fits;
+    /// emphasis that is cut is closed in one piece and reopened in the next.
     fn text_pieces(&self, range: Range<usize>, pieces: &mut Vec<Piece>) {
         let mut start = range.start;
         while start < range.end {
@@ -269,8 +248,7 @@ impl<'a> Splitter<'a> {
         }
     }
 
-    /// The source from `start` to `end` as a piece: the range itself, or, when it begins or
-    /// ends inside bold, italic or struck text, that text's markers put back around it.
+    /// The source range as a piece, with the markers of emphasis it cuts put back around it.
     fn piece(&self, start: usize, end: usize) -> Piece {
         let open_at = |at: usize| -> Vec<&Range<usize>> {
             let mut open: Vec<&Range<usize>> =
@@ -290,8 +268,7 @@ impl<'a> Splitter<'a> {
         Piece::Made(made)
     }
 
-    /// The opening marker of an emphasis span (`**`, `__`, `*`, `_`, `~~`, `~`), which also
-    /// closes it.
+    /// The marker (`**`, `_`, `~~`…) that opens and closes an emphasis span.
     fn marker(&self, span: &Range<usize>) -> &str {
         let source = &self.text[span.clone()];
         let Some(first) = source.chars().next() else {
@@ -304,9 +281,8 @@ impl<'a> Splitter<'a> {
         &source[..run.min(closing).min(2) * first.len_utf8()]
     }
 
-    /// The latest whitespace in `start..end` at which the text before it fits, preferring a
-    /// line break, then a sentence end, in the second half of what fits (so a late break
-    /// never makes a tiny part); `None` if no allowed place fits.
+    /// The latest whitespace at which the text before it fits, preferring a line break, then a
+    /// sentence end, in the second half of what fits (so no tiny part).
     fn best_cut(&self, start: usize, end: usize, avoid_spans: bool) -> Option<usize> {
         let inside = |ranges: &[Range<usize>], at: usize| ranges.iter().any(|r| r.start < at && at < r.end);
         // A part that fits holds at most `max_units` characters of source: look no further.
@@ -352,8 +328,8 @@ impl<'a> Splitter<'a> {
         Some(line_break.or(sentence_end).copied().unwrap_or(best))
     }
 
-    /// Byte length of the longest prefix of whole characters of `text` that fits once made
-    /// into a part by `make`; at least one character, so a split always goes forward.
+    /// Byte length of the longest prefix of `text` that fits; at least one character, so a
+    /// split always goes forward.
     fn longest_fitting(&self, text: &str, make: impl Fn(&str) -> String) -> usize {
         let bounds: Vec<usize> = text
             .char_indices()
@@ -365,7 +341,6 @@ impl<'a> Splitter<'a> {
         bounds[count.saturating_sub(1)]
     }
 
-    /// Packs pieces into as few parts as fit, in order.
     fn pack(&self, pieces: Vec<Piece>) -> Vec<String> {
         let mut parts = Vec::new();
         let mut current: Vec<Piece> = Vec::new();
@@ -384,8 +359,8 @@ impl<'a> Splitter<'a> {
         parts
     }
 
-    /// A part's text: consecutive source pieces as the source has them (with what lies
-    /// between them), other pieces after a blank line, then the link definitions it lacks.
+    /// Consecutive source pieces as the source has them, others after a blank line, then the
+    /// link definitions the part lacks (so `[text][x]` still resolves).
     fn assemble(&self, pieces: &[Piece]) -> String {
         let mut segments: Vec<String> = Vec::new();
         let mut spans: Vec<Range<usize>> = Vec::new();

@@ -1,10 +1,9 @@
 //! The HTTP client that downloads attachments for `/v1/media/{token}`; each platform's
-//! lookups are its `files.rs` (`crate::platforms::open_file`).
+//! lookups are its `files.rs`.
 
 use crate::egress::GuardedClient;
 
-/// The client of the media route: the egress policy, a connect timeout and a read
-/// timeout between chunks, no total timeout (a large file on a slow link is not an error).
+/// No total timeout, only between chunks: a large file on a slow link is not an error.
 pub fn client(egress: &crate::settings::EgressSettings) -> anyhow::Result<GuardedClient> {
     let builder = reqwest::Client::builder()
         .connect_timeout(std::time::Duration::from_secs(5))

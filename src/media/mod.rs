@@ -1,18 +1,7 @@
-//! Pictures, voice notes, videos and files users send, and how the agent gets them
-//! (DESIGN.md "Dispatch payload").
-//!
-//! Ingress records each attachment's metadata and where the platform keeps the file
-//! (`FileSource`: a Telegram `file_id`, a WhatsApp media id, a Slack file), never the bytes.
-//! The agent gets a gateway URL per attachment, `/v1/media/{token}`, whose token names the
-//! turn and the attachment and expires (`token`); fetching it makes the gateway download
-//! the file from the platform with the connector's credentials (`fetch`) and stream it on.
-//! Platform file URLs carry a bot token (Telegram) or need one (Slack, WhatsApp), so they
-//! never leave the gateway.
-//!
-//! Limits (`MediaSettings`): an attachment is offered (given a URL) only when its type is
-//! in `CB_MEDIA_TYPES` and its size, when the platform says it, is at most
-//! `CB_MEDIA_MAX_BYTES`; the agent still sees the others' type, size and name, with
-//! `url: null`. A download that turns out larger is cut off at the limit.
+//! Pictures, voice notes and files users send (docs/agent.md#pictures-voice-notes-and-files).
+//! Ingress records where the platform keeps a file ([`FileSource`]), never the bytes; the
+//! agent gets an expiring gateway URL (`token`), and fetching it streams the file from the
+//! platform (`fetch`). Platform file URLs carry or need the bot token, so they never leave.
 
 pub mod fetch;
 pub mod token;
@@ -26,18 +15,16 @@ use crate::domain::MessageId;
 pub struct Attachment {
     #[serde(rename = "type")]
     pub kind: AttachmentKind,
-    /// The MIME type the platform gave (or the one its kind implies: Telegram photos are JPEG).
+    /// As the platform gave it, or implied by the kind (Telegram photos are JPEG).
     pub mime: Option<String>,
-    /// Bytes, when the platform says (WhatsApp webhooks do not).
     pub size: Option<i64>,
-    /// The file name, for documents and Slack files.
     pub name: Option<String>,
     /// Where the platform keeps it: never handed out.
     pub source: FileSource,
 }
 
 impl Attachment {
-    /// Every text the platform gave, for scrubbing what cannot be stored (NUL).
+    /// Every text the platform gave, for scrubbing NUL.
     pub fn text_fields(&mut self) -> impl Iterator<Item = &mut String> {
         let source: Vec<&mut String> = match &mut self.source {
             FileSource::Telegram { file_id } => vec![file_id],
@@ -64,7 +51,7 @@ pub enum AttachmentKind {
     Document,
 }
 
-/// The platform's handle on a file: enough, with the connector's credentials, to download it.
+/// The platform's handle on a file: with the connector's credentials, enough to download it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "platform", rename_all = "snake_case")]
 pub enum FileSource {
@@ -72,7 +59,7 @@ pub enum FileSource {
     Telegram { file_id: String },
     /// `GET /{media-id}` answers a short-lived URL, fetched with the same token.
     Whatsapp { media_id: String },
-    /// `url_private_download` from the signed event, fetched with the bot token.
+    /// `url_private_download` from the signed event.
     Slack { file_id: String, url: Option<String> },
 }
 
@@ -93,7 +80,7 @@ pub struct AttachmentOut {
 }
 
 impl AttachmentOut {
-    /// The attachments of turn `message` as the agent sees them, without URLs yet.
+    /// Without URLs yet.
     pub fn of_turn(message: MessageId, attachments: &[Attachment]) -> Vec<Self> {
         attachments
             .iter()
@@ -152,15 +139,13 @@ impl Default for MediaSettings {
 }
 
 impl MediaSettings {
-    /// Whether the agent is given a URL for `attachment`.
     pub fn offers(&self, kind: AttachmentKind, mime: Option<&str>, size: Option<i64>) -> bool {
         let small_enough =
             size.is_none_or(|size| u64::try_from(size).is_ok_and(|s| s <= self.media_max_bytes));
         small_enough && self.type_allowed(kind, mime)
     }
 
-    /// A MIME type in the list; a file without one is judged by its kind (a document of
-    /// unknown type is not offered).
+    /// Without a MIME type, by its kind: a document of unknown type is not offered.
     fn type_allowed(&self, kind: AttachmentKind, mime: Option<&str>) -> bool {
         let Some(mime) = mime else {
             return kind != AttachmentKind::Document;
@@ -181,7 +166,6 @@ impl MediaSettings {
             })
     }
 
-    /// The public base URL, falling back to the bound address.
     pub fn base_url(&self, bound: Option<std::net::SocketAddr>) -> String {
         if let Some(url) = &self.public_url {
             return url.trim_end_matches('/').to_owned();

@@ -1,11 +1,7 @@
-//! The token of an attachment URL: which tenant, turn and attachment, until when, signed.
-//!
-//! `base64url(tenant ‖ message ‖ index ‖ expiry) "." base64url(HMAC-SHA256)`, 42 bytes of
-//! claims under a key derived from `CB_SECRETS_KEY` (`Keyring::sign_url`), so any instance
-//! with the key verifies any instance's URLs, and a rotation keeps the old key's URLs valid
-//! while the old key is still listed. The tenant is in the token because the media route
-//! has no other way to know whose transaction to open; a token for one tenant's file says
-//! nothing about another's.
+//! The token of an attachment URL: `base64url(tenant ‖ message ‖ index ‖ expiry) "."
+//! base64url(HMAC-SHA256)` under a key derived from `CB_SECRETS_KEY` (`Keyring::sign_url`).
+//! The tenant is in it because the media route has no other way to know whose transaction
+//! to open.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -26,7 +22,6 @@ pub struct MediaToken {
     pub expires: i64,
 }
 
-/// Why a token is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum TokenError {
     /// Not a token, or not one this gateway signed (tampered, other key).
@@ -47,7 +42,7 @@ impl MediaToken {
         claims
     }
 
-    /// The token's text, signed with the keyring's current key.
+    /// Signed with the keyring's current key.
     pub fn encode(&self, keys: &Keyring) -> String {
         let claims = self.claims();
         let tag = keys.sign_url(&claims);
@@ -58,8 +53,8 @@ impl MediaToken {
         )
     }
 
-    /// Reads and verifies a token at Unix time `now`. The signature is checked before the
-    /// expiry, so a forged token is never told apart from a genuine expired one.
+    /// The signature is checked before the expiry, so a forged token is never told apart
+    /// from a genuine expired one.
     pub fn decode(text: &str, keys: &Keyring, now: i64) -> Result<Self, TokenError> {
         let (claims, tag) = text.split_once('.').ok_or(TokenError::Invalid)?;
         let claims = URL_SAFE_NO_PAD.decode(claims).map_err(|_| TokenError::Invalid)?;
@@ -87,17 +82,15 @@ impl MediaToken {
     }
 }
 
-/// Makes the URLs of dispatches' attachments.
 #[derive(Debug, Clone)]
 pub struct UrlMinter {
     pub keys: Keyring,
-    /// `https://bridge.example.com`, no trailing slash.
+    /// No trailing slash.
     pub base_url: String,
     pub settings: MediaSettings,
 }
 
 impl UrlMinter {
-    /// The minter of an instance: its secrets keys and media settings.
     pub fn new(keys: Keyring, settings: &MediaSettings) -> Self {
         Self {
             keys,
@@ -106,7 +99,7 @@ impl UrlMinter {
         }
     }
 
-    /// The URL of `attachment` from `now`, if it is offered (`MediaSettings::offers`).
+    /// `None` unless it is offered (`MediaSettings::offers`).
     pub fn url_for(&self, tenant: TenantId, attachment: &AttachmentOut, now: i64) -> Option<String> {
         let (message, index) = attachment.of?;
         self.settings
@@ -114,7 +107,6 @@ impl UrlMinter {
             .then(|| self.url(tenant, message, index, now))
     }
 
-    /// The URL of attachment `index` of `message`, valid from `now` for the TTL.
     pub fn url(&self, tenant: TenantId, message: MessageId, index: u16, now: i64) -> String {
         let ttl = i64::try_from(self.settings.media_url_ttl_secs).unwrap_or(i64::MAX);
         let token = MediaToken {

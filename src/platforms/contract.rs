@@ -18,19 +18,16 @@ use crate::markdown::Renderer;
 use crate::media::FileSource;
 use crate::settings::DispatchSettings;
 
-/// Everything one platform does: each job its own trait, and what is left here.
 pub trait PlatformApi: Channel + Outbound + Renderer + TypingIndicator + LivePreview + Files {
-    /// Longest reply part, in UTF-16 units (`crate::delivery::split`).
+    /// In UTF-16 units.
     fn part_limit(&self) -> usize;
 
-    /// Whether webhooks come as large batches, read up to `CB_WHATSAPP_BODY_LIMIT` rather
-    /// than `CB_BODY_LIMIT` (Meta's run to about 3 MB).
+    /// Whether webhooks come as large batches (Meta's), read up to `CB_WHATSAPP_BODY_LIMIT`.
     fn batches_webhooks(&self) -> bool {
         false
     }
 
-    /// Whether the part left `sending` by an interrupted send was posted, as far as this
-    /// pass can tell.
+    /// Whether the part an interrupted send left `sending` was posted, as far as this pass can tell.
     fn reconcile<'a>(
         &'a self,
         pending: &'a Pending<'a>,
@@ -48,20 +45,18 @@ pub struct Pending<'a> {
     pub settings: &'a DispatchSettings,
 }
 
-/// Reconciling an interrupted send.
 pub enum Reconciled {
-    /// It was posted; here is its platform id.
+    /// Posted, with its platform id.
     Found(String),
     /// It certainly was not posted (or the connector accepts a possible duplicate): send.
     Absent,
-    /// Not known yet; look again after this long (why, for the part's `last_error`).
+    /// Look again after this long (why, for the part's `last_error`).
     Later(Duration, String),
     /// Not knowable, and the connector prefers a lost reply to a doubled one.
     Unknowable(String),
 }
 
-/// The connector's API base URL (a stand-in's, in tests and the demo), without a trailing
-/// slash.
+/// The connector's API base URL, without a trailing slash.
 pub(crate) fn api_base(connector: &Connector) -> &str {
     connector
         .api_base_url
@@ -70,18 +65,14 @@ pub(crate) fn api_base(connector: &Connector) -> &str {
         .trim_end_matches('/')
 }
 
-/// Where an indicator shows, as its platform addresses it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Place {
-    /// The chat (Slack channel, Telegram chat), or the number that answers (WhatsApp
-    /// `phone_number_id`).
+    /// The chat, or the number that answers (WhatsApp `phone_number_id`).
     pub chat: String,
-    /// Within it: the Telegram forum topic, the Slack assistant thread, the WhatsApp message
-    /// marked read.
+    /// The Telegram forum topic, the Slack assistant thread, the WhatsApp message marked read.
     pub within: Option<String>,
 }
 
-/// What to show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Show {
     Working,
@@ -91,15 +82,12 @@ pub enum Show {
 
 /// The typing indicator as the platform shows it (`crate::delivery::typing` runs it).
 pub trait TypingIndicator: Sync {
-    /// Where `message`'s indicator shows, or `None` where the platform has none for it or
-    /// it cannot be addressed.
+    /// `None` where the platform has no indicator for `message`.
     fn typing_place(&self, connector: &Connector, message: &MessageRow) -> Option<Place>;
 
-    /// How many refresh intervals (`CB_TYPING_INTERVAL_MS`) the indicator outlasts
-    /// comfortably.
+    /// How many `CB_TYPING_INTERVAL_MS` intervals the indicator outlasts comfortably.
     fn typing_refresh_intervals(&self) -> u32;
 
-    /// The request that shows (or clears) the indicator.
     fn typing_request(
         &self,
         client: &GuardedClient,
@@ -109,7 +97,6 @@ pub trait TypingIndicator: Sync {
         show: Show,
     ) -> reqwest::RequestBuilder;
 
-    /// Whether a 2xx answer's body says the indicator is shown.
     fn typing_shown(&self, body: &Value) -> bool;
 
     /// Whether the answer asks to slow down beyond a 429 or Slack's `ratelimited`.
@@ -124,23 +111,19 @@ pub trait TypingIndicator: Sync {
         false
     }
 
-    /// Whether the indicator stays until cleared, so a turn that ends without a reply must
-    /// clear it (Slack's status).
+    /// Whether a turn that ends without a reply must clear it (Slack's status stays).
     fn typing_stays(&self) -> bool {
         false
     }
 }
 
-/// A streamed answer's live view as the platform shows it (`crate::delivery::live` runs it).
-/// Platforms without one keep the defaults: the typing indicator goes on until the reply.
+/// A streamed answer's live view. Without one, the typing indicator goes on until the reply.
 pub trait LivePreview: Sync {
-    /// How `message`'s stream shows, or `None`.
     fn live_surface(&self, message: &MessageRow) -> Option<Surface> {
         let _ = message;
         None
     }
 
-    /// One call showing `text`.
     fn show_live<'a>(
         &'a self,
         target: &'a LiveTarget<'a>,
@@ -152,8 +135,7 @@ pub trait LivePreview: Sync {
         Box::pin(async { Err("the platform shows no live view") })
     }
 
-    /// Ends a preview no reply part will adopt (best effort); nothing where there is
-    /// nothing to end.
+    /// Ends a preview no reply part will adopt (best effort).
     fn end_live<'a>(
         &'a self,
         client: &'a GuardedClient,
@@ -167,9 +149,8 @@ pub trait LivePreview: Sync {
     }
 }
 
-/// Downloading an attachment with the connector's credentials.
 pub trait Files: Sync {
-    /// The request that downloads `source`, after any lookup the platform needs first.
+    /// After any lookup the platform needs first.
     fn download<'a>(
         &'a self,
         client: &'a GuardedClient,

@@ -1,10 +1,6 @@
-//! What every platform's inbound protocol shares: the [`Channel`] trait (verify a webhook
-//! over its raw bytes, answer a handshake, parse the body into inbound user turns with their
-//! idempotency keys), the turns it produces, and the verification helpers. Each platform's
-//! own protocol is its folder's `inbound.rs`.
-//!
-//! Nothing here touches the database or the network; the ingress handler
-//! (`crate::http::hooks`) drives these steps in order.
+//! What every platform's inbound protocol shares: the [`Channel`] trait (verify, handshake,
+//! parse), the turns it produces, and the verification helpers. No database or network here:
+//! `crate::http::hooks` drives these steps.
 
 use axum::http::{HeaderMap, HeaderName};
 use hmac::{Hmac, Mac};
@@ -15,12 +11,10 @@ use sha2::Sha256;
 
 use crate::domain::{Connector, MessageId, Platform};
 
-/// What a platform module sees of an HTTP request.
 pub struct HookRequest<'a> {
     pub headers: &'a HeaderMap,
     /// The raw query string of a GET (Meta's handshake), without the leading `?`.
     pub query: Option<&'a str>,
-    /// The raw body, exactly as received.
     pub body: &'a [u8],
     /// Unix seconds, injected so timestamp checks can be tested.
     pub now: i64,
@@ -29,125 +23,95 @@ pub struct HookRequest<'a> {
 /// Why a request is refused. Each maps to one HTTP answer in `crate::error`.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum HookError {
-    /// 401: the signature header is absent.
     #[error("signature header `{0}` is missing")]
     MissingSignature(&'static str),
-    /// 401: the signature does not match.
     #[error("signature does not match")]
     BadSignature,
-    /// 401: the signed timestamp is outside the replay window.
     #[error("request timestamp is outside the allowed window")]
     StaleTimestamp,
-    /// 400: the body passed verification but is not the JSON the platform sends.
     #[error("malformed body: {0}")]
     Malformed(String),
-    /// 403: a handshake with a wrong or missing verify token.
     #[error("handshake verify token does not match")]
     HandshakeForbidden,
-    /// 405: e.g. a GET to a Slack or Telegram connector.
     #[error("method not allowed for this platform")]
     MethodNotAllowed,
 }
 
-/// A handshake answer, sent back verbatim with status 200.
+/// Sent back verbatim with status 200.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HandshakeReply {
     pub content_type: &'static str,
     pub body: String,
 }
 
-/// One inbound user turn, in the bridge's own terms.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InboundMessage {
     /// Dedupe key, the same across every retry and duplicate (DESIGN.md "Idempotency keys").
     pub idempotency_key: String,
     pub kind: InboundKind,
-    /// Slack `ts`, WhatsApp `wamid…`, Telegram `message_id`.
     pub platform_message_id: String,
-    /// Slack channel, WhatsApp sender number (the 1:1 chat), Telegram chat id.
+    /// Slack channel, WhatsApp sender number, Telegram chat id.
     pub chat_id: String,
     /// Slack `thread_ts`, Telegram `message_thread_id` (forum topic). None for WhatsApp.
     pub thread_id: Option<String>,
-    /// The shared space the message was posted in, others reading along (a Slack channel
-    /// or group DM, a Telegram group, a WhatsApp group as `group:<id>`); `None` for a direct
-    /// message. What keeps a user's DMs out of a channel's history (`HistoryScopeSetting`).
+    /// The shared space (channel, group) others read along in; `None` for a direct message.
+    /// Keeps a user's DMs out of a channel's history (`HistoryScopeSetting`).
     pub space: Option<String>,
-    /// The sender as the platform names them (Slack `U…`, WhatsApp `wa_id`, Telegram user id).
     pub platform_user_id: String,
-    /// The message this one answers or quotes (Telegram `reply_to_message.message_id`,
-    /// WhatsApp `context.id`, Slack parent `thread_ts`).
     pub reply_to_id: Option<String>,
-    /// User text (a caption for a file, `""` without one), or a placeholder such as
-    /// `[sticker]` for content that is not forwarded.
+    /// User text or caption, or a placeholder such as `[sticker]` for content not forwarded.
     pub text: String,
-    /// The files sent with the message (pictures, voice notes, videos, documents).
     pub attachments: Vec<crate::media::Attachment>,
-    /// Platform extras worth keeping for admins (display name, channel type, event ids…).
+    /// Platform extras kept for admins (display name, channel type…).
     pub metadata: Value,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InboundKind {
-    /// A user's text or file (with its caption): recorded and dispatched to the agent.
+    /// Recorded and dispatched to the agent.
     Text,
-    /// Content the agent is not given (sticker, location, poll…): recorded as `ignored`
-    /// with a placeholder so admins see it, never dispatched.
+    /// Content the agent is not given (sticker, poll…): recorded as `ignored`, never dispatched.
     NonText,
 }
 
 /// A WhatsApp delivery status callback about one of our own sent messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeliveryStatus {
-    /// The `wamid` our send returned.
     pub platform_message_id: String,
-    /// `sent`, `delivered`, `read`, `failed`…
     pub status: String,
     /// `biz_opaque_callback_data`: our reply part key, when we sent one.
     pub callback_data: Option<String>,
-    /// First error code and title of a `failed` status.
     pub error: Option<String>,
 }
 
-/// The platform's word that one of our own reply parts is posted: Slack's
-/// `message_metadata_posted` event for a message that carries our part key. It settles a
-/// part left in doubt by an interrupted send. Every field is checked when parsed (a part key
-/// of ours, Slack-shaped ids), so nothing in it can fail to store.
+/// Slack's `message_metadata_posted` for one of our reply parts: settles a part left in
+/// doubt. Every field is checked when parsed, so nothing in it can fail to store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PostedPart {
     pub message: MessageId,
     pub part_index: i32,
-    /// The platform's id of the posted message (Slack `message_ts`).
     pub platform_message_id: String,
     /// Where it was posted (Slack `channel_id`): it must be the turn's own chat.
     pub chat_id: String,
 }
 
-/// Everything a verified POST carried.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Inbound {
     pub messages: Vec<InboundMessage>,
     pub statuses: Vec<DeliveryStatus>,
-    /// Confirmations that our reply parts were posted (Slack metadata events).
     pub posted: Vec<PostedPart>,
-    /// Reasons for what was dropped without recording (echoes, edits, statuses of others…),
-    /// kept for metrics and debug logs.
+    /// Why things were dropped without a row, for metrics and debug logs.
     pub dropped: Vec<&'static str>,
 }
 
 impl Inbound {
-    /// Whether anything is to be written: turns, status callbacks or post confirmations.
     pub fn has_records(&self) -> bool {
         !(self.messages.is_empty() && self.statuses.is_empty() && self.posted.is_empty())
     }
 
-    /// Makes every key an index holds fit in it: an idempotency key longer than
-    /// `MAX_KEY_BYTES` is replaced by the SHA-256 of the whole key (`index_key`). Dedupe stays
-    /// exact (two keys share a digest only if they are equal) and a retry hashes the same.
-    /// Platforms' real keys are far shorter; only a malformed (yet signed) update has one
-    /// this long, and it is recorded and answered like any other rather than failing with
-    /// a 5xx on every retry. Other identifiers are stored as they came (they are not
-    /// indexed whole; the sender's conversation key is hashed the same way where it is
-    /// built).
+    /// Hashes an idempotency key too long for its index (`index_key`), so a malformed but
+    /// signed update is recorded rather than failing with a 5xx on every retry
+    /// (docs/platforms.md#what-is-forwarded-recorded-or-dropped).
     pub fn fit_keys(&mut self) {
         for message in &mut self.messages {
             if let std::borrow::Cow::Owned(key) = index_key(&message.idempotency_key) {
@@ -156,12 +120,8 @@ impl Inbound {
         }
     }
 
-    /// Replaces every U+0000 in what will be stored with U+FFFD. PostgreSQL's `text` and
-    /// `jsonb` cannot hold NUL, and a platform retries a webhook it got a 5xx for with the
-    /// same body (Meta for days), so a NUL must not fail the insert: the message is kept and
-    /// answered, with the replacement character where the NUL was. Replacing (rather than
-    /// dropping) keeps "a\0b" apart from "ab", and is the same on every retry, so dedupe keys
-    /// stay exact.
+    /// Replaces U+0000 with U+FFFD: PostgreSQL cannot store NUL, and the platform would retry
+    /// the body for days against a 500. Replacing, not dropping, keeps "a\0b" apart from "ab".
     pub fn scrub_nul(&mut self) {
         for message in &mut self.messages {
             for field in [
@@ -225,24 +185,19 @@ fn scrub_json(value: &mut Value) {
     }
 }
 
-/// What a verified POST turned out to be.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Parsed {
-    /// A handshake to answer (Slack `url_verification`).
     Handshake(HandshakeReply),
-    /// Zero or more events.
     Events(Inbound),
 }
 
-/// One messaging platform's inbound protocol.
 pub trait Channel: Send + Sync {
     fn platform(&self) -> Platform;
 
     /// Checks the request's signature or secret over the raw body. Constant-time comparisons.
     fn verify(&self, connector: &Connector, request: &HookRequest<'_>) -> Result<(), HookError>;
 
-    /// Answers an unsigned GET handshake (Meta's `hub.challenge`). Platforms without one
-    /// answer `MethodNotAllowed`.
+    /// Answers an unsigned GET handshake (Meta's `hub.challenge`).
     fn handshake(
         &self,
         connector: &Connector,
@@ -252,22 +207,19 @@ pub trait Channel: Send + Sync {
         Err(HookError::MethodNotAllowed)
     }
 
-    /// Parses a verified body. Never called before `verify` succeeded.
+    /// Never called before `verify` succeeded.
     fn parse(&self, connector: &Connector, body: &[u8]) -> Result<Parsed, HookError>;
 
-    /// The headers the platform sends with `body` besides its content type, given the
-    /// connector's verification secret and the unix time to sign: the client side of
-    /// `verify`, for `crate::sign`.
+    /// The headers the platform would sign `body` with at `now`: the client side of `verify`.
     fn sign(&self, secret: &str, body: &[u8], now: i64) -> Vec<(HeaderName, String)>;
 
-    /// The header that carries the secret itself rather than a signature over the body, if
-    /// the platform has one (Telegram). Anything that prints headers must mask this one.
+    /// The header that carries the secret itself (Telegram): anything that prints headers
+    /// must mask it.
     fn secret_header(&self) -> Option<HeaderName> {
         None
     }
 
-    /// What an operator replaying a request signed at `now` should know (`send-fixture
-    /// --curl`), if anything.
+    /// A note for an operator replaying a request signed at `now` (`send-fixture --curl`).
     fn signing_note(&self, now: i64) -> Option<String> {
         let _ = now;
         None
@@ -281,7 +233,6 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 impl Inbound {
-    /// Nothing to record: only the reason something was dropped.
     pub fn only_dropped(reason: &'static str) -> Self {
         Self {
             dropped: vec![reason],
@@ -290,9 +241,8 @@ impl Inbound {
     }
 }
 
-/// The connector's current secret, then the previous one while a rotation's grace period
-/// lasts (PLATFORMS.md §1.1 "Secret rotation"). An empty secret is never offered: an HMAC
-/// under an empty key, or an empty Telegram token, is something anyone can produce.
+/// The current secret, then the previous one during a rotation (PLATFORMS.md §1.1). Never an
+/// empty one: an HMAC under an empty key is something anyone can produce.
 pub(crate) fn verification_secrets(connector: &Connector) -> impl Iterator<Item = &str> {
     std::iter::once(&connector.verification_secret)
         .chain(connector.previous_verification_secret.as_ref())
@@ -300,8 +250,7 @@ pub(crate) fn verification_secrets(connector: &Connector) -> impl Iterator<Item 
         .filter(|secret| !secret.is_empty())
 }
 
-/// Whether `hex_signature` is HMAC-SHA256 over `parts` (concatenated) under any of the
-/// connector's secrets. `verify_slice` compares in constant time.
+/// Whether `hex_signature` is HMAC-SHA256 over `parts` under any of the connector's secrets.
 pub(crate) fn hmac_sha256_matches(connector: &Connector, parts: &[&[u8]], hex_signature: &str) -> bool {
     let Ok(signature) = hex::decode(hex_signature) else {
         return false;
@@ -314,9 +263,8 @@ pub(crate) fn hmac_sha256_matches(connector: &Connector, parts: &[&[u8]], hex_si
     })
 }
 
-/// Lowercase hex HMAC-SHA256 of the concatenated `parts`, for signing as a platform does.
-/// The key is the secret's UTF-8 bytes, never hex- or base64-decoded (PLATFORMS.md §1.1,
-/// §2.1).
+/// Lowercase hex HMAC-SHA256 of `parts`. The key is the secret's UTF-8 bytes, never hex- or
+/// base64-decoded (PLATFORMS.md §1.1, §2.1).
 pub(crate) fn hmac_sha256_hex(secret: &str, parts: &[&[u8]]) -> String {
     let mut mac =
         Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC-SHA256 accepts keys of any length");
@@ -324,24 +272,21 @@ pub(crate) fn hmac_sha256_hex(secret: &str, parts: &[&[u8]]) -> String {
     hex::encode(mac.finalize().into_bytes())
 }
 
-/// A required header as text. Header names are case-insensitive (`HeaderMap` handles that,
-/// PLATFORMS.md §1.1); a value that is not visible ASCII cannot be a valid signature.
+/// A required header as text; a value that is not visible ASCII cannot be a valid signature.
 pub(crate) fn required_header<'a>(headers: &'a HeaderMap, name: &'static str) -> Result<&'a str, HookError> {
     let value = headers.get(name).ok_or(HookError::MissingSignature(name))?;
     value.to_str().map_err(|_| HookError::BadSignature)
 }
 
-/// Deserializes a verified body; anything that is not the platform's JSON is a 400.
+/// Anything that is not the platform's JSON is a 400.
 pub(crate) fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, HookError> {
     serde_json::from_slice(body).map_err(|e| HookError::Malformed(e.to_string()))
 }
 
-/// The longest identifier an index holds as it is. PostgreSQL's btree refuses entries over
-/// about 2.7 kB; platform ids are at most a few dozen bytes.
+/// The longest identifier an index holds as it is (PostgreSQL's btree refuses ~2.7 kB).
 pub const MAX_KEY_BYTES: usize = 256;
 
-/// `value` itself when it fits `MAX_KEY_BYTES`, else `sha256:` and the hex digest of all of
-/// it: exact for dedupe and lookups, and the same on every retry.
+/// `value` when it fits `MAX_KEY_BYTES`, else `sha256:` and its hex digest (exact for dedupe).
 pub fn index_key(value: &str) -> std::borrow::Cow<'_, str> {
     use sha2::Digest;
     if value.len() <= MAX_KEY_BYTES {
@@ -353,8 +298,7 @@ pub fn index_key(value: &str) -> std::borrow::Cow<'_, str> {
 
 #[cfg(test)]
 pub(crate) mod testing {
-    //! A connector for unit tests, with the fixture ids of `fixtures/README.md`, and the
-    //! assertions every platform's tests share.
+    //! A unit-test connector (`fixtures/README.md` ids) and the assertions platforms share.
 
     use super::{Channel, Inbound, InboundMessage, Parsed};
 
@@ -412,7 +356,6 @@ pub(crate) mod testing {
         }
     }
 
-    /// A header map from `(name, value)` pairs.
     pub(crate) fn headers(pairs: &[(&'static str, &str)]) -> axum::http::HeaderMap {
         pairs
             .iter()

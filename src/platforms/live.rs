@@ -1,5 +1,5 @@
-//! What the platforms' live views share: where a stream shows, what it has shown, and the
-//! call each view makes. `crate::delivery::live` drives them and records what they leave.
+//! What the platforms' live views of a streamed answer share; `crate::delivery::live` drives
+//! them and records what they leave.
 
 use std::time::Duration;
 
@@ -10,7 +10,6 @@ use crate::db::messages::MessageRow;
 use crate::domain::Connector;
 use crate::egress::GuardedClient;
 
-/// Where a turn's stream shows, as its platform says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Surface {
     /// Multiples of `CB_STREAM_INTERVAL_MS` between two calls.
@@ -25,7 +24,6 @@ impl Surface {
     }
 }
 
-/// The turn a view shows on.
 pub struct LiveTarget<'a> {
     pub client: &'a GuardedClient,
     pub connector: &'a Connector,
@@ -40,7 +38,7 @@ impl LiveTarget<'_> {
             .map_or("", |t| t.expose_secret())
     }
 
-    /// Posts `request` and reads the JSON answer; `Err` for anything but `ok: true`.
+    /// `Err` for anything but `ok: true`.
     pub async fn call(&self, request: reqwest::RequestBuilder) -> Result<Value, &'static str> {
         let response = self.client.send(request).await.map_err(|_| "request failed")?;
         let body: Value = response.json().await.map_err(|_| "unreadable answer")?;
@@ -52,19 +50,15 @@ impl LiveTarget<'_> {
     }
 }
 
-/// What one call of a view came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LiveStep {
     Shown,
-    /// The call left this new message on the platform: it must be recorded before the view
-    /// goes on (the first reply part adopts it).
+    /// A new platform message, to record before the view goes on (the first part adopts it).
     Started(String),
 }
 
-/// What the view has shown so far.
 #[derive(Default)]
 pub struct Shown {
-    /// The platform message it recorded.
     pub id: Option<String>,
     /// The text last sent (Slack: its length is what was appended).
     pub text: String,

@@ -1,11 +1,6 @@
-//! Every platform the gateway speaks, one folder each, behind the traits of [`contract`];
-//! [`of`] is the one place they are listed, and the entry points that need it live here.
-//!
-//! A platform's folder holds everything the gateway knows about it, one job per file:
-//! `inbound.rs` (verify, answer a handshake, parse into turns), `send.rs`, `format.rs`,
-//! `typing.rs`, `live.rs`, `files.rs`, and `mod.rs` (its type, limits and how an
-//! interrupted send is settled). Platform folders import the shared files beside this one
-//! (`contract`, `send`, `live`, `files`, `inbound`), never this file.
+//! Every platform the gateway speaks, one folder each (one job per file), behind the traits
+//! of [`contract`]; [`of`] is the one place they are listed. Platform folders import the
+//! shared files beside this one, never this file.
 
 pub mod contract;
 pub mod files;
@@ -26,8 +21,7 @@ use crate::domain::{Connector, Platform};
 use crate::egress::GuardedClient;
 use crate::media::FileSource;
 
-/// The module that speaks `platform`. Adding a platform: a folder beside `slack/` and one
-/// line here (and its name in `crate::domain::Platform`).
+/// Adding a platform: a folder beside `slack/`, one line here, its `domain::Platform` name.
 pub fn of(platform: Platform) -> &'static dyn PlatformApi {
     match platform {
         Platform::Slack => &slack::Slack,
@@ -36,7 +30,6 @@ pub fn of(platform: Platform) -> &'static dyn PlatformApi {
     }
 }
 
-/// Posts `part` as a new message on its connector's platform.
 pub async fn send(client: &GuardedClient, part: &OutboundPart<'_>) -> SendOutcome {
     let Some(token) = part.connector.outbound_token.as_ref() else {
         return no_token();
@@ -45,11 +38,8 @@ pub async fn send(client: &GuardedClient, part: &OutboundPart<'_>) -> SendOutcom
     platform.send(client, part, token.expose_secret()).await
 }
 
-/// The first part of a streamed answer, delivered into the message its live view left on
-/// the platform (`live_id`) instead of a new one: Slack ends the stream (`chat.stopStream`)
-/// and puts the part's final text in it (`chat.update`); Telegram edits it
-/// (`editMessageText`). Both are edits, so a repeat after an outcome in doubt cannot double
-/// the message. When the message is gone (deleted meanwhile), the part is posted as usual.
+/// The first part of a streamed answer, delivered into the message its live view left
+/// (`live_id`). An edit, so a repeat after an outcome in doubt cannot double the message.
 pub async fn adopt(client: &GuardedClient, part: &OutboundPart<'_>, live_id: &str) -> SendOutcome {
     let Some(token) = part.connector.outbound_token.as_ref() else {
         return no_token();
@@ -58,8 +48,7 @@ pub async fn adopt(client: &GuardedClient, part: &OutboundPart<'_>, live_id: &st
     platform.adopt(client, part, token.expose_secret(), live_id).await
 }
 
-/// The download response of an attachment, its status checked and its declared length
-/// within `max_bytes`.
+/// The download response, its status checked and its declared length within `max_bytes`.
 pub async fn open_file(
     client: &GuardedClient,
     connector: &Connector,

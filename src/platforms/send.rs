@@ -1,14 +1,8 @@
 //! What every platform's send shares (PLATFORMS.md §1.6, §2.6, §3.6): the part to post, the
-//! classified outcome the delivery loop branches on (posted, refused, or in doubt), and the
-//! [`Outbound`] trait each platform's `send.rs` implements.
+//! classified outcome (posted, refused, or in doubt) and the [`Outbound`] trait.
 //!
-//! A part is stored as the agent wrote it and formatted here, when it is sent, if its
-//! connector formats Markdown (`crate::markdown`); a Telegram part refused as formatted is
-//! sent again at once as plain text (a 400 means it was not posted), so a formatting mistake
-//! never costs a reply.
-//!
-//! One shared client with timeouts and no retries of its own: a send whose outcome is
-//! unknown must be reconciled, never blindly repeated by a library underneath.
+//! The client retries nothing itself: a send whose outcome is unknown must be reconciled,
+//! never blindly repeated by a library underneath.
 
 use std::time::Duration;
 
@@ -22,10 +16,9 @@ use crate::domain::Connector;
 use crate::egress::{self, GuardedClient as Client, SendError};
 use crate::markdown::{Formatted, Renderer};
 
-/// The outcome of one send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SendOutcome {
-    /// Posted; the platform's id of the new message.
+    /// Posted, with the platform's id of the new message.
     Sent(String),
     /// Refused for now, certainly not posted; try again after the platform's delay.
     RateLimited { retry_after: Duration, error: String },
@@ -37,12 +30,11 @@ pub enum SendOutcome {
     Permanent { error: String },
 }
 
-/// One part to post, with everything needed to thread it.
 pub struct OutboundPart<'a> {
     pub connector: &'a Connector,
     pub message: &'a MessageRow,
-    /// `{message_id}:{part_index}`: sent along where the platform keeps it (Slack message
-    /// metadata, WhatsApp `biz_opaque_callback_data`) so an interrupted send can be found.
+    /// `{message_id}:{part_index}`, sent where the platform keeps it so an interrupted send
+    /// can be found.
     pub part_key: &'a str,
     pub text: &'a str,
 }
@@ -57,10 +49,8 @@ impl OutboundPart<'_> {
     }
 }
 
-/// One platform's send API. The futures are boxed: one small allocation per HTTP request,
-/// next to the several the request itself makes, for a trait the platforms can sit behind.
+/// One platform's send API.
 pub trait Outbound: Sync {
-    /// Posts `part` as a new message, threaded to the user's.
     fn send<'a>(
         &'a self,
         client: &'a Client,
@@ -88,10 +78,9 @@ pub(crate) fn no_token() -> SendOutcome {
     }
 }
 
-/// A transport error: a refused connection certainly posted nothing; anything after the
-/// request left (timeout, reset) may have. reqwest's error text loses the URL, which can
-/// hold a Telegram token. A URL the egress policy refuses fails the part for good: nothing
-/// was sent, and a retry would be refused the same way.
+/// A refused connection certainly posted nothing; anything after the request left may have.
+/// The error text loses the URL, which can hold a Telegram token. An egress refusal is
+/// permanent: a retry would be refused the same way.
 pub(crate) fn transport_error(err: SendError) -> SendOutcome {
     let err = match err {
         SendError::Refused(_) => {

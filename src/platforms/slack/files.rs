@@ -1,6 +1,5 @@
-//! Slack files: the file's `url_private_download` (from the signed
-//! event, or `files.info` when the event had none), fetched with the bot token. The token
-//! is only ever sent to Slack's file host or the connector's own API host.
+//! Slack files: `url_private_download` (from the signed event, or `files.info` when it had
+//! none), fetched with the bot token.
 
 use serde_json::Value;
 

@@ -1,11 +1,7 @@
-//! Slack mrkdwn (Slack's "Formatting text for app surfaces"): `*bold*`, `_italic_`,
-//! `~strike~`, `` `code` ``, ```` ``` ```` blocks (Slack shows no language), `<url|text>`
-//! links, `>` quotes. `&`, `<` and `>` are always escaped as `&amp;`, `&lt;`, `&gt;`, in
-//! code too: they are Slack's control characters, and unescaped they would let an answer
-//! write `<!channel>` or `<@U…>` mentions. Slack has no escape for `*`, `_`, `~` or `` ` ``:
-//! literal ones are set apart with zero-width spaces ([`crate::markdown::render::neutralize_markers`];
-//! how Slack's parser treats them is not confirmed against the live platform, PLATFORMS.md
-//! [U]).
+//! Slack mrkdwn (Slack's "Formatting text for app surfaces"). `&`, `<` and `>` are escaped
+//! even in code: unescaped they would let an answer write `<!channel>` or `<@U…>` mentions.
+//! Slack has no escape for `*`, `_`, `~` or `` ` ``, so literal ones are set apart with
+//! zero-width spaces (not confirmed against the live platform, PLATFORMS.md [U]).
 
 use super::Slack;
 use crate::markdown::render::{self, neutralize_markers, wrap, Style};

@@ -1,18 +1,7 @@
-//! Slack Events API over HTTP (PLATFORMS.md §1).
-//!
-//! What is forwarded: a human's `message` or `app_mention` with non-empty text and no
-//! subtype, or with the `thread_broadcast` / `file_share` subtypes. A `file_share`'s files go
-//! on as attachments (`crate::media`), its text as the caption (`""` without one); one whose
-//! files are all unusable (external, deleted) is recorded as a `[file]` placeholder, never
-//! dispatched.
-//! Everything else is dropped with a reason: our own and other bots' posts (DESIGN.md
-//! "Loop safety"), edits, deletes, other subtypes, hidden events and non-message events.
-//!
-//! One event is neither a turn nor dropped: `message_metadata_posted` for a message that
-//! carries our reply metadata (`REPLY_METADATA_EVENT_TYPE` and a part key, sent with every
-//! `chat.postMessage`) is Slack's confirmation that the part was posted, a `PostedPart` that
-//! settles a part left in doubt by an interrupted send (`crate::delivery::slack`). Metadata
-//! of another type or of another app, and keys that are not ours, are dropped.
+//! Slack Events API over HTTP (PLATFORMS.md §1; what is forwarded or dropped:
+//! docs/platforms.md#what-is-forwarded-recorded-or-dropped). Besides turns, a
+//! `message_metadata_posted` event carrying our part key is a [`PostedPart`]: Slack's word
+//! that a reply part left in doubt was posted.
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -28,8 +17,8 @@ use crate::platforms::inbound::{
     HookRequest, Inbound, InboundKind, InboundMessage, Parsed, PostedPart,
 };
 
-/// The `event_type` of the metadata every reply part is posted with, and the one the app's
-/// manifest subscribes to under `metadata_subscriptions` (README, "Registering the webhook").
+/// The metadata `event_type` of every reply part, which the app's manifest subscribes to
+/// (docs/platforms.md#registering-the-webhook-with-each-platform).
 pub const REPLY_METADATA_EVENT_TYPE: &str = "channel_bridge_reply";
 
 const SIGNATURE_HEADER: &str = "x-slack-signature";
@@ -44,8 +33,6 @@ impl Channel for Slack {
         Platform::Slack
     }
 
-    /// `X-Slack-Request-Timestamp: {now}` and
-    /// `X-Slack-Signature: v0=hex(HMAC-SHA256(secret, "v0:{now}:{body}"))`.
     fn sign(&self, secret: &str, body: &[u8], now: i64) -> Vec<(HeaderName, String)> {
         let timestamp = now.to_string();
         let signature = hmac_sha256_hex(secret, &[b"v0:", timestamp.as_bytes(), b":", body]);
@@ -88,7 +75,7 @@ impl Channel for Slack {
     }
 }
 
-/// A timestamp that is not a number cannot be fresh; it is refused like a bad signature.
+/// A timestamp that is not a number is refused like a bad signature.
 fn check_freshness(timestamp: &str, now: i64) -> Result<(), HookError> {
     let sent: i64 = timestamp.parse().map_err(|_| HookError::BadSignature)?;
     if now.abs_diff(sent) > MAX_CLOCK_SKEW_SECS {
@@ -118,7 +105,6 @@ struct AuthorizationIn {
     team_id: Option<String>,
 }
 
-/// The fields of a `message` / `app_mention` event the bridge reads.
 #[derive(Deserialize)]
 struct MessageEventIn {
     #[serde(rename = "type")]
@@ -137,7 +123,6 @@ struct MessageEventIn {
     files: Vec<FileIn>,
 }
 
-/// A file of a `file_share` message: what the bridge reads of Slack's file object.
 #[derive(Deserialize)]
 struct FileIn {
     id: Option<String>,
@@ -145,8 +130,7 @@ struct FileIn {
     mimetype: Option<String>,
     size: Option<i64>,
     url_private_download: Option<String>,
-    /// `hosted`; `external` (a link to another service) and `tombstone` (deleted) have no
-    /// bytes the bot token can fetch.
+    /// Only `hosted` has bytes the bot token can fetch (not `external`, `tombstone`).
     mode: Option<String>,
 }
 
@@ -160,7 +144,6 @@ fn challenge_reply(challenge: Option<String>) -> Result<HandshakeReply, HookErro
     })
 }
 
-/// The fields of a `message_metadata_posted` event the bridge reads.
 #[derive(Deserialize)]
 struct MetadataPostedIn {
     app_id: Option<String>,
@@ -208,10 +191,9 @@ fn event_callback(connector: &Connector, envelope: EnvelopeIn) -> Inbound {
     }
 }
 
-/// A distributed app sends every workspace's events to its one Request URL; only the
-/// connector's workspace belongs to this tenant. In Slack Connect channels the envelope's
-/// `team_id` may name the other side, so the installation (`authorizations`) and
-/// `context_team_id` count too (§1.5 field map). No configured team: nothing to check.
+/// A distributed app sends every workspace's events to one Request URL; only the connector's
+/// belongs to this tenant. In Slack Connect the envelope's `team_id` may name the other side,
+/// so `authorizations` and `context_team_id` count too (§1.5 field map).
 fn is_for_our_workspace(connector: &Connector, envelope: &EnvelopeIn) -> bool {
     let Some(ours) = connector.external_id.as_deref() else {
         return true;
@@ -267,10 +249,8 @@ fn inbound_message(
     })
 }
 
-/// Slack's confirmation that one of our reply parts was posted: metadata of our type, posted
-/// by our app and bot (when the connector knows them: another app in the workspace could
-/// post our event type), naming a part key of ours, with Slack-shaped ids. A signed event
-/// that is not that is dropped, never refused: a 4xx would only make Slack retry it.
+/// Metadata of our type, by our app and bot when known (another app could post our event
+/// type), naming a part key of ours. Anything else is dropped, never refused (a 4xx is retried).
 fn posted_part(connector: &Connector, event: &Value) -> Result<PostedPart, &'static str> {
     let event: MetadataPostedIn = serde_json::from_value(event.clone()).map_err(|_| "unreadable_event")?;
     let metadata = event.metadata.ok_or("unreadable_event")?;
@@ -302,12 +282,10 @@ fn posted_part(connector: &Connector, event: &Value) -> Result<PostedPart, &'sta
     })
 }
 
-/// Equal, or the connector does not know its own value (nothing to compare with).
 fn matches_when_known(field: Option<&str>, ours: Option<&str>) -> bool {
     ours.is_none() || field == ours
 }
 
-/// A Slack `ts`: seconds, a dot and microseconds, all digits.
 fn is_slack_ts(ts: &str) -> bool {
     let digits =
         |part: &str| !part.is_empty() && part.len() <= 20 && part.bytes().all(|b| b.is_ascii_digit());
@@ -315,7 +293,6 @@ fn is_slack_ts(ts: &str) -> bool {
         .is_some_and(|(secs, fraction)| digits(secs) && digits(fraction))
 }
 
-/// A Slack conversation id (`C…`, `D…`, `G…`): letters and digits.
 fn is_slack_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric())
 }
@@ -339,8 +316,7 @@ fn is_ours(field: Option<&str>, ours: Option<&str>) -> bool {
     field.is_some() && field == ours
 }
 
-/// Which subtypes carry a user's words (§1.5 rules 2–5), and whether there are words or
-/// files to forward.
+/// Which subtypes carry a user's words (§1.5 rules 2–5).
 fn content_kind(event: &MessageEventIn, has_files: bool) -> Result<InboundKind, &'static str> {
     let has_text = event.text.as_deref().is_some_and(|t| !t.trim().is_empty());
     match event.subtype.as_deref() {
@@ -360,9 +336,8 @@ fn content_kind(event: &MessageEventIn, has_files: bool) -> Result<InboundKind, 
     }
 }
 
-/// The channel, unless it is a direct message: `channel_type` `im` (or the App Home's
-/// messages tab). `app_mention` events carry no `channel_type`; DM channel ids start with
-/// `D` (PLATFORMS.md §1).
+/// The channel, unless a direct message. `app_mention` carries no `channel_type`, but DM
+/// channel ids start with `D` (PLATFORMS.md §1).
 fn shared_space(event: &MessageEventIn, channel: &str) -> Option<String> {
     let direct = match event.channel_type.as_deref() {
         Some(kind) => matches!(kind, "im" | "app_home"),
@@ -371,7 +346,6 @@ fn shared_space(event: &MessageEventIn, channel: &str) -> Option<String> {
     (!direct).then(|| channel.to_owned())
 }
 
-/// The files Slack hosts, in the agent's terms; kind by MIME type.
 fn attachments(event: &MessageEventIn) -> Vec<Attachment> {
     event
         .files

@@ -1,7 +1,5 @@
-//! A streamed answer shown live in Slack: the platform's own
-//! streaming in the reply thread, `chat.startStream` with the text so far (its `ts` recorded
-//! at once), then `chat.appendStream` with what was added since (PLATFORMS.md §6); a
-//! preview no part will adopt is ended with `chat.stopStream`.
+//! A streamed answer shown live in Slack with its own streaming (PLATFORMS.md §6;
+//! docs/agent.md#streamed-answers).
 
 use futures::future::BoxFuture;
 use serde_json::{json, Value};

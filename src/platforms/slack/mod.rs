@@ -1,7 +1,5 @@
-//! Slack: the Events API in (`inbound`), `chat.postMessage` out (`send`), mrkdwn (`format`),
-//! `assistant.threads.setStatus` while the agent works (`typing`), native streaming of
-//! streamed answers (`live`), files with the bot token (`files`), and an interrupted send
-//! settled by Slack's metadata event or a read of the thread (`reconcile`, `thread`).
+//! Slack. An interrupted send is settled by Slack's metadata event or a read of the thread
+//! (`reconcile`, `thread`).
 
 pub mod files;
 pub mod format;

@@ -1,44 +1,9 @@
-//! An interrupted Slack send (a part left `sending`), settled within Slack's limits.
+//! An interrupted Slack send (a part left `sending`), settled within Slack's limits
+//! (docs/delivery.md#delivery-guarantees, "Slack, within its limits").
 //!
-//! Reading the thread cannot be the main path: for apps outside the Slack Marketplace,
-//! `conversations.replies` allows one request a minute and 15 messages a page
-//! (PLATFORMS.md §6). So, in this order:
-//!
-//! 1. **Push.** Every part is posted with metadata `{event_type: "channel_bridge_reply",
-//!    event_payload: {part_key}}`, and Slack sends the app a `message_metadata_posted` event
-//!    for it (the app subscribes to that event type in its manifest, README). Ingress turns
-//!    the event into a confirmation (`db::replies::confirm_posted`): the part is recorded
-//!    `sent` with the event's `message_ts` and its job is woken. A part in doubt waits for
-//!    that event `CB_SLACK_CONFIRM_SECS` after its `sending` mark before anything else.
-//! 2. **Fallback read.** Then the thread is read, 15 messages a page (`limit=15`), from just
-//!    before the mark (`oldest` = mark − `OLDEST_MARGIN`, `inclusive`), so the first page
-//!    usually holds the part, following `response_metadata.next_cursor` while `has_more`,
-//!    looking for the part key in each message's metadata. Found: the part is recorded
-//!    `sent` with that `ts`. Absent from every page: it certainly was not posted, and only
-//!    then is it sent again (once: the resend is a new `sending` mark, which starts a new
-//!    window and a new search).
-//! 3. **Budget.** Each request first takes the workspace's budget (`db::slack_budget`: one
-//!    request per `CB_SLACK_READ_INTERVAL_MS`, default a minute, kept in the database so
-//!    every instance spends the same one; the workspace is the connector's team id, or the
-//!    connector when it has none). A pass reads pages while the budget grants them at once
-//!    (at most `MAX_PAGES_PER_PASS`); when it is spent, the job waits until it is due
-//!    (`Reconciled::Later`) and the part is never resent meanwhile. A 429 holds the whole
-//!    workspace off for its `Retry-After` (capped by `CB_RETRY_MAX_MS`).
-//! 4. **Resuming.** When a pass stops before the last page, the next page's cursor is saved
-//!    on the part together with the mark it belongs to (`db::replies::save_search_cursor`),
-//!    and the next pass resumes there, so a long thread costs one request per page, never
-//!    the first pages again. A cursor Slack no longer accepts (`invalid_cursor`) restarts the
-//!    search from the first page.
-//!
-//! A thread that cannot be read for good (`missing_scope`, a revoked token, the channel or
-//! thread gone) cannot say whether the part is there: the part is recorded `unknown`, never
-//! resent, and the parts after it are still posted (as Telegram's at-most-once does).
-//! Any other failed read waits a backoff and tries again.
-//!
-//! Limits: a confirmation that arrives while a pass is deciding to wait is applied at once
-//! but cannot wake the job (it is still leased): inside the window the part is looked at
-//! again every `WINDOW_RECHECK` at most, so such a turn goes on within 15 s. A message posted more than `OLDEST_MARGIN` before the mark (clocks that far apart) is
-//! not found by the read; the confirmation event still finds it.
+//! The `message_metadata_posted` event is the main path; reading the thread is the fallback,
+//! since `conversations.replies` allows one request a minute (PLATFORMS.md §6). A part is
+//! resent only when absent from every page; a thread that cannot be read makes it `unknown`.
 
 use std::time::Duration;
 
@@ -52,33 +17,28 @@ use crate::platforms::contract::{Pending, Reconciled};
 use crate::retry::{part_backoff, window_left};
 use crate::settings::DispatchSettings;
 
-/// How far before the part's `sending` mark the read starts: room for the clocks of our
-/// database and of Slack to disagree.
+/// How far before the `sending` mark the read starts: room for our clock and Slack's to differ.
 const OLDEST_MARGIN: chrono::Duration = chrono::Duration::seconds(60);
 
-/// Most pages one pass reads, even when the budget would allow more (no budget in tests,
-/// or a Marketplace app): a long thread goes on in the next pass, from its saved cursor.
+/// Most pages one pass reads even when the budget allows more; the next pass resumes.
 const MAX_PAGES_PER_PASS: usize = 20;
 
-/// Longest wait inside the confirmation window before the part is looked at again: an
-/// event that arrives while a pass is deciding to wait (its job still leased, so the event
-/// cannot wake it) is noticed this soon. Such a look costs no request to Slack.
+/// Longest wait inside the confirmation window: an event that arrives while the job is still
+/// leased cannot wake it, so it is noticed this soon (no request to Slack).
 const WINDOW_RECHECK: Duration = Duration::from_secs(15);
 
-/// The shortest wait handed back to the queue.
 const MIN_WAIT: Duration = Duration::from_millis(200);
 
 const AWAITING_EVENT: &str = "send interrupted; waiting for Slack's message_metadata_posted confirmation";
 const BUDGET_SPENT: &str =
     "send interrupted; reading the thread waits for the workspace's conversations.replies budget";
 
-/// Where the search stands with its cursor.
 enum Cursor {
-    /// Not read from the database yet (the pass's first request).
+    /// Not read from the database yet.
     Unread,
     /// As saved: the next page to read (`None`: the first).
     Saved(Option<String>),
-    /// Reached in this pass and not saved yet.
+    /// Reached in this pass, not saved yet.
     Reached(String),
 }
 
@@ -166,9 +126,8 @@ impl ThreadSearch<'_> {
         Ok(Reconciled::Later(MIN_WAIT, "thread search continues".into()))
     }
 
-    /// One transaction before each request: the cursor reached is saved (a later pass
-    /// resumes there) or, before the pass's first request, the saved one is read; then the
-    /// workspace's budget is taken. Returns how long to wait when the budget is spent.
+    /// Before each request, in one transaction: save (or first read) the cursor, then take the
+    /// workspace's budget. Returns how long to wait when it is spent.
     async fn before_request(
         &self,
         outgoing: &Pending<'_>,
@@ -208,7 +167,7 @@ impl ThreadSearch<'_> {
         Ok(())
     }
 
-    /// Slack said 429: the whole workspace waits its `Retry-After` (or one interval).
+    /// A 429 holds the whole workspace off for its `Retry-After` (or one interval).
     async fn rate_limited(
         &self,
         outgoing: &Pending<'_>,
@@ -229,8 +188,7 @@ impl ThreadSearch<'_> {
     }
 }
 
-/// The budget's key: the connector's workspace (team id), or the connector itself when it
-/// names none.
+/// The budget's key: the team id, or the connector itself when it names none.
 fn workspace(outgoing: &Pending<'_>) -> String {
     let connector = &outgoing.connector;
     connector
@@ -240,7 +198,6 @@ fn workspace(outgoing: &Pending<'_>) -> String {
         .unwrap_or_else(|| connector.id.to_string())
 }
 
-/// A time in Slack's `ts` form: seconds and microseconds.
 fn slack_ts(at: DateTime<Utc>) -> String {
     format!("{}.{:06}", at.timestamp(), at.timestamp_subsec_micros())
 }

@@ -1,6 +1,5 @@
-//! Posting a reply part to Slack (`chat.postMessage`, PLATFORMS.md §1.6), and adopting the
-//! message a streamed answer's live view left (`chat.stopStream` + `chat.update`), each
-//! answer classified for the delivery loop.
+//! Posting a reply part to Slack (`chat.postMessage`, PLATFORMS.md §1.6), and adopting a
+//! live view's message (`chat.stopStream` + `chat.update`).
 
 use futures::future::BoxFuture;
 use std::time::Duration;
@@ -15,8 +14,8 @@ use crate::egress::{self, GuardedClient as Client};
 use crate::platforms::contract::api_base;
 use crate::platforms::send::{read_json, transport_error, Outbound, OutboundPart, SendOutcome};
 
-/// Slack's control characters; nothing else is escaped (Slack formatting reference). This
-/// also keeps agent text from forming `<@U…>` mentions or `<!channel>` pings.
+/// Slack's control characters; escaping them keeps agent text from forming `<@U…>` mentions
+/// or `<!channel>` pings.
 pub fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -128,9 +127,8 @@ const SLACK_MESSAGE_GONE: &[&str] = &["message_not_found", "cant_update_message"
 pub(super) async fn adopt(client: &Client, part: &OutboundPart<'_>, token: &str, ts: &str) -> SendOutcome {
     let base = api_base(part.connector);
     let channel = &part.message.chat_id;
-    // Ends the stream if it still runs. Its own refusals (already stopped, e.g. by the
-    // holder before a crash, or by Slack after a while) do not matter: the update below
-    // sets the final text either way.
+    // Its refusals (already stopped before a crash, or by Slack) do not matter: the update
+    // below sets the final text either way.
     let stop = client
         .post(format!("{base}/api/chat.stopStream"))
         .bearer_auth(token)

@@ -1,6 +1,5 @@
-//! Reading one page of the thread a turn was answered in (`conversations.replies`), looking
-//! for a reply part's key in each message's metadata: the fallback of reconciling an
-//! interrupted send (`super::reconcile`).
+//! Reading one page of a turn's thread (`conversations.replies`) for a reply part's key:
+//! the fallback of `super::reconcile`.
 
 use std::time::Duration;
 
@@ -16,8 +15,7 @@ use crate::egress::{self, GuardedClient as Client, SendError};
 use crate::platforms::contract::api_base;
 use crate::platforms::send::read_json;
 
-/// Slack errors of `conversations.replies` that a repeat cannot fix: the thread cannot be
-/// read at all (scope, token, channel or thread gone).
+/// `conversations.replies` errors a repeat cannot fix: the thread cannot be read at all.
 const SLACK_READ_PERMANENT: &[&str] = &[
     "channel_not_found",
     "thread_not_found",
@@ -31,40 +29,36 @@ const SLACK_READ_PERMANENT: &[&str] = &[
     "not_allowed_token_type",
 ];
 
-/// Most messages per `conversations.replies` page for apps outside the Slack Marketplace
-/// (PLATFORMS.md §6).
+/// Most messages a page for apps outside the Slack Marketplace (PLATFORMS.md §6).
 pub const PAGE_LIMIT: &str = "15";
 
-/// One page of a thread to look through for a part key.
 pub struct ThreadPageQuery<'a> {
     pub connector: &'a Connector,
     pub message: &'a MessageRow,
     pub part_key: &'a str,
     /// Slack `ts` form: only messages from then on (inclusive) are listed.
     pub oldest: &'a str,
-    /// The page after the first: `response_metadata.next_cursor` of the page before.
+    /// `response_metadata.next_cursor` of the page before.
     pub cursor: Option<&'a str>,
 }
 
-/// What reading one page of a thread came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ThreadPage {
     /// The page holds our part: its `ts`.
     Found(String),
     /// Not on this page; the cursor of the next one, if the thread has more.
     NotHere { next_cursor: Option<String> },
-    /// 429 / `ratelimited`: not before the platform's delay (when it gave one).
+    /// 429 / `ratelimited`, with the platform's delay when it gave one.
     RateLimited(Option<Duration>),
-    /// Slack no longer accepts the cursor (`invalid_cursor`): start from the first page.
+    /// `invalid_cursor`: start from the first page.
     CursorInvalid,
     /// The thread cannot be read, and a repeat will not change that.
     Refused(String),
-    /// No usable answer this time (transport, 5xx, unreadable body): try again later.
+    /// Transport, 5xx, unreadable body: try again later.
     Failed(String),
 }
 
-/// Reads one page of the thread `query.message` was answered in, looking for our part key
-/// in each message's metadata (`include_all_metadata`), 15 messages a page from `oldest` on.
+/// One page, looking for our part key in each message's metadata (`include_all_metadata`).
 pub async fn thread_page(client: &Client, query: &ThreadPageQuery<'_>) -> ThreadPage {
     let Some(token) = query.connector.outbound_token.as_ref() else {
         return ThreadPage::Refused("connector has no outbound token".into());

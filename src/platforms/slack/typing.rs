@@ -1,8 +1,6 @@
-//! Slack's typing indicator: `assistant.threads.setStatus`
-//! ("is thinking…"), which only exists in assistant threads (Agents & AI Apps). Elsewhere
-//! Slack offers no indicator and nothing is sent. The status goes when the app replies, and
-//! after 2 min without a message: refreshed every 25 intervals (100 s), and cleared (empty
-//! status) when the turn ends without a reply.
+//! Slack's typing indicator, `assistant.threads.setStatus` (docs/configuration.md#typing-indicator):
+//! only assistant threads have one, and the status stays until a reply, so a turn that ends
+//! without one clears it.
 
 use serde_json::{json, Value};
 
@@ -58,10 +56,8 @@ impl TypingIndicator for Slack {
     }
 }
 
-/// The assistant thread a Slack turn was asked in (its `thread_ts`), if it was: what Bolt's
-/// `Assistant` middleware accepts as a user message in an assistant thread — a `message`
-/// event in the app's DM (`channel_type` `im`), in a thread, with no subtype but
-/// `file_share`. Ingress keeps those fields (`metadata`, `thread_id`).
+/// The assistant thread a turn was asked in, as Bolt's `Assistant` middleware decides it:
+/// a `message` in the app's DM, in a thread, with no subtype but `file_share`.
 pub fn assistant_thread(message: &MessageRow) -> Option<&str> {
     let metadata = &message.metadata;
     let field = |name: &str| metadata.get(name).and_then(Value::as_str);

@@ -1,9 +1,6 @@
-//! Telegram's HTML parse mode (Bot API "Formatting options", HTML style): `<b>`, `<i>`,
-//! `<s>`, `<code>`, `<pre><code class="language-…">`, `<a href>`, `<blockquote>`. Every
-//! `<`, `>` and `&` of the text becomes `&lt;`, `&gt;`, `&amp;`; attribute values also
-//! escape `"`. Nesting follows Telegram's rules: code inside a link's text is plain text
-//! (links and code cannot contain each other), and a quote within a quote is flattened
-//! (blockquotes cannot be nested).
+//! Telegram's HTML parse mode (Bot API "Formatting options"). Nesting follows Telegram's
+//! rules: code inside a link's text is plain text (links and code cannot contain each
+//! other), and a quote within a quote is flattened (blockquotes cannot be nested).
 
 use super::Telegram;
 use crate::markdown::render::{self, Style};
@@ -91,7 +88,7 @@ impl Style for Telegram {
 
 /// The length Telegram's 4096 applies to, "after entities parsing": the text without its
 /// tags, each entity (`&lt;`, `&#39;`) one character, in UTF-16 units (as entity offsets
-/// are counted; whether the limit is is not confirmed, so the larger count is used).
+/// are counted; whether the limit counts so is not confirmed, so the larger count is used).
 pub fn visible_units(html: &str) -> usize {
     let mut units = 0;
     let mut chars = html.chars();

@@ -1,13 +1,7 @@
-//! Telegram Bot API webhooks (PLATFORMS.md §3).
-//!
-//! Only `message` updates from people are turns. Text is forwarded exactly as sent (a
-//! `/cmd@botname` command keeps its suffix; the agent sees what the user typed). A photo,
-//! voice note, audio, video or document is a turn too: its caption (or `""`) is the text and
-//! the file an attachment (`crate::media`). Other user content (stickers, locations, polls…)
-//! is recorded with a `[sticker]`-style placeholder and never dispatched.
-//! Every other update kind, bot senders and service messages (members joining, pins…) are
-//! dropped. An update kind this code has never heard of is dropped too, never an error
-//! (§3.5 rule 1): Telegram adds kinds, and a 4xx would only make it redeliver.
+//! Telegram Bot API webhooks (PLATFORMS.md §3; what is forwarded or dropped:
+//! docs/platforms.md#what-is-forwarded-recorded-or-dropped). Only `message` updates from
+//! people are turns. An unknown update kind is dropped, never an error (§3.5 rule 1):
+//! Telegram adds kinds, and a 4xx would only make it redeliver.
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -51,8 +45,7 @@ const OTHER_UPDATE_KINDS: &[&str] = &[
     "removed_chat_boost",
 ];
 
-/// User content without `text`, and its placeholder. `animation` comes before `document`
-/// because an animation message carries both fields.
+/// `animation` comes before `document`: an animation message carries both fields.
 const NON_TEXT_CONTENT: &[(&str, &str)] = &[
     ("animation", "[animation]"),
     ("photo", "[photo]"),
@@ -78,7 +71,6 @@ impl Channel for Telegram {
         Platform::Telegram
     }
 
-    /// `X-Telegram-Bot-Api-Secret-Token: {secret}` (the header is the secret itself).
     fn sign(&self, secret: &str, _body: &[u8], _now: i64) -> Vec<(HeaderName, String)> {
         vec![(SECRET_TOKEN, secret.to_owned())]
     }
@@ -95,8 +87,7 @@ impl Channel for Telegram {
         ))
     }
 
-    /// The `secret_token` given to `setWebhook` comes back verbatim in a header: no HMAC,
-    /// no timestamp, so a constant-time equality is the whole check (§3.1).
+    /// The `secret_token` comes back verbatim: no HMAC, no timestamp (§3.1).
     fn verify(&self, connector: &Connector, request: &HookRequest<'_>) -> Result<(), HookError> {
         let offered = required_header(request.headers, SECRET_HEADER)?;
         let matches = verification_secrets(connector)
@@ -132,7 +123,6 @@ struct UpdateIn {
     update_id: i64,
     /// Kept as a `Value` so an odd message is dropped, not refused.
     message: Option<Value>,
-    /// Whatever other kind the update carries.
     #[serde(flatten)]
     other: Map<String, Value>,
 }
@@ -210,8 +200,7 @@ fn read_message(update_id: i64, message: Value) -> Result<InboundMessage, &'stat
     })
 }
 
-/// Text (or a caption) with the files the agent can be given, or a placeholder for other
-/// user content; anything else is a service message.
+/// Text, a caption with its file, or a placeholder; anything else is a service message.
 fn content(message: &MessageIn) -> Result<(InboundKind, String, Vec<Attachment>), &'static str> {
     if let Some(text) = &message.text {
         if text.trim().is_empty() {
@@ -230,8 +219,7 @@ fn content(message: &MessageIn) -> Result<(InboundKind, String, Vec<Attachment>)
         .ok_or("service_message")
 }
 
-/// A Telegram file object (`Voice`, `Audio`, `Document`, `Video`, `VideoNote`, `Animation`,
-/// one `PhotoSize`): the fields every kind shares.
+/// The fields every Telegram file object shares (`Voice`, `Document`, `PhotoSize`…).
 #[derive(Deserialize)]
 struct FileIn {
     file_id: String,
@@ -240,8 +228,7 @@ struct FileIn {
     mime_type: Option<String>,
 }
 
-/// The file a message carries, in the agent's terms. `animation` comes before `document`
-/// (an animation message carries both); of a photo's sizes, the largest (the last).
+/// Of a photo's sizes, the largest (the last).
 fn attachment(fields: &Map<String, Value>) -> Option<Attachment> {
     const KINDS: &[(&str, AttachmentKind, Option<&str>)] = &[
         ("animation", AttachmentKind::Video, Some("video/mp4")),

@@ -1,8 +1,5 @@
-//! A streamed answer shown live in Telegram: in a private chat,
-//! `sendMessageDraft` with the text so far (an ephemeral preview; nothing to record: the
-//! answer is then sent with `sendMessage` like any reply); in a group or channel,
-//! `sendMessage` with the text so far, replying to the user's message (its id recorded at
-//! once), then `editMessageText`.
+//! A streamed answer shown live in Telegram (docs/agent.md#streamed-answers): an ephemeral
+//! draft in a private chat, elsewhere a message edited as the text grows.
 
 use futures::future::BoxFuture;
 use serde_json::{json, Value};

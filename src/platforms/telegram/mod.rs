@@ -1,6 +1,4 @@
-//! Telegram: Bot API webhooks in (`inbound`), `sendMessage` out (`send`), HTML parse mode
-//! (`format`), `sendChatAction` while the agent works (`typing`), drafts or an edited
-//! message for streamed answers (`live`), and `getFile` downloads (`files`).
+//! Telegram (Bot API, PLATFORMS.md §3).
 
 pub mod files;
 pub mod format;

@@ -1,7 +1,5 @@
-//! Sending a reply part to Telegram (`sendMessage`, PLATFORMS.md §3.6), formatted as HTML
-//! and sent again at once as plain text when Telegram refuses the formatting (a 400 means it
-//! was not posted); and adopting the group message a streamed answer's live view left
-//! (`editMessageText`).
+//! Sending a reply part to Telegram (`sendMessage`, PLATFORMS.md §3.6), and adopting a live
+//! view's group message (`editMessageText`).
 
 use futures::future::BoxFuture;
 use std::time::Duration;
@@ -36,9 +34,7 @@ pub(super) async fn send(client: &Client, part: &OutboundPart<'_>, token: &str) 
     post(client, part, token, part.text, None).await.1
 }
 
-/// One `sendMessage`: without `parse_mode`, `text` is plain, so nothing needs escaping and
-/// nothing in it can turn into markup or a mention. The answer's status comes with the
-/// outcome (none when no answer came).
+/// Without `parse_mode`, `text` is plain: nothing needs escaping or can become markup.
 async fn post(
     client: &Client,
     part: &OutboundPart<'_>,
@@ -75,9 +71,8 @@ async fn post(
     }
 }
 
-/// The adopted message edited to the part's final text (formatted, then plain when the
-/// formatting is refused). "message is not modified" means it already shows it (an edit
-/// repeated after a crash); "message to edit not found" that it is gone: posted anew.
+/// "message is not modified" means it already shows the text (an edit repeated after a
+/// crash); "message to edit not found" that it is gone: posted anew.
 pub(super) async fn adopt(client: &Client, part: &OutboundPart<'_>, token: &str, id: &str) -> SendOutcome {
     let formatted = part.formatted(&Telegram);
     let first = formatted

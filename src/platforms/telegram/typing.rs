@@ -1,6 +1,5 @@
-//! Telegram's typing indicator: `sendChatAction` `typing` (with
-//! `message_thread_id` in a forum topic); it shows for 5 s or until the bot's next message:
-//! refreshed every interval (`CB_TYPING_INTERVAL_MS`, 4 s).
+//! Telegram's typing indicator: `sendChatAction` `typing`, shown for 5 s or until the bot's
+//! next message.
 
 use serde_json::{json, Value};
 

@@ -1,11 +1,6 @@
-//! WhatsApp Cloud API webhooks (PLATFORMS.md §2).
-//!
-//! One POST may carry many entries × changes × messages and statuses (§2.4); every one is
-//! visited. A user's `text` is forwarded, and so is an image, audio or voice note, video or
-//! document, as an attachment with its caption (`crate::media`); a sticker, location,
-//! reaction… is recorded with a `[type]` placeholder and never dispatched; status callbacks about our own replies
-//! are returned as `statuses`; everything else (echoes of the business's own messages,
-//! system notices, edits, revokes, other fields and other phone numbers) is dropped.
+//! WhatsApp Cloud API webhooks (PLATFORMS.md §2; what is forwarded or dropped:
+//! docs/platforms.md#what-is-forwarded-recorded-or-dropped). One POST may carry many
+//! entries × changes × messages and statuses (§2.4), and every one is visited.
 
 use secrecy::ExposeSecret;
 use serde::Deserialize;
@@ -30,7 +25,6 @@ impl Channel for Whatsapp {
         Platform::Whatsapp
     }
 
-    /// `X-Hub-Signature-256: sha256=hex(HMAC-SHA256(app secret, body))`.
     fn sign(&self, secret: &str, body: &[u8], _now: i64) -> Vec<(HeaderName, String)> {
         vec![(SIGNATURE, format!("sha256={}", hmac_sha256_hex(secret, &[body])))]
     }
@@ -47,7 +41,7 @@ impl Channel for Whatsapp {
         }
     }
 
-    /// The unsigned GET `hub.mode=subscribe&hub.challenge=…&hub.verify_token=…` (§2.2).
+    /// The unsigned GET `hub.mode=subscribe&hub.challenge=…` (§2.2).
     fn handshake(
         &self,
         connector: &Connector,
@@ -81,8 +75,7 @@ impl Channel for Whatsapp {
     }
 }
 
-/// Refused when no token is configured, so that an empty token never matches an empty one
-/// (§2.2); compared in constant time.
+/// Refused when no token is configured, so an empty token never matches an empty one (§2.2).
 fn verify_token_matches(connector: &Connector, offered: &str) -> bool {
     let Some(expected) = connector.verify_token.as_ref().map(|t| t.expose_secret()) else {
         return false;
@@ -90,8 +83,7 @@ fn verify_token_matches(connector: &Connector, offered: &str) -> bool {
     !expected.is_empty() && constant_time_eq(expected.as_bytes(), offered.as_bytes())
 }
 
-/// The first value of `name` in a query string, percent-decoded (`+` is a space). Written
-/// here rather than pulling a URL crate in as a direct dependency for three parameters.
+/// The first value of `name` in a query string, percent-decoded (`+` is a space).
 fn query_param(query: &str, name: &str) -> Option<String> {
     query.split('&').find_map(|pair| {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -99,7 +91,6 @@ fn query_param(query: &str, name: &str) -> Option<String> {
     })
 }
 
-/// `application/x-www-form-urlencoded` decoding; None for invalid escapes or UTF-8.
 fn percent_decode(input: &str) -> Option<String> {
     let mut bytes = Vec::with_capacity(input.len());
     let mut rest = input.as_bytes();
@@ -131,7 +122,6 @@ struct NotificationIn {
 
 #[derive(Deserialize)]
 struct EntryIn {
-    /// The WhatsApp Business Account id.
     #[serde(default)]
     id: String,
     #[serde(default)]
@@ -205,7 +195,6 @@ struct ContextIn {
     id: Option<String>,
 }
 
-/// A media object of an inbound message (`image`, `audio`, `video`, `document`).
 #[derive(Deserialize)]
 struct MediaIn {
     id: Option<String>,
@@ -232,7 +221,7 @@ struct StatusErrorIn {
     title: Option<String>,
 }
 
-/// Where a change came from: the business account and the phone number it was sent to.
+/// The business account and the phone number a change was sent to.
 struct ChangeContext<'a> {
     waba_id: &'a str,
     metadata: &'a MetadataIn,
@@ -293,8 +282,7 @@ fn read_message(context: &ChangeContext<'_>, message: Value) -> Result<InboundMe
     })
 }
 
-/// A user's text, a file with its caption, or a placeholder for what the bridge does not
-/// forward (§2.5 rule 3).
+/// A user's text, a file with its caption, or a placeholder (§2.5 rule 3).
 fn content(message: &MessageIn) -> Result<(InboundKind, String, Vec<Attachment>), &'static str> {
     match message.kind.as_str() {
         "text" => {
@@ -315,8 +303,7 @@ fn content(message: &MessageIn) -> Result<(InboundKind, String, Vec<Attachment>)
     }
 }
 
-/// The media object of an `image`, `audio` (voice note or not), `video` or `document`
-/// message, with its caption (or `""`). WhatsApp webhooks give no size.
+/// A media message's file and caption. WhatsApp webhooks give no size.
 fn attachment(message: &MessageIn) -> Option<(String, Attachment)> {
     let (media, kind) = match message.kind.as_str() {
         "image" => (message.image.as_ref()?, AttachmentKind::Image),

@@ -1,6 +1,4 @@
-//! WhatsApp: Cloud API webhooks in (`inbound`), `messages` out (`send`), WhatsApp's own
-//! formatting (`format`), the typing indicator sent with the read receipt (`typing`), and
-//! media downloads (`files`). There is no live view of a streamed answer: the typing
+//! WhatsApp (Cloud API, PLATFORMS.md §2). No live view of a streamed answer: the typing
 //! indicator goes on until the reply.
 
 pub mod files;

@@ -1,6 +1,5 @@
-//! WhatsApp's typing indicator: the read receipt of the user's
-//! message with `typing_indicator` (the message shows as read from then on); it shows for up
-//! to 25 s or until the reply: refreshed every 5 intervals (20 s).
+//! WhatsApp's typing indicator: the read receipt of the user's message with
+//! `typing_indicator`, so the message shows as read from then on.
 
 use serde_json::{json, Value};
 
