@@ -46,8 +46,8 @@ use crate::platforms::contract::{Pending, Reconciled};
 use crate::platforms::send::{OutboundPart, SendOutcome};
 use crate::retry::part_backoff;
 use crate::settings::DispatchSettings;
-use crate::turn::writer::TurnWriter;
-use crate::turn::{Applied, Transition};
+use crate::turn::writer::{Concluded, TurnWriter};
+use crate::turn::Transition;
 
 /// Where a message's delivery stands after one pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,27 +104,16 @@ pub struct Outgoing {
     pub marked: Option<i32>,
 }
 
+impl Concluded for DeliveryOutcome {
+    fn lease_lost(_job: &Job) -> Self {
+        DeliveryOutcome::LeaseLost
+    }
+}
+
 impl Outgoing {
     /// A freshly stored answer: its parts exactly as created, part 0 marked `sending`.
     pub fn fresh(message: MessageRow, connector: Arc<Connector>, parts: Vec<String>) -> Self {
-        let parts = (0..)
-            .zip(parts)
-            .map(|(part_index, content)| ReplyPart {
-                part_index,
-                content,
-                status: if part_index == 0 {
-                    PartStatus::Sending
-                } else {
-                    PartStatus::Pending
-                },
-                platform_message_id: None,
-                delivery_status: None,
-                attempts: i32::from(part_index == 0),
-                last_error: None,
-                sending_since: None,
-                sent_at: None,
-            })
-            .collect();
+        let parts = crate::turn::apply::answered_parts(parts);
         Self {
             message,
             connector,
@@ -174,7 +163,7 @@ impl Delivery<'_> {
             .any(|part| part.status == PartStatus::Unknown);
         if pending.is_empty() {
             let (transition, outcome) = finished(None, in_doubt);
-            let outcome = self.transition(job, transition, outcome).await?;
+            let outcome = self.writer.conclude(job, transition, outcome).await?;
             return Ok(DeliveryPass {
                 outcome,
                 platform_time,
@@ -201,7 +190,7 @@ impl Delivery<'_> {
                         part: part.part_index,
                         error,
                     };
-                    if self.transition(job, unknown, DeliveryOutcome::Wait).await?
+                    if self.writer.conclude(job, unknown, DeliveryOutcome::Wait).await?
                         == DeliveryOutcome::LeaseLost
                     {
                         let outcome = DeliveryOutcome::LeaseLost;
@@ -228,7 +217,7 @@ impl Delivery<'_> {
                             platform_id,
                             next: next_sending,
                         };
-                        let outcome = self.transition(job, posted, DeliveryOutcome::Wait).await?;
+                        let outcome = self.writer.conclude(job, posted, DeliveryOutcome::Wait).await?;
                         if outcome == DeliveryOutcome::LeaseLost {
                             return Ok(DeliveryPass {
                                 outcome,
@@ -248,26 +237,13 @@ impl Delivery<'_> {
                 }
                 PartOutcome::End(transition, outcome) => (transition, outcome),
             };
-            let outcome = self.transition(job, transition, outcome).await?;
+            let outcome = self.writer.conclude(job, transition, outcome).await?;
             return Ok(DeliveryPass {
                 outcome,
                 platform_time,
             });
         }
         unreachable!("the loop returns at the last pending part")
-    }
-
-    /// Applies a transition of the job's turn: `outcome` when it was applied.
-    async fn transition(
-        &self,
-        job: &Job,
-        transition: Transition,
-        outcome: DeliveryOutcome,
-    ) -> anyhow::Result<DeliveryOutcome> {
-        match self.writer.apply(job, transition).await? {
-            Applied::LeaseLost => Ok(DeliveryOutcome::LeaseLost),
-            Applied::Done | Applied::Stored { .. } => Ok(outcome),
-        }
     }
 
     async fn deliver_part(
@@ -308,7 +284,7 @@ impl Delivery<'_> {
         }
         if !marked {
             let mark = Transition::MarkSending { part: index };
-            if self.transition(job, mark, DeliveryOutcome::Wait).await? == DeliveryOutcome::LeaseLost {
+            if self.writer.conclude(job, mark, DeliveryOutcome::Wait).await? == DeliveryOutcome::LeaseLost {
                 return Ok(PartOutcome::End(Transition::Skipped, DeliveryOutcome::LeaseLost));
             }
         }

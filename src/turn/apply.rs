@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use super::{Applied, Change, Transition};
-use crate::db::messages::{MessageRow, MESSAGE_COLUMNS};
+use crate::db::messages::{MessageRow, ReplyPart, MESSAGE_COLUMNS};
 use crate::db::queue::{self, LeaseToken};
 use crate::db::{self, TenantTx};
-use crate::domain::MessageId;
+use crate::domain::{MessageId, PartStatus};
 
 /// Applies several turns' changes (at most one per turn) inside the caller's transaction,
 /// scoped to their tenant, and answers in the same order. The frequent transitions cost a
@@ -207,6 +207,29 @@ pub async fn begin_dispatch(tx: &mut TenantTx, ids: &[MessageId]) -> Result<Vec<
     .bind(ids)
     .fetch_all(tx.conn())
     .await
+}
+
+/// The reply parts as `store_answers` creates them, without reading them back: part 0
+/// `sending` (attempt 1), the rest `pending`.
+pub fn answered_parts(parts: Vec<String>) -> Vec<ReplyPart> {
+    (0..)
+        .zip(parts)
+        .map(|(part_index, content)| ReplyPart {
+            part_index,
+            content,
+            status: if part_index == 0 {
+                PartStatus::Sending
+            } else {
+                PartStatus::Pending
+            },
+            platform_message_id: None,
+            delivery_status: None,
+            attempts: i32::from(part_index == 0),
+            last_error: None,
+            sending_since: None,
+            sent_at: None,
+        })
+        .collect()
 }
 
 /// Stores agents' answers (one statement for all on PostgreSQL; see `store_answers_routed`

@@ -50,6 +50,25 @@ impl TurnWriter {
         };
         self.changes.submit((job.tenant_id, change)).await
     }
+
+    /// Applies a transition that ends a step: `outcome` when it was applied, the step's
+    /// lease-lost outcome when another holder has the job now.
+    pub async fn conclude<T: Concluded>(
+        &self,
+        job: &Job,
+        transition: Transition,
+        outcome: T,
+    ) -> anyhow::Result<T> {
+        match self.apply(job, transition).await? {
+            Applied::LeaseLost => Ok(T::lease_lost(job)),
+            Applied::Done | Applied::Stored { .. } => Ok(outcome),
+        }
+    }
+}
+
+/// A step's outcome, which has a value for "the lease was gone".
+pub trait Concluded {
+    fn lease_lost(job: &Job) -> Self;
 }
 
 struct TurnWrites {

@@ -1,0 +1,220 @@
+//! One turn dispatched: the agent called (with its typing indicator and live view), its
+//! answer stored, and the reply delivered.
+
+use std::time::{Duration, Instant};
+
+use secrecy::ExposeSecret;
+use tracing::Instrument;
+
+use super::agent::CallOutcome;
+use super::claimed::{phase, Prepared, StepOutcome, Waited, NOTHING_TO_POST};
+use super::payload::ChatMessage;
+use super::worker::Worker;
+use super::{agent, payload};
+use crate::db::queue::Job;
+use crate::delivery::live::{LiveContext, LiveView, TextSink};
+use crate::delivery::typing::Typing;
+use crate::delivery::{split, Outgoing};
+use crate::domain::Platform;
+use crate::telemetry::traces;
+use crate::turn::{Applied, Transition};
+
+impl Worker {
+    pub(super) async fn dispatch(
+        &self,
+        job: &Job,
+        mut prepared: Prepared,
+        waited: &mut Waited,
+    ) -> anyhow::Result<StepOutcome> {
+        let attempts = u32::try_from(prepared.message.attempts).unwrap_or(u32::MAX);
+        metrics::counter!("channel_bridge_dispatch_attempts_total").increment(1);
+        let started = Instant::now();
+        let typing = self.start_typing(&prepared);
+        let history = std::mem::take(&mut prepared.history);
+        let mut live = LiveView::new(|| self.live_context(job, &prepared), typing);
+        let outcome = self.call_agent(&prepared, history, &mut live).await;
+        let live = live.finish().await;
+        if prepared.message.live_message_id.is_none() {
+            prepared.message.live_message_id = live.live_message_id;
+        }
+        // Without an answer there is no reply to wait for: the indicator ends now.
+        let typing = live
+            .typing
+            .filter(|_| matches!(outcome, CallOutcome::Answered(_)));
+        waited.0 += started.elapsed();
+        metrics::histogram!("channel_bridge_dispatch_agent_seconds").record(started.elapsed().as_secs_f64());
+        phase("agent", started);
+        let id = job.message_id;
+        match outcome {
+            CallOutcome::Answered(parts) => self.complete(job, prepared, &parts, waited, typing).await,
+            CallOutcome::Retryable {
+                reason,
+                error,
+                retry_after,
+            } => {
+                let delay = crate::retry::backoff(&self.settings.dispatch, attempts, retry_after);
+                if self.may_retry(job, attempts, delay) {
+                    tracing::debug!(reason, %error, attempts, "agent call failed; will retry");
+                    let retry = Transition::AgentRetry { error, delay };
+                    self.writer.conclude(job, retry, StepOutcome::Retrying(id)).await
+                } else {
+                    tracing::warn!(reason, %error, attempts, "dispatch failed; retries are over");
+                    metrics::counter!("channel_bridge_dispatch_failures_total", "reason" => reason)
+                        .increment(1);
+                    self.end_preview(&prepared).await;
+                    self.writer
+                        .conclude(job, Transition::AgentFailed { error }, StepOutcome::Failed(id))
+                        .await
+                }
+            }
+            CallOutcome::Permanent { reason, error } => {
+                tracing::warn!(reason, %error, attempts, "dispatch failed");
+                metrics::counter!("channel_bridge_dispatch_failures_total", "reason" => reason).increment(1);
+                self.end_preview(&prepared).await;
+                self.writer
+                    .conclude(job, Transition::AgentFailed { error }, StepOutcome::Failed(id))
+                    .await
+            }
+        }
+    }
+
+    /// The turn's typing indicator, when its connector shows one (best effort: it never
+    /// holds up or fails the turn).
+    pub(super) fn start_typing(&self, prepared: &Prepared) -> Option<Typing> {
+        let connector = prepared.connector.as_ref()?;
+        self.typing
+            .start(connector, &prepared.message, prepared.claimed_at)
+    }
+
+    /// Where a streamed answer is shown while it runs (`None`: the connector is gone).
+    pub(super) fn live_context(&self, job: &Job, prepared: &Prepared) -> Option<LiveContext> {
+        Some(LiveContext {
+            client: self.platform_client.clone(),
+            writer: self.writer.clone(),
+            job: job.clone(),
+            connector: prepared.connector.clone()?,
+            message: prepared.message.clone(),
+            interval: Duration::from_millis(self.settings.dispatch.stream_interval_ms),
+        })
+    }
+
+    /// Ends the preview of a streamed answer that gets no reply (the agent failed for good,
+    /// or answered nothing), so that no Slack stream stays open. A retry keeps it: the next
+    /// attempt's first part adopts it.
+    pub(super) async fn end_preview(&self, prepared: &Prepared) {
+        let (Some(connector), Some(live_id)) = (&prepared.connector, &prepared.message.live_message_id)
+        else {
+            return;
+        };
+        crate::delivery::live::end(&self.platform_client, connector, &prepared.message, live_id).await;
+    }
+
+    /// Whether a failed call gets another attempt after `delay`: within the attempt limit
+    /// (when one is set) and within the retry horizon, counted from when the job was queued.
+    pub(super) fn may_retry(&self, job: &Job, attempts: u32, delay: Duration) -> bool {
+        let settings = &self.settings.dispatch;
+        if settings.max_attempts != 0 && attempts >= settings.max_attempts {
+            return false;
+        }
+        let queued_for = (chrono::Utc::now() - job.enqueued_at)
+            .to_std()
+            .unwrap_or_default();
+        queued_for + delay <= Duration::from_secs(settings.retry_horizon_secs)
+    }
+
+    /// Calls the agent with the turn and its `history`, which is consumed: only the encoded
+    /// request lives on while the call waits.
+    pub(super) async fn call_agent(
+        &self,
+        prepared: &Prepared,
+        history: Vec<ChatMessage>,
+        live: &mut (dyn TextSink + Send),
+    ) -> CallOutcome {
+        let tenant = &prepared.tenant;
+        let Some(url) = tenant.agent_url.as_ref().or(self.settings.agent_url.as_ref()) else {
+            return CallOutcome::Permanent {
+                reason: "no_agent_url",
+                error: "neither the tenant nor CB_AGENT_URL names an agent".into(),
+            };
+        };
+        let now = (self.clock)();
+        let payload = payload::build(&prepared.message, history, &self.urls, now);
+        let mut secrets = vec![tenant.dispatch_secret.0.expose_secret()];
+        secrets.extend(
+            tenant
+                .previous_dispatch_secret
+                .as_ref()
+                .map(|s| s.expose_secret()),
+        );
+        let span = tracing::info_span!(target: traces::TARGET, "agent call", otel.kind = "client");
+        let outcome = agent::call(&self.client, url, &secrets, payload, now, Some(live))
+            .instrument(span.clone())
+            .await;
+        match &outcome {
+            CallOutcome::Answered(_) => {}
+            CallOutcome::Retryable { reason, .. } | CallOutcome::Permanent { reason, .. } => {
+                traces::record_failure(&span, reason);
+            }
+        }
+        outcome
+    }
+
+    /// Stores the answer and its reply parts (the store commits together with the first
+    /// part's `sending` mark), ends the typing indicator, then posts them.
+    pub(super) async fn complete(
+        &self,
+        job: &Job,
+        prepared: Prepared,
+        answer: &[String],
+        waited: &mut Waited,
+        typing: Option<Typing>,
+    ) -> anyhow::Result<StepOutcome> {
+        let started = Instant::now();
+        let platform: Platform = prepared.message.platform.parse()?;
+        let markdown = prepared.connector.as_ref().is_some_and(|c| c.format_markdown);
+        let parts = split::split_parts(platform, markdown, answer);
+        let has_parts = !parts.is_empty();
+        let answered = Transition::Answered {
+            response: answer.join("\n\n"),
+            parts: parts.clone(),
+        };
+        let first = match self.writer.apply(job, answered).await? {
+            Applied::LeaseLost => return Ok(StepOutcome::LeaseLost(job.message_id)),
+            Applied::Stored { first } => first,
+            Applied::Done => true,
+        };
+        if !first {
+            tracing::info!("turn was already finished by another attempt; keeping the first answer");
+        }
+        if !has_parts {
+            self.end_preview(&prepared).await;
+            return Ok(StepOutcome::Executed(job.message_id));
+        }
+        let outgoing = match (first, prepared.connector) {
+            (true, Some(connector)) => Outgoing::fresh(prepared.message, connector, parts),
+            _ => match self.load_outgoing(job.tenant_id, job.message_id).await? {
+                Some(outgoing) => outgoing,
+                None => {
+                    let error = NOTHING_TO_POST.to_owned();
+                    self.writer
+                        .conclude(
+                            job,
+                            Transition::Abandoned { error },
+                            StepOutcome::Executed(job.message_id),
+                        )
+                        .await?;
+                    return Ok(StepOutcome::Executed(job.message_id));
+                }
+            },
+        };
+        if let Some(typing) = typing {
+            typing.before_reply().await;
+        }
+        let outcome = self.run_delivery(job, &outgoing, waited).await?;
+        phase("reply", started);
+        Ok(match outcome {
+            StepOutcome::LeaseLost(id) => StepOutcome::LeaseLost(id),
+            _ => StepOutcome::Executed(job.message_id),
+        })
+    }
+}

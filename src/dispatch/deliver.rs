@@ -1,0 +1,83 @@
+//! A reply's delivery pass from the worker: the parts posted (`crate::delivery`) and the
+//! outcome logged.
+
+use std::time::Instant;
+
+use tracing::Instrument;
+
+use super::claimed::{phase, StepOutcome, Waited};
+use super::worker::Worker;
+use crate::db::queue::Job;
+use crate::db::TenantTx;
+use crate::delivery::{Delivery, DeliveryOutcome, Outgoing};
+use crate::domain::{MessageId, TenantId};
+use crate::telemetry::traces;
+
+impl Worker {
+    pub(super) async fn load_outgoing(
+        &self,
+        tenant: TenantId,
+        message: MessageId,
+    ) -> anyhow::Result<Option<Outgoing>> {
+        let mut tx = TenantTx::begin(&self.pool, tenant).await?;
+        let outgoing = Delivery::load(&mut tx, &self.settings.database.secrets, message).await?;
+        tx.commit().await?;
+        Ok(outgoing)
+    }
+
+    /// The reply stage of a claimed job: one delivery pass; the job ends when every part is
+    /// posted or one failed for good, and otherwise waits its turn again.
+    pub(super) async fn deliver(
+        &self,
+        job: &Job,
+        outgoing: &Outgoing,
+        waited: &mut Waited,
+    ) -> anyhow::Result<StepOutcome> {
+        let started = Instant::now();
+        let outcome = self.run_delivery(job, outgoing, waited).await?;
+        phase("reply", started);
+        Ok(outcome)
+    }
+
+    pub(super) async fn run_delivery(
+        &self,
+        job: &Job,
+        outgoing: &Outgoing,
+        waited: &mut Waited,
+    ) -> anyhow::Result<StepOutcome> {
+        let delivery = Delivery {
+            writer: &self.writer,
+            pool: &self.pool,
+            client: &self.platform_client,
+            settings: &self.settings.dispatch,
+            holds: &self.holds,
+        };
+        let span = tracing::info_span!(target: traces::TARGET, "deliver", parts = outgoing.parts.len());
+        let pass = delivery.run(job, outgoing).instrument(span).await?;
+        waited.0 += pass.platform_time;
+        let id = job.message_id;
+        Ok(match pass.outcome {
+            DeliveryOutcome::Wait => StepOutcome::Retrying(id),
+            DeliveryOutcome::Delivered => {
+                log_delivered(outgoing);
+                StepOutcome::Delivered(id)
+            }
+            DeliveryOutcome::Stopped => StepOutcome::Failed(id),
+            DeliveryOutcome::LeaseLost => StepOutcome::LeaseLost(id),
+        })
+    }
+}
+
+/// One INFO line per delivered turn (the job span adds tenant, message and request ids):
+/// platform, parts and the time from the webhook to the last part posted. Never text.
+fn log_delivered(outgoing: &Outgoing) {
+    let message = &outgoing.message;
+    let latency_ms = (chrono::Utc::now() - message.received_at).num_milliseconds();
+    tracing::info!(
+        connector_id = %message.connector_id,
+        platform = %message.platform,
+        parts = outgoing.parts.len(),
+        latency_ms,
+        "turn delivered"
+    );
+}

@@ -1,0 +1,188 @@
+//! A claim and its preparation in the claim's own transaction: each tenant's turns marked
+//! `dispatching` in one statement, their histories read in at most two and their
+//! connectors in one, then one commit for the batch.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
+use sqlx::{Postgres, Transaction};
+
+use super::claimed::{phase, Claimed, Prepared, Work};
+use super::history;
+use super::payload::ChatMessage;
+use super::worker::Worker;
+use crate::db::messages::MessageRow;
+use crate::db::queue::{ClaimRequest, Job, Stage};
+use crate::db::TenantTx;
+use crate::delivery::Delivery;
+use crate::domain::{Connector, MessageId};
+use crate::turn::apply;
+
+impl Worker {
+    /// Claims up to `request.wanted` jobs and prepares them, in one transaction. When the
+    /// preparation fails, the batch's jobs are put back with a backoff (a job that fails
+    /// every time must not be claimed again at once) and the error is returned.
+    pub async fn claim(&self, request: &ClaimRequest) -> anyhow::Result<Vec<Claimed>> {
+        let started = Instant::now();
+        let Some((jobs, tx)) = self.queue.claim(request).await.context("Failed to claim jobs")? else {
+            return Ok(Vec::new());
+        };
+        phase("claim", started);
+        metrics::histogram!("channel_bridge_dispatch_claim_batch_size").record(jobs.len() as f64);
+        let started = Instant::now();
+        match self.prepare(tx, &jobs, started).await {
+            Ok(claimed) => {
+                phase("prepare", started);
+                Ok(claimed)
+            }
+            Err(err) => {
+                for job in &jobs {
+                    self.back_off(job).await;
+                }
+                Err(err.context("Failed to prepare claimed jobs"))
+            }
+        }
+    }
+
+    /// In the claim's transaction, tenant by tenant: mark the turns `dispatching`, read
+    /// tenant, histories and connectors (or a reply's parts), then commit.
+    pub(super) async fn prepare(
+        &self,
+        tx: Transaction<'static, Postgres>,
+        jobs: &[Job],
+        claimed_at: Instant,
+    ) -> anyhow::Result<Vec<Claimed>> {
+        let mut by_tenant: Vec<&Job> = jobs.iter().collect();
+        by_tenant.sort_by_key(|job| job.tenant_id);
+        let Some(first) = by_tenant.first() else {
+            tx.rollback().await?;
+            return Ok(Vec::new());
+        };
+        let mut tx = TenantTx::after_claim(tx, first.tenant_id).await?;
+        let mut claimed = Vec::with_capacity(jobs.len());
+        for group in by_tenant.chunk_by(|a, b| a.tenant_id == b.tenant_id) {
+            tx.switch_tenant(group[0].tenant_id).await?;
+            claimed.extend(self.prepare_tenant(&mut tx, group, claimed_at).await?);
+        }
+        tx.commit().await?;
+        Ok(claimed)
+    }
+
+    pub(super) async fn prepare_tenant(
+        &self,
+        tx: &mut TenantTx,
+        jobs: &[&Job],
+        claimed_at: Instant,
+    ) -> anyhow::Result<Vec<Claimed>> {
+        let tenant_id = tx.tenant();
+        let tenant = self.cache.tenant(tx.conn(), tenant_id).await?;
+        let mut claimed = Vec::with_capacity(jobs.len());
+        let (dispatch, reply): (Vec<&Job>, Vec<&Job>) =
+            jobs.iter().partition(|job| job.stage == Stage::Dispatch);
+        for job in reply {
+            let work = match Delivery::load(tx, &self.settings.database.secrets, job.message_id).await? {
+                Some(outgoing) => Work::Deliver(Box::new(outgoing)),
+                None => Work::Abandon,
+            };
+            claimed.push(Claimed {
+                job: (*job).clone(),
+                work,
+            });
+        }
+        if dispatch.is_empty() {
+            return Ok(claimed);
+        }
+        let Some(tenant) = tenant else {
+            claimed.extend(dispatch.into_iter().map(|job| Claimed {
+                job: job.clone(),
+                work: Work::Skip,
+            }));
+            return Ok(claimed);
+        };
+        let ids: Vec<MessageId> = dispatch.iter().map(|job| job.message_id).collect();
+        let mut messages: HashMap<MessageId, MessageRow> = apply::begin_dispatch(tx, &ids)
+            .await?
+            .into_iter()
+            .map(|row| (row.id, row))
+            .collect();
+        let rows: Vec<&MessageRow> = messages.values().collect();
+        let mut histories = read_histories_or_empty(tx, &rows, tenant.history_scope).await;
+        let connectors = self.connectors_of(tx, &rows).await?;
+        for job in dispatch {
+            let work = match messages.remove(&job.message_id) {
+                Some(message) => Work::Dispatch(Box::new(Prepared {
+                    history: histories.remove(&message.id).unwrap_or_default(),
+                    connector: connectors.get(&message.connector_id).cloned(),
+                    tenant: tenant.clone(),
+                    message,
+                    claimed_at,
+                })),
+                None => Work::Skip,
+            };
+            claimed.push(Claimed {
+                job: job.clone(),
+                work,
+            });
+        }
+        Ok(claimed)
+    }
+
+    /// The connectors the answers go to, read fresh rather than from a cache: a token
+    /// rotated a moment ago must not fail the reply.
+    pub(super) async fn connectors_of(
+        &self,
+        tx: &mut TenantTx,
+        messages: &[&MessageRow],
+    ) -> Result<HashMap<crate::domain::ConnectorId, Arc<Connector>>, sqlx::Error> {
+        let ids: Vec<crate::domain::ConnectorId> = messages
+            .iter()
+            .map(|m| m.connector_id)
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        if ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let connectors = crate::db::connectors::get_many(tx, &self.settings.database.secrets, &ids).await?;
+        Ok(connectors.into_iter().map(|c| (c.id, Arc::new(c))).collect())
+    }
+}
+
+/// History is best effort: a failed read is logged and counted, and the dispatch goes on
+/// with no history rather than not at all. The read runs in a savepoint so its failure
+/// leaves the surrounding transaction usable. A successful read leaves the savepoint open:
+/// the commit that follows commits it with the rest, so releasing it would only cost a
+/// round trip.
+async fn read_histories_or_empty(
+    tx: &mut TenantTx,
+    messages: &[&MessageRow],
+    setting: crate::domain::HistoryScopeSetting,
+) -> HashMap<MessageId, Vec<ChatMessage>> {
+    if messages.is_empty() {
+        return HashMap::new();
+    }
+    let savepoint = sqlx::query("savepoint history").execute(tx.conn()).await;
+    if let Err(err) = savepoint {
+        tracing::warn!(%err, "history read failed; dispatching without history");
+        metrics::counter!("channel_bridge_dispatch_history_failures_total").increment(1);
+        return HashMap::new();
+    }
+    let started = Instant::now();
+    match history::load_many(tx, messages, setting).await {
+        Ok(history) => {
+            metrics::histogram!("channel_bridge_dispatch_history_seconds")
+                .record(started.elapsed().as_secs_f64());
+            history
+        }
+        Err(err) => {
+            tracing::warn!(%err, "history read failed; dispatching without history");
+            metrics::counter!("channel_bridge_dispatch_history_failures_total").increment(1);
+            let _ = sqlx::query("rollback to savepoint history")
+                .execute(tx.conn())
+                .await;
+            HashMap::new()
+        }
+    }
+}

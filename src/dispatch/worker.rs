@@ -1,0 +1,167 @@
+//! The dispatch worker: its clients, writer and caches, and one claimed job worked to its
+//! outcome (`run_job`); `Worker::step` claims one job and runs it, for tests and tools.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use sqlx::PgPool;
+
+use super::claimed::{Claimed, StepOutcome, Waited, Work, NOTHING_TO_POST};
+use crate::cache::ConfigCache;
+use crate::db::queue::{ClaimRequest, Job, Queue};
+use crate::delivery::typing::Indicators;
+use crate::egress::GuardedClient;
+use crate::settings::ServeSettings;
+use crate::telemetry::traces;
+use crate::turn::writer::TurnWriter;
+use crate::turn::Transition;
+
+pub struct Worker {
+    pub(super) pool: PgPool,
+    pub(super) queue: Queue,
+    pub(super) settings: Arc<ServeSettings>,
+    pub(super) client: GuardedClient,
+    /// For the platforms' send APIs: shorter timeouts than an agent call.
+    pub(super) platform_client: GuardedClient,
+    pub(super) writer: TurnWriter,
+    /// Typing indicators while the agent works (`crate::delivery::typing`).
+    pub(super) typing: Arc<Indicators>,
+    /// Tenant settings (shared with the instance's admin API, which forgets what it changes).
+    pub(super) cache: Arc<ConfigCache>,
+    /// Signs the attachment URLs given to the agent (`crate::media`).
+    pub(super) urls: crate::media::token::UrlMinter,
+    /// Rate-limit holds of the platforms' send APIs, per connector.
+    pub(super) holds: crate::delivery::holds::SendHolds,
+    pub(super) clock: fn() -> i64,
+}
+
+impl Worker {
+    /// A worker on the current runtime (its turn writer's tasks start here).
+    pub fn new(pool: PgPool, settings: Arc<ServeSettings>, clock: fn() -> i64) -> anyhow::Result<Self> {
+        // Both clients apply the egress policy when connecting (and follow no redirects):
+        // the agent URL and the platform API base URLs are the tenants' to set.
+        let policy = Arc::new(settings.egress.allow.clone());
+        let agent = reqwest::Client::builder()
+            .timeout(Duration::from_secs(settings.dispatch.agent_timeout_secs))
+            .connect_timeout(Duration::from_secs(5))
+            .user_agent(concat!("channel-bridge/", env!("CARGO_PKG_VERSION")));
+        let client = GuardedClient::build(agent, Arc::clone(&policy))
+            .context("Failed to build the agent HTTP client")?;
+        let platform = reqwest::Client::builder()
+            .timeout(Duration::from_secs(settings.dispatch.platform_timeout_secs))
+            .connect_timeout(Duration::from_secs(5))
+            .user_agent(concat!("channel-bridge/", env!("CARGO_PKG_VERSION")));
+        let platform_client =
+            GuardedClient::build(platform, policy).context("Failed to build the platform HTTP client")?;
+        let typing = Arc::new(Indicators::new(
+            platform_client.clone(),
+            Duration::from_millis(settings.dispatch.typing_interval_ms),
+        ));
+        let writer = TurnWriter::spawn(
+            pool.clone(),
+            crate::batch::BatchLimits {
+                writers: settings.state_writers,
+                batch_max: settings.state_batch_max,
+                deadline: settings.database.deadline(),
+            },
+        );
+        Ok(Self {
+            queue: Queue::new(pool.clone()),
+            pool,
+            client,
+            platform_client,
+            writer,
+            typing,
+            clock,
+            cache: Arc::new(ConfigCache::new(
+                Duration::from_secs(settings.config_cache_secs),
+                settings.database.secrets.clone(),
+            )),
+            urls: crate::media::token::UrlMinter::new(settings.database.secrets.clone(), &settings.media),
+            holds: Default::default(),
+            settings,
+        })
+    }
+
+    /// Uses the instance's cache instead of a private one, so that tenant changes made
+    /// through this instance's admin API reach the worker at once.
+    pub fn sharing_cache(mut self, cache: Arc<ConfigCache>) -> Self {
+        self.cache = cache;
+        self
+    }
+
+    pub fn settings(&self) -> &ServeSettings {
+        &self.settings
+    }
+
+    pub fn queue(&self) -> &Queue {
+        &self.queue
+    }
+
+    pub(super) fn lease(&self) -> Duration {
+        Duration::from_secs(self.settings.dispatch.lease_secs)
+    }
+
+    /// Claims one job, if one is ready, and runs it to the end.
+    pub async fn step(&self) -> anyhow::Result<StepOutcome> {
+        let request = ClaimRequest {
+            wanted: 1,
+            room: Vec::new(),
+            default_room: 1,
+            lease: self.lease(),
+        };
+        let mut claimed = self.claim(&request).await?;
+        match claimed.pop() {
+            Some(claimed) => self.run_job(claimed).await,
+            None => Ok(StepOutcome::Empty),
+        }
+    }
+
+    /// Puts a job whose step failed on a database error back after a backoff: a job that
+    /// fails every time must not be claimed again at once. Best effort: with the database
+    /// gone, the lease decides.
+    pub(super) async fn back_off(&self, job: &Job) {
+        let attempts = u32::try_from(job.attempts).unwrap_or(1);
+        let delay = crate::retry::backoff(&self.settings.dispatch, attempts, None);
+        let _ = self.queue.retry_later(job.message_id, job.lease, delay).await;
+    }
+
+    /// Works one claimed job to its outcome.
+    pub async fn run_job(&self, claimed: Claimed) -> anyhow::Result<StepOutcome> {
+        let started = Instant::now();
+        let request_id = claimed.request_id().unwrap_or_default().to_owned();
+        let traceparent = claimed.traceparent().map(str::to_owned);
+        let job = claimed.job;
+        let span = tracing::info_span!("job", tenant_id = %job.tenant_id, message_id = %job.message_id, stage = %job.stage, request_id, otel.kind = tracing::field::Empty, trace_id = tracing::field::Empty);
+        // In traces the job continues its webhook's trace, named after its stage.
+        traces::continue_trace(&span, traceparent.as_deref());
+        traces::describe(&span, "consumer", job.stage.as_str());
+        let mut waited = Waited::default();
+        let work = async {
+            match claimed.work {
+                Work::Dispatch(prepared) => self.dispatch(&job, *prepared, &mut waited).await,
+                Work::Deliver(outgoing) => self.deliver(&job, &outgoing, &mut waited).await,
+                Work::Skip => {
+                    self.writer
+                        .conclude(&job, Transition::Skipped, StepOutcome::Skipped(job.message_id))
+                        .await
+                }
+                Work::Abandon => {
+                    let error = NOTHING_TO_POST.to_owned();
+                    let abandoned = Transition::Abandoned { error };
+                    self.writer
+                        .conclude(&job, abandoned, StepOutcome::Skipped(job.message_id))
+                        .await
+                }
+            }
+        };
+        let outcome = tracing::Instrument::instrument(work, span).await;
+        let own = started.elapsed().saturating_sub(waited.0);
+        metrics::histogram!("channel_bridge_dispatch_own_seconds").record(own.as_secs_f64());
+        if outcome.is_err() {
+            self.back_off(&job).await;
+        }
+        outcome
+    }
+}
