@@ -318,7 +318,10 @@ pub async fn export_page(
     sql.push(" order by m.received_at, m.id limit ").push_bind(limit);
     let turns: Vec<MessageRow> = sql.build_query_as().fetch_all(tx.conn()).await?;
     let ids: Vec<MessageId> = turns.iter().map(|t| t.id).collect();
-    let mut parts = parts_of(tx, &ids).await?;
+    let mut parts: std::collections::HashMap<MessageId, Vec<ReplyPart>> = Default::default();
+    for (message, part) in super::messages::reply_parts_of(tx, &ids).await? {
+        parts.entry(message).or_default().push(part);
+    }
     Ok(turns
         .into_iter()
         .map(|turn| {
@@ -326,33 +329,4 @@ pub async fn export_page(
             (turn, own)
         })
         .collect())
-}
-
-#[derive(sqlx::FromRow)]
-struct PartOf {
-    message_id: MessageId,
-    #[sqlx(flatten)]
-    part: ReplyPart,
-}
-
-async fn parts_of(
-    tx: &mut TenantTx,
-    ids: &[MessageId],
-) -> Result<std::collections::HashMap<MessageId, Vec<ReplyPart>>, sqlx::Error> {
-    let tenant = tx.tenant();
-    let rows: Vec<PartOf> = sqlx::query_as(
-        "select message_id, part_index, content, status, platform_message_id, delivery_status,
-                attempts, last_error, sending_since, sent_at
-           from channel_replies where tenant_id = $1 and message_id = any($2)
-          order by message_id, part_index",
-    )
-    .bind(tenant)
-    .bind(ids)
-    .fetch_all(tx.conn())
-    .await?;
-    let mut parts: std::collections::HashMap<MessageId, Vec<ReplyPart>> = Default::default();
-    for row in rows {
-        parts.entry(row.message_id).or_default().push(row.part);
-    }
-    Ok(parts)
 }

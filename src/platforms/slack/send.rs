@@ -77,19 +77,26 @@ pub(super) async fn post(client: &Client, part: &OutboundPart<'_>, token: &str) 
     classify(status, body, retry_after)
 }
 
+/// The answer's Slack error code; only a well-formed one is kept: the base URL may be the
+/// tenant's.
+pub(super) fn error_code(body: Option<&Value>) -> String {
+    body.and_then(|b| b["error"].as_str())
+        .map_or("", egress::slack_code)
+        .to_owned()
+}
+
+/// A 429, or either spelling Slack's docs use (PLATFORMS.md §5.10).
+pub(super) fn rate_limited(status: StatusCode, error: &str) -> bool {
+    status == StatusCode::TOO_MANY_REQUESTS || error == "ratelimited" || error == "rate_limited"
+}
+
 pub(super) fn classify(
     status: StatusCode,
     body: Option<Value>,
     retry_after: Option<Duration>,
 ) -> SendOutcome {
-    // Only a well-formed Slack error code is kept: the base URL may be the tenant's.
-    let error = body
-        .as_ref()
-        .and_then(|b| b["error"].as_str())
-        .map_or("", egress::slack_code)
-        .to_owned();
-    // Both spellings exist in Slack's docs (PLATFORMS.md §5.10).
-    if status == StatusCode::TOO_MANY_REQUESTS || error == "ratelimited" || error == "rate_limited" {
+    let error = error_code(body.as_ref());
+    if rate_limited(status, &error) {
         let retry_after = retry_after.unwrap_or(Duration::from_secs(1));
         return SendOutcome::RateLimited {
             retry_after,

@@ -8,7 +8,7 @@ use secrecy::ExposeSecret;
 use serde_json::Value;
 
 use super::inbound::REPLY_METADATA_EVENT_TYPE;
-use super::send::thread_ts;
+use super::send::{error_code, rate_limited, thread_ts};
 use crate::db::messages::MessageRow;
 use crate::domain::Connector;
 use crate::egress::{self, GuardedClient as Client, SendError};
@@ -94,13 +94,8 @@ fn classify_thread_page(
     retry_after: Option<Duration>,
     part_key: &str,
 ) -> ThreadPage {
-    // Only a well-formed Slack error code is kept: the base URL may be the tenant's.
-    let error = body
-        .as_ref()
-        .and_then(|b| b["error"].as_str())
-        .map_or("", egress::slack_code)
-        .to_owned();
-    if status == StatusCode::TOO_MANY_REQUESTS || error == "ratelimited" || error == "rate_limited" {
+    let error = error_code(body.as_ref());
+    if rate_limited(status, &error) {
         return ThreadPage::RateLimited(retry_after);
     }
     let Some(body) = body.filter(|b| b["ok"] == true) else {

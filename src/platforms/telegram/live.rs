@@ -4,7 +4,7 @@
 use futures::future::BoxFuture;
 use serde_json::{json, Value};
 
-use super::send::json_id;
+use super::send::{json_id, reply_body};
 use super::Telegram;
 use crate::db::messages::MessageRow;
 use crate::platforms::contract::{api_base, LivePreview};
@@ -62,18 +62,7 @@ pub(super) async fn show(
     let message = target.message;
     let base = format!("{}/bot{}", api_base(target.connector), target.token());
     let Some(id) = shown.id.clone() else {
-        let mut body = json!({
-            "chat_id": json_id(&message.chat_id),
-            "text": text,
-            "reply_parameters": {
-                "message_id": json_id(&message.platform_message_id),
-                "allow_sending_without_reply": true,
-            },
-            "link_preview_options": { "is_disabled": true },
-        });
-        if let Some(topic) = &message.thread_id {
-            body["message_thread_id"] = json_id(topic);
-        }
+        let body = reply_body(message, text);
         let request = target.client.post(format!("{base}/sendMessage")).json(&body);
         let answer = target.call(request).await?;
         let id = answer

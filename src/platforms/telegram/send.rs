@@ -8,6 +8,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use super::Telegram;
+use crate::db::messages::MessageRow;
 use crate::egress::{self, GuardedClient as Client};
 use crate::platforms::contract::api_base;
 use crate::platforms::send::{read_json, transport_error, Outbound, OutboundPart, SendOutcome};
@@ -34,15 +35,8 @@ pub(super) async fn send(client: &Client, part: &OutboundPart<'_>, token: &str) 
     post(client, part, token, part.text, None).await.1
 }
 
-/// Without `parse_mode`, `text` is plain: nothing needs escaping or can become markup.
-async fn post(
-    client: &Client,
-    part: &OutboundPart<'_>,
-    token: &str,
-    text: &str,
-    parse_mode: Option<&str>,
-) -> (Option<StatusCode>, SendOutcome) {
-    let message = part.message;
+/// The `sendMessage` body of `text` replying to `message` (in its forum topic, if any).
+pub(super) fn reply_body(message: &MessageRow, text: &str) -> Value {
     let mut body = json!({
         "chat_id": json_id(&message.chat_id),
         "text": text,
@@ -55,6 +49,18 @@ async fn post(
     if let Some(topic) = &message.thread_id {
         body["message_thread_id"] = json_id(topic);
     }
+    body
+}
+
+/// Without `parse_mode`, `text` is plain: nothing needs escaping or can become markup.
+async fn post(
+    client: &Client,
+    part: &OutboundPart<'_>,
+    token: &str,
+    text: &str,
+    parse_mode: Option<&str>,
+) -> (Option<StatusCode>, SendOutcome) {
+    let mut body = reply_body(part.message, text);
     if let Some(mode) = parse_mode {
         body["parse_mode"] = mode.into();
     }
