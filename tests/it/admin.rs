@@ -11,7 +11,7 @@ use crate::support::api::{call, operator_app as app, OPERATOR};
 use crate::support::fake_agent::{FakeAgent, Reply};
 use crate::support::fake_platforms::{Answer, FakePlatforms};
 use crate::support::platforms::*;
-use crate::support::{eventually, run_cli, spawn_app_on, TestApp};
+use crate::support::{eventually, run_cli, spawn_app_on, worker, TestApp};
 
 /// A tenant provisioned like the webhook tests', with an admin key.
 struct Tenant {
@@ -36,17 +36,6 @@ async fn tenant_at(app: &TestApp, slug: &str, platforms: &FakePlatforms) -> Tena
         .await
         .unwrap();
     Tenant { p, key: issued.key }
-}
-
-/// A worker driven step by step, dispatching to `agent`.
-fn worker_for(app: &TestApp, agent: &FakeAgent) -> channel_bridge::dispatch::Worker {
-    let mut settings = app.db.serve_settings();
-    settings.agent_url = Some(agent.url.clone());
-    settings.dispatch.retry_base_ms = 0;
-    channel_bridge::dispatch::Worker::new(app.pool.clone(), std::sync::Arc::new(settings), || {
-        chrono::Utc::now().timestamp()
-    })
-    .unwrap()
 }
 
 /// A tenant's turns by request text: (id, status, received_at as RFC 3339, delivered).
@@ -703,7 +692,7 @@ async fn links_and_tenant_settings_can_be_managed() {
 async fn after_a_dispatch_secret_rotation_both_secrets_sign_until_the_grace_period_ends() {
     use crate::support::fake_agent::FakeAgent;
     use crate::support::fake_platforms::FakePlatforms;
-    use channel_bridge::dispatch::{StepOutcome, Worker};
+    use channel_bridge::dispatch::StepOutcome;
     let app = app().await;
     let platforms = FakePlatforms::start().await;
     let p = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
@@ -727,12 +716,7 @@ async fn after_a_dispatch_secret_rotation_both_secrets_sign_until_the_grace_peri
 
     // An agent that still only knows the old secret keeps verifying.
     let agent = FakeAgent::start(&p.dispatch_secret).await;
-    let mut settings = app.db.serve_settings();
-    settings.agent_url = Some(agent.url.clone());
-    let worker = Worker::new(app.pool.clone(), std::sync::Arc::new(settings), || {
-        chrono::Utc::now().timestamp()
-    })
-    .unwrap();
+    let worker = worker(&app, &agent.url, |_| {});
     deliver(&app, &p, Platform::Telegram, telegram_text(777, "still signed")).await;
     assert!(matches!(worker.step().await.unwrap(), StepOutcome::Executed(_)));
     assert_eq!(agent.calls().len(), 1);
@@ -1009,7 +993,7 @@ async fn bulk_redispatch_requeues_exactly_the_failed_turns_the_filter_selects_an
     let a = tenant_at(&app, "tenant-a", &platforms).await;
     let b = tenant_at(&app, "tenant-b", &platforms).await;
     let agent = FakeAgent::start(&a.p.dispatch_secret).await;
-    let worker = worker_for(&app, &agent);
+    let worker = worker(&app, &agent.url, |_| {});
 
     // The agent refuses four of A's turns: alice's two on Telegram and one on Slack, bob's
     // on WhatsApp.

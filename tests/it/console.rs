@@ -19,7 +19,7 @@ use serde_json::json;
 use crate::support::fake_agent::{FakeAgent, Reply};
 use crate::support::fake_platforms::FakePlatforms;
 use crate::support::platforms::*;
-use crate::support::{spawn_app, TestApp};
+use crate::support::{spawn_app, worker, TestApp};
 
 // ---------------------------------------------------------------------------------------
 // Browser harness
@@ -252,16 +252,6 @@ struct Seeded {
     connector: channel_bridge::domain::ConnectorId,
 }
 
-fn worker_for(app: &TestApp, agent: &FakeAgent) -> Worker {
-    let mut settings = app.db.serve_settings();
-    settings.agent_url = Some(agent.url.clone());
-    settings.dispatch.retry_base_ms = 0;
-    Worker::new(app.pool.clone(), Arc::new(settings), || {
-        chrono::Utc::now().timestamp()
-    })
-    .unwrap()
-}
-
 async fn admin_key(app: &TestApp, tenant: channel_bridge::domain::TenantId) -> String {
     channel_bridge::admin::operator::issue(&app.pool, tenant, "console")
         .await
@@ -278,7 +268,7 @@ async fn seeded(first_text: &str) -> Seeded {
     let globex = provision_tenant(&app.pool, "globex").await;
     let agent = FakeAgent::start(&acme.dispatch_secret).await;
     agent.script([Reply::Json(400, json!({"error": "bad payload"}), None)]);
-    let worker = Arc::new(worker_for(&app, &agent));
+    let worker = worker(&app, &agent.url, |_| {});
     deliver(&app, &acme, Platform::Telegram, telegram_text(7001, first_text)).await;
     deliver(
         &app,
@@ -636,7 +626,7 @@ async fn a_reply_telegram_refused_for_good_is_listed_as_failed_and_the_resend_bu
     let platforms = FakePlatforms::start().await;
     let acme = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&acme.dispatch_secret).await;
-    let worker = worker_for(&app, &agent);
+    let worker = worker(&app, &agent.url, |_| {});
     platforms.script(
         Platform::Telegram,
         [crate::support::fake_platforms::Answer::Status(

@@ -15,18 +15,7 @@ use tokio::sync::Semaphore;
 use crate::support::fake_agent::{FakeAgent, Reply};
 use crate::support::fake_platforms::FakePlatforms;
 use crate::support::platforms::*;
-use crate::support::{spawn_app, TestApp};
-
-fn worker_for(app: &TestApp, agent: &FakeAgent, tweak: impl FnOnce(&mut ServeSettings)) -> Worker {
-    let mut settings = app.db.serve_settings();
-    settings.agent_url = Some(agent.url.clone());
-    settings.dispatch.retry_base_ms = 0;
-    tweak(&mut settings);
-    Worker::new(app.pool.clone(), Arc::new(settings), || {
-        chrono::Utc::now().timestamp()
-    })
-    .unwrap()
-}
+use crate::support::{spawn_app, worker, TestApp};
 
 fn user(text: &str) -> ChatMessage {
     ChatMessage::user(text)
@@ -69,7 +58,7 @@ async fn a_three_turn_conversation_gives_each_dispatch_exactly_the_earlier_turns
     let platforms = FakePlatforms::start().await;
     let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let worker = worker_for(&app, &agent, |_| {});
+    let worker = worker(&app, &agent.url, |_| {});
 
     deliver(&app, &tenant, Platform::Telegram, telegram_text(1001, "first")).await;
     let first = executed(&worker).await;
@@ -166,7 +155,7 @@ async fn history_is_the_newest_12_terminal_turns_of_the_same_tenant_and_user_old
     let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let other_tenant = provision_tenant(&app.pool, "other").await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let worker = worker_for(&app, &agent, |_| {});
+    let worker = worker(&app, &agent.url, |_| {});
 
     for i in 1..=15 {
         let status = match i {
@@ -237,7 +226,7 @@ async fn an_unlinked_sender_allowed_by_policy_has_a_history_of_their_own() {
         .await
         .unwrap();
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let worker = worker_for(&app, &agent, |_| {});
+    let worker = worker(&app, &agent.url, |_| {});
 
     deliver(&app, &tenant, Platform::Telegram, telegram_text(3001, "hello")).await;
     executed(&worker).await;
@@ -277,10 +266,7 @@ async fn three_quick_messages_with_a_slow_agent_and_two_workers_are_dispatched_s
     let gate = Arc::new(Semaphore::new(0));
     let agent = FakeAgent::start_gated(&tenant.dispatch_secret, gate.clone()).await;
     let tweak = |s: &mut ServeSettings| s.dispatch.poll_interval_ms = 20;
-    let workers = [
-        Arc::new(worker_for(&app, &agent, tweak)),
-        Arc::new(worker_for(&app, &agent, tweak)),
-    ];
+    let workers = [worker(&app, &agent.url, tweak), worker(&app, &agent.url, tweak)];
 
     for (i, text) in ["one", "two", "three"].into_iter().enumerate() {
         deliver(
@@ -339,7 +325,7 @@ async fn agent_500_twice_then_200_is_executed_after_3_attempts() {
         Reply::Json(500, json!({"error": "boom"}), None),
         Reply::Json(503, json!({"error": "busy"}), None),
     ]);
-    let worker = worker_for(&app, &agent, |_| {});
+    let worker = worker(&app, &agent.url, |_| {});
     deliver(&app, &tenant, Platform::Telegram, telegram_text(5001, "retry me")).await;
 
     let first = worker.step().await.unwrap();
@@ -365,7 +351,7 @@ async fn agent_400_fails_at_once_and_releases_the_conversation() {
     let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
     agent.script([Reply::Json(400, json!({"error": "bad payload"}), None)]);
-    let worker = worker_for(&app, &agent, |_| {});
+    let worker = worker(&app, &agent.url, |_| {});
     deliver(&app, &tenant, Platform::Telegram, telegram_text(6001, "refused")).await;
     deliver(&app, &tenant, Platform::Telegram, telegram_text(6002, "next")).await;
 
@@ -399,7 +385,7 @@ async fn retries_stop_at_the_attempt_limit_with_the_last_error_kept() {
         Reply::Json(502, json!({}), None),
         Reply::Raw("<html>not an answer</html>"),
     ]);
-    let worker = worker_for(&app, &agent, |s| s.dispatch.max_attempts = 2);
+    let worker = worker(&app, &agent.url, |s| s.dispatch.max_attempts = 2);
     deliver(&app, &tenant, Platform::Telegram, telegram_text(7001, "doomed")).await;
 
     assert!(matches!(worker.step().await.unwrap(), StepOutcome::Retrying(_)));
@@ -423,7 +409,7 @@ async fn a_429_is_retried_no_sooner_than_its_retry_after() {
     let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
     agent.script([Reply::Json(429, json!({"error": "slow down"}), Some(30))]);
-    let worker = worker_for(&app, &agent, |_| {});
+    let worker = worker(&app, &agent.url, |_| {});
     deliver(&app, &tenant, Platform::Telegram, telegram_text(8001, "patience")).await;
 
     let outcome = worker.step().await.unwrap();
@@ -458,8 +444,8 @@ async fn a_worker_killed_mid_call_is_replaced_after_the_lease_with_the_same_idem
     let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
     agent.script([Reply::Hang]);
-    let doomed = Arc::new(worker_for(&app, &agent, |_| {}));
-    let survivor = worker_for(&app, &agent, |_| {});
+    let doomed = worker(&app, &agent.url, |_| {});
+    let survivor = worker(&app, &agent.url, |_| {});
     deliver(&app, &tenant, Platform::Telegram, telegram_text(9001, "survive")).await;
 
     let killed = tokio::spawn({
@@ -496,7 +482,7 @@ async fn a_failed_history_read_still_dispatches_with_empty_history() {
     let platforms = FakePlatforms::start().await;
     let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let worker = worker_for(&app, &agent, |_| {});
+    let worker = worker(&app, &agent.url, |_| {});
     if crate::support::citus::enabled() {
         eprintln!(
             "skipped on Citus: a policy added while the gateway runs does not make Citus's history read fail"
@@ -543,7 +529,7 @@ async fn a_multi_part_answer_gives_one_reply_part_row_per_part_in_order() {
         ]}),
         None,
     )]);
-    let worker = worker_for(&app, &agent, |_| {});
+    let worker = worker(&app, &agent.url, |_| {});
     deliver(
         &app,
         &tenant,
@@ -606,7 +592,7 @@ async fn a_job_whose_preparation_fails_backs_off_instead_of_being_claimed_again_
     let platforms = FakePlatforms::start().await;
     let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let worker = worker_for(&app, &agent, |s| s.dispatch.retry_base_ms = 60_000);
+    let worker = worker(&app, &agent.url, |s| s.dispatch.retry_base_ms = 60_000);
     deliver(&app, &tenant, Platform::Telegram, telegram_text(9401, "hello")).await;
 
     // The tenant row cannot be read: preparing fails after the claim, in its transaction.

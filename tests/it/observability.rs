@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use channel_bridge::dispatch::{StepOutcome, Worker};
+use channel_bridge::dispatch::StepOutcome;
 use channel_bridge::domain::Platform;
 use channel_bridge::settings::LogFormat;
 use channel_bridge::startup::Application;
@@ -17,18 +17,7 @@ use tokio::sync::Semaphore;
 use crate::support::fake_agent::{FakeAgent, Reply};
 use crate::support::fake_platforms::FakePlatforms;
 use crate::support::platforms::*;
-use crate::support::{eventually, spawn_app, spawn_app_on, TestApp, TestDb};
-
-/// A worker for `app`'s database that calls `agent` and retries at once.
-fn worker_for(app: &TestApp, agent: &FakeAgent) -> Worker {
-    let mut settings = app.db.serve_settings();
-    settings.agent_url = Some(agent.url.clone());
-    settings.dispatch.retry_base_ms = 0;
-    Worker::new(app.pool.clone(), Arc::new(settings), || {
-        chrono::Utc::now().timestamp()
-    })
-    .unwrap()
-}
+use crate::support::{eventually, spawn_app, spawn_app_on, worker, TestDb};
 
 // ---------------------------------------------------------------------------------------
 // The exposition
@@ -103,7 +92,7 @@ async fn every_metric_family_has_help_and_type_the_prefix_and_its_unit_and_batch
     let platforms = FakePlatforms::start().await;
     let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let worker = worker_for(&app, &agent);
+    let worker = worker(&app, &agent.url, |_| {});
     // A webhook through the router (HTTP, ingress batch, webhook metrics) and its turn
     // through the worker (claim batch, agent, reply, turn writer batch).
     deliver(&app, &tenant, Platform::Telegram, telegram_text(7001, "hello")).await;
@@ -443,7 +432,7 @@ async fn an_accepted_webhook_and_its_delivered_turn_log_one_info_line_each_with_
     let platforms = FakePlatforms::start().await;
     let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let worker = worker_for(&app, &agent);
+    let worker = worker(&app, &agent.url, |_| {});
     let secret_text = "the vault code is pineapple-4417";
 
     let body = telegram_text(7201, secret_text);
@@ -500,7 +489,7 @@ async fn an_agent_retry_is_logged_at_debug_not_info() {
     let tenant = provision_tenant(&app.pool, "acme").await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
     agent.script([Reply::Json(503, serde_json::json!({}), None)]);
-    let worker = worker_for(&app, &agent);
+    let worker = worker(&app, &agent.url, |_| {});
     deliver(&app, &tenant, Platform::Telegram, telegram_text(7301, "hi")).await;
 
     assert!(matches!(worker.step().await.unwrap(), StepOutcome::Retrying(_)));

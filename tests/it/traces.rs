@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use channel_bridge::db::messages;
-use channel_bridge::dispatch::{StepOutcome, Worker};
+use channel_bridge::dispatch::StepOutcome;
 use channel_bridge::domain::Platform;
 use channel_bridge::secrets::Keyring;
 use channel_bridge::settings::LogFormat;
@@ -24,17 +24,7 @@ use crate::support::fake_agent::FakeAgent;
 use crate::support::fake_platforms::FakePlatforms;
 use crate::support::otlp_collector::{OtlpCollector, ReceivedSpan, KIND_CLIENT, KIND_CONSUMER, KIND_SERVER};
 use crate::support::platforms::*;
-use crate::support::{eventually, spawn_app, TestApp, TestDb};
-
-/// A worker for `app`'s database that calls `agent`.
-fn worker_for(app: &TestApp, agent: &FakeAgent) -> Worker {
-    let mut settings = app.db.serve_settings();
-    settings.agent_url = Some(agent.url.clone());
-    Worker::new(app.pool.clone(), Arc::new(settings), || {
-        chrono::Utc::now().timestamp()
-    })
-    .unwrap()
-}
+use crate::support::{eventually, spawn_app, worker, TestDb};
 
 /// The process-wide subscriber while tests install their own: it wants nothing but answers
 /// "sometimes" for every call site, so that no call site is cached as "never" while a
@@ -131,7 +121,7 @@ async fn a_telegram_turn_is_one_trace_from_webhook_to_reply_and_the_agent_joins_
     let platforms = FakePlatforms::start().await;
     let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let worker = worker_for(&app, &agent);
+    let worker = worker(&app, &agent.url, |_| {});
     let body = telegram_text(7401, "my locker code is tangerine-5520");
     deliver(&app, &tenant, Platform::Telegram, body).await;
     let StepOutcome::Executed(message_id) = worker.step().await.unwrap() else {
@@ -236,7 +226,7 @@ async fn without_an_exporter_no_traceparent_is_stored_or_sent() {
     let platforms = FakePlatforms::start().await;
     let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let worker = worker_for(&app, &agent);
+    let worker = worker(&app, &agent.url, |_| {});
     deliver(&app, &tenant, Platform::Telegram, telegram_text(7402, "hello")).await;
     let StepOutcome::Executed(message_id) = worker.step().await.unwrap() else {
         panic!("the agent answered");
