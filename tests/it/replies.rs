@@ -685,9 +685,8 @@ async fn an_unlinked_sender_gets_the_connectors_notice_at_most_once_a_day() {
     assert!(s.agent.calls().is_empty(), "denied turns never reach the agent");
 }
 
-#[tokio::test]
-async fn a_reply_slack_refuses_is_delivery_failed_and_a_resend_posts_only_the_missing_part_once() {
-    let s = setup().await;
+/// A two-part answer to a Slack turn whose second part Slack refuses; the turn.
+async fn second_part_refused(s: &Pipeline) -> MessageId {
     s.agent.script([Reply::Json(
         200,
         json!({"messages": [{"content": "part one"}, {"content": "part two"}]}),
@@ -700,15 +699,20 @@ async fn a_reply_slack_refuses_is_delivery_failed_and_a_resend_posts_only_the_mi
             Answer::Status(200, json!({"ok": false, "error": "channel_not_found"}), None),
         ],
     );
-    deliver(
-        &s.app,
-        &s.tenant,
+    s.deliver(
         Platform::Slack,
         slack_text("1718001400.000100", "two parts please"),
     )
     .await;
     let id = s.step_executed().await;
     assert_eq!(statuses(&s.parts(id).await), ["sent", "failed"]);
+    id
+}
+
+#[tokio::test]
+async fn a_reply_slack_refuses_is_delivery_failed_in_the_admin_api_and_its_answer_stays_in_history() {
+    let s = setup().await;
+    let id = second_part_refused(&s).await;
 
     // Visible: its own status, the part's error, and a filter that finds it.
     let (status, page) = s
@@ -738,6 +742,12 @@ async fn a_reply_slack_refuses_is_delivery_failed_and_a_resend_posts_only_the_mi
         json!([{"role": "user", "content": "two parts please"},
                {"role": "assistant", "content": "part one\n\npart two"}])
     );
+}
+
+#[tokio::test]
+async fn a_reply_slack_refuses_is_delivery_failed_and_a_resend_posts_only_the_missing_part_once() {
+    let s = setup().await;
+    let id = second_part_refused(&s).await;
 
     // The channel is back (the fake platform answers ok again): resend, four times at once
     // (one click and its impatient repeats, one bulk call): the turn is queued once.

@@ -183,14 +183,9 @@ async fn an_interrupted_slack_part_confirmed_by_a_metadata_event_is_recorded_sen
     assert_eq!(s.agent.calls().len(), 1);
 }
 
-#[tokio::test]
-async fn a_metadata_event_with_an_unknown_or_foreign_key_answers_200_and_changes_nothing() {
-    let s = setup(60, 60_000).await;
-    let id = interrupted_turn(&s, "1718003100.000100", &["only"], Answer::HangAfterPosting, 0).await;
-    assert_eq!(s.worker.step().await.unwrap(), StepOutcome::Retrying(id));
-    let before = s.parts(id).await;
-
-    // Another tenant on the same workspace has a part in doubt too.
+/// Another tenant on the same workspace, with a part in doubt too; the tenant and its
+/// message.
+async fn foreign_part_in_doubt(s: &Pipeline) -> (Provisioned, MessageId) {
     let other = provision_tenant_at(&s.app.pool, "globex", Some(&s.platforms.base_url)).await;
     let mut tx = TenantTx::begin(&s.app.pool, other.tenant).await.unwrap();
     let metadata = json!({});
@@ -227,6 +222,19 @@ async fn a_metadata_event_with_an_unknown_or_foreign_key_answers_200_and_changes
         "update channel_replies set status = 'sending', sending_since = now() where status = 'pending'",
     )
     .await;
+
+    (other, foreign)
+}
+
+#[tokio::test]
+async fn a_metadata_event_with_an_unknown_or_foreign_key_answers_200_and_changes_nothing() {
+    let s = setup(60, 60_000).await;
+    let id = interrupted_turn(&s, "1718003100.000100", &["only"], Answer::HangAfterPosting, 0).await;
+    assert_eq!(s.worker.step().await.unwrap(), StepOutcome::Retrying(id));
+    let before = s.parts(id).await;
+
+    // Another tenant on the same workspace has a part in doubt too.
+    let (other, foreign) = foreign_part_in_doubt(&s).await;
 
     let ours = format!("{id}:0");
     let ts = "1718003101.000001";
@@ -284,6 +292,15 @@ async fn a_metadata_event_with_an_unknown_or_foreign_key_answers_200_and_changes
     );
     let messages: i64 = s.owner_scalar("select count(*) from channel_messages").await;
     assert_eq!(messages, 2, "no event became a turn");
+}
+
+#[tokio::test]
+async fn the_right_metadata_event_settles_the_part_in_doubt_and_a_later_one_changes_nothing() {
+    let s = setup(60, 60_000).await;
+    let id = interrupted_turn(&s, "1718003100.000100", &["only"], Answer::HangAfterPosting, 0).await;
+    assert_eq!(s.worker.step().await.unwrap(), StepOutcome::Retrying(id));
+    let ours = format!("{id}:0");
+    let ts = "1718003101.000001";
 
     // The right event settles our part; a later one for the part already sent changes nothing.
     let real = s.platforms.slack_ts_of(&ours).unwrap();
