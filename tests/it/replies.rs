@@ -121,13 +121,8 @@ async fn slack_text_is_escaped_and_no_mention_is_ever_added() {
         json!({"content": "a < b & <@U0USER1> <!channel>"}),
         None,
     )]);
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Slack,
-        slack_text("1718000700.000100", "hi"),
-    )
-    .await;
+    s.deliver(Platform::Slack, slack_text("1718000700.000100", "hi"))
+        .await;
     s.step_executed().await;
     assert_eq!(
         s.platforms.sent()[0].body["text"],
@@ -148,7 +143,7 @@ async fn a_10000_character_answer_is_split_into_chunks_within_each_platform_limi
             Platform::Telegram => telegram_text(11_000, "long please"),
             Platform::Whatsapp => fixture(Platform::Whatsapp, "text"),
         };
-        deliver(&s.app, &s.tenant, platform, body).await;
+        s.deliver(platform, body).await;
         let id = s.step_executed().await;
         let sent = s.platforms.sent_to(platform);
         let limit = if platform == Platform::Slack { 4000 } else { 4096 };
@@ -206,7 +201,7 @@ async fn rate_limits_are_honoured_then_the_part_is_sent() {
             Platform::Telegram => telegram_text(12_000, "x"),
             Platform::Whatsapp => fixture(Platform::Whatsapp, "text"),
         };
-        deliver(&s.app, &s.tenant, platform, body).await;
+        s.deliver(platform, body).await;
         let id = s.step_executed().await;
         assert_eq!(
             statuses(&s.parts(id).await),
@@ -268,13 +263,8 @@ async fn a_crash_between_parts_resumes_with_the_missing_parts_only() {
     )]);
     s.platforms
         .script(Platform::Slack, [Answer::Ok, Answer::HangBeforePosting]);
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Slack,
-        slack_text("1718001000.000100", "three parts"),
-    )
-    .await;
+    s.deliver(Platform::Slack, slack_text("1718001000.000100", "three parts"))
+        .await;
     kill_worker_after_sends(&s, 2).await;
 
     let (_, queued) = counts(&s).await;
@@ -309,13 +299,8 @@ async fn an_ambiguous_slack_send_found_in_the_thread_is_not_posted_again() {
         None,
     )]);
     s.platforms.script(Platform::Slack, [Answer::HangAfterPosting]);
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Slack,
-        slack_text("1718001100.000100", "two parts"),
-    )
-    .await;
+    s.deliver(Platform::Slack, slack_text("1718001100.000100", "two parts"))
+        .await;
     kill_worker_after_sends(&s, 1).await;
 
     s.time_passes().await;
@@ -343,13 +328,8 @@ async fn telegram_interrupted_sends_follow_the_connectors_delivery_choice() {
     let s = setup().await;
     s.platforms
         .script(Platform::Telegram, [Answer::HangBeforePosting]);
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Telegram,
-        telegram_text(13_001, "at most once"),
-    )
-    .await;
+    s.deliver(Platform::Telegram, telegram_text(13_001, "at most once"))
+        .await;
     kill_worker_after_sends(&s, 1).await;
     s.time_passes().await;
     let outcome = s.worker.step().await.unwrap();
@@ -367,13 +347,8 @@ async fn telegram_interrupted_sends_follow_the_connectors_delivery_choice() {
     .await;
     s.platforms
         .script(Platform::Telegram, [Answer::HangBeforePosting]);
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Telegram,
-        telegram_text(13_002, "at least once"),
-    )
-    .await;
+    s.deliver(Platform::Telegram, telegram_text(13_002, "at least once"))
+        .await;
     kill_worker_after_sends(&s, 2).await;
     s.time_passes().await;
     let outcome = s.worker.step().await.unwrap();
@@ -394,13 +369,8 @@ async fn telegram_at_most_once_loses_only_the_part_in_doubt_and_posts_the_later_
     )]);
     s.platforms
         .script(Platform::Telegram, [Answer::Ok, Answer::HangBeforePosting]);
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Telegram,
-        telegram_text(13_101, "three parts"),
-    )
-    .await;
+    s.deliver(Platform::Telegram, telegram_text(13_101, "three parts"))
+        .await;
     // The worker dies while the second part's request is out.
     kill_worker_after_sends(&s, 2).await;
     s.time_passes().await;
@@ -447,20 +417,10 @@ async fn a_permanent_error_fails_the_part_and_the_rest_and_releases_the_conversa
             None,
         )],
     );
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Slack,
-        slack_text("1718001200.000100", "doomed"),
-    )
-    .await;
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Slack,
-        slack_text("1718001201.000100", "next"),
-    )
-    .await;
+    s.deliver(Platform::Slack, slack_text("1718001200.000100", "doomed"))
+        .await;
+    s.deliver(Platform::Slack, slack_text("1718001201.000100", "next"))
+        .await;
 
     let first = s.step_executed().await;
     let parts = s.parts(first).await;
@@ -479,13 +439,8 @@ async fn a_permanent_error_fails_the_part_and_the_rest_and_releases_the_conversa
 #[tokio::test]
 async fn our_own_reply_echoed_back_creates_no_dispatch() {
     let s = setup().await;
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Slack,
-        slack_text("1718001300.000100", "echo test"),
-    )
-    .await;
+    s.deliver(Platform::Slack, slack_text("1718001300.000100", "echo test"))
+        .await;
     s.step_executed().await;
     let posted = s.platforms.sent()[0].clone();
 
@@ -495,13 +450,8 @@ async fn our_own_reply_echoed_back_creates_no_dispatch() {
     echo["event"]["ts"] = "1800000000.000001".into();
     echo["event"]["thread_ts"] = posted.body["thread_ts"].clone();
     echo["event_id"] = "EvECHO".into();
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Slack,
-        serde_json::to_vec(&echo).unwrap(),
-    )
-    .await;
+    s.deliver(Platform::Slack, serde_json::to_vec(&echo).unwrap())
+        .await;
 
     assert_eq!(counts(&s).await, (1, 0), "no new message, no new job");
     assert_eq!(s.worker.step().await.unwrap(), StepOutcome::Empty);
@@ -543,17 +493,13 @@ async fn whatsapp_status_callbacks_update_the_part_and_are_never_dispatched() {
         Some("wamid.OUT1")
     );
 
-    deliver(
-        &s.app,
-        &s.tenant,
+    s.deliver(
         Platform::Whatsapp,
         whatsapp_status("wamid.OUT1", "delivered", None),
     )
     .await;
     assert_eq!(s.parts(id).await[0].delivery_status.as_deref(), Some("delivered"));
-    deliver(
-        &s.app,
-        &s.tenant,
+    s.deliver(
         Platform::Whatsapp,
         whatsapp_status("wamid.OUT1", "read", Some(&format!("{id}:0"))),
     )
@@ -569,13 +515,8 @@ async fn whatsapp_status_callbacks_update_the_part_and_are_never_dispatched() {
 #[tokio::test]
 async fn a_failed_status_for_a_part_meta_accepted_makes_the_turn_delivery_failed_and_resendable() {
     let s = setup().await;
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Whatsapp,
-        fixture(Platform::Whatsapp, "text"),
-    )
-    .await;
+    s.deliver(Platform::Whatsapp, fixture(Platform::Whatsapp, "text"))
+        .await;
     let id = s.step_executed().await;
     assert_eq!(statuses(&s.parts(id).await), ["sent"]);
 
@@ -584,13 +525,8 @@ async fn a_failed_status_for_a_part_meta_accepted_makes_the_turn_delivery_failed
         "code": 131047, "title": "Re-engagement message",
         "message": "Re-engagement message", "error_data": {"details": "More than 24 hours have passed"}
     }]);
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Whatsapp,
-        serde_json::to_vec(&failed).unwrap(),
-    )
-    .await;
+    s.deliver(Platform::Whatsapp, serde_json::to_vec(&failed).unwrap())
+        .await;
 
     let part = &s.parts(id).await[0];
     assert_eq!(
@@ -635,9 +571,7 @@ async fn an_interrupted_whatsapp_send_is_settled_by_its_status_callback_without_
     assert_eq!(statuses(&s.parts(id).await), ["sending"]);
 
     // Meta reports our message, echoing the part key we sent.
-    deliver(
-        &s.app,
-        &s.tenant,
+    s.deliver(
         Platform::Whatsapp,
         whatsapp_status("wamid.LATE", "sent", Some(&format!("{id}:0"))),
     )
@@ -661,20 +595,10 @@ async fn an_unlinked_sender_gets_the_connectors_notice_at_most_once_a_day() {
     s.owner_exec("delete from channel_links where platform = 'telegram'")
         .await;
     s.owner_exec("update channel_connectors set unlinked_notice = 'Please link your account first.' where platform = 'telegram'").await;
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Telegram,
-        telegram_text(14_001, "hello?"),
-    )
-    .await;
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Telegram,
-        telegram_text(14_002, "anyone?"),
-    )
-    .await;
+    s.deliver(Platform::Telegram, telegram_text(14_001, "hello?"))
+        .await;
+    s.deliver(Platform::Telegram, telegram_text(14_002, "anyone?"))
+        .await;
 
     let outcome = s.worker.step().await.unwrap();
     assert!(matches!(outcome, StepOutcome::Delivered(_)), "{outcome:?}");
@@ -828,13 +752,8 @@ async fn a_telegram_part_in_doubt_shows_on_the_turn_and_is_resent_only_when_aske
     )]);
     s.platforms
         .script(Platform::Telegram, [Answer::HangBeforePosting]);
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Telegram,
-        telegram_text(13_201, "two parts"),
-    )
-    .await;
+    s.deliver(Platform::Telegram, telegram_text(13_201, "two parts"))
+        .await;
     kill_worker_after_sends(&s, 1).await;
     s.time_passes().await;
     let outcome = s.worker.step().await.unwrap();

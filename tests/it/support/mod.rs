@@ -1,5 +1,7 @@
 //! Test harness: a fresh database per test, the real application on port 0, and a TCP proxy
-//! in front of PostgreSQL that a test can cut to simulate an outage.
+//! in front of PostgreSQL that a test can cut to simulate an outage. A test of the turn's
+//! path (webhook, worker, agent, platforms) starts from `Pipeline` and builds any further
+//! worker with `worker`.
 
 pub mod api;
 pub mod citus;
