@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
-use super::Served;
+use super::served::Served;
 use crate::domain::Platform;
 
 /// One reply as the platform received it.

@@ -11,7 +11,7 @@ use crate::support::api::{call, operator_app as app, OPERATOR};
 use crate::support::fake_agent::{FakeAgent, Reply};
 use crate::support::fake_platforms::{Answer, FakePlatforms};
 use crate::support::platforms::*;
-use crate::support::{eventually, run_cli, spawn_app_on, TestApp};
+use crate::support::{eventually, run_cli, spawn_app_on, worker, TestApp};
 
 /// A tenant provisioned like the webhook tests', with an admin key.
 struct Tenant {
@@ -36,17 +36,6 @@ async fn tenant_at(app: &TestApp, slug: &str, platforms: &FakePlatforms) -> Tena
         .await
         .unwrap();
     Tenant { p, key: issued.key }
-}
-
-/// A worker driven step by step, dispatching to `agent`.
-fn worker_for(app: &TestApp, agent: &FakeAgent) -> channel_bridge::dispatch::Worker {
-    let mut settings = app.db.serve_settings();
-    settings.agent_url = Some(agent.url.clone());
-    settings.dispatch.retry_base_ms = 0;
-    channel_bridge::dispatch::Worker::new(app.pool.clone(), std::sync::Arc::new(settings), || {
-        chrono::Utc::now().timestamp()
-    })
-    .unwrap()
 }
 
 /// A tenant's turns by request text: (id, status, received_at as RFC 3339, delivered).
@@ -109,11 +98,10 @@ async fn message_ids(app: &TestApp, tenant: &Tenant) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test]
-async fn operator_creates_tenants_and_issues_and_revokes_keys() {
-    let app = app().await;
+/// The operator creates tenant acme; the answer's body.
+async fn operator_creates_acme(app: &TestApp) -> Value {
     let (status, created) = call(
-        &app,
+        app,
         Method::POST,
         "/v1/operator/tenants",
         OPERATOR,
@@ -121,8 +109,14 @@ async fn operator_creates_tenants_and_issues_and_revokes_keys() {
     )
     .await;
     assert_eq!(status, 201);
+    created
+}
+
+#[tokio::test]
+async fn operator_creates_tenants_and_refuses_a_taken_slug_a_wrong_token_and_a_bad_slug() {
+    let app = app().await;
+    let created = operator_creates_acme(&app).await;
     assert!(created["dispatch_secret"].as_str().unwrap().starts_with("whsec_"));
-    let tenant = created["tenant_id"].as_str().unwrap();
 
     let (status, _) = call(
         &app,
@@ -151,6 +145,13 @@ async fn operator_creates_tenants_and_issues_and_revokes_keys() {
     )
     .await;
     assert_eq!(status, 422);
+}
+
+#[tokio::test]
+async fn operator_sets_and_clears_a_tenants_in_flight_limit_and_an_unknown_tenant_is_404() {
+    let app = app().await;
+    let created = operator_creates_acme(&app).await;
+    let tenant = created["tenant_id"].as_str().unwrap();
 
     let tenant_path = format!("/v1/operator/tenants/{tenant}");
     let (status, limits) = call(
@@ -196,6 +197,13 @@ async fn operator_creates_tenants_and_issues_and_revokes_keys() {
     )
     .await;
     assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn operator_issues_a_key_that_works_is_listed_without_the_key_and_once_revoked_is_refused() {
+    let app = app().await;
+    let created = operator_creates_acme(&app).await;
+    let tenant = created["tenant_id"].as_str().unwrap();
 
     let keys_path = format!("/v1/operator/tenants/{tenant}/keys");
     let (status, issued) = call(
@@ -255,23 +263,29 @@ async fn operator_endpoints_are_forbidden_without_a_configured_token() {
     );
 }
 
+/// Tenant acme with five turns: three Telegram messages, then bob's WhatsApp text and
+/// image.
+async fn five_messages(app: &TestApp) -> Tenant {
+    let t = tenant_with_key(app, "acme").await;
+    seed_messages(app, &t, 0, 3).await;
+    assert_eq!(
+        post_fixture(app, &t.p, Platform::Whatsapp, "text").await.status(),
+        200
+    );
+    assert_eq!(
+        post_fixture(app, &t.p, Platform::Whatsapp, "image")
+            .await
+            .status(),
+        200
+    );
+
+    t
+}
+
 #[tokio::test]
-async fn messages_can_be_listed_filtered_searched_and_read_with_their_reply_parts() {
+async fn messages_are_listed_newest_first_with_their_attachments() {
     let app = app().await;
-    let t = tenant_with_key(&app, "acme").await;
-    seed_messages(&app, &t, 0, 3).await;
-    assert_eq!(
-        post_fixture(&app, &t.p, Platform::Whatsapp, "text")
-            .await
-            .status(),
-        200
-    );
-    assert_eq!(
-        post_fixture(&app, &t.p, Platform::Whatsapp, "image")
-            .await
-            .status(),
-        200
-    );
+    let t = five_messages(&app).await;
 
     let (status, page) = call(&app, Method::GET, "/v1/admin/messages", &t.key, None).await;
     assert_eq!(status, 200);
@@ -283,6 +297,12 @@ async fn messages_can_be_listed_filtered_searched_and_read_with_their_reply_part
     );
     assert_eq!(items[0]["attachments"][0]["type"], "image");
     assert!(page["next_cursor"].is_null());
+}
+
+#[tokio::test]
+async fn messages_can_be_filtered_and_searched_and_a_bad_query_is_refused() {
+    let app = app().await;
+    let t = five_messages(&app).await;
 
     for (query, expected) in [
         ("platform=telegram", 3),
@@ -329,6 +349,14 @@ async fn messages_can_be_listed_filtered_searched_and_read_with_their_reply_part
             "{bad}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_message_is_read_with_its_reply_parts_and_an_unknown_id_is_404() {
+    let app = app().await;
+    let t = five_messages(&app).await;
+    let (_, page) = call(&app, Method::GET, "/v1/admin/messages", &t.key, None).await;
+    let items = page["items"].as_array().unwrap();
 
     // One message, with reply parts written as the worker would.
     let id = items[1]["id"].as_str().unwrap();
@@ -501,19 +529,27 @@ async fn a_failed_message_can_be_redispatched_once_and_an_answered_one_cannot() 
     );
 }
 
-#[tokio::test]
-async fn connectors_can_be_created_read_updated_rotated_disabled_and_deleted_and_secrets_never_come_back() {
-    let app = app().await;
-    let t = tenant_with_key(&app, "acme").await;
+/// A second Slack connector of `t`, created through the API with secrets of its own; its
+/// id, its admin path and its webhook path.
+async fn second_slack_connector(app: &TestApp, t: &Tenant) -> (String, String, String) {
     let create = json!({
         "platform": "slack", "name": "second workspace", "verification_secret": "first-signing-secret",
         "outbound_token": "xoxb-very-secret", "external_id": "T0001", "bot_user_id": "UBOT2", "bot_id": "BBOT2"
     });
-    let (status, created) = call(&app, Method::POST, "/v1/admin/connectors", &t.key, Some(create)).await;
+    let (status, created) = call(app, Method::POST, "/v1/admin/connectors", &t.key, Some(create)).await;
     assert_eq!(status, 201, "{created}");
     assert_eq!(created["has_outbound_token"], true);
     let id = created["id"].as_str().unwrap().to_owned();
     let path = format!("/v1/admin/connectors/{id}");
+    let hook = format!("/v1/hooks/{}/{id}", t.p.tenant);
+    (id, path, hook)
+}
+
+#[tokio::test]
+async fn a_created_connector_is_listed_and_its_secrets_never_come_back() {
+    let app = app().await;
+    let t = tenant_with_key(&app, "acme").await;
+    second_slack_connector(&app, &t).await;
 
     let (status, list) = call(&app, Method::GET, "/v1/admin/connectors", &t.key, None).await;
     assert_eq!((status, list.as_array().unwrap().len()), (StatusCode::OK, 4));
@@ -526,6 +562,13 @@ async fn connectors_can_be_created_read_updated_rotated_disabled_and_deleted_and
     ] {
         assert!(!list.to_string().contains(secret), "secrets are write-only");
     }
+}
+
+#[tokio::test]
+async fn a_rotated_signing_secret_verifies_beside_the_previous_one_for_the_grace_period_only() {
+    let app = app().await;
+    let t = tenant_with_key(&app, "acme").await;
+    let (_, path, hook) = second_slack_connector(&app, &t).await;
 
     // Rotation: both secrets verify during the grace period.
     let (status, rotated) = call(
@@ -539,7 +582,6 @@ async fn connectors_can_be_created_read_updated_rotated_disabled_and_deleted_and
     assert_eq!(status, 200);
     assert!(rotated["previous_secret_expires_at"].is_string());
     let body = slack_text("1718009000.000100", "signed with the old secret");
-    let hook = format!("/v1/hooks/{}/{id}", t.p.tenant);
     let old = post(
         &app,
         &hook,
@@ -597,6 +639,13 @@ async fn connectors_can_be_created_read_updated_rotated_disabled_and_deleted_and
     )
     .await;
     assert_eq!(still.status(), 200);
+}
+
+#[tokio::test]
+async fn a_connector_is_renamed_and_an_invalid_url_or_an_unknown_field_is_refused() {
+    let app = app().await;
+    let t = tenant_with_key(&app, "acme").await;
+    let (_, path, _) = second_slack_connector(&app, &t).await;
 
     let (status, updated) = call(
         &app,
@@ -628,6 +677,23 @@ async fn connectors_can_be_created_read_updated_rotated_disabled_and_deleted_and
     )
     .await;
     assert_eq!(status, 422);
+}
+
+#[tokio::test]
+async fn a_disabled_connector_takes_no_webhooks_and_one_with_history_is_deleted_only_with_purge() {
+    let app = app().await;
+    let t = tenant_with_key(&app, "acme").await;
+    let (_, path, hook) = second_slack_connector(&app, &t).await;
+    // History: one turn recorded through the connector.
+    let body = slack_text("1718009000.000100", "signed with the old secret");
+    let recorded = post(
+        &app,
+        &hook,
+        &slack_headers("first-signing-secret", now(), &body),
+        body.clone(),
+    )
+    .await;
+    assert_eq!(recorded.status(), 200);
 
     let (status, disabled) = call(&app, Method::POST, &format!("{path}/disable"), &t.key, None).await;
     assert_eq!(
@@ -637,7 +703,7 @@ async fn connectors_can_be_created_read_updated_rotated_disabled_and_deleted_and
     let refused = post(
         &app,
         &hook,
-        &slack_headers("third-signing-secret", now(), &body),
+        &slack_headers("first-signing-secret", now(), &body),
         body,
     )
     .await;
@@ -703,7 +769,7 @@ async fn links_and_tenant_settings_can_be_managed() {
 async fn after_a_dispatch_secret_rotation_both_secrets_sign_until_the_grace_period_ends() {
     use crate::support::fake_agent::FakeAgent;
     use crate::support::fake_platforms::FakePlatforms;
-    use channel_bridge::dispatch::{StepOutcome, Worker};
+    use channel_bridge::dispatch::StepOutcome;
     let app = app().await;
     let platforms = FakePlatforms::start().await;
     let p = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
@@ -727,12 +793,7 @@ async fn after_a_dispatch_secret_rotation_both_secrets_sign_until_the_grace_peri
 
     // An agent that still only knows the old secret keeps verifying.
     let agent = FakeAgent::start(&p.dispatch_secret).await;
-    let mut settings = app.db.serve_settings();
-    settings.agent_url = Some(agent.url.clone());
-    let worker = Worker::new(app.pool.clone(), std::sync::Arc::new(settings), || {
-        chrono::Utc::now().timestamp()
-    })
-    .unwrap();
+    let worker = worker(&app, &agent.url, |_| {});
     deliver(&app, &p, Platform::Telegram, telegram_text(777, "still signed")).await;
     assert!(matches!(worker.step().await.unwrap(), StepOutcome::Executed(_)));
     assert_eq!(agent.calls().len(), 1);
@@ -740,12 +801,20 @@ async fn after_a_dispatch_secret_rotation_both_secrets_sign_until_the_grace_peri
 
 /// For every tenant-scoped route, tenant B's key aimed at tenant A's resources finds
 /// nothing (404 or an empty result) and changes nothing.
-#[tokio::test]
-async fn tenant_b_cannot_list_read_change_delete_or_redispatch_tenant_a_resources() {
-    let app = app().await;
-    let a = tenant_with_key(&app, "tenant-a").await;
-    let b = tenant_with_key(&app, "tenant-b").await;
-    seed_messages(&app, &a, 0, 3).await;
+/// Tenants A and B with keys; A with three turns its agent refused, one of them answered
+/// since and its reply refused (something to redispatch and to resend).
+struct TwoTenants {
+    a: Tenant,
+    b: Tenant,
+    a_message: String,
+    a_answered: String,
+    a_connector: channel_bridge::domain::ConnectorId,
+}
+
+async fn two_tenants(app: &TestApp) -> TwoTenants {
+    let a = tenant_with_key(app, "tenant-a").await;
+    let b = tenant_with_key(app, "tenant-b").await;
+    seed_messages(app, &a, 0, 3).await;
     let mut owner = app.db.owner_conn().await;
     sqlx::query("update channel_messages set status = 'dispatch_failed' where tenant_id = $1")
         .bind(a.p.tenant)
@@ -757,9 +826,9 @@ async fn tenant_b_cannot_list_read_change_delete_or_redispatch_tenant_a_resource
         .execute(&mut owner)
         .await
         .unwrap();
-    let a_message = message_ids(&app, &a).await.remove(0);
+    let a_message = message_ids(app, &a).await.remove(0);
     // One of A's turns was answered and its reply refused: something to resend.
-    let a_answered = message_ids(&app, &a).await.remove(1);
+    let a_answered = message_ids(app, &a).await.remove(1);
     sqlx::query(
         "update channel_messages set status = 'delivery_failed', response_content = 'hi', decision = 'respond'
           where id = $1::uuid",
@@ -777,8 +846,19 @@ async fn tenant_b_cannot_list_read_change_delete_or_redispatch_tenant_a_resource
     .execute(&mut owner)
     .await
     .unwrap();
-    let a_connector = a.p.slack;
-    let before = snapshot(&app).await;
+    TwoTenants {
+        a_connector: a.p.slack,
+        a,
+        b,
+        a_message,
+        a_answered,
+    }
+}
+
+#[tokio::test]
+async fn tenant_b_lists_none_of_tenant_a_messages_history_connectors_or_links() {
+    let app = app().await;
+    let TwoTenants { b, a_connector, .. } = two_tenants(&app).await;
 
     let (_, page) = call(&app, Method::GET, "/v1/admin/messages", &b.key, None).await;
     assert!(page["items"].as_array().unwrap().is_empty());
@@ -801,6 +881,17 @@ async fn tenant_b_cannot_list_read_change_delete_or_redispatch_tenant_a_resource
         .unwrap()
         .iter()
         .all(|l| l["user_id"] != "alice-of-a"));
+}
+
+#[tokio::test]
+async fn tenant_b_reading_changing_or_deleting_tenant_a_resources_by_id_gets_404_never_403() {
+    let app = app().await;
+    let TwoTenants {
+        b,
+        a_message,
+        a_connector,
+        ..
+    } = two_tenants(&app).await;
 
     let attempts = [
         (Method::GET, format!("/v1/admin/messages/{a_message}"), None),
@@ -841,6 +932,20 @@ async fn tenant_b_cannot_list_read_change_delete_or_redispatch_tenant_a_resource
         assert_eq!(status, 404, "{method} {path} must answer 404, never 403");
         assert_eq!(error["error"], "not_found");
     }
+}
+
+#[tokio::test]
+async fn tenant_b_bulk_actions_and_link_writes_change_nothing_of_tenant_a_whose_own_key_finds_its_turns() {
+    let app = app().await;
+    let TwoTenants {
+        a,
+        b,
+        a_answered,
+        a_connector,
+        ..
+    } = two_tenants(&app).await;
+    let before = snapshot(&app).await;
+
     // B's bulk actions, even aimed at A's connector and user, find none of A's turns.
     for action in ["redispatch", "resend"] {
         for filter in [
@@ -1001,26 +1106,32 @@ async fn the_openapi_document_lists_every_route_the_router_serves() {
     }
 }
 
-#[tokio::test]
-async fn bulk_redispatch_requeues_exactly_the_failed_turns_the_filter_selects_and_they_get_answered() {
+/// Tenants A and B whose connectors post to `platforms`; the agent refused four of A's
+/// turns and B has a failed turn of its own.
+struct Refused {
+    _platforms: FakePlatforms,
+    a: Tenant,
+    b: Tenant,
+    agent: FakeAgent,
+    worker: std::sync::Arc<channel_bridge::dispatch::Worker>,
+}
+
+async fn refused_turns(app: &TestApp) -> Refused {
     use channel_bridge::dispatch::StepOutcome;
-    let app = app().await;
     let platforms = FakePlatforms::start().await;
-    let a = tenant_at(&app, "tenant-a", &platforms).await;
-    let b = tenant_at(&app, "tenant-b", &platforms).await;
+    let a = tenant_at(app, "tenant-a", &platforms).await;
+    let b = tenant_at(app, "tenant-b", &platforms).await;
     let agent = FakeAgent::start(&a.p.dispatch_secret).await;
-    let worker = worker_for(&app, &agent);
+    let worker = worker(app, &agent.url, |_| {});
 
     // The agent refuses four of A's turns: alice's two on Telegram and one on Slack, bob's
     // on WhatsApp.
     agent.script((0..4).map(|_| Reply::Json(400, json!({"error": "bad_request"}), None)));
-    deliver(&app, &a.p, Platform::Telegram, telegram_text(200_001, "t1")).await;
-    deliver(&app, &a.p, Platform::Telegram, telegram_text(200_002, "t2")).await;
-    deliver(&app, &a.p, Platform::Slack, slack_text("1718002000.000100", "s1")).await;
+    deliver(app, &a.p, Platform::Telegram, telegram_text(200_001, "t1")).await;
+    deliver(app, &a.p, Platform::Telegram, telegram_text(200_002, "t2")).await;
+    deliver(app, &a.p, Platform::Slack, slack_text("1718002000.000100", "s1")).await;
     assert_eq!(
-        post_fixture(&app, &a.p, Platform::Whatsapp, "text")
-            .await
-            .status(),
+        post_fixture(app, &a.p, Platform::Whatsapp, "text").await.status(),
         200
     );
     for _ in 0..4 {
@@ -1028,7 +1139,7 @@ async fn bulk_redispatch_requeues_exactly_the_failed_turns_the_filter_selects_an
         assert!(matches!(outcome, StepOutcome::Failed(_)), "{outcome:?}");
     }
     // Tenant B has a failed turn of its own alice on Telegram.
-    deliver(&app, &b.p, Platform::Telegram, telegram_text(200_001, "b1")).await;
+    deliver(app, &b.p, Platform::Telegram, telegram_text(200_001, "b1")).await;
     let mut owner = app.db.owner_conn().await;
     sqlx::query(
         "with failed as (update channel_messages set status = 'dispatch_failed', last_error = 'agent down'
@@ -1039,11 +1150,21 @@ async fn bulk_redispatch_requeues_exactly_the_failed_turns_the_filter_selects_an
     .execute(&mut owner)
     .await
     .unwrap();
+    Refused {
+        _platforms: platforms,
+        a,
+        b,
+        agent,
+        worker,
+    }
+}
+
+#[tokio::test]
+async fn bulk_actions_refuse_bad_filters_and_queue_nothing() {
+    let app = app().await;
+    let Refused { a, .. } = refused_turns(&app).await;
     let turns = turns_by_text(&app, &a).await;
-    let id = |text: &str| turns[text].0.clone();
     let received = |text: &str| turns[text].2.clone();
-    let w1 = turns["Does it come in another color?"].0.clone();
-    assert!(turns.values().all(|(_, status, ..)| status == "dispatch_failed"));
 
     // Bad filters are refused and queue nothing; a misspelt filter never widens the action.
     let path = "/v1/admin/messages/redispatch";
@@ -1088,6 +1209,26 @@ async fn bulk_redispatch_requeues_exactly_the_failed_turns_the_filter_selects_an
         .unwrap();
     assert!(no_json.status().is_client_error(), "{}", no_json.status());
     assert_eq!(queue_depth(&app).await, 0, "nothing was queued by a refused call");
+}
+
+#[tokio::test]
+async fn bulk_redispatch_requeues_exactly_the_failed_turns_the_filter_selects_and_they_get_answered() {
+    use channel_bridge::dispatch::StepOutcome;
+    let app = app().await;
+    // The platforms stay up: the answers are delivered.
+    let Refused {
+        _platforms,
+        a,
+        b,
+        agent,
+        worker,
+    } = refused_turns(&app).await;
+    let turns = turns_by_text(&app, &a).await;
+    let id = |text: &str| turns[text].0.clone();
+    let received = |text: &str| turns[text].2.clone();
+    let w1 = turns["Does it come in another color?"].0.clone();
+    assert!(turns.values().all(|(_, status, ..)| status == "dispatch_failed"));
+    let path = "/v1/admin/messages/redispatch";
 
     // Alice's Telegram turns received since the second one: that one alone.
     let filter = json!({"connector_id": a.p.telegram, "user_id": "alice", "since": received("t2")});
@@ -1171,11 +1312,28 @@ fn printed(output: &std::process::Output) -> Value {
     serde_json::from_slice(&output.stdout).expect("the CLI prints JSON")
 }
 
-#[tokio::test]
-async fn the_cli_resends_and_redispatches_by_filter_and_a_running_worker_picks_the_jobs_up_at_once() {
-    let app = app().await;
+/// A turn's (status, delivered), by its request text.
+async fn status_of(app: &TestApp, t: &Tenant, text: &str) -> Option<(String, bool)> {
+    turns_by_text(app, t)
+        .await
+        .get(text)
+        .map(|(_, status, _, delivered)| (status.clone(), *delivered))
+}
+
+/// Tenant acme served by a worker instance that polls once a minute (only a wake-up gets
+/// a job run in time), with one turn whose reply Slack refused and one the agent refused.
+struct FailedBothWays {
+    platforms: FakePlatforms,
+    t: Tenant,
+    _agent: FakeAgent,
+    _worker: TestApp,
+    slack_turn: String,
+    bobs_turn: String,
+}
+
+async fn failed_both_ways(app: &TestApp) -> FailedBothWays {
     let platforms = FakePlatforms::start().await;
-    let t = tenant_at(&app, "acme", &platforms).await;
+    let t = tenant_at(app, "acme", &platforms).await;
     let agent = FakeAgent::start(&t.p.dispatch_secret).await;
     // A worker instance that polls once a minute: only a wake-up gets a job run in time.
     let agent_url = agent.url.clone();
@@ -1186,16 +1344,6 @@ async fn the_cli_resends_and_redispatches_by_filter_and_a_running_worker_picks_t
         settings.dispatch.retry_base_ms = 0;
     })
     .await;
-    let status_of = |text: &'static str| {
-        let app = &app;
-        let t = &t;
-        async move {
-            turns_by_text(app, t)
-                .await
-                .get(text)
-                .map(|(_, status, _, delivered)| (status.clone(), *delivered))
-        }
-    };
     eventually("the worker instance listens for wake-ups", || async {
         let mut owner = app.db.owner_conn().await;
         sqlx::query_scalar(
@@ -1225,29 +1373,49 @@ async fn the_cli_resends_and_redispatches_by_filter_and_a_running_worker_picks_t
         ],
     );
     deliver(
-        &app,
+        app,
         &t.p,
         Platform::Slack,
         slack_text("1718003000.000100", "two parts"),
     )
     .await;
     eventually("the reply fails", || async {
-        status_of("two parts").await == Some(("delivery_failed".into(), false))
+        status_of(app, &t, "two parts").await == Some(("delivery_failed".into(), false))
     })
     .await;
     assert_eq!(
-        post_fixture(&app, &t.p, Platform::Whatsapp, "text")
-            .await
-            .status(),
+        post_fixture(app, &t.p, Platform::Whatsapp, "text").await.status(),
         200
     );
     let bobs = "Does it come in another color?";
     eventually("the dispatch fails", || async {
-        status_of(bobs).await == Some(("dispatch_failed".into(), false))
+        status_of(app, &t, bobs).await == Some(("dispatch_failed".into(), false))
     })
     .await;
-    let turns = turns_by_text(&app, &t).await;
+    let turns = turns_by_text(app, &t).await;
     let (slack_turn, bobs_turn) = (turns["two parts"].0.clone(), turns[bobs].0.clone());
+
+    FailedBothWays {
+        platforms,
+        t,
+        _agent: agent,
+        _worker,
+        slack_turn,
+        bobs_turn,
+    }
+}
+
+#[tokio::test]
+async fn the_cli_resends_by_filter_and_a_running_worker_posts_only_the_missing_part_at_once() {
+    let app = app().await;
+    let FailedBothWays {
+        platforms,
+        t,
+        _agent,
+        _worker,
+        slack_turn,
+        ..
+    } = failed_both_ways(&app).await;
 
     let tenant = t.p.tenant.to_string();
     let slack = t.p.slack.to_string();
@@ -1264,7 +1432,7 @@ async fn the_cli_resends_and_redispatches_by_filter_and_a_running_worker_picks_t
     let queued = printed(&run_cli(&app.db, &resend).await);
     assert_eq!(queued, json!({"queued": 1, "ids": [slack_turn], "more": false}));
     eventually("the resent part is posted", || async {
-        status_of("two parts").await == Some(("executed".into(), true))
+        status_of(&app, &t, "two parts").await == Some(("executed".into(), true))
     })
     .await;
     let texts: Vec<String> = platforms
@@ -1275,12 +1443,27 @@ async fn the_cli_resends_and_redispatches_by_filter_and_a_running_worker_picks_t
     assert_eq!(texts, ["p0", "p1", "p1"], "only the missing part, once");
     let queued = printed(&run_cli(&app.db, &resend).await);
     assert_eq!(queued, json!({"queued": 0, "ids": [], "more": false}));
+}
+
+#[tokio::test]
+async fn the_cli_redispatches_by_filter_and_a_running_worker_answers_at_once_but_not_twice() {
+    let app = app().await;
+    let FailedBothWays {
+        platforms,
+        t,
+        _agent,
+        _worker,
+        bobs_turn,
+        ..
+    } = failed_both_ways(&app).await;
+    let bobs = "Does it come in another color?";
+    let tenant = t.p.tenant.to_string();
 
     let redispatch = ["messages", "redispatch", "--tenant", &tenant, "--user", "bob"];
     let queued = printed(&run_cli(&app.db, &redispatch).await);
     assert_eq!(queued, json!({"queued": 1, "ids": [bobs_turn], "more": false}));
     eventually("the redispatched turn is answered and delivered", || async {
-        status_of(bobs).await == Some(("executed".into(), true))
+        status_of(&app, &t, bobs).await == Some(("executed".into(), true))
     })
     .await;
     assert_eq!(platforms.sent_to(Platform::Whatsapp).len(), 1);
@@ -1293,6 +1476,13 @@ async fn the_cli_resends_and_redispatches_by_filter_and_a_running_worker_picks_t
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+#[tokio::test]
+async fn the_cli_refuses_to_redispatch_another_status_or_to_resend_an_unknown_message() {
+    let app = app().await;
+    let t = tenant_with_key(&app, "acme").await;
+    let tenant = t.p.tenant.to_string();
 
     let wrong = [
         "messages",

@@ -385,7 +385,7 @@ fn stderr(output: &Output) -> String {
 }
 
 #[tokio::test]
-async fn the_cli_lists_updates_and_deletes_connectors_and_links_with_the_key_from_the_environment() {
+async fn the_cli_lists_and_updates_connectors_with_the_key_from_the_environment() {
     let app = app().await;
     let (acme, key) = tenant_with_key(&app, "acme").await;
     let telegram = acme.telegram.to_string();
@@ -428,6 +428,13 @@ async fn the_cli_lists_updates_and_deletes_connectors_and_links_with_the_key_fro
         (name.as_str(), enabled, delivery.as_str(), format_markdown),
         ("Support bot", false, "at_least_once", true)
     );
+}
+
+#[tokio::test]
+async fn the_cli_rotates_a_verification_secret_read_from_standard_input_and_never_prints_it() {
+    let app = app().await;
+    let (acme, key) = tenant_with_key(&app, "acme").await;
+    let telegram = acme.telegram.to_string();
 
     // A new verification secret from standard input: rotated, never printed.
     let rotated = admin_cli(
@@ -440,6 +447,14 @@ async fn the_cli_lists_updates_and_deletes_connectors_and_links_with_the_key_fro
     let rotated = json_of(&rotated);
     assert!(rotated["previous_secret_expires_at"].is_string(), "{rotated}");
     assert!(!rotated.to_string().contains("a-brand-new-secret"));
+}
+
+#[tokio::test]
+async fn the_cli_deletes_a_connector_and_keeps_one_with_history_unless_purge() {
+    let app = app().await;
+    let (acme, key) = tenant_with_key(&app, "acme").await;
+    let telegram = acme.telegram.to_string();
+    let mut owner = app.db.owner_conn().await;
 
     let deleted = admin_cli(&app, As::Admin(&key), &["connectors", "delete", &telegram], None).await;
     assert_eq!(json_of(&deleted), json!({"deleted": "connector", "id": telegram}));
@@ -449,6 +464,40 @@ async fn the_cli_lists_updates_and_deletes_connectors_and_links_with_the_key_fro
         .await
         .unwrap();
     assert_eq!(connectors, 2);
+
+    // A connector with history is kept unless --purge: the API's message, exit status 1.
+    deliver(
+        &app,
+        &acme,
+        Platform::Slack,
+        slack_text("1700000000.000100", "hello"),
+    )
+    .await;
+    let slack = acme.slack.to_string();
+    let kept = admin_cli(&app, As::Admin(&key), &["connectors", "delete", &slack], None).await;
+    assert_eq!(kept.status.code(), Some(1));
+    assert!(
+        stderr(&kept).contains("the connector has message history"),
+        "{}",
+        stderr(&kept)
+    );
+    assert!(stderr(&kept).contains("409 conflict"), "{}", stderr(&kept));
+    stdout(
+        &admin_cli(
+            &app,
+            As::Admin(&key),
+            &["connectors", "delete", &slack, "--purge"],
+            None,
+        )
+        .await,
+    );
+}
+
+#[tokio::test]
+async fn the_cli_adds_lists_and_deletes_links() {
+    let app = app().await;
+    let (_, key) = tenant_with_key(&app, "acme").await;
+    let mut owner = app.db.owner_conn().await;
 
     let added = admin_cli(
         &app,
@@ -496,33 +545,6 @@ async fn the_cli_lists_updates_and_deletes_connectors_and_links_with_the_key_fro
         .await
         .unwrap();
     assert_eq!(left, 0);
-
-    // A connector with history is kept unless --purge: the API's message, exit status 1.
-    deliver(
-        &app,
-        &acme,
-        Platform::Slack,
-        slack_text("1700000000.000100", "hello"),
-    )
-    .await;
-    let slack = acme.slack.to_string();
-    let kept = admin_cli(&app, As::Admin(&key), &["connectors", "delete", &slack], None).await;
-    assert_eq!(kept.status.code(), Some(1));
-    assert!(
-        stderr(&kept).contains("the connector has message history"),
-        "{}",
-        stderr(&kept)
-    );
-    assert!(stderr(&kept).contains("409 conflict"), "{}", stderr(&kept));
-    stdout(
-        &admin_cli(
-            &app,
-            As::Admin(&key),
-            &["connectors", "delete", &slack, "--purge"],
-            None,
-        )
-        .await,
-    );
 }
 
 /// Five Telegram turns of alice's, the first three made `dispatch_failed` (no job left).

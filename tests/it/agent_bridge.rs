@@ -15,14 +15,14 @@ use channel_bridge::agent_bridge::upstream::UpstreamConfig;
 use channel_bridge::agent_bridge::{self, BridgeConfig};
 use channel_bridge::dispatch::payload::{ChannelOut, ChatMessage, DispatchOut};
 use channel_bridge::dispatch::signature;
-use channel_bridge::dispatch::{StepOutcome, Worker};
+use channel_bridge::dispatch::StepOutcome;
 use channel_bridge::domain::Platform;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
 use crate::support::fake_platforms::FakePlatforms;
 use crate::support::platforms::*;
-use crate::support::spawn_app;
+use crate::support::{spawn_app, worker};
 
 /// The Standard Webhooks reference secret.
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -540,12 +540,7 @@ async fn gateway_to_bridge_to_upstream_keeps_the_history_intact_over_three_turns
     let mut bridge = BridgeConfig::upstream(&tenant.dispatch_secret, upstream_config(&upstream));
     bridge.system_prompt = Some("You are the acme assistant.".into());
     let agent_url = spawn_bridge(bridge).await;
-    let mut settings = app.db.serve_settings();
-    settings.agent_url = Some(agent_url);
-    let worker = Worker::new(app.pool.clone(), Arc::new(settings), || {
-        chrono::Utc::now().timestamp()
-    })
-    .unwrap();
+    let worker = worker(&app, &agent_url, |_| {});
 
     // Alice on Telegram, then on Slack (one linked person), then Telegram again.
     deliver(&app, &tenant, Platform::Telegram, telegram_text(2001, "first")).await;
@@ -655,12 +650,7 @@ async fn gateway_to_streaming_bridge_shows_a_telegram_draft_and_delivers_the_ans
     let mut config = upstream_config(&upstream);
     config.stream = true;
     let agent_url = spawn_bridge(BridgeConfig::upstream(&tenant.dispatch_secret, config)).await;
-    let mut settings = app.db.serve_settings();
-    settings.agent_url = Some(agent_url);
-    let worker = Worker::new(app.pool.clone(), Arc::new(settings), || {
-        chrono::Utc::now().timestamp()
-    })
-    .unwrap();
+    let worker = worker(&app, &agent_url, |_| {});
     deliver(&app, &tenant, Platform::Telegram, telegram_text(2101, "stream")).await;
     assert!(matches!(worker.step().await.unwrap(), StepOutcome::Executed(_)));
     let finals = platforms.calls("sendMessage");

@@ -19,7 +19,7 @@ use serde_json::json;
 use crate::support::fake_agent::{FakeAgent, Reply};
 use crate::support::fake_platforms::FakePlatforms;
 use crate::support::platforms::*;
-use crate::support::{spawn_app, TestApp};
+use crate::support::{spawn_app, worker, TestApp};
 
 // ---------------------------------------------------------------------------------------
 // Browser harness
@@ -252,16 +252,6 @@ struct Seeded {
     connector: channel_bridge::domain::ConnectorId,
 }
 
-fn worker_for(app: &TestApp, agent: &FakeAgent) -> Worker {
-    let mut settings = app.db.serve_settings();
-    settings.agent_url = Some(agent.url.clone());
-    settings.dispatch.retry_base_ms = 0;
-    Worker::new(app.pool.clone(), Arc::new(settings), || {
-        chrono::Utc::now().timestamp()
-    })
-    .unwrap()
-}
-
 async fn admin_key(app: &TestApp, tenant: channel_bridge::domain::TenantId) -> String {
     channel_bridge::admin::operator::issue(&app.pool, tenant, "console")
         .await
@@ -278,7 +268,7 @@ async fn seeded(first_text: &str) -> Seeded {
     let globex = provision_tenant(&app.pool, "globex").await;
     let agent = FakeAgent::start(&acme.dispatch_secret).await;
     agent.script([Reply::Json(400, json!({"error": "bad payload"}), None)]);
-    let worker = Arc::new(worker_for(&app, &agent));
+    let worker = worker(&app, &agent.url, |_| {});
     deliver(&app, &acme, Platform::Telegram, telegram_text(7001, first_text)).await;
     deliver(
         &app,
@@ -636,7 +626,7 @@ async fn a_reply_telegram_refused_for_good_is_listed_as_failed_and_the_resend_bu
     let platforms = FakePlatforms::start().await;
     let acme = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&acme.dispatch_secret).await;
-    let worker = worker_for(&app, &agent);
+    let worker = worker(&app, &agent.url, |_| {});
     platforms.script(
         Platform::Telegram,
         [crate::support::fake_platforms::Answer::Status(
@@ -788,9 +778,59 @@ async fn audit_actions(app: &TestApp, tenant: channel_bridge::domain::TenantId) 
         .unwrap()
 }
 
+/// In the console: a Telegram connector added with `secret` typed into the form; its card's
+/// selector and its webhook path.
+async fn add_telegram_connector_in_console(
+    c: &Client,
+    app: &TestApp,
+    tenant: channel_bridge::domain::TenantId,
+    secret: &str,
+) -> (String, String) {
+    c.goto(&console(app, "/console/connectors")).await.unwrap();
+    click(c, "#new-connector summary").await;
+    choose(c, "#new-platform", "telegram").await;
+    type_into(c, "#new-name", "Console bot").await;
+    type_into(c, "#new-secret", secret).await;
+    click(c, "#create-connector").await;
+    wait_for_page(c, "/console/connectors", Some("notice=created")).await;
+    let url = c.current_url().await.unwrap();
+    let id: uuid::Uuid = url
+        .query_pairs()
+        .find(|(name, _)| name == "id")
+        .map(|(_, id)| id.parse().unwrap())
+        .expect("the page names the new connector");
+    let card = format!("#connector-{id}");
+    let hook = channel_bridge::provision::webhook_path(tenant, channel_bridge::domain::ConnectorId(id));
+    (card, hook)
+}
+
 #[tokio::test]
-async fn a_connector_added_in_the_console_takes_webhooks_signed_with_the_typed_secret_through_rotation_until_disabled(
-) {
+async fn a_connector_added_in_the_console_takes_webhooks_signed_with_the_typed_secret_which_it_never_shows() {
+    let app = spawn_app().await;
+    let acme = provision_tenant(&app.pool, "acme").await;
+    let issued = channel_bridge::admin::operator::issue(&app.pool, acme.tenant, "console")
+        .await
+        .unwrap();
+    let (_driver, client) = browser(Screen::Laptop).await;
+    let c = client.clone();
+    let first = "typed-in-the-console-1";
+    with_screenshot_on_failure(client, "connector_flow", async move {
+        sign_in_with(&c, &app, &issued.key).await;
+        // Add a Telegram connector with a secret typed into the form.
+        let (_, hook) = add_telegram_connector_in_console(&c, &app, acme.tenant, first).await;
+        let source = c.source().await.unwrap();
+        assert!(source.contains(&hook), "the webhook URL to register is shown");
+        assert!(!source.contains(first), "the secret is never shown");
+
+        // A webhook signed with the typed secret is accepted; another secret is not.
+        assert_eq!(telegram_hook(&app, &hook, first, 8001).await, 200);
+        assert_eq!(telegram_hook(&app, &hook, "a-guessed-secret", 8002).await, 401);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_connector_rotated_in_the_console_takes_both_secrets_until_disabled_and_each_change_is_audited() {
     let app = spawn_app().await;
     let acme = provision_tenant(&app.pool, "acme").await;
     let issued = channel_bridge::admin::operator::issue(&app.pool, acme.tenant, "console")
@@ -799,33 +839,9 @@ async fn a_connector_added_in_the_console_takes_webhooks_signed_with_the_typed_s
     let (_driver, client) = browser(Screen::Laptop).await;
     let c = client.clone();
     let (first, second) = ("typed-in-the-console-1", "rotated-in-the-console-2");
-    with_screenshot_on_failure(client, "connector_flow", async move {
+    with_screenshot_on_failure(client, "connector_rotation", async move {
         sign_in_with(&c, &app, &issued.key).await;
-        c.goto(&console(&app, "/console/connectors")).await.unwrap();
-
-        // Add a Telegram connector with a secret typed into the form.
-        click(&c, "#new-connector summary").await;
-        choose(&c, "#new-platform", "telegram").await;
-        type_into(&c, "#new-name", "Console bot").await;
-        type_into(&c, "#new-secret", first).await;
-        click(&c, "#create-connector").await;
-        wait_for_page(&c, "/console/connectors", Some("notice=created")).await;
-        let url = c.current_url().await.unwrap();
-        let id: uuid::Uuid = url
-            .query_pairs()
-            .find(|(name, _)| name == "id")
-            .map(|(_, id)| id.parse().unwrap())
-            .expect("the page names the new connector");
-        let card = format!("#connector-{id}");
-        let hook =
-            channel_bridge::provision::webhook_path(acme.tenant, channel_bridge::domain::ConnectorId(id));
-        let source = c.source().await.unwrap();
-        assert!(source.contains(&hook), "the webhook URL to register is shown");
-        assert!(!source.contains(first), "the secret is never shown");
-
-        // A webhook signed with the typed secret is accepted; another secret is not.
-        assert_eq!(telegram_hook(&app, &hook, first, 8001).await, 200);
-        assert_eq!(telegram_hook(&app, &hook, "a-guessed-secret", 8002).await, 401);
+        let (card, hook) = add_telegram_connector_in_console(&c, &app, acme.tenant, first).await;
 
         // Rotated with the default grace (24 h): the old and the new secret both work.
         click(&c, &format!("{card} details.rotate summary")).await;
@@ -893,16 +909,16 @@ async fn a_connector_added_in_the_console_takes_webhooks_signed_with_the_typed_s
     .await;
 }
 
-#[tokio::test]
-async fn links_added_in_the_console_group_a_users_turns_across_platforms_and_another_tenant_sees_no_user() {
-    let app = spawn_app().await;
-    let acme = tenant_without_links(&app, "acme").await;
+/// Tenant acme without links, a message from its Telegram account before any link, and
+/// globex whose own alice wrote too; acme's and globex's admin keys.
+async fn acme_and_globex(app: &TestApp) -> (Provisioned, String, String) {
+    let acme = tenant_without_links(app, "acme").await;
     let globex = provision_tenant(&app.pool, "globex").await;
-    let key = admin_key(&app, acme.tenant).await;
-    let other_key = admin_key(&app, globex.tenant).await;
+    let key = admin_key(app, acme.tenant).await;
+    let other_key = admin_key(app, globex.tenant).await;
     // globex's own alice writes too: acme's admin must not see her.
     deliver(
-        &app,
+        app,
         &globex,
         Platform::Telegram,
         telegram_text(7400, "globex secret plans"),
@@ -910,12 +926,52 @@ async fn links_added_in_the_console_group_a_users_turns_across_platforms_and_ano
     .await;
     // Before any link, the Telegram account is an unlinked sender.
     deliver(
-        &app,
+        app,
         &acme,
         Platform::Telegram,
         telegram_text(7401, "before the link"),
     )
     .await;
+
+    (acme, key, other_key)
+}
+
+/// In the console: alice's Slack and Telegram accounts linked to her.
+async fn link_alice_in_console(c: &Client, app: &TestApp) {
+    c.goto(&console(app, "/console/links")).await.unwrap();
+    c.find(Locator::Id("no-links")).await.unwrap();
+    for (platform, account) in [("slack", SLACK_USER), ("telegram", TELEGRAM_USER)] {
+        choose(c, "#link-platform", platform).await;
+        type_into(c, "#link-account", account).await;
+        type_into(c, "#link-user", "alice").await;
+        click(c, "#add-link").await;
+        wait_for_page(c, "/console/links", Some("notice=added")).await;
+        let link = format!(r#".link[data-account="{platform}:{account}"][data-user="alice"]"#);
+        c.find(Locator::Css(&link)).await.unwrap();
+    }
+}
+
+async fn alice_writes_on_both_platforms(app: &TestApp, acme: &Provisioned) {
+    deliver(
+        app,
+        acme,
+        Platform::Slack,
+        slack_text("1795339800.000100", "hello from slack"),
+    )
+    .await;
+    deliver(
+        app,
+        acme,
+        Platform::Telegram,
+        telegram_text(7402, "hello from telegram"),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn links_added_in_the_console_group_a_users_turns_across_platforms() {
+    let app = spawn_app().await;
+    let (acme, key, _) = acme_and_globex(&app).await;
 
     let (_driver, client) = browser(Screen::Laptop).await;
     let c = client.clone();
@@ -929,33 +985,10 @@ async fn links_added_in_the_console_group_a_users_turns_across_platforms_and_ano
         );
 
         // Link the person's Slack and Telegram accounts to alice.
-        c.goto(&console(&app, "/console/links")).await.unwrap();
-        c.find(Locator::Id("no-links")).await.unwrap();
-        for (platform, account) in [("slack", SLACK_USER), ("telegram", TELEGRAM_USER)] {
-            choose(&c, "#link-platform", platform).await;
-            type_into(&c, "#link-account", account).await;
-            type_into(&c, "#link-user", "alice").await;
-            click(&c, "#add-link").await;
-            wait_for_page(&c, "/console/links", Some("notice=added")).await;
-            let link = format!(r#".link[data-account="{platform}:{account}"][data-user="alice"]"#);
-            c.find(Locator::Css(&link)).await.unwrap();
-        }
+        link_alice_in_console(&c, &app).await;
 
         // alice writes on both platforms: one user, one conversation.
-        deliver(
-            &app,
-            &acme,
-            Platform::Slack,
-            slack_text("1795339800.000100", "hello from slack"),
-        )
-        .await;
-        deliver(
-            &app,
-            &acme,
-            Platform::Telegram,
-            telegram_text(7402, "hello from telegram"),
-        )
-        .await;
+        alice_writes_on_both_platforms(&app, &acme).await;
         c.goto(&console(&app, "/console/users")).await.unwrap();
         let alice = c.find(Locator::Css(r#".user[data-user="alice"]"#)).await.unwrap();
         let card = alice.text().await.unwrap();
@@ -977,6 +1010,21 @@ async fn links_added_in_the_console_group_a_users_turns_across_platforms_and_ano
             !page.contains("before the link"),
             "that turn is the unlinked sender's"
         );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_link_removed_in_the_console_leaves_the_list_is_audited_and_another_tenant_sees_no_user() {
+    let app = spawn_app().await;
+    let (acme, key, other_key) = acme_and_globex(&app).await;
+
+    let (_driver, client) = browser(Screen::Laptop).await;
+    let c = client.clone();
+    with_screenshot_on_failure(client, "links_removed", async move {
+        sign_in_with(&c, &app, &key).await;
+        link_alice_in_console(&c, &app).await;
+        alice_writes_on_both_platforms(&app, &acme).await;
 
         // Unlinked again, the Telegram account drops out of the link list.
         c.goto(&console(&app, "/console/links")).await.unwrap();

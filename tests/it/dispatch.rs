@@ -15,18 +15,7 @@ use tokio::sync::Semaphore;
 use crate::support::fake_agent::{FakeAgent, Reply};
 use crate::support::fake_platforms::FakePlatforms;
 use crate::support::platforms::*;
-use crate::support::{spawn_app, TestApp};
-
-fn worker_for(app: &TestApp, agent: &FakeAgent, tweak: impl FnOnce(&mut ServeSettings)) -> Worker {
-    let mut settings = app.db.serve_settings();
-    settings.agent_url = Some(agent.url.clone());
-    settings.dispatch.retry_base_ms = 0;
-    tweak(&mut settings);
-    Worker::new(app.pool.clone(), Arc::new(settings), || {
-        chrono::Utc::now().timestamp()
-    })
-    .unwrap()
-}
+use crate::support::{spawn_app, worker, Pipeline, TestApp};
 
 fn user(text: &str) -> ChatMessage {
     ChatMessage::user(text)
@@ -65,11 +54,14 @@ async fn queue_len(app: &TestApp) -> i64 {
 
 #[tokio::test]
 async fn a_three_turn_conversation_gives_each_dispatch_exactly_the_earlier_turns_then_the_new_one() {
-    let app = spawn_app().await;
-    let platforms = FakePlatforms::start().await;
-    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
-    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let worker = worker_for(&app, &agent, |_| {});
+    let Pipeline {
+        app,
+        platforms: _platforms,
+        tenant,
+        agent,
+        worker,
+        ..
+    } = Pipeline::start().await;
 
     deliver(&app, &tenant, Platform::Telegram, telegram_text(1001, "first")).await;
     let first = executed(&worker).await;
@@ -161,12 +153,15 @@ async fn seed_turn(
 
 #[tokio::test]
 async fn history_is_the_newest_12_terminal_turns_of_the_same_tenant_and_user_oldest_first() {
-    let app = spawn_app().await;
-    let platforms = FakePlatforms::start().await;
-    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
+    let Pipeline {
+        app,
+        platforms: _platforms,
+        tenant,
+        agent,
+        worker,
+        ..
+    } = Pipeline::start().await;
     let other_tenant = provision_tenant(&app.pool, "other").await;
-    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let worker = worker_for(&app, &agent, |_| {});
 
     for i in 1..=15 {
         let status = match i {
@@ -224,9 +219,14 @@ async fn history_is_the_newest_12_terminal_turns_of_the_same_tenant_and_user_old
 
 #[tokio::test]
 async fn an_unlinked_sender_allowed_by_policy_has_a_history_of_their_own() {
-    let app = spawn_app().await;
-    let platforms = FakePlatforms::start().await;
-    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
+    let Pipeline {
+        app,
+        platforms: _platforms,
+        tenant,
+        agent,
+        worker,
+        ..
+    } = Pipeline::start().await;
     let mut owner = app.db.owner_conn().await;
     sqlx::query("delete from channel_links where platform = 'telegram'")
         .execute(&mut owner)
@@ -236,8 +236,6 @@ async fn an_unlinked_sender_allowed_by_policy_has_a_history_of_their_own() {
         .execute(&mut owner)
         .await
         .unwrap();
-    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let worker = worker_for(&app, &agent, |_| {});
 
     deliver(&app, &tenant, Platform::Telegram, telegram_text(3001, "hello")).await;
     executed(&worker).await;
@@ -277,10 +275,7 @@ async fn three_quick_messages_with_a_slow_agent_and_two_workers_are_dispatched_s
     let gate = Arc::new(Semaphore::new(0));
     let agent = FakeAgent::start_gated(&tenant.dispatch_secret, gate.clone()).await;
     let tweak = |s: &mut ServeSettings| s.dispatch.poll_interval_ms = 20;
-    let workers = [
-        Arc::new(worker_for(&app, &agent, tweak)),
-        Arc::new(worker_for(&app, &agent, tweak)),
-    ];
+    let workers = [worker(&app, &agent.url, tweak), worker(&app, &agent.url, tweak)];
 
     for (i, text) in ["one", "two", "three"].into_iter().enumerate() {
         deliver(
@@ -331,15 +326,18 @@ async fn three_quick_messages_with_a_slow_agent_and_two_workers_are_dispatched_s
 
 #[tokio::test]
 async fn agent_500_twice_then_200_is_executed_after_3_attempts() {
-    let app = spawn_app().await;
-    let platforms = FakePlatforms::start().await;
-    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
-    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
+    let Pipeline {
+        app,
+        platforms: _platforms,
+        tenant,
+        agent,
+        worker,
+        ..
+    } = Pipeline::start().await;
     agent.script([
         Reply::Json(500, json!({"error": "boom"}), None),
         Reply::Json(503, json!({"error": "busy"}), None),
     ]);
-    let worker = worker_for(&app, &agent, |_| {});
     deliver(&app, &tenant, Platform::Telegram, telegram_text(5001, "retry me")).await;
 
     let first = worker.step().await.unwrap();
@@ -360,12 +358,15 @@ async fn agent_500_twice_then_200_is_executed_after_3_attempts() {
 
 #[tokio::test]
 async fn agent_400_fails_at_once_and_releases_the_conversation() {
-    let app = spawn_app().await;
-    let platforms = FakePlatforms::start().await;
-    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
-    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
+    let Pipeline {
+        app,
+        platforms: _platforms,
+        tenant,
+        agent,
+        worker,
+        ..
+    } = Pipeline::start().await;
     agent.script([Reply::Json(400, json!({"error": "bad payload"}), None)]);
-    let worker = worker_for(&app, &agent, |_| {});
     deliver(&app, &tenant, Platform::Telegram, telegram_text(6001, "refused")).await;
     deliver(&app, &tenant, Platform::Telegram, telegram_text(6002, "next")).await;
 
@@ -391,15 +392,21 @@ async fn agent_400_fails_at_once_and_releases_the_conversation() {
 
 #[tokio::test]
 async fn retries_stop_at_the_attempt_limit_with_the_last_error_kept() {
-    let app = spawn_app().await;
-    let platforms = FakePlatforms::start().await;
-    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
-    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
+    let Pipeline {
+        app,
+        platforms: _platforms,
+        tenant,
+        agent,
+        worker,
+        ..
+    } = Pipeline::builder()
+        .settings(|s| s.dispatch.max_attempts = 2)
+        .start()
+        .await;
     agent.script([
         Reply::Json(502, json!({}), None),
         Reply::Raw("<html>not an answer</html>"),
     ]);
-    let worker = worker_for(&app, &agent, |s| s.dispatch.max_attempts = 2);
     deliver(&app, &tenant, Platform::Telegram, telegram_text(7001, "doomed")).await;
 
     assert!(matches!(worker.step().await.unwrap(), StepOutcome::Retrying(_)));
@@ -418,12 +425,15 @@ async fn retries_stop_at_the_attempt_limit_with_the_last_error_kept() {
 
 #[tokio::test]
 async fn a_429_is_retried_no_sooner_than_its_retry_after() {
-    let app = spawn_app().await;
-    let platforms = FakePlatforms::start().await;
-    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
-    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
+    let Pipeline {
+        app,
+        platforms: _platforms,
+        tenant,
+        agent,
+        worker,
+        ..
+    } = Pipeline::start().await;
     agent.script([Reply::Json(429, json!({"error": "slow down"}), Some(30))]);
-    let worker = worker_for(&app, &agent, |_| {});
     deliver(&app, &tenant, Platform::Telegram, telegram_text(8001, "patience")).await;
 
     let outcome = worker.step().await.unwrap();
@@ -453,13 +463,16 @@ async fn a_429_is_retried_no_sooner_than_its_retry_after() {
 
 #[tokio::test]
 async fn a_worker_killed_mid_call_is_replaced_after_the_lease_with_the_same_idempotency_key() {
-    let app = spawn_app().await;
-    let platforms = FakePlatforms::start().await;
-    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
-    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
+    let Pipeline {
+        app,
+        platforms: _platforms,
+        tenant,
+        agent,
+        worker: doomed,
+        ..
+    } = Pipeline::start().await;
     agent.script([Reply::Hang]);
-    let doomed = Arc::new(worker_for(&app, &agent, |_| {}));
-    let survivor = worker_for(&app, &agent, |_| {});
+    let survivor = worker(&app, &agent.url, |_| {});
     deliver(&app, &tenant, Platform::Telegram, telegram_text(9001, "survive")).await;
 
     let killed = tokio::spawn({
@@ -492,11 +505,14 @@ async fn a_worker_killed_mid_call_is_replaced_after_the_lease_with_the_same_idem
 
 #[tokio::test]
 async fn a_failed_history_read_still_dispatches_with_empty_history() {
-    let app = spawn_app().await;
-    let platforms = FakePlatforms::start().await;
-    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
-    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let worker = worker_for(&app, &agent, |_| {});
+    let Pipeline {
+        app,
+        platforms: _platforms,
+        tenant,
+        agent,
+        worker,
+        ..
+    } = Pipeline::start().await;
     if crate::support::citus::enabled() {
         eprintln!(
             "skipped on Citus: a policy added while the gateway runs does not make Citus's history read fail"
@@ -529,10 +545,14 @@ async fn a_failed_history_read_still_dispatches_with_empty_history() {
 
 #[tokio::test]
 async fn a_multi_part_answer_gives_one_reply_part_row_per_part_in_order() {
-    let app = spawn_app().await;
-    let platforms = FakePlatforms::start().await;
-    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
-    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
+    let Pipeline {
+        app,
+        platforms,
+        tenant,
+        agent,
+        worker,
+        ..
+    } = Pipeline::start().await;
     agent.script([Reply::Json(
         200,
         json!({"messages": [
@@ -543,7 +563,6 @@ async fn a_multi_part_answer_gives_one_reply_part_row_per_part_in_order() {
         ]}),
         None,
     )]);
-    let worker = worker_for(&app, &agent, |_| {});
     deliver(
         &app,
         &tenant,
@@ -602,11 +621,17 @@ async fn the_serving_application_dispatches_on_its_own_after_a_webhook() {
 
 #[tokio::test]
 async fn a_job_whose_preparation_fails_backs_off_instead_of_being_claimed_again_at_once() {
-    let app = spawn_app().await;
-    let platforms = FakePlatforms::start().await;
-    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
-    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let worker = worker_for(&app, &agent, |s| s.dispatch.retry_base_ms = 60_000);
+    let Pipeline {
+        app,
+        platforms: _platforms,
+        tenant,
+        agent,
+        worker,
+        ..
+    } = Pipeline::builder()
+        .settings(|s| s.dispatch.retry_base_ms = 60_000)
+        .start()
+        .await;
     deliver(&app, &tenant, Platform::Telegram, telegram_text(9401, "hello")).await;
 
     // The tenant row cannot be read: preparing fails after the claim, in its transaction.

@@ -9,10 +9,9 @@ use std::time::{Duration, Instant};
 use channel_bridge::db::queue::ClaimRequest;
 use channel_bridge::dispatch::dispatcher::Dispatcher;
 use channel_bridge::dispatch::wakeup::Wakeup;
-use channel_bridge::dispatch::{StepOutcome, Worker};
+use channel_bridge::dispatch::StepOutcome;
 use channel_bridge::domain::{MessageId, Platform, TenantId};
 use channel_bridge::provision;
-use channel_bridge::settings::ServeSettings;
 use serde_json::json;
 use tokio::sync::{watch, Semaphore};
 
@@ -20,20 +19,7 @@ use crate::support::db_proxy::{upstream_addr, DbProxy};
 use crate::support::fake_agent::{FakeAgent, Reply};
 use crate::support::fake_platforms::{Answer, FakePlatforms};
 use crate::support::platforms::*;
-use crate::support::{eventually, spawn_app, spawn_app_with, TestApp};
-
-fn worker(app: &TestApp, agent_url: Option<&str>, tweak: impl FnOnce(&mut ServeSettings)) -> Arc<Worker> {
-    let mut settings = app.db.serve_settings();
-    settings.agent_url = agent_url.map(str::to_owned);
-    settings.dispatch.retry_base_ms = 0;
-    tweak(&mut settings);
-    Arc::new(
-        Worker::new(app.pool.clone(), Arc::new(settings), || {
-            chrono::Utc::now().timestamp()
-        })
-        .unwrap(),
-    )
-}
+use crate::support::{eventually, spawn_app, spawn_app_with, worker, worker_with, TestApp};
 
 /// Telegram sender ids of the extra people `link_people` creates.
 fn person(n: usize) -> String {
@@ -113,10 +99,7 @@ async fn a_batch_claim_takes_one_head_per_conversation_and_two_instances_never_s
             deliver(&app, &tenant, Platform::Telegram, body).await;
         }
     }
-    let (a, b) = (
-        worker(&app, Some(&agent.url), |_| {}),
-        worker(&app, Some(&agent.url), |_| {}),
-    );
+    let (a, b) = (worker(&app, &agent.url, |_| {}), worker(&app, &agent.url, |_| {}));
 
     // Two instances claim at the same moment, each asking for more than there are heads.
     let ten = request(10);
@@ -154,7 +137,7 @@ async fn the_dispatcher_keeps_exactly_its_capacity_of_agent_calls_in_flight() {
         let body = telegram_from(2000 + n as i64, &person(n), &format!("hello {n}"));
         deliver(&app, &tenant, Platform::Telegram, body).await;
     }
-    let dispatcher = Dispatcher::new(worker(&app, Some(&agent.url), |s| {
+    let dispatcher = Dispatcher::new(worker(&app, &agent.url, |s| {
         s.max_in_flight = 3;
         s.tenant_share_percent = 100;
     }));
@@ -202,7 +185,7 @@ async fn a_tenant_at_its_cap_does_not_block_another_tenants_fresh_message() {
         deliver(&app, &busy, Platform::Telegram, body).await;
     }
     deliver(&app, &quiet, Platform::Telegram, telegram_text(3100, "quiet one")).await;
-    let dispatcher = Dispatcher::new(worker(&app, None, |s| s.max_in_flight = 10));
+    let dispatcher = Dispatcher::new(worker_with(&app, |s| s.max_in_flight = 10));
     let stop = run_dispatcher(&dispatcher);
 
     // The busy tenant's agent holds its two calls; the quiet tenant is answered meanwhile.
@@ -255,7 +238,7 @@ async fn a_lease_is_renewed_while_a_slow_platform_posts_and_every_part_is_posted
     let slow = Arc::new(Semaphore::new(0));
     platforms.script(Platform::Slack, [Answer::OkWhenReleased(slow.clone())]);
     // A short lease, renewed every 2 s; the platform may take up to 5 s.
-    let dispatcher = Dispatcher::new(worker(&app, Some(&agent.url), |s| {
+    let dispatcher = Dispatcher::new(worker(&app, &agent.url, |s| {
         s.dispatch.lease_secs = 6;
         s.dispatch.agent_timeout_secs = 1;
         s.dispatch.platform_timeout_secs = 5;
@@ -269,7 +252,7 @@ async fn a_lease_is_renewed_while_a_slow_platform_posts_and_every_part_is_posted
         lease_end(&app).await > first_end
     })
     .await;
-    let other = worker(&app, Some(&agent.url), |_| {});
+    let other = worker(&app, &agent.url, |_| {});
     assert_eq!(
         other.step().await.unwrap(),
         StepOutcome::Empty,
@@ -299,7 +282,7 @@ async fn a_holder_that_lost_its_lease_stops_before_its_next_part() {
     three_part_slack_turn(&app, &tenant, &agent).await;
     let slow = Arc::new(Semaphore::new(0));
     platforms.script(Platform::Slack, [Answer::OkWhenReleased(slow.clone())]);
-    let stale = worker(&app, Some(&agent.url), |_| {});
+    let stale = worker(&app, &agent.url, |_| {});
     let holder = tokio::spawn({
         let stale = stale.clone();
         async move { stale.step().await }
@@ -314,7 +297,7 @@ async fn a_holder_that_lost_its_lease_stops_before_its_next_part() {
         .await
         .unwrap();
     // (It looks in the thread at once rather than waiting for Slack's confirmation event.)
-    let successor = worker(&app, Some(&agent.url), |s| s.dispatch.slack_confirm_secs = 0);
+    let successor = worker(&app, &agent.url, |s| s.dispatch.slack_confirm_secs = 0);
     let outcome = successor.step().await.unwrap();
     assert!(matches!(outcome, StepOutcome::Delivered(_)), "{outcome:?}");
 
@@ -343,7 +326,7 @@ async fn an_agent_down_for_many_attempts_still_answers_every_turn_in_order_once_
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
     // More failures than the old limit of 5 attempts (about 12 s of backoff).
     agent.script((0..8).map(|_| Reply::Json(503, json!({"error": "restarting"}), None)));
-    let worker = worker(&app, Some(&agent.url), |_| {});
+    let worker = worker(&app, &agent.url, |_| {});
     deliver(&app, &tenant, Platform::Telegram, telegram_text(4001, "first")).await;
     deliver(&app, &tenant, Platform::Telegram, telegram_text(4002, "second")).await;
 
@@ -400,7 +383,7 @@ async fn a_turn_fails_for_good_once_its_retry_horizon_has_passed() {
     let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
     agent.script([Reply::Json(503, json!({}), None)]);
-    let worker = worker(&app, Some(&agent.url), |s| s.dispatch.retry_horizon_secs = 3600);
+    let worker = worker(&app, &agent.url, |s| s.dispatch.retry_horizon_secs = 3600);
     deliver(&app, &tenant, Platform::Telegram, telegram_text(4101, "too late")).await;
     let mut owner = app.db.owner_conn().await;
     sqlx::query("update dispatch_queue set enqueued_at = now() - interval '2 hours'")
@@ -461,7 +444,7 @@ async fn changes_of_several_turns_applied_together_each_get_their_own_outcome() 
         let body = telegram_from(5000 + n as i64, &person(n), &format!("turn {n}"));
         deliver(&app, &tenant, Platform::Telegram, body).await;
     }
-    let worker = worker(&app, None, |_| {});
+    let worker = worker_with(&app, |_| {});
     let mut jobs: Vec<_> = worker
         .claim(&request(3))
         .await
@@ -575,7 +558,7 @@ async fn a_reply_that_outlasts_the_lease_is_posted_once_across_two_instances() {
         ],
     );
     let instance = || {
-        Dispatcher::new(worker(&app, Some(&agent.url), |s| {
+        Dispatcher::new(worker(&app, &agent.url, |s| {
             s.dispatch.lease_secs = 6;
             s.dispatch.agent_timeout_secs = 4;
             s.dispatch.platform_timeout_secs = 5;
@@ -636,7 +619,7 @@ async fn a_bots_flood_control_holds_all_its_sends_not_each_turn_on_its_own_clock
         let body = telegram_from(6000 + n as i64, &person(n), &format!("hello {n}"));
         deliver(&app, &tenant, Platform::Telegram, body).await;
     }
-    let dispatcher = Dispatcher::new(worker(&app, Some(&agent.url), |s| {
+    let dispatcher = Dispatcher::new(worker(&app, &agent.url, |s| {
         s.max_in_flight = 16;
         s.tenant_share_percent = 100;
     }));
@@ -681,10 +664,7 @@ async fn a_429_met_by_one_instance_holds_the_connectors_sends_on_another() {
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
     link_people(&app, tenant.tenant, 2).await;
     platforms.flood_control(Platform::Telegram, Instant::now() + Duration::from_secs(60), 30);
-    let (first, second) = (
-        worker(&app, Some(&agent.url), |_| {}),
-        worker(&app, Some(&agent.url), |_| {}),
-    );
+    let (first, second) = (worker(&app, &agent.url, |_| {}), worker(&app, &agent.url, |_| {}));
 
     deliver(
         &app,

@@ -73,17 +73,13 @@ fn ssrf_shapes(port: u16) -> Vec<String> {
 }
 
 /// A worker driven step by step whose policy is `allow` (empty: public addresses only).
-fn worker(app: &TestApp, allow: &str, agent_url: Option<String>) -> Worker {
-    let mut settings = app.db.serve_settings();
-    settings.egress = EgressSettings {
-        allow: EgressPolicy::parse(allow).unwrap(),
-    };
-    settings.agent_url = agent_url;
-    settings.dispatch.retry_base_ms = 0;
-    Worker::new(app.pool.clone(), Arc::new(settings), || {
-        chrono::Utc::now().timestamp()
+fn worker(app: &TestApp, allow: &str, agent_url: Option<String>) -> Arc<Worker> {
+    crate::support::worker_with(app, |settings| {
+        settings.egress = EgressSettings {
+            allow: EgressPolicy::parse(allow).unwrap(),
+        };
+        settings.agent_url = agent_url;
     })
-    .unwrap()
 }
 
 async fn admin_key(app: &TestApp, tenant: &Provisioned) -> String {

@@ -2,109 +2,51 @@
 //! platform stand-ins receive, split outside code blocks, Telegram with `parse_mode=HTML`;
 //! and plain text, as before, for a connector that turns conversion off.
 
-use std::sync::Arc;
-
-use channel_bridge::dispatch::{StepOutcome, Worker};
 use channel_bridge::domain::{MessageId, Platform};
 use channel_bridge::platforms::telegram::format::visible_units;
 use serde_json::{json, Value};
 
-use crate::support::fake_agent::{FakeAgent, Reply};
-use crate::support::fake_platforms::{Answer, FakePlatforms, Sent};
+use crate::support::fake_agent::Reply;
+use crate::support::fake_platforms::{Answer, Sent};
 use crate::support::platforms::*;
-use crate::support::{spawn_app, TestApp};
+use crate::support::Pipeline;
 
 const MARKDOWN: &str = "**Sure!** Use `a < b` and *see* [the docs](https://example.com/d?x=1&y=2).\n\n\
 ```python\nprint(\"<hi>\")\n```\n\n- one\n- ~~two~~";
 
-struct Setup {
-    /// Makes each user message unique (platforms' dedupe keys).
-    seq: std::sync::atomic::AtomicI64,
-    app: TestApp,
-    platforms: FakePlatforms,
-    agent: FakeAgent,
-    tenant: Provisioned,
-    worker: Arc<Worker>,
+/// A user's message on `platform` answered with `answer`; the platform's requests.
+async fn answered(s: &Pipeline, platform: Platform, answer: &str) -> (MessageId, Vec<Sent>) {
+    s.agent
+        .script([Reply::Json(200, json!({ "content": answer }), None)]);
+    let before = s.platforms.sent_to(platform).len();
+    let n = s.next_id();
+    let body = match platform {
+        Platform::Slack => slack_text(&format!("17180009{n:02}.000100"), "format please"),
+        Platform::Telegram => telegram_text(12_000 + n, "format please"),
+        Platform::Whatsapp => {
+            let mut body: Value = serde_json::from_slice(&fixture(Platform::Whatsapp, "text")).unwrap();
+            body["entry"][0]["changes"][0]["value"]["messages"][0]["id"] = format!("wamid.format{n}").into();
+            serde_json::to_vec(&body).unwrap()
+        }
+    };
+    s.deliver(platform, body).await;
+    let id = s.step_executed().await;
+    let sent = s.platforms.sent_to(platform).split_off(before);
+    (id, sent)
 }
 
-async fn setup() -> Setup {
-    let app = spawn_app().await;
-    let platforms = FakePlatforms::start().await;
-    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
-    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let worker = Arc::new(crate::support::worker(&app, &agent.url, |settings| {
-        settings.dispatch.retry_base_ms = 0;
-    }));
-    Setup {
-        seq: Default::default(),
-        app,
-        platforms,
-        agent,
-        tenant,
-        worker,
-    }
-}
-
-impl Setup {
-    /// A user's message on `platform` answered with `answer`; the platform's requests.
-    async fn answered(&self, platform: Platform, answer: &str) -> (MessageId, Vec<Sent>) {
-        self.agent
-            .script([Reply::Json(200, json!({ "content": answer }), None)]);
-        let before = self.platforms.sent_to(platform).len();
-        let n = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let body = match platform {
-            Platform::Slack => slack_text(&format!("17180009{n:02}.000100"), "format please"),
-            Platform::Telegram => telegram_text(12_000 + n, "format please"),
-            Platform::Whatsapp => {
-                let mut body: Value = serde_json::from_slice(&fixture(Platform::Whatsapp, "text")).unwrap();
-                body["entry"][0]["changes"][0]["value"]["messages"][0]["id"] =
-                    format!("wamid.format{n}").into();
-                serde_json::to_vec(&body).unwrap()
-            }
-        };
-        deliver(&self.app, &self.tenant, platform, body).await;
-        let id = match self.worker.step().await.unwrap() {
-            StepOutcome::Executed(id) => id,
-            other => panic!("expected an executed dispatch, got {other:?}"),
-        };
-        let sent = self.platforms.sent_to(platform).split_off(before);
-        (id, sent)
-    }
-
-    /// A connector change through the admin API; the connector as it answers.
-    async fn patch_connector(&self, platform: Platform, patch: Value) -> Value {
-        let key = channel_bridge::admin::operator::issue(&self.app.pool, self.tenant.tenant, "ci")
-            .await
-            .unwrap()
-            .key;
-        let path = format!("/v1/admin/connectors/{}", self.tenant.connector(platform));
-        let response = self
-            .app
-            .client
-            .patch(self.app.url(&path))
-            .bearer_auth(key)
-            .json(&patch)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
-        response.json().await.unwrap()
-    }
-
-    async fn delivered(&self, message: MessageId) -> bool {
-        let mut owner = self.app.db.owner_conn().await;
-        sqlx::query_scalar("select delivered_at is not null from channel_messages where id = $1")
-            .bind(message)
-            .fetch_one(&mut owner)
-            .await
-            .unwrap()
-    }
+/// A connector change through the admin API; the connector as it answers.
+async fn patch_connector(s: &Pipeline, platform: Platform, patch: Value) -> Value {
+    let path = format!("/v1/admin/connectors/{}", s.tenant.connector(platform));
+    let (status, connector) = s.admin(reqwest::Method::PATCH, &path, Some(patch)).await;
+    assert_eq!(status, 200);
+    connector
 }
 
 #[tokio::test]
 async fn markdown_reaches_slack_as_mrkdwn() {
-    let s = setup().await;
-    let (id, sent) = s.answered(Platform::Slack, MARKDOWN).await;
+    let s = Pipeline::start().await;
+    let (id, sent) = answered(&s, Platform::Slack, MARKDOWN).await;
     assert_eq!(sent.len(), 1);
     assert_eq!(
         sent[0].text(),
@@ -116,8 +58,8 @@ async fn markdown_reaches_slack_as_mrkdwn() {
 
 #[tokio::test]
 async fn markdown_reaches_telegram_as_html_with_parse_mode() {
-    let s = setup().await;
-    let (id, sent) = s.answered(Platform::Telegram, MARKDOWN).await;
+    let s = Pipeline::start().await;
+    let (id, sent) = answered(&s, Platform::Telegram, MARKDOWN).await;
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].body["parse_mode"], "HTML");
     assert_eq!(
@@ -131,8 +73,8 @@ async fn markdown_reaches_telegram_as_html_with_parse_mode() {
 
 #[tokio::test]
 async fn markdown_reaches_whatsapp_with_its_markers_and_links_as_text() {
-    let s = setup().await;
-    let (id, sent) = s.answered(Platform::Whatsapp, MARKDOWN).await;
+    let s = Pipeline::start().await;
+    let (id, sent) = answered(&s, Platform::Whatsapp, MARKDOWN).await;
     assert_eq!(sent.len(), 1);
     assert_eq!(
         sent[0].text(),
@@ -144,23 +86,21 @@ async fn markdown_reaches_whatsapp_with_its_markers_and_links_as_text() {
 
 #[tokio::test]
 async fn a_connector_with_formatting_off_posts_the_markdown_as_plain_text() {
-    let s = setup().await;
+    let s = Pipeline::start().await;
     for platform in Platform::ALL {
-        let connector = s
-            .patch_connector(platform, json!({"format_markdown": false}))
-            .await;
+        let connector = patch_connector(&s, platform, json!({"format_markdown": false})).await;
         assert_eq!(connector["format_markdown"], false);
     }
-    let (_, telegram) = s.answered(Platform::Telegram, MARKDOWN).await;
+    let (_, telegram) = answered(&s, Platform::Telegram, MARKDOWN).await;
     assert_eq!(telegram.len(), 1);
     assert!(
         telegram[0].body.get("parse_mode").is_none(),
         "plain text has no parse_mode"
     );
     assert_eq!(telegram[0].text(), MARKDOWN);
-    let (_, whatsapp) = s.answered(Platform::Whatsapp, MARKDOWN).await;
+    let (_, whatsapp) = answered(&s, Platform::Whatsapp, MARKDOWN).await;
     assert_eq!(whatsapp[0].text(), MARKDOWN);
-    let (_, slack) = s.answered(Platform::Slack, "**a** < b").await;
+    let (_, slack) = answered(&s, Platform::Slack, "**a** < b").await;
     assert_eq!(
         slack[0].text(),
         "**a** &lt; b",
@@ -168,18 +108,16 @@ async fn a_connector_with_formatting_off_posts_the_markdown_as_plain_text() {
     );
 
     // And back on: the next answer is formatted again.
-    let connector = s
-        .patch_connector(Platform::Telegram, json!({"format_markdown": true}))
-        .await;
+    let connector = patch_connector(&s, Platform::Telegram, json!({"format_markdown": true})).await;
     assert_eq!(connector["format_markdown"], true);
-    let (_, again) = s.answered(Platform::Telegram, "**a**").await;
+    let (_, again) = answered(&s, Platform::Telegram, "**a**").await;
     assert_eq!(again[0].text(), "<b>a</b>");
     assert_eq!(again[0].body["parse_mode"], "HTML");
 }
 
 #[tokio::test]
 async fn a_code_block_longer_than_telegrams_limit_arrives_split_outside_the_fence() {
-    let s = setup().await;
+    let s = Pipeline::start().await;
     let lines: Vec<String> = (0..500)
         .map(|i| format!("    total += values[{i}] * 2  # <{i}> & more"))
         .collect();
@@ -187,7 +125,7 @@ async fn a_code_block_longer_than_telegrams_limit_arrives_split_outside_the_fenc
         "Here is **the code**:\n\n```python\ndef f(values):\n{}\n```\n\nDone.",
         lines.join("\n")
     );
-    let (id, sent) = s.answered(Platform::Telegram, &answer).await;
+    let (id, sent) = answered(&s, Platform::Telegram, &answer).await;
     assert!(sent.len() >= 5, "{} parts", sent.len());
     for part in &sent {
         let html = part.text();
@@ -223,7 +161,7 @@ async fn a_code_block_longer_than_telegrams_limit_arrives_split_outside_the_fenc
 
 #[tokio::test]
 async fn a_formatted_part_telegram_refuses_is_sent_again_as_plain_text() {
-    let s = setup().await;
+    let s = Pipeline::start().await;
     s.platforms.script(
         Platform::Telegram,
         [Answer::Status(
@@ -233,7 +171,7 @@ async fn a_formatted_part_telegram_refuses_is_sent_again_as_plain_text() {
             None,
         )],
     );
-    let (id, sent) = s.answered(Platform::Telegram, "**bold** answer").await;
+    let (id, sent) = answered(&s, Platform::Telegram, "**bold** answer").await;
     assert_eq!(sent.len(), 2);
     assert_eq!(sent[0].body["parse_mode"], "HTML");
     assert_eq!(sent[0].text(), "<b>bold</b> answer");
@@ -244,7 +182,7 @@ async fn a_formatted_part_telegram_refuses_is_sent_again_as_plain_text() {
 
 #[tokio::test]
 async fn connectors_are_created_formatting_by_default_and_can_be_created_plain() {
-    let s = setup().await;
+    let s = Pipeline::start().await;
     let key = channel_bridge::admin::operator::issue(&s.app.pool, s.tenant.tenant, "ci")
         .await
         .unwrap()

@@ -4,85 +4,48 @@
 //! other choices. The admin API shows the same history the worker sends.
 
 use channel_bridge::dispatch::payload::ChatMessage;
-use channel_bridge::dispatch::{StepOutcome, Worker};
 use channel_bridge::domain::Platform;
 use serde_json::{json, Value};
 
-use crate::support::fake_agent::FakeAgent;
-use crate::support::fake_platforms::FakePlatforms;
 use crate::support::platforms::*;
-use crate::support::{spawn_app, TestApp};
+use crate::support::Pipeline;
 
-struct Setup {
-    app: TestApp,
-    tenant: Provisioned,
-    agent: FakeAgent,
-    worker: Worker,
-    key: String,
-    _platforms: FakePlatforms,
-}
-
-async fn setup() -> Setup {
-    let app = spawn_app().await;
-    let platforms = FakePlatforms::start().await;
-    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
-    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let worker = crate::support::worker(&app, &agent.url, |settings| {
-        settings.config_cache_secs = 0;
-    });
-    let key = channel_bridge::admin::operator::issue(&app.pool, tenant.tenant, "ci")
+/// The pipeline, the worker reading each tenant's settings afresh (no config cache).
+async fn setup() -> Pipeline {
+    Pipeline::builder()
+        .settings(|settings| settings.config_cache_secs = 0)
+        .start()
         .await
-        .unwrap()
-        .key;
-    Setup {
-        app,
-        tenant,
-        agent,
-        worker,
-        key,
-        _platforms: platforms,
-    }
 }
 
-impl Setup {
-    /// Records `body` on `platform`, dispatches it, and returns the user texts the agent
-    /// got as history (the new turn last).
-    async fn ask(&self, platform: Platform, body: Vec<u8>) -> Vec<String> {
-        deliver(&self.app, &self.tenant, platform, body).await;
-        match self.worker.step().await.unwrap() {
-            StepOutcome::Executed(_) => {}
-            other => panic!("expected an executed dispatch, got {other:?}"),
-        }
-        let call = self.agent.calls().pop().unwrap();
-        user_texts(&call.payload.messages)
-    }
+/// Records `body` on `platform`, dispatches it, and returns the user texts the agent got as
+/// history (the new turn last).
+async fn ask(s: &Pipeline, platform: Platform, body: Vec<u8>) -> Vec<String> {
+    s.deliver(platform, body).await;
+    s.step_executed().await;
+    let call = s.agent.calls().pop().unwrap();
+    user_texts(&call.payload.messages)
+}
 
-    async fn set_scope(&self, scope: &str) {
-        let response = self
-            .app
-            .client
-            .patch(self.app.url("/v1/admin/tenant"))
-            .bearer_auth(&self.key)
-            .json(&json!({ "history_scope": scope }))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
-        let body: Value = response.json().await.unwrap();
-        assert_eq!(body["history_scope"], scope);
-    }
+async fn set_scope(s: &Pipeline, scope: &str) {
+    let body = json!({ "history_scope": scope });
+    let (status, tenant) = s
+        .admin(reqwest::Method::PATCH, "/v1/admin/tenant", Some(body))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(tenant["history_scope"], scope);
+}
 
-    async fn admin_history(&self, query: &str) -> (u16, Value) {
-        let response = self
-            .app
-            .client
-            .get(self.app.url(&format!("/v1/admin/users/alice/history{query}")))
-            .bearer_auth(&self.key)
-            .send()
-            .await
-            .unwrap();
-        (response.status().as_u16(), response.json().await.unwrap())
-    }
+async fn admin_history(s: &Pipeline, query: &str) -> (u16, Value) {
+    let response = s
+        .app
+        .client
+        .get(s.app.url(&format!("/v1/admin/users/alice/history{query}")))
+        .bearer_auth(s.admin_key().await)
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.json().await.unwrap())
 }
 
 fn user_texts(messages: &[ChatMessage]) -> Vec<String> {
@@ -120,12 +83,12 @@ fn texts(items: &[&str]) -> Vec<String> {
 async fn by_default_a_channel_sees_only_its_own_turns_and_a_dm_sees_every_platforms_dms() {
     let s = setup().await;
     assert_eq!(
-        s.ask(Platform::Telegram, telegram_text(2001, "my salary is 5k"))
-            .await,
+        ask(&s, Platform::Telegram, telegram_text(2001, "my salary is 5k")).await,
         texts(&["my salary is 5k"])
     );
     assert_eq!(
-        s.ask(
+        ask(
+            &s,
             Platform::Slack,
             slack_channel_text("1718000600.000100", "standup notes?")
         )
@@ -134,19 +97,28 @@ async fn by_default_a_channel_sees_only_its_own_turns_and_a_dm_sees_every_platfo
         "the DM stays out of the channel's history"
     );
     assert_eq!(
-        s.ask(Platform::Telegram, telegram_group_text(2002, "group question"))
-            .await,
+        ask(
+            &s,
+            Platform::Telegram,
+            telegram_group_text(2002, "group question")
+        )
+        .await,
         texts(&["group question"]),
         "a Telegram group is a space of its own"
     );
     assert_eq!(
-        s.ask(Platform::Slack, slack_text("1718000700.000100", "and in a DM"))
-            .await,
+        ask(
+            &s,
+            Platform::Slack,
+            slack_text("1718000700.000100", "and in a DM")
+        )
+        .await,
         texts(&["my salary is 5k", "and in a DM"]),
         "direct messages span platforms"
     );
     assert_eq!(
-        s.ask(
+        ask(
+            &s,
             Platform::Slack,
             slack_channel_text("1718000800.000100", "more standup")
         )
@@ -155,14 +127,13 @@ async fn by_default_a_channel_sees_only_its_own_turns_and_a_dm_sees_every_platfo
     );
 
     // The admin API shows what the next turn would get: a DM by default, or the chat named.
-    let (status, dm) = s.admin_history("").await;
+    let (status, dm) = admin_history(&s, "").await;
     assert_eq!(status, 200);
     assert_eq!(dm["history_scope"], "private_aware");
     let dm: Vec<ChatMessage> = serde_json::from_value(dm["messages"].clone()).unwrap();
     assert_eq!(user_texts(&dm), texts(&["my salary is 5k", "and in a DM"]));
-    let (status, channel) = s
-        .admin_history(&format!("?connector_id={}&chat_id=C0CHAN001", s.tenant.slack))
-        .await;
+    let (status, channel) =
+        admin_history(&s, &format!("?connector_id={}&chat_id=C0CHAN001", s.tenant.slack)).await;
     assert_eq!(status, 200);
     let channel: Vec<ChatMessage> = serde_json::from_value(channel["messages"].clone()).unwrap();
     assert_eq!(user_texts(&channel), texts(&["standup notes?", "more standup"]));
@@ -171,7 +142,7 @@ async fn by_default_a_channel_sees_only_its_own_turns_and_a_dm_sees_every_platfo
         "?chat_id=C0CHAN001".to_owned(),
         format!("?connector_id={}", s.tenant.slack),
     ] {
-        let (status, alone) = s.admin_history(&query).await;
+        let (status, alone) = admin_history(&s, &query).await;
         assert_eq!(status, 200, "{query}");
         let alone: Vec<ChatMessage> = serde_json::from_value(alone["messages"].clone()).unwrap();
         assert_eq!(user_texts(&alone), user_texts(&channel), "{query}");
@@ -181,11 +152,11 @@ async fn by_default_a_channel_sees_only_its_own_turns_and_a_dm_sees_every_platfo
 #[tokio::test]
 async fn the_user_scope_shares_everything_and_the_chat_scope_keeps_one_chat() {
     let s = setup().await;
-    s.set_scope("user").await;
-    s.ask(Platform::Telegram, telegram_text(3001, "telegram dm"))
-        .await;
+    set_scope(&s, "user").await;
+    ask(&s, Platform::Telegram, telegram_text(3001, "telegram dm")).await;
     assert_eq!(
-        s.ask(
+        ask(
+            &s,
             Platform::Slack,
             slack_channel_text("1718000600.000100", "channel question")
         )
@@ -194,20 +165,18 @@ async fn the_user_scope_shares_everything_and_the_chat_scope_keeps_one_chat() {
         "`user`: everything, as before"
     );
 
-    s.set_scope("chat").await;
+    set_scope(&s, "chat").await;
     assert_eq!(
-        s.ask(Platform::Slack, slack_text("1718000700.000100", "slack dm"))
-            .await,
+        ask(&s, Platform::Slack, slack_text("1718000700.000100", "slack dm")).await,
         texts(&["slack dm"]),
         "`chat`: not even the same person's DMs elsewhere"
     );
     assert_eq!(
-        s.ask(Platform::Telegram, telegram_text(3002, "telegram again"))
-            .await,
+        ask(&s, Platform::Telegram, telegram_text(3002, "telegram again")).await,
         texts(&["telegram dm", "telegram again"])
     );
     // Without a chat named, the admin sees the next turn in the direct chat written in last.
-    let (status, body) = s.admin_history("").await;
+    let (status, body) = admin_history(&s, "").await;
     assert_eq!(status, 200, "{body}");
     let last: Vec<ChatMessage> = serde_json::from_value(body["messages"].clone()).unwrap();
     assert_eq!(user_texts(&last), texts(&["telegram dm", "telegram again"]));
@@ -216,7 +185,7 @@ async fn the_user_scope_shares_everything_and_the_chat_scope_keeps_one_chat() {
         .app
         .client
         .patch(s.app.url("/v1/admin/tenant"))
-        .bearer_auth(&s.key)
+        .bearer_auth(s.admin_key().await)
         .json(&json!({ "history_scope": "everyone" }))
         .send()
         .await

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::support::db_proxy::{upstream_addr, DbProxy};
 use crate::support::platforms::*;
-use crate::support::{eventually, spawn_app, spawn_app_with, TestApp};
+use crate::support::{eventually, spawn_app, spawn_app_with, worker, TestApp};
 
 /// What the database holds for one tenant, read as the owner (outside RLS) so a test can
 /// also see rows it should not have written.
@@ -621,9 +621,7 @@ async fn a_failure_between_the_message_row_and_its_queue_row_is_503_and_writes_n
 
 #[tokio::test]
 async fn a_nul_in_the_text_of_any_platform_is_stored_as_a_replacement_character_and_answered() {
-    use std::sync::Arc;
-
-    use channel_bridge::dispatch::{StepOutcome, Worker};
+    use channel_bridge::dispatch::StepOutcome;
 
     use crate::support::fake_agent::FakeAgent;
     use crate::support::fake_platforms::FakePlatforms;
@@ -648,12 +646,7 @@ async fn a_nul_in_the_text_of_any_platform_is_stored_as_a_replacement_character_
         deliver(&app, &tenant, platform, body).await;
     }
 
-    let mut settings = app.db.serve_settings();
-    settings.agent_url = Some(agent.url.clone());
-    let worker = Worker::new(app.pool.clone(), Arc::new(settings), || {
-        chrono::Utc::now().timestamp()
-    })
-    .unwrap();
+    let worker = worker(&app, &agent.url, |_| {});
     for _ in 0..3 {
         let outcome = worker.step().await.unwrap();
         assert!(matches!(outcome, StepOutcome::Executed(_)), "{outcome:?}");

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use channel_bridge::cache::ConfigCache;
 use channel_bridge::db;
-use channel_bridge::dispatch::{StepOutcome, Worker};
+use channel_bridge::dispatch::StepOutcome;
 use channel_bridge::domain::{Connector, ConnectorId, Platform, TenantId};
 use channel_bridge::ingress;
 use channel_bridge::ingress::writer::Writer;
@@ -20,7 +20,7 @@ use sqlx::PgPool;
 use crate::support::fake_agent::FakeAgent;
 use crate::support::fake_platforms::FakePlatforms;
 use crate::support::platforms::*;
-use crate::support::{spawn_app, TestApp};
+use crate::support::{spawn_app, worker, TestApp};
 
 /// One writer, batches of up to 64, the default deadline.
 fn one_writer() -> channel_bridge::batch::BatchLimits {
@@ -299,12 +299,7 @@ async fn a_later_message_is_not_claimed_while_an_earlier_one_of_the_conversation
     let platforms = FakePlatforms::start().await;
     let acme = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&acme.dispatch_secret).await;
-    let mut settings = app.db.serve_settings();
-    settings.agent_url = Some(agent.url.clone());
-    let worker = Worker::new(app.pool.clone(), Arc::new(settings), || {
-        chrono::Utc::now().timestamp()
-    })
-    .unwrap();
+    let worker = worker(&app, &agent.url, |_| {});
     let bot = connector(&app.pool, acme.tenant, acme.telegram).await;
 
     // M1 is queued in a transaction that stays open (a batch still recording others);

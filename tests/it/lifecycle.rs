@@ -212,8 +212,23 @@ async fn retention_below_seven_days_is_refused_and_the_setting_is_shown_and_clea
     assert!(below.is_err(), "tenants_retention_days_check refuses 6");
 }
 
-#[tokio::test]
-async fn retention_deletes_old_settled_turns_in_batches_and_keeps_recent_and_in_flight_ones() {
+/// Tenant A with a 30-day retention and B with none, seeded for retention: old settled
+/// turns of A (`doomed`, with 1,100 more for several batches), old in-flight and recent ones
+/// (`kept`), an old turn of B, and old and new notices of both.
+struct RetentionSeed {
+    app: TestApp,
+    a: Tenant,
+    b: Tenant,
+    owner: PgConnection,
+    answered: Uuid,
+    refused: Uuid,
+    doomed: HashSet<Uuid>,
+    kept: HashSet<Uuid>,
+    recent: Uuid,
+    others: Uuid,
+}
+
+async fn retention_seeded() -> RetentionSeed {
     let app = spawn_app().await;
     let a = tenant(&app, "acme").await;
     let b = tenant(&app, "globex").await;
@@ -272,82 +287,126 @@ async fn retention_deletes_old_settled_turns_in_batches_and_keeps_recent_and_in_
     insert_notice(&mut owner, &a, Platform::Telegram, "u-old", 40).await;
     insert_notice(&mut owner, &a, Platform::Telegram, "u-today", 0).await;
     insert_notice(&mut owner, &b, Platform::Telegram, "u-old", 400).await;
+    RetentionSeed {
+        app,
+        a,
+        b,
+        owner,
+        answered,
+        refused,
+        doomed,
+        kept,
+        recent,
+        others,
+    }
+}
 
-    // One batch is at most `BATCH` turns, oldest first, in one tenant transaction.
-    let mut tx = TenantTx::begin(&app.pool, a.p.tenant).await.unwrap();
+/// One batch of tenant A's purge: at most `BATCH` turns, oldest first, in one tenant
+/// transaction; (turns, reply parts) deleted.
+async fn purge_one_batch(s: &RetentionSeed) -> (u64, u64) {
+    let mut tx = TenantTx::begin(&s.app.pool, s.a.p.tenant).await.unwrap();
     let cutoff = retention::cutoff(chrono::Utc::now(), 30);
     let batch = channel_bridge::db::lifecycle::purge_turns(&mut tx, cutoff, retention::BATCH)
         .await
         .unwrap();
     tx.commit().await.unwrap();
-    assert_eq!((batch.turns, batch.reply_parts), (500, 3));
-    let left = message_ids_of(&mut owner, &a).await;
+    (batch.turns, batch.reply_parts)
+}
+
+#[tokio::test]
+async fn a_retention_batch_deletes_at_most_batch_turns_oldest_first_with_their_parts() {
+    let mut s = retention_seeded().await;
+    assert_eq!(purge_one_batch(&s).await, (500, 3));
+    let left = message_ids_of(&mut s.owner, &s.a).await;
     assert!(
-        !left.contains(&answered) && left.contains(&refused),
+        !left.contains(&s.answered) && left.contains(&s.refused),
         "the oldest go first: the 40-day-old turns before the 31-day-old one"
     );
+}
 
-    let report = retention::run_pass(&app.pool, chrono::Utc::now()).await.unwrap();
+#[tokio::test]
+async fn retention_deletes_old_settled_turns_in_batches_and_keeps_recent_and_in_flight_ones() {
+    let mut s = retention_seeded().await;
+    purge_one_batch(&s).await;
+    let (a, b, owner) = (&s.a, &s.b, &mut s.owner);
+
+    let report = retention::run_pass(&s.app.pool, chrono::Utc::now())
+        .await
+        .unwrap();
     assert_eq!(report.tenants, 1, "only the tenant with a retention");
-    assert_eq!(report.turns, 1100 + doomed.len() as u64 - 500);
+    assert_eq!(report.turns, 1100 + s.doomed.len() as u64 - 500);
     assert_eq!(report.reply_parts, 1);
     assert_eq!(report.notices, 1);
 
-    let left = message_ids_of(&mut owner, &a).await;
-    assert_eq!(left, kept, "exactly the in-flight and recent turns are left");
+    let left = message_ids_of(owner, a).await;
+    assert_eq!(left, s.kept, "exactly the in-flight and recent turns are left");
     let parts = count(
-        &mut owner,
+        owner,
         "select count(*) from channel_replies where tenant_id = $1",
-        &a,
+        a,
     )
     .await;
     assert_eq!(parts, 5, "the kept turns' parts, and no other");
-    assert!(message_ids_of(&mut owner, &b).await.contains(&others));
+    assert!(message_ids_of(owner, b).await.contains(&s.others));
     let notices: Vec<String> =
         sqlx::query_scalar("select platform_user_id from channel_notices where tenant_id = $1")
             .bind(a.p.tenant)
-            .fetch_all(&mut owner)
+            .fetch_all(&mut *owner)
             .await
             .unwrap();
     assert_eq!(notices, ["u-today"]);
     assert_eq!(
         count(
-            &mut owner,
+            owner,
             "select count(*) from channel_notices where tenant_id = $1",
-            &b
+            b
         )
         .await,
         1
     );
     let jobs = count(
-        &mut owner,
+        owner,
         "select count(*) from dispatch_queue where tenant_id = $1",
-        &a,
+        a,
     )
     .await;
     assert_eq!(jobs, 3, "no job lost its turn");
+}
+
+#[tokio::test]
+async fn turns_kept_in_flight_go_in_a_later_pass_once_settled_and_an_idle_pass_deletes_nothing() {
+    let mut s = retention_seeded().await;
+    purge_one_batch(&s).await;
+    retention::run_pass(&s.app.pool, chrono::Utc::now())
+        .await
+        .unwrap();
+    let (a, owner) = (&s.a, &mut s.owner);
 
     // Once the in-flight turns settle, a later pass takes them; a pass with nothing to do
     // deletes nothing.
     sqlx::query("delete from dispatch_queue where tenant_id = $1")
         .bind(a.p.tenant)
-        .execute(&mut owner)
+        .execute(&mut *owner)
         .await
         .unwrap();
     sqlx::query("update channel_messages set status = 'executed' where tenant_id = $1")
         .bind(a.p.tenant)
-        .execute(&mut owner)
+        .execute(&mut *owner)
         .await
         .unwrap();
     sqlx::query("update channel_replies set status = 'sent' where tenant_id = $1")
         .bind(a.p.tenant)
-        .execute(&mut owner)
+        .execute(&mut *owner)
         .await
         .unwrap();
-    let report = retention::run_pass(&app.pool, chrono::Utc::now()).await.unwrap();
+    let report = retention::run_pass(&s.app.pool, chrono::Utc::now())
+        .await
+        .unwrap();
     assert_eq!(report.turns, 5);
-    assert_eq!(message_ids_of(&mut owner, &a).await, HashSet::from([recent]));
-    let report = retention::run_pass(&app.pool, chrono::Utc::now()).await.unwrap();
+    assert_eq!(message_ids_of(owner, a).await, HashSet::from([s.recent]));
+    let report = retention::run_pass(&s.app.pool, chrono::Utc::now())
+        .await
+        .unwrap();
     assert_eq!((report.turns, report.reply_parts, report.notices), (0, 0, 0));
 }
 
@@ -375,8 +434,28 @@ async fn snapshot(owner: &mut PgConnection) -> BTreeMap<String, HashSet<String>>
     rows
 }
 
-#[tokio::test]
-async fn erasing_a_user_removes_every_row_of_theirs_in_every_tenant_table_and_nothing_of_anyone_else() {
+/// Tenants A and B with Alice's rows and everyone else's (as the comments say), seeded
+/// for an erasure of Alice in A; `is_alices` tells a snapshot row of hers in tenant A.
+struct ErasureSeed {
+    app: TestApp,
+    a: Tenant,
+    b: Tenant,
+    tenant_a: String,
+    zed: String,
+    needles: Vec<String>,
+}
+
+impl ErasureSeed {
+    /// A row is Alice's in tenant A when it is tenant A's and names her, one of her accounts
+    /// or one of her turns; the turn recorded under zed stays zed's.
+    fn is_alices(&self, row: &str) -> bool {
+        row.contains(&self.tenant_a)
+            && !row.contains(&self.zed)
+            && self.needles.iter().any(|n| row.contains(n.as_str()))
+    }
+}
+
+async fn erasure_seeded() -> ErasureSeed {
     let app = spawn_app().await;
     let a = tenant(&app, "acme").await;
     let b = tenant(&app, "globex").await;
@@ -469,18 +548,30 @@ async fn erasing_a_user_removes_every_row_of_theirs_in_every_tenant_table_and_no
     .into_iter()
     .collect();
     assert_eq!(alice_turns.len(), 4);
-    // A row is Alice's in tenant A when it is tenant A's and names her, one of her
-    // accounts or one of her turns; the turn recorded under zed stays zed's.
     let mut needles: Vec<String> = vec!["\"alice\"".into(), SLACK_USER.into(), TELEGRAM_USER.into()];
     needles.extend(alice_turns.iter().map(Uuid::to_string));
     let tenant_a = a.p.tenant.to_string();
     let zed = zeds.to_string();
-    let is_alices = |row: &str| {
-        row.contains(&tenant_a) && !row.contains(&zed) && needles.iter().any(|n| row.contains(n.as_str()))
-    };
+
+    ErasureSeed {
+        app,
+        a,
+        b,
+        tenant_a,
+        zed,
+        needles,
+    }
+}
+
+#[tokio::test]
+async fn erasing_a_user_removes_every_row_of_theirs_in_every_tenant_table_and_nothing_of_anyone_else() {
+    let s = erasure_seeded().await;
+    let (app, a) = (&s.app, &s.a);
+    let mut owner = app.db.owner_conn().await;
+    let is_alices = |row: &str| s.is_alices(row);
 
     let before = snapshot(&mut owner).await;
-    let (status, erased) = call(&app, Method::POST, "/v1/admin/users/alice/erase", &a.key, None).await;
+    let (status, erased) = call(app, Method::POST, "/v1/admin/users/alice/erase", &a.key, None).await;
     assert_eq!(status, 200, "{erased}");
     assert_eq!(
         erased,
@@ -515,27 +606,55 @@ async fn erasing_a_user_removes_every_row_of_theirs_in_every_tenant_table_and_no
             "{table} held {alices} rows of hers"
         );
     }
+}
+
+/// Alice erased in tenant A, as the first test does.
+async fn erase_alice(s: &ErasureSeed) {
+    let (status, erased) = call(
+        &s.app,
+        Method::POST,
+        "/v1/admin/users/alice/erase",
+        &s.a.key,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{erased}");
+}
+
+#[tokio::test]
+async fn after_an_erasure_the_agent_would_see_nothing_of_them_and_erasing_again_finds_nothing() {
+    let s = erasure_seeded().await;
+    erase_alice(&s).await;
+    let (app, a) = (&s.app, &s.a);
 
     // What the agent would see of her next is nothing; erasing again finds nothing.
-    let (_, history) = call(&app, Method::GET, "/v1/admin/users/alice/history", &a.key, None).await;
+    let (_, history) = call(app, Method::GET, "/v1/admin/users/alice/history", &a.key, None).await;
     assert_eq!(history["messages"], json!([]));
-    let (status, again) = call(&app, Method::POST, "/v1/admin/users/alice/erase", &a.key, None).await;
+    let (status, again) = call(app, Method::POST, "/v1/admin/users/alice/erase", &a.key, None).await;
     assert_eq!(status, 200);
     assert_eq!(
         again,
         json!({"turns": 0, "reply_parts": 0, "jobs": 0, "links": 0, "notices": 0})
     );
+}
+
+#[tokio::test]
+async fn another_tenants_key_erases_nothing_of_tenant_a_even_naming_the_same_person() {
+    let s = erasure_seeded().await;
+    erase_alice(&s).await;
+    let (app, b, tenant_a) = (&s.app, &s.b, &s.tenant_a);
+    let mut owner = app.db.owner_conn().await;
 
     // Another tenant's key erases nothing of tenant A, even naming the same person.
     let before_b = snapshot(&mut owner).await;
     let path = format!("/v1/admin/senders/whatsapp/{WHATSAPP_USER}/erase");
-    let (status, erased_in_b) = call(&app, Method::POST, &path, &b.key, None).await;
+    let (status, erased_in_b) = call(app, Method::POST, &path, &b.key, None).await;
     assert_eq!(status, 200);
     assert_eq!(erased_in_b["links"], 1, "b's own link of that number");
     let after_b = snapshot(&mut owner).await;
     for (table, rows) in &before_b {
         let a_rows = |set: &HashSet<String>| -> HashSet<String> {
-            set.iter().filter(|r| r.contains(&tenant_a)).cloned().collect()
+            set.iter().filter(|r| r.contains(tenant_a)).cloned().collect()
         };
         assert_eq!(
             a_rows(rows),
@@ -708,60 +827,68 @@ async fn audit(app: &TestApp, key: &str, limit: usize) -> Vec<Value> {
     }
 }
 
-#[tokio::test]
-async fn the_audit_log_records_admin_actions_without_content_or_secrets_and_another_tenant_sees_none_of_it() {
-    let app = spawn_app().await;
-    let a = tenant(&app, "acme").await;
-    let b = tenant(&app, "globex").await;
+/// Written by tenant A's admin into a connector secret and a message; never in the log.
+const SECRET_TEXT: &str = "never-in-the-audit-log-0001";
+const MESSAGE_TEXT: &str = "my private question about invoices";
+
+/// What `every_admin_action` acted on.
+struct Acted {
+    connector: String,
+    failed: Uuid,
+    refused: Uuid,
+    new_dispatch_secret: String,
+}
+
+/// Tenant A's admin, with A's key, does every audited action once (each answered as it
+/// should be): a connector created, updated with new secrets, disabled and deleted; a link
+/// set and deleted (twice); retention set; the dispatch secret rotated; a failed turn
+/// redispatched (twice) and a refused one resent; a Telegram sender erased.
+async fn every_admin_action(app: &TestApp, a: &Tenant) -> Acted {
     let mut owner = app.db.owner_conn().await;
-    let secret_text = "never-in-the-audit-log-0001";
-    let message_text = "my private question about invoices";
+    let (secret_text, message_text) = (SECRET_TEXT, MESSAGE_TEXT);
 
     let create = json!({"platform": "telegram", "name": "second bot", "verification_secret": secret_text});
-    let (status, connector) = call(&app, Method::POST, "/v1/admin/connectors", &a.key, Some(create)).await;
+    let (status, connector) = call(app, Method::POST, "/v1/admin/connectors", &a.key, Some(create)).await;
     assert_eq!(status, 201, "{connector}");
     let connector = connector["id"].as_str().unwrap().to_owned();
     let path = format!("/v1/admin/connectors/{connector}");
     let rotate = json!({"verification_secret": format!("{secret_text}-2"), "outbound_token": secret_text, "name": "renamed"});
+    assert_eq!(call(app, Method::PATCH, &path, &a.key, Some(rotate)).await.0, 200);
     assert_eq!(
-        call(&app, Method::PATCH, &path, &a.key, Some(rotate)).await.0,
-        200
-    );
-    assert_eq!(
-        call(&app, Method::POST, &format!("{path}/disable"), &a.key, None)
+        call(app, Method::POST, &format!("{path}/disable"), &a.key, None)
             .await
             .0,
         200
     );
-    assert_eq!(call(&app, Method::DELETE, &path, &a.key, None).await.0, 204);
+    assert_eq!(call(app, Method::DELETE, &path, &a.key, None).await.0, 204);
     let link = json!({"platform": "slack", "platform_user_id": "U0NEW", "user_id": "dave"});
     assert_eq!(
-        call(&app, Method::POST, "/v1/admin/links", &a.key, Some(link))
+        call(app, Method::POST, "/v1/admin/links", &a.key, Some(link))
             .await
             .0,
         201
     );
     assert_eq!(
-        call(&app, Method::DELETE, "/v1/admin/links/slack/U0NEW", &a.key, None)
+        call(app, Method::DELETE, "/v1/admin/links/slack/U0NEW", &a.key, None)
             .await
             .0,
         204
     );
     assert_eq!(
-        call(&app, Method::DELETE, "/v1/admin/links/slack/U0NEW", &a.key, None)
+        call(app, Method::DELETE, "/v1/admin/links/slack/U0NEW", &a.key, None)
             .await
             .0,
         404
     );
     let retention = Some(json!({"retention_days": 90}));
     assert_eq!(
-        call(&app, Method::PATCH, "/v1/admin/tenant", &a.key, retention)
+        call(app, Method::PATCH, "/v1/admin/tenant", &a.key, retention)
             .await
             .0,
         200
     );
     let (status, rotated) = call(
-        &app,
+        app,
         Method::POST,
         "/v1/admin/tenant/rotate-dispatch-secret",
         &a.key,
@@ -773,21 +900,21 @@ async fn the_audit_log_records_admin_actions_without_content_or_secrets_and_anot
     let failed = Turn::of(Platform::Slack, SLACK_USER, Some("alice"))
         .status("dispatch_failed")
         .text(message_text);
-    let failed = insert_turn(&mut owner, &a, failed).await;
+    let failed = insert_turn(&mut owner, a, failed).await;
     let path = format!("/v1/admin/messages/{failed}/redispatch");
-    assert_eq!(call(&app, Method::POST, &path, &a.key, None).await.1["queued"], 1);
+    assert_eq!(call(app, Method::POST, &path, &a.key, None).await.1["queued"], 1);
     assert_eq!(
-        call(&app, Method::POST, &path, &a.key, None).await.1["queued"],
+        call(app, Method::POST, &path, &a.key, None).await.1["queued"],
         0,
         "not recorded: nothing done"
     );
     let refused = Turn::of(Platform::Slack, SLACK_USER, Some("alice"))
         .status("delivery_failed")
         .text(message_text);
-    let refused = insert_turn(&mut owner, &a, refused).await;
-    insert_part(&mut owner, &a, refused, 0, "failed").await;
+    let refused = insert_turn(&mut owner, a, refused).await;
+    insert_part(&mut owner, a, refused, 0, "failed").await;
     let (_, resent) = call(
-        &app,
+        app,
         Method::POST,
         "/v1/admin/messages/resend",
         &a.key,
@@ -796,7 +923,25 @@ async fn the_audit_log_records_admin_actions_without_content_or_secrets_and_anot
     .await;
     assert_eq!(resent["queued"], 1);
     let path = format!("/v1/admin/senders/telegram/{TELEGRAM_USER}/erase");
-    assert_eq!(call(&app, Method::POST, &path, &a.key, None).await.0, 200);
+    assert_eq!(call(app, Method::POST, &path, &a.key, None).await.0, 200);
+    Acted {
+        connector,
+        failed,
+        refused,
+        new_dispatch_secret,
+    }
+}
+
+/// The audit records of `every_admin_action`, newest first, without the issue of the key.
+fn acted_records(everything: &[Value]) -> Vec<Value> {
+    everything[..everything.len() - 1].to_vec()
+}
+
+#[tokio::test]
+async fn every_admin_action_is_audited_once_newest_first_as_done_by_the_key_that_did_it() {
+    let app = spawn_app().await;
+    let a = tenant(&app, "acme").await;
+    every_admin_action(&app, &a).await;
 
     let everything = audit(&app, &a.key, 3).await;
     // The operator issued the admin key the test uses, before anything else.
@@ -813,11 +958,7 @@ async fn the_audit_log_records_admin_actions_without_content_or_secrets_and_anot
             Some(a.key_id.to_string().as_str())
         )
     );
-    assert!(
-        !issued.to_string().contains(a.key.as_str()),
-        "the key itself is never recorded"
-    );
-    let records: Vec<Value> = everything[..everything.len() - 1].to_vec();
+    let records = acted_records(&everything);
     let actions: Vec<&str> = records.iter().map(|r| r["action"].as_str().unwrap()).collect();
     assert_eq!(
         actions,
@@ -841,8 +982,17 @@ async fn the_audit_log_records_admin_actions_without_content_or_secrets_and_anot
         records.iter().all(|r| r["actor"] == key_id.as_str()),
         "{records:?}"
     );
+}
+
+#[tokio::test]
+async fn an_audit_record_names_its_target_and_what_changed() {
+    let app = spawn_app().await;
+    let a = tenant(&app, "acme").await;
+    let acted = every_admin_action(&app, &a).await;
+
+    let records = acted_records(&audit(&app, &a.key, 3).await);
     let by_action = |action: &str| records.iter().find(|r| r["action"] == action).unwrap().clone();
-    assert_eq!(by_action("connector.update")["target"], connector.as_str());
+    assert_eq!(by_action("connector.update")["target"], acted.connector.as_str());
     assert_eq!(
         by_action("connector.update")["details"],
         json!({"fields": ["name"], "secrets": ["verification_secret", "outbound_token"],
@@ -853,26 +1003,51 @@ async fn the_audit_log_records_admin_actions_without_content_or_secrets_and_anot
         by_action("tenant.update")["details"],
         json!({"fields": ["retention_days"], "retention_days": 90})
     );
-    assert_eq!(by_action("messages.redispatch")["target"], failed.to_string());
+    assert_eq!(
+        by_action("messages.redispatch")["target"],
+        acted.failed.to_string()
+    );
     assert_eq!(
         by_action("messages.resend")["details"]["ids"],
-        json!([refused.to_string()])
+        json!([acted.refused.to_string()])
     );
     assert_eq!(
         by_action("person.erase")["target"],
         format!("telegram:{TELEGRAM_USER}")
     );
     assert_eq!(by_action("person.erase")["details"]["links"], 1);
-    let all = serde_json::to_string(&records).unwrap();
+}
+
+#[tokio::test]
+async fn the_audit_log_holds_no_message_content_no_secret_and_not_the_key_itself() {
+    let app = spawn_app().await;
+    let a = tenant(&app, "acme").await;
+    let acted = every_admin_action(&app, &a).await;
+
+    let everything = audit(&app, &a.key, 3).await;
+    let issued = everything.last().unwrap();
+    assert!(
+        !issued.to_string().contains(a.key.as_str()),
+        "the key itself is never recorded"
+    );
+    let all = serde_json::to_string(&acted_records(&everything)).unwrap();
     for leaked in [
-        secret_text,
-        message_text,
+        SECRET_TEXT,
+        MESSAGE_TEXT,
         "an answer",
         "part text",
-        new_dispatch_secret.as_str(),
+        acted.new_dispatch_secret.as_str(),
     ] {
         assert!(!all.contains(leaked), "the audit log holds no {leaked:?}");
     }
+}
+
+#[tokio::test]
+async fn another_tenant_sees_none_of_the_audit_log_and_nobody_can_rewrite_it() {
+    let app = spawn_app().await;
+    let a = tenant(&app, "acme").await;
+    let b = tenant(&app, "globex").await;
+    every_admin_action(&app, &a).await;
 
     // Tenant B sees none of it, through the API or by naming A's rows in its own tenant
     // transaction (RLS); and B's actions are B's alone.
@@ -904,9 +1079,13 @@ async fn the_audit_log_records_admin_actions_without_content_or_secrets_and_anot
         .execute(tx.conn())
         .await;
     assert!(rewritten.is_err(), "the app role cannot rewrite the log");
-    drop(tx);
+}
 
-    // The CLI's own actions are recorded as `cli`.
+#[tokio::test]
+async fn the_clis_own_actions_are_audited_as_cli() {
+    let app = spawn_app().await;
+    let a = tenant(&app, "acme").await;
+
     let tenant = a.p.tenant.to_string();
     let cli = run_cli(&app.db, &["erase", "--tenant", &tenant, "--user", "bob"]).await;
     assert!(cli.status.success(), "{}", String::from_utf8_lossy(&cli.stderr));

@@ -12,15 +12,14 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use channel_bridge::dispatch::Worker;
 use channel_bridge::domain::{MessageId, Platform, TenantId};
 use channel_bridge::media::token::MediaToken;
 use channel_bridge::secrets::Keyring;
 use serde_json::{json, Value};
 
-use crate::support::fake_agent::{FakeAgent, Reply};
+use crate::support::fake_agent::Reply;
 use crate::support::platforms::*;
-use crate::support::{spawn_app, TestApp};
+use crate::support::Pipeline;
 
 const PHOTO_BYTES: &[u8] = b"\xff\xd8\xff\xe0 a JPEG of a lunch receipt";
 const VOICE_BYTES: &[u8] = b"OggS a voice note in opus";
@@ -152,45 +151,25 @@ async fn slack_download(
     ([("content-type", "image/png")], DIAGRAM_BYTES).into_response()
 }
 
-struct Setup {
-    app: TestApp,
-    files: FileHost,
-    agent: FakeAgent,
-    tenant: Provisioned,
-    worker: Worker,
-}
-
-async fn setup() -> Setup {
-    let app = spawn_app().await;
+/// The pipeline with `FileHost` as every platform's API, the attachments offered at the
+/// gateway's own media URLs.
+async fn setup() -> (Pipeline, FileHost) {
     let files = FileHost::start().await;
-    let tenant = provision_tenant_at(&app.pool, "acme", Some(&files.base_url)).await;
-    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let worker = crate::support::worker(&app, &agent.url, |settings| {
-        settings.media.public_url = Some(app.url(""));
-    });
-    Setup {
-        app,
-        files,
-        agent,
-        tenant,
-        worker,
-    }
+    let s = Pipeline::builder()
+        .platform_api(&files.base_url)
+        .media_from_the_app()
+        .start()
+        .await;
+    (s, files)
 }
 
-impl Setup {
-    /// Records `body`, dispatches it (the agent answers nothing) and returns what the agent got.
-    async fn dispatch(&self, platform: Platform, body: Vec<u8>) -> Value {
-        self.agent
-            .script([Reply::Json(200, json!({ "content": null }), None)]);
-        deliver(&self.app, &self.tenant, platform, body).await;
-        self.worker.step().await.unwrap();
-        self.agent
-            .calls()
-            .last()
-            .expect("the agent was called")
-            .raw
-            .clone()
-    }
+/// Records `body`, dispatches it (the agent answers nothing) and returns what the agent got.
+async fn dispatch(s: &Pipeline, platform: Platform, body: Vec<u8>) -> Value {
+    s.agent
+        .script([Reply::Json(200, json!({ "content": null }), None)]);
+    s.deliver(platform, body).await;
+    s.worker.step().await.unwrap();
+    s.agent.calls().last().expect("the agent was called").raw.clone()
 }
 
 fn attachment_url(payload: &Value) -> String {
@@ -207,10 +186,8 @@ async fn fetch(url: &str) -> reqwest::Response {
 
 #[tokio::test]
 async fn a_telegram_photo_reaches_the_agent_as_a_url_that_streams_the_platforms_bytes() {
-    let s = setup().await;
-    let payload = s
-        .dispatch(Platform::Telegram, fixture(Platform::Telegram, "photo"))
-        .await;
+    let (s, files) = setup().await;
+    let payload = dispatch(&s, Platform::Telegram, fixture(Platform::Telegram, "photo")).await;
 
     let current = payload["messages"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(
@@ -234,7 +211,7 @@ async fn a_telegram_photo_reaches_the_agent_as_a_url_that_streams_the_platforms_
     assert_eq!(response.headers()["cache-control"], "private, no-store");
     assert_eq!(response.bytes().await.unwrap(), PHOTO_BYTES);
     assert_eq!(
-        s.files.requests(),
+        files.requests(),
         vec![
             (
                 "getFile AgACAgIAAxkBAAIBm2Z0ZXN0cGhvdG9sYXJnZQ".to_owned(),
@@ -250,14 +227,14 @@ async fn a_telegram_photo_reaches_the_agent_as_a_url_that_streams_the_platforms_
 
 #[tokio::test]
 async fn a_whatsapp_voice_note_reaches_the_agent_and_is_fetched_with_the_access_token() {
-    let s = setup().await;
+    let (s, files) = setup().await;
     let voice = String::from_utf8(fixture(Platform::Whatsapp, "image"))
         .unwrap()
         .replace(r#""type": "image""#, r#""type": "audio""#)
         .replace(r#""image": {"#, r#""audio": {"voice": true, "#)
         .replace(r#""caption": "this one","#, "")
         .replace("image/jpeg", "audio/ogg; codecs=opus");
-    let payload = s.dispatch(Platform::Whatsapp, voice.into_bytes()).await;
+    let payload = dispatch(&s, Platform::Whatsapp, voice.into_bytes()).await;
 
     let current = payload["messages"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(current["content"], "", "no caption: empty text");
@@ -273,7 +250,7 @@ async fn a_whatsapp_voice_note_reaches_the_agent_and_is_fetched_with_the_access_
     assert_eq!(response.bytes().await.unwrap(), VOICE_BYTES);
     let token = "Bearer whatsapp-outbound-token".to_owned();
     assert_eq!(
-        s.files.requests(),
+        files.requests(),
         vec![
             ("media 1003383421387256".to_owned(), token.clone()),
             ("cdn 1003383421387256".to_owned(), token),
@@ -283,11 +260,11 @@ async fn a_whatsapp_voice_note_reaches_the_agent_and_is_fetched_with_the_access_
 
 #[tokio::test]
 async fn a_slack_file_share_reaches_the_agent_and_is_fetched_with_the_bot_token() {
-    let s = setup().await;
+    let (s, files) = setup().await;
     let share = String::from_utf8(fixture(Platform::Slack, "file_share_no_text"))
         .unwrap()
-        .replace("https://files.slack.com", &s.files.base_url);
-    let payload = s.dispatch(Platform::Slack, share.into_bytes()).await;
+        .replace("https://files.slack.com", &files.base_url);
+    let payload = dispatch(&s, Platform::Slack, share.into_bytes()).await;
 
     let current = payload["messages"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(current["attachments"][0]["name"], "diagram.png");
@@ -295,7 +272,7 @@ async fn a_slack_file_share_reaches_the_agent_and_is_fetched_with_the_bot_token(
     assert_eq!(response.status(), 200);
     assert_eq!(response.bytes().await.unwrap(), DIAGRAM_BYTES);
     assert_eq!(
-        s.files.requests(),
+        files.requests(),
         vec![(
             "slack T0001-F0FILE001/diagram.png".to_owned(),
             "Bearer slack-outbound-token".to_owned()
@@ -305,10 +282,8 @@ async fn a_slack_file_share_reaches_the_agent_and_is_fetched_with_the_bot_token(
 
 #[tokio::test]
 async fn a_tampered_expired_or_foreign_token_is_refused_before_the_platform_is_asked() {
-    let s = setup().await;
-    let payload = s
-        .dispatch(Platform::Telegram, fixture(Platform::Telegram, "photo"))
-        .await;
+    let (s, files) = setup().await;
+    let payload = dispatch(&s, Platform::Telegram, fixture(Platform::Telegram, "photo")).await;
     let url = attachment_url(&payload);
     let (base, token) = url.rsplit_once('/').unwrap();
 
@@ -358,22 +333,21 @@ async fn a_tampered_expired_or_foreign_token_is_refused_before_the_platform_is_a
     );
 
     assert!(
-        s.files.requests().is_empty(),
+        files.requests().is_empty(),
         "nothing was fetched for a refused token"
     );
 }
 
 #[tokio::test]
 async fn history_carries_earlier_files_with_fresh_urls_and_admins_see_them_without() {
-    let s = setup().await;
-    s.dispatch(Platform::Telegram, fixture(Platform::Telegram, "photo"))
-        .await;
-    let payload = s
-        .dispatch(
-            Platform::Telegram,
-            telegram_text(306197405, "what did I send you?"),
-        )
-        .await;
+    let (s, _files) = setup().await;
+    dispatch(&s, Platform::Telegram, fixture(Platform::Telegram, "photo")).await;
+    let payload = dispatch(
+        &s,
+        Platform::Telegram,
+        telegram_text(306197405, "what did I send you?"),
+    )
+    .await;
     let messages = payload["messages"].as_array().unwrap();
     let earlier: Vec<&Value> = messages
         .iter()
@@ -414,7 +388,7 @@ async fn history_carries_earlier_files_with_fresh_urls_and_admins_see_them_witho
 
 #[tokio::test]
 async fn a_file_type_outside_the_list_is_described_to_the_agent_without_a_url() {
-    let s = setup().await;
+    let (s, _files) = setup().await;
     let mut update: Value = serde_json::from_slice(&fixture(Platform::Telegram, "photo")).unwrap();
     let message = update["message"].as_object_mut().unwrap();
     message.remove("photo");
@@ -423,9 +397,7 @@ async fn a_file_type_outside_the_list_is_described_to_the_agent_without_a_url() 
         json!({"file_id": "BQACAgIAAxkBAAIBnmZ0ZXN0ZG9j", "file_unique_id": "AgADdoc",
                "file_name": "setup.exe", "mime_type": "application/x-msdownload", "file_size": 120000}),
     );
-    let payload = s
-        .dispatch(Platform::Telegram, serde_json::to_vec(&update).unwrap())
-        .await;
+    let payload = dispatch(&s, Platform::Telegram, serde_json::to_vec(&update).unwrap()).await;
     let current = payload["messages"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(current["attachments"][0]["name"], "setup.exe");
     assert_eq!(current["attachments"][0]["url"], Value::Null);

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use channel_bridge::dispatch::{StepOutcome, Worker};
+use channel_bridge::dispatch::StepOutcome;
 use channel_bridge::domain::Platform;
 use channel_bridge::settings::LogFormat;
 use channel_bridge::startup::Application;
@@ -17,18 +17,7 @@ use tokio::sync::Semaphore;
 use crate::support::fake_agent::{FakeAgent, Reply};
 use crate::support::fake_platforms::FakePlatforms;
 use crate::support::platforms::*;
-use crate::support::{eventually, spawn_app, spawn_app_on, TestApp, TestDb};
-
-/// A worker for `app`'s database that calls `agent` and retries at once.
-fn worker_for(app: &TestApp, agent: &FakeAgent) -> Worker {
-    let mut settings = app.db.serve_settings();
-    settings.agent_url = Some(agent.url.clone());
-    settings.dispatch.retry_base_ms = 0;
-    Worker::new(app.pool.clone(), Arc::new(settings), || {
-        chrono::Utc::now().timestamp()
-    })
-    .unwrap()
-}
+use crate::support::{eventually, spawn_app, spawn_app_on, worker, Pipeline, TestDb};
 
 // ---------------------------------------------------------------------------------------
 // The exposition
@@ -97,19 +86,20 @@ async fn scrape(client: &reqwest::Client, url: &str) -> BTreeMap<String, Family>
     parse_exposition(&response.text().await.unwrap())
 }
 
-#[tokio::test]
-async fn every_metric_family_has_help_and_type_the_prefix_and_its_unit_and_batch_sizes_are_counts() {
-    let app = spawn_app().await;
-    let platforms = FakePlatforms::start().await;
-    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
-    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let worker = worker_for(&app, &agent);
-    // A webhook through the router (HTTP, ingress batch, webhook metrics) and its turn
-    // through the worker (claim batch, agent, reply, turn writer batch).
-    deliver(&app, &tenant, Platform::Telegram, telegram_text(7001, "hello")).await;
-    assert!(matches!(worker.step().await.unwrap(), StepOutcome::Executed(_)));
+/// The pipeline after one webhook through the router (HTTP, ingress batch, webhook
+/// metrics) and its turn through the worker (claim batch, agent, reply, turn writer batch);
+/// then its `/metrics`.
+async fn scraped_after_one_turn() -> (Pipeline, BTreeMap<String, Family>) {
+    let p = Pipeline::start().await;
+    p.deliver(Platform::Telegram, telegram_text(7001, "hello")).await;
+    assert!(matches!(p.worker.step().await.unwrap(), StepOutcome::Executed(_)));
+    let families = scrape(&p.app.client, &p.app.url("/metrics")).await;
+    (p, families)
+}
 
-    let families = scrape(&app.client, &app.url("/metrics")).await;
+#[tokio::test]
+async fn every_metric_family_has_help_and_type_the_prefix_and_its_unit() {
+    let (_p, families) = scraped_after_one_turn().await;
     let known: BTreeSet<&str> = channel_bridge::telemetry::METRICS
         .iter()
         .map(|m| m.name)
@@ -157,6 +147,11 @@ async fn every_metric_family_has_help_and_type_the_prefix_and_its_unit_and_batch
     ] {
         assert!(families.contains_key(expected), "{expected} is not exposed");
     }
+}
+
+#[tokio::test]
+async fn batch_sizes_are_counts_and_durations_get_time_buckets() {
+    let (_p, families) = scraped_after_one_turn().await;
 
     // Batch sizes are counted in items: whole-number bounds, and a batch of one lands in
     // the `le="1"` bucket instead of `+Inf` (time buckets would put every batch there).
@@ -193,6 +188,11 @@ async fn every_metric_family_has_help_and_type_the_prefix_and_its_unit_and_batch
         .samples
         .iter()
         .any(|(_, labels, _)| labels.get("le").is_some_and(|le| le == "0.005")));
+}
+
+#[tokio::test]
+async fn requests_are_counted_by_route_template_and_status_class_beside_build_and_pool_facts() {
+    let (p, families) = scraped_after_one_turn().await;
 
     // Requests by route template (never the raw path, which holds ids) and status class.
     let hook_route = "/v1/hooks/{tenant_id}/{connector_id}";
@@ -205,7 +205,7 @@ async fn every_metric_family_has_help_and_type_the_prefix_and_its_unit_and_batch
     }));
     assert!(!requests
         .iter()
-        .any(|(_, labels, _)| labels["route"].contains(&tenant.tenant.to_string())));
+        .any(|(_, labels, _)| labels["route"].contains(&p.tenant.tenant.to_string())));
 
     let build = &families["channel_bridge_build_info"].samples[0];
     assert_eq!(build.1["version"], env!("CARGO_PKG_VERSION"));
@@ -443,7 +443,7 @@ async fn an_accepted_webhook_and_its_delivered_turn_log_one_info_line_each_with_
     let platforms = FakePlatforms::start().await;
     let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let worker = worker_for(&app, &agent);
+    let worker = worker(&app, &agent.url, |_| {});
     let secret_text = "the vault code is pineapple-4417";
 
     let body = telegram_text(7201, secret_text);
@@ -500,7 +500,7 @@ async fn an_agent_retry_is_logged_at_debug_not_info() {
     let tenant = provision_tenant(&app.pool, "acme").await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
     agent.script([Reply::Json(503, serde_json::json!({}), None)]);
-    let worker = worker_for(&app, &agent);
+    let worker = worker(&app, &agent.url, |_| {});
     deliver(&app, &tenant, Platform::Telegram, telegram_text(7301, "hi")).await;
 
     assert!(matches!(worker.step().await.unwrap(), StepOutcome::Retrying(_)));

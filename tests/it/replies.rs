@@ -1,142 +1,43 @@
 //! Replies posted back to the platforms, against real local HTTP servers that play each
 //! platform's API and record the exact requests.
 
-use std::sync::Arc;
-
-use channel_bridge::db::messages::ReplyPart;
-use channel_bridge::dispatch::{StepOutcome, Worker};
+use channel_bridge::dispatch::StepOutcome;
 use channel_bridge::domain::{MessageId, Platform};
 use serde_json::{json, Value};
 
-use crate::support::fake_agent::{FakeAgent, Reply};
-use crate::support::fake_platforms::{Answer, FakePlatforms};
+use crate::support::fake_agent::Reply;
+use crate::support::fake_platforms::Answer;
+use crate::support::pipeline::statuses;
 use crate::support::platforms::*;
-use crate::support::{spawn_app, TestApp};
+use crate::support::Pipeline;
 
-struct Setup {
-    app: TestApp,
-    platforms: FakePlatforms,
-    agent: FakeAgent,
-    tenant: Provisioned,
-    worker: Arc<Worker>,
+/// The pipeline, with an interrupted Slack send looked for in the thread at once and with no
+/// read budget (the confirmation window and the budget have tests of their own,
+/// `slack_in_doubt`).
+async fn setup() -> Pipeline {
+    Pipeline::builder()
+        .settings(|settings| {
+            settings.dispatch.slack_confirm_secs = 0;
+            settings.dispatch.slack_read_interval_ms = 0;
+        })
+        .start()
+        .await
 }
 
-async fn setup() -> Setup {
-    let app = spawn_app().await;
-    let platforms = FakePlatforms::start().await;
-    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
-    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let worker = Arc::new(crate::support::worker(&app, &agent.url, |settings| {
-        settings.dispatch.retry_base_ms = 0;
-        // An interrupted Slack send is looked for in the thread at once, with no read
-        // budget (the confirmation window and the budget have tests of their own,
-        // `slack_in_doubt`).
-        settings.dispatch.slack_confirm_secs = 0;
-        settings.dispatch.slack_read_interval_ms = 0;
-    }));
-    Setup {
-        app,
-        platforms,
-        agent,
-        tenant,
-        worker,
-    }
+/// (messages, queued jobs), counted as the owner.
+async fn counts(s: &Pipeline) -> (i64, i64) {
+    let messages = s.owner_scalar("select count(*) from channel_messages").await;
+    let queued = s.owner_scalar("select count(*) from dispatch_queue").await;
+    (messages, queued)
 }
 
-impl Setup {
-    async fn parts(&self, message: MessageId) -> Vec<ReplyPart> {
-        let mut tx = self.app.tenant_tx(self.tenant.tenant).await;
-        channel_bridge::db::messages::reply_parts(&mut tx, message)
-            .await
-            .unwrap()
-    }
-
-    async fn owner_exec(&self, sql: &str) {
-        let mut owner = self.app.db.owner_conn().await;
-        sqlx::query(sql).execute(&mut owner).await.unwrap();
-    }
-
-    /// Time passes: every waiting job and lease is due now.
-    async fn time_passes(&self) {
-        self.owner_exec("update dispatch_queue set available_at = now(), lease_owner = null")
-            .await;
-    }
-
-    async fn counts(&self) -> (i64, i64) {
-        let mut owner = self.app.db.owner_conn().await;
-        let messages = sqlx::query_scalar("select count(*) from channel_messages")
-            .fetch_one(&mut owner)
-            .await
-            .unwrap();
-        let queued = sqlx::query_scalar("select count(*) from dispatch_queue")
-            .fetch_one(&mut owner)
-            .await
-            .unwrap();
-        (messages, queued)
-    }
-
-    /// A tenant admin key of the tenant, issued as the operator would.
-    async fn admin_key(&self) -> String {
-        channel_bridge::admin::operator::issue(&self.app.pool, self.tenant.tenant, "ci")
-            .await
-            .unwrap()
-            .key
-    }
-
-    /// An admin API request; its status and JSON body.
-    async fn admin(
-        &self,
-        key: &str,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> (u16, Value) {
-        let mut request = self
-            .app
-            .client
-            .request(method, self.app.url(path))
-            .bearer_auth(key);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.unwrap();
-        let status = response.status().as_u16();
-        (status, response.json().await.unwrap_or(Value::Null))
-    }
-
-    /// The turn as the admin API shows it.
-    async fn message(&self, key: &str, id: MessageId) -> Value {
-        let (status, message) = self
-            .admin(
-                key,
-                reqwest::Method::GET,
-                &format!("/v1/admin/messages/{id}"),
-                None,
-            )
-            .await;
-        assert_eq!(status, 200, "{message}");
-        message
-    }
-
-    async fn delivered(&self, message: MessageId) -> bool {
-        let mut owner = self.app.db.owner_conn().await;
-        sqlx::query_scalar("select delivered_at is not null from channel_messages where id = $1")
-            .bind(message)
-            .fetch_one(&mut owner)
-            .await
-            .unwrap()
-    }
-}
-
-fn statuses(parts: &[ReplyPart]) -> Vec<&str> {
-    parts.iter().map(|p| p.status.as_str()).collect()
-}
-
-async fn executed(worker: &Worker) -> MessageId {
-    match worker.step().await.unwrap() {
-        StepOutcome::Executed(id) => id,
-        other => panic!("expected an executed dispatch, got {other:?}"),
-    }
+/// The turn as the admin API shows it.
+async fn admin_message(s: &Pipeline, id: MessageId) -> Value {
+    let (status, message) = s
+        .admin(reqwest::Method::GET, &format!("/v1/admin/messages/{id}"), None)
+        .await;
+    assert_eq!(status, 200, "{message}");
+    message
 }
 
 #[tokio::test]
@@ -155,7 +56,7 @@ async fn replies_are_threaded_to_the_triggering_message_on_each_platform() {
     }
     let mut ids = Vec::new();
     for _ in 0..4 {
-        ids.push(executed(&s.worker).await);
+        ids.push(s.step_executed().await);
     }
     let sent = s.platforms.sent();
     assert_eq!(sent.len(), 4);
@@ -209,7 +110,7 @@ async fn replies_are_threaded_to_the_triggering_message_on_each_platform() {
     for id in ids {
         assert!(s.delivered(id).await);
     }
-    assert_eq!(s.counts().await.1, 0, "every job finished");
+    assert_eq!(counts(&s).await.1, 0, "every job finished");
 }
 
 #[tokio::test]
@@ -220,14 +121,9 @@ async fn slack_text_is_escaped_and_no_mention_is_ever_added() {
         json!({"content": "a < b & <@U0USER1> <!channel>"}),
         None,
     )]);
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Slack,
-        slack_text("1718000700.000100", "hi"),
-    )
-    .await;
-    executed(&s.worker).await;
+    s.deliver(Platform::Slack, slack_text("1718000700.000100", "hi"))
+        .await;
+    s.step_executed().await;
     assert_eq!(
         s.platforms.sent()[0].body["text"],
         "a &lt; b &amp; &lt;@U0USER1&gt; &lt;!channel&gt;"
@@ -247,8 +143,8 @@ async fn a_10000_character_answer_is_split_into_chunks_within_each_platform_limi
             Platform::Telegram => telegram_text(11_000, "long please"),
             Platform::Whatsapp => fixture(Platform::Whatsapp, "text"),
         };
-        deliver(&s.app, &s.tenant, platform, body).await;
-        let id = executed(&s.worker).await;
+        s.deliver(platform, body).await;
+        let id = s.step_executed().await;
         let sent = s.platforms.sent_to(platform);
         let limit = if platform == Platform::Slack { 4000 } else { 4096 };
         let texts: Vec<&str> = sent.iter().map(|m| m.text()).collect();
@@ -305,8 +201,8 @@ async fn rate_limits_are_honoured_then_the_part_is_sent() {
             Platform::Telegram => telegram_text(12_000, "x"),
             Platform::Whatsapp => fixture(Platform::Whatsapp, "text"),
         };
-        deliver(&s.app, &s.tenant, platform, body).await;
-        let id = executed(&s.worker).await;
+        s.deliver(platform, body).await;
+        let id = s.step_executed().await;
         assert_eq!(
             statuses(&s.parts(id).await),
             ["pending"],
@@ -349,7 +245,7 @@ async fn rate_limits_are_honoured_then_the_part_is_sent() {
 }
 
 /// Runs a step in a task and kills it once the platform received `sends` requests.
-async fn kill_worker_after_sends(s: &Setup, sends: usize) {
+async fn kill_worker_after_sends(s: &Pipeline, sends: usize) {
     let worker = s.worker.clone();
     let task = tokio::spawn(async move { worker.step().await });
     s.platforms.wait_for_sends(sends).await;
@@ -367,16 +263,11 @@ async fn a_crash_between_parts_resumes_with_the_missing_parts_only() {
     )]);
     s.platforms
         .script(Platform::Slack, [Answer::Ok, Answer::HangBeforePosting]);
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Slack,
-        slack_text("1718001000.000100", "three parts"),
-    )
-    .await;
+    s.deliver(Platform::Slack, slack_text("1718001000.000100", "three parts"))
+        .await;
     kill_worker_after_sends(&s, 2).await;
 
-    let (_, queued) = s.counts().await;
+    let (_, queued) = counts(&s).await;
     assert_eq!(queued, 1, "the job survives the crash");
     s.time_passes().await;
     let outcome = s.worker.step().await.unwrap();
@@ -408,13 +299,8 @@ async fn an_ambiguous_slack_send_found_in_the_thread_is_not_posted_again() {
         None,
     )]);
     s.platforms.script(Platform::Slack, [Answer::HangAfterPosting]);
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Slack,
-        slack_text("1718001100.000100", "two parts"),
-    )
-    .await;
+    s.deliver(Platform::Slack, slack_text("1718001100.000100", "two parts"))
+        .await;
     kill_worker_after_sends(&s, 1).await;
 
     s.time_passes().await;
@@ -442,13 +328,8 @@ async fn telegram_interrupted_sends_follow_the_connectors_delivery_choice() {
     let s = setup().await;
     s.platforms
         .script(Platform::Telegram, [Answer::HangBeforePosting]);
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Telegram,
-        telegram_text(13_001, "at most once"),
-    )
-    .await;
+    s.deliver(Platform::Telegram, telegram_text(13_001, "at most once"))
+        .await;
     kill_worker_after_sends(&s, 1).await;
     s.time_passes().await;
     let outcome = s.worker.step().await.unwrap();
@@ -466,13 +347,8 @@ async fn telegram_interrupted_sends_follow_the_connectors_delivery_choice() {
     .await;
     s.platforms
         .script(Platform::Telegram, [Answer::HangBeforePosting]);
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Telegram,
-        telegram_text(13_002, "at least once"),
-    )
-    .await;
+    s.deliver(Platform::Telegram, telegram_text(13_002, "at least once"))
+        .await;
     kill_worker_after_sends(&s, 2).await;
     s.time_passes().await;
     let outcome = s.worker.step().await.unwrap();
@@ -493,13 +369,8 @@ async fn telegram_at_most_once_loses_only_the_part_in_doubt_and_posts_the_later_
     )]);
     s.platforms
         .script(Platform::Telegram, [Answer::Ok, Answer::HangBeforePosting]);
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Telegram,
-        telegram_text(13_101, "three parts"),
-    )
-    .await;
+    s.deliver(Platform::Telegram, telegram_text(13_101, "three parts"))
+        .await;
     // The worker dies while the second part's request is out.
     kill_worker_after_sends(&s, 2).await;
     s.time_passes().await;
@@ -516,7 +387,7 @@ async fn telegram_at_most_once_loses_only_the_part_in_doubt_and_posts_the_later_
         ["one", "two", "three"],
         "the in-doubt part is not resent, the last one is sent once"
     );
-    assert_eq!(s.counts().await.1, 0, "the job is finished");
+    assert_eq!(counts(&s).await.1, 0, "the job is finished");
     let mut owner = s.app.db.owner_conn().await;
     let delivered: bool =
         sqlx::query_scalar("select delivered_at is not null from channel_messages where id = $1")
@@ -546,22 +417,12 @@ async fn a_permanent_error_fails_the_part_and_the_rest_and_releases_the_conversa
             None,
         )],
     );
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Slack,
-        slack_text("1718001200.000100", "doomed"),
-    )
-    .await;
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Slack,
-        slack_text("1718001201.000100", "next"),
-    )
-    .await;
+    s.deliver(Platform::Slack, slack_text("1718001200.000100", "doomed"))
+        .await;
+    s.deliver(Platform::Slack, slack_text("1718001201.000100", "next"))
+        .await;
 
-    let first = executed(&s.worker).await;
+    let first = s.step_executed().await;
     let parts = s.parts(first).await;
     assert_eq!(statuses(&parts), ["failed", "failed"]);
     assert_eq!(parts[0].last_error.as_deref(), Some("slack: channel_not_found"));
@@ -571,21 +432,16 @@ async fn a_permanent_error_fails_the_part_and_the_rest_and_releases_the_conversa
     );
     assert!(!s.delivered(first).await);
 
-    let second = executed(&s.worker).await;
+    let second = s.step_executed().await;
     assert!(s.delivered(second).await, "the conversation moved on");
 }
 
 #[tokio::test]
 async fn our_own_reply_echoed_back_creates_no_dispatch() {
     let s = setup().await;
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Slack,
-        slack_text("1718001300.000100", "echo test"),
-    )
-    .await;
-    executed(&s.worker).await;
+    s.deliver(Platform::Slack, slack_text("1718001300.000100", "echo test"))
+        .await;
+    s.step_executed().await;
     let posted = s.platforms.sent()[0].clone();
 
     // What Slack sends us about our own post: a message with our bot_id and bot user.
@@ -594,15 +450,10 @@ async fn our_own_reply_echoed_back_creates_no_dispatch() {
     echo["event"]["ts"] = "1800000000.000001".into();
     echo["event"]["thread_ts"] = posted.body["thread_ts"].clone();
     echo["event_id"] = "EvECHO".into();
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Slack,
-        serde_json::to_vec(&echo).unwrap(),
-    )
-    .await;
+    s.deliver(Platform::Slack, serde_json::to_vec(&echo).unwrap())
+        .await;
 
-    assert_eq!(s.counts().await, (1, 0), "no new message, no new job");
+    assert_eq!(counts(&s).await, (1, 0), "no new message, no new job");
     assert_eq!(s.worker.step().await.unwrap(), StepOutcome::Empty);
     assert_eq!(s.agent.calls().len(), 1);
 }
@@ -636,23 +487,19 @@ async fn whatsapp_status_callbacks_update_the_part_and_are_never_dispatched() {
             .status(),
         200
     );
-    let id = executed(&s.worker).await;
+    let id = s.step_executed().await;
     assert_eq!(
         s.parts(id).await[0].platform_message_id.as_deref(),
         Some("wamid.OUT1")
     );
 
-    deliver(
-        &s.app,
-        &s.tenant,
+    s.deliver(
         Platform::Whatsapp,
         whatsapp_status("wamid.OUT1", "delivered", None),
     )
     .await;
     assert_eq!(s.parts(id).await[0].delivery_status.as_deref(), Some("delivered"));
-    deliver(
-        &s.app,
-        &s.tenant,
+    s.deliver(
         Platform::Whatsapp,
         whatsapp_status("wamid.OUT1", "read", Some(&format!("{id}:0"))),
     )
@@ -662,21 +509,15 @@ async fn whatsapp_status_callbacks_update_the_part_and_are_never_dispatched() {
         (part.status.as_str(), part.delivery_status.as_deref()),
         ("sent", Some("read"))
     );
-    assert_eq!(s.counts().await, (1, 0), "statuses are never dispatched");
+    assert_eq!(counts(&s).await, (1, 0), "statuses are never dispatched");
 }
 
 #[tokio::test]
 async fn a_failed_status_for_a_part_meta_accepted_makes_the_turn_delivery_failed_and_resendable() {
     let s = setup().await;
-    let key = s.admin_key().await;
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Whatsapp,
-        fixture(Platform::Whatsapp, "text"),
-    )
-    .await;
-    let id = executed(&s.worker).await;
+    s.deliver(Platform::Whatsapp, fixture(Platform::Whatsapp, "text"))
+        .await;
+    let id = s.step_executed().await;
     assert_eq!(statuses(&s.parts(id).await), ["sent"]);
 
     let mut failed: Value = serde_json::from_slice(&whatsapp_status("wamid.OUT1", "failed", None)).unwrap();
@@ -684,13 +525,8 @@ async fn a_failed_status_for_a_part_meta_accepted_makes_the_turn_delivery_failed
         "code": 131047, "title": "Re-engagement message",
         "message": "Re-engagement message", "error_data": {"details": "More than 24 hours have passed"}
     }]);
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Whatsapp,
-        serde_json::to_vec(&failed).unwrap(),
-    )
-    .await;
+    s.deliver(Platform::Whatsapp, serde_json::to_vec(&failed).unwrap())
+        .await;
 
     let part = &s.parts(id).await[0];
     assert_eq!(
@@ -698,12 +534,7 @@ async fn a_failed_status_for_a_part_meta_accepted_makes_the_turn_delivery_failed
         ("failed", Some("failed"))
     );
     let (status, message) = s
-        .admin(
-            &key,
-            reqwest::Method::GET,
-            &format!("/v1/admin/messages/{id}"),
-            None,
-        )
+        .admin(reqwest::Method::GET, &format!("/v1/admin/messages/{id}"), None)
         .await;
     assert_eq!(status, 200);
     assert_eq!(message["status"], "delivery_failed", "{message}");
@@ -713,7 +544,6 @@ async fn a_failed_status_for_a_part_meta_accepted_makes_the_turn_delivery_failed
     );
     let (status, queued) = s
         .admin(
-            &key,
             reqwest::Method::POST,
             &format!("/v1/admin/messages/{id}/resend"),
             None,
@@ -741,9 +571,7 @@ async fn an_interrupted_whatsapp_send_is_settled_by_its_status_callback_without_
     assert_eq!(statuses(&s.parts(id).await), ["sending"]);
 
     // Meta reports our message, echoing the part key we sent.
-    deliver(
-        &s.app,
-        &s.tenant,
+    s.deliver(
         Platform::Whatsapp,
         whatsapp_status("wamid.LATE", "sent", Some(&format!("{id}:0"))),
     )
@@ -767,20 +595,10 @@ async fn an_unlinked_sender_gets_the_connectors_notice_at_most_once_a_day() {
     s.owner_exec("delete from channel_links where platform = 'telegram'")
         .await;
     s.owner_exec("update channel_connectors set unlinked_notice = 'Please link your account first.' where platform = 'telegram'").await;
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Telegram,
-        telegram_text(14_001, "hello?"),
-    )
-    .await;
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Telegram,
-        telegram_text(14_002, "anyone?"),
-    )
-    .await;
+    s.deliver(Platform::Telegram, telegram_text(14_001, "hello?"))
+        .await;
+    s.deliver(Platform::Telegram, telegram_text(14_002, "anyone?"))
+        .await;
 
     let outcome = s.worker.step().await.unwrap();
     assert!(matches!(outcome, StepOutcome::Delivered(_)), "{outcome:?}");
@@ -791,10 +609,8 @@ async fn an_unlinked_sender_gets_the_connectors_notice_at_most_once_a_day() {
     assert!(s.agent.calls().is_empty(), "denied turns never reach the agent");
 }
 
-#[tokio::test]
-async fn a_reply_slack_refuses_is_delivery_failed_and_a_resend_posts_only_the_missing_part_once() {
-    let s = setup().await;
-    let key = s.admin_key().await;
+/// A two-part answer to a Slack turn whose second part Slack refuses; the turn.
+async fn second_part_refused(s: &Pipeline) -> MessageId {
     s.agent.script([Reply::Json(
         200,
         json!({"messages": [{"content": "part one"}, {"content": "part two"}]}),
@@ -807,20 +623,24 @@ async fn a_reply_slack_refuses_is_delivery_failed_and_a_resend_posts_only_the_mi
             Answer::Status(200, json!({"ok": false, "error": "channel_not_found"}), None),
         ],
     );
-    deliver(
-        &s.app,
-        &s.tenant,
+    s.deliver(
         Platform::Slack,
         slack_text("1718001400.000100", "two parts please"),
     )
     .await;
-    let id = executed(&s.worker).await;
+    let id = s.step_executed().await;
     assert_eq!(statuses(&s.parts(id).await), ["sent", "failed"]);
+    id
+}
+
+#[tokio::test]
+async fn a_reply_slack_refuses_is_delivery_failed_in_the_admin_api_and_its_answer_stays_in_history() {
+    let s = setup().await;
+    let id = second_part_refused(&s).await;
 
     // Visible: its own status, the part's error, and a filter that finds it.
     let (status, page) = s
         .admin(
-            &key,
             reqwest::Method::GET,
             "/v1/admin/messages?status=delivery_failed",
             None,
@@ -834,38 +654,34 @@ async fn a_reply_slack_refuses_is_delivery_failed_and_a_resend_posts_only_the_mi
     assert_eq!(items[0]["last_error"], "slack: channel_not_found");
     assert!(items[0]["delivered_at"].is_null());
     let (_, executed_page) = s
-        .admin(
-            &key,
-            reqwest::Method::GET,
-            "/v1/admin/messages?status=executed",
-            None,
-        )
+        .admin(reqwest::Method::GET, "/v1/admin/messages?status=executed", None)
         .await;
     assert!(executed_page["items"].as_array().unwrap().is_empty());
     // The agent did answer: its history keeps the turn with the answer.
     let (_, history) = s
-        .admin(&key, reqwest::Method::GET, "/v1/admin/users/alice/history", None)
+        .admin(reqwest::Method::GET, "/v1/admin/users/alice/history", None)
         .await;
     assert_eq!(
         history["messages"],
         json!([{"role": "user", "content": "two parts please"},
                {"role": "assistant", "content": "part one\n\npart two"}])
     );
+}
+
+#[tokio::test]
+async fn a_reply_slack_refuses_is_delivery_failed_and_a_resend_posts_only_the_missing_part_once() {
+    let s = setup().await;
+    let id = second_part_refused(&s).await;
 
     // The channel is back (the fake platform answers ok again): resend, four times at once
     // (one click and its impatient repeats, one bulk call): the turn is queued once.
     let resend = format!("/v1/admin/messages/{id}/resend");
     let bulk = json!({"connector_id": s.tenant.slack, "status": "delivery_failed"});
     let calls = futures::future::join_all([
-        s.admin(&key, reqwest::Method::POST, &resend, None),
-        s.admin(&key, reqwest::Method::POST, &resend, None),
-        s.admin(&key, reqwest::Method::POST, &resend, None),
-        s.admin(
-            &key,
-            reqwest::Method::POST,
-            "/v1/admin/messages/resend",
-            Some(bulk),
-        ),
+        s.admin(reqwest::Method::POST, &resend, None),
+        s.admin(reqwest::Method::POST, &resend, None),
+        s.admin(reqwest::Method::POST, &resend, None),
+        s.admin(reqwest::Method::POST, "/v1/admin/messages/resend", Some(bulk)),
     ])
     .await;
     let mut answers: Vec<Value> = calls
@@ -886,13 +702,13 @@ async fn a_reply_slack_refuses_is_delivery_failed_and_a_resend_posts_only_the_mi
             json!({"queued": 1, "ids": [id.to_string()], "more": false})
         ]
     );
-    let message = s.message(&key, id).await;
+    let message = admin_message(&s, id).await;
     assert_eq!(
         (message["status"].as_str(), &message["last_error"]),
         (Some("executed"), &Value::Null)
     );
     assert_eq!(statuses(&s.parts(id).await), ["sent", "pending"]);
-    let (status, again) = s.admin(&key, reqwest::Method::POST, &resend, None).await;
+    let (status, again) = s.admin(reqwest::Method::POST, &resend, None).await;
     assert_eq!(
         (status, again),
         (200, json!({"queued": 0, "ids": [], "more": false})),
@@ -912,11 +728,11 @@ async fn a_reply_slack_refuses_is_delivery_failed_and_a_resend_posts_only_the_mi
         "each part is in the thread once"
     );
     assert_eq!(statuses(&s.parts(id).await), ["sent", "sent"]);
-    let message = s.message(&key, id).await;
+    let message = admin_message(&s, id).await;
     assert_eq!(message["status"], "executed");
     assert!(message["delivered_at"].is_string());
 
-    let (status, after) = s.admin(&key, reqwest::Method::POST, &resend, None).await;
+    let (status, after) = s.admin(reqwest::Method::POST, &resend, None).await;
     assert_eq!(
         (status, after),
         (200, json!({"queued": 0, "ids": [], "more": false})),
@@ -929,7 +745,6 @@ async fn a_reply_slack_refuses_is_delivery_failed_and_a_resend_posts_only_the_mi
 #[tokio::test]
 async fn a_telegram_part_in_doubt_shows_on_the_turn_and_is_resent_only_when_asked() {
     let s = setup().await;
-    let key = s.admin_key().await;
     s.agent.script([Reply::Json(
         200,
         json!({"messages": [{"content": "one"}, {"content": "two"}]}),
@@ -937,13 +752,8 @@ async fn a_telegram_part_in_doubt_shows_on_the_turn_and_is_resent_only_when_aske
     )]);
     s.platforms
         .script(Platform::Telegram, [Answer::HangBeforePosting]);
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Telegram,
-        telegram_text(13_201, "two parts"),
-    )
-    .await;
+    s.deliver(Platform::Telegram, telegram_text(13_201, "two parts"))
+        .await;
     kill_worker_after_sends(&s, 1).await;
     s.time_passes().await;
     let outcome = s.worker.step().await.unwrap();
@@ -953,7 +763,7 @@ async fn a_telegram_part_in_doubt_shows_on_the_turn_and_is_resent_only_when_aske
     assert_eq!(statuses(&s.parts(id).await), ["unknown", "sent"]);
 
     // Not delivered and saying why, but not delivery_failed: a resend may double it.
-    let message = s.message(&key, id).await;
+    let message = admin_message(&s, id).await;
     assert_eq!(message["status"], "executed");
     assert!(message["delivered_at"].is_null());
     assert!(
@@ -965,11 +775,10 @@ async fn a_telegram_part_in_doubt_shows_on_the_turn_and_is_resent_only_when_aske
     );
     let resend = format!("/v1/admin/messages/{id}/resend");
     let nothing = json!({"queued": 0, "ids": [], "more": false});
-    let (status, queued) = s.admin(&key, reqwest::Method::POST, &resend, None).await;
+    let (status, queued) = s.admin(reqwest::Method::POST, &resend, None).await;
     assert_eq!((status, queued), (200, nothing.clone()));
     let (status, queued) = s
         .admin(
-            &key,
             reqwest::Method::POST,
             "/v1/admin/messages/resend",
             Some(json!({})),
@@ -984,7 +793,6 @@ async fn a_telegram_part_in_doubt_shows_on_the_turn_and_is_resent_only_when_aske
 
     let (status, queued) = s
         .admin(
-            &key,
             reqwest::Method::POST,
             &format!("{resend}?include_unknown=true"),
             None,
@@ -1006,7 +814,6 @@ async fn a_telegram_part_in_doubt_shows_on_the_turn_and_is_resent_only_when_aske
 
     let (status, error) = s
         .admin(
-            &key,
             reqwest::Method::POST,
             &format!("{resend}?include_unknwon=true"),
             None,

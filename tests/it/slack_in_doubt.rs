@@ -3,142 +3,85 @@
 //! before the send, within the workspace's read budget), and resent only when it is absent
 //! from every page. Real gateway, real PostgreSQL, a fake Slack that paginates like Slack.
 
-use std::sync::Arc;
-
-use channel_bridge::db::messages::{NewMessage, ReplyPart};
+use channel_bridge::db::messages::NewMessage;
 use channel_bridge::db::{self, TenantTx};
-use channel_bridge::dispatch::{StepOutcome, Worker};
+use channel_bridge::dispatch::StepOutcome;
 use channel_bridge::domain::{MessageId, MessageStatus, Platform};
 use serde_json::{json, Value};
 
-use crate::support::fake_agent::{FakeAgent, Reply};
-use crate::support::fake_platforms::{Answer, FakePlatforms};
+use crate::support::fake_agent::Reply;
+use crate::support::fake_platforms::Answer;
+use crate::support::pipeline::statuses;
 use crate::support::platforms::*;
-use crate::support::{spawn_app, TestApp};
+use crate::support::{spawn_app, Pipeline};
 
 /// The DM channel of the Slack fixtures, where every turn below is answered.
 const DM: &str = "D0DM00001";
 
-struct Setup {
-    app: TestApp,
-    platforms: FakePlatforms,
-    agent: FakeAgent,
-    tenant: Provisioned,
-    worker: Arc<Worker>,
-}
-
-/// A gateway whose interrupted Slack sends wait `confirm_secs` for the metadata event and
-/// read threads at most once per `read_interval_ms` per workspace.
-async fn setup(confirm_secs: u64, read_interval_ms: u64) -> Setup {
-    let app = spawn_app().await;
-    let platforms = FakePlatforms::start().await;
-    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
-    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let mut settings = app.db.serve_settings();
-    settings.agent_url = Some(agent.url.clone());
-    settings.dispatch.retry_base_ms = 0;
-    settings.dispatch.slack_confirm_secs = confirm_secs;
-    settings.dispatch.slack_read_interval_ms = read_interval_ms;
-    let worker = Arc::new(
-        Worker::new(app.pool.clone(), Arc::new(settings), || {
-            chrono::Utc::now().timestamp()
+/// The pipeline, its interrupted Slack sends waiting `confirm_secs` for the metadata event
+/// and reading threads at most once per `read_interval_ms` per workspace.
+async fn setup(confirm_secs: u64, read_interval_ms: u64) -> Pipeline {
+    Pipeline::builder()
+        .settings(move |settings| {
+            settings.dispatch.slack_confirm_secs = confirm_secs;
+            settings.dispatch.slack_read_interval_ms = read_interval_ms;
         })
-        .unwrap(),
-    );
-    Setup {
-        app,
-        platforms,
-        agent,
-        tenant,
-        worker,
-    }
+        .start()
+        .await
 }
 
-impl Setup {
-    async fn parts(&self, message: MessageId) -> Vec<ReplyPart> {
-        let mut tx = self.app.tenant_tx(self.tenant.tenant).await;
-        db::messages::reply_parts(&mut tx, message).await.unwrap()
-    }
-
-    async fn owner_exec(&self, sql: &str) {
-        let mut owner = self.app.db.owner_conn().await;
-        sqlx::query(sql).execute(&mut owner).await.unwrap();
-    }
-
-    async fn owner_scalar<T>(&self, sql: &str) -> T
-    where
-        T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send + Unpin,
-    {
-        let mut owner = self.app.db.owner_conn().await;
-        sqlx::query_scalar(sql).fetch_one(&mut owner).await.unwrap()
-    }
-
-    /// The job's lease ran out and its wait is over (the budget is not touched).
-    async fn time_passes(&self) {
-        self.owner_exec("update dispatch_queue set available_at = now(), lease_owner = null")
-            .await;
-    }
-
-    /// A minute passes for the workspaces' read budgets.
-    async fn budget_refills(&self) {
-        self.owner_exec("update slack_read_budget set next_at = now()")
-            .await;
-    }
-
-    /// Seconds until the message's job is due again.
-    async fn job_wait(&self, message: MessageId) -> f64 {
-        let mut owner = self.app.db.owner_conn().await;
-        sqlx::query_scalar(
-            "select extract(epoch from available_at - now())::float8 from dispatch_queue where message_id = $1",
-        )
-        .bind(message)
-        .fetch_one(&mut owner)
-        .await
-        .unwrap()
-    }
-
-    fn posts(&self) -> Vec<String> {
-        self.platforms
-            .sent_to(Platform::Slack)
-            .iter()
-            .map(|sent| sent.text().to_owned())
-            .collect()
-    }
-
-    /// A user turn in the DM, answered with `parts`, whose first part's send is cut off
-    /// (`interruption`) by the worker dying while it waits for Slack's answer. The job is
-    /// then due again. Returns the message.
-    async fn interrupted_turn(
-        &self,
-        ts: &str,
-        parts: &[&str],
-        interruption: Answer,
-        fillers: usize,
-    ) -> MessageId {
-        let messages: Vec<Value> = parts.iter().map(|text| json!({"content": text})).collect();
-        self.agent
-            .script([Reply::Json(200, json!({ "messages": messages }), None)]);
-        self.platforms.script(Platform::Slack, [interruption]);
-        deliver(&self.app, &self.tenant, Platform::Slack, slack_text(ts, "hello")).await;
-        let now = chrono::Utc::now().timestamp();
-        // An hour-old conversation in the thread, then people writing just before the reply.
-        self.platforms.slack_thread_add(DM, ts, 10, now - 3600);
-        self.platforms.slack_thread_add(DM, ts, fillers, now - 5);
-        let worker = self.worker.clone();
-        let task = tokio::spawn(async move { worker.step().await });
-        self.platforms.wait_for_sends(1).await;
-        task.abort();
-        assert!(task.await.unwrap_err().is_cancelled());
-        self.time_passes().await;
-        self.owner_scalar(
-            "select message_id from channel_replies where part_index = 0 and status = 'sending'",
-        )
-        .await
-    }
+/// A minute passes for the workspaces' read budgets.
+async fn budget_refills(s: &Pipeline) {
+    s.owner_exec("update slack_read_budget set next_at = now()").await;
 }
 
-fn statuses(parts: &[ReplyPart]) -> Vec<&str> {
-    parts.iter().map(|p| p.status.as_str()).collect()
+/// Seconds until the message's job is due again.
+async fn job_wait(s: &Pipeline, message: MessageId) -> f64 {
+    let mut owner = s.app.db.owner_conn().await;
+    sqlx::query_scalar(
+        "select extract(epoch from available_at - now())::float8 from dispatch_queue where message_id = $1",
+    )
+    .bind(message)
+    .fetch_one(&mut owner)
+    .await
+    .unwrap()
+}
+
+fn posts(s: &Pipeline) -> Vec<String> {
+    s.platforms
+        .sent_to(Platform::Slack)
+        .iter()
+        .map(|sent| sent.text().to_owned())
+        .collect()
+}
+
+/// A user turn in the DM, answered with `parts`, whose first part's send is cut off
+/// (`interruption`) by the worker dying while it waits for Slack's answer. The job is
+/// then due again. Returns the message.
+async fn interrupted_turn(
+    s: &Pipeline,
+    ts: &str,
+    parts: &[&str],
+    interruption: Answer,
+    fillers: usize,
+) -> MessageId {
+    let messages: Vec<Value> = parts.iter().map(|text| json!({"content": text})).collect();
+    s.agent
+        .script([Reply::Json(200, json!({ "messages": messages }), None)]);
+    s.platforms.script(Platform::Slack, [interruption]);
+    s.deliver(Platform::Slack, slack_text(ts, "hello")).await;
+    let now = chrono::Utc::now().timestamp();
+    // An hour-old conversation in the thread, then people writing just before the reply.
+    s.platforms.slack_thread_add(DM, ts, 10, now - 3600);
+    s.platforms.slack_thread_add(DM, ts, fillers, now - 5);
+    let worker = s.worker.clone();
+    let task = tokio::spawn(async move { worker.step().await });
+    s.platforms.wait_for_sends(1).await;
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+    s.time_passes().await;
+    s.owner_scalar("select message_id from channel_replies where part_index = 0 and status = 'sending'")
+        .await
 }
 
 fn param<'a>(call: &'a [(String, String)], name: &str) -> Option<&'a str> {
@@ -158,23 +101,18 @@ fn metadata_posted(part_key: &str, channel: &str, ts: &str) -> Vec<u8> {
     serde_json::to_vec(&body).unwrap()
 }
 
-async fn post_slack(s: &Setup, body: Vec<u8>) -> reqwest::Response {
-    let path = s.tenant.hook_path(Platform::Slack);
-    post(&s.app, &path, &signed_headers(Platform::Slack, &body), body).await
-}
-
 #[tokio::test]
 async fn an_interrupted_slack_part_confirmed_by_a_metadata_event_is_recorded_sent_with_its_ts_and_not_resent()
 {
     let s = setup(60, 60_000).await;
-    let id = s
-        .interrupted_turn(
-            "1718003000.000100",
-            &["first", "second"],
-            Answer::HangAfterPosting,
-            0,
-        )
-        .await;
+    let id = interrupted_turn(
+        &s,
+        "1718003000.000100",
+        &["first", "second"],
+        Answer::HangAfterPosting,
+        0,
+    )
+    .await;
 
     assert_eq!(s.worker.step().await.unwrap(), StepOutcome::Retrying(id));
     let part = &s.parts(id).await[0];
@@ -188,7 +126,7 @@ async fn an_interrupted_slack_part_confirmed_by_a_metadata_event_is_recorded_sen
         .as_deref()
         .unwrap()
         .contains("message_metadata_posted"));
-    let wait = s.job_wait(id).await;
+    let wait = job_wait(&s, id).await;
     assert!(
         (14.0..=15.5).contains(&wait),
         "looks again within the window, got {wait}"
@@ -199,12 +137,14 @@ async fn an_interrupted_slack_part_confirmed_by_a_metadata_event_is_recorded_sen
         s.platforms.replies_calls().is_empty(),
         "no thread read inside the window"
     );
-    assert_eq!(s.posts(), ["first"], "nor a resend");
+    assert_eq!(posts(&s), ["first"], "nor a resend");
 
     // Slack confirms the post it did make (the gateway never heard its answer).
     let key = format!("{id}:0");
     let ts = s.platforms.slack_ts_of(&key).expect("the part is in the thread");
-    let response = post_slack(&s, metadata_posted(&key, DM, &ts)).await;
+    let response = s
+        .post_webhook(Platform::Slack, metadata_posted(&key, DM, &ts))
+        .await;
     assert_eq!(response.status(), 200);
 
     assert_eq!(
@@ -217,7 +157,7 @@ async fn an_interrupted_slack_part_confirmed_by_a_metadata_event_is_recorded_sen
     assert_eq!(parts[0].platform_message_id.as_deref(), Some(ts.as_str()));
     assert_eq!(parts[0].last_error, None);
     assert_eq!(
-        s.posts(),
+        posts(&s),
         ["first", "second"],
         "the confirmed part was not posted again"
     );
@@ -228,7 +168,9 @@ async fn an_interrupted_slack_part_confirmed_by_a_metadata_event_is_recorded_sen
 
     // Slack retries the event (or sends it twice): nothing changes, no turn is recorded.
     let sent_at = parts[0].sent_at;
-    let response = post_slack(&s, metadata_posted(&key, DM, &ts)).await;
+    let response = s
+        .post_webhook(Platform::Slack, metadata_posted(&key, DM, &ts))
+        .await;
     assert_eq!(response.status(), 200);
     let again = &s.parts(id).await[0];
     assert_eq!(
@@ -241,16 +183,9 @@ async fn an_interrupted_slack_part_confirmed_by_a_metadata_event_is_recorded_sen
     assert_eq!(s.agent.calls().len(), 1);
 }
 
-#[tokio::test]
-async fn a_metadata_event_with_an_unknown_or_foreign_key_answers_200_and_changes_nothing() {
-    let s = setup(60, 60_000).await;
-    let id = s
-        .interrupted_turn("1718003100.000100", &["only"], Answer::HangAfterPosting, 0)
-        .await;
-    assert_eq!(s.worker.step().await.unwrap(), StepOutcome::Retrying(id));
-    let before = s.parts(id).await;
-
-    // Another tenant on the same workspace has a part in doubt too.
+/// Another tenant on the same workspace, with a part in doubt too; the tenant and its
+/// message.
+async fn foreign_part_in_doubt(s: &Pipeline) -> (Provisioned, MessageId) {
     let other = provision_tenant_at(&s.app.pool, "globex", Some(&s.platforms.base_url)).await;
     let mut tx = TenantTx::begin(&s.app.pool, other.tenant).await.unwrap();
     let metadata = json!({});
@@ -288,6 +223,19 @@ async fn a_metadata_event_with_an_unknown_or_foreign_key_answers_200_and_changes
     )
     .await;
 
+    (other, foreign)
+}
+
+#[tokio::test]
+async fn a_metadata_event_with_an_unknown_or_foreign_key_answers_200_and_changes_nothing() {
+    let s = setup(60, 60_000).await;
+    let id = interrupted_turn(&s, "1718003100.000100", &["only"], Answer::HangAfterPosting, 0).await;
+    assert_eq!(s.worker.step().await.unwrap(), StepOutcome::Retrying(id));
+    let before = s.parts(id).await;
+
+    // Another tenant on the same workspace has a part in doubt too.
+    let (other, foreign) = foreign_part_in_doubt(&s).await;
+
     let ours = format!("{id}:0");
     let ts = "1718003101.000001";
     let mut other_app: Value = serde_json::from_slice(&metadata_posted(&ours, DM, ts)).unwrap();
@@ -313,7 +261,7 @@ async fn a_metadata_event_with_an_unknown_or_foreign_key_answers_200_and_changes
         ("another event type", serde_json::to_vec(&other_type).unwrap()),
     ];
     for (case, body) in events {
-        let response = post_slack(&s, body).await;
+        let response = s.post_webhook(Platform::Slack, body).await;
         assert_eq!(response.status(), 200, "{case}");
     }
     let after = s.parts(id).await;
@@ -330,7 +278,7 @@ async fn a_metadata_event_with_an_unknown_or_foreign_key_answers_200_and_changes
         ),
         "our part is untouched"
     );
-    assert!(s.job_wait(id).await > 10.0, "and its job was not woken");
+    assert!(job_wait(&s, id).await > 10.0, "and its job was not woken");
     let mut tx = TenantTx::begin(&s.app.pool, other.tenant).await.unwrap();
     let theirs = db::messages::reply_parts(&mut tx, foreign).await.unwrap();
     tx.commit().await.unwrap();
@@ -344,25 +292,41 @@ async fn a_metadata_event_with_an_unknown_or_foreign_key_answers_200_and_changes
     );
     let messages: i64 = s.owner_scalar("select count(*) from channel_messages").await;
     assert_eq!(messages, 2, "no event became a turn");
+}
+
+#[tokio::test]
+async fn the_right_metadata_event_settles_the_part_in_doubt_and_a_later_one_changes_nothing() {
+    let s = setup(60, 60_000).await;
+    let id = interrupted_turn(&s, "1718003100.000100", &["only"], Answer::HangAfterPosting, 0).await;
+    assert_eq!(s.worker.step().await.unwrap(), StepOutcome::Retrying(id));
+    let ours = format!("{id}:0");
+    let ts = "1718003101.000001";
 
     // The right event settles our part; a later one for the part already sent changes nothing.
     let real = s.platforms.slack_ts_of(&ours).unwrap();
     assert_eq!(
-        post_slack(&s, metadata_posted(&ours, DM, &real)).await.status(),
+        s.post_webhook(Platform::Slack, metadata_posted(&ours, DM, &real))
+            .await
+            .status(),
         200
     );
     assert_eq!(
         s.parts(id).await[0].platform_message_id.as_deref(),
         Some(real.as_str())
     );
-    assert_eq!(post_slack(&s, metadata_posted(&ours, DM, ts)).await.status(), 200);
+    assert_eq!(
+        s.post_webhook(Platform::Slack, metadata_posted(&ours, DM, ts))
+            .await
+            .status(),
+        200
+    );
     let settled = &s.parts(id).await[0];
     assert_eq!(
         (settled.status.as_str(), settled.platform_message_id.as_deref()),
         ("sent", Some(real.as_str()))
     );
     assert_eq!(s.worker.step().await.unwrap(), StepOutcome::Delivered(id));
-    assert_eq!(s.posts(), ["only"]);
+    assert_eq!(posts(&s), ["only"]);
 }
 
 #[tokio::test]
@@ -370,18 +334,18 @@ async fn an_interrupted_slack_part_found_on_page_2_of_the_thread_is_not_resent()
     let s = setup(0, 0).await;
     // 20 messages of others come before our part from the read's `oldest` on: it is the
     // 21st, on page 2 (15 a page); the hour-old ones before `oldest` are not read at all.
-    let id = s
-        .interrupted_turn(
-            "1718003200.000100",
-            &["found later"],
-            Answer::HangAfterPosting,
-            20,
-        )
-        .await;
+    let id = interrupted_turn(
+        &s,
+        "1718003200.000100",
+        &["found later"],
+        Answer::HangAfterPosting,
+        20,
+    )
+    .await;
 
     assert_eq!(s.worker.step().await.unwrap(), StepOutcome::Delivered(id));
     assert_eq!(
-        s.posts(),
+        posts(&s),
         ["found later"],
         "found in the thread, not posted again"
     );
@@ -417,13 +381,11 @@ async fn an_interrupted_slack_part_found_on_page_2_of_the_thread_is_not_resent()
 #[tokio::test]
 async fn an_interrupted_slack_part_absent_from_every_page_is_resent_exactly_once() {
     let s = setup(0, 0).await;
-    let id = s
-        .interrupted_turn("1718003300.000100", &["lost"], Answer::HangBeforePosting, 20)
-        .await;
+    let id = interrupted_turn(&s, "1718003300.000100", &["lost"], Answer::HangBeforePosting, 20).await;
 
     assert_eq!(s.worker.step().await.unwrap(), StepOutcome::Delivered(id));
     assert_eq!(s.platforms.replies_calls().len(), 2, "both pages read first");
-    assert_eq!(s.posts(), ["lost", "lost"], "sent again, once");
+    assert_eq!(posts(&s), ["lost", "lost"], "sent again, once");
     let key = format!("{id}:0");
     assert_eq!(
         s.platforms.slack_thread_keys(),
@@ -436,16 +398,14 @@ async fn an_interrupted_slack_part_absent_from_every_page_is_resent_exactly_once
         ("sent", s.platforms.slack_ts_of(&key))
     );
     assert_eq!(s.worker.step().await.unwrap(), StepOutcome::Empty);
-    assert_eq!(s.posts().len(), 2);
+    assert_eq!(posts(&s).len(), 2);
 }
 
 #[tokio::test]
 async fn the_thread_is_read_no_more_often_than_the_workspace_budget_allows_and_resumes_at_its_cursor() {
     let s = setup(0, 60_000).await;
     // 40 messages of others first: the part is on page 3.
-    let id = s
-        .interrupted_turn("1718003400.000100", &["deep"], Answer::HangAfterPosting, 40)
-        .await;
+    let id = interrupted_turn(&s, "1718003400.000100", &["deep"], Answer::HangAfterPosting, 40).await;
 
     assert_eq!(s.worker.step().await.unwrap(), StepOutcome::Retrying(id));
     assert_eq!(
@@ -453,7 +413,7 @@ async fn the_thread_is_read_no_more_often_than_the_workspace_budget_allows_and_r
         1,
         "one page, then the budget is spent"
     );
-    let wait = s.job_wait(id).await;
+    let wait = job_wait(&s, id).await;
     assert!(
         (55.0..=60.5).contains(&wait),
         "the job waits for the budget, got {wait}"
@@ -469,9 +429,9 @@ async fn the_thread_is_read_no_more_often_than_the_workspace_budget_allows_and_r
         1,
         "no request before the budget allows"
     );
-    assert!(s.job_wait(id).await > 50.0);
+    assert!(job_wait(&s, id).await > 50.0);
 
-    s.budget_refills().await;
+    budget_refills(&s).await;
     s.time_passes().await;
     assert_eq!(s.worker.step().await.unwrap(), StepOutcome::Retrying(id));
     let calls = s.platforms.replies_calls();
@@ -482,14 +442,14 @@ async fn the_thread_is_read_no_more_often_than_the_workspace_budget_allows_and_r
         "resumed at page 2, not page 1"
     );
 
-    s.budget_refills().await;
+    budget_refills(&s).await;
     s.time_passes().await;
     assert_eq!(s.worker.step().await.unwrap(), StepOutcome::Delivered(id));
     let calls = s.platforms.replies_calls();
     assert_eq!(calls.len(), 3, "three pages, one per budget");
     assert_ne!(param(&calls[2], "cursor"), param(&calls[1], "cursor"));
     assert_eq!(
-        s.posts(),
+        posts(&s),
         ["deep"],
         "found on page 3, never resent while searching"
     );
@@ -503,12 +463,10 @@ async fn a_rate_limited_thread_read_holds_the_workspace_off_for_retry_after_and_
         json!({"ok": false, "error": "ratelimited"}),
         Some(30),
     )]);
-    let id = s
-        .interrupted_turn("1718003500.000100", &["patient"], Answer::HangAfterPosting, 0)
-        .await;
+    let id = interrupted_turn(&s, "1718003500.000100", &["patient"], Answer::HangAfterPosting, 0).await;
 
     assert_eq!(s.worker.step().await.unwrap(), StepOutcome::Retrying(id));
-    let wait = s.job_wait(id).await;
+    let wait = job_wait(&s, id).await;
     assert!((28.0..=30.5).contains(&wait), "Retry-After honoured, got {wait}");
     let held: f64 = s
         .owner_scalar("select extract(epoch from next_at - now())::float8 from slack_read_budget")
@@ -522,11 +480,11 @@ async fn a_rate_limited_thread_read_holds_the_workspace_off_for_retry_after_and_
     assert_eq!(s.worker.step().await.unwrap(), StepOutcome::Retrying(id));
     assert_eq!(s.platforms.replies_calls().len(), 1, "no read before Retry-After");
 
-    s.budget_refills().await;
+    budget_refills(&s).await;
     s.time_passes().await;
     assert_eq!(s.worker.step().await.unwrap(), StepOutcome::Delivered(id));
     assert_eq!(s.platforms.replies_calls().len(), 2);
-    assert_eq!(s.posts(), ["patient"], "never resent");
+    assert_eq!(posts(&s), ["patient"], "never resent");
 }
 
 #[tokio::test]
@@ -537,20 +495,20 @@ async fn a_thread_that_cannot_be_read_leaves_the_part_unknown_never_resent_and_p
         json!({"ok": false, "error": "missing_scope", "needed": "im:history"}),
         None,
     )]);
-    let id = s
-        .interrupted_turn(
-            "1718003600.000100",
-            &["maybe", "after"],
-            Answer::HangBeforePosting,
-            0,
-        )
-        .await;
+    let id = interrupted_turn(
+        &s,
+        "1718003600.000100",
+        &["maybe", "after"],
+        Answer::HangBeforePosting,
+        0,
+    )
+    .await;
 
     assert_eq!(s.worker.step().await.unwrap(), StepOutcome::Failed(id));
     let parts = s.parts(id).await;
     assert_eq!(statuses(&parts), ["unknown", "sent"]);
     assert!(parts[0].last_error.as_deref().unwrap().contains("missing_scope"));
-    assert_eq!(s.posts(), ["maybe", "after"], "the part in doubt is not resent");
+    assert_eq!(posts(&s), ["maybe", "after"], "the part in doubt is not resent");
 }
 
 #[tokio::test]

@@ -7,106 +7,49 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use channel_bridge::db::messages::ReplyPart;
-use channel_bridge::dispatch::{StepOutcome, Worker};
-use channel_bridge::domain::{MessageId, Platform};
+use channel_bridge::dispatch::StepOutcome;
+use channel_bridge::domain::Platform;
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
-use crate::support::fake_agent::{Chunk, FakeAgent, Reply};
-use crate::support::fake_platforms::{Answer, FakePlatforms};
+use crate::support::fake_agent::{Chunk, Reply};
+use crate::support::fake_platforms::Answer;
+use crate::support::pipeline::executed;
 use crate::support::platforms::*;
-use crate::support::{spawn_app, TestApp};
+use crate::support::Pipeline;
 
 /// Short, so that a test sees several calls; the live view paces itself by it.
 const STREAM_INTERVAL: Duration = Duration::from_millis(20);
 
-struct Setup {
-    app: TestApp,
-    platforms: FakePlatforms,
-    agent: FakeAgent,
-    tenant: Provisioned,
-    worker: Arc<Worker>,
+async fn setup() -> Pipeline {
+    Pipeline::builder()
+        .settings(|settings| settings.dispatch.stream_interval_ms = STREAM_INTERVAL.as_millis() as u64)
+        .start()
+        .await
 }
 
-async fn setup() -> Setup {
-    let app = spawn_app().await;
-    let platforms = FakePlatforms::start().await;
-    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
-    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let worker = Arc::new(crate::support::worker(&app, &agent.url, |settings| {
-        settings.dispatch.retry_base_ms = 0;
-        settings.dispatch.stream_interval_ms = STREAM_INTERVAL.as_millis() as u64;
-    }));
-    Setup {
-        app,
-        platforms,
-        agent,
-        tenant,
-        worker,
-    }
-}
-
-impl Setup {
-    /// Records `body` on `platform` and starts a worker step on it.
-    async fn turn(&self, platform: Platform, body: Vec<u8>) -> JoinHandle<StepOutcome> {
-        deliver(&self.app, &self.tenant, platform, body).await;
-        self.step()
-    }
-
-    fn step(&self) -> JoinHandle<StepOutcome> {
-        let worker = self.worker.clone();
-        tokio::spawn(async move { worker.step().await.unwrap() })
-    }
-
-    async fn parts(&self, message: MessageId) -> Vec<ReplyPart> {
-        let mut tx = self.app.tenant_tx(self.tenant.tenant).await;
-        channel_bridge::db::messages::reply_parts(&mut tx, message)
-            .await
-            .unwrap()
-    }
-
-    /// The turn's row: response, live message id, delivered.
-    async fn turn_row(&self) -> (Option<String>, Option<String>, bool) {
-        let mut owner = self.app.db.owner_conn().await;
-        sqlx::query_as(
-            "select response_content, live_message_id, delivered_at is not null from channel_messages",
-        )
+/// The turn's row: response, live message id, delivered.
+async fn turn_row(s: &Pipeline) -> (Option<String>, Option<String>, bool) {
+    let mut owner = s.app.db.owner_conn().await;
+    sqlx::query_as("select response_content, live_message_id, delivered_at is not null from channel_messages")
         .fetch_one(&mut owner)
         .await
         .unwrap()
-    }
-
-    /// Time passes: every waiting job and lease is due now.
-    async fn time_passes(&self) {
-        let mut owner = self.app.db.owner_conn().await;
-        sqlx::query("update dispatch_queue set available_at = now(), lease_owner = null")
-            .execute(&mut owner)
-            .await
-            .unwrap();
-    }
-
-    /// The live message the view recorded, once it is recorded (a bounded wait).
-    async fn recorded_live_message(&self) -> String {
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(id) = self.turn_row().await.1 {
-                return id;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the live message is recorded"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
 }
 
-async fn executed(step: JoinHandle<StepOutcome>) -> MessageId {
-    match step.await.unwrap() {
-        StepOutcome::Executed(id) => id,
-        other => panic!("expected an executed turn, got {other:?}"),
+/// The live message the view recorded, once it is recorded (a bounded wait).
+async fn recorded_live_message(s: &Pipeline) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(id) = turn_row(s).await.1 {
+            return id;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the live message is recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 
@@ -148,7 +91,7 @@ async fn an_openai_stream_is_stored_and_delivered_as_one_reply() {
     let sent = s.platforms.sent_to(Platform::Whatsapp);
     assert_eq!(sent.len(), 1, "{sent:?}");
     assert_eq!(sent[0].text(), "Hello, world");
-    let (response, live, delivered) = s.turn_row().await;
+    let (response, live, delivered) = turn_row(&s).await;
     assert_eq!(response.as_deref(), Some("Hello, world"));
     assert_eq!(live, None, "WhatsApp shows nothing but typing");
     assert!(delivered);
@@ -192,7 +135,7 @@ async fn a_stream_cut_off_before_its_final_event_is_retried_and_answered_once() 
         Reply::Stream(vec![Chunk::openai("half an ans")]),
         Reply::Stream(vec![Chunk::openai("a whole answer"), Chunk::openai_done()]),
     ]);
-    deliver(&s.app, &s.tenant, Platform::Whatsapp, whatsapp_text()).await;
+    s.deliver(Platform::Whatsapp, whatsapp_text()).await;
     let id = match s.worker.step().await.unwrap() {
         StepOutcome::Retrying(id) => id,
         other => panic!("a cut-off stream is retried, got {other:?}"),
@@ -227,7 +170,7 @@ async fn a_json_answer_shows_no_live_view() {
     .await;
     let paths: Vec<String> = s.platforms.sent().iter().map(|c| c.path.clone()).collect();
     assert_eq!(paths, ["/api/chat.postMessage"]);
-    assert_eq!(s.turn_row().await.1, None);
+    assert_eq!(turn_row(&s).await.1, None);
 }
 
 // --- Step 2: Telegram private chat: draft, then one sendMessage -----------------------------
@@ -264,7 +207,7 @@ async fn a_telegram_private_chat_sees_a_draft_then_one_final_message() {
     assert_eq!(finals[0].body["parse_mode"], "HTML");
     assert!(s.platforms.calls("editMessageText").is_empty());
     assert!(drafts.iter().all(|d| d.seq < finals[0].seq));
-    let (response, live, delivered) = s.turn_row().await;
+    let (response, live, delivered) = turn_row(&s).await;
     assert_eq!(response.as_deref(), Some("Hello **you**"));
     assert_eq!(live, None, "a draft leaves nothing to adopt");
     assert!(delivered);
@@ -325,7 +268,7 @@ async fn a_slack_stream_starts_appends_and_stops_in_the_thread_and_becomes_the_f
         .as_deref()
         .unwrap()
         .contains("slack-outbound-token"));
-    let ts = s.recorded_live_message().await;
+    let ts = recorded_live_message(&s).await;
 
     more.add_permits(1);
     s.platforms.wait_for_calls("chat.appendStream", 1).await;
@@ -354,7 +297,7 @@ async fn a_slack_stream_starts_appends_and_stops_in_the_thread_and_becomes_the_f
     let parts = s.parts(id).await;
     assert_eq!(parts[0].platform_message_id.as_deref(), Some(ts.as_str()));
     assert!(parts.iter().all(|p| p.status.as_str() == "sent"));
-    assert!(s.turn_row().await.2, "delivered");
+    assert!(turn_row(&s).await.2, "delivered");
     // One message per part in the thread, each carrying its part key once.
     assert_eq!(
         s.platforms.slack_thread_keys(),
@@ -376,7 +319,7 @@ async fn a_worker_killed_mid_stream_is_recovered_into_the_same_slack_message() {
         .turn(Platform::Slack, slack_text("1718003200.000100", "stream it"))
         .await;
     s.platforms.wait_for_calls("chat.startStream", 1).await;
-    let ts = s.recorded_live_message().await;
+    let ts = recorded_live_message(&s).await;
     kill(step).await;
 
     s.time_passes().await;
@@ -400,7 +343,7 @@ async fn a_worker_killed_mid_stream_is_recovered_into_the_same_slack_message() {
         [format!("{id}:0"), format!("{id}:1")],
         "exactly one final message per part"
     );
-    assert!(s.turn_row().await.2, "delivered");
+    assert!(turn_row(&s).await.2, "delivered");
 }
 
 #[tokio::test]
@@ -417,10 +360,10 @@ async fn a_worker_killed_while_the_first_part_completes_the_stream_completes_it_
     let step = s
         .turn(Platform::Slack, slack_text("1718003300.000100", "stream it"))
         .await;
-    s.recorded_live_message().await;
+    recorded_live_message(&s).await;
     end.add_permits(1);
     s.platforms.wait_for_calls("chat.update", 1).await;
-    let ts = s.turn_row().await.1.expect("the stream was recorded");
+    let ts = turn_row(&s).await.1.expect("the stream was recorded");
     kill(step).await;
 
     s.time_passes().await;
@@ -455,15 +398,10 @@ async fn a_slack_stream_whose_agent_fails_for_good_is_stopped_not_left_open() {
         Chunk::Wait(fail.clone()),
         Chunk::Event("event: error\ndata: {\"message\":\"overloaded\"}\n\n".into()),
     ])]);
-    deliver(
-        &s.app,
-        &s.tenant,
-        Platform::Slack,
-        slack_text("1718003400.000100", "stream it"),
-    )
-    .await;
+    s.deliver(Platform::Slack, slack_text("1718003400.000100", "stream it"))
+        .await;
     let step = tokio::spawn(async move { worker.step().await.unwrap() });
-    let ts = s.recorded_live_message().await;
+    let ts = recorded_live_message(&s).await;
     fail.add_permits(1);
     assert!(matches!(step.await.unwrap(), StepOutcome::Failed(_)));
     let stops = s.platforms.calls("chat.stopStream");
@@ -494,7 +432,7 @@ async fn a_telegram_group_sees_one_message_edited_as_it_grows_and_adopted_as_the
     assert_eq!(preview.body["text"], "Hel");
     assert_eq!(preview.body["chat_id"], -1_001_276_785_818_i64);
     assert_eq!(preview.body["reply_parameters"]["message_id"], 42_000);
-    let live = s.recorded_live_message().await;
+    let live = recorded_live_message(&s).await;
     assert_eq!(live, "5001");
     assert!(
         s.platforms.calls("sendMessageDraft").is_empty(),
@@ -519,7 +457,7 @@ async fn a_telegram_group_sees_one_message_edited_as_it_grows_and_adopted_as_the
     assert_eq!(last.body["message_id"], 5001);
     assert_eq!(last.body["text"], "Hello there");
     assert_eq!(s.parts(id).await[0].platform_message_id.as_deref(), Some("5001"));
-    assert!(s.turn_row().await.2, "delivered");
+    assert!(turn_row(&s).await.2, "delivered");
 }
 
 #[tokio::test]
@@ -543,11 +481,11 @@ async fn an_unchanged_telegram_edit_counts_as_the_part_delivered() {
     let step = s
         .turn(Platform::Telegram, telegram_group_text(42_100, "stream it"))
         .await;
-    s.recorded_live_message().await;
+    recorded_live_message(&s).await;
     end.add_permits(1);
     let id = executed(step).await;
     assert_eq!(s.platforms.calls("editMessageText").len(), 1);
     assert_eq!(s.platforms.calls("sendMessage").len(), 1);
     assert_eq!(s.parts(id).await[0].platform_message_id.as_deref(), Some("5001"));
-    assert!(s.turn_row().await.2, "delivered");
+    assert!(turn_row(&s).await.2, "delivered");
 }

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use channel_bridge::db::messages;
-use channel_bridge::dispatch::{StepOutcome, Worker};
-use channel_bridge::domain::Platform;
+use channel_bridge::dispatch::StepOutcome;
+use channel_bridge::domain::{MessageId, Platform};
 use channel_bridge::secrets::Keyring;
 use channel_bridge::settings::LogFormat;
 use channel_bridge::telemetry::{self, traces};
@@ -24,17 +24,7 @@ use crate::support::fake_agent::FakeAgent;
 use crate::support::fake_platforms::FakePlatforms;
 use crate::support::otlp_collector::{OtlpCollector, ReceivedSpan, KIND_CLIENT, KIND_CONSUMER, KIND_SERVER};
 use crate::support::platforms::*;
-use crate::support::{eventually, spawn_app, TestApp, TestDb};
-
-/// A worker for `app`'s database that calls `agent`.
-fn worker_for(app: &TestApp, agent: &FakeAgent) -> Worker {
-    let mut settings = app.db.serve_settings();
-    settings.agent_url = Some(agent.url.clone());
-    Worker::new(app.pool.clone(), Arc::new(settings), || {
-        chrono::Utc::now().timestamp()
-    })
-    .unwrap()
-}
+use crate::support::{eventually, spawn_app, worker, Pipeline, TestDb};
 
 /// The process-wide subscriber while tests install their own: it wants nothing but answers
 /// "sometimes" for every call site, so that no call site is cached as "never" while a
@@ -112,47 +102,80 @@ fn named<'a>(spans: &'a [ReceivedSpan], name: &str) -> &'a ReceivedSpan {
 const WEBHOOK: &str = "POST /v1/hooks/{tenant_id}/{connector_id}";
 const SPANS_OF_A_TURN: [&str; 5] = [WEBHOOK, "dispatch", "agent call", "deliver", "send reply part"];
 
+/// One Telegram turn answered under this test's exporting subscriber (JSON logs into
+/// `logs`), with every span of it received by the collector.
+/// (Fields drop in this order: the pipeline before the subscriber it logs to.)
+struct TracedTurn {
+    pipeline: Pipeline,
+    message_id: MessageId,
+    spans: Vec<ReceivedSpan>,
+    _subscriber: tracing::subscriber::DefaultGuard,
+    logs: Logs,
+    traces: traces::Traces,
+    _collector: OtlpCollector,
+}
+
+impl TracedTurn {
+    async fn start() -> Self {
+        ask_each_time_globally();
+        let collector = OtlpCollector::start().await;
+        let traces = traces::TraceExport::to(&collector.traces_url).start().unwrap();
+        let logs = Logs::default();
+        let subscriber = telemetry::subscriber_with(
+            LogFormat::Json,
+            tracing_subscriber::EnvFilter::new("info"),
+            logs.clone(),
+            false,
+            Some(&traces),
+        );
+        let guard = tracing::subscriber::set_default(subscriber);
+
+        let pipeline = Pipeline::start().await;
+        let body = telegram_text(7401, "my locker code is tangerine-5520");
+        pipeline.deliver(Platform::Telegram, body).await;
+        let StepOutcome::Executed(message_id) = pipeline.worker.step().await.unwrap() else {
+            panic!("the agent answered");
+        };
+        assert_eq!(pipeline.platforms.sent().len(), 1, "the reply was posted");
+
+        eventually("the collector receives every span of the turn", || async {
+            let spans = flushed(&traces, &collector).await;
+            SPANS_OF_A_TURN
+                .iter()
+                .all(|name| spans.iter().any(|span| span.name == *name))
+        })
+        .await;
+        let spans = collector.spans();
+        Self {
+            pipeline,
+            message_id,
+            spans,
+            _subscriber: guard,
+            logs,
+            traces,
+            _collector: collector,
+        }
+    }
+
+    /// Stops the exporter off this runtime, rather than when the subscriber drops on it.
+    async fn stop(&self) {
+        let traces = self.traces.clone();
+        tokio::task::spawn_blocking(move || traces.shutdown())
+            .await
+            .unwrap();
+    }
+}
+
 #[tokio::test]
 async fn a_telegram_turn_is_one_trace_from_webhook_to_reply_and_the_agent_joins_it_by_traceparent() {
-    ask_each_time_globally();
-    let collector = OtlpCollector::start().await;
-    let traces = traces::TraceExport::to(&collector.traces_url).start().unwrap();
-    let logs = Logs::default();
-    let subscriber = telemetry::subscriber_with(
-        LogFormat::Json,
-        tracing_subscriber::EnvFilter::new("info"),
-        logs.clone(),
-        false,
-        Some(&traces),
-    );
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let t = TracedTurn::start().await;
+    let (spans, message_id) = (&t.spans, t.message_id);
 
-    let app = spawn_app().await;
-    let platforms = FakePlatforms::start().await;
-    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
-    let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let worker = worker_for(&app, &agent);
-    let body = telegram_text(7401, "my locker code is tangerine-5520");
-    deliver(&app, &tenant, Platform::Telegram, body).await;
-    let StepOutcome::Executed(message_id) = worker.step().await.unwrap() else {
-        panic!("the agent answered");
-    };
-    assert_eq!(platforms.sent().len(), 1, "the reply was posted");
-
-    eventually("the collector receives every span of the turn", || async {
-        let spans = flushed(&traces, &collector).await;
-        SPANS_OF_A_TURN
-            .iter()
-            .all(|name| spans.iter().any(|span| span.name == *name))
-    })
-    .await;
-    let spans = collector.spans();
-
-    let webhook = named(&spans, WEBHOOK);
-    let dispatch = named(&spans, "dispatch");
-    let agent_call = named(&spans, "agent call");
-    let deliver_pass = named(&spans, "deliver");
-    let send = named(&spans, "send reply part");
+    let webhook = named(spans, WEBHOOK);
+    let dispatch = named(spans, "dispatch");
+    let agent_call = named(spans, "agent call");
+    let deliver_pass = named(spans, "deliver");
+    let send = named(spans, "send reply part");
     // One trace, and each span the child of the step that led to it: the dispatch, in
     // another task after the queue, continues the webhook's span.
     for span in [dispatch, agent_call, deliver_pass, send] {
@@ -181,7 +204,7 @@ async fn a_telegram_turn_is_one_trace_from_webhook_to_reply_and_the_agent_joins_
     }
 
     // The agent's spans join the trace as children of the call.
-    let calls = agent.calls();
+    let calls = t.pipeline.agent.calls();
     assert_eq!(calls.len(), 1);
     assert_eq!(
         calls[0].traceparent.as_deref(),
@@ -189,16 +212,30 @@ async fn a_telegram_turn_is_one_trace_from_webhook_to_reply_and_the_agent_joins_
     );
 
     // The turn keeps the webhook's traceparent, which is what carried the trace across the queue.
-    let mut tx = app.tenant_tx(tenant.tenant).await;
+    let mut tx = t.pipeline.app.tenant_tx(t.pipeline.tenant.tenant).await;
     let message = messages::get(&mut tx, message_id).await.unwrap().unwrap();
     assert_eq!(
         message.metadata["traceparent"],
         format!("00-{}-{}-01", webhook.trace_id, webhook.span_id)
     );
 
+    // Neither the text nor the answer quoting it is in any span.
+    for span in spans {
+        let everything = format!("{:?} {}", span.attributes, span.rest);
+        assert!(!everything.contains("tangerine"), "{span:#?}");
+    }
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn a_traced_turn_logs_as_without_traces_and_its_lines_lead_to_the_trace() {
+    let t = TracedTurn::start().await;
+    let message_id = t.message_id;
+    let webhook = named(&t.spans, WEBHOOK);
+
     // The logs are as without traces: the spans made for traces only are not in them, and
     // the delivered turn's line has the job's span with its ids.
-    let lines = logs.lines();
+    let lines = t.logs.lines();
     let delivered: Vec<&serde_json::Value> = lines
         .iter()
         .filter(|line| line["message"] == "turn delivered")
@@ -219,15 +256,7 @@ async fn a_telegram_turn_is_one_trace_from_webhook_to_reply_and_the_agent_joins_
         assert!(names.iter().all(|name| ["http", "job"].contains(name)), "{line}");
     }
 
-    // Neither the text nor the answer quoting it is in any span.
-    for span in &spans {
-        let everything = format!("{:?} {}", span.attributes, span.rest);
-        assert!(!everything.contains("tangerine"), "{span:#?}");
-    }
-    // Stopped here, off this runtime, rather than when the subscriber drops on it.
-    tokio::task::spawn_blocking(move || traces.shutdown())
-        .await
-        .unwrap();
+    t.stop().await;
 }
 
 #[tokio::test]
@@ -236,7 +265,7 @@ async fn without_an_exporter_no_traceparent_is_stored_or_sent() {
     let platforms = FakePlatforms::start().await;
     let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
     let agent = FakeAgent::start(&tenant.dispatch_secret).await;
-    let worker = worker_for(&app, &agent);
+    let worker = worker(&app, &agent.url, |_| {});
     deliver(&app, &tenant, Platform::Telegram, telegram_text(7402, "hello")).await;
     let StepOutcome::Executed(message_id) = worker.step().await.unwrap() else {
         panic!("the agent answered");

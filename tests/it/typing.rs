@@ -4,91 +4,44 @@
 //! slow agent thinks but at most once per interval per chat, and is absent where a
 //! connector turned it off or Slack has none.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use channel_bridge::dispatch::{StepOutcome, Worker};
+use channel_bridge::dispatch::StepOutcome;
 use channel_bridge::domain::{MessageId, Platform};
 use channel_bridge::provision;
 use serde_json::{json, Value};
-use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
-use crate::support::fake_agent::{FakeAgent, Reply};
-use crate::support::fake_platforms::{Answer, FakePlatforms, Sent};
+use crate::support::fake_agent::Reply;
+use crate::support::fake_platforms::{Answer, Sent};
+use crate::support::pipeline::executed;
 use crate::support::platforms::*;
-use crate::support::{spawn_app, TestApp};
+use crate::support::Pipeline;
 
 /// Short, so that refreshes show within a test; the code under test paces itself by it.
 const INTERVAL: Duration = Duration::from_millis(100);
 
-struct Setup {
-    app: TestApp,
-    platforms: FakePlatforms,
-    agent: FakeAgent,
-    /// The agent answers a call once the test adds a permit.
-    gate: Arc<Semaphore>,
-    tenant: Provisioned,
-    worker: Arc<Worker>,
+/// The pipeline with a gated agent (it answers once the test calls `answer`) and a short
+/// refresh interval.
+async fn setup() -> Pipeline {
+    Pipeline::builder()
+        .gated_agent()
+        .settings(|settings| settings.dispatch.typing_interval_ms = INTERVAL.as_millis() as u64)
+        .start()
+        .await
 }
 
-async fn setup() -> Setup {
-    let app = spawn_app().await;
-    let platforms = FakePlatforms::start().await;
-    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
-    let gate = Arc::new(Semaphore::new(0));
-    let agent = FakeAgent::start_gated(&tenant.dispatch_secret, gate.clone()).await;
-    let worker = Arc::new(crate::support::worker(&app, &agent.url, |settings| {
-        settings.dispatch.retry_base_ms = 0;
-        settings.dispatch.typing_interval_ms = INTERVAL.as_millis() as u64;
-    }));
-    Setup {
-        app,
-        platforms,
-        agent,
-        gate,
-        tenant,
-        worker,
-    }
+/// The turn's step ended with its answer delivered; its id.
+async fn delivered_turn(s: &Pipeline, step: JoinHandle<StepOutcome>) -> MessageId {
+    let id = executed(step).await;
+    assert!(s.delivered(id).await, "the answer is delivered");
+    id
 }
 
-impl Setup {
-    /// Records `body` on `platform` and starts a worker step on it (the agent is gated).
-    async fn turn(&self, platform: Platform, body: Vec<u8>) -> JoinHandle<StepOutcome> {
-        deliver(&self.app, &self.tenant, platform, body).await;
-        let worker = self.worker.clone();
-        tokio::spawn(async move { worker.step().await.unwrap() })
-    }
-
-    /// Lets the agent answer one call.
-    fn answer(&self) {
-        self.gate.add_permits(1);
-    }
-
-    async fn delivered(&self, message: MessageId) -> bool {
-        let mut owner = self.app.db.owner_conn().await;
-        sqlx::query_scalar("select delivered_at is not null from channel_messages where id = $1")
-            .bind(message)
-            .fetch_one(&mut owner)
-            .await
-            .unwrap()
-    }
-
-    /// The turn's step ended with its answer delivered; its id.
-    async fn delivered_turn(&self, step: JoinHandle<StepOutcome>) -> MessageId {
-        let id = match step.await.unwrap() {
-            StepOutcome::Executed(id) => id,
-            other => panic!("expected an executed turn, got {other:?}"),
-        };
-        assert!(self.delivered(id).await, "the answer is delivered");
-        id
-    }
-
-    /// After a few refresh intervals: the indicator calls made since `before`.
-    async fn typing_after_a_while(&self, before: usize) -> Vec<Sent> {
-        tokio::time::sleep(INTERVAL * 4).await;
-        self.platforms.typing().split_off(before)
-    }
+/// After a few refresh intervals: the indicator calls made since `before`.
+async fn typing_after_a_while(s: &Pipeline, before: usize) -> Vec<Sent> {
+    tokio::time::sleep(INTERVAL * 4).await;
+    s.platforms.typing().split_off(before)
 }
 
 fn whatsapp_text(id: &str) -> Vec<u8> {
@@ -131,13 +84,13 @@ async fn telegram_typing_starts_before_the_agent_answers_and_stops_before_the_re
     assert!(typing[0].body.get("message_thread_id").is_none());
 
     s.answer();
-    s.delivered_turn(step).await;
+    delivered_turn(&s, step).await;
     let sends = s.platforms.sent_to(Platform::Telegram);
     assert_eq!(sends.len(), 1);
     let typing = s.platforms.typing();
     all_before_the_reply(&typing, &sends);
     assert!(
-        s.typing_after_a_while(typing.len()).await.is_empty(),
+        typing_after_a_while(&s, typing.len()).await.is_empty(),
         "no indicator after the answer"
     );
 }
@@ -150,7 +103,7 @@ async fn a_slow_agent_gets_telegram_typing_refreshed_once_per_interval() {
         .await;
     s.platforms.wait_for_typing(4).await;
     s.answer();
-    s.delivered_turn(step).await;
+    delivered_turn(&s, step).await;
     let typing = s.platforms.typing_to(Platform::Telegram);
     assert!(typing.len() >= 4);
     // Refreshed, not flooded: no two requests for the chat close together (arrival times
@@ -176,7 +129,7 @@ async fn telegram_typing_in_a_forum_topic_names_the_topic() {
     assert_eq!(typing.body["chat_id"], -1001276785818_i64);
     assert_eq!(typing.body["message_thread_id"], 42);
     s.answer();
-    s.delivered_turn(step).await;
+    delivered_turn(&s, step).await;
 }
 
 #[tokio::test]
@@ -197,7 +150,7 @@ async fn whatsapp_typing_comes_with_the_read_receipt_of_the_users_message() {
                "typing_indicator": {"type": "text"}})
     );
     s.answer();
-    s.delivered_turn(step).await;
+    delivered_turn(&s, step).await;
     // The reply is a send of its own, not a read receipt; nothing after it.
     let sends = s.platforms.sent_to(Platform::Whatsapp);
     assert_eq!(sends.len(), 1);
@@ -226,21 +179,21 @@ async fn slack_shows_a_status_in_an_assistant_thread_and_nothing_elsewhere() {
         json!({"channel_id": "D0DM00001", "thread_ts": "1718000100.000100", "status": "is thinking…"})
     );
     s.answer();
-    s.delivered_turn(step).await;
+    delivered_turn(&s, step).await;
     let sends = s.platforms.sent_to(Platform::Slack);
     all_before_the_reply(&s.platforms.typing(), &sends);
     // The reply clears the status: no clearing call after it.
     let seen = s.platforms.typing().len();
-    assert!(s.typing_after_a_while(seen).await.is_empty());
+    assert!(typing_after_a_while(&s, seen).await.is_empty());
 
     // A DM outside a thread: Slack has no indicator there, and none is sent.
     let step = s
         .turn(Platform::Slack, slack_text("1718000200.000100", "no thread"))
         .await;
     s.agent.wait_for_calls(2).await;
-    assert!(s.typing_after_a_while(seen).await.is_empty());
+    assert!(typing_after_a_while(&s, seen).await.is_empty());
     s.answer();
-    s.delivered_turn(step).await;
+    delivered_turn(&s, step).await;
 }
 
 #[tokio::test]
@@ -276,7 +229,7 @@ async fn a_failing_indicator_still_gives_a_delivered_answer() {
     // Failures are not refusals: the indicator keeps trying at its interval.
     s.platforms.wait_for_typing(2).await;
     s.answer();
-    s.delivered_turn(step).await;
+    delivered_turn(&s, step).await;
     assert_eq!(s.platforms.sent_to(Platform::Telegram).len(), 1);
 }
 
@@ -291,7 +244,7 @@ async fn a_hanging_indicator_does_not_hold_up_the_answer() {
     s.platforms.wait_for_typing(1).await;
     s.answer();
     let started = std::time::Instant::now();
-    s.delivered_turn(step).await;
+    delivered_turn(&s, step).await;
     // The first part waits at most the reply grace for a request under way.
     assert!(
         started.elapsed() < Duration::from_secs(2),
@@ -324,9 +277,9 @@ async fn a_connector_with_typing_off_gets_no_indicator() {
 
     let step = s.turn(Platform::Telegram, telegram_text(31_400, "quietly")).await;
     s.agent.wait_for_calls(1).await;
-    assert!(s.typing_after_a_while(0).await.is_empty());
+    assert!(typing_after_a_while(&s, 0).await.is_empty());
     s.answer();
-    s.delivered_turn(step).await;
+    delivered_turn(&s, step).await;
     assert!(s.platforms.typing().is_empty());
     assert_eq!(s.platforms.sent_to(Platform::Telegram).len(), 1);
 }
@@ -363,8 +316,8 @@ async fn concurrent_turns_of_one_chat_share_one_indicator_per_interval() {
     s.platforms.wait_for_typing(5).await;
     s.answer();
     s.answer();
-    s.delivered_turn(first).await;
-    s.delivered_turn(second).await;
+    delivered_turn(&s, first).await;
+    delivered_turn(&s, second).await;
     let typing = s.platforms.typing_to(Platform::Telegram);
     // Two turns, each refreshing every interval, yet one request per interval for the chat.
     for pair in typing.windows(2) {

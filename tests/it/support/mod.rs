@@ -1,5 +1,7 @@
 //! Test harness: a fresh database per test, the real application on port 0, and a TCP proxy
-//! in front of PostgreSQL that a test can cut to simulate an outage.
+//! in front of PostgreSQL that a test can cut to simulate an outage. A test of the turn's
+//! path (webhook, worker, agent, platforms) starts from `Pipeline` and builds any further
+//! worker with `worker`.
 
 pub mod api;
 pub mod citus;
@@ -7,7 +9,10 @@ pub mod db_proxy;
 pub mod fake_agent;
 pub mod fake_platforms;
 pub mod otlp_collector;
+pub mod pipeline;
 pub mod platforms;
+
+pub use pipeline::{worker, worker_with, Pipeline};
 
 use std::net::SocketAddr;
 
@@ -280,22 +285,6 @@ impl Drop for TestApp {
             let _ = tx.send(());
         }
     }
-}
-
-/// A dispatch worker on `app`'s database whose agent is `agent_url`, its settings adjusted
-/// by `configure` (the worker tests drive it step by step).
-pub fn worker(
-    app: &TestApp,
-    agent_url: &str,
-    configure: impl FnOnce(&mut ServeSettings),
-) -> channel_bridge::dispatch::Worker {
-    let mut settings = app.db.serve_settings();
-    settings.agent_url = Some(agent_url.to_owned());
-    configure(&mut settings);
-    channel_bridge::dispatch::Worker::new(app.pool.clone(), std::sync::Arc::new(settings), || {
-        chrono::Utc::now().timestamp()
-    })
-    .expect("the worker's settings are valid")
 }
 
 /// A fresh migrated database and the application serving it.
