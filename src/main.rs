@@ -15,11 +15,8 @@ fn main() -> std::process::ExitCode {
     runtime.block_on(run())
 }
 
-/// An empty `CB_*`, `DATABASE_URL` or `OTEL_*` variable is no setting: the default applies,
-/// as if it were unset. Compose files and `.env` templates pass `CB_AGENT_URL=` or
-/// `${CB_OPERATOR_TOKEN:-}` for "not set", and clap would otherwise read the empty text as
-/// a value (an empty URL, an empty secret) and refuse to start. Done before any other
-/// thread exists: changing the environment is only sound then.
+/// An empty `CB_*`, `DATABASE_URL` or `OTEL_*` variable counts as unset
+/// (docs/configuration.md). Changing the environment is only sound before other threads exist.
 fn unset_empty_settings() {
     let empty: Vec<std::ffi::OsString> = std::env::vars_os()
         .filter(|(key, value)| {

@@ -24,15 +24,14 @@ pub struct Application {
     state: AppState,
     listener: Option<TcpListener>,
     local_addr: Option<SocketAddr>,
-    /// The metrics listener (`CB_METRICS_BIND`): `/metrics`, `/healthz`, `/readyz` only.
+    /// `CB_METRICS_BIND`: `/metrics`, `/healthz`, `/readyz` only.
     metrics_listener: Option<TcpListener>,
     metrics_addr: Option<SocketAddr>,
 }
 
 impl Application {
-    /// Connects the pool (lazily) and binds the listeners. Bind to port 0 to get a free port;
-    /// `local_addr` and `metrics_addr` tell which. The bound listeners are what `run`
-    /// serves: no re-binding.
+    /// Binds the listeners that `run_until` serves, never re-bound, so port 0 works;
+    /// `local_addr` and `metrics_addr` tell which port.
     pub async fn build(mut settings: ServeSettings) -> anyhow::Result<Self> {
         settings.validate()?;
         let pool = crate::db::connect_pool(&settings.database)?;
@@ -88,7 +87,6 @@ impl Application {
         self.local_addr
     }
 
-    /// Where the metrics listener listens, when `CB_METRICS_BIND` is set.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics_addr
     }
@@ -97,14 +95,13 @@ impl Application {
         &self.state
     }
 
-    /// Replaces the clock (tests of timestamp windows).
+    /// For tests of timestamp windows.
     pub fn with_clock(mut self, clock: fn() -> i64) -> Self {
         self.state.clock = clock;
         self
     }
 
-    /// Serves until `shutdown` resolves, then stops accepting, drains in-flight requests
-    /// (bounded by the grace period) and returns.
+    /// After `shutdown`, in-flight requests and jobs drain within the grace period.
     pub async fn run_until(
         mut self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -170,9 +167,6 @@ impl Application {
 }
 
 impl Application {
-    /// The worker tasks (when this instance runs the worker), the `LISTEN` task that wakes
-    /// them, the `NOTIFY` task that wakes other instances after ingress, queue metrics and
-    /// the metrics recorder's upkeep.
     fn spawn_background(&self, stop: &watch::Receiver<bool>) -> anyhow::Result<Vec<JoinHandle<()>>> {
         let state = &self.state;
         let mut tasks = vec![
@@ -215,9 +209,7 @@ impl Application {
     }
 }
 
-/// Seals the secrets stored in plain text before a key was configured (`crate::secrets`),
-/// in the background: they stay readable meanwhile. A failed pass is tried again every
-/// minute until it succeeds. Without a key, says so loudly.
+/// In the background: secrets stored before a key was configured stay readable meanwhile.
 async fn seal_plain_secrets(
     pool: sqlx::PgPool,
     keys: crate::secrets::Keyring,
@@ -265,8 +257,7 @@ async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
         .with_context(|| format!("Failed to bind {addr}"))
 }
 
-/// Histogram samples pile up in the recorder until something drains them: a scrape does,
-/// and so does this, every few seconds, for an instance nobody scrapes.
+/// Histogram samples pile up until a scrape drains them, and nobody may scrape this instance.
 async fn metrics_upkeep(
     handle: metrics_exporter_prometheus::PrometheusHandle,
     mut stop: watch::Receiver<bool>,
@@ -281,7 +272,6 @@ async fn metrics_upkeep(
     }
 }
 
-/// Resolves on SIGTERM (container stop) or ctrl-c.
 pub async fn shutdown_signal() {
     let ctrl_c = async {
         if let Err(err) = tokio::signal::ctrl_c().await {

@@ -311,7 +311,7 @@ pub async fn check_ready_to_serve(settings: &DatabaseSettings) -> anyhow::Result
             anyhow::bail!("{}: {}", describe(settings), Schema::Behind { database: None })
         }
         Err(err) if is_refused(&err) => anyhow::bail!(
-            "PostgreSQL at {} refuses the gateway's role ({err}): check its grants (README, \"Security boundary\")",
+            "PostgreSQL at {} refuses the gateway's role ({err}): check its grants (docs/security.md, \"Security boundary\")",
             describe(settings)
         ),
         Err(err) => anyhow::bail!(
@@ -334,7 +334,7 @@ async fn citus_fault(pool: &PgPool, settings: &DatabaseSettings) -> Result<Optio
     if settings.app_url.is_none() {
         return Ok(Some(
             "this is a Citus cluster, whose workers the gateway's role must log in to: set \
-             CB_APP_DATABASE_URL to a runtime login role (README, \"Running on Citus\")"
+             CB_APP_DATABASE_URL to a runtime login role (docs/citus.md)"
                 .to_owned(),
         ));
     }
@@ -345,7 +345,7 @@ async fn citus_fault(pool: &PgPool, settings: &DatabaseSettings) -> Result<Optio
     Ok(reached.err().map(|err| {
         format!(
             "the runtime role of CB_APP_DATABASE_URL cannot reach the Citus workers ({err}): give it \
-             a login on every node and the coordinator its credentials (README, \"Running on Citus\")"
+             a login on every node and the coordinator its credentials (docs/citus.md)"
         )
     }))
 }
@@ -363,7 +363,7 @@ async fn runtime_role_fault(pool: &PgPool) -> Result<Option<&'static str>, sqlx:
     .fetch_one(pool)
     .await?;
     let fault = if superuser {
-        Some("logs in as a superuser: use a login role that is a member of channel_bridge_app (README, \"Security boundary\")")
+        Some("logs in as a superuser: use a login role that is a member of channel_bridge_app (docs/security.md, \"Security boundary\")")
     } else if bypass_rls {
         Some("logs in as a role with BYPASSRLS: row-level security would not apply")
     } else if owns {

@@ -1,11 +1,7 @@
-//! A platform's rate limit belongs to the bot (Telegram), the workspace and method (Slack:
-//! replies are all `chat.postMessage`), the number (WhatsApp): to the connector, not to the
-//! turn that met it. A 429 holds every reply send of that connector until its delay has
-//! passed; then one send probes (the turn that met the 429, when its job is back), and the
-//! rest follow once it went through. The hold is kept here and written to the connector's
-//! row (`db::connectors::hold_sends`), which the workers read for every delivery pass: the
-//! other instances hold their sends as well, and each probes once.
-//! Without this, each waiting turn retried on its own clock and kept the flood control going.
+//! Rate-limit holds per connector: a platform's limit is the bot's, workspace's or number's,
+//! not the turn's, so a 429 holds every reply send of the connector, then one send probes
+//! and the rest follow it (docs/delivery.md#delivery-guarantees). Turns retrying each on
+//! its own clock kept the flood control going.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -13,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use crate::domain::{ConnectorId, MessageId};
 
-/// How long the other sends wait for a probe's answer before looking again, and how long a
-/// probe that never reports back (its task died) holds them at most.
+/// How long the others wait for a probe before looking again, and at most for a probe
+/// that never reports back (its task died).
 const PROBE_WAIT: Duration = Duration::from_secs(1);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -25,23 +21,19 @@ pub struct SendHolds {
 
 struct Hold {
     until: Instant,
-    /// A send is out to find whether the limit has passed.
     probing: bool,
-    /// The turn that met the last 429 here: its own job waits the delay, and it is the
-    /// probe. `None` for a hold learnt from another instance.
+    /// The turn that met the 429 here is the probe; `None` for a hold learnt from another
+    /// instance.
     by: Option<MessageId>,
 }
 
-/// Whether a reply send through a connector may go now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Clearance {
     Go,
-    /// Held: try again after this long, without a request.
     Wait(Duration),
 }
 
 impl SendHolds {
-    /// Whether `message`'s next part may be sent through `connector` now.
     pub fn clearance(&self, connector: ConnectorId, message: MessageId) -> Clearance {
         let mut held = self.held.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let Some(hold) = held.get_mut(&connector) else {
@@ -59,7 +51,6 @@ impl SendHolds {
         Clearance::Go
     }
 
-    /// The platform answered 429 to `message`'s send: the connector's sends wait `delay`.
     pub fn rate_limited(&self, connector: ConnectorId, message: MessageId, delay: Duration) {
         let until = Instant::now() + delay;
         let mut held = self.held.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -75,8 +66,7 @@ impl SendHolds {
         hold.by = Some(message);
     }
 
-    /// Another instance met a 429 on `connector`: hold it here until `until` too, unless a
-    /// hold of this instance already lasts as long.
+    /// A hold another instance wrote to the connector's row.
     pub fn learn(&self, connector: ConnectorId, until: Instant) {
         if until <= Instant::now() {
             return;
@@ -98,7 +88,6 @@ impl SendHolds {
         }
     }
 
-    /// A send got any other answer: the connector is not held.
     pub fn passed(&self, connector: ConnectorId) {
         let mut held = self.held.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         held.remove(&connector);

@@ -1,31 +1,9 @@
-//! Posting reply parts back where the user wrote (DESIGN.md "Replies back to the
-//! platform"): in order, threaded, each part exactly once.
-//!
-//! For each part still to post:
-//! - `sending` (an earlier send whose outcome is unknown) is reconciled first, as its
-//!   platform says (`crate::platforms::contract::PlatformApi::reconcile`): Slack waits for the
-//!   `message_metadata_posted` event that confirms the post, then looks for the part key in
-//!   the thread within Slack's read limits (`platforms::slack::reconcile`); WhatsApp waits
-//!   for the status callback that echoes the part key, and resends only when none came
-//!   within `CB_WHATSAPP_CONFIRM_SECS`; Telegram, which offers no way to look, follows the
-//!   connector's choice (at-most-once: mark it `unknown` and go on with the parts after it,
-//!   which were certainly never sent; at-least-once: resend).
-//! - then the part is marked `sending` (committed), posted, and settled from the answer.
-//!
-//! A streamed answer whose live view left a message on the platform (`live`) has its first
-//! part delivered into that message (`platforms::adopt`) rather than posted: an edit,
-//! so an interrupted one is simply made again, without reconciling.
-//!
-//! Rate-limit answers put the part back to `pending` and the job waits the platform's delay,
-//! and hold the connector's other sends as long (`holds`);
-//! a permanent refusal fails the part and the ones after it, makes the turn
-//! `delivery_failed` with the part's error (an admin can resend it) and releases the
-//! conversation.
-//!
-//! Every state change goes through the turn writer (`crate::dispatch::writer`) as a
-//! `db::turns::Transition`, committed (together with other turns' changes) before the pass
-//! goes on, and each checks that the job's lease is still held (the dispatcher renews it): a pass whose
-//! lease was lost stops before its next request.
+//! Posting a turn's reply parts, in order, each exactly once
+//! (docs/delivery.md#delivery-guarantees). A part left `sending` by an earlier pass is
+//! reconciled as its platform says before anything is resent; a part a streamed answer's
+//! live view left a message for is adopted (an edit, so simply redone) rather than posted.
+//! Every state change is a `crate::turn::Transition` committed before the pass goes on, and
+//! a pass whose lease was lost stops before its next request.
 
 pub mod holds;
 pub mod live;
@@ -49,35 +27,25 @@ use crate::settings::DispatchSettings;
 use crate::turn::writer::{Concluded, TurnWriter};
 use crate::turn::Transition;
 
-/// Where a message's delivery stands after one pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeliveryOutcome {
-    /// Every part is posted; the job is finished.
     Delivered,
-    /// The job was put back to try again later (rate limit, unknown outcome, awaiting a
-    /// callback).
     Wait,
-    /// A part failed for good (the rest are not sent; the turn is `delivery_failed`), or the
-    /// pass ended with a part in doubt; the job is finished.
+    /// A part failed for good, or the pass ended with a part in doubt; the job is finished.
     Stopped,
-    /// The job's lease was lost (claimed again elsewhere): the pass stopped.
     LeaseLost,
 }
 
-/// One pass: its outcome, and the time spent waiting on the platform's API.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeliveryPass {
     pub outcome: DeliveryOutcome,
     pub platform_time: Duration,
 }
 
-/// What a single part came to.
 enum PartOutcome {
-    /// Posted, with the platform's id for it (not yet recorded).
+    /// Not yet recorded.
     Posted(String),
-    /// Not knowable and not to be resent: recorded `unknown`, and the pass goes on.
     Unknown(String),
-    /// A transition that ends the pass (wait, fail).
     End(Transition, DeliveryOutcome),
 }
 
@@ -86,21 +54,17 @@ const SHARE_DEADLINE: Duration = Duration::from_secs(2);
 
 pub struct Delivery<'a> {
     pub writer: &'a TurnWriter,
-    /// For the short transactions of a Slack thread search (budget, cursor).
     pub pool: &'a PgPool,
     pub client: &'a crate::egress::GuardedClient,
     pub settings: &'a DispatchSettings,
-    /// The instance's rate-limit holds, per connector (`holds`).
     pub holds: &'a holds::SendHolds,
 }
 
-/// What a delivery pass works from.
 pub struct Outgoing {
     pub message: MessageRow,
     pub connector: Arc<Connector>,
     pub parts: Vec<ReplyPart>,
-    /// A part a committed transition has just marked `sending` for this pass (the stored
-    /// answer's part 0): it is posted, not reconciled as an interrupted send.
+    /// Marked `sending` for this pass by a committed transition: posted, not reconciled.
     pub marked: Option<i32>,
 }
 
@@ -111,7 +75,6 @@ impl Concluded for DeliveryOutcome {
 }
 
 impl Outgoing {
-    /// A freshly stored answer: its parts exactly as created, part 0 marked `sending`.
     pub fn fresh(message: MessageRow, connector: Arc<Connector>, parts: Vec<String>) -> Self {
         let parts = crate::turn::apply::answered_parts(parts);
         Self {
@@ -124,8 +87,7 @@ impl Outgoing {
 }
 
 impl Delivery<'_> {
-    /// What a pass over `message`'s parts needs, read in the caller's transaction. `None`
-    /// when the message or its connector no longer exists.
+    /// `None` when the message or its connector no longer exists.
     pub async fn load(
         tx: &mut TenantTx,
         keys: &crate::secrets::Keyring,
@@ -146,8 +108,6 @@ impl Delivery<'_> {
         }))
     }
 
-    /// One delivery pass over the parts not yet posted. When every part is posted, or one
-    /// failed for good, the job is finished in the pass's last transition.
     pub async fn run(&self, job: &Job, outgoing: &Outgoing) -> anyhow::Result<DeliveryPass> {
         let mut platform_time = Duration::ZERO;
         let mut marked = outgoing.marked;
@@ -156,7 +116,6 @@ impl Delivery<'_> {
             .iter()
             .filter(|part| !matches!(part.status, PartStatus::Sent | PartStatus::Unknown))
             .collect();
-        // A part in doubt earlier means the turn cannot count as delivered.
         let mut in_doubt = outgoing
             .parts
             .iter()
@@ -209,8 +168,7 @@ impl Delivery<'_> {
                 PartOutcome::Posted(platform_id) => match pending.get(position + 1) {
                     None => finished(Some((part.part_index, platform_id)), in_doubt),
                     Some(next) => {
-                        // The next part's `sending` mark rides on this commit, and the
-                        // lease check with it: a lost lease stops the pass here.
+                        // The next part's mark rides on this commit, with the lease check.
                         let next_sending = (next.status == PartStatus::Pending).then_some(next.part_index);
                         let posted = Transition::PartPosted {
                             part: part.part_index,
@@ -355,8 +313,7 @@ impl Delivery<'_> {
         }
     }
 
-    /// Writes the hold to the connector's row for the other instances. A failure leaves the
-    /// hold to this instance (the others meet the 429 themselves).
+    /// For the other instances; on failure they meet the 429 themselves.
     async fn share_hold(&self, connector: &Connector, delay: Duration) {
         let until = chrono::Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
         let written = async {
@@ -390,17 +347,13 @@ impl Delivery<'_> {
     }
 }
 
-/// The platform message a part adopts instead of being posted: the first part of a streamed
-/// answer whose live view left one.
 fn adopted<'a>(outgoing: &'a Outgoing, part: &ReplyPart) -> Option<&'a str> {
     (part.part_index == 0)
         .then_some(outgoing.message.live_message_id.as_deref())
         .flatten()
 }
 
-/// One platform send (or the adoption of a live message), as a client span of the delivery
-/// pass in exported traces (the span names the platform and the part, never its text),
-/// failed unless the part was posted.
+/// The span names the platform and the part, never its text.
 async fn traced_send(
     platform: Platform,
     part_index: i32,
@@ -417,8 +370,6 @@ async fn traced_send(
     outcome
 }
 
-/// The transition that ends a pass with nothing left to send: delivered, or, when a part is
-/// in doubt, concluded without counting as delivered.
 fn finished(last: Option<(i32, String)>, in_doubt: bool) -> (Transition, DeliveryOutcome) {
     if in_doubt {
         (Transition::Concluded { last }, DeliveryOutcome::Stopped)

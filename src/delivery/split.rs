@@ -1,24 +1,15 @@
-//! Splitting an answer into parts that fit a platform's message limit.
-//!
-//! Limits are counted in UTF-16 code units: Telegram counts entity offsets that way and
-//! neither Telegram nor Meta says what its 4096 counts (PLATFORMS.md §2.6, §3.6), so the
-//! conservative unit is used for all three. A cut prefers a paragraph break, then a line
-//! break, then the end of a sentence, then a space, and only then falls back to the last
-//! whole character that fits; it never splits a character.
-//!
-//! For a connector that formats Markdown the cut follows the document's structure instead
-//! (`crate::markdown::split`): never inside a code block, a link or inline code, each part a
-//! complete document that fits once rendered.
+//! Splitting an answer into parts that fit a platform's message limit, counted in UTF-16
+//! units: Telegram counts offsets that way and neither Telegram nor Meta says what its 4096
+//! counts. A connector that formats Markdown is split by the document's structure instead
+//! (`crate::markdown::split`).
 
 use crate::domain::Platform;
 
-/// Longest part per platform, in UTF-16 units (`crate::platforms::PlatformApi::part_limit`).
 pub fn limit(platform: Platform) -> usize {
     crate::platforms::of(platform).part_limit()
 }
 
-/// Splits each agent part to the platform's limit; the order of parts is kept. `markdown`:
-/// the parts will be rendered from Markdown when sent (the connector's `format_markdown`).
+/// `markdown`: the connector's `format_markdown`.
 pub fn split_parts(platform: Platform, markdown: bool, parts: &[String]) -> Vec<String> {
     let max = limit(platform);
     parts
@@ -30,8 +21,6 @@ pub fn split_parts(platform: Platform, markdown: bool, parts: &[String]) -> Vec<
         .collect()
 }
 
-/// Splits `text` into chunks of at most `max_units` UTF-16 units, trimmed of the whitespace
-/// at the cut, none of them empty.
 pub fn split(text: &str, max_units: usize) -> Vec<String> {
     let mut chunks = Vec::new();
     let mut rest = text.trim();
@@ -48,7 +37,6 @@ pub fn split(text: &str, max_units: usize) -> Vec<String> {
     chunks
 }
 
-/// Byte length of the longest prefix of whole characters within `max_units` UTF-16 units.
 fn fitting_prefix_len(text: &str, max_units: usize) -> usize {
     let mut units = 0;
     for (index, ch) in text.char_indices() {
@@ -60,9 +48,8 @@ fn fitting_prefix_len(text: &str, max_units: usize) -> usize {
     text.len()
 }
 
-/// Where to cut `window` (a prefix that fits): after the last paragraph break, line break,
-/// sentence end or space, in that order of preference, if it leaves a chunk at least half
-/// the window (so a late break never makes a tiny chunk).
+/// Only where the chunk keeps at least half the window, so a late break never makes a tiny
+/// chunk.
 fn best_cut(window: &str) -> Option<usize> {
     let min = window.len() / 2;
     let after = |pattern: &str| {

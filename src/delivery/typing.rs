@@ -1,39 +1,11 @@
-//! The typing indicator while the agent works on a turn (issue #14): from the claim until
-//! the first reply part is about to be posted, each platform's own signal, refreshed before
-//! it fades (PLATFORMS.md §6):
-//! - Telegram: `sendChatAction` `typing` (with `message_thread_id` in a forum topic); it
-//!   shows for 5 s or until the bot's next message: refreshed every `CB_TYPING_INTERVAL_MS`
-//!   (4 s).
-//! - WhatsApp: the read receipt of the user's message with `typing_indicator` (the message
-//!   shows as read from then on); it shows for up to 25 s or until the reply: refreshed
-//!   every 5 intervals (20 s).
-//! - Slack: `assistant.threads.setStatus` ("is thinking…"), which only exists in assistant
-//!   threads (Agents & AI Apps). A turn is taken for one as Bolt's `Assistant` middleware
-//!   takes a message for one, from what ingress recorded: a `message` event (not
-//!   `app_mention`) with `channel_type` `im`, in a thread (`thread_id`), without a subtype
-//!   other than `file_share`. Elsewhere Slack offers no indicator and nothing is sent. The
-//!   status goes when the app replies, and after 2 min without a message: refreshed every
-//!   25 intervals (100 s), and cleared (empty status) when the turn ends without a reply.
-//!
-//! This file is the machinery; each platform's requests are its `typing.rs`
-//! (`crate::platforms::telegram::typing`…) behind `crate::platforms::contract::TypingIndicator`.
-//!
-//! Best effort, never in the turn's way: the indicator runs in a task of its own, each
-//! request with a short timeout (2 s, at most one interval), and nothing it meets (an error,
-//! a timeout, the egress policy) reaches the turn; a refusal (4xx) stops its refreshes.
-//! [`Typing::before_reply`] ends it before the first part is posted: it waits at most
-//! [`REPLY_GRACE`] for a request already under way, so that no indicator lands after the
-//! answer (a WhatsApp one would show for 25 s), and abandons it after that. Dropping the
-//! handle (the turn ended any other way) ends it without waiting.
-//!
-//! Rate limit: one keyed GCRA limiter (`governor`) per instance lets at most one indicator
-//! request per chat through per interval, across every turn of that chat in flight here (a
-//! group's several senders); a request that must wait for its slot waits, rather than
-//! being skipped, so the indicator does not lapse. "Chat" is where the indicator shows: the
-//! chat, and the topic or thread in it (a Telegram forum topic and a Slack assistant thread
-//! show their own).
-//!
-//! Nothing is logged with a URL or an answer's text: Telegram URLs hold the bot token.
+//! The typing indicator from a turn's claim until its first part is posted
+//! (docs/configuration.md#typing-indicator): the platform-neutral machinery; each
+//! platform's requests are its `typing.rs` behind `platforms::contract::TypingIndicator`.
+//! Best effort, never in the turn's way: its own task, short timeouts, nothing it meets
+//! reaches the turn. One keyed limiter per instance lets one request per chat (topic,
+//! thread) through per interval; a request waits for its slot rather than being skipped, so
+//! the indicator does not lapse. Nothing is logged with a URL: Telegram URLs hold the bot
+//! token.
 
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,17 +26,16 @@ use crate::egress::{GuardedClient, SendError};
 use crate::platforms;
 use crate::platforms::contract::{api_base, Place, Show};
 
-/// Longest wait of one indicator request (and never more than one interval).
+/// Capped at one interval (`request_timeout`).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
-/// Longest the first reply part waits for an indicator request under way.
+/// Longest the first reply part waits for an indicator request under way, so that none
+/// lands after the answer (a WhatsApp one would show for 25 s).
 pub const REPLY_GRACE: Duration = Duration::from_millis(300);
-/// Turns started between two sweeps of the limiter's idle chats.
 const SWEEP_EVERY: u64 = 1024;
 
-/// Where an indicator shows: connector, chat, and topic or thread.
+/// Connector, chat, and topic or thread.
 type ChatKey = (ConnectorId, String, Option<String>);
 
-/// The instance's indicators: one HTTP client, one rate limiter.
 pub struct Indicators {
     client: GuardedClient,
     interval: Duration,
@@ -73,33 +44,27 @@ pub struct Indicators {
     started: AtomicU64,
 }
 
-/// A running indicator; ends it when dropped.
+/// Ends the indicator when dropped.
 pub struct Typing {
     stop: watch::Sender<Option<Ending>>,
     task: Option<JoinHandle<()>>,
 }
 
-/// How a turn's indicator ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ending {
-    /// The first reply part is being posted (which clears every platform's indicator).
+    /// The first part's post clears every platform's indicator.
     Reply,
-    /// No reply follows (agent failure, retry, empty answer, lost lease).
     NoReply,
 }
 
-/// What one indicator request came to (the `outcome` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
     Ok,
-    /// The platform asked to slow down: this refresh is lost, the next one is tried.
     RateLimited,
-    /// Refused (4xx, Slack `ok: false`): a repeat would be refused too; refreshes stop.
+    /// A repeat would be refused too: refreshes stop.
     Rejected,
-    /// 5xx or an unreadable answer.
     Failed,
     Timeout,
-    /// No connection, or the egress policy refused the URL.
     Unreachable,
 }
 
@@ -116,7 +81,6 @@ impl Outcome {
     }
 }
 
-/// One turn's indicator request, everything resolved from the connector and the message.
 struct Target {
     platform: Platform,
     key: ChatKey,
@@ -126,7 +90,6 @@ struct Target {
 }
 
 impl Indicators {
-    /// `interval`: Telegram's refresh and the least time between two requests for a chat.
     pub fn new(client: GuardedClient, interval: Duration) -> Self {
         let interval = interval.max(Duration::from_millis(1));
         let quota = Quota::with_period(interval)
@@ -141,8 +104,6 @@ impl Indicators {
         }
     }
 
-    /// Starts the indicator of a turn claimed at `claimed_at`, when its connector shows one
-    /// and the platform has one for this chat.
     pub fn start(
         self: &Arc<Self>,
         connector: &Connector,
@@ -200,7 +161,7 @@ impl Indicators {
         }
         let ending = (*stop.borrow()).unwrap_or(Ending::NoReply);
         if ending == Ending::NoReply && shown && platforms::of(target.platform).typing_stays() {
-            // The turn ends without the reply that would clear it.
+            // No reply will clear it.
             let clear = async {
                 self.until_turn(&target.key).await;
                 self.send(&target, Show::Nothing).await
@@ -210,8 +171,7 @@ impl Indicators {
         }
     }
 
-    /// Waits until the chat's limiter lets a request through; `false` when the indicator is
-    /// stopped meanwhile.
+    /// `false` when the indicator is stopped meanwhile.
     async fn wait_turn(&self, key: &ChatKey, stop: &mut watch::Receiver<Option<Ending>>) -> bool {
         if stop.borrow().is_some() {
             return false;
@@ -258,7 +218,7 @@ impl Indicators {
     }
 }
 
-/// `tokio::time::sleep`, where `Duration::MAX` means "until stopped".
+/// `Duration::MAX` means "until stopped".
 async fn sleep(pause: Duration) {
     match tokio::time::Instant::now().checked_add(pause) {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
@@ -267,8 +227,6 @@ async fn sleep(pause: Duration) {
 }
 
 impl Typing {
-    /// The first reply part is about to be posted: no further indicator request is made,
-    /// and one under way gets at most [`REPLY_GRACE`] to finish (then it is abandoned).
     pub async fn before_reply(mut self) {
         self.stop.send_replace(Some(Ending::Reply));
         if let Some(mut task) = self.task.take() {
@@ -280,9 +238,7 @@ impl Typing {
 }
 
 impl Typing {
-    /// A streamed answer's preview is about to show (`super::live`): no further indicator
-    /// request is made; one under way finishes in the background rather than delay the
-    /// first text.
+    /// A request under way finishes in the background rather than delay the first text.
     pub fn end_for_preview(mut self) {
         self.stop.send_replace(Some(Ending::Reply));
         drop(self.task.take());
@@ -290,8 +246,7 @@ impl Typing {
 }
 
 impl Drop for Typing {
-    /// The turn ended without a reply (or the reply path already stopped it): the task ends
-    /// by itself (clearing a Slack status first), bounded by its own timeouts.
+    /// Without a reply the task ends by itself, clearing a Slack status first.
     fn drop(&mut self) {
         self.stop.send_if_modified(|ending| {
             let unset = ending.is_none();
@@ -304,8 +259,8 @@ impl Drop for Typing {
 }
 
 impl Target {
-    /// The indicator request of `message`, or `None` where the platform has none (a Slack
-    /// message outside an assistant thread) or it cannot be addressed.
+    /// `None` where the platform has no indicator (a Slack message outside an assistant
+    /// thread).
     fn of(connector: &Connector, message: &MessageRow) -> Option<Self> {
         let token = connector.outbound_token.clone()?;
         let place = platforms::of(connector.platform).typing_place(connector, message)?;
@@ -318,7 +273,6 @@ impl Target {
         })
     }
 
-    /// How many intervals the platform's indicator outlasts comfortably.
     fn refresh_intervals(&self) -> u32 {
         platforms::of(self.platform).typing_refresh_intervals()
     }

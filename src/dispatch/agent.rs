@@ -1,15 +1,7 @@
-//! Calling the agent proxy: one signed POST, its outcome classified for the retry policy.
-//!
-//! Retried: timeouts, connection errors, 5xx, 429 (its `Retry-After` honoured within the
-//! configured maximum) and a 2xx whose body is not a supported answer. Failed at once: any
-//! other 4xx, which a repeat would only reproduce, and a URL the egress policy refuses
-//! (`crate::egress`): the turn is `dispatch_failed` with the fixed reason
-//! `egress::AGENT_REFUSED`. No retries happen inside the client: the
-//! worker reschedules the job durably, so a crash between attempts loses nothing.
-//!
-//! A 2xx `text/event-stream` answer is read as a stream (`super::stream`), its text so far
-//! handed to the caller's `live` view; a stream cut off before its final event is
-//! retried like any answer that could not be read.
+//! One signed POST to the agent, its outcome classified for the retry policy
+//! (docs/agent.md#the-dispatch-what-an-agent-receives-and-answers). No retries happen
+//! inside the client: the worker reschedules the job durably, so a crash between attempts
+//! loses nothing.
 
 use std::time::Duration;
 
@@ -22,23 +14,23 @@ use super::stream::{self, StreamError};
 use crate::delivery::live::TextSink;
 use crate::egress::{GuardedClient, SendError, AGENT_REFUSED};
 
-/// What one agent call came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CallOutcome {
-    /// The reply parts, in order (possibly none).
+    /// Possibly no parts.
     Answered(Vec<String>),
-    /// Worth another attempt; `retry_after` is the agent's own wish, if it said one.
     Retryable {
         reason: &'static str,
         error: String,
         retry_after: Option<Duration>,
     },
-    /// A repeat would fail the same way.
-    Permanent { reason: &'static str, error: String },
+    Permanent {
+        reason: &'static str,
+        error: String,
+    },
 }
 
-/// Signs (with every live dispatch secret: two during a rotation) and posts one dispatch. `Idempotency-Key` and `webhook-id` are the message id, the
-/// same on every attempt, so an agent can drop a repeat after a lost answer.
+/// `Idempotency-Key` and `webhook-id` are the message id on every attempt, so an agent can
+/// drop a repeat after a lost answer.
 pub async fn call(
     client: &GuardedClient,
     url: &str,
@@ -47,8 +39,7 @@ pub async fn call(
     now: i64,
     live: Option<&mut (dyn TextSink + Send)>,
 ) -> CallOutcome {
-    // Only the encoded body lives on while the call waits (thousands of calls wait at
-    // once); the payload and its history are dropped here.
+    // Thousands of calls wait at once: only the encoded body lives on.
     let message_id = payload.message_id.clone();
     let body = match serde_json::to_vec(&payload) {
         Ok(body) => body,
@@ -98,17 +89,14 @@ pub async fn call(
     }
 }
 
-/// W3C `traceparent` (and `tracestate`) of the current span when traces are exported, so
-/// the agent's own spans join the turn's trace. Outside the signature: they describe the
-/// call, not the turn, and an agent that ignores them verifies as before.
+/// Outside the signature: they describe the call, not the turn.
 fn with_trace_context(request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
     crate::telemetry::traces::trace_headers()
         .into_iter()
         .fold(request, |request, (name, value)| request.header(name, value))
 }
 
-/// `host:port` of the agent URL, for errors: enough to tell which agent failed, without the
-/// path or query, which may hold a token.
+/// Without the path or query, which may hold a token.
 fn host_of(url: &str) -> String {
     match reqwest::Url::parse(url) {
         Ok(url) => match (url.host_str(), url.port_or_known_default()) {
@@ -120,8 +108,7 @@ fn host_of(url: &str) -> String {
     }
 }
 
-/// The innermost cause of a transport error ("Connection refused (os error 111)",
-/// "dns error: …"), without the URL reqwest would print.
+/// The innermost cause, without the URL reqwest would print.
 fn cause(err: &reqwest::Error) -> String {
     let mut source: &dyn std::error::Error = err;
     while let Some(inner) = source.source() {
@@ -190,8 +177,7 @@ fn retryable(reason: &'static str, error: String, retry_after: Option<Duration>)
     }
 }
 
-/// `Retry-After` in delta-seconds (the form agents and proxies send; an HTTP date is
-/// treated as absent and the normal backoff applies).
+/// Delta-seconds only (what agents and proxies send); an HTTP date counts as absent.
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
     value.trim().parse::<u64>().ok().map(Duration::from_secs)

@@ -1,5 +1,5 @@
-//! One turn dispatched: the agent called (with its typing indicator and live view), its
-//! answer stored, and the reply delivered.
+//! One turn dispatched: the agent called with its typing indicator and live view, the
+//! answer stored, the reply delivered.
 
 use std::time::{Duration, Instant};
 
@@ -78,15 +78,12 @@ impl Worker {
         }
     }
 
-    /// The turn's typing indicator, when its connector shows one (best effort: it never
-    /// holds up or fails the turn).
     pub(super) fn start_typing(&self, prepared: &Prepared) -> Option<Typing> {
         let connector = prepared.connector.as_ref()?;
         self.typing
             .start(connector, &prepared.message, prepared.claimed_at)
     }
 
-    /// Where a streamed answer is shown while it runs (`None`: the connector is gone).
     pub(super) fn live_context(&self, job: &Job, prepared: &Prepared) -> Option<LiveContext> {
         Some(LiveContext {
             client: self.platform_client.clone(),
@@ -98,9 +95,7 @@ impl Worker {
         })
     }
 
-    /// Ends the preview of a streamed answer that gets no reply (the agent failed for good,
-    /// or answered nothing), so that no Slack stream stays open. A retry keeps it: the next
-    /// attempt's first part adopts it.
+    /// For a turn that gets no reply; a retry keeps the preview for the next attempt to adopt.
     pub(super) async fn end_preview(&self, prepared: &Prepared) {
         let (Some(connector), Some(live_id)) = (&prepared.connector, &prepared.message.live_message_id)
         else {
@@ -109,8 +104,7 @@ impl Worker {
         crate::delivery::live::end(&self.platform_client, connector, &prepared.message, live_id).await;
     }
 
-    /// Whether a failed call gets another attempt after `delay`: within the attempt limit
-    /// (when one is set) and within the retry horizon, counted from when the job was queued.
+    /// The retry horizon counts from when the job was queued.
     pub(super) fn may_retry(&self, job: &Job, attempts: u32, delay: Duration) -> bool {
         let settings = &self.settings.dispatch;
         if settings.max_attempts != 0 && attempts >= settings.max_attempts {
@@ -122,8 +116,7 @@ impl Worker {
         queued_for + delay <= Duration::from_secs(settings.retry_horizon_secs)
     }
 
-    /// Calls the agent with the turn and its `history`, which is consumed: only the encoded
-    /// request lives on while the call waits.
+    /// `history` is consumed: only the encoded request lives on while the call waits.
     pub(super) async fn call_agent(
         &self,
         prepared: &Prepared,
@@ -159,8 +152,7 @@ impl Worker {
         outcome
     }
 
-    /// Stores the answer and its reply parts (the store commits together with the first
-    /// part's `sending` mark), ends the typing indicator, then posts them.
+    /// The store commits together with the first part's `sending` mark.
     pub(super) async fn complete(
         &self,
         job: &Job,

@@ -1,5 +1,4 @@
-//! What a claim hands the worker: each job with the work prepared for it, and what a job
-//! came to.
+//! What a claim hands the worker, and what a job came to.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,22 +11,15 @@ use crate::delivery::Outgoing;
 use crate::domain::{Connector, MessageId};
 use crate::turn::writer::Concluded;
 
-/// What one job came to; tests drive the worker with it instead of sleeping.
+/// Tests drive the worker with it instead of sleeping.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StepOutcome {
-    /// Nothing was ready.
     Empty,
-    /// The agent answered; the turn is `executed`.
     Executed(MessageId),
-    /// The call (or a reply part) failed and will be retried later.
     Retrying(MessageId),
-    /// The turn is `dispatch_failed`, or a reply part failed for good.
     Failed(MessageId),
-    /// Every reply part is posted.
     Delivered(MessageId),
-    /// The job's message was gone or already finished; the job was dropped.
     Skipped(MessageId),
-    /// The job's lease was lost (it was claimed again): this holder stopped.
     LeaseLost(MessageId),
 }
 
@@ -37,7 +29,6 @@ impl Concluded for StepOutcome {
     }
 }
 
-/// A claimed job and what its claim prepared for it.
 pub struct Claimed {
     pub job: Job,
     pub(super) work: Work,
@@ -46,30 +37,23 @@ pub struct Claimed {
 pub(super) enum Work {
     Dispatch(Box<Prepared>),
     Deliver(Box<Outgoing>),
-    /// The message is gone or already finished.
     Skip,
-    /// A reply whose message or connector is gone: nothing can be posted.
     Abandon,
 }
 
-/// Everything a dispatch needs after the claim's transaction.
 pub(super) struct Prepared {
     pub(super) message: MessageRow,
     pub(super) history: Vec<ChatMessage>,
-    /// Agent URL and dispatch secrets.
     pub(super) tenant: Arc<TenantRow>,
-    /// Where the answer goes (`None`: the connector was deleted meanwhile).
+    /// `None`: the connector was deleted meanwhile.
     pub(super) connector: Option<Arc<Connector>>,
-    /// When the claim statement returned (the typing indicator's latency counts from it).
     pub(super) claimed_at: Instant,
 }
 
-/// Time a job spent waiting on others (the agent, the platform), to tell the worker's own
-/// cost apart.
+/// Time spent on the agent and the platform, to tell the worker's own cost apart.
 #[derive(Default)]
 pub(super) struct Waited(pub(super) Duration);
 
-/// Why a reply stays unposted when its message or connector is gone.
 pub(super) const NOTHING_TO_POST: &str = "not posted: the message or its connector was deleted";
 
 pub(super) fn phase(name: &'static str, started: Instant) {
@@ -78,14 +62,11 @@ pub(super) fn phase(name: &'static str, started: Instant) {
 }
 
 impl Claimed {
-    /// The id of the webhook request that recorded the turn (`metadata.request_id`, set by
-    /// `http::hooks`), so a job's logs can be joined to its request's.
+    /// Joins a job's logs to its webhook request's.
     pub(super) fn request_id(&self) -> Option<&str> {
         self.metadata_str("request_id")
     }
 
-    /// The W3C `traceparent` of the webhook request that recorded the turn
-    /// (`metadata.traceparent`, set by `http::hooks` when traces are exported).
     pub(super) fn traceparent(&self) -> Option<&str> {
         self.metadata_str("traceparent")
     }

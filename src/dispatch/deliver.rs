@@ -1,5 +1,4 @@
-//! A reply's delivery pass from the worker: the parts posted (`crate::delivery`) and the
-//! outcome logged.
+//! A reply's delivery pass run from the worker.
 
 use std::time::Instant;
 
@@ -25,8 +24,6 @@ impl Worker {
         Ok(outgoing)
     }
 
-    /// The reply stage of a claimed job: one delivery pass; the job ends when every part is
-    /// posted or one failed for good, and otherwise waits its turn again.
     pub(super) async fn deliver(
         &self,
         job: &Job,
@@ -68,8 +65,7 @@ impl Worker {
     }
 }
 
-/// One INFO line per delivered turn (the job span adds tenant, message and request ids):
-/// platform, parts and the time from the webhook to the last part posted. Never text.
+/// The job span adds tenant, message and request ids. Never text.
 fn log_delivered(outgoing: &Outgoing) {
     let message = &outgoing.message;
     let latency_ms = (chrono::Utc::now() - message.received_at).num_milliseconds();

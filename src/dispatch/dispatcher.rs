@@ -1,32 +1,10 @@
-//! One claimer per instance feeding a bounded in-flight set (DESIGN.md "Scale").
-//!
-//! The dispatcher claims several conversation heads per statement, up to the free capacity
-//! (`CB_MAX_IN_FLIGHT`), and runs each claimed job in a task of its own; a task waiting on
-//! the agent holds no database connection, so thousands can be in flight. It claims again
-//! when work may be ready:
-//! - a wake-up: this instance recorded a webhook, or another one did (`LISTEN/NOTIFY`);
-//! - a job of this instance ended (the conversation's next message is now its head);
-//!   wake-ups and completions are gathered for a few milliseconds, so a busy instance claims
-//!   in batches rather than once per webhook or completion;
-//! - the last claim filled the batch it asked for (more is probably ready);
-//! - the polling timer (`CB_POLL_INTERVAL_MS`), the fallback for missed wake-ups and for
-//!   retries whose time has come. A timer tick first asks whether anything is ready at all
-//!   (one cheap statement) before it opens a claim transaction, so an idle instance costs
-//!   the database one statement per tick, plus the queue metrics every ten seconds.
-//!
-//! Fairness: no tenant holds more than its cap of the in-flight set (its `max_in_flight`,
-//! else `CB_TENANT_SHARE_PERCENT` of the capacity), and each claim takes every tenant's
-//! oldest ready head before any tenant's second, so one tenant's backlog does not delay
-//! another's fresh message.
-//!
-//! Leases: every lease/3 the dispatcher renews the leases of all its jobs in one
-//! statement, so a slow agent or a slow platform never outlives one; every state change of
-//! a job also checks its lease (`db::turns`), so a job whose lease was lost anyway (the
-//! database was out of reach for longer than the lease) stops before its next request.
-//!
-//! Outages: every claim, look and renewal is bounded by `CB_DB_DEADLINE_MS`. When the
-//! database cannot be reached, claiming backs off (a quarter of a second, doubling up to
-//! 30 s) and each failure is logged once, as one line; the first success after it says so.
+//! One claimer per instance feeding a bounded in-flight set
+//! (docs/architecture.md#webhook-to-reply). It claims again on a wake-up or a finished job
+//! (gathered for a few milliseconds, so a busy instance claims in batches), after a claim
+//! that filled its batch, and on the polling tick, which first asks whether anything is
+//! ready, so an idle instance costs one statement a tick. Each claim takes every tenant's
+//! oldest head before any tenant's second, each tenant within its cap. Leases are renewed
+//! every lease/3; a holder whose lease was lost anyway finds out at its next state change.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -40,39 +18,29 @@ use super::{StepOutcome, Worker};
 use crate::db::queue::{ClaimRequest, LeaseToken};
 use crate::domain::{MessageId, TenantId};
 
-/// How long wake-ups and completions are gathered before they trigger a claim: under load
-/// many arrive per millisecond, and one claim serves them all.
+/// Under load many wake-ups arrive per millisecond, and one claim serves them all.
 const GATHER: Duration = Duration::from_millis(10);
-/// How often queue metrics are read.
 const STATS_EVERY: Duration = Duration::from_secs(10);
-/// The first pause after a failed claim, doubled after each further failure up to
-/// `OUTAGE_BACKOFF_MAX`.
 const OUTAGE_BACKOFF_MIN: Duration = Duration::from_millis(250);
 const OUTAGE_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
-/// What one claim came to.
 enum ClaimResult {
-    /// The batch was filled: more is probably ready.
     Full,
-    /// Fewer than asked for (or no capacity): wait for a reason to claim again.
     Partial,
-    /// The database could not be reached: pause this long before trying again.
     Failed(Duration),
 }
 
-/// The in-flight set.
 #[derive(Default)]
 struct InFlight {
     total: usize,
     per_tenant: HashMap<TenantId, usize>,
     leases: HashMap<MessageId, LeaseToken>,
-    /// The caps the operator set per tenant, and when they were read.
     caps: HashMap<TenantId, usize>,
     caps_read: Option<Instant>,
 }
 
-/// A job's place in the in-flight set, given back when dropped: when the job ends, and
-/// also if its task panics (a bug in one job must not shrink the capacity for good).
+/// Given back when dropped, also if the job's task panics: a bug in one job must not shrink
+/// the capacity for good.
 struct Slot {
     dispatcher: Arc<Dispatcher>,
     tenant: TenantId,
@@ -92,11 +60,9 @@ pub struct Dispatcher {
     default_cap: usize,
     batch_max: usize,
     in_flight: Mutex<InFlight>,
-    /// A job ended.
     freed: Notify,
-    /// Claim statements issued (for tests and metrics).
     claims: std::sync::atomic::AtomicU64,
-    /// Claims or looks that failed in a row (an outage).
+    /// Failures in a row (an outage).
     failures: std::sync::atomic::AtomicU32,
 }
 
@@ -119,26 +85,23 @@ impl Dispatcher {
         })
     }
 
-    /// Jobs in flight now.
     pub fn in_flight(&self) -> usize {
         self.lock().total
     }
 
-    /// Claim statements issued so far.
     pub fn claims_issued(&self) -> u64 {
         self.claims.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, InFlight> {
-        // The lock only guards counters; a panic while it is held cannot leave them torn
-        // in a way that matters more than losing the dispatcher, so poisoning is ignored.
+        // Only counters: a panic cannot leave them torn in a way that matters more than
+        // losing the dispatcher.
         self.in_flight
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Reads the operator's per-tenant caps when they are older than the config cache time
-    /// (only when claiming, so an idle instance does not read them).
+    /// Only when claiming, so an idle instance does not read them.
     async fn refresh_caps(&self) {
         let ttl = Duration::from_secs(self.worker.settings().config_cache_secs.max(1));
         if self.lock().caps_read.is_some_and(|read| read.elapsed() < ttl) {
@@ -158,8 +121,6 @@ impl Dispatcher {
         }
     }
 
-    /// What the next claim may take: the free capacity, and the room of each tenant that is
-    /// busy or has a cap of its own.
     fn claim_request(&self) -> Option<ClaimRequest> {
         let state = self.lock();
         let free = self.capacity.saturating_sub(state.total);
@@ -190,7 +151,6 @@ impl Dispatcher {
             .map_or(self.default_cap, |cap| (*cap).min(self.capacity))
     }
 
-    /// Claims one batch and starts its jobs.
     async fn claim_once(self: &Arc<Self>, tasks: &mut JoinSet<()>) -> ClaimResult {
         self.refresh_caps().await;
         let Some(request) = self.claim_request() else {
@@ -215,7 +175,7 @@ impl Dispatcher {
         }
     }
 
-    /// Counts a failure in a row, logs it as one line and says how long to pause.
+    /// One log line per failure; the pause doubles up to `OUTAGE_BACKOFF_MAX`.
     fn failed(&self, what: &str, err: &anyhow::Error) -> Duration {
         let failures = self.failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let pause = OUTAGE_BACKOFF_MIN
@@ -275,8 +235,7 @@ impl Dispatcher {
                     state.per_tenant.remove(&tenant);
                 }
             }
-            // Only this claim's entry: after an expiry the same job may have been claimed
-            // again by this instance, and that holder's lease must still be renewed.
+            // After an expiry this instance may hold the same job again, under a new lease.
             if state.leases.get(&message) == Some(&lease) {
                 state.leases.remove(&message);
             }
@@ -284,14 +243,12 @@ impl Dispatcher {
         self.freed.notify_one();
     }
 
-    /// Claims and runs jobs until `stop` turns true, then waits for the jobs in flight.
     pub async fn run(self: Arc<Self>, wakeup: Arc<Wakeup>, mut stop: watch::Receiver<bool>) {
         let settings = self.worker.settings();
         let mut poll =
             tokio::time::interval(Duration::from_millis(settings.dispatch.poll_interval_ms.max(1)));
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut tasks = JoinSet::new();
-        // Anything may be ready at start.
         let mut ready = true;
         while !*stop.borrow() {
             // Registered before the claim, so a wake-up during it is not lost.
@@ -330,7 +287,6 @@ impl Dispatcher {
                             () = tokio::time::sleep(pause) => {}
                             _ = stop.changed() => {}
                         }
-                        // Try a claim: it ends the outage or lengthens the pause.
                         ready = true;
                     }
                 },
@@ -341,7 +297,6 @@ impl Dispatcher {
         while tasks.join_next().await.is_some() {}
     }
 
-    /// The polling tick's look: only when capacity is free, one cheap statement.
     async fn anything_ready(&self) -> Result<bool, Duration> {
         if self.in_flight() >= self.capacity {
             return Ok(false);
@@ -356,7 +311,6 @@ impl Dispatcher {
         }
     }
 
-    /// Renews the leases of every job in flight, every lease/3, until `stop`.
     pub async fn keep_leases(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let lease = Duration::from_secs(self.worker.settings().dispatch.lease_secs);
         let every = (lease / 3).max(Duration::from_millis(100));
@@ -374,8 +328,8 @@ impl Dispatcher {
             let renewal = self.worker.queue().renew_leases(&held, lease);
             match crate::db::within(self.worker.settings().database.deadline(), renewal).await {
                 Ok(renewed) if renewed.len() < held.len() => {
-                    // Finished meanwhile, or claimed again after an expiry: either way the
-                    // holder's next state change finds out (it checks its lease).
+                    // Finished, or claimed again after an expiry: the holder's next state
+                    // change finds out.
                     tracing::debug!(
                         held = held.len(),
                         renewed = renewed.len(),
@@ -390,9 +344,8 @@ impl Dispatcher {
         }
     }
 
-    /// Publishes queue depth and oldest-job age every ten seconds, per tenant for the
-    /// `CB_METRICS_TOP_TENANTS` deepest queues (bounded label cardinality; a tenant that
-    /// leaves the top is set to zero).
+    /// Per tenant only for the `CB_METRICS_TOP_TENANTS` deepest queues, to bound the labels;
+    /// a tenant that leaves the top is set to zero.
     pub async fn report_queue_stats(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let top = self.worker.settings().metrics_top_tenants;
         let mut published: Vec<TenantId> = Vec::new();

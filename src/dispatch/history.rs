@@ -1,15 +1,8 @@
-//! The conversation so far, as the agent sees it (DESIGN.md "Statuses and decisions").
-//!
-//! Terminal turns only (`executed`, `delivery_failed`, `dispatch_failed`, `denied_*`; a
-//! `delivery_failed` turn keeps its answer, as it did before that status existed), non-empty
-//! request text,
-//! strictly older than the turn being dispatched, the newest `HISTORY_TURNS` of them,
-//! returned oldest first, each as the user's message followed by the assistant's response
-//! when there is one. A linked user's history spans all their platforms (`user_id`); an
-//! unlinked sender's is their own conversation key. Of those turns, the tenant's
-//! `HistoryScopeSetting` keeps the ones asked in the same kind of place (`Place`): by
-//! default a turn in a shared space sees the user's turns in that space only, and a direct
-//! message sees their direct messages on every platform.
+//! The earlier turns a dispatch carries
+//! (docs/agent.md#history-scope-what-the-agent-sees-of-earlier-turns): finished turns with
+//! text or files, strictly older than the one dispatched, the newest `HISTORY_TURNS`, oldest
+//! first. A linked user's history spans every platform; an unlinked sender's is their own
+//! conversation.
 
 use std::collections::HashMap;
 
@@ -19,7 +12,6 @@ use crate::db::TenantTx;
 use crate::domain::{ConnectorId, HistoryScopeSetting, MessageId};
 use crate::media::{Attachment, AttachmentOut};
 
-/// Turns of history given to the agent.
 pub const HISTORY_TURNS: i64 = 12;
 
 #[derive(sqlx::FromRow)]
@@ -31,24 +23,19 @@ struct Turn {
     attachments: Option<Vec<Attachment>>,
 }
 
-/// A turn counts when the user said something or sent a file.
 const HAS_CONTENT: &str = "(btrim(h.request_content) <> '' or h.attachments is not null)";
 
-/// Whose history, and up to where.
 #[derive(Debug, Clone)]
 pub struct HistoryScope<'a> {
-    /// The linked user; their history spans every platform.
     pub user_id: Option<&'a str>,
-    /// For an unlinked sender: their own conversation.
+    /// Used for an unlinked sender only.
     pub conversation_key: &'a str,
-    /// Where the turns were asked.
     pub place: Place<'a>,
-    /// Only turns strictly older than this one; `None` for "what the next turn would see".
+    /// `None` for "what the next turn would see".
     pub before: Option<(chrono::DateTime<chrono::Utc>, MessageId)>,
 }
 
 impl<'a> HistoryScope<'a> {
-    /// The history the agent gets with `message` under the tenant's `setting`.
     pub fn of(message: &'a MessageRow, setting: HistoryScopeSetting) -> Self {
         Self {
             user_id: message.user_id.as_deref(),
@@ -59,17 +46,15 @@ impl<'a> HistoryScope<'a> {
     }
 }
 
-/// Which of the user's turns count, by where they were asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Place<'a> {
-    /// Anywhere (`HistoryScopeSetting::User`).
     Anywhere,
-    /// Direct messages, on every connector and platform.
     Direct,
-    /// This shared space of this connector.
-    Space { connector: ConnectorId, space: &'a str },
-    /// This chat of this connector (and its space, which tells a WhatsApp group from the
-    /// same person's direct chat).
+    Space {
+        connector: ConnectorId,
+        space: &'a str,
+    },
+    /// The space tells a WhatsApp group from the same person's direct chat.
     Chat {
         connector: ConnectorId,
         chat_id: &'a str,
@@ -78,7 +63,6 @@ pub enum Place<'a> {
 }
 
 impl<'a> Place<'a> {
-    /// Where `message`'s history comes from under `setting`.
     pub fn of(message: &'a MessageRow, setting: HistoryScopeSetting) -> Self {
         match (setting, message.space.as_deref()) {
             (HistoryScopeSetting::User, _) => Self::Anywhere,
@@ -95,8 +79,7 @@ impl<'a> Place<'a> {
         }
     }
 
-    /// The place as the four values `place_matches` compares with: kind, connector, chat,
-    /// space.
+    /// Kind, connector, chat, space: what `place_matches` compares with.
     fn columns(
         self,
     ) -> (
@@ -118,10 +101,8 @@ impl<'a> Place<'a> {
     }
 }
 
-/// Whether history row `h` was asked in a place of `kind` described by `p`
-/// (`Place::columns`), for the single and the batched read. One condition per kind rather
-/// than one with an `OR` per kind: the planner then keeps walking the user's history index
-/// newest first and stops at the limit (the `OR` form cost the batched read ~1 ms a turn).
+/// One condition per kind rather than an `OR` of them: the planner then walks the user's
+/// history index newest first and stops at the limit.
 fn place_matches(kind: &str) -> &'static str {
     match kind {
         "direct" => "h.space is null",
@@ -133,7 +114,6 @@ fn place_matches(kind: &str) -> &'static str {
     }
 }
 
-/// Reads the history of `message`'s conversation inside the tenant transaction.
 pub async fn load(
     tx: &mut TenantTx,
     message: &MessageRow,
@@ -142,14 +122,13 @@ pub async fn load(
     load_scope(tx, &HistoryScope::of(message, setting)).await
 }
 
-/// Reads a conversation's history inside the tenant transaction: the worker and the admin
-/// API's "history as the agent would see it" both come here.
+/// Also the admin API's "history as the agent would see it".
 pub async fn load_scope(
     tx: &mut TenantTx,
     scope: &HistoryScope<'_>,
 ) -> Result<Vec<ChatMessage>, sqlx::Error> {
     let tenant = tx.tenant();
-    // Two statements rather than one with an OR, so each uses its own index.
+    // Two statement shapes rather than an OR, so each uses its own index.
     let who = match scope.user_id {
         Some(_) => "h.user_id = $2",
         None => "h.user_id is null and h.conversation_key = $2",
@@ -190,7 +169,6 @@ pub async fn load_scope(
     Ok(turns.into_iter().flat_map(into_messages).collect())
 }
 
-/// One history row of a batch read: whose history it belongs to.
 #[derive(sqlx::FromRow)]
 struct BatchTurn {
     for_id: MessageId,
@@ -198,10 +176,8 @@ struct BatchTurn {
     turn: Turn,
 }
 
-/// Reads the histories of several turns of one tenant (a claimed batch) in at most two
-/// statements per kind of place, one for linked users and one for unlinked senders: the
-/// same rule as `load`, each turn's history strictly older than itself. Keyed by the
-/// turn's id.
+/// A claimed batch's histories, by turn: one statement per kind of place and per linked or
+/// unlinked sender, each turn's history strictly older than itself.
 pub async fn load_many(
     tx: &mut TenantTx,
     messages: &[&MessageRow],
@@ -227,8 +203,6 @@ pub async fn load_many(
             }
         }
     }
-    // At most two statements under `user` (linked, unlinked); one more per other kind of
-    // place present in the batch.
     for (group, who, place) in groups {
         let ids: Vec<MessageId> = group.iter().map(|m| m.id).collect();
         let keys: Vec<&str> = group

@@ -1,9 +1,7 @@
-//! The dispatch worker: queued user turns become agent calls, in order per conversation,
-//! each with the user's recent history. A claim prepares its batch in one transaction
-//! (`prepare`); each job then runs with no connection held while it waits on the agent or
-//! the platform (`answer`, `deliver`), its state changes going through `crate::turn`. A
-//! crash leaves the job leased: claimed again, the agent sees the same `Idempotency-Key`.
-//! `dispatcher` runs the worker; `Worker::step` drives it deterministically in tests.
+//! The worker: queued turns become agent calls, in order per conversation
+//! (docs/architecture.md#webhook-to-reply). A claim prepares its batch in one transaction;
+//! each job then holds no connection while it waits on the agent or the platform. A crash
+//! leaves the job leased: claimed again, the agent sees the same `Idempotency-Key`.
 
 pub mod agent;
 mod answer;

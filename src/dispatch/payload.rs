@@ -1,5 +1,5 @@
-//! The dispatch payload sent to the agent, and the agent's answer read back into reply parts
-//! (DESIGN.md "Dispatch payload").
+//! The dispatch sent to the agent and its answer read back into reply parts
+//! (docs/agent.md#the-dispatch-what-an-agent-receives-and-answers).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -8,8 +8,7 @@ use crate::db::messages::MessageRow;
 use crate::media::token::UrlMinter;
 use crate::media::AttachmentOut;
 
-/// One turn of `messages[]`. A user's message with files keeps `content` a string (the
-/// caption, or `""`) and lists the files in `attachments`.
+/// A user's message with files keeps `content` a string (the caption, or `""`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ChatMessage {
     pub role: String,
@@ -35,7 +34,6 @@ impl ChatMessage {
         }
     }
 
-    /// The user's message of turn `message`, with its files.
     pub fn user_turn(message: &MessageRow) -> Self {
         let attachments = message
             .attachments
@@ -49,7 +47,6 @@ impl ChatMessage {
     }
 }
 
-/// Where the turn came from, so the agent can tell platforms and threads apart.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChannelOut {
     pub platform: String,
@@ -59,8 +56,7 @@ pub struct ChannelOut {
     pub platform_user_id: String,
 }
 
-/// The JSON body of a dispatch. `role`/`content` repeat the current turn for agents that
-/// predate `messages[]`.
+/// `role`/`content` repeat the current turn for agents that predate `messages[]`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DispatchOut {
     pub messages: Vec<ChatMessage>,
@@ -72,8 +68,6 @@ pub struct DispatchOut {
     pub channel: ChannelOut,
 }
 
-/// Builds the payload: the history (oldest first) followed by the current user turn, each
-/// offered attachment with a URL from `urls` valid from `now`.
 pub fn build(message: &MessageRow, history: Vec<ChatMessage>, urls: &UrlMinter, now: i64) -> DispatchOut {
     let mut messages = history;
     messages.push(ChatMessage::user_turn(message));
@@ -102,10 +96,7 @@ pub fn build(message: &MessageRow, history: Vec<ChatMessage>, urls: &UrlMinter, 
 #[error("the agent's answer is not a supported shape: {0}")]
 pub struct InvalidAnswer(pub String);
 
-/// Reads the agent's answer into reply parts, in order, whitespace-only parts dropped.
-/// Accepted shapes: `{"content": "…"}`, `{"messages": [{"role": "assistant", "content": …}]}`,
-/// an OpenAI chat completion (`choices[0].message.content`) and an OpenAI Responses
-/// `output[]` list of message items. Anything else is an error, never an empty answer.
+/// Anything but an accepted shape is an error, never an empty answer.
 pub fn parse_answer(body: &[u8]) -> Result<Vec<String>, InvalidAnswer> {
     let value: Value = serde_json::from_slice(body).map_err(|e| InvalidAnswer(format!("not JSON ({e})")))?;
     let parts = if let Some(content) = value.get("content") {
@@ -130,8 +121,7 @@ pub fn parse_answer(body: &[u8]) -> Result<Vec<String>, InvalidAnswer> {
     Ok(parts.into_iter().filter(|part| !part.trim().is_empty()).collect())
 }
 
-/// A content value: a string, null (no answer), or a list of text blocks
-/// (`{"type": "text"|"output_text", "text": "…"}`), which together make one part.
+/// A list of text blocks makes one part.
 fn content_parts(content: &Value) -> Result<Vec<String>, InvalidAnswer> {
     match content {
         Value::Null => Ok(Vec::new()),
@@ -152,8 +142,7 @@ fn content_parts(content: &Value) -> Result<Vec<String>, InvalidAnswer> {
     }
 }
 
-/// `messages[]`: each assistant message is one part. Messages with another role (an agent
-/// echoing the conversation back) are skipped.
+/// Other roles are skipped: an agent may echo the conversation back.
 fn assistant_parts(messages: &[Value]) -> Result<Vec<String>, InvalidAnswer> {
     let mut parts = Vec::new();
     for message in messages {
@@ -169,8 +158,7 @@ fn assistant_parts(messages: &[Value]) -> Result<Vec<String>, InvalidAnswer> {
     Ok(parts)
 }
 
-/// Responses API `output[]`: items of `"type": "message"` are parts; reasoning and tool
-/// items are not for the user.
+/// Reasoning and tool items are not for the user.
 fn output_parts(output: &[Value]) -> Result<Vec<String>, InvalidAnswer> {
     let mut parts = Vec::new();
     for item in output

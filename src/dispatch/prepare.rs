@@ -1,6 +1,5 @@
-//! A claim and its preparation in the claim's own transaction: each tenant's turns marked
-//! `dispatching` in one statement, their histories read in at most two and their
-//! connectors in one, then one commit for the batch.
+//! A claim and its preparation in the claim's own transaction: a few statements per tenant
+//! and one commit for the batch.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -21,9 +20,7 @@ use crate::domain::{Connector, MessageId};
 use crate::turn::apply;
 
 impl Worker {
-    /// Claims up to `request.wanted` jobs and prepares them, in one transaction. When the
-    /// preparation fails, the batch's jobs are put back with a backoff (a job that fails
-    /// every time must not be claimed again at once) and the error is returned.
+    /// A failed preparation puts the batch's jobs back with a backoff.
     pub async fn claim(&self, request: &ClaimRequest) -> anyhow::Result<Vec<Claimed>> {
         let started = Instant::now();
         let Some((jobs, tx)) = self.queue.claim(request).await.context("Failed to claim jobs")? else {
@@ -46,8 +43,6 @@ impl Worker {
         }
     }
 
-    /// In the claim's transaction, tenant by tenant: mark the turns `dispatching`, read
-    /// tenant, histories and connectors (or a reply's parts), then commit.
     pub(super) async fn prepare(
         &self,
         tx: Transaction<'static, Postgres>,
@@ -129,8 +124,7 @@ impl Worker {
         Ok(claimed)
     }
 
-    /// The connectors the answers go to, read fresh rather than from a cache: a token
-    /// rotated a moment ago must not fail the reply.
+    /// Read fresh rather than cached: a token rotated a moment ago must not fail the reply.
     pub(super) async fn connectors_of(
         &self,
         tx: &mut TenantTx,
@@ -150,11 +144,9 @@ impl Worker {
     }
 }
 
-/// History is best effort: a failed read is logged and counted, and the dispatch goes on
-/// with no history rather than not at all. The read runs in a savepoint so its failure
-/// leaves the surrounding transaction usable. A successful read leaves the savepoint open:
-/// the commit that follows commits it with the rest, so releasing it would only cost a
-/// round trip.
+/// A failed read dispatches with no history rather than not at all. The savepoint keeps
+/// the transaction usable after a failure; after a success the commit takes it along, so
+/// releasing it would only cost a round trip.
 async fn read_histories_or_empty(
     tx: &mut TenantTx,
     messages: &[&MessageRow],

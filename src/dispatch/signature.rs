@@ -1,15 +1,13 @@
-//! Standard Webhooks signatures for dispatches (https://www.standardwebhooks.com): headers
-//! `webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64 HMAC-SHA256 of
-//! "{id}.{timestamp}.{body}">`, keyed with the decoded bytes of a `whsec_<base64>` secret.
-//! The verifier is the one an agent (and `agent-bridge`, and the tests' fake agent) uses.
+//! Standard Webhooks signatures for dispatches (<https://www.standardwebhooks.com>), keyed with
+//! the decoded bytes of a `whsec_<base64>` secret. The verifier is the one agents use
+//! (`agent-bridge`, the tests' fake agent).
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-/// Accepted clock skew between the gateway and the agent, in seconds (the specification's
-/// suggested tolerance).
+/// The specification's suggested clock skew.
 pub const TOLERANCE_SECS: i64 = 300;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -39,22 +37,18 @@ fn mac(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> Hmac<Sha256> {
     mac
 }
 
-/// The `webhook-signature` header value for one request.
 pub fn sign(secret: &str, id: &str, timestamp: i64, body: &[u8]) -> Result<String, SignatureError> {
     let digest = mac(&key(secret)?, id, timestamp, body).finalize().into_bytes();
     Ok(format!("v1,{}", STANDARD.encode(digest)))
 }
 
-/// The header value signed with each secret, space separated (Standard Webhooks' form for
-/// a secret rotation: the receiver accepts any one that matches).
+/// Space separated, Standard Webhooks' form for a secret rotation.
 pub fn sign_all(secrets: &[&str], id: &str, timestamp: i64, body: &[u8]) -> Result<String, SignatureError> {
     let signatures: Result<Vec<String>, _> = secrets.iter().map(|s| sign(s, id, timestamp, body)).collect();
     Ok(signatures?.join(" "))
 }
 
-/// Verifies the three headers against `body`. The signature header may carry several
-/// space-separated signatures (secret rotation); one match is enough. Comparison is
-/// constant-time.
+/// One matching signature is enough; comparison is constant-time.
 pub fn verify(
     secret: &str,
     id: Option<&str>,

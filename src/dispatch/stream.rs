@@ -1,22 +1,6 @@
-//! Streamed answers: an agent may answer a dispatch with `text/event-stream` (DESIGN.md
-//! "Dispatch payload"; README "Streamed answers"). Two event forms are read:
-//!
-//! - OpenAI chat completion chunks: unnamed events whose data is
-//!   `{"choices": [{"delta": {"content": "…"}}]}`, ended by `data: [DONE]`.
-//! - The gateway's own: `event: delta` with `{"content": "…"}`, ended by `event: done`,
-//!   whose data is empty, `{}`, or a complete answer in any shape `parse_answer` accepts
-//!   (`{"content": …}`, `{"messages": […]}`…), which then replaces the deltas (an agent
-//!   that splits its answer into parts says so there). `event: error` ends the stream as a
-//!   failed call.
-//!
-//! Other events (`ping`, comments, unknown names) are skipped. The answer is the deltas
-//! joined, as one part, unless the final event names the parts. A stream that ends without
-//! its final event was cut off: the call is retried as any failed call is, and nothing of
-//! it is stored (the retry's stream is the one kept).
-//!
-//! While it runs, each delta is handed to a [`TextSink`]: the live view
-//! (`crate::delivery::live`), which shows the newest text at its own pace, so deltas that
-//! arrive faster than a platform may be called coalesce.
+//! Streamed answers (docs/agent.md#streamed-answers): OpenAI chat completion chunks or the
+//! gateway's own `delta`/`done` events. A stream without its final event was cut off and
+//! fails the call, which is retried; nothing of it is stored.
 
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
@@ -25,7 +9,6 @@ use serde_json::Value;
 use super::payload::{parse_answer, InvalidAnswer};
 use crate::delivery::live::TextSink;
 
-/// Whether a response is a streamed answer, by its content type.
 pub fn is_event_stream(headers: &reqwest::header::HeaderMap) -> bool {
     headers
         .get(reqwest::header::CONTENT_TYPE)
@@ -37,31 +20,24 @@ pub fn is_event_stream(headers: &reqwest::header::HeaderMap) -> bool {
         })
 }
 
-/// Why a stream gave no answer.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum StreamError {
-    /// The connection ended (or broke) before the final event.
     #[error("stream cut off before its final event{0}")]
     CutOff(String),
-    /// An event that is not a supported shape.
     #[error("{0}")]
     Invalid(#[from] InvalidAnswer),
-    /// The agent ended the stream with `event: error`.
     #[error("the agent ended its stream with an error event")]
     AgentError,
 }
 
-/// What one event means.
 #[derive(Debug, PartialEq, Eq)]
 enum Event {
     Delta(String),
-    /// The stream is over; the parts when the final event names them.
+    /// The parts, when the final event names them.
     Done(Option<Vec<String>>),
     Skip,
 }
 
-/// Reads a streamed answer to its end, handing each delta to `live`. Returns the reply
-/// parts, whitespace-only parts dropped.
 pub async fn read(
     response: reqwest::Response,
     mut live: Option<&mut (dyn TextSink + Send)>,
@@ -87,8 +63,7 @@ pub async fn read(
     Err(StreamError::CutOff(String::new()))
 }
 
-/// A response body as a stream of chunks: reqwest's `chunk()`, without its `stream`
-/// feature. An error ends the stream after it is yielded.
+/// reqwest's `chunk()` as a stream, without its `stream` feature.
 pub fn body_chunks(
     response: reqwest::Response,
 ) -> impl futures::Stream<Item = Result<axum::body::Bytes, reqwest::Error>> {
@@ -102,7 +77,7 @@ pub fn body_chunks(
     })
 }
 
-/// The cause of a broken stream, without the URL reqwest would print.
+/// Without the URL reqwest would print.
 fn cut_cause<E: std::fmt::Display>(err: &eventsource_stream::EventStreamError<E>) -> String {
     match err {
         eventsource_stream::EventStreamError::Transport(_) => "the connection broke".into(),
@@ -142,8 +117,7 @@ fn parse_event(name: &str, data: &str) -> Result<Event, StreamError> {
     }
 }
 
-/// An OpenAI chat completion chunk: `choices[0].delta.content` (absent or null in the
-/// role-only first chunk and the `finish_reason` chunk).
+/// `delta.content` is absent or null in the role-only first chunk and the `finish_reason` one.
 fn openai_chunk(value: &Value) -> Result<Event, InvalidAnswer> {
     if value.get("error").is_some() {
         return Err(InvalidAnswer("the stream carried an error object".into()));

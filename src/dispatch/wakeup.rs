@@ -1,9 +1,6 @@
-//! Waking workers when work arrives: in-process at once, other instances through Postgres
-//! `LISTEN/NOTIFY`, and the polling interval as the fallback when both are missed.
-//!
-//! Ingress does not `NOTIFY` inside its own transaction: a notifying commit takes a
-//! cluster-wide lock, which would serialize every webhook's commit. A background task sends
-//! one `NOTIFY` per burst instead.
+//! Waking workers: in-process at once, other instances by `LISTEN/NOTIFY`, the polling
+//! interval as the fallback. Ingress does not `NOTIFY` in its own transaction: a notifying
+//! commit takes a cluster-wide lock, which would serialize every webhook's commit.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -20,8 +17,7 @@ pub struct Wakeup {
     remote_pending: AtomicBool,
 }
 
-/// Wakes every instance's workers (`NOTIFY`), e.g. after work was queued outside a
-/// gateway (the CLI).
+/// For work queued outside a gateway (the CLI).
 pub async fn notify(pool: &PgPool) -> Result<(), sqlx::Error> {
     sqlx::query("select pg_notify($1, '')")
         .bind(CHANNEL)
@@ -31,7 +27,6 @@ pub async fn notify(pool: &PgPool) -> Result<(), sqlx::Error> {
 }
 
 impl Wakeup {
-    /// New jobs were committed: wake local workers now and other instances soon.
     pub fn wake(&self) {
         self.local.notify_waiters();
         if !self.remote_pending.swap(true, Ordering::AcqRel) {
@@ -43,7 +38,7 @@ impl Wakeup {
         self.local.notified()
     }
 
-    /// Sends `NOTIFY` for wake-ups raised in this process, at most one in flight at a time.
+    /// At most one `NOTIFY` in flight: one per burst of wake-ups.
     pub async fn run_notifier(&self, pool: PgPool, mut stop: watch::Receiver<bool>) {
         loop {
             tokio::select! {
@@ -57,8 +52,7 @@ impl Wakeup {
         }
     }
 
-    /// Wakes local workers on `NOTIFY` from any instance. `PgListener` reconnects by itself
-    /// after a connection loss.
+    /// `PgListener` reconnects by itself after a connection loss.
     pub async fn run_listener(&self, pool: PgPool, mut stop: watch::Receiver<bool>) {
         let mut listener = loop {
             match listen(&pool).await {

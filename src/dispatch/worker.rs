@@ -1,5 +1,5 @@
-//! The dispatch worker: its clients, writer and caches, and one claimed job worked to its
-//! outcome (`run_job`); `Worker::step` claims one job and runs it, for tests and tools.
+//! The worker and one claimed job run to its outcome; `Worker::step` claims and runs one
+//! job, for tests and tools.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,25 +22,22 @@ pub struct Worker {
     pub(super) queue: Queue,
     pub(super) settings: Arc<ServeSettings>,
     pub(super) client: GuardedClient,
-    /// For the platforms' send APIs: shorter timeouts than an agent call.
+    /// Shorter timeouts than an agent call.
     pub(super) platform_client: GuardedClient,
     pub(super) writer: TurnWriter,
-    /// Typing indicators while the agent works (`crate::delivery::typing`).
     pub(super) typing: Arc<Indicators>,
-    /// Tenant settings (shared with the instance's admin API, which forgets what it changes).
+    /// Shared with the instance's admin API, which forgets what it changes.
     pub(super) cache: Arc<ConfigCache>,
-    /// Signs the attachment URLs given to the agent (`crate::media`).
     pub(super) urls: crate::media::token::UrlMinter,
-    /// Rate-limit holds of the platforms' send APIs, per connector.
     pub(super) holds: crate::delivery::holds::SendHolds,
     pub(super) clock: fn() -> i64,
 }
 
 impl Worker {
-    /// A worker on the current runtime (its turn writer's tasks start here).
+    /// Its turn writer's tasks start on the current runtime.
     pub fn new(pool: PgPool, settings: Arc<ServeSettings>, clock: fn() -> i64) -> anyhow::Result<Self> {
-        // Both clients apply the egress policy when connecting (and follow no redirects):
-        // the agent URL and the platform API base URLs are the tenants' to set.
+        // Both clients check the egress policy: the agent URL and the platform API base URLs
+        // are the tenants' to set.
         let policy = Arc::new(settings.egress.allow.clone());
         let agent = reqwest::Client::builder()
             .timeout(Duration::from_secs(settings.dispatch.agent_timeout_secs))
@@ -84,8 +81,7 @@ impl Worker {
         })
     }
 
-    /// Uses the instance's cache instead of a private one, so that tenant changes made
-    /// through this instance's admin API reach the worker at once.
+    /// Tenant changes made through this instance's admin API then reach the worker at once.
     pub fn sharing_cache(mut self, cache: Arc<ConfigCache>) -> Self {
         self.cache = cache;
         self
@@ -103,7 +99,6 @@ impl Worker {
         Duration::from_secs(self.settings.dispatch.lease_secs)
     }
 
-    /// Claims one job, if one is ready, and runs it to the end.
     pub async fn step(&self) -> anyhow::Result<StepOutcome> {
         let request = ClaimRequest {
             wanted: 1,
@@ -118,23 +113,20 @@ impl Worker {
         }
     }
 
-    /// Puts a job whose step failed on a database error back after a backoff: a job that
-    /// fails every time must not be claimed again at once. Best effort: with the database
-    /// gone, the lease decides.
+    /// A job that fails every time must not be claimed again at once. Best effort: with the
+    /// database gone, the lease decides.
     pub(super) async fn back_off(&self, job: &Job) {
         let attempts = u32::try_from(job.attempts).unwrap_or(1);
         let delay = crate::retry::backoff(&self.settings.dispatch, attempts, None);
         let _ = self.queue.retry_later(job.message_id, job.lease, delay).await;
     }
 
-    /// Works one claimed job to its outcome.
     pub async fn run_job(&self, claimed: Claimed) -> anyhow::Result<StepOutcome> {
         let started = Instant::now();
         let request_id = claimed.request_id().unwrap_or_default().to_owned();
         let traceparent = claimed.traceparent().map(str::to_owned);
         let job = claimed.job;
         let span = tracing::info_span!("job", tenant_id = %job.tenant_id, message_id = %job.message_id, stage = %job.stage, request_id, otel.kind = tracing::field::Empty, trace_id = tracing::field::Empty);
-        // In traces the job continues its webhook's trace, named after its stage.
         traces::continue_trace(&span, traceparent.as_deref());
         traces::describe(&span, "consumer", job.stage.as_str());
         let mut waited = Waited::default();

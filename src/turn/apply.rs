@@ -9,11 +9,9 @@ use crate::db::queue::{self, LeaseToken};
 use crate::db::{self, TenantTx};
 use crate::domain::{MessageId, PartStatus};
 
-/// Applies several turns' changes (at most one per turn) inside the caller's transaction,
-/// scoped to their tenant, and answers in the same order. The frequent transitions cost a
-/// fixed number of statements whatever their number: one checks every lease, one records
-/// the posted parts, one stores every answer, one marks the next parts `sending`, one
-/// records every delivery; the rare ones (retries, failures) go one by one.
+/// At most one change per turn, all of the transaction's tenant; answers in their order.
+/// The frequent transitions cost one statement each for the whole batch; retries and
+/// failures go one by one.
 pub async fn apply_many(tx: &mut TenantTx, changes: &[&Change]) -> Result<Vec<Applied>, sqlx::Error> {
     let held = held_leases(tx, changes).await?;
     // A part that was posted is a fact whoever holds the lease now: it is recorded either
@@ -90,7 +88,6 @@ pub async fn apply_many(tx: &mut TenantTx, changes: &[&Change]) -> Result<Vec<Ap
     Ok(applied)
 }
 
-/// The transitions of retries and failures, one statement or two each.
 async fn apply_rare(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Error> {
     let message = change.message;
     match &change.transition {
@@ -166,11 +163,8 @@ async fn apply_rare(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Erro
     Ok(())
 }
 
-/// Checks, in one statement, that the changes' leases are still the callers', and locks
-/// those jobs' rows until the commit, so that no claim can take one of them meanwhile (a
-/// claim skips locked rows). Returns the (job, token) pairs that hold. The lease itself is
-/// extended by the dispatcher's keeper (`Queue::renew_leases`), not here: a lock writes no
-/// new row version.
+/// Locks the jobs' rows until the commit, so no claim takes one meanwhile. Leases are
+/// extended by the dispatcher's keeper, not here: a lock writes no new row version.
 async fn held_leases(
     tx: &mut TenantTx,
     changes: &[&Change],
@@ -191,9 +185,8 @@ async fn held_leases(
     Ok(held.into_iter().collect())
 }
 
-/// Marks claimed turns as being dispatched and counts the attempt, in one statement.
-/// Turns that are gone or already terminal (a repeat claim after another holder finished
-/// them) are missing from the answer.
+/// Turns gone or already terminal (claimed again after another holder finished them) are
+/// missing from the answer.
 pub async fn begin_dispatch(tx: &mut TenantTx, ids: &[MessageId]) -> Result<Vec<MessageRow>, sqlx::Error> {
     let tenant = tx.tenant();
     sqlx::query_as(&format!(
@@ -232,13 +225,8 @@ pub fn answered_parts(parts: Vec<String>) -> Vec<ReplyPart> {
         .collect()
 }
 
-/// Stores agents' answers (one statement for all on PostgreSQL; see `store_answers_routed`
-/// for Citus): status `executed`, the response (the
-/// agent's parts joined by a blank line, as history shows it), the decision and the reply
-/// parts (the answer split to the platform's size), part 0 already `sending` (attempt 1),
-/// the job moved to its reply stage; an answer without parts is delivered at once and its
-/// job removed. Only the first store of a turn counts: a turn no longer `dispatching` is
-/// missing from the answer and nothing of it is touched.
+/// Only the first store of a turn counts: a turn no longer `dispatching` is missing from
+/// the answer and nothing of it is touched.
 async fn store_answers(
     tx: &mut TenantTx,
     answers: &[(MessageId, &str, &[String])],
@@ -298,16 +286,15 @@ async fn store_answers(
     .bind(&part_ids)
     .bind(&part_indexes)
     .bind(&part_texts)
-    // The clock is read here, not by `now()` inside a CASE: Citus refuses non-immutable
-    // functions there on a distributed table.
+    // Citus refuses `now()` inside a CASE on a distributed table.
     .bind(chrono::Utc::now())
     .fetch_all(tx.conn())
     .await?;
     Ok(stored.into_iter().collect())
 }
 
-/// `store_answers` on Citus: three statements, each on one kind of table, so that the
-/// first two go to the tenant's shard as they are (the queue is a table of the coordinator).
+/// `store_answers` on Citus: one statement per table, so the first two are routed to the
+/// tenant's shard as they are (the queue is the coordinator's).
 async fn store_answers_routed(
     tx: &mut TenantTx,
     answers: &[(MessageId, &str, &[String])],
@@ -315,8 +302,7 @@ async fn store_answers_routed(
     responses: &[&str],
     decisions: &[&str],
 ) -> Result<std::collections::HashSet<MessageId>, sqlx::Error> {
-    // The clock is read here, not by `now()` inside a CASE: Citus refuses non-immutable
-    // functions there on a distributed table.
+    // Citus refuses `now()` inside a CASE on a distributed table.
     let now = chrono::Utc::now();
     let stored: Vec<(MessageId, String)> = sqlx::query_as(
         "update channel_messages m
@@ -379,7 +365,6 @@ async fn store_answers_routed(
     Ok(stored_ids)
 }
 
-/// Records a failed attempt; with `terminal`, the turn becomes `dispatch_failed`.
 async fn record_failure(
     tx: &mut TenantTx,
     id: MessageId,
@@ -405,8 +390,7 @@ async fn record_failure(
     Ok(())
 }
 
-/// Keeps a reply part's error on its turn, where admins list and filter turns; with
-/// `failed`, the turn's reply could not be delivered: `delivery_failed`.
+/// The part's error is kept on its turn, where admins list and filter turns.
 async fn record_delivery_error(
     tx: &mut TenantTx,
     id: MessageId,
@@ -429,8 +413,8 @@ async fn record_delivery_error(
     Ok(())
 }
 
-/// Puts the job back for a later attempt and ends the lease; the conversation's later jobs
-/// are parked until the same time (see `queue::Queue::retry_later`, the same statement).
+/// The statement of `queue::Queue::retry_later`: the conversation's later jobs are parked
+/// until the same time.
 async fn put_back(
     tx: &mut TenantTx,
     message: MessageId,
@@ -446,8 +430,8 @@ async fn put_back(
     Ok(())
 }
 
-/// Changes one part that is not posted: a part is `sent` for good (a confirmation, such as
-/// a Slack metadata event, may have settled it while its job was deciding to wait).
+/// Never touches a `sent` part: a confirmation (a Slack metadata event) may have settled it
+/// while its job was deciding to wait.
 async fn part_update(
     tx: &mut TenantTx,
     message: MessageId,
@@ -469,7 +453,6 @@ async fn part_update(
     Ok(())
 }
 
-/// The parts' requests are about to leave: from here on their outcome may be unknown.
 async fn mark_sending_many(tx: &mut TenantTx, parts: &[(MessageId, i32)]) -> Result<(), sqlx::Error> {
     if parts.is_empty() {
         return Ok(());
@@ -489,7 +472,6 @@ async fn mark_sending_many(tx: &mut TenantTx, parts: &[(MessageId, i32)]) -> Res
     Ok(())
 }
 
-/// Posted, each with the platform's id for it.
 async fn mark_sent_many(tx: &mut TenantTx, parts: &[(MessageId, i32, &str)]) -> Result<(), sqlx::Error> {
     if parts.is_empty() {
         return Ok(());
@@ -513,8 +495,7 @@ async fn mark_sent_many(tx: &mut TenantTx, parts: &[(MessageId, i32, &str)]) -> 
     Ok(())
 }
 
-/// After a part failed for good, the parts behind it are not sent either (a reply with a
-/// hole in the middle reads worse than a cut one).
+/// A reply with a hole in the middle reads worse than a cut one.
 async fn fail_remaining(tx: &mut TenantTx, message: MessageId, after: i32) -> Result<(), sqlx::Error> {
     let tenant = tx.tenant();
     sqlx::query(
@@ -529,7 +510,6 @@ async fn fail_remaining(tx: &mut TenantTx, message: MessageId, after: i32) -> Re
     Ok(())
 }
 
-/// Fails every part not yet posted.
 async fn fail_unsent(tx: &mut TenantTx, message: MessageId, error: &str) -> Result<(), sqlx::Error> {
     let tenant = tx.tenant();
     sqlx::query(
@@ -544,8 +524,7 @@ async fn fail_unsent(tx: &mut TenantTx, message: MessageId, error: &str) -> Resu
     Ok(())
 }
 
-/// Every part is posted: the turns are delivered and their jobs removed (each
-/// conversation's next message may go), in one statement.
+/// Removing the job lets the conversation's next message go.
 async fn mark_delivered(tx: &mut TenantTx, messages: &[MessageId]) -> Result<(), sqlx::Error> {
     if messages.is_empty() {
         return Ok(());

@@ -1,39 +1,30 @@
-//! The two admin actions, `redispatch` and `resend`: the only transitions made without a
-//! lease (see [`super`]).
+//! The admin actions `redispatch` and `resend`, the only transitions without a lease
+//! (docs/admin.md#failed-turns-seeing-them-and-acting-on-them).
 
 use crate::db::queue::{self, Stage};
 use crate::db::TenantTx;
 use crate::domain::{ConnectorId, MessageId, MessageStatus, PartStatus, Platform};
 
-/// Which turns an admin action (`redispatch`, `resend`) takes. Every field that is set
-/// narrows the choice, with the admin listing's meaning (`messages::list`); the oldest
-/// turns are taken first, at most `limit`.
+/// Each field set narrows the choice as in the admin listing; oldest first, at most `limit`.
 #[derive(Debug, Clone, Default)]
 pub struct Selection {
-    /// These turns only (the one-message actions).
     pub ids: Option<Vec<MessageId>>,
-    /// The linked user.
     pub user_id: Option<String>,
     pub platform: Option<Platform>,
     pub connector_id: Option<ConnectorId>,
     pub status: Option<MessageStatus>,
-    /// Received at or after.
+    /// Received at or after `since`, before `until`.
     pub since: Option<chrono::DateTime<chrono::Utc>>,
-    /// Received before.
     pub until: Option<chrono::DateTime<chrono::Utc>>,
     pub limit: i64,
 }
 
-/// What an admin action queued.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Requeued {
-    /// The turns given a job, oldest first (the order of their jobs).
     pub ids: Vec<MessageId>,
-    /// Whether more turns match than `Selection::limit` let the call take.
     pub more: bool,
 }
 
-/// An admin action, for the candidates it applies to.
 #[derive(Debug, Clone, Copy)]
 enum Action {
     Redispatch,
@@ -41,7 +32,6 @@ enum Action {
 }
 
 impl Action {
-    /// The part statuses a resend posts again.
     fn undelivered(self) -> Vec<&'static str> {
         match self {
             Action::Resend {
@@ -52,9 +42,8 @@ impl Action {
     }
 }
 
-/// Appends `where …` for the turns (`m`) of `selection` that `action` applies to. A turn
-/// that has a job (queued, or being worked) is never taken either, so nothing is queued
-/// twice; the queue is asked apart (`choose`), since on Citus it cannot be joined.
+/// Turns that have a job are left out by `choose`, not here: on Citus the queue cannot be
+/// joined.
 fn push_candidates(
     sql: &mut sqlx::QueryBuilder<'_, sqlx::Postgres>,
     tenant: crate::domain::TenantId,
@@ -100,9 +89,8 @@ fn push_candidates(
     }
 }
 
-/// The chosen turns, oldest first, locked until the commit (a second call waits for the
-/// first and then finds them no longer candidates), without those that have a job; and
-/// those skipped for having one.
+/// The chosen turns, locked until the commit (a second call waits, then finds them no
+/// longer candidates), and those skipped for having a job.
 async fn choose(
     tx: &mut TenantTx,
     selection: &Selection,
@@ -122,9 +110,7 @@ async fn choose(
     .await
 }
 
-/// Puts `dispatch_failed` turns back in the queue, as if they had just arrived: status
-/// `accepted`, attempts, decision and error cleared, a dispatch job each, queued oldest
-/// first so that one user's turns are dispatched in the order they were written.
+/// Jobs are queued oldest first, so one user's turns go in the order they were written.
 pub async fn redispatch(tx: &mut TenantTx, selection: &Selection) -> Result<Requeued, sqlx::Error> {
     let (chosen, skipped) = choose(tx, selection, Action::Redispatch).await?;
     let rows: Vec<(MessageId, String, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
@@ -141,10 +127,6 @@ pub async fn redispatch(tx: &mut TenantTx, selection: &Selection) -> Result<Requ
     requeue(tx, rows, selection, Action::Redispatch, Stage::Dispatch, &skipped).await
 }
 
-/// Queues the undelivered parts of answered turns again: their `failed` parts (and, with
-/// `include_unknown`, the `unknown` ones) go back to `pending` with a fresh attempt count,
-/// the turn back to `executed` with its error cleared, and a reply job each. `sent` parts
-/// are never touched, so the pass posts only what is missing.
 pub async fn resend(
     tx: &mut TenantTx,
     selection: &Selection,
@@ -180,8 +162,6 @@ pub async fn resend(
     requeue(tx, rows, selection, action, Stage::Reply, &skipped).await
 }
 
-/// Gives the changed turns their jobs, oldest first, and looks whether the selection holds
-/// more candidates than the call took.
 async fn requeue(
     tx: &mut TenantTx,
     mut rows: Vec<(MessageId, String, chrono::DateTime<chrono::Utc>)>,

@@ -1,5 +1,5 @@
-//! Reply-part transitions the platforms report after the fact: WhatsApp status callbacks
-//! and Slack's confirmation that a part was posted.
+//! Part transitions the platforms report after the fact: WhatsApp status callbacks and
+//! Slack's `message_metadata_posted` (docs/delivery.md#delivery-guarantees).
 
 use chrono::Utc;
 
@@ -8,13 +8,9 @@ use crate::db::TenantTx;
 use crate::domain::{ConnectorId, MessageId};
 use crate::platforms::inbound::{DeliveryStatus, PostedPart};
 
-/// Applies a WhatsApp status callback to the reply part it names: by our part key
-/// (`biz_opaque_callback_data` = `{message_id}:{part_index}`) when present, else by the
-/// `wamid` the send returned. A `sent`/`delivered`/`read` for a part still `sending`
-/// settles it as posted. A `failed` for a part Meta had accepted (`sent`: the user never got
-/// it, e.g. outside the 24-hour window) fails the part and makes its turn
-/// `delivery_failed`, so admins see it and can resend it. Returns the message whose part
-/// changed, if any.
+/// The part is found by our part key when the callback echoes it, else by its `wamid`. A
+/// `failed` for a part Meta had accepted (outside the 24-hour window, say) fails the part
+/// and its turn, so admins see it and can resend it.
 pub async fn apply_status(
     tx: &mut TenantTx,
     status: &DeliveryStatus,
@@ -25,8 +21,7 @@ pub async fn apply_status(
         None => (None, None),
     };
     let posted = matches!(status.status.as_str(), "sent" | "delivered" | "read");
-    // The clock is read here: Citus refuses `now()` inside CASE or COALESCE of a
-    // modification.
+    // Citus refuses `now()` inside CASE or COALESCE of a modification.
     let now = chrono::Utc::now();
     let changed: Option<(MessageId, String, Option<String>)> = sqlx::query_as(
         "update channel_replies
@@ -74,12 +69,8 @@ pub async fn apply_status(
     Ok(Some(message))
 }
 
-/// Settles a reply part as posted on the platform's word (Slack `message_metadata_posted`
-/// with our part key), with the posted message's id. Only a part still `sending` or
-/// `pending` changes, and only when it belongs to a turn of this connector in the chat the
-/// message was posted in: a key of another tenant (RLS hides it), of another connector or
-/// chat, or of a part already settled changes nothing, so a repeated event is harmless.
-/// Returns the message whose part was settled, if any.
+/// Only an unsettled part of this connector's turn in the chat posted to changes: a key of
+/// another tenant, connector or chat, or a repeated event, changes nothing.
 pub async fn confirm_posted(
     tx: &mut TenantTx,
     connector: ConnectorId,
@@ -102,7 +93,7 @@ pub async fn confirm_posted(
     .bind(&posted.platform_message_id)
     .bind(connector)
     .bind(&posted.chat_id)
-    // The clock is read here (Citus: no `now()` where a modification returns).
+    // Citus: no `now()` where a modification returns.
     .bind(Utc::now())
     .fetch_optional(tx.conn())
     .await
