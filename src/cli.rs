@@ -1,7 +1,7 @@
 //! The command line: one binary, one subcommand per role or admin task.
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use secrecy::SecretString;
 
 use crate::db::audit::Actor;
@@ -443,7 +443,7 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
         Command::PlatformStandIn(args) => crate::demo::platforms::run_cli(args).await,
         Command::AgentBridge(args) => crate::agent_bridge::run(args).await,
         Command::Demo(args) => crate::demo::run_cli(args).await,
-        Command::Admin(args) => crate::admin_cli::run(args).await,
+        Command::Admin(args) => crate::admin_cli::run(args, Cli::command).await,
     }
 }
 
@@ -592,6 +592,8 @@ async fn erase(args: EraseArgs) -> anyhow::Result<()> {
 
 /// `export`: JSON Lines on stdout, a page at a time.
 async fn export(args: ExportArgs) -> anyhow::Result<()> {
+    use crate::admin::lifecycle::ExportLine;
+    use crate::lifecycle::export::Export;
     use std::io::Write;
     let mut people = Vec::new();
     if let Some(user) = args.user {
@@ -603,7 +605,7 @@ async fn export(args: ExportArgs) -> anyhow::Result<()> {
     let pool = crate::db::connect_pool(&args.database)?;
     known_tenant(&pool, args.tenant).await?;
     let deadline = args.database.deadline();
-    let mut export = crate::lifecycle::export::Export::new(pool, args.tenant, people, deadline);
+    let mut export = Export::<ExportLine>::new(pool, args.tenant, people, deadline);
     let mut out = std::io::stdout().lock();
     while let Some(chunk) = export.next_chunk().await.context("Failed to read the history")? {
         out.write_all(&chunk).context("Failed to write the export")?;

@@ -12,7 +12,9 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use serde::Serialize;
 use serde_json::json;
+use utoipa::ToSchema;
 
 use crate::platforms::inbound::HookError;
 
@@ -164,33 +166,37 @@ impl IntoResponse for AppError {
     }
 }
 
-/// A JSON body we cannot use: 413 past the body limit, 400 when it could not be read at
-/// all, otherwise 422 (not JSON, wrong content type, or JSON of the wrong shape: the caller
-/// sent something we cannot process, and one status keeps the contract small).
-impl From<axum::extract::rejection::JsonRejection> for AppError {
-    fn from(rejection: axum::extract::rejection::JsonRejection) -> Self {
-        use axum::extract::rejection::{BytesRejection, FailedToBufferBody, JsonRejection};
-        match rejection {
-            JsonRejection::BytesRejection(BytesRejection::FailedToBufferBody(
-                FailedToBufferBody::LengthLimitError(_),
-            )) => Self::PayloadTooLarge(crate::http::API_BODY_LIMIT),
-            JsonRejection::BytesRejection(_) => Self::BadRequest("the request body could not be read".into()),
-            other => Self::Unprocessable(other.body_text()),
-        }
-    }
+/// The JSON error body of every endpoint.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"error": "unprocessable", "message": "limit must be between 1 and 200"}))]
+pub struct ApiJsonError {
+    /// Stable code, one per status (`AppError::status_and_code`).
+    #[schema(schema_with = error_code)]
+    pub error: String,
+    /// For people: what was wrong with the request. Never SQL, paths or secrets.
+    pub message: String,
 }
 
-impl From<axum::extract::rejection::QueryRejection> for AppError {
-    fn from(rejection: axum::extract::rejection::QueryRejection) -> Self {
-        Self::Unprocessable(rejection.body_text())
-    }
-}
-
-/// A path segment that does not parse (a non-UUID id, text that is not UTF-8) names no
-/// resource: 404, as for an id that parses but is unknown, so the two cannot be told apart
-/// (the webhook routes answer an unknown and a malformed connector id alike).
-impl From<axum::extract::rejection::PathRejection> for AppError {
-    fn from(_: axum::extract::rejection::PathRejection) -> Self {
-        Self::NotFound("resource")
-    }
+/// The codes of `AppError`; the contract test checks every error answer against them.
+fn error_code() -> utoipa::openapi::Schema {
+    let codes = [
+        "bad_request",
+        "unauthorized",
+        "forbidden",
+        "not_found",
+        "method_not_allowed",
+        "conflict",
+        "gone",
+        "unprocessable",
+        "payload_too_large",
+        "too_many_requests",
+        "bad_gateway",
+        "unavailable",
+        "internal",
+    ];
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .enum_values(Some(codes))
+        .build()
+        .into()
 }

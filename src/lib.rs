@@ -2,8 +2,11 @@
 //! AI agent, every tenant's rows under PostgreSQL row-level security.
 //!
 //! The layers, top to bottom; imports only point down (docs/architecture.md):
-//! - entry points: `cli` (with `admin_cli`, `send_fixture`), `demo`, `agent_bridge`, `startup`
-//! - HTTP faces: `http`, `admin`, `console`, with `state` and `error` below every handler
+//! - entry points: `cli` (with `admin_cli`, `send_fixture`), `demo`, `agent_bridge`,
+//!   `startup` (the application, its router and OpenAPI document)
+//! - HTTP faces: `admin` and `console` over `http` (the state every handler shares,
+//!   extractors, the key throttle, readiness; webhooks, media links, health), with `error`
+//!   below every handler
 //! - pipeline: `ingress`, `dispatch` over `delivery` over `turn`; `lifecycle`, `provision`
 //! - platforms: `of` and entry points over platform folders over `contract`/`send`/`live`/`files`/`inbound`
 //! - helpers: `markdown`, `media`, `retry`, `egress`, `cache`, `batch`, `telemetry`, `sign`
@@ -38,6 +41,5 @@ pub mod send_fixture;
 pub mod settings;
 pub mod sign;
 pub mod startup;
-pub mod state;
 pub mod telemetry;
 pub mod turn;

@@ -8,12 +8,12 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::auth::TenantAdmin;
-use super::{ApiJsonError, ApiQuery};
 use crate::db::audit::{AuditAction, AuditRow};
 use crate::db::{self, TenantTx};
 use crate::domain::TenantId;
-use crate::error::AppError;
-use crate::state::AppState;
+use crate::error::{ApiJsonError, AppError};
+use crate::http::extract::ApiQuery;
+use crate::http::state::AppState;
 
 const DEFAULT_LIMIT: i64 = 50;
 const MAX_LIMIT: i64 = 200;

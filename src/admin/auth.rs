@@ -6,7 +6,7 @@
 //!   behind `TenantAdmin` works inside that tenant's transaction.
 //! - The operator presents the configured `CB_OPERATOR_TOKEN`, compared in constant time.
 //! - Attempts with keys that have not worked on this instance are throttled per source
-//!   address and per key prefix before any database work (`super::throttle`).
+//!   address and per key prefix before any database work (`crate::http::throttle`).
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -17,10 +17,10 @@ use secrecy::ExposeSecret;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use super::throttle::key_prefix;
 use crate::domain::TenantId;
 use crate::error::AppError;
-use crate::state::AppState;
+use crate::http::state::AppState;
+use crate::http::throttle::key_prefix;
 
 /// A freshly issued key: the secret text and what is stored of it.
 pub struct IssuedKey {
@@ -58,7 +58,7 @@ fn bearer(parts: &Parts) -> Option<&str> {
 }
 
 /// The key id and tenant of `key` when it is a live admin key (`None`: it is not), decided
-/// with the key itself (`super::throttle`): a wrong key costs no database work when its
+/// with the key itself (`crate::http::throttle`): a wrong key costs no database work when its
 /// prefix is known here, and spends a token of `source`'s bucket; 429 once that is empty.
 pub async fn verify_key(
     state: &AppState,

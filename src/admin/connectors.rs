@@ -12,13 +12,14 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::auth::TenantAdmin;
-use super::{schema, ApiJson, ApiJsonError, ApiPath, ApiQuery};
+use super::schema;
 use crate::db::audit::{Actor, AuditAction, AuditEntry};
 use crate::db::connectors::{ConnectorChange, ConnectorSummary, DeleteOutcome, NewConnector};
 use crate::db::{self, TenantTx};
 use crate::domain::{ConnectorId, Platform, TelegramDelivery, TenantId, UnlinkedPolicy};
-use crate::error::AppError;
-use crate::state::AppState;
+use crate::error::{ApiJsonError, AppError};
+use crate::http::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::http::state::AppState;
 
 /// How long a rotated-out verification secret stays valid by default: Slack keeps the
 /// previous signing secret valid for 24 hours.
@@ -289,7 +290,7 @@ pub async fn create_connector(
     input: ConnectorIn,
 ) -> Result<ConnectorSummary, AppError> {
     input.check()?;
-    super::check_egress(state, "api_base_url", input.api_base_url.as_deref()).await?;
+    schema::check_egress(state, "api_base_url", input.api_base_url.as_deref()).await?;
     let new = NewConnector {
         platform: input.platform,
         name: input.name,
@@ -362,7 +363,7 @@ pub async fn update_connector(
     patch: ConnectorPatch,
 ) -> Result<ConnectorSummary, AppError> {
     patch.check()?;
-    super::check_egress(state, "api_base_url", patch.api_base_url.as_deref()).await?;
+    schema::check_egress(state, "api_base_url", patch.api_base_url.as_deref()).await?;
     let grace = Duration::from_secs(patch.previous_secret_grace_secs.unwrap_or(DEFAULT_GRACE_SECS));
     let audit = (AuditAction::ConnectorUpdate, patch.audit_details());
     let change = ConnectorChange {

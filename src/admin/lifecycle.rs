@@ -4,21 +4,40 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
-use utoipa::IntoParams;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use super::auth::TenantAdmin;
 use super::links::LinkPath;
-use super::{schema, ApiJsonError, ApiPath, ApiQuery};
+use super::messages::{MessageOut, ReplyPartOut};
+use super::schema;
 use crate::db::audit::Actor;
 use crate::domain::Platform;
-use crate::error::AppError;
-use crate::lifecycle::export::{Export, ExportLine};
+use crate::error::{ApiJsonError, AppError};
+use crate::http::extract::{ApiPath, ApiQuery};
+use crate::http::state::AppState;
+use crate::lifecycle::export::{Export, Turn};
 use crate::lifecycle::{erasure, Erased, Person};
-use crate::state::AppState;
 
 /// The media type of an export: one JSON object per line.
 pub const NDJSON: &str = "application/x-ndjson";
+
+/// One line of an export.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExportLine {
+    #[serde(flatten)]
+    pub message: MessageOut,
+    pub reply_parts: Vec<ReplyPartOut>,
+}
+
+impl From<Turn> for ExportLine {
+    fn from((message, parts): Turn) -> Self {
+        Self {
+            message: message.into(),
+            reply_parts: parts.into_iter().map(ReplyPartOut::from).collect(),
+        }
+    }
+}
 
 /// Whose history an export holds; every field narrows, none is the whole tenant.
 #[derive(Debug, Default, Clone, Deserialize, IntoParams)]
@@ -132,7 +151,7 @@ pub async fn export(
 ) -> Result<Response, AppError> {
     let people = query.people()?;
     let deadline = std::time::Duration::from_millis(state.settings.admin_deadline_ms);
-    let mut export = Export::new(state.pool.clone(), admin.tenant, people, deadline);
+    let mut export = Export::<ExportLine>::new(state.pool.clone(), admin.tenant, people, deadline);
     let first = export.next_chunk().await?;
     let body = axum::body::Body::from_stream(export.into_stream(first));
     Ok(([(header::CONTENT_TYPE, NDJSON)], body).into_response())

@@ -8,13 +8,14 @@ use sqlx::PgPool;
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::TenantAdmin;
-use super::{schema, ApiJson, ApiJsonError, ApiPath};
+use super::schema;
 use crate::db::audit::{Actor, AuditAction, AuditEntry};
 use crate::db::links::Link;
 use crate::db::{self, TenantTx};
 use crate::domain::{Platform, TenantId};
-use crate::error::AppError;
-use crate::state::AppState;
+use crate::error::{ApiJsonError, AppError};
+use crate::http::extract::{ApiJson, ApiPath};
+use crate::http::state::AppState;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

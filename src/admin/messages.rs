@@ -17,15 +17,16 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::auth::TenantAdmin;
-use super::{schema, ApiJson, ApiJsonError, ApiPath, ApiQuery};
+use super::schema;
 use crate::db::audit::{Actor, AuditAction, AuditEntry};
 use crate::db::messages::{MessageFilter, MessageRow, ReplyPart};
 use crate::db::{self, TenantTx};
 use crate::dispatch::history::{self, HistoryScope, Place};
 use crate::dispatch::payload::ChatMessage;
 use crate::domain::{ConnectorId, HistoryScopeSetting, MessageId, MessageStatus, Platform, TenantId};
-use crate::error::AppError;
-use crate::state::AppState;
+use crate::error::{ApiJsonError, AppError};
+use crate::http::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::http::state::AppState;
 use crate::turn::requeue::{self, Requeued, Selection};
 
 const DEFAULT_LIMIT: i64 = 50;

@@ -15,15 +15,16 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::auth::{issue_key, Operator};
-use super::{schema, ApiJson, ApiJsonError, ApiPath, ApiQuery};
+use super::schema;
 use crate::db::api_keys::ApiKeyRow;
 use crate::db::audit::{Actor, AuditAction, AuditEntry};
 use crate::db::tenants::{OperatorChange, TenantRef, TenantSummary};
 use crate::db::{self, TenantTx};
 use crate::domain::{HistoryScopeSetting, TenantId};
-use crate::error::AppError;
+use crate::error::{ApiJsonError, AppError};
+use crate::http::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::http::state::AppState;
 use crate::provision::{self, TenantCreated};
-use crate::state::AppState;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -338,7 +339,7 @@ pub async fn create_tenant(
     ApiJson(input): ApiJson<TenantIn>,
 ) -> Result<(StatusCode, Json<TenantCreatedOut>), AppError> {
     input.check()?;
-    super::check_egress(&state, "agent_url", input.agent_url.as_deref()).await?;
+    schema::check_egress(&state, "agent_url", input.agent_url.as_deref()).await?;
     let name = input.name.clone().unwrap_or_else(|| input.slug.clone());
     let created = provision::create_tenant(
         &state.pool,

@@ -16,6 +16,7 @@ use utoipa::openapi::{Object, Schema};
 use crate::domain::PartStatus;
 use crate::domain::{MessageStatus, Platform, TelegramDelivery, UnlinkedPolicy};
 use crate::error::AppError;
+use crate::http::state::AppState;
 
 /// Connector, tenant and key names.
 pub const NAME_MAX: usize = 200;
@@ -188,6 +189,22 @@ pub fn optional_redispatch_status() -> Schema {
 pub fn optional_resend_status() -> Schema {
     let statuses = [MessageStatus::DeliveryFailed, MessageStatus::Executed];
     Schema::Object(string_enum(statuses.map(MessageStatus::as_str), true))
+}
+
+/// The save-time egress check of a URL the caller sets (`field` names it in the answer):
+/// 422 naming the rule, never the addresses its host resolved to. An empty string (which
+/// clears the field) is not checked.
+pub async fn check_egress(state: &AppState, field: &str, url: Option<&str>) -> Result<(), AppError> {
+    let Some(url) = url.filter(|u| !u.is_empty()) else {
+        return Ok(());
+    };
+    state
+        .settings
+        .egress
+        .allow
+        .check_url(url)
+        .await
+        .map_err(|refusal| AppError::Unprocessable(format!("{field} {refusal}")))
 }
 
 #[cfg(test)]

@@ -8,14 +8,15 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::auth::TenantAdmin;
-use super::{schema, ApiJson, ApiJsonError};
+use super::schema;
 use crate::db;
 use crate::db::audit::{Actor, AuditAction, AuditEntry};
 use crate::db::tenants::TenantRow;
 use crate::db::TenantTx;
 use crate::domain::HistoryScopeSetting;
-use crate::error::AppError;
-use crate::state::AppState;
+use crate::error::{ApiJsonError, AppError};
+use crate::http::extract::ApiJson;
+use crate::http::state::AppState;
 
 /// How long the previous dispatch secret keeps signing alongside the new one.
 const DISPATCH_SECRET_GRACE_SECS: u64 = 24 * 3600;
@@ -149,7 +150,7 @@ pub async fn update(
     ApiJson(patch): ApiJson<TenantPatch>,
 ) -> Result<Json<TenantOut>, AppError> {
     patch.check()?;
-    super::check_egress(&state, "agent_url", patch.agent_url.as_deref()).await?;
+    schema::check_egress(&state, "agent_url", patch.agent_url.as_deref()).await?;
     let mut tx = TenantTx::begin(&state.pool, admin.tenant).await?;
     let row = db::tenants::update(
         tx.conn(),

@@ -46,7 +46,7 @@ const AUDIT: &[Field] = &[
 
 pub async fn erase(args: EraseArgs, context: &Context) -> anyhow::Result<()> {
     if !args.yes {
-        super::usage_error("erasure deletes the person's turns, replies and links for good: add --yes");
+        context.usage_error("erasure deletes the person's turns, replies and links for good: add --yes");
     }
     let (path, who): (Vec<&str>, String) = match (&args.user_id, args.platform, &args.platform_user_id) {
         (Some(user), _, _) => (vec!["admin", "users", user, "erase"], format!("user {user}")),
@@ -54,7 +54,7 @@ pub async fn erase(args: EraseArgs, context: &Context) -> anyhow::Result<()> {
             vec!["admin", "senders", platform.as_str(), sender, "erase"],
             format!("{platform} account {sender}"),
         ),
-        _ => super::usage_error("name the person: --user-id, or --platform with --platform-user-id"),
+        _ => context.usage_error("name the person: --user-id, or --platform with --platform-user-id"),
     };
     let erased = context.client.send(Method::POST, &path, &vec![], None).await?;
     let count = |field: &str| erased[field].as_u64().unwrap_or_default();

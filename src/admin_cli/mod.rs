@@ -102,9 +102,18 @@ impl AdminCommand {
 pub struct Context {
     client: Client,
     out: Output,
+    cli: fn() -> clap::Command,
 }
 
-pub async fn run(args: AdminArgs) -> anyhow::Result<()> {
+impl Context {
+    fn usage_error(&self, message: &str) -> ! {
+        usage_error(self.cli, message)
+    }
+}
+
+/// Runs an admin command; `cli` builds the whole command line, for the usage line of an
+/// error.
+pub async fn run(args: AdminArgs, cli: fn() -> clap::Command) -> anyhow::Result<()> {
     let role = args.command.role();
     let token = match role {
         Role::TenantAdmin => args.key,
@@ -115,14 +124,18 @@ pub async fn run(args: AdminArgs) -> anyhow::Result<()> {
             Role::TenantAdmin => ("--key", "CB_ADMIN_KEY"),
             Role::Operator => ("--operator-token", "CB_OPERATOR_TOKEN"),
         };
-        usage_error(&format!(
-            "this command needs {flag} (or {variable} in the environment; `@file` or `@-` reads it)"
-        ));
+        usage_error(
+            cli,
+            &format!(
+                "this command needs {flag} (or {variable} in the environment; `@file` or `@-` reads it)"
+            ),
+        );
     };
     let format = Format::choose(args.json, args.table, std::io::stdout().is_terminal());
     let context = Context {
         client: Client::new(args.url, token, Duration::from_secs(args.timeout_secs))?,
         out: Output { format },
+        cli,
     };
     match args.command {
         AdminCommand::Connectors(command) => connectors::run(command, &context).await,
@@ -137,14 +150,13 @@ pub async fn run(args: AdminArgs) -> anyhow::Result<()> {
 }
 
 /// Exits with clap's usage error (status 2), under the `admin` subcommand's usage line.
-fn usage_error(message: &str) -> ! {
-    use clap::CommandFactory;
-    let mut cli = crate::cli::Cli::command();
-    cli.build();
-    let mut admin = cli
+fn usage_error(cli: fn() -> clap::Command, message: &str) -> ! {
+    let mut whole = cli();
+    whole.build();
+    let mut admin = whole
         .find_subcommand_mut("admin")
         .map(|admin| admin.clone())
-        .unwrap_or_else(crate::cli::Cli::command);
+        .unwrap_or_else(cli);
     admin
         .error(clap::error::ErrorKind::MissingRequiredArgument, message)
         .exit()

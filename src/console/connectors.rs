@@ -15,16 +15,16 @@ use axum::Form;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
+use super::error::{ConsoleError, PageResult};
 use super::html::{badge, esc};
-use super::pages::when;
-use super::session::SignedIn;
-use super::{ok_page, ConsoleError, PageResult};
+use super::pages::{ok_page, when};
+use super::session::{CsrfForm, SignedIn};
 use crate::admin::connectors::{self, ConnectorIn, ConnectorPatch, DEFAULT_GRACE_SECS};
 use crate::db::audit::Actor;
 use crate::db::connectors::ConnectorSummary;
 use crate::domain::{ConnectorId, Platform, TenantId, UnlinkedPolicy};
 use crate::error::AppError;
-use crate::state::AppState;
+use crate::http::state::AppState;
 
 /// Grace periods offered for a rotated-out secret (the API takes any up to 30 days).
 const GRACES: [(u64, &str); 5] = [
@@ -181,12 +181,6 @@ pub async fn rotate(
     let (tenant, actor) = actor(&signed_in);
     connectors::update_connector(&state, tenant, actor, id, patch).await?;
     done("rotated", id.0)
-}
-
-#[derive(Deserialize)]
-pub struct CsrfForm {
-    #[serde(default)]
-    csrf: String,
 }
 
 /// Webhooks to a disabled connector answer 404 (history is kept).

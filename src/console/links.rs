@@ -9,16 +9,16 @@ use axum::response::{IntoResponse, Redirect};
 use axum::Form;
 use serde::Deserialize;
 
+use super::error::PageResult;
 use super::html::{esc, query_value};
-use super::pages::when;
+use super::pages::{ok_page, when};
 use super::session::SignedIn;
-use super::{ok_page, PageResult};
 use crate::admin::links::{self, LinkIn};
 use crate::db::audit::Actor;
 use crate::db::links::Link;
 use crate::domain::Platform;
 use crate::error::AppError;
-use crate::state::AppState;
+use crate::http::state::AppState;
 
 #[derive(Deserialize)]
 pub struct ListQuery {

@@ -5,7 +5,11 @@ use std::fmt::Write;
 
 use crate::admin::messages::{MessageDetailOut, MessageOut, MessagePage, MessagesQuery};
 
-use super::html::{badge, esc, excerpt, page, query_value};
+use axum::http::StatusCode;
+
+use super::error::PageResult;
+use super::html::{self, badge, esc, excerpt, page, query_value};
+use super::session::SignedIn;
 
 const STATUSES: [&str; 7] = [
     "accepted",
@@ -16,6 +20,20 @@ const STATUSES: [&str; 7] = [
     "denied_unlinked",
     "ignored",
 ];
+
+fn nav(signed_in: &SignedIn) -> html::Nav<'_> {
+    html::Nav {
+        key_prefix: &signed_in.session.key_prefix,
+        csrf: &signed_in.session.csrf,
+    }
+}
+
+pub fn ok_page(title: &str, signed_in: &SignedIn, body: &str) -> PageResult {
+    Ok(html::respond(
+        StatusCode::OK,
+        html::page(title, Some(&nav(signed_in)), body),
+    ))
+}
 
 pub fn sign_in(error: Option<&str>) -> String {
     let error = error

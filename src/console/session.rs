@@ -23,12 +23,14 @@ use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Redirect, Response};
 use base64::Engine;
 use rand::RngCore;
+use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+use super::error::ConsoleError;
 use crate::db::console_sessions::{self, SessionRow};
 use crate::domain::TenantId;
 use crate::error::AppError;
-use crate::state::AppState;
+use crate::http::state::AppState;
 
 /// The cookie's name. Not `__Host-`: that prefix needs `Path=/`, and the cookie is scoped to
 /// `/console` so it never travels with API or webhook requests.
@@ -114,6 +116,13 @@ pub fn cookie_value(parts: &Parts) -> Option<&str> {
         .filter(|value| !value.is_empty())
 }
 
+/// A form that only carries the page's CSRF token.
+#[derive(Deserialize)]
+pub struct CsrfForm {
+    #[serde(default)]
+    pub csrf: String,
+}
+
 /// A request from a signed-in admin whose key is still live.
 pub struct SignedIn {
     pub session: Session,
@@ -124,11 +133,11 @@ pub struct SignedIn {
 
 impl SignedIn {
     /// The form's CSRF token matches the session's; else 403.
-    pub fn check_csrf(&self, token: &str) -> Result<(), super::ConsoleError> {
+    pub fn check_csrf(&self, token: &str) -> Result<(), ConsoleError> {
         if crate::platforms::inbound::constant_time_eq(token.as_bytes(), self.session.csrf.as_bytes()) {
             Ok(())
         } else {
-            Err(super::ConsoleError::Csrf)
+            Err(ConsoleError::Csrf)
         }
     }
 }
@@ -138,7 +147,7 @@ fn to_sign_in() -> Response {
 }
 
 fn failed(err: sqlx::Error) -> Response {
-    super::ConsoleError::from(AppError::from(err)).into_response()
+    ConsoleError::from(AppError::from(err)).into_response()
 }
 
 impl FromRequestParts<AppState> for SignedIn {

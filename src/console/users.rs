@@ -9,14 +9,14 @@ use std::fmt::Write;
 use axum::extract::{Query, State};
 use serde::Deserialize;
 
+use super::error::PageResult;
 use super::html::{badge, esc, excerpt, query_value};
-use super::pages::when;
+use super::pages::{ok_page, when};
 use super::session::SignedIn;
-use super::{ok_page, PageResult};
 use crate::admin::messages::{self, ConversationPage, ConversationTurn, Who};
 use crate::db::conversations::{self, ConversationRow, PageStart, COUNT_CAP};
 use crate::error::AppError;
-use crate::state::AppState;
+use crate::http::state::AppState;
 
 /// Conversations on one page of the users list.
 const PAGE: i64 = 30;

@@ -2,7 +2,6 @@
 //! same three on the metrics listener (`CB_METRICS_BIND`), and the client side of
 //! `channel-bridge healthcheck`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -15,7 +14,7 @@ use serde_json::json;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::state::AppState;
+use super::state::AppState;
 
 /// The metrics listener's routes: probes and scrapes of an instance, worker-only ones
 /// included, on an address of their own. Not counted in the HTTP request metrics.
@@ -82,29 +81,6 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
                 .readiness
                 .note(Some(&format!("database unavailable: {err}")));
             unavailable("database unavailable".into())
-        }
-    }
-}
-
-/// Whether an application's last `/readyz` answer was 503, so that readiness is logged
-/// when it changes, not at every probe (a load balancer probes every few seconds): one
-/// WARN when `/readyz` starts answering 503, one INFO when it recovers. An outage is not
-/// this process's error, and the requests it fails log their own lines.
-#[derive(Debug, Default)]
-pub struct Readiness {
-    unready: AtomicBool,
-}
-
-impl Readiness {
-    fn note(&self, failure: Option<&str>) {
-        let was_unready = self.unready.swap(failure.is_some(), Ordering::Relaxed);
-        match (was_unready, failure) {
-            (false, Some(reason)) => {
-                tracing::warn!(reason, "not ready: /readyz answers 503 until this clears")
-            }
-            (true, None) => tracing::info!("ready again: /readyz answers 200"),
-            (true, Some(reason)) => tracing::debug!(reason, "still not ready"),
-            (false, None) => {}
         }
     }
 }

@@ -15,11 +15,12 @@ use serde_json::json;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::admin::{ApiJsonError, ApiPath};
+use super::extract::ApiPath;
+use super::state::AppState;
 use crate::domain::{Connector, ConnectorId, Platform, TenantId};
+use crate::error::ApiJsonError;
 use crate::error::AppError;
 use crate::platforms::inbound::{HandshakeReply, HookRequest, Inbound, Parsed};
-use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(receive, handshake))
@@ -168,7 +169,7 @@ async fn accept(
 }
 
 /// What an accepted webhook recorded, attached to its response for the request log line
-/// (`crate::http::log_response`), which knows the latency.
+/// (`crate::startup::router::log_response`), which knows the latency.
 #[derive(Clone, Debug)]
 pub struct Accepted {
     pub queued: Vec<crate::domain::MessageId>,

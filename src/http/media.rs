@@ -15,13 +15,13 @@ use futures::TryStreamExt;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::state::AppState;
 use crate::db::TenantTx;
 use crate::domain::Connector;
 use crate::error::AppError;
 use crate::media::token::{MediaToken, TokenError};
 use crate::media::Attachment;
 use crate::platforms::files::FetchError;
-use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(media))
@@ -32,11 +32,11 @@ pub fn router() -> OpenApiRouter<AppState> {
     params(("token" = String, Path, description = "the signed token of an attachment URL given to the agent")),
     responses(
         (status = 200, description = "the file's bytes, with its MIME type", content_type = "application/octet-stream"),
-        (status = 404, description = "not a valid media link, or the platform no longer has the file", body = crate::admin::ApiJsonError),
-        (status = 410, description = "the link has expired: the next dispatch attempt gets a fresh one", body = crate::admin::ApiJsonError),
-        (status = 413, description = "the file is larger than this gateway streams", body = crate::admin::ApiJsonError),
-        (status = 502, description = "the platform did not serve the file", body = crate::admin::ApiJsonError),
-        (status = 503, description = "the database is unavailable, or did not answer within the deadline", body = crate::admin::ApiJsonError)))]
+        (status = 404, description = "not a valid media link, or the platform no longer has the file", body = crate::error::ApiJsonError),
+        (status = 410, description = "the link has expired: the next dispatch attempt gets a fresh one", body = crate::error::ApiJsonError),
+        (status = 413, description = "the file is larger than this gateway streams", body = crate::error::ApiJsonError),
+        (status = 502, description = "the platform did not serve the file", body = crate::error::ApiJsonError),
+        (status = 503, description = "the database is unavailable, or did not answer within the deadline", body = crate::error::ApiJsonError)))]
 async fn media(State(state): State<AppState>, Path(token): Path<String>) -> Result<Response, AppError> {
     let keys = &state.settings.database.secrets;
     let token = MediaToken::decode(&token, keys, (state.clock)()).map_err(|err| match err {

@@ -1,28 +1,24 @@
 //! Export as JSON Lines, one turn with its reply parts per line, oldest first, a page per
-//! tenant transaction (keyset on `(received_at, id)`): streamed, never held in memory.
+//! tenant transaction (keyset on `(received_at, id)`): streamed, never held in memory. The
+//! caller chooses how a turn is written (`Line`: the admin API's `ExportLine`).
 
+use std::marker::PhantomData;
 use std::time::Duration;
 
 use serde::Serialize;
 use sqlx::PgPool;
-use utoipa::ToSchema;
 
-use crate::admin::messages::{MessageOut, ReplyPartOut};
 use crate::db::lifecycle::{self, Person};
+use crate::db::messages::{MessageRow, ReplyPart};
 use crate::db::TenantTx;
 use crate::domain::{MessageId, TenantId};
 
 pub const PAGE: i64 = 200;
 
-/// One line of an export.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ExportLine {
-    #[serde(flatten)]
-    pub message: MessageOut,
-    pub reply_parts: Vec<ReplyPartOut>,
-}
+/// One exported turn: the turn and its reply parts.
+pub type Turn = (MessageRow, Vec<ReplyPart>);
 
-pub struct Export {
+pub struct Export<Line> {
     pool: PgPool,
     tenant: TenantId,
     people: Vec<Person>,
@@ -30,9 +26,10 @@ pub struct Export {
     done: bool,
     /// Per page (the admin request deadline).
     deadline: Duration,
+    line: PhantomData<fn(Turn) -> Line>,
 }
 
-impl Export {
+impl<Line: From<Turn> + Serialize + 'static> Export<Line> {
     /// No `people`: every turn of the tenant.
     pub fn new(pool: PgPool, tenant: TenantId, people: Vec<Person>, deadline: Duration) -> Self {
         Self {
@@ -42,6 +39,7 @@ impl Export {
             after: None,
             done: false,
             deadline,
+            line: PhantomData,
         }
     }
 
@@ -57,26 +55,15 @@ impl Export {
         };
         self.after = Some((last.received_at, last.id));
         let mut chunk = Vec::new();
-        for (message, parts) in page {
-            let line = ExportLine {
-                message: message.into(),
-                reply_parts: parts.into_iter().map(ReplyPartOut::from).collect(),
-            };
-            serde_json::to_writer(&mut chunk, &line).map_err(|err| sqlx::Error::Decode(err.into()))?;
+        for turn in page {
+            serde_json::to_writer(&mut chunk, &Line::from(turn))
+                .map_err(|err| sqlx::Error::Decode(err.into()))?;
             chunk.push(b'\n');
         }
         Ok(Some(chunk))
     }
 
-    async fn read_page(
-        &self,
-    ) -> Result<
-        Vec<(
-            crate::db::messages::MessageRow,
-            Vec<crate::db::messages::ReplyPart>,
-        )>,
-        sqlx::Error,
-    > {
+    async fn read_page(&self) -> Result<Vec<Turn>, sqlx::Error> {
         let mut tx = TenantTx::begin(&self.pool, self.tenant).await?;
         let page = lifecycle::export_page(&mut tx, &self.people, self.after, PAGE).await?;
         tx.commit().await?;

@@ -5,6 +5,8 @@ use std::sync::Arc;
 use metrics_exporter_prometheus::PrometheusHandle;
 use sqlx::PgPool;
 
+use super::readiness::Readiness;
+use super::throttle::AuthThrottle;
 use crate::settings::ServeSettings;
 
 #[derive(Clone)]
@@ -13,7 +15,7 @@ pub struct AppState {
     pub settings: Arc<ServeSettings>,
     pub metrics: PrometheusHandle,
     /// What `/readyz` answered last (its failures are logged once per change).
-    pub readiness: Arc<crate::http::health::Readiness>,
+    pub readiness: Arc<Readiness>,
     /// Unix seconds now; replaced in tests that need a fixed clock.
     pub clock: fn() -> i64,
     /// Wakes this instance's dispatch workers after ingress committed new jobs.
@@ -23,7 +25,7 @@ pub struct AppState {
     /// Where webhook handlers record what they accepted (several per commit).
     pub ingress: Arc<crate::ingress::writer::Writer>,
     /// Budgets of untrusted admin-key attempts, spent before any database work.
-    pub auth_throttle: Arc<crate::admin::throttle::AuthThrottle>,
+    pub auth_throttle: Arc<AuthThrottle>,
     /// Fetches attachments from the platforms for `/v1/media/{token}` (egress policy
     /// applied; no total timeout, so a large file can take its time).
     pub media_client: crate::egress::GuardedClient,

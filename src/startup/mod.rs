@@ -1,6 +1,9 @@
 //! Building and running the application: the HTTP server and the background worker share
 //! one pool and stop together on SIGTERM or ctrl-c.
 
+pub mod openapi;
+pub mod router;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,8 +20,8 @@ use crate::dispatch::dispatcher::Dispatcher;
 use crate::dispatch::Worker;
 use crate::ingress::writer::Writer;
 
+use crate::http::state::{system_clock, AppState};
 use crate::settings::ServeSettings;
-use crate::state::{system_clock, AppState};
 
 pub struct Application {
     state: AppState,
@@ -109,7 +112,7 @@ impl Application {
         let grace = Duration::from_secs(self.state.settings.shutdown_grace_secs);
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let server = self.listener.take().map(|listener| {
-            let app = crate::http::router(self.state.clone());
+            let app = router::router(self.state.clone());
             let mut stop = stop_rx.clone();
             tokio::spawn(async move {
                 // The peer address is what bad admin keys are throttled by.
