@@ -25,13 +25,7 @@ use crate::http::state::AppState;
 /// `routes!` call that serves it.
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
-        .routes(routes!(messages::list))
-        .routes(routes!(messages::get))
-        .routes(routes!(messages::post_redispatch))
-        .routes(routes!(messages::post_resend))
-        .routes(routes!(messages::post_redispatch_many))
-        .routes(routes!(messages::post_resend_many))
-        .routes(routes!(messages::history))
+        .merge(messages::router())
         .routes(routes!(connectors::list, connectors::create))
         .routes(routes!(connectors::get, connectors::update, connectors::delete))
         .routes(routes!(connectors::disable))

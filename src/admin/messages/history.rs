@@ -1,0 +1,140 @@
+//! A user's history exactly as the agent would get it with their next turn: the worker's
+//! own code, under the tenant's history scope.
+
+use axum::extract::State;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+use crate::admin::auth::TenantAdmin;
+use crate::admin::schema;
+use crate::db::{self, TenantTx};
+use crate::dispatch::history::{self, HistoryScope, Place};
+use crate::dispatch::payload::ChatMessage;
+use crate::domain::{ConnectorId, HistoryScopeSetting, TenantId};
+use crate::error::{ApiJsonError, AppError};
+use crate::http::extract::{ApiPath, ApiQuery};
+use crate::http::state::AppState;
+
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"user_id": "alice", "history_scope": "private_aware", "messages": [{"role": "user", "content": "Is my order shipped?"},
+    {"role": "assistant", "content": "Yes, it left this morning."}]}))]
+pub struct HistoryOut {
+    pub user_id: String,
+    /// The tenant's history scope the history was chosen by.
+    pub history_scope: HistoryScopeSetting,
+    /// Exactly the `messages[]` history the agent would get with this user's next turn.
+    pub messages: Vec<ChatMessage>,
+}
+
+/// Whose next turn `user_history` shows the history of.
+#[derive(Debug, Default, Clone, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct HistoryQuery {
+    /// With `chat_id`: the user's next turn in this chat of this connector, rather than
+    /// their next direct message (under the `chat` scope: in the direct chat they wrote in
+    /// last). Either alone: the chat of this connector, or with this id, they wrote in last.
+    pub connector_id: Option<Uuid>,
+    #[param(max_length = 256, pattern = r"^[^\u0000]*$")]
+    pub chat_id: Option<String>,
+}
+
+/// What the agent would get as history with `user_id`'s next turn, in a direct message or
+/// in the chat `query` names, under the tenant's history scope: the worker's own code.
+pub async fn user_history(
+    pool: &PgPool,
+    tenant: TenantId,
+    user_id: &str,
+    query: &HistoryQuery,
+) -> Result<HistoryOut, AppError> {
+    schema::check_optional_text("chat_id", query.chat_id.as_deref(), schema::ID_MAX)?;
+    let mut tx = TenantTx::begin(pool, tenant).await?;
+    let setting = db::tenants::history_scope(tx.conn(), tenant)
+        .await?
+        .ok_or(AppError::NotFound("tenant"))?;
+    let last;
+    let chat = match (query.connector_id, query.chat_id.as_deref()) {
+        (Some(connector), Some(chat_id)) => {
+            let connector = ConnectorId(connector);
+            let space = db::messages::space_of_chat(&mut tx, connector, chat_id).await?;
+            Some((connector, chat_id, space))
+        }
+        // Under `chat` a direct message sees its own chat only: the one they wrote in last.
+        (None, None) if setting == HistoryScopeSetting::Chat => {
+            last = db::messages::last_chat(&mut tx, user_id, None, None, true).await?;
+            last.as_ref()
+                .map(|(connector, chat_id)| (*connector, chat_id.as_str(), None))
+        }
+        (None, None) => None,
+        // One of the two: the chat of that connector, or with that id, they wrote in last.
+        (connector, chat_id) => {
+            last =
+                db::messages::last_chat(&mut tx, user_id, connector.map(ConnectorId), chat_id, false).await?;
+            match &last {
+                Some((connector, chat_id)) => {
+                    let space = db::messages::space_of_chat(&mut tx, *connector, chat_id).await?;
+                    Some((*connector, chat_id.as_str(), space))
+                }
+                None => None,
+            }
+        }
+    };
+    let place = match (setting, &chat) {
+        (HistoryScopeSetting::User, _) => Place::Anywhere,
+        (HistoryScopeSetting::PrivateAware, Some((connector, _, Some(space)))) => Place::Space {
+            connector: *connector,
+            space,
+        },
+        (HistoryScopeSetting::PrivateAware, _) => Place::Direct,
+        (HistoryScopeSetting::Chat, Some((connector, chat_id, space))) => Place::Chat {
+            connector: *connector,
+            chat_id,
+            space: space.as_deref(),
+        },
+        // No direct chat yet: the next one starts with no history.
+        (HistoryScopeSetting::Chat, None) => {
+            tx.commit().await?;
+            return Ok(HistoryOut {
+                user_id: user_id.to_owned(),
+                history_scope: setting,
+                messages: Vec::new(),
+            });
+        }
+    };
+    let scope = HistoryScope {
+        user_id: Some(user_id),
+        conversation_key: "",
+        place,
+        before: None,
+    };
+    let messages = history::load_scope(&mut tx, &scope).await?;
+    tx.commit().await?;
+    Ok(HistoryOut {
+        user_id: user_id.to_owned(),
+        history_scope: setting,
+        messages,
+    })
+}
+
+/// A user's history exactly as the agent would receive it with their next direct message
+/// (or their next message in the chat the query names), under the tenant's history scope.
+#[utoipa::path(get, path = "/v1/admin/users/{user_id}/history", operation_id = "get_user_history", tag = "messages",
+    params(("user_id" = String, Path, max_length = 256, pattern = r"^[^\u0000]*$"), HistoryQuery),
+    security(("api_key" = [])),
+    responses((status = 200, body = HistoryOut), (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 404, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
+pub async fn history(
+    State(state): State<AppState>,
+    admin: TenantAdmin,
+    ApiPath(user_id): ApiPath<String>,
+    ApiQuery(query): ApiQuery<HistoryQuery>,
+) -> Result<Json<HistoryOut>, AppError> {
+    // An id no link can hold names no user.
+    if !schema::names_something(&user_id, schema::ID_MAX) {
+        return Err(AppError::NotFound("user"));
+    }
+    Ok(Json(
+        user_history(&state.pool, admin.tenant, &user_id, &query).await?,
+    ))
+}

@@ -1,0 +1,163 @@
+//! The listing: filters, keyset paging by `(received_at, id)` and its cursors.
+
+use axum::extract::State;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+use super::message::MessageOut;
+use crate::admin::auth::TenantAdmin;
+use crate::admin::schema;
+use crate::db::messages::{MessageFilter, MessageRow};
+use crate::db::{self, TenantTx};
+use crate::domain::{MessageId, TenantId};
+use crate::error::{ApiJsonError, AppError};
+use crate::http::extract::ApiQuery;
+use crate::http::state::AppState;
+
+const DEFAULT_LIMIT: i64 = 50;
+const MAX_LIMIT: i64 = 200;
+
+#[derive(Debug, Default, Clone, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct MessagesQuery {
+    /// Linked user id.
+    #[param(max_length = 256, pattern = r"^[^\u0000]*$")]
+    pub user_id: Option<String>,
+    #[param(schema_with = schema::platform)]
+    pub platform: Option<String>,
+    pub connector_id: Option<Uuid>,
+    #[param(schema_with = schema::message_status)]
+    pub status: Option<String>,
+    #[param(schema_with = schema::decision)]
+    pub decision: Option<String>,
+    /// Received at or after (RFC 3339).
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Received before (RFC 3339).
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
+    /// Case-insensitive text search over request and response.
+    #[param(max_length = 500, pattern = r"^[^\u0000]*$")]
+    pub q: Option<String>,
+    /// `next_cursor` of the previous page.
+    #[param(
+        pattern = r"^-?[0-9]{1,16}_[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+    )]
+    pub cursor: Option<String>,
+    /// Page size (default 50).
+    #[param(minimum = 1, maximum = 200)]
+    pub limit: Option<i64>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"items": [{"id": "0192f0c4-7a6e-7b3a-9c1d-2e4f5a6b7c8d", "connector_id": "0192f0c4-1111-7b3a-9c1d-2e4f5a6b7c8d",
+    "platform": "telegram", "platform_message_id": "8812", "chat_id": "408258968", "thread_id": null,
+    "platform_user_id": "408258968", "reply_to_id": null, "user_id": "alice", "request_content": "Is my order shipped?",
+    "response_content": "Yes, it left this morning.", "decision": "respond", "status": "executed", "attempts": 1,
+    "last_error": null, "received_at": "2026-11-22T09:30:00Z", "completed_at": "2026-11-22T09:30:02Z",
+    "delivered_at": "2026-11-22T09:30:02Z", "metadata": {}}],
+    "next_cursor": "1795339800000000_0192f0c4-7a6e-7b3a-9c1d-2e4f5a6b7c8d"}))]
+pub struct MessagePage {
+    pub items: Vec<MessageOut>,
+    /// Pass as `cursor` for the next (older) page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// `<received_at in µs>_<id>`: plain, so that the document can state its form (`pattern`)
+/// and every cursor it allows decodes.
+fn encode_cursor(row: &MessageRow) -> String {
+    format!("{}_{}", row.received_at.timestamp_micros(), row.id)
+}
+
+fn decode_cursor(cursor: &str) -> Result<(chrono::DateTime<chrono::Utc>, MessageId), AppError> {
+    let invalid = || AppError::Unprocessable("invalid cursor".into());
+    let (micros, id) = cursor.split_once('_').ok_or_else(invalid)?;
+    let micros: i64 = micros.parse().map_err(|_| invalid())?;
+    let at = chrono::DateTime::from_timestamp_micros(micros).ok_or_else(invalid)?;
+    Ok((at, id.parse().map_err(|_| invalid())?))
+}
+
+pub(super) fn filter_of(query: &MessagesQuery) -> Result<MessageFilter, AppError> {
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(AppError::Unprocessable(format!(
+            "limit must be between 1 and {MAX_LIMIT}"
+        )));
+    }
+    if let Some(platform) = &query.platform {
+        platform
+            .parse::<crate::domain::Platform>()
+            .map_err(|e| AppError::Unprocessable(e.to_string()))?;
+    }
+    if let Some(status) = &query.status {
+        status
+            .parse::<crate::domain::MessageStatus>()
+            .map_err(AppError::Unprocessable)?;
+    }
+    if let Some(decision) = query.decision.as_deref() {
+        if !schema::DECISIONS.contains(&decision) {
+            return Err(AppError::Unprocessable(format!("unknown decision `{decision}`")));
+        }
+    }
+    schema::check_optional_text("user_id", query.user_id.as_deref(), schema::ID_MAX)?;
+    schema::check_optional_text("q", query.q.as_deref(), schema::SEARCH_MAX)?;
+    Ok(MessageFilter {
+        user_id: query.user_id.clone(),
+        sender_conversation: None,
+        platform: query.platform.clone(),
+        connector_id: query.connector_id,
+        status: query.status.clone(),
+        decision: query.decision.clone(),
+        since: query.since,
+        until: query.until,
+        text: query.q.clone().filter(|q| !q.is_empty()),
+        before: query.cursor.as_deref().map(decode_cursor).transpose()?,
+        // One more than asked tells whether another page exists.
+        limit: limit + 1,
+    })
+}
+
+/// One page of the tenant's messages, newest first.
+pub async fn list_messages(
+    pool: &PgPool,
+    tenant: TenantId,
+    query: &MessagesQuery,
+) -> Result<MessagePage, AppError> {
+    let filter = filter_of(query)?;
+    let mut tx = TenantTx::begin(pool, tenant).await?;
+    let rows = db::messages::list(&mut tx, &filter).await?;
+    tx.commit().await?;
+    let (rows, next_cursor) = page_of(rows, filter.limit);
+    Ok(MessagePage {
+        items: rows.into_iter().map(MessageOut::from).collect(),
+        next_cursor,
+    })
+}
+
+/// A page's rows and the cursor of the next page: the filter asked for one row more than
+/// the page holds, and that row's presence says whether another page exists.
+pub(super) fn page_of(mut rows: Vec<MessageRow>, asked: i64) -> (Vec<MessageRow>, Option<String>) {
+    let more = rows.len() as i64 == asked;
+    if more {
+        rows.pop();
+    }
+    let next_cursor = if more {
+        rows.last().map(encode_cursor)
+    } else {
+        None
+    };
+    (rows, next_cursor)
+}
+
+/// List messages, newest first.
+#[utoipa::path(get, path = "/v1/admin/messages", operation_id = "list_messages", tag = "messages", params(MessagesQuery),
+    security(("api_key" = [])),
+    responses((status = 200, body = MessagePage), (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
+pub async fn list(
+    State(state): State<AppState>,
+    admin: TenantAdmin,
+    ApiQuery(query): ApiQuery<MessagesQuery>,
+) -> Result<Json<MessagePage>, AppError> {
+    Ok(Json(list_messages(&state.pool, admin.tenant, &query).await?))
+}

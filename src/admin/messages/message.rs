@@ -1,0 +1,152 @@
+//! One recorded turn as admins see it, with its reply parts.
+
+use axum::extract::State;
+use axum::Json;
+use serde::Serialize;
+use sqlx::PgPool;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::admin::auth::TenantAdmin;
+use crate::admin::schema;
+use crate::db::messages::{MessageRow, ReplyPart};
+use crate::db::{self, TenantTx};
+use crate::domain::{MessageId, TenantId};
+use crate::error::{ApiJsonError, AppError};
+use crate::http::extract::ApiPath;
+use crate::http::state::AppState;
+
+/// A recorded turn as admins see it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct MessageOut {
+    pub id: Uuid,
+    pub connector_id: Uuid,
+    #[schema(schema_with = schema::platform)]
+    pub platform: String,
+    pub platform_message_id: String,
+    pub chat_id: String,
+    pub thread_id: Option<String>,
+    /// The shared space (channel, group) the turn was asked in; null for a direct message.
+    pub space: Option<String>,
+    pub platform_user_id: String,
+    pub reply_to_id: Option<String>,
+    pub user_id: Option<String>,
+    pub request_content: String,
+    pub response_content: Option<String>,
+    #[schema(schema_with = schema::optional_decision)]
+    pub decision: Option<String>,
+    #[schema(schema_with = schema::message_status)]
+    pub status: String,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+    pub received_at: chrono::DateTime<chrono::Utc>,
+    pub completed_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub delivered_at: Option<chrono::DateTime<chrono::Utc>>,
+    #[schema(value_type = Object)]
+    pub metadata: serde_json::Value,
+    /// The files sent with the turn (type, MIME type, size, name; `url` is always null
+    /// here: the agent gets signed, expiring URLs with each dispatch).
+    pub attachments: Vec<crate::media::AttachmentOut>,
+}
+
+impl From<MessageRow> for MessageOut {
+    fn from(row: MessageRow) -> Self {
+        Self {
+            id: row.id.0,
+            connector_id: row.connector_id.0,
+            platform: row.platform,
+            platform_message_id: row.platform_message_id,
+            chat_id: row.chat_id,
+            thread_id: row.thread_id,
+            space: row.space,
+            platform_user_id: row.platform_user_id,
+            reply_to_id: row.reply_to_id,
+            user_id: row.user_id,
+            request_content: row.request_content,
+            response_content: row.response_content,
+            decision: row.decision,
+            status: row.status.as_str().to_owned(),
+            attempts: row.attempts,
+            last_error: row.last_error,
+            received_at: row.received_at,
+            completed_at: row.completed_at,
+            delivered_at: row.delivered_at,
+            metadata: row.metadata,
+            attachments: row
+                .attachments
+                .as_deref()
+                .map(|files| crate::media::AttachmentOut::of_turn(row.id, files))
+                .unwrap_or_default(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReplyPartOut {
+    pub part_index: i32,
+    pub content: String,
+    /// `unknown`: sent or not, never resent.
+    #[schema(schema_with = schema::part_status)]
+    pub status: String,
+    pub platform_message_id: Option<String>,
+    /// What the platform reported later (WhatsApp `delivered`, `read`, `failed`).
+    pub delivery_status: Option<String>,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+    pub sent_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl From<ReplyPart> for ReplyPartOut {
+    fn from(part: ReplyPart) -> Self {
+        Self {
+            part_index: part.part_index,
+            content: part.content,
+            status: part.status.as_str().to_owned(),
+            platform_message_id: part.platform_message_id,
+            delivery_status: part.delivery_status,
+            attempts: part.attempts,
+            last_error: part.last_error,
+            sent_at: part.sent_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MessageDetailOut {
+    #[serde(flatten)]
+    pub message: MessageOut,
+    /// The local turn that `reply_to_id` points at, when it is one of ours (an earlier user
+    /// message, or the turn whose reply the user answered).
+    pub reply_to_message_id: Option<Uuid>,
+    pub reply_parts: Vec<ReplyPartOut>,
+}
+
+pub async fn get_message(pool: &PgPool, tenant: TenantId, id: Uuid) -> Result<MessageDetailOut, AppError> {
+    let mut tx = TenantTx::begin(pool, tenant).await?;
+    let row = db::messages::get(&mut tx, MessageId(id))
+        .await?
+        .ok_or(AppError::NotFound("message"))?;
+    let parts = db::messages::reply_parts(&mut tx, row.id).await?;
+    let reply_to = match &row.reply_to_id {
+        Some(reply_to) => db::messages::resolve_reply_to(&mut tx, row.connector_id, reply_to).await?,
+        None => None,
+    };
+    tx.commit().await?;
+    Ok(MessageDetailOut {
+        message: row.into(),
+        reply_to_message_id: reply_to.map(|id| id.0),
+        reply_parts: parts.into_iter().map(ReplyPartOut::from).collect(),
+    })
+}
+
+/// One message with its reply parts.
+#[utoipa::path(get, path = "/v1/admin/messages/{id}", operation_id = "get_message", tag = "messages", params(("id" = Uuid, Path)),
+    security(("api_key" = [])),
+    responses((status = 200, body = MessageDetailOut), (status = 401, body = ApiJsonError), (status = 404, body = ApiJsonError)))]
+pub async fn get(
+    State(state): State<AppState>,
+    admin: TenantAdmin,
+    ApiPath(id): ApiPath<Uuid>,
+) -> Result<Json<MessageDetailOut>, AppError> {
+    Ok(Json(get_message(&state.pool, admin.tenant, id).await?))
+}

@@ -1,0 +1,379 @@
+//! The two recovery actions, for one message or many by filter: redispatch (ask the agent
+//! again for `dispatch_failed` turns) and resend (post the undelivered parts of answered
+//! turns again).
+//!
+//! They are idempotent: a turn that already has a job (queued, or being worked) is never
+//! queued again, and a delivered one has nothing to resend, so a repeated call queues
+//! nothing and says so (`{"queued": 0, "ids": []}`). One call takes at most
+//! `MAX_ACTION_LIMIT` turns, oldest first; `more` says whether to call again.
+
+use axum::extract::State;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+use crate::admin::auth::TenantAdmin;
+use crate::admin::schema;
+use crate::db::audit::{Actor, AuditAction, AuditEntry};
+use crate::db::{self, TenantTx};
+use crate::domain::{ConnectorId, MessageId, MessageStatus, Platform, TenantId};
+use crate::error::{ApiJsonError, AppError};
+use crate::http::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::http::state::AppState;
+use crate::turn::requeue::{self, Requeued, Selection};
+
+/// Turns one recovery action takes when the caller names no `limit`.
+pub const DEFAULT_ACTION_LIMIT: i64 = 100;
+/// The most turns one recovery action takes (each gets a job in the same transaction).
+pub const MAX_ACTION_LIMIT: i64 = 1000;
+
+/// Which turns a bulk resend takes (the CLI's redispatch too). Every field that is set
+/// narrows the choice, with the listing's meaning; `{}` takes every turn the action applies
+/// to (up to `limit`).
+#[derive(Debug, Default, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = ResendFilterIn, example = json!({"platform": "telegram", "status": "delivery_failed", "since": "2026-11-22T00:00:00Z", "limit": 100}))]
+pub struct ActionFilterIn {
+    /// Linked user id.
+    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
+    pub user_id: Option<String>,
+    #[schema(schema_with = schema::optional_platform)]
+    pub platform: Option<String>,
+    pub connector_id: Option<Uuid>,
+    /// Both when absent.
+    #[schema(schema_with = schema::optional_resend_status)]
+    pub status: Option<String>,
+    /// Received at or after (RFC 3339); before `until` (else 422).
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Received before (RFC 3339).
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
+    /// Most turns this call queues (default 100), oldest first.
+    #[schema(minimum = 1, maximum = 1000)]
+    #[serde(default, deserialize_with = "schema::optional_integer")]
+    pub limit: Option<i64>,
+    /// Also post again the parts whose outcome is `unknown` (Telegram at-most-once). They
+    /// may already be in the chat, so a resend can double them.
+    pub include_unknown: Option<bool>,
+}
+
+/// Which `dispatch_failed` turns a bulk redispatch takes: the resend filter's fields, but
+/// for `include_unknown`.
+#[derive(Debug, Default, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"connector_id": "0192f0c4-7a6e-7b3a-9c1d-2e4f5a6b7c8d", "until": "2026-11-22T12:00:00Z"}))]
+pub struct RedispatchFilterIn {
+    /// Linked user id.
+    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
+    pub user_id: Option<String>,
+    #[schema(schema_with = schema::optional_platform)]
+    pub platform: Option<String>,
+    pub connector_id: Option<Uuid>,
+    /// The only status redispatch applies to.
+    #[schema(schema_with = schema::optional_redispatch_status)]
+    pub status: Option<String>,
+    /// Received at or after (RFC 3339); before `until` (else 422).
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Received before (RFC 3339).
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
+    /// Most turns this call queues (default 100), oldest first.
+    #[schema(minimum = 1, maximum = 1000)]
+    #[serde(default, deserialize_with = "schema::optional_integer")]
+    pub limit: Option<i64>,
+}
+
+impl From<RedispatchFilterIn> for ActionFilterIn {
+    fn from(filter: RedispatchFilterIn) -> Self {
+        Self {
+            user_id: filter.user_id,
+            platform: filter.platform,
+            connector_id: filter.connector_id,
+            status: filter.status,
+            since: filter.since,
+            until: filter.until,
+            limit: filter.limit,
+            include_unknown: None,
+        }
+    }
+}
+
+/// `include_unknown` of the one-message resend.
+#[derive(Debug, Default, Clone, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ResendQuery {
+    /// Also post again the parts whose outcome is `unknown` (they may already be in the
+    /// chat: a resend can double them).
+    pub include_unknown: Option<bool>,
+}
+
+/// What a recovery action queued.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"queued": 2, "ids": ["0192f0c4-7a6e-7b3a-9c1d-2e4f5a6b7c8d", "0192f0c4-8b7f-7c4b-8d2e-3f5a6b7c8d9e"], "more": false}))]
+pub struct QueuedOut {
+    /// How many turns this call queued (0 when they were already queued or delivered).
+    pub queued: usize,
+    /// The queued turns, oldest first (the order their jobs run in).
+    pub ids: Vec<Uuid>,
+    /// More turns match than this call's `limit` took: call again for the next ones.
+    pub more: bool,
+}
+
+impl From<Requeued> for QueuedOut {
+    fn from(requeued: Requeued) -> Self {
+        Self {
+            queued: requeued.ids.len(),
+            ids: requeued.ids.into_iter().map(|id| id.0).collect(),
+            more: requeued.more,
+        }
+    }
+}
+
+/// The two recovery actions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recovery {
+    Redispatch,
+    Resend,
+}
+
+impl Recovery {
+    async fn apply(
+        self,
+        tx: &mut TenantTx,
+        selection: &Selection,
+        include_unknown: bool,
+    ) -> Result<Requeued, sqlx::Error> {
+        match self {
+            Recovery::Redispatch => requeue::redispatch(tx, selection).await,
+            Recovery::Resend => requeue::resend(tx, selection, include_unknown).await,
+        }
+    }
+
+    /// The audit record of a call that queued something (`target`: the message, or
+    /// `messages` for a bulk call); ids and counts only.
+    fn audit(self, actor: Actor, target: String, requeued: &Requeued, include_unknown: bool) -> AuditEntry {
+        let action = match self {
+            Recovery::Redispatch => AuditAction::MessagesRedispatch,
+            Recovery::Resend => AuditAction::MessagesResend,
+        };
+        let mut details =
+            serde_json::json!({"queued": requeued.ids.len(), "ids": requeued.ids, "more": requeued.more});
+        if self == Recovery::Resend {
+            details["include_unknown"] = include_unknown.into();
+        }
+        AuditEntry::new(actor, action, target, details)
+    }
+
+    /// The statuses a `status` filter may name for this action.
+    fn statuses(self) -> &'static [MessageStatus] {
+        match self {
+            Recovery::Redispatch => &[MessageStatus::DispatchFailed],
+            Recovery::Resend => &[MessageStatus::DeliveryFailed, MessageStatus::Executed],
+        }
+    }
+}
+
+fn selection_of(filter: &ActionFilterIn, action: Recovery) -> Result<Selection, AppError> {
+    let unprocessable = |message: String| AppError::Unprocessable(message);
+    let limit = filter.limit.unwrap_or(DEFAULT_ACTION_LIMIT);
+    if !(1..=MAX_ACTION_LIMIT).contains(&limit) {
+        return Err(unprocessable(format!(
+            "limit must be between 1 and {MAX_ACTION_LIMIT}"
+        )));
+    }
+    let platform = filter
+        .platform
+        .as_deref()
+        .map(str::parse::<Platform>)
+        .transpose()
+        .map_err(|e| unprocessable(e.to_string()))?;
+    let status = filter
+        .status
+        .as_deref()
+        .map(str::parse::<MessageStatus>)
+        .transpose()
+        .map_err(unprocessable)?;
+    if let Some(status) = status.filter(|s| !action.statuses().contains(s)) {
+        return Err(unprocessable(match action {
+            Recovery::Redispatch => format!(
+                "redispatch applies to dispatch_failed messages, not {status} (resend posts the \
+                 undelivered parts of answered ones)"
+            ),
+            Recovery::Resend => format!(
+                "resend applies to answered messages (delivery_failed or executed), not {status} \
+                 (redispatch asks the agent again for dispatch_failed ones)"
+            ),
+        }));
+    }
+    if let (Some(since), Some(until)) = (filter.since, filter.until) {
+        if since >= until {
+            return Err(unprocessable("since must be before until".into()));
+        }
+    }
+    schema::check_optional_text("user_id", filter.user_id.as_deref(), schema::ID_MAX)?;
+    if action == Recovery::Redispatch && filter.include_unknown.is_some() {
+        return Err(unprocessable("include_unknown applies to resend only".into()));
+    }
+    Ok(Selection {
+        ids: None,
+        user_id: filter.user_id.clone(),
+        platform,
+        connector_id: filter.connector_id.map(ConnectorId),
+        status,
+        since: filter.since,
+        until: filter.until,
+        limit,
+    })
+}
+
+/// Runs a recovery action on the turns `filter` selects, in one tenant transaction, and
+/// records what it queued in the audit log (a call that queued nothing is not recorded).
+pub async fn recover_many(
+    pool: &PgPool,
+    tenant: TenantId,
+    action: Recovery,
+    filter: &ActionFilterIn,
+    actor: Actor,
+) -> Result<QueuedOut, AppError> {
+    let selection = selection_of(filter, action)?;
+    let include_unknown = filter.include_unknown.unwrap_or(false);
+    let mut tx = TenantTx::begin(pool, tenant).await?;
+    let requeued = action.apply(&mut tx, &selection, include_unknown).await?;
+    if !requeued.ids.is_empty() {
+        let entry = action.audit(actor, "messages".into(), &requeued, include_unknown);
+        db::audit::record(&mut tx, &entry).await?;
+    }
+    tx.commit().await?;
+    Ok(requeued.into())
+}
+
+/// Runs a recovery action on one turn. 404 for an unknown (or another tenant's) id; 409 when
+/// the action can never apply to the turn (redispatching an answered turn, resending one
+/// that has no answer); otherwise what it queued, nothing when the turn is already queued
+/// or has nothing left to deliver.
+pub async fn recover_one(
+    pool: &PgPool,
+    tenant: TenantId,
+    action: Recovery,
+    id: Uuid,
+    include_unknown: bool,
+    actor: Actor,
+) -> Result<QueuedOut, AppError> {
+    let id = MessageId(id);
+    let selection = Selection {
+        ids: Some(vec![id]),
+        limit: 1,
+        ..Selection::default()
+    };
+    let mut tx = TenantTx::begin(pool, tenant).await?;
+    let requeued = action.apply(&mut tx, &selection, include_unknown).await?;
+    if requeued.ids.is_empty() {
+        let row = db::messages::get(&mut tx, id)
+            .await?
+            .ok_or(AppError::NotFound("message"))?;
+        refuse_if_never_applies(action, row.status)?;
+    } else {
+        let entry = action.audit(actor, id.0.to_string(), &requeued, include_unknown);
+        db::audit::record(&mut tx, &entry).await?;
+    }
+    tx.commit().await?;
+    Ok(requeued.into())
+}
+
+/// 409 for a turn the action can never apply to. A turn on its way (queued, being
+/// dispatched or delivered) is not refused: the action has nothing to add, and says so.
+fn refuse_if_never_applies(action: Recovery, status: MessageStatus) -> Result<(), AppError> {
+    use MessageStatus::*;
+    match (action, status) {
+        (Recovery::Redispatch, DispatchFailed | Accepted | Dispatching) => Ok(()),
+        (Recovery::Redispatch, Executed | DeliveryFailed | DeniedUnlinked | Ignored) => Err(
+            AppError::Conflict("only a dispatch_failed message can be redispatched"),
+        ),
+        (Recovery::Resend, Executed | DeliveryFailed) => Ok(()),
+        (Recovery::Resend, Accepted | Dispatching | DispatchFailed | DeniedUnlinked | Ignored) => Err(
+            AppError::Conflict("only an answered message (executed or delivery_failed) can be resent"),
+        ),
+    }
+}
+
+/// Ask the agent again for a `dispatch_failed` message: it is queued as if it had just
+/// arrived. A message already queued again answers `queued: 0`.
+#[utoipa::path(post, path = "/v1/admin/messages/{id}/redispatch", operation_id = "redispatch_message", tag = "messages", params(("id" = Uuid, Path)),
+    security(("api_key" = [])),
+    responses((status = 200, body = QueuedOut), (status = 401, body = ApiJsonError), (status = 404, body = ApiJsonError), (status = 409, body = ApiJsonError)))]
+pub async fn post_redispatch(
+    State(state): State<AppState>,
+    admin: TenantAdmin,
+    ApiPath(id): ApiPath<Uuid>,
+) -> Result<Json<QueuedOut>, AppError> {
+    let actor = Actor::ApiKey(admin.key_id);
+    let out = recover_one(&state.pool, admin.tenant, Recovery::Redispatch, id, false, actor).await?;
+    Ok(Json(wake_if_queued(&state, out)))
+}
+
+/// Post the undelivered parts of an answered message again: its `failed` parts (and its
+/// `unknown` ones with `include_unknown=true`); `sent` parts are never posted again. A
+/// message already queued or delivered answers `queued: 0`.
+#[utoipa::path(post, path = "/v1/admin/messages/{id}/resend", operation_id = "resend_message", tag = "messages",
+    params(("id" = Uuid, Path), ResendQuery),
+    security(("api_key" = [])),
+    responses((status = 200, body = QueuedOut), (status = 401, body = ApiJsonError), (status = 404, body = ApiJsonError), (status = 409, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
+pub async fn post_resend(
+    State(state): State<AppState>,
+    admin: TenantAdmin,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiQuery(query): ApiQuery<ResendQuery>,
+) -> Result<Json<QueuedOut>, AppError> {
+    let include_unknown = query.include_unknown.unwrap_or(false);
+    let actor = Actor::ApiKey(admin.key_id);
+    let out = recover_one(
+        &state.pool,
+        admin.tenant,
+        Recovery::Resend,
+        id,
+        include_unknown,
+        actor,
+    )
+    .await?;
+    Ok(Json(wake_if_queued(&state, out)))
+}
+
+/// Redispatch the `dispatch_failed` messages the filter selects, oldest first, at most
+/// `limit` (default 100, at most 1000) per call.
+#[utoipa::path(post, path = "/v1/admin/messages/redispatch", operation_id = "redispatch_messages", tag = "messages", request_body = RedispatchFilterIn,
+    security(("api_key" = [])),
+    responses((status = 200, body = QueuedOut), (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 413, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
+pub async fn post_redispatch_many(
+    State(state): State<AppState>,
+    admin: TenantAdmin,
+    ApiJson(filter): ApiJson<RedispatchFilterIn>,
+) -> Result<Json<QueuedOut>, AppError> {
+    let filter = ActionFilterIn::from(filter);
+    let actor = Actor::ApiKey(admin.key_id);
+    let out = recover_many(&state.pool, admin.tenant, Recovery::Redispatch, &filter, actor).await?;
+    Ok(Json(wake_if_queued(&state, out)))
+}
+
+/// Resend the undelivered parts of the answered messages the filter selects, oldest first,
+/// at most `limit` (default 100, at most 1000) per call.
+#[utoipa::path(post, path = "/v1/admin/messages/resend", operation_id = "resend_messages", tag = "messages", request_body = ActionFilterIn,
+    security(("api_key" = [])),
+    responses((status = 200, body = QueuedOut), (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 413, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
+pub async fn post_resend_many(
+    State(state): State<AppState>,
+    admin: TenantAdmin,
+    ApiJson(filter): ApiJson<ActionFilterIn>,
+) -> Result<Json<QueuedOut>, AppError> {
+    let actor = Actor::ApiKey(admin.key_id);
+    let out = recover_many(&state.pool, admin.tenant, Recovery::Resend, &filter, actor).await?;
+    Ok(Json(wake_if_queued(&state, out)))
+}
+
+/// Wakes the workers (here at once, other instances by `NOTIFY`) when jobs were queued.
+fn wake_if_queued(state: &AppState, out: QueuedOut) -> QueuedOut {
+    if out.queued > 0 {
+        state.wake_workers();
+    }
+    out
+}
