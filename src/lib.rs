@@ -11,11 +11,13 @@
 //! - platforms: `of` and entry points over platform folders over `contract`/`send`/`live`/`files`/`inbound`
 //! - helpers: `markdown`, `media`, `retry`, `egress`, `cache`, `batch`, `telemetry`, `sign`
 //! - `db`: the pool, migrations, the tenant transaction, one file per table family
-//! - `domain`, `settings`, `secrets`, `secret_input`
+//! - `domain`, `api_schema` (what the API document says of values), `settings`, `secrets`,
+//!   `secret_input`
 
 pub mod admin;
 pub mod admin_cli;
 pub mod agent_bridge;
+pub mod api_schema;
 pub mod batch;
 pub mod cache;
 pub mod cli;

@@ -1,87 +1,31 @@
 //! Connectors: create, list, get, update (including secret rotation), disable, delete.
 //! Secrets are write-only: accepted on create and update, never returned or logged.
 
-use std::time::Duration;
-
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use secrecy::SecretString;
 use serde::Deserialize;
-use utoipa::{IntoParams, ToSchema};
+use utoipa::IntoParams;
 use uuid::Uuid;
 
 use super::auth::TenantAdmin;
 use super::schema;
 use crate::db::audit::{Actor, AuditAction, AuditEntry};
-use crate::db::connectors::{ConnectorChange, ConnectorSummary, DeleteOutcome, NewConnector};
+use crate::db::connectors::{
+    ConnectorPatch, ConnectorSummary, DeleteOutcome, NewConnector, DEFAULT_GRACE_SECS,
+};
 use crate::db::{self, TenantTx};
-use crate::domain::{ConnectorId, Platform, TelegramDelivery, TenantId, UnlinkedPolicy};
+use crate::domain::{ConnectorId, TenantId};
 use crate::error::{ApiJsonError, AppError};
 use crate::http::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::http::state::AppState;
 
-/// How long a rotated-out verification secret stays valid by default: Slack keeps the
-/// previous signing secret valid for 24 hours.
-pub const DEFAULT_GRACE_SECS: u64 = 24 * 3600;
 /// The longest a rotated-out secret may stay valid: 30 days. A platform moves to a new
 /// secret within minutes; a longer grace only keeps a possibly leaked secret alive.
 pub const MAX_GRACE_SECS: u64 = 30 * 24 * 3600;
 
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(example = json!({"platform": "telegram", "name": "Support bot", "verification_secret": "tg-secret-token-1234",
-    "outbound_token": "123456:ABC-DEF1234ghIkl-zyx57W2v1u123ew11", "external_id": "123456", "bot_user_id": "123456",
-    "unlinked_policy": "deny", "telegram_delivery": "at_most_once"}))]
-pub struct ConnectorIn {
-    #[schema(schema_with = schema::platform)]
-    pub platform: Platform,
-    #[serde(default)]
-    #[schema(max_length = 200, pattern = r"^[^\u0000]*$")]
-    pub name: String,
-    /// Slack signing secret, Meta app secret or Telegram secret_token. Not blank.
-    #[schema(value_type = String, format = Password, max_length = 1024, pattern = r"^[^\u0000]*[^\u0000\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\u0000]*$")]
-    pub verification_secret: SecretString,
-    /// Meta's `hub.verify_token` (WhatsApp).
-    #[schema(value_type = Option<String>, format = Password, max_length = 1024, pattern = r"^[^\u0000]*$")]
-    pub verify_token: Option<SecretString>,
-    /// Slack bot token, WhatsApp access token or Telegram bot token.
-    #[schema(value_type = Option<String>, format = Password, max_length = 1024, pattern = r"^[^\u0000]*$")]
-    pub outbound_token: Option<SecretString>,
-    /// Platform API base URL override (tests, proxies): http or https, every address of its
-    /// host public unless the operator's `CB_EGRESS_ALLOW` allows it (else 422).
-    #[schema(max_length = 2048, pattern = r"^$|^[hH][tT][tT][pP][sS]?://[^\u0000]+$")]
-    pub api_base_url: Option<String>,
-    /// Slack team id, WhatsApp phone_number_id or Telegram bot id.
-    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
-    pub external_id: Option<String>,
-    /// Slack `api_app_id`.
-    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
-    pub app_id: Option<String>,
-    /// The bot's own user id: its messages are echoes, never dispatched.
-    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
-    pub bot_user_id: Option<String>,
-    /// Slack `bot_id` (`B…`) of the app.
-    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
-    pub bot_id: Option<String>,
-    /// Default `deny`.
-    #[schema(schema_with = schema::optional_unlinked_policy)]
-    pub unlinked_policy: Option<UnlinkedPolicy>,
-    /// Telegram only; default `at_most_once`.
-    #[schema(schema_with = schema::optional_telegram_delivery)]
-    pub telegram_delivery: Option<TelegramDelivery>,
-    /// Posted to an unlinked sender under the deny policy, at most once a day each.
-    #[schema(max_length = 4096, pattern = r"^[^\u0000]*$")]
-    pub unlinked_notice: Option<String>,
-    /// Convert the agent's Markdown to the platform's formatting (default); `false` sends
-    /// replies as plain text.
-    pub format_markdown: Option<bool>,
-    /// Show the platform's typing indicator while the agent works (default); `false` shows
-    /// none (on WhatsApp it also comes with the read receipt).
-    pub typing_indicator: Option<bool>,
-}
-
-impl ConnectorIn {
+impl NewConnector {
     fn check(&self) -> Result<(), AppError> {
         check_secret("verification_secret", Some(&self.verification_secret))?;
         check_secret("verify_token", self.verify_token.as_ref())?;
@@ -101,53 +45,6 @@ impl ConnectorIn {
             ),
         ])
     }
-}
-
-/// Fields to change; absent (or null) fields stay. An empty string clears an optional text
-/// field.
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(example = json!({"verification_secret": "new-signing-secret-5678", "previous_secret_grace_secs": 3600}))]
-pub struct ConnectorPatch {
-    /// Not empty.
-    #[schema(min_length = 1, max_length = 200, pattern = r"^[^\u0000]*$")]
-    pub name: Option<String>,
-    pub enabled: Option<bool>,
-    /// A new verification secret; the current one stays valid for
-    /// `previous_secret_grace_secs` (default 24 h). Not blank.
-    #[schema(value_type = Option<String>, format = Password, max_length = 1024, pattern = r"^[^\u0000]*[^\u0000\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\u0000]*$")]
-    pub verification_secret: Option<SecretString>,
-    /// Seconds the replaced secret stays valid: 0 to 2592000 (30 days).
-    #[schema(minimum = 0, maximum = 2592000)]
-    #[serde(default, deserialize_with = "schema::optional_integer")]
-    pub previous_secret_grace_secs: Option<u64>,
-    #[schema(value_type = Option<String>, format = Password, max_length = 1024, pattern = r"^[^\u0000]*$")]
-    pub verify_token: Option<SecretString>,
-    #[schema(value_type = Option<String>, format = Password, max_length = 1024, pattern = r"^[^\u0000]*$")]
-    pub outbound_token: Option<SecretString>,
-    /// Platform API base URL override (tests, proxies): http or https, every address of its
-    /// host public unless the operator's `CB_EGRESS_ALLOW` allows it (else 422). An empty
-    /// string clears it.
-    #[schema(max_length = 2048, pattern = r"^$|^[hH][tT][tT][pP][sS]?://[^\u0000]+$")]
-    pub api_base_url: Option<String>,
-    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
-    pub external_id: Option<String>,
-    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
-    pub app_id: Option<String>,
-    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
-    pub bot_user_id: Option<String>,
-    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
-    pub bot_id: Option<String>,
-    #[schema(schema_with = schema::optional_unlinked_policy)]
-    pub unlinked_policy: Option<UnlinkedPolicy>,
-    #[schema(schema_with = schema::optional_telegram_delivery)]
-    pub telegram_delivery: Option<TelegramDelivery>,
-    #[schema(max_length = 4096, pattern = r"^[^\u0000]*$")]
-    pub unlinked_notice: Option<String>,
-    /// Convert the agent's Markdown to the platform's formatting, or send plain text.
-    pub format_markdown: Option<bool>,
-    /// Show the platform's typing indicator while the agent works, or not.
-    pub typing_indicator: Option<bool>,
 }
 
 impl ConnectorPatch {
@@ -270,12 +167,12 @@ pub async fn list(
 }
 
 /// Add a connector. The answer carries no secret.
-#[utoipa::path(post, path = "/v1/admin/connectors", operation_id = "create_connector", tag = "connectors", security(("api_key" = [])), request_body = ConnectorIn,
+#[utoipa::path(post, path = "/v1/admin/connectors", operation_id = "create_connector", tag = "connectors", security(("api_key" = [])), request_body = NewConnector,
     responses((status = 201, body = ConnectorSummary), (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 413, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
 pub async fn create(
     State(state): State<AppState>,
     admin: TenantAdmin,
-    ApiJson(input): ApiJson<ConnectorIn>,
+    ApiJson(input): ApiJson<NewConnector>,
 ) -> Result<(StatusCode, Json<ConnectorSummary>), AppError> {
     let summary = create_connector(&state, admin.tenant, Actor::ApiKey(admin.key_id), input).await?;
     Ok((StatusCode::CREATED, Json(summary)))
@@ -287,27 +184,10 @@ pub async fn create_connector(
     state: &AppState,
     tenant: TenantId,
     actor: Actor,
-    input: ConnectorIn,
+    new: NewConnector,
 ) -> Result<ConnectorSummary, AppError> {
-    input.check()?;
-    schema::check_egress(state, "api_base_url", input.api_base_url.as_deref()).await?;
-    let new = NewConnector {
-        platform: input.platform,
-        name: input.name,
-        external_id: input.external_id,
-        app_id: input.app_id,
-        bot_user_id: input.bot_user_id,
-        bot_id: input.bot_id,
-        verification_secret: input.verification_secret,
-        verify_token: input.verify_token,
-        outbound_token: input.outbound_token,
-        api_base_url: input.api_base_url,
-        unlinked_policy: input.unlinked_policy.unwrap_or_default(),
-        telegram_delivery: input.telegram_delivery.unwrap_or_default(),
-        unlinked_notice: input.unlinked_notice,
-        format_markdown: input.format_markdown.unwrap_or(true),
-        typing_indicator: input.typing_indicator.unwrap_or(true),
-    };
+    new.check()?;
+    schema::check_egress(state, "api_base_url", new.api_base_url.as_deref()).await?;
     let mut tx = TenantTx::begin(&state.pool, tenant).await?;
     let connector = db::connectors::insert(&mut tx, &state.settings.database.secrets, &new).await?;
     let summary = summary_or_404(&mut tx, connector.id).await?;
@@ -364,26 +244,8 @@ pub async fn update_connector(
 ) -> Result<ConnectorSummary, AppError> {
     patch.check()?;
     schema::check_egress(state, "api_base_url", patch.api_base_url.as_deref()).await?;
-    let grace = Duration::from_secs(patch.previous_secret_grace_secs.unwrap_or(DEFAULT_GRACE_SECS));
     let audit = (AuditAction::ConnectorUpdate, patch.audit_details());
-    let change = ConnectorChange {
-        name: patch.name,
-        external_id: patch.external_id,
-        app_id: patch.app_id,
-        bot_user_id: patch.bot_user_id,
-        bot_id: patch.bot_id,
-        api_base_url: patch.api_base_url,
-        enabled: patch.enabled,
-        format_markdown: patch.format_markdown,
-        typing_indicator: patch.typing_indicator,
-        unlinked_policy: patch.unlinked_policy,
-        telegram_delivery: patch.telegram_delivery,
-        unlinked_notice: patch.unlinked_notice,
-        verify_token: patch.verify_token,
-        outbound_token: patch.outbound_token,
-        rotate_secret: patch.verification_secret.map(|secret| (secret, grace)),
-    };
-    apply(state, tenant, actor, id, &change, audit).await
+    apply(state, tenant, actor, id, &patch, audit).await
 }
 
 /// Applies `change` and records `audit` (its action and details) with it.
@@ -392,7 +254,7 @@ async fn apply(
     tenant: TenantId,
     actor: Actor,
     id: ConnectorId,
-    change: &ConnectorChange,
+    change: &ConnectorPatch,
     (action, details): (AuditAction, serde_json::Value),
 ) -> Result<ConnectorSummary, AppError> {
     let mut tx = TenantTx::begin(&state.pool, tenant).await?;
@@ -429,7 +291,7 @@ pub async fn disable_connector(
     actor: Actor,
     id: ConnectorId,
 ) -> Result<ConnectorSummary, AppError> {
-    let change = ConnectorChange {
+    let change = ConnectorPatch {
         enabled: Some(false),
         ..Default::default()
     };

@@ -1,67 +1,14 @@
-//! What the OpenAPI document says about the values the admin and operator API take, and the
-//! checks that hold the handlers to it: a value the document allows is taken (or names no
-//! resource: 404), and one it refuses is answered 4xx, never 500.
-//!
-//! - Enums are built from the domain types (`Platform::ALL`, `MESSAGE_STATUSES`…), so the
-//!   document cannot list a value the parser refuses.
-//! - Text is bounded and holds no NUL (PostgreSQL `text` cannot store one, and ids are
-//!   indexed: a B-tree entry must stay under about 2.7 kB); past them the answer is 400, as
-//!   for any value the database cannot store. The limits below are the
-//!   `max_length` of the `#[schema]` attributes, which take literals only: the contract test
-//!   (`scripts/contract-test`) tries each boundary.
+//! The checks that hold the admin and operator handlers to what the OpenAPI document says
+//! (`crate::api_schema`, re-exported here): a value the document allows is taken (or names
+//! no resource: 404), and one it refuses is answered 4xx, never 500. Text is bounded and
+//! holds no NUL (PostgreSQL `text` cannot store one, and ids are indexed: a B-tree entry
+//! must stay under about 2.7 kB); past them the answer is 400, as for any value the
+//! database cannot store.
 
-use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
-use utoipa::openapi::{Object, Schema};
+pub use crate::api_schema::*;
 
-use crate::domain::PartStatus;
-use crate::domain::{MessageStatus, Platform, TelegramDelivery, UnlinkedPolicy};
 use crate::error::AppError;
 use crate::http::state::AppState;
-
-/// Connector, tenant and key names.
-pub const NAME_MAX: usize = 200;
-/// Platform and tenant user ids, Slack team/app/bot ids: indexed, and far longer than any
-/// platform's own ids.
-pub const ID_MAX: usize = 256;
-/// Agent and API base URLs.
-pub const URL_MAX: usize = 2048;
-/// Verification secrets, verify tokens and bot tokens.
-pub const SECRET_MAX: usize = 1024;
-/// The notice posted to an unlinked sender: Telegram's and WhatsApp's message limit.
-pub const NOTICE_MAX: usize = 4096;
-/// The listing's text search.
-pub const SEARCH_MAX: usize = 500;
-
-/// Every message status, in lifecycle order (`the_status_lists_are_whole` fails to compile
-/// when a status is added to the domain and not here).
-pub const MESSAGE_STATUSES: [MessageStatus; 7] = [
-    MessageStatus::Accepted,
-    MessageStatus::Dispatching,
-    MessageStatus::Executed,
-    MessageStatus::DeliveryFailed,
-    MessageStatus::DispatchFailed,
-    MessageStatus::DeniedUnlinked,
-    MessageStatus::Ignored,
-];
-
-/// Every reply part status.
-pub const PART_STATUSES: [PartStatus; 5] = [
-    PartStatus::Pending,
-    PartStatus::Sending,
-    PartStatus::Sent,
-    PartStatus::Failed,
-    PartStatus::Unknown,
-];
-
-/// Every `decision` a turn can carry: set by ingress (`ignore_non_text`, `deny_unlinked`)
-/// and by the worker (`respond`, `no_reply`, `dispatch_failed`; `db::turns`).
-pub const DECISIONS: [&str; 5] = [
-    "respond",
-    "no_reply",
-    "dispatch_failed",
-    "deny_unlinked",
-    "ignore_non_text",
-];
 
 /// 400, as for any value the database cannot store, unless `value` fits `max` characters
 /// (JSON Schema's `maxLength` counts code points, as `chars` does) and holds no NUL.
@@ -88,109 +35,6 @@ pub fn names_something(segment: &str, max: usize) -> bool {
     !segment.contains('\0') && segment.chars().count() <= max
 }
 
-/// `deserialize_with` of an optional integer field: JSON Schema's `integer` is any number
-/// without a fractional part, so `100.0` is one, which serde's integers refuse.
-pub fn optional_integer<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: TryFrom<i64> + TryFrom<u64>,
-{
-    use serde::de::Error;
-    use serde::Deserialize;
-    let Some(number) = Option::<serde_json::Number>::deserialize(deserializer)? else {
-        return Ok(None);
-    };
-    let out_of_range = || D::Error::custom(format!("integer {number} out of range"));
-    if let Some(n) = number.as_u64() {
-        return T::try_from(n).map(Some).map_err(|_| out_of_range());
-    }
-    if let Some(n) = number.as_i64() {
-        return T::try_from(n).map(Some).map_err(|_| out_of_range());
-    }
-    match number.as_f64() {
-        // Exactly integral and within i64 (2^63 is the first f64 past it).
-        Some(f) if f.fract() == 0.0 && f.abs() < 9_223_372_036_854_775_808.0 => {
-            T::try_from(f as i64).map(Some).map_err(|_| out_of_range())
-        }
-        _ => Err(D::Error::custom(format!(
-            "invalid type: {number}, expected an integer"
-        ))),
-    }
-}
-
-/// `deserialize_with` of a nullable integer field whose absence differs from `null`
-/// (`#[serde(default)]` gives `None` when absent): `Some(None)` for `null`, `Some(Some(n))`
-/// for a number, integral floats included as in `optional_integer`.
-pub fn nullable_integer<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: TryFrom<i64> + TryFrom<u64>,
-{
-    optional_integer(deserializer).map(Some)
-}
-
-fn string_enum(values: impl IntoIterator<Item = &'static str>, nullable: bool) -> Object {
-    let schema_type = if nullable {
-        SchemaType::from_iter([Type::String, Type::Null])
-    } else {
-        SchemaType::Type(Type::String)
-    };
-    let mut values: Vec<Option<&str>> = values.into_iter().map(Some).collect();
-    if nullable {
-        values.push(None);
-    }
-    ObjectBuilder::new()
-        .schema_type(schema_type)
-        .enum_values(Some(values))
-        .build()
-}
-
-pub fn platform() -> Schema {
-    Schema::Object(string_enum(Platform::ALL.map(Platform::as_str), false))
-}
-
-pub fn message_status() -> Schema {
-    Schema::Object(string_enum(MESSAGE_STATUSES.map(MessageStatus::as_str), false))
-}
-
-pub fn decision() -> Schema {
-    Schema::Object(string_enum(DECISIONS, false))
-}
-
-/// A reply part's status (`db::turns::PartStatus`, which the test below keeps whole).
-pub fn part_status() -> Schema {
-    Schema::Object(string_enum(PART_STATUSES.map(PartStatus::as_str), false))
-}
-
-pub fn optional_platform() -> Schema {
-    Schema::Object(string_enum(Platform::ALL.map(Platform::as_str), true))
-}
-
-pub fn optional_decision() -> Schema {
-    Schema::Object(string_enum(DECISIONS, true))
-}
-
-pub fn optional_unlinked_policy() -> Schema {
-    let all = [UnlinkedPolicy::Deny, UnlinkedPolicy::Allow];
-    Schema::Object(string_enum(all.map(UnlinkedPolicy::as_str), true))
-}
-
-pub fn optional_telegram_delivery() -> Schema {
-    let all = [TelegramDelivery::AtMostOnce, TelegramDelivery::AtLeastOnce];
-    Schema::Object(string_enum(all.map(TelegramDelivery::as_str), true))
-}
-
-/// The statuses the redispatch filter may name.
-pub fn optional_redispatch_status() -> Schema {
-    Schema::Object(string_enum([MessageStatus::DispatchFailed.as_str()], true))
-}
-
-/// The statuses the resend filter may name.
-pub fn optional_resend_status() -> Schema {
-    let statuses = [MessageStatus::DeliveryFailed, MessageStatus::Executed];
-    Schema::Object(string_enum(statuses.map(MessageStatus::as_str), true))
-}
-
 /// The save-time egress check of a URL the caller sets (`field` names it in the answer):
 /// 422 naming the rule, never the addresses its host resolved to. An empty string (which
 /// clears the field) is not checked.
@@ -210,55 +54,6 @@ pub async fn check_egress(state: &AppState, field: &str, url: Option<&str>) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_status_lists_are_whole() {
-        use MessageStatus::*;
-        for status in MESSAGE_STATUSES {
-            match status {
-                Accepted | Dispatching | Executed | DeliveryFailed | DispatchFailed | DeniedUnlinked
-                | Ignored => {}
-            }
-        }
-        let listed: std::collections::HashSet<_> = MESSAGE_STATUSES.into_iter().collect();
-        assert_eq!(listed.len(), 7, "each of the 7 statuses once");
-        for part in PART_STATUSES {
-            match part {
-                PartStatus::Pending
-                | PartStatus::Sending
-                | PartStatus::Sent
-                | PartStatus::Failed
-                | PartStatus::Unknown => {}
-            }
-        }
-    }
-
-    #[test]
-    fn every_listed_status_and_platform_parses_back() {
-        for status in MESSAGE_STATUSES {
-            assert_eq!(status.as_str().parse::<MessageStatus>().ok(), Some(status));
-        }
-        for platform in Platform::ALL {
-            assert_eq!(platform.as_str().parse::<Platform>().ok(), Some(platform));
-        }
-    }
-
-    #[test]
-    fn an_integral_number_is_an_integer_and_a_fraction_is_not() {
-        #[derive(serde::Deserialize)]
-        struct Limit {
-            #[serde(default, deserialize_with = "optional_integer")]
-            limit: Option<i32>,
-        }
-        let parse = |body: &str| serde_json::from_str::<Limit>(body).map(|l| l.limit);
-        assert_eq!(parse(r#"{"limit": 7}"#).ok(), Some(Some(7)));
-        assert_eq!(parse(r#"{"limit": 66423.0}"#).ok(), Some(Some(66423)));
-        assert_eq!(parse(r#"{"limit": null}"#).ok(), Some(None));
-        assert_eq!(parse("{}").ok(), Some(None));
-        assert!(parse(r#"{"limit": 1.5}"#).is_err());
-        assert!(parse(r#"{"limit": 3e9}"#).is_err(), "past i32");
-        assert!(parse(r#"{"limit": "7"}"#).is_err());
-    }
 
     #[test]
     fn text_over_its_limit_or_with_a_nul_is_refused_and_the_limit_counts_characters() {

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::output::{text, time, Field};
 use super::{object, Context};
-use crate::domain::{TelegramDelivery, UnlinkedPolicy};
+use crate::db::connectors::ConnectorPatch;
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -32,44 +32,8 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct UpdateArgs {
     pub id: Uuid,
-    #[arg(long)]
-    pub name: Option<String>,
-    /// false: webhooks answer 404 (history is kept).
-    #[arg(long)]
-    pub enabled: Option<bool>,
-    /// false: replies are posted as plain text.
-    #[arg(long)]
-    pub format_markdown: Option<bool>,
-    #[arg(long, value_enum)]
-    pub unlinked_policy: Option<UnlinkedPolicy>,
-    #[arg(long, value_enum)]
-    pub telegram_delivery: Option<TelegramDelivery>,
-    /// Posted to unlinked senders (deny policy); empty clears it.
-    #[arg(long)]
-    pub unlinked_notice: Option<String>,
-    /// Platform API base URL override; empty clears it.
-    #[arg(long)]
-    pub api_base_url: Option<String>,
-    #[arg(long)]
-    pub external_id: Option<String>,
-    #[arg(long)]
-    pub app_id: Option<String>,
-    #[arg(long)]
-    pub bot_user_id: Option<String>,
-    #[arg(long)]
-    pub bot_id: Option<String>,
-    /// A new verification secret (`@file` or `@-`); the current one stays valid for
-    /// --previous-secret-grace-secs (server default 24 h).
-    #[arg(long, value_parser = crate::secret_input::parse)]
-    pub verification_secret: Option<SecretString>,
-    #[arg(long)]
-    pub previous_secret_grace_secs: Option<u64>,
-    /// A new WhatsApp verify token (`@file` or `@-`).
-    #[arg(long, value_parser = crate::secret_input::parse)]
-    pub verify_token: Option<SecretString>,
-    /// A new bot or access token (`@file` or `@-`).
-    #[arg(long, value_parser = crate::secret_input::parse)]
-    pub outbound_token: Option<SecretString>,
+    #[command(flatten)]
+    pub patch: ConnectorPatch,
 }
 
 const LIST: &[Field] = &[
@@ -141,6 +105,7 @@ pub async fn run(command: Command, context: &Context) -> anyhow::Result<()> {
 }
 
 fn patch_of(update: &UpdateArgs) -> Value {
+    let update = &update.patch;
     let string = |value: &Option<String>| value.as_ref().map(|v| json!(v));
     let secret = |value: &Option<SecretString>| value.as_ref().map(|v| json!(v.expose_secret()));
     object(vec![

@@ -2,10 +2,9 @@
 //! text.
 
 use clap::{Args, Parser, Subcommand};
-use secrecy::SecretString;
 
 use crate::db::connectors::NewConnector;
-use crate::domain::{Platform, TelegramDelivery, TenantId, UnlinkedPolicy};
+use crate::domain::{Platform, TenantId};
 use crate::settings::{DatabaseSettings, EgressSettings, LogFormat, ServeSettings};
 
 #[derive(Debug, Parser)]
@@ -243,75 +242,10 @@ pub struct ConnectorAdd {
     pub database: DatabaseSettings,
     #[arg(long)]
     pub tenant: TenantId,
-    #[arg(long, value_enum)]
-    pub platform: Platform,
-    #[arg(long, default_value = "")]
-    pub name: String,
-    /// Slack signing secret, Meta app secret or Telegram secret_token.
-    #[arg(long, env = "CB_VERIFICATION_SECRET", hide_env_values = true, value_parser = crate::secret_input::parse)]
-    pub verification_secret: SecretString,
-    /// Meta's hub.verify_token (WhatsApp only).
-    #[arg(long, env = "CB_VERIFY_TOKEN", hide_env_values = true, value_parser = crate::secret_input::parse)]
-    pub verify_token: Option<SecretString>,
-    /// Slack bot token, WhatsApp access token or Telegram bot token.
-    #[arg(long, env = "CB_OUTBOUND_TOKEN", hide_env_values = true, value_parser = crate::secret_input::parse)]
-    pub outbound_token: Option<SecretString>,
-    /// Platform API base URL override (tests, proxies); checked against the egress policy.
-    #[arg(long)]
-    pub api_base_url: Option<String>,
+    #[command(flatten)]
+    pub connector: NewConnector,
     #[command(flatten)]
     pub egress: EgressSettings,
-    /// Slack team id, WhatsApp phone_number_id or Telegram bot id.
-    #[arg(long)]
-    pub external_id: Option<String>,
-    /// Slack api_app_id.
-    #[arg(long)]
-    pub app_id: Option<String>,
-    /// The bot's own user id (Slack U…, Telegram bot id), for echo filtering.
-    #[arg(long)]
-    pub bot_user_id: Option<String>,
-    /// Slack bot_id (B…), for echo filtering.
-    #[arg(long)]
-    pub bot_id: Option<String>,
-    /// What to do with senders that have no link.
-    #[arg(long, value_enum, default_value_t = UnlinkedPolicy::Deny)]
-    pub unlinked_policy: UnlinkedPolicy,
-    /// Telegram: resend a reply whose send was interrupted (at-least-once) or not.
-    #[arg(long, value_enum, default_value_t = TelegramDelivery::AtMostOnce)]
-    pub telegram_delivery: TelegramDelivery,
-    /// Text posted to unlinked senders (deny policy), at most once a day each.
-    #[arg(long)]
-    pub unlinked_notice: Option<String>,
-    /// Send replies as plain text instead of converting the agent's Markdown to the
-    /// platform's formatting.
-    #[arg(long)]
-    pub plain_text: bool,
-    /// Show no typing indicator while the agent works (on WhatsApp it also marks the user's
-    /// message read).
-    #[arg(long)]
-    pub no_typing: bool,
-}
-
-impl ConnectorAdd {
-    pub fn to_new_connector(&self) -> NewConnector {
-        NewConnector {
-            platform: self.platform,
-            name: self.name.clone(),
-            external_id: self.external_id.clone(),
-            app_id: self.app_id.clone(),
-            bot_user_id: self.bot_user_id.clone(),
-            bot_id: self.bot_id.clone(),
-            verification_secret: self.verification_secret.clone(),
-            verify_token: self.verify_token.clone(),
-            outbound_token: self.outbound_token.clone(),
-            api_base_url: self.api_base_url.clone(),
-            unlinked_policy: self.unlinked_policy,
-            telegram_delivery: self.telegram_delivery,
-            unlinked_notice: self.unlinked_notice.clone(),
-            format_markdown: !self.plain_text,
-            typing_indicator: !self.no_typing,
-        }
-    }
 }
 
 #[derive(Debug, Subcommand)]

@@ -59,16 +59,16 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
             )
         }
         Command::Connector(ConnectorCommand::Add(add)) => {
-            check_egress(&add.egress, "--api-base-url", add.api_base_url.as_deref()).await?;
+            check_egress(
+                &add.egress,
+                "--api-base-url",
+                add.connector.api_base_url.as_deref(),
+            )
+            .await?;
             let pool = crate::db::connect_pool(&add.database)?;
             print_json(
-                &crate::provision::add_connector(
-                    &pool,
-                    &add.database.secrets,
-                    add.tenant,
-                    &add.to_new_connector(),
-                )
-                .await?,
+                &crate::provision::add_connector(&pool, &add.database.secrets, add.tenant, &add.connector)
+                    .await?,
             )
         }
         command @ (Command::Key(_) | Command::Messages(_) | Command::History { .. }) => {

@@ -19,9 +19,9 @@ use super::error::{ConsoleError, PageResult};
 use super::html::{badge, esc};
 use super::pages::{ok_page, when};
 use super::session::{CsrfForm, SignedIn};
-use crate::admin::connectors::{self, ConnectorIn, ConnectorPatch, DEFAULT_GRACE_SECS};
+use crate::admin::connectors::{self, MAX_GRACE_SECS};
 use crate::db::audit::Actor;
-use crate::db::connectors::ConnectorSummary;
+use crate::db::connectors::{ConnectorPatch, ConnectorSummary, NewConnector, DEFAULT_GRACE_SECS};
 use crate::domain::{ConnectorId, Platform, TenantId, UnlinkedPolicy};
 use crate::error::AppError;
 use crate::http::state::AppState;
@@ -32,7 +32,7 @@ const GRACES: [(u64, &str); 5] = [
     (3600, "1 hour"),
     (DEFAULT_GRACE_SECS, "24 hours (as Slack does)"),
     (7 * 24 * 3600, "7 days"),
-    (crate::admin::connectors::MAX_GRACE_SECS, "30 days"),
+    (MAX_GRACE_SECS, "30 days"),
 ];
 
 #[derive(Deserialize)]
@@ -89,7 +89,7 @@ pub struct NewForm {
 
 impl NewForm {
     /// The API's input; its checks run in `create_connector`.
-    fn into_input(self) -> Result<ConnectorIn, AppError> {
+    fn into_input(self) -> Result<NewConnector, AppError> {
         let unprocessable = |message: String| AppError::Unprocessable(message);
         let platform: Platform = self
             .platform
@@ -99,7 +99,7 @@ impl NewForm {
             .map(|p| p.parse::<UnlinkedPolicy>())
             .transpose()
             .map_err(unprocessable)?;
-        Ok(ConnectorIn {
+        Ok(NewConnector {
             platform,
             name: text(self.name).unwrap_or_default(),
             // An empty one is refused by the API's check ("must not be empty").
@@ -113,11 +113,11 @@ impl NewForm {
             app_id: text(self.app_id),
             bot_user_id: text(self.bot_user_id),
             bot_id: text(self.bot_id),
-            unlinked_policy,
-            telegram_delivery: None,
+            unlinked_policy: unlinked_policy.unwrap_or_default(),
+            telegram_delivery: Default::default(),
             unlinked_notice: None,
-            format_markdown: None,
-            typing_indicator: None,
+            format_markdown: true,
+            typing_indicator: true,
         })
     }
 }

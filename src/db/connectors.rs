@@ -2,31 +2,106 @@
 //! are stored sealed (`crate::secrets`) and opened as a row is read.
 
 use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+use utoipa::ToSchema;
 
 use super::tenants::unopened;
 use super::TenantTx;
+use crate::api_schema;
 use crate::domain::{Connector, ConnectorId, Platform, TelegramDelivery, UnlinkedPolicy};
 use crate::secrets::{Binding, ConnectorSecret, Keyring};
 
-/// A connector to create. Secrets are only ever written, never read back by the API.
-#[derive(Debug, Clone)]
+// A connector to create: the API's `ConnectorIn` and the flags of `connector add` (a doc
+// comment here would become the document's description). Field docs are the document's
+// wording, `help` the command line's. Secrets are only ever written, never read back.
+#[derive(Debug, Clone, Deserialize, ToSchema, clap::Args)]
+#[serde(deny_unknown_fields)]
+#[schema(as = ConnectorIn, example = json!({"platform": "telegram", "name": "Support bot", "verification_secret": "tg-secret-token-1234",
+    "outbound_token": "123456:ABC-DEF1234ghIkl-zyx57W2v1u123ew11", "external_id": "123456", "bot_user_id": "123456",
+    "unlinked_policy": "deny", "telegram_delivery": "at_most_once"}))]
 pub struct NewConnector {
+    #[schema(schema_with = api_schema::platform)]
+    #[arg(long, value_enum)]
     pub platform: Platform,
+    #[serde(default)]
+    #[schema(max_length = 200, pattern = r"^[^\u0000]*$")]
+    #[arg(long, default_value = "")]
     pub name: String,
-    pub external_id: Option<String>,
-    pub app_id: Option<String>,
-    pub bot_user_id: Option<String>,
-    pub bot_id: Option<String>,
+    /// Slack signing secret, Meta app secret or Telegram secret_token. Not blank.
+    #[schema(value_type = String, format = Password, max_length = 1024, pattern = r"^[^\u0000]*[^\u0000\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\u0000]*$")]
+    #[arg(long, env = "CB_VERIFICATION_SECRET", hide_env_values = true, value_parser = crate::secret_input::parse,
+        help = "Slack signing secret, Meta app secret or Telegram secret_token")]
     pub verification_secret: SecretString,
+    /// Meta's `hub.verify_token` (WhatsApp).
+    #[schema(value_type = Option<String>, format = Password, max_length = 1024, pattern = r"^[^\u0000]*$")]
+    #[arg(long, env = "CB_VERIFY_TOKEN", hide_env_values = true, value_parser = crate::secret_input::parse,
+        help = "Meta's hub.verify_token (WhatsApp only)")]
     pub verify_token: Option<SecretString>,
+    /// Slack bot token, WhatsApp access token or Telegram bot token.
+    #[schema(value_type = Option<String>, format = Password, max_length = 1024, pattern = r"^[^\u0000]*$")]
+    #[arg(long, env = "CB_OUTBOUND_TOKEN", hide_env_values = true, value_parser = crate::secret_input::parse)]
     pub outbound_token: Option<SecretString>,
+    /// Platform API base URL override (tests, proxies): http or https, every address of its
+    /// host public unless the operator's `CB_EGRESS_ALLOW` allows it (else 422).
+    #[schema(max_length = 2048, pattern = r"^$|^[hH][tT][tT][pP][sS]?://[^\u0000]+$")]
+    #[arg(
+        long,
+        help = "Platform API base URL override (tests, proxies); checked against the egress policy"
+    )]
     pub api_base_url: Option<String>,
+    /// Slack team id, WhatsApp phone_number_id or Telegram bot id.
+    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
+    #[arg(long, display_order = AFTER_EGRESS)]
+    pub external_id: Option<String>,
+    /// Slack `api_app_id`.
+    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
+    #[arg(long, display_order = AFTER_EGRESS + 1, help = "Slack api_app_id")]
+    pub app_id: Option<String>,
+    /// The bot's own user id: its messages are echoes, never dispatched.
+    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
+    #[arg(long, display_order = AFTER_EGRESS + 2,
+        help = "The bot's own user id (Slack U…, Telegram bot id), for echo filtering")]
+    pub bot_user_id: Option<String>,
+    /// Slack `bot_id` (`B…`) of the app.
+    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
+    #[arg(long, display_order = AFTER_EGRESS + 3, help = "Slack bot_id (B…), for echo filtering")]
+    pub bot_id: Option<String>,
+    /// Default `deny`.
+    #[serde(default, deserialize_with = "api_schema::null_as_default")]
+    #[schema(schema_with = api_schema::optional_unlinked_policy)]
+    #[arg(long, value_enum, default_value_t = UnlinkedPolicy::Deny, display_order = AFTER_EGRESS + 4,
+        help = "What to do with senders that have no link")]
     pub unlinked_policy: UnlinkedPolicy,
+    /// Telegram only; default `at_most_once`.
+    #[serde(default, deserialize_with = "api_schema::null_as_default")]
+    #[schema(schema_with = api_schema::optional_telegram_delivery)]
+    #[arg(long, value_enum, default_value_t = TelegramDelivery::AtMostOnce, display_order = AFTER_EGRESS + 5,
+        help = "Telegram: resend a reply whose send was interrupted (at-least-once) or not")]
     pub telegram_delivery: TelegramDelivery,
+    /// Posted to an unlinked sender under the deny policy, at most once a day each.
+    #[schema(max_length = 4096, pattern = r"^[^\u0000]*$")]
+    #[arg(long, display_order = AFTER_EGRESS + 6,
+        help = "Text posted to unlinked senders (deny policy), at most once a day each")]
     pub unlinked_notice: Option<String>,
+    /// Convert the agent's Markdown to the platform's formatting (default); `false` sends
+    /// replies as plain text.
+    #[serde(default = "api_schema::yes", deserialize_with = "api_schema::null_as_true")]
+    #[schema(value_type = Option<bool>)]
+    #[arg(long = "plain-text", action = clap::ArgAction::SetFalse, display_order = AFTER_EGRESS + 7,
+        help = "Send replies as plain text instead of converting the agent's Markdown to the platform's formatting")]
     pub format_markdown: bool,
+    /// Show the platform's typing indicator while the agent works (default); `false` shows
+    /// none (on WhatsApp it also comes with the read receipt).
+    #[serde(default = "api_schema::yes", deserialize_with = "api_schema::null_as_true")]
+    #[schema(value_type = Option<bool>)]
+    #[arg(long = "no-typing", action = clap::ArgAction::SetFalse, display_order = AFTER_EGRESS + 8,
+        help = "Show no typing indicator while the agent works (on WhatsApp it also marks the user's message read)")]
     pub typing_indicator: bool,
 }
+
+/// Where `connector add` lists the flags that follow `--egress-allow`, which it shows right
+/// after `--api-base-url`.
+const AFTER_EGRESS: usize = 100;
 
 #[derive(sqlx::FromRow)]
 struct ConnectorRow {
@@ -261,32 +336,97 @@ pub async fn summary(tx: &mut TenantTx, id: ConnectorId) -> Result<Option<Connec
         .await
 }
 
-/// A partial update. `Some("")` clears an optional text field.
-#[derive(Debug, Clone, Default)]
-pub struct ConnectorChange {
+/// How long a rotated-out verification secret stays valid by default: Slack keeps the
+/// previous signing secret valid for 24 hours.
+pub const DEFAULT_GRACE_SECS: u64 = 24 * 3600;
+
+// Also the flags of `admin connectors update`: `help` is its wording, `display_order` its
+// order of flags (the declaration's order is the API's, which its 422 answers list).
+/// Fields to change; absent (or null) fields stay. An empty string clears an optional text
+/// field.
+#[derive(Debug, Default, Deserialize, ToSchema, clap::Args)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"verification_secret": "new-signing-secret-5678", "previous_secret_grace_secs": 3600}))]
+pub struct ConnectorPatch {
+    /// Not empty.
+    #[schema(min_length = 1, max_length = 200, pattern = r"^[^\u0000]*$")]
+    #[arg(long, display_order = 0, help = None::<&str>)]
     pub name: Option<String>,
-    pub external_id: Option<String>,
-    pub app_id: Option<String>,
-    pub bot_user_id: Option<String>,
-    pub bot_id: Option<String>,
-    pub api_base_url: Option<String>,
+    #[arg(
+        long,
+        display_order = 1,
+        help = "false: webhooks answer 404 (history is kept)"
+    )]
     pub enabled: Option<bool>,
-    pub format_markdown: Option<bool>,
-    pub typing_indicator: Option<bool>,
-    pub unlinked_policy: Option<UnlinkedPolicy>,
-    pub telegram_delivery: Option<TelegramDelivery>,
-    pub unlinked_notice: Option<String>,
+    /// A new verification secret; the current one stays valid for
+    /// `previous_secret_grace_secs` (default 24 h). Not blank.
+    #[schema(value_type = Option<String>, format = Password, max_length = 1024, pattern = r"^[^\u0000]*[^\u0000\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\u0000]*$")]
+    #[arg(long, display_order = 11, value_parser = crate::secret_input::parse,
+        help = "A new verification secret (`@file` or `@-`); the current one stays valid for --previous-secret-grace-secs (server default 24 h)")]
+    pub verification_secret: Option<SecretString>,
+    /// Seconds the replaced secret stays valid: 0 to 2592000 (30 days).
+    #[schema(minimum = 0, maximum = 2592000)]
+    #[serde(default, deserialize_with = "api_schema::optional_integer")]
+    #[arg(long, display_order = 12, help = None::<&str>)]
+    pub previous_secret_grace_secs: Option<u64>,
+    #[schema(value_type = Option<String>, format = Password, max_length = 1024, pattern = r"^[^\u0000]*$")]
+    #[arg(long, display_order = 13, value_parser = crate::secret_input::parse,
+        help = "A new WhatsApp verify token (`@file` or `@-`)")]
     pub verify_token: Option<SecretString>,
+    #[schema(value_type = Option<String>, format = Password, max_length = 1024, pattern = r"^[^\u0000]*$")]
+    #[arg(long, display_order = 14, value_parser = crate::secret_input::parse,
+        help = "A new bot or access token (`@file` or `@-`)")]
     pub outbound_token: Option<SecretString>,
-    /// A new verification secret; the current one stays valid for `grace`.
-    pub rotate_secret: Option<(SecretString, std::time::Duration)>,
+    /// Platform API base URL override (tests, proxies): http or https, every address of its
+    /// host public unless the operator's `CB_EGRESS_ALLOW` allows it (else 422). An empty
+    /// string clears it.
+    #[schema(max_length = 2048, pattern = r"^$|^[hH][tT][tT][pP][sS]?://[^\u0000]+$")]
+    #[arg(
+        long,
+        display_order = 6,
+        help = "Platform API base URL override; empty clears it"
+    )]
+    pub api_base_url: Option<String>,
+    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
+    #[arg(long, display_order = 7)]
+    pub external_id: Option<String>,
+    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
+    #[arg(long, display_order = 8)]
+    pub app_id: Option<String>,
+    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
+    #[arg(long, display_order = 9)]
+    pub bot_user_id: Option<String>,
+    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
+    #[arg(long, display_order = 10)]
+    pub bot_id: Option<String>,
+    #[schema(schema_with = api_schema::optional_unlinked_policy)]
+    #[arg(long, value_enum, display_order = 3)]
+    pub unlinked_policy: Option<UnlinkedPolicy>,
+    #[schema(schema_with = api_schema::optional_telegram_delivery)]
+    #[arg(long, value_enum, display_order = 4)]
+    pub telegram_delivery: Option<TelegramDelivery>,
+    #[schema(max_length = 4096, pattern = r"^[^\u0000]*$")]
+    #[arg(
+        long,
+        display_order = 5,
+        help = "Posted to unlinked senders (deny policy); empty clears it"
+    )]
+    pub unlinked_notice: Option<String>,
+    /// Convert the agent's Markdown to the platform's formatting, or send plain text.
+    #[arg(long, display_order = 2, help = "false: replies are posted as plain text")]
+    pub format_markdown: Option<bool>,
+    /// Show the platform's typing indicator while the agent works, or not.
+    #[arg(skip)]
+    pub typing_indicator: Option<bool>,
 }
 
+/// A new verification secret rotates it (the current one stays valid for the grace);
+/// `false` when there is no such connector for this tenant.
 pub async fn update(
     tx: &mut TenantTx,
     keys: &Keyring,
     id: ConnectorId,
-    change: &ConnectorChange,
+    change: &ConnectorPatch,
 ) -> Result<bool, sqlx::Error> {
     let tenant = tx.tenant();
     let at = |secret| Binding::connector(tenant, id, secret);
@@ -342,11 +482,12 @@ pub async fn update(
     if let Some(typing) = change.typing_indicator {
         sql.push(", typing_indicator = ").push_bind(typing);
     }
-    if let Some((secret, grace)) = &change.rotate_secret {
+    if let Some(secret) = &change.verification_secret {
+        let grace = change.previous_secret_grace_secs.unwrap_or(DEFAULT_GRACE_SECS);
         // Right-hand sides read the old row: the current secret becomes the previous one.
         sql.push(", previous_verification_secret = verification_secret");
         sql.push(", previous_secret_expires_at = now() + make_interval(secs => ")
-            .push_bind(grace.as_secs_f64())
+            .push_bind(grace as f64)
             .push(")");
         let sealed = keys
             .seal(secret.expose_secret(), &at(ConnectorSecret::Verification))
