@@ -10,7 +10,7 @@ use uuid::Uuid;
 use super::client::Query;
 use super::output::{self, cut, text, time, Field, Format};
 use super::{object, Context};
-use crate::domain::Platform;
+use crate::db::messages::MessageSelection;
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -53,26 +53,15 @@ pub enum Command {
 
 /// The listing's filters; each narrows.
 #[derive(Debug, Args)]
+#[command(mut_arg("status", |status| status.help(
+    "accepted, dispatching, executed, delivery_failed, dispatch_failed, denied_unlinked or ignored"
+)))]
 pub struct Filters {
-    /// Linked user id.
-    #[arg(long)]
-    pub user: Option<String>,
-    #[arg(long, value_enum)]
-    pub platform: Option<Platform>,
-    #[arg(long)]
-    pub connector: Option<Uuid>,
-    /// accepted, dispatching, executed, delivery_failed, dispatch_failed, denied_unlinked or ignored.
-    #[arg(long)]
-    pub status: Option<String>,
+    #[command(flatten)]
+    pub matching: MessageSelection,
     /// respond, no_reply, dispatch_failed, deny_unlinked or ignore_non_text.
     #[arg(long)]
     pub decision: Option<String>,
-    /// Received at or after (RFC 3339).
-    #[arg(long)]
-    pub since: Option<chrono::DateTime<chrono::Utc>>,
-    /// Received before (RFC 3339).
-    #[arg(long)]
-    pub until: Option<chrono::DateTime<chrono::Utc>>,
     /// Case-insensitive text search over request and response.
     #[arg(long)]
     pub search: Option<String>,
@@ -80,19 +69,20 @@ pub struct Filters {
 
 impl Filters {
     fn query(&self) -> Query {
+        let matching = &self.matching;
         let mut query = Query::new();
         let mut add = |name, value: Option<String>| {
             if let Some(value) = value {
                 query.push((name, value));
             }
         };
-        add("user_id", self.user.clone());
-        add("platform", self.platform.map(|p| p.as_str().to_owned()));
-        add("connector_id", self.connector.map(|c| c.to_string()));
-        add("status", self.status.clone());
+        add("user_id", matching.user_id.clone());
+        add("platform", matching.platform.map(|p| p.as_str().to_owned()));
+        add("connector_id", matching.connector_id.map(|c| c.to_string()));
+        add("status", matching.status.map(|s| s.as_str().to_owned()));
         add("decision", self.decision.clone());
-        add("since", self.since.map(|t| t.to_rfc3339()));
-        add("until", self.until.map(|t| t.to_rfc3339()));
+        add("since", matching.since.map(|t| t.to_rfc3339()));
+        add("until", matching.until.map(|t| t.to_rfc3339()));
         add("q", self.search.clone());
         query
     }
@@ -101,26 +91,15 @@ impl Filters {
 /// Which messages a recovery action takes: one by id, or those the filters select (at most
 /// --limit per call; the answer's `more` says whether to run it again).
 #[derive(Debug, Args)]
+#[command(mut_arg("status", |status| status.help(
+    "resend: delivery_failed or executed (both when absent); redispatch: dispatch_failed"
+)))]
 pub struct Selection {
     /// One message, by id.
-    #[arg(long, conflicts_with_all = ["user", "platform", "connector", "status", "since", "until", "limit"])]
+    #[arg(long, conflicts_with_all = ["user_id", "platform", "connector_id", "status", "since", "until", "limit"])]
     pub id: Option<Uuid>,
-    /// Linked user id.
-    #[arg(long)]
-    pub user: Option<String>,
-    #[arg(long, value_enum)]
-    pub platform: Option<Platform>,
-    #[arg(long)]
-    pub connector: Option<Uuid>,
-    /// resend: delivery_failed or executed (both when absent); redispatch: dispatch_failed.
-    #[arg(long)]
-    pub status: Option<String>,
-    /// Received at or after (RFC 3339).
-    #[arg(long)]
-    pub since: Option<chrono::DateTime<chrono::Utc>>,
-    /// Received before (RFC 3339).
-    #[arg(long)]
-    pub until: Option<chrono::DateTime<chrono::Utc>>,
+    #[command(flatten)]
+    pub matching: MessageSelection,
     /// Most messages this call queues, 1..=1000 (server default 100).
     #[arg(long)]
     pub limit: Option<i64>,
@@ -128,13 +107,14 @@ pub struct Selection {
 
 impl Selection {
     fn body(&self, include_unknown: Option<bool>) -> Value {
+        let matching = &self.matching;
         object(vec![
-            ("user_id", self.user.as_ref().map(|u| json!(u))),
-            ("platform", self.platform.map(|p| json!(p.as_str()))),
-            ("connector_id", self.connector.map(|c| json!(c))),
-            ("status", self.status.as_ref().map(|s| json!(s))),
-            ("since", self.since.map(|t| json!(t))),
-            ("until", self.until.map(|t| json!(t))),
+            ("user_id", matching.user_id.as_ref().map(|u| json!(u))),
+            ("platform", matching.platform.map(|p| json!(p.as_str()))),
+            ("connector_id", matching.connector_id.map(|c| json!(c))),
+            ("status", matching.status.map(|s| json!(s.as_str()))),
+            ("since", matching.since.map(|t| json!(t))),
+            ("until", matching.until.map(|t| json!(t))),
             ("limit", self.limit.map(Value::from)),
             ("include_unknown", include_unknown.map(Value::from)),
         ])

@@ -158,14 +158,15 @@ async fn run_admin(command: Command) -> anyhow::Result<()> {
         }) => {
             let pool = crate::db::connect_pool(&database)?;
             known_tenant(&pool, tenant).await?;
+            let matching = filters.matching;
             let query = messages::MessagesQuery {
-                user_id: filters.user,
-                platform: filters.platform.map(|p| p.as_str().to_owned()),
-                connector_id: filters.connector,
-                status: filters.status,
+                user_id: matching.user_id,
+                platform: matching.platform.map(|p| p.as_str().to_owned()),
+                connector_id: matching.connector_id.map(|c| c.0),
+                status: matching.status.map(|s| s.as_str().to_owned()),
                 decision: filters.decision,
-                since: filters.since,
-                until: filters.until,
+                since: matching.since,
+                until: matching.until,
                 q: filters.search,
                 cursor,
                 limit: Some(limit),
@@ -213,13 +214,14 @@ async fn recover(
     let queued = match selection.id {
         Some(id) => messages::recover_one(&pool, args.tenant, action, id, include_unknown, Actor::Cli).await,
         None => {
+            let matching = selection.matching;
             let filter = ActionFilterIn {
-                user_id: selection.user,
-                platform: selection.platform.map(|p| p.as_str().to_owned()),
-                connector_id: selection.connector,
-                status: selection.status,
-                since: selection.since,
-                until: selection.until,
+                user_id: matching.user_id,
+                platform: matching.platform.map(|p| p.as_str().to_owned()),
+                connector_id: matching.connector_id.map(|c| c.0),
+                status: matching.status.map(|s| s.as_str().to_owned()),
+                since: matching.since,
+                until: matching.until,
                 limit: selection.limit,
                 include_unknown: include_unknown.then_some(true),
             };

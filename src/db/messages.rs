@@ -366,17 +366,33 @@ pub async fn reply_parts_of(
     Ok(rows.into_iter().map(|row| (row.message_id, row.part)).collect())
 }
 
+/// Which messages: each field set narrows the choice. Shared by the listing, the recovery
+/// actions and both command lines (each command describes `--status` in its own words).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct MessageSelection {
+    /// Linked user id.
+    #[arg(long = "user", value_name = "USER")]
+    pub user_id: Option<String>,
+    #[arg(long, value_enum)]
+    pub platform: Option<Platform>,
+    #[arg(long = "connector", value_name = "CONNECTOR")]
+    pub connector_id: Option<ConnectorId>,
+    #[arg(long)]
+    pub status: Option<MessageStatus>,
+    /// Received at or after (RFC 3339).
+    #[arg(long)]
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Received before (RFC 3339).
+    #[arg(long)]
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct MessageFilter {
-    pub user_id: Option<String>,
+    pub matching: MessageSelection,
     /// An unlinked sender's conversation (`conversation_key` of turns with no user).
     pub sender_conversation: Option<String>,
-    pub platform: Option<String>,
-    pub connector_id: Option<uuid::Uuid>,
-    pub status: Option<String>,
     pub decision: Option<String>,
-    pub since: Option<chrono::DateTime<chrono::Utc>>,
-    pub until: Option<chrono::DateTime<chrono::Utc>>,
     /// Case-insensitive, in the request or the response.
     pub text: Option<String>,
     /// Keyset: rows strictly older than this `(received_at, id)`.
@@ -396,11 +412,12 @@ pub async fn list(tx: &mut TenantTx, filter: &MessageFilter) -> Result<Vec<Messa
             sql.push(format!(" and {column} = ")).push_bind(value);
         }
     };
-    eq("user_id", filter.user_id.clone());
-    eq("platform", filter.platform.clone());
-    eq("status", filter.status.clone());
+    let matching = &filter.matching;
+    eq("user_id", matching.user_id.clone());
+    eq("platform", matching.platform.map(|p| p.as_str().to_owned()));
+    eq("status", matching.status.map(|s| s.as_str().to_owned()));
     eq("decision", filter.decision.clone());
-    if let Some(connector) = filter.connector_id {
+    if let Some(connector) = matching.connector_id {
         sql.push(" and connector_id = ").push_bind(connector);
     }
     if let Some(key) = &filter.sender_conversation {
@@ -408,10 +425,10 @@ pub async fn list(tx: &mut TenantTx, filter: &MessageFilter) -> Result<Vec<Messa
         sql.push(" and user_id is null and conversation_key = ")
             .push_bind(key.clone());
     }
-    if let Some(since) = filter.since {
+    if let Some(since) = matching.since {
         sql.push(" and received_at >= ").push_bind(since);
     }
-    if let Some(until) = filter.until {
+    if let Some(until) = matching.until {
         sql.push(" and received_at < ").push_bind(until);
     }
     if let Some(text) = &filter.text {

@@ -1,21 +1,16 @@
 //! The admin actions `redispatch` and `resend`, the only transitions without a lease
 //! (docs/admin.md#failed-turns-seeing-them-and-acting-on-them).
 
+use crate::db::messages::MessageSelection;
 use crate::db::queue::{self, Stage};
 use crate::db::TenantTx;
-use crate::domain::{ConnectorId, MessageId, MessageStatus, PartStatus, Platform};
+use crate::domain::{MessageId, PartStatus};
 
 /// Each field set narrows the choice as in the admin listing; oldest first, at most `limit`.
 #[derive(Debug, Clone, Default)]
 pub struct Selection {
     pub ids: Option<Vec<MessageId>>,
-    pub user_id: Option<String>,
-    pub platform: Option<Platform>,
-    pub connector_id: Option<ConnectorId>,
-    pub status: Option<MessageStatus>,
-    /// Received at or after `since`, before `until`.
-    pub since: Option<chrono::DateTime<chrono::Utc>>,
-    pub until: Option<chrono::DateTime<chrono::Utc>>,
+    pub matching: MessageSelection,
     pub limit: i64,
 }
 
@@ -69,22 +64,23 @@ fn push_candidates(
     if let Some(ids) = &selection.ids {
         sql.push(" and m.id = any(").push_bind(ids.clone()).push(")");
     }
-    if let Some(user) = &selection.user_id {
+    let matching = &selection.matching;
+    if let Some(user) = &matching.user_id {
         sql.push(" and m.user_id = ").push_bind(user.clone());
     }
-    if let Some(platform) = selection.platform {
+    if let Some(platform) = matching.platform {
         sql.push(" and m.platform = ").push_bind(platform.as_str());
     }
-    if let Some(connector) = selection.connector_id {
+    if let Some(connector) = matching.connector_id {
         sql.push(" and m.connector_id = ").push_bind(connector);
     }
-    if let Some(status) = selection.status {
+    if let Some(status) = matching.status {
         sql.push(" and m.status = ").push_bind(status);
     }
-    if let Some(since) = selection.since {
+    if let Some(since) = matching.since {
         sql.push(" and m.received_at >= ").push_bind(since);
     }
-    if let Some(until) = selection.until {
+    if let Some(until) = matching.until {
         sql.push(" and m.received_at < ").push_bind(until);
     }
 }

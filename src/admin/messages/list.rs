@@ -10,9 +10,9 @@ use uuid::Uuid;
 use super::message::MessageOut;
 use crate::admin::auth::TenantAdmin;
 use crate::admin::schema;
-use crate::db::messages::{MessageFilter, MessageRow};
+use crate::db::messages::{MessageFilter, MessageRow, MessageSelection};
 use crate::db::{self, TenantTx};
-use crate::domain::{MessageId, TenantId};
+use crate::domain::{ConnectorId, MessageId, MessageStatus, Platform, TenantId};
 use crate::error::{ApiJsonError, AppError};
 use crate::http::extract::ApiQuery;
 use crate::http::state::AppState;
@@ -85,16 +85,18 @@ pub(super) fn filter_of(query: &MessagesQuery) -> Result<MessageFilter, AppError
             "limit must be between 1 and {MAX_LIMIT}"
         )));
     }
-    if let Some(platform) = &query.platform {
-        platform
-            .parse::<crate::domain::Platform>()
-            .map_err(|e| AppError::Unprocessable(e.to_string()))?;
-    }
-    if let Some(status) = &query.status {
-        status
-            .parse::<crate::domain::MessageStatus>()
-            .map_err(AppError::Unprocessable)?;
-    }
+    let platform = query
+        .platform
+        .as_deref()
+        .map(str::parse::<Platform>)
+        .transpose()
+        .map_err(|e| AppError::Unprocessable(e.to_string()))?;
+    let status = query
+        .status
+        .as_deref()
+        .map(str::parse::<MessageStatus>)
+        .transpose()
+        .map_err(AppError::Unprocessable)?;
     if let Some(decision) = query.decision.as_deref() {
         if !schema::DECISIONS.contains(&decision) {
             return Err(AppError::Unprocessable(format!("unknown decision `{decision}`")));
@@ -103,14 +105,16 @@ pub(super) fn filter_of(query: &MessagesQuery) -> Result<MessageFilter, AppError
     schema::check_optional_text("user_id", query.user_id.as_deref(), schema::ID_MAX)?;
     schema::check_optional_text("q", query.q.as_deref(), schema::SEARCH_MAX)?;
     Ok(MessageFilter {
-        user_id: query.user_id.clone(),
+        matching: MessageSelection {
+            user_id: query.user_id.clone(),
+            platform,
+            connector_id: query.connector_id.map(ConnectorId),
+            status,
+            since: query.since,
+            until: query.until,
+        },
         sender_conversation: None,
-        platform: query.platform.clone(),
-        connector_id: query.connector_id,
-        status: query.status.clone(),
         decision: query.decision.clone(),
-        since: query.since,
-        until: query.until,
         text: query.q.clone().filter(|q| !q.is_empty()),
         before: query.cursor.as_deref().map(decode_cursor).transpose()?,
         // One more than asked tells whether another page exists.

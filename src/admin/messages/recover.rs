@@ -17,6 +17,7 @@ use uuid::Uuid;
 use crate::admin::auth::TenantAdmin;
 use crate::admin::schema;
 use crate::db::audit::{Actor, AuditAction, AuditEntry};
+use crate::db::messages::MessageSelection;
 use crate::db::{self, TenantTx};
 use crate::domain::{ConnectorId, MessageId, MessageStatus, Platform, TenantId};
 use crate::error::{ApiJsonError, AppError};
@@ -217,12 +218,14 @@ fn selection_of(filter: &ActionFilterIn, action: Recovery) -> Result<Selection, 
     }
     Ok(Selection {
         ids: None,
-        user_id: filter.user_id.clone(),
-        platform,
-        connector_id: filter.connector_id.map(ConnectorId),
-        status,
-        since: filter.since,
-        until: filter.until,
+        matching: MessageSelection {
+            user_id: filter.user_id.clone(),
+            platform,
+            connector_id: filter.connector_id.map(ConnectorId),
+            status,
+            since: filter.since,
+            until: filter.until,
+        },
         limit,
     })
 }
