@@ -317,6 +317,19 @@ impl PartStatus {
     }
 }
 
+/// The longest identifier an index holds as it is (PostgreSQL's btree refuses ~2.7 kB).
+pub const MAX_KEY_BYTES: usize = 256;
+
+/// `value` when it fits `MAX_KEY_BYTES`, else `sha256:` and its hex digest (exact for dedupe).
+pub fn index_key(value: &str) -> std::borrow::Cow<'_, str> {
+    use sha2::Digest;
+    if value.len() <= MAX_KEY_BYTES {
+        return std::borrow::Cow::Borrowed(value);
+    }
+    let digest = sha2::Sha256::digest(value.as_bytes());
+    std::borrow::Cow::Owned(format!("sha256:{}", hex::encode(digest)))
+}
+
 #[cfg(test)]
 mod spelling_tests {
     use clap::ValueEnum;

@@ -149,7 +149,7 @@ pub fn curl_command(request: &SignedRequest, file: &Path) -> String {
 /// Printed on stderr, so stdout holds only the command.
 pub fn curl_notes(request: &SignedRequest, now: i64) -> Vec<String> {
     let channel = crate::platforms::of(request.platform);
-    channel.signing_note(now).into_iter().collect()
+    channel.signing_note(now, SECRET_ENV).into_iter().collect()
 }
 
 fn shell_quote(word: &str) -> String {

@@ -67,7 +67,7 @@ pub async fn claim_daily_notice(
     sender: &str,
 ) -> Result<bool, sqlx::Error> {
     let tenant = tx.tenant();
-    let sender = crate::platforms::inbound::index_key(sender);
+    let sender = crate::domain::index_key(sender);
     let inserted = sqlx::query(
         "insert into channel_notices (tenant_id, connector_id, platform_user_id, day)
          values ($1, $2, $3, (now() at time zone 'utc')::date)

@@ -167,7 +167,7 @@ fn route(connector: &Connector, message: &InboundMessage, user_id: Option<String
         None => format!(
             "sender:{}:{}",
             connector.id,
-            crate::platforms::inbound::index_key(&message.platform_user_id)
+            crate::domain::index_key(&message.platform_user_id)
         ),
     };
     let (status, decision) = match (message.kind, &user_id, connector.unlinked_policy) {

@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use sha2::Sha256;
 
+use crate::domain::index_key;
 use crate::domain::{Connector, MessageId, Platform};
 
 pub struct HookRequest<'a> {
@@ -220,8 +221,9 @@ pub trait Channel: Send + Sync {
     }
 
     /// A note for an operator replaying a request signed at `now` (`send-fixture --curl`).
-    fn signing_note(&self, now: i64) -> Option<String> {
-        let _ = now;
+    /// `secret_env` names the variable a printed command reads the secret from.
+    fn signing_note(&self, now: i64, secret_env: &str) -> Option<String> {
+        let _ = (now, secret_env);
         None
     }
 }
@@ -281,19 +283,6 @@ pub(crate) fn required_header<'a>(headers: &'a HeaderMap, name: &'static str) ->
 /// Anything that is not the platform's JSON is a 400.
 pub(crate) fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, HookError> {
     serde_json::from_slice(body).map_err(|e| HookError::Malformed(e.to_string()))
-}
-
-/// The longest identifier an index holds as it is (PostgreSQL's btree refuses ~2.7 kB).
-pub const MAX_KEY_BYTES: usize = 256;
-
-/// `value` when it fits `MAX_KEY_BYTES`, else `sha256:` and its hex digest (exact for dedupe).
-pub fn index_key(value: &str) -> std::borrow::Cow<'_, str> {
-    use sha2::Digest;
-    if value.len() <= MAX_KEY_BYTES {
-        return std::borrow::Cow::Borrowed(value);
-    }
-    let digest = sha2::Sha256::digest(value.as_bytes());
-    std::borrow::Cow::Owned(format!("sha256:{}", hex::encode(digest)))
 }
 
 #[cfg(test)]

@@ -8,6 +8,8 @@ pub mod inbound;
 pub mod live;
 pub mod send;
 pub mod slack;
+#[cfg(test)]
+mod split_tests;
 pub mod telegram;
 pub mod whatsapp;
 

@@ -64,7 +64,7 @@ impl Application {
             },
         );
         let keys = settings.database.secrets.clone();
-        let media_client = crate::media::fetch::client(&settings.egress)?;
+        let media_client = crate::http::media::client(&settings.egress)?;
         let state = AppState {
             pool,
             settings: Arc::new(settings),

@@ -39,7 +39,7 @@ impl Channel for Slack {
         vec![(TIMESTAMP, timestamp), (SIGNATURE, format!("v0={signature}"))]
     }
 
-    fn signing_note(&self, now: i64) -> Option<String> {
+    fn signing_note(&self, now: i64, _secret_env: &str) -> Option<String> {
         let window = i64::try_from(MAX_CLOCK_SKEW_SECS).unwrap_or(i64::MAX);
         Some(format!(
             "the Slack signature covers timestamp {now}: the command is accepted for {window} s \

@@ -79,11 +79,11 @@ impl Channel for Telegram {
         Some(SECRET_TOKEN)
     }
 
-    fn signing_note(&self, _now: i64) -> Option<String> {
+    fn signing_note(&self, _now: i64, secret_env: &str) -> Option<String> {
         Some(format!(
             "the Telegram header is the secret itself, so the command reads it from ${}: \
              export it in the shell that runs the command",
-            crate::send_fixture::SECRET_ENV
+            secret_env
         ))
     }
 
