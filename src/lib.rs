@@ -1,18 +1,17 @@
 //! channel-bridge: a multi-tenant gateway between Slack, Telegram and WhatsApp webhooks and an
 //! AI agent, every tenant's rows under PostgreSQL row-level security.
 //!
-//! The layers, top to bottom; imports only point down (docs/architecture.md):
-//! - entry points: `cli` (with `admin_cli`, `send_fixture`), `demo`, `agent_bridge`,
-//!   `startup` (the application, its router and OpenAPI document)
-//! - HTTP faces: `admin` and `console` over `http` (the state every handler shares,
-//!   extractors, the key throttle, readiness; webhooks, media links, health), with `error`
-//!   below every handler
-//! - pipeline: `ingress`, `dispatch` over `delivery` over `turn`; `lifecycle`, `provision`
-//! - platforms: `of` and entry points over platform folders over `contract`/`send`/`live`/`files`/`inbound`
-//! - helpers: `markdown`, `media`, `retry`, `egress`, `cache`, `batch`, `telemetry`, `sign`
-//! - `db`: the pool, migrations, the tenant transaction, one file per table family
-//! - `domain`, `api_schema` (what the API document says of values), `settings`, `secrets`,
-//!   `secret_input`
+//! The layers, top to bottom; imports only point down (docs/architecture.md#layers):
+//! - entry points: `cli`, `demo`, `agent_bridge`; the application: `startup`
+//! - HTTP faces: `console` over `admin` over `http` (shared state, extractors, throttle,
+//!   webhooks, media links, health)
+//! - pipeline: `dispatch` over `delivery` and `ingress` over `turn`; `lifecycle`,
+//!   `provision`, `admin_cli`
+//! - `platforms`: `of` and its entry points over the platform folders over `contract`
+//! - infrastructure: `telemetry`, `cache`, `batch`, `sign`, `send_fixture`, `error`
+//! - `db` (the pool, migrations, the tenant transaction), `retry`
+//! - foundation: `settings`, `media`, `secrets`, `api_schema`, `markdown`, `egress`,
+//!   `domain`, `secret_input`
 
 pub mod admin;
 pub mod admin_cli;
