@@ -2,11 +2,10 @@
 //! AI agent, every tenant's rows under PostgreSQL row-level security.
 //!
 //! The layers, top to bottom; imports only point down (docs/architecture.md#layers):
-//! - entry points: `cli`, `demo`, `agent_bridge`; the application: `startup`
+//! - entry points: `cli` (with `admin_cli`), `demo`, `agent_bridge`; the application: `startup`
 //! - HTTP faces: `console` over `admin` over `http` (shared state, extractors, throttle,
 //!   webhooks, media links, health)
-//! - pipeline: `dispatch` over `delivery` and `ingress` over `turn`; `lifecycle`,
-//!   `provision`, `admin_cli`
+//! - pipeline: `dispatch` over `delivery` and `ingress` over `turn`; `lifecycle`, `provision`
 //! - `platforms`: `of` and its entry points over the platform folders over `contract`
 //! - infrastructure: `telemetry`, `cache`, `batch`, `sign`, `send_fixture`, `error`
 //! - `db` (the pool, migrations, the tenant transaction), `retry`
