@@ -1,8 +1,6 @@
-//! What the OpenAPI document says about the values the API takes: text limits, enum
-//! schemas built from the domain types (so the document cannot list a value the parser
-//! refuses), and the number parsing JSON Schema implies. The limits are the `max_length` of
-//! the `#[schema]` attributes, which take literals only: the contract test tries each
-//! boundary.
+//! What the OpenAPI document says of the values the API takes: text limits, enums built from
+//! the domain types (so it cannot list a value the parser refuses), JSON Schema's integers.
+//! `#[schema(max_length)]` takes literals only, so the contract test tries each limit.
 
 use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
 use utoipa::openapi::{Object, Schema};
@@ -11,8 +9,7 @@ use crate::domain::{MessageStatus, PartStatus, Platform, TelegramDelivery, Unlin
 
 /// Connector, tenant and key names.
 pub const NAME_MAX: usize = 200;
-/// Platform and tenant user ids, Slack team/app/bot ids: indexed, and far longer than any
-/// platform's own ids.
+/// Platform, user and Slack workspace ids: indexed, and far longer than any platform's.
 pub const ID_MAX: usize = 256;
 /// Agent and API base URLs.
 pub const URL_MAX: usize = 2048;
@@ -23,8 +20,7 @@ pub const NOTICE_MAX: usize = 4096;
 /// The listing's text search.
 pub const SEARCH_MAX: usize = 500;
 
-/// Every message status, in lifecycle order (`the_status_lists_are_whole` fails to compile
-/// when a status is added to the domain and not here).
+/// `the_status_lists_are_whole` stops compiling when a domain status is missing here.
 pub const MESSAGE_STATUSES: [MessageStatus; 7] = [
     MessageStatus::Accepted,
     MessageStatus::Dispatching,
@@ -35,7 +31,6 @@ pub const MESSAGE_STATUSES: [MessageStatus; 7] = [
     MessageStatus::Ignored,
 ];
 
-/// Every reply part status.
 pub const PART_STATUSES: [PartStatus; 5] = [
     PartStatus::Pending,
     PartStatus::Sending,
@@ -44,8 +39,7 @@ pub const PART_STATUSES: [PartStatus; 5] = [
     PartStatus::Unknown,
 ];
 
-/// Every `decision` a turn can carry: set by ingress (`ignore_non_text`, `deny_unlinked`)
-/// and by the worker (`respond`, `no_reply`, `dispatch_failed`; `db::turns`).
+/// Set by ingress (`ignore_non_text`, `deny_unlinked`) and by the worker (the others).
 pub const DECISIONS: [&str; 5] = [
     "respond",
     "no_reply",
@@ -84,9 +78,7 @@ where
     }
 }
 
-/// `deserialize_with` of a nullable integer field whose absence differs from `null`
-/// (`#[serde(default)]` gives `None` when absent): `Some(None)` for `null`, `Some(Some(n))`
-/// for a number, integral floats included as in `optional_integer`.
+/// `Some(None)` for `null`; with `#[serde(default)]`, `None` when absent.
 pub fn nullable_integer<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
 where
     D: serde::Deserializer<'de>,
@@ -114,7 +106,6 @@ where
     Option::<bool>::deserialize(deserializer).map(|flag| flag.unwrap_or(true))
 }
 
-/// The `default` of a flag that is on unless it is `false`.
 pub fn yes() -> bool {
     true
 }
@@ -147,7 +138,6 @@ pub fn decision() -> Schema {
     Schema::Object(string_enum(DECISIONS, false))
 }
 
-/// A reply part's status (`db::turns::PartStatus`, which the test below keeps whole).
 pub fn part_status() -> Schema {
     Schema::Object(string_enum(PART_STATUSES.map(PartStatus::as_str), false))
 }
@@ -170,12 +160,10 @@ pub fn optional_telegram_delivery() -> Schema {
     Schema::Object(string_enum(all.map(TelegramDelivery::as_str), true))
 }
 
-/// The statuses the redispatch filter may name.
 pub fn optional_redispatch_status() -> Schema {
     Schema::Object(string_enum([MessageStatus::DispatchFailed.as_str()], true))
 }
 
-/// The statuses the resend filter may name.
 pub fn optional_resend_status() -> Schema {
     let statuses = [MessageStatus::DeliveryFailed, MessageStatus::Executed];
     Schema::Object(string_enum(statuses.map(MessageStatus::as_str), true))

@@ -1,13 +1,7 @@
-//! Error policy.
-//!
-//! - `AppError` is what a request handler returns. Client errors carry a stable JSON code and
-//!   a message written for the caller; everything else is logged with its cause chain and
-//!   answered as an opaque 500. SQL text, internal paths and secrets never reach a client.
-//! - A database that cannot be reached is `Unavailable` (503), so platforms retry later; one
-//!   that refuses the app role (`Refused`, SQLSTATE 42501) too, logged as the fault it is.
-//! - Outside the request cycle (CLI, start-up, worker plumbing) functions return
-//!   `anyhow::Result` with `.context("Failed to …")`; `thiserror` enums are used where a
-//!   caller branches on the variant (`platforms::inbound::HookError`).
+//! `AppError`, what a handler returns: client errors carry a stable code and a message for
+//! the caller; anything else is logged with its cause chain and answered as an opaque 500,
+//! so SQL, paths and secrets never reach a client. A database that is out of reach or
+//! refuses the app role is 503, so platforms retry. Outside requests: `anyhow` with context.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -39,7 +33,6 @@ pub enum AppError {
     /// It existed, but no longer (an expired media link).
     #[error("{0}")]
     Gone(&'static str),
-    /// A file larger than the gateway streams (bytes).
     #[error("the file is larger than {0} bytes")]
     FileTooLarge(u64),
     /// A server the gateway fetches from (a platform's file API) failed.
@@ -53,12 +46,10 @@ pub enum AppError {
     TooManyRequests(std::time::Duration),
     #[error("database unavailable")]
     Unavailable(#[source] std::sync::Arc<sqlx::Error>),
-    /// The database refused the app role a statement (a missing grant, row-level security):
-    /// the operator's to fix, so platforms are asked to retry.
+    /// A missing grant or row-level security: the operator's to fix, so platforms retry.
     #[error("the database refused the gateway's role")]
     Refused(#[source] std::sync::Arc<sqlx::Error>),
-    /// A stored secret does not open with the configured keys (`CB_SECRETS_KEY`): the
-    /// operator's to fix, so platforms are asked to retry.
+    /// Not openable with `CB_SECRETS_KEY`: the operator's to fix, so platforms retry.
     #[error("stored secrets cannot be opened")]
     SecretsUnopened(#[source] crate::secrets::SecretError),
     #[error(transparent)]
@@ -89,8 +80,7 @@ impl AppError {
 }
 
 impl AppError {
-    /// A database error several requests share (one failed ingress batch answers each of
-    /// its webhooks with it).
+    /// One failed ingress batch answers each of its webhooks with the same error.
     pub fn from_shared_db(err: std::sync::Arc<sqlx::Error>) -> Self {
         if crate::db::is_unavailable(&err) || crate::db::means_no_schema(&err) {
             Self::Unavailable(err)

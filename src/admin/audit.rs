@@ -93,7 +93,6 @@ fn decode_cursor(cursor: &str) -> Result<(chrono::DateTime<chrono::Utc>, Uuid), 
     Ok((at, id.parse().map_err(|_| invalid())?))
 }
 
-/// One page of the tenant's audit log, newest first.
 pub async fn list_audit(pool: &PgPool, tenant: TenantId, query: &AuditQuery) -> Result<AuditPage, AppError> {
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
     if !(1..=MAX_LIMIT).contains(&limit) {
@@ -103,7 +102,6 @@ pub async fn list_audit(pool: &PgPool, tenant: TenantId, query: &AuditQuery) -> 
     }
     let before = query.cursor.as_deref().map(decode_cursor).transpose()?;
     let mut tx = TenantTx::begin(pool, tenant).await?;
-    // One more than asked tells whether another page exists.
     let mut rows = db::audit::list(&mut tx, before, limit + 1).await?;
     tx.commit().await?;
     let more = rows.len() as i64 > limit;

@@ -1,12 +1,6 @@
-//! Who is calling the admin API.
-//!
-//! - Tenant admins present `Authorization: Bearer cbk_<prefix>_<secret>`. The key is
-//!   random (32 bytes), shown once, and stored as its SHA-256 only; the prefix is a
-//!   visible, non-secret handle. A key resolves to exactly one tenant, and every handler
-//!   behind `TenantAdmin` works inside that tenant's transaction.
-//! - The operator presents the configured `CB_OPERATOR_TOKEN`, compared in constant time.
-//! - Attempts with keys that have not worked on this instance are throttled per source
-//!   address and per key prefix before any database work (`crate::http::throttle`).
+//! Who is calling the admin API: a tenant admin key `cbk_<prefix>_<secret>` (stored as its
+//! SHA-256 only; the prefix is a public handle) or the operator token, compared in constant
+//! time. Bad keys are throttled before any database work (`crate::http::throttle`).
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -57,9 +51,8 @@ fn bearer(parts: &Parts) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
-/// The key id and tenant of `key` when it is a live admin key (`None`: it is not), decided
-/// with the key itself (`crate::http::throttle`): a wrong key costs no database work when its
-/// prefix is known here, and spends a token of `source`'s bucket; 429 once that is empty.
+/// A wrong key costs no database work when its prefix is known here, and spends a token of
+/// `source`'s bucket (429 once it is empty).
 pub async fn verify_key(
     state: &AppState,
     source: Option<std::net::IpAddr>,
@@ -74,8 +67,7 @@ pub async fn verify_key(
     let (stored, paid) = match throttle.stored_hash(prefix) {
         Some(stored) => (stored, false),
         None => {
-            // A look-up is database work: it is paid for from the source's bucket, and
-            // covers the failure it may turn out to be.
+            // Paid for up front: it covers the failure it may turn out to be.
             throttle.charge(source).map_err(AppError::TooManyRequests)?;
             let mut conn = state.pool.acquire().await?;
             let stored = crate::db::api_keys::live_hash(&mut conn, prefix).await?;
@@ -98,7 +90,6 @@ pub async fn verify_key(
     Ok(found)
 }
 
-/// A request authenticated by a live tenant admin key.
 #[derive(Debug, Clone, Copy)]
 pub struct TenantAdmin {
     pub tenant: TenantId,
@@ -121,7 +112,6 @@ impl FromRequestParts<AppState> for TenantAdmin {
     }
 }
 
-/// A request authenticated by the operator token.
 #[derive(Debug, Clone, Copy)]
 pub struct Operator;
 

@@ -1,5 +1,5 @@
-//! Connectors: create, list, get, update (including secret rotation), disable, delete.
-//! Secrets are write-only: accepted on create and update, never returned or logged.
+//! Connectors; the console calls the same functions. Secrets are write-only: accepted on
+//! create and update, never returned or logged.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -21,8 +21,7 @@ use crate::error::{ApiJsonError, AppError};
 use crate::http::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::http::state::AppState;
 
-/// The longest a rotated-out secret may stay valid: 30 days. A platform moves to a new
-/// secret within minutes; a longer grace only keeps a possibly leaked secret alive.
+/// A platform moves to a new secret within minutes; longer only keeps a leaked one alive.
 pub const MAX_GRACE_SECS: u64 = 30 * 24 * 3600;
 
 impl NewConnector {
@@ -48,8 +47,7 @@ impl NewConnector {
 }
 
 impl ConnectorPatch {
-    /// What the audit record says of a PATCH: the names of the fields it sets, and of the
-    /// secrets among them (never their values).
+    /// The names of the fields and secrets set, never their values.
     fn audit_details(&self) -> serde_json::Value {
         let fields = [
             ("name", self.name.is_some()),
@@ -178,8 +176,7 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(summary)))
 }
 
-/// Checks and adds a connector with its audit record, in the tenant's transaction: the
-/// API's create, and the console's.
+/// The API's create and the console's: checks, row and audit record in one transaction.
 pub async fn create_connector(
     state: &AppState,
     tenant: TenantId,
@@ -233,8 +230,7 @@ pub async fn update(
     Ok(Json(summary))
 }
 
-/// Checks and applies a change (a new `verification_secret` rotates it with its grace
-/// period) with its audit record: the API's PATCH, and the console's rotate and enable.
+/// The API's PATCH and the console's rotate and enable.
 pub async fn update_connector(
     state: &AppState,
     tenant: TenantId,
@@ -248,7 +244,6 @@ pub async fn update_connector(
     apply(state, tenant, actor, id, &patch, audit).await
 }
 
-/// Applies `change` and records `audit` (its action and details) with it.
 async fn apply(
     state: &AppState,
     tenant: TenantId,
@@ -283,8 +278,7 @@ pub async fn disable(
     Ok(Json(summary))
 }
 
-/// Disables a connector (its webhooks answer 404 from now on, on this instance at once and
-/// on the others when their connector cache expires), with its audit record.
+/// Other instances answer its webhooks 404 once their connector cache expires.
 pub async fn disable_connector(
     state: &AppState,
     tenant: TenantId,

@@ -19,7 +19,6 @@ use crate::http::state::AppState;
 use crate::lifecycle::export::{Export, Turn};
 use crate::lifecycle::{erasure, Erased, Person};
 
-/// The media type of an export: one JSON object per line.
 pub const NDJSON: &str = "application/x-ndjson";
 
 /// One line of an export.

@@ -40,8 +40,6 @@ pub struct LinkIn {
 }
 
 impl LinkIn {
-    /// Both ids hold something other than whitespace (the `pattern`), fit their index and
-    /// hold no NUL.
     fn check(&self) -> Result<(), AppError> {
         if self.platform_user_id.trim().is_empty() || self.user_id.trim().is_empty() {
             return Err(AppError::Unprocessable(
@@ -86,8 +84,7 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(link)))
 }
 
-/// Checks and sets a link with its audit record, in the tenant's transaction: the API's
-/// create, and the console's.
+/// The API's create and the console's: checks, link and audit record in one transaction.
 pub async fn set_link(
     pool: &PgPool,
     tenant: TenantId,
@@ -128,8 +125,7 @@ pub async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Removes a link with its audit record: the API's delete, and the console's. A platform
-/// or id that names no link, or a link that is not there, is 404.
+/// The API's delete and the console's; whatever names no link is 404.
 pub async fn delete_link(
     pool: &PgPool,
     tenant: TenantId,

@@ -1,7 +1,6 @@
-//! The tenant admin API (`/v1/admin/…`, bearer API key, everything inside the key's tenant
-//! transaction) and the operator API (`/v1/operator/…`, the operator token): history
-//! queries, connectors, links, tenant settings, keys. Handlers are thin; the functions they
-//! call take a pool and a tenant, so the CLI runs the same code.
+//! The tenant admin API (`/v1/admin/…`, every call inside the key's tenant transaction) and
+//! the operator API (`/v1/operator/…`); docs/admin.md. Handlers are thin: the functions they
+//! call take a pool and a tenant, so the CLI and the console run the same code.
 
 pub mod audit;
 pub mod auth;
@@ -21,8 +20,7 @@ use utoipa_axum::routes;
 
 use crate::http::state::AppState;
 
-/// Every admin and operator route; each is documented in the OpenAPI document by the same
-/// `routes!` call that serves it.
+/// Each route is documented by the same `routes!` call that serves it.
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .merge(messages::router())

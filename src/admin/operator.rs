@@ -1,10 +1,6 @@
-//! Operator endpoints (the `CB_OPERATOR_TOKEN`): create, list, read and change tenants,
-//! issue, list and revoke tenant admin keys. The CLI's `tenant create` and
-//! `key issue|revoke` call the same functions.
-//!
-//! `{tenant}` in a path is a tenant's id or its slug: text of UUID form is an id (no slug
-//! has that form: `provision::create_tenant` refuses one), other slug-shaped text a slug,
-//! and anything else names no tenant. An unknown tenant answers 404 on every route.
+//! Operator endpoints (the `CB_OPERATOR_TOKEN`): tenants and their admin keys. The CLI's
+//! `tenant create` and `key issue|revoke` call the same functions. `{tenant}` is an id or a
+//! slug, never both: no slug has a UUID's form (docs/admin.md#admin-api-and-cli).
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -67,13 +63,13 @@ pub struct OperatorTenantPatch {
     #[schema(value_type = Option<i32>, minimum = 1, maximum = 2147483647)]
     #[serde(default, deserialize_with = "present_integer")]
     pub max_in_flight: Option<Option<i32>>,
-    /// Which earlier turns of a user the agent gets as history (README "History scope");
-    /// the tenant's admins can change it too.
+    /// Which earlier turns of a user the agent gets as history
+    /// (docs/agent.md#history-scope-what-the-agent-sees-of-earlier-turns); the tenant's
+    /// admins can change it too.
     pub history_scope: Option<HistoryScopeSetting>,
 }
 
 impl OperatorTenantPatch {
-    /// The names of the fields it changes, for the audit record.
     fn fields(&self) -> Vec<&'static str> {
         [
             ("name", self.name.is_some()),
@@ -183,7 +179,6 @@ pub struct TenantPath {
     pub tenant: String,
 }
 
-/// The tenant `segment` names (id or slug): 404 when it names none.
 async fn resolve(pool: &PgPool, segment: &str) -> Result<TenantId, AppError> {
     let tenant = TenantRef::parse(segment).ok_or(AppError::NotFound("tenant"))?;
     let mut conn = pool.acquire().await?;
@@ -200,7 +195,6 @@ async fn summary_or_404(pool: &PgPool, tenant: &TenantRef) -> Result<OperatorTen
     Ok(row.into())
 }
 
-/// One page of tenants, by slug.
 pub async fn list_tenant_page(pool: &PgPool, query: &TenantsQuery) -> Result<TenantPage, AppError> {
     let limit = query.limit.unwrap_or(DEFAULT_TENANT_LIMIT);
     if !(1..=MAX_TENANT_LIMIT).contains(&limit) {
@@ -212,7 +206,6 @@ pub async fn list_tenant_page(pool: &PgPool, query: &TenantsQuery) -> Result<Ten
         return Err(AppError::Unprocessable("invalid cursor".into()));
     }
     let mut conn = pool.acquire().await?;
-    // One more than asked tells whether another page exists.
     let mut rows = db::tenants::list_summaries(&mut conn, query.cursor.as_deref(), limit + 1).await?;
     let more = rows.len() as i64 > limit;
     rows.truncate(limit as usize);
@@ -273,13 +266,11 @@ pub struct KeyIssuedOut {
     pub key: String,
 }
 
-/// Issues a tenant admin key on the operator's word. 404 for an unknown tenant.
 pub async fn issue(pool: &PgPool, tenant: TenantId, name: &str) -> Result<KeyIssuedOut, AppError> {
     issue_as(pool, tenant, name, Actor::Operator).await
 }
 
-/// Issues a tenant admin key, recorded in the tenant's audit log under `actor` in the same
-/// transaction. 404 for an unknown tenant.
+/// Audited under `actor` in the same transaction.
 pub async fn issue_as(
     pool: &PgPool,
     tenant: TenantId,
@@ -307,12 +298,11 @@ pub async fn issue_as(
     })
 }
 
-/// Revokes a key at once on the operator's word: its next request answers 401.
 pub async fn revoke(pool: &PgPool, id: Uuid) -> Result<ApiKeyRow, AppError> {
     revoke_as(pool, id, Actor::Operator).await
 }
 
-/// Revokes a key at once, recorded in its tenant's audit log under `actor`.
+/// The key's next request answers 401.
 pub async fn revoke_as(pool: &PgPool, id: Uuid, actor: Actor) -> Result<ApiKeyRow, AppError> {
     let tenant = {
         let mut conn = pool.acquire().await?;

@@ -1,17 +1,13 @@
-//! The checks that hold the admin and operator handlers to what the OpenAPI document says
-//! (`crate::api_schema`, re-exported here): a value the document allows is taken (or names
-//! no resource: 404), and one it refuses is answered 4xx, never 500. Text is bounded and
-//! holds no NUL (PostgreSQL `text` cannot store one, and ids are indexed: a B-tree entry
-//! must stay under about 2.7 kB); past them the answer is 400, as for any value the
-//! database cannot store.
+//! The checks that hold the handlers to the OpenAPI document (`crate::api_schema`): a value
+//! it refuses answers 4xx, never 500. Text is bounded and holds no NUL because PostgreSQL
+//! `text` cannot store one and an indexed id must fit a B-tree entry.
 
 pub use crate::api_schema::*;
 
 use crate::error::AppError;
 use crate::http::state::AppState;
 
-/// 400, as for any value the database cannot store, unless `value` fits `max` characters
-/// (JSON Schema's `maxLength` counts code points, as `chars` does) and holds no NUL.
+/// JSON Schema's `maxLength` counts code points, as `chars` does.
 pub fn check_text(field: &str, value: &str, max: usize) -> Result<(), AppError> {
     if value.contains('\0') {
         return Err(AppError::BadRequest(format!("{field} must not contain NUL")));
@@ -24,20 +20,16 @@ pub fn check_text(field: &str, value: &str, max: usize) -> Result<(), AppError> 
     Ok(())
 }
 
-/// `check_text` of an optional field.
 pub fn check_optional_text(field: &str, value: Option<&str>, max: usize) -> Result<(), AppError> {
     value.map_or(Ok(()), |value| check_text(field, value, max))
 }
 
-/// Whether a path segment can name anything: a segment the document's pattern and
-/// `maxLength` refuse names no resource (404, as an unparsable id does).
+/// A segment the document's pattern refuses names no resource (404, as an unparsable id).
 pub fn names_something(segment: &str, max: usize) -> bool {
     !segment.contains('\0') && segment.chars().count() <= max
 }
 
-/// The save-time egress check of a URL the caller sets (`field` names it in the answer):
-/// 422 naming the rule, never the addresses its host resolved to. An empty string (which
-/// clears the field) is not checked.
+/// 422 naming the rule, never the resolved addresses. An empty string clears the field.
 pub async fn check_egress(state: &AppState, field: &str, url: Option<&str>) -> Result<(), AppError> {
     let Some(url) = url.filter(|u| !u.is_empty()) else {
         return Ok(());

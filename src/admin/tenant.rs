@@ -1,5 +1,4 @@
-//! The calling tenant's own settings: name, agent URL, history scope, retention, dispatch
-//! secret rotation. Changes are recorded in the audit log in their own transaction.
+//! The calling tenant's own settings; each change is audited in its own transaction.
 
 use axum::extract::State;
 use axum::Json;
@@ -30,10 +29,11 @@ pub struct TenantOut {
     pub name: String,
     /// The agent proxy; null means the server's CB_AGENT_URL.
     pub agent_url: Option<String>,
-    /// Which earlier turns of a user the agent gets as history (README "History scope").
+    /// Which earlier turns of a user the agent gets as history
+    /// (docs/agent.md#history-scope-what-the-agent-sees-of-earlier-turns).
     pub history_scope: HistoryScopeSetting,
-    /// Turns older than this many days are deleted; null keeps them for ever (README "Data
-    /// lifecycle").
+    /// Turns older than this many days are deleted; null keeps them for ever
+    /// (docs/admin.md#data-lifecycle-retention-erasure-export-audit).
     pub retention_days: Option<i32>,
     pub created_at: chrono::DateTime<chrono::Utc>,
 }
@@ -88,7 +88,6 @@ pub struct TenantPatch {
 }
 
 impl TenantPatch {
-    /// The names of the fields it changes, for the audit record.
     fn fields(&self) -> Vec<&'static str> {
         [
             ("name", self.name.is_some()),

@@ -1,6 +1,5 @@
-//! The HTTP side of the admin CLI: one `reqwest::Client` with timeouts, the bearer secret,
-//! URLs built segment by segment (so an id, slug or user id is always percent-encoded as one
-//! path segment), and the API's JSON error turned into the CLI's error message.
+//! The HTTP side of the admin CLI. URLs are built segment by segment, so an id, slug or user
+//! id is always percent-encoded as one path segment.
 
 use std::time::Duration;
 
@@ -9,7 +8,6 @@ use reqwest::{Method, Url};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 
-/// A gateway answer that is not a success: what the API said, for stderr.
 #[derive(Debug, thiserror::Error)]
 #[error("{message} ({status} {code})")]
 pub struct ApiError {
@@ -24,7 +22,6 @@ pub struct Client {
     token: SecretString,
 }
 
-/// A query string as name/value pairs; absent filters are left out.
 pub type Query = Vec<(&'static str, String)>;
 
 impl Client {
@@ -45,8 +42,7 @@ impl Client {
         Ok(Self { http, base, token })
     }
 
-    /// `<base>/v1/<segments…>`, keeping a path prefix the base URL has (a gateway behind a
-    /// reverse proxy at `/bridge`).
+    /// Keeps a path prefix of the base URL (a gateway behind a reverse proxy at `/bridge`).
     fn url(&self, segments: &[&str]) -> Url {
         let mut url = self.base.clone();
         url.set_query(None);
@@ -61,7 +57,6 @@ impl Client {
         self.send(Method::GET, segments, query, None).await
     }
 
-    /// Sends one request; the answer's JSON (`Value::Null` for 204).
     pub async fn send(
         &self,
         method: Method,
@@ -101,7 +96,7 @@ impl Client {
     }
 }
 
-/// A URL as errors name it: without its query and never with credentials.
+/// Never with credentials.
 fn shown(url: &Url) -> String {
     let mut url = url.clone();
     url.set_query(None);
@@ -110,8 +105,7 @@ fn shown(url: &Url) -> String {
     url.to_string()
 }
 
-/// The API's `{"error", "message"}`, or the bare status when the answer is something else
-/// (a proxy's page: not printed, it can be long and is not ours).
+/// Another server's page (a proxy's) is not printed: it can be long and is not ours.
 fn api_error(status: reqwest::StatusCode, text: &str) -> ApiError {
     #[derive(serde::Deserialize)]
     struct Body {
@@ -136,7 +130,6 @@ fn api_error(status: reqwest::StatusCode, text: &str) -> ApiError {
     }
 }
 
-/// A transport error without its URL (which the caller names) and with its causes.
 fn describe(err: &reqwest::Error) -> String {
     let what = if err.is_timeout() {
         "no answer in time"

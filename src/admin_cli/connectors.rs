@@ -1,6 +1,5 @@
-//! `admin connectors list|get|update|delete`. Secrets are write-only: `update` sends a new
-//! one (read with `crate::secret_input`, never from the environment, so a variable left over
-//! from `connector add` cannot rotate a secret by accident) and no answer holds one.
+//! `admin connectors list|get|update|delete`. A new secret comes from its flag only, never
+//! the environment, so a variable left over from `connector add` cannot rotate one.
 
 use clap::{Args, Subcommand};
 use reqwest::Method;

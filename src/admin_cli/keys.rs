@@ -1,5 +1,4 @@
-//! `admin keys list|issue|revoke` (operator): tenant admin keys. A new key is printed once,
-//! the only secret this CLI ever prints; listings show its prefix only.
+//! `admin keys list|issue|revoke` (operator). A new key is the only secret this CLI prints.
 
 use clap::Subcommand;
 use reqwest::Method;

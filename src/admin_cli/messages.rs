@@ -1,6 +1,5 @@
-//! `admin messages list|get|export|redispatch|resend` and `admin history`: the admin API's
-//! message routes. `export` pages through the listing (the API has no export of its own)
-//! and prints JSON Lines, one message a line, newest first.
+//! `admin messages …` and `admin history`. `export` pages through the listing: the API's own
+//! export is oldest first with reply parts, this one is the listing's lines, newest first.
 
 use clap::{Args, Subcommand};
 use reqwest::Method;
@@ -222,7 +221,7 @@ async fn get(context: &Context, id: Uuid) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Pages through the listing to its end, one JSON line per message as each page arrives.
+/// Each page is printed as it arrives.
 async fn export(context: &Context, filters: &Filters, page_size: i64) -> anyhow::Result<()> {
     let mut cursor: Option<String> = None;
     loop {

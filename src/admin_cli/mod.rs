@@ -1,12 +1,6 @@
-//! `channel-bridge admin`: the admin and operator API over HTTP, for tenant admins (with
-//! their `cbk_…` key) and the operator (with `CB_OPERATOR_TOKEN`). It is a thin client: every
-//! rule is the server's, and an error is the API's own message on stderr (exit status 1;
-//! 2 for a usage error, as clap answers one). The database-URL commands stay for
-//! provisioning.
-//!
-//! Secrets come from the environment (`CB_ADMIN_KEY`, `CB_OPERATOR_TOKEN`) or `@file` /
-//! `@-` (`crate::secret_input`), never necessarily from an argument; nothing prints them but
-//! `keys issue`, which shows a new key once.
+//! `channel-bridge admin`: a thin HTTP client of the admin and operator API
+//! (docs/admin.md#the-http-admin-cli-channel-bridge-admin); every rule is the server's.
+//! Secrets come from the environment or `@file`/`@-`; only `keys issue` prints one, once.
 
 mod client;
 mod connectors;
@@ -77,7 +71,6 @@ pub enum AdminCommand {
     Keys(keys::Command),
 }
 
-/// Which secret a command authenticates with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
     TenantAdmin,
@@ -98,7 +91,6 @@ impl AdminCommand {
     }
 }
 
-/// What every command works with: the client (holding the right secret) and the output.
 pub struct Context {
     client: Client,
     out: Output,
@@ -111,8 +103,7 @@ impl Context {
     }
 }
 
-/// Runs an admin command; `cli` builds the whole command line, for the usage line of an
-/// error.
+/// `cli` builds the whole command line, for the usage line of an error.
 pub async fn run(args: AdminArgs, cli: fn() -> clap::Command) -> anyhow::Result<()> {
     let role = args.command.role();
     let token = match role {
@@ -162,8 +153,7 @@ fn usage_error(cli: fn() -> clap::Command, message: &str) -> ! {
         .exit()
 }
 
-/// A JSON object of the flags that were given (absent ones are left out, so the API keeps
-/// those fields).
+/// Flags not given are left out, so the API keeps those fields.
 fn object(fields: Vec<(&str, Option<serde_json::Value>)>) -> serde_json::Value {
     fields
         .into_iter()

@@ -1,10 +1,5 @@
-//! What the admin CLI prints. On a terminal: aligned tables for people. Otherwise, or with
-//! `--json`: the API's answer as JSON, unchanged, so a script gets the same document it would
-//! get from the API (`export` prints JSON Lines, one message a line, either way).
-//!
-//! Table cells are made safe for a terminal: control characters (a message's newlines, an
-//! escape sequence a chat user typed, bidi overrides) become spaces, and long text is cut
-//! with `…`. Widths count characters, so wide (CJK) characters can misalign a column.
+//! Tables on a terminal, else the API's JSON unchanged. Table cells are made safe for a
+//! terminal: control characters a chat user typed become spaces.
 
 use std::io::Write;
 
@@ -17,7 +12,6 @@ pub enum Format {
 }
 
 impl Format {
-    /// `--json` and `--table` decide; else a table on a terminal and JSON elsewhere.
     pub fn choose(json: bool, table: bool, stdout_is_terminal: bool) -> Self {
         match (json, table) {
             (true, _) => Self::Json,
@@ -28,7 +22,6 @@ impl Format {
     }
 }
 
-/// How a field is shown in a table.
 #[derive(Debug, Clone, Copy)]
 pub enum Show {
     /// As text, cut at this many characters.
@@ -39,8 +32,7 @@ pub enum Show {
     OrElse(&'static str),
 }
 
-/// One column of a table (or one line of a record): a header and a JSON pointer into each
-/// row.
+/// A column of a table, or a line of a record.
 #[derive(Debug, Clone, Copy)]
 pub struct Field {
     pub header: &'static str,
@@ -80,7 +72,6 @@ pub const fn or_else(header: &'static str, pointer: &'static str, null: &'static
     }
 }
 
-/// One cell: text made safe for a terminal.
 pub fn cell(value: Option<&Value>, show: Show) -> String {
     let raw = match value {
         None | Some(Value::Null) => {
@@ -116,7 +107,6 @@ fn shorten(text: &str, max: usize) -> String {
     short
 }
 
-/// Rows under a header line, columns two spaces apart, each as wide as its widest cell.
 pub fn table(rows: &[Value], fields: &[Field]) -> String {
     let cells: Vec<Vec<String>> = rows
         .iter()
@@ -160,7 +150,6 @@ fn aligned(row: &[String], widths: &[usize]) -> String {
     line
 }
 
-/// One object as `name  value` lines.
 pub fn record(value: &Value, fields: &[Field]) -> String {
     let width = fields.iter().map(|f| f.header.chars().count()).max().unwrap_or(0);
     fields
@@ -173,13 +162,12 @@ pub fn record(value: &Value, fields: &[Field]) -> String {
         .collect()
 }
 
-/// Where the CLI prints, in the format chosen once.
 pub struct Output {
     pub format: Format,
 }
 
 impl Output {
-    /// A list: the array `items` as a table, or `whole` (the API's answer) as JSON.
+    /// `items` as a table, or `whole` (the API's answer) as JSON.
     pub fn list(&self, whole: &Value, items: &Value, fields: &[Field]) -> anyhow::Result<()> {
         match self.format {
             Format::Json => self.json(whole),
@@ -193,7 +181,6 @@ impl Output {
         }
     }
 
-    /// One object as `name  value` lines, or as JSON.
     pub fn record(&self, value: &Value, fields: &[Field]) -> anyhow::Result<()> {
         match self.format {
             Format::Json => self.json(value),
@@ -201,12 +188,10 @@ impl Output {
         }
     }
 
-    /// The API's answer as indented JSON.
     pub fn json(&self, value: &Value) -> anyhow::Result<()> {
         print(&format!("{}\n", serde_json::to_string_pretty(value)?))
     }
 
-    /// A sentence for people (table mode), or `value` as JSON.
     pub fn done(&self, sentence: &str, value: &Value) -> anyhow::Result<()> {
         match self.format {
             Format::Json => self.json(value),

@@ -1,5 +1,4 @@
-//! `admin tenants list|get|update` (operator): a tenant is named by its id or its slug
-//! (text of UUID form is an id; README "Admin API and CLI").
+//! `admin tenants list|get|update` (operator); a tenant is named by its id or its slug.
 
 use clap::Subcommand;
 use reqwest::Method;
@@ -35,13 +34,13 @@ pub enum Command {
         /// share (CB_TENANT_SHARE_PERCENT of CB_MAX_IN_FLIGHT).
         #[arg(long, value_parser = parse_max_in_flight)]
         max_in_flight: Option<MaxInFlight>,
-        /// Which earlier turns the agent sees (README "History scope").
+        /// Which earlier turns the agent sees
+        /// (docs/agent.md#history-scope-what-the-agent-sees-of-earlier-turns).
         #[arg(long, value_parser = ["user", "private_aware", "chat"])]
         history_scope: Option<String>,
     },
 }
 
-/// `--max-in-flight`: a number, or back to the instance default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MaxInFlight {
     Cap(i32),

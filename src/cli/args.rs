@@ -1,5 +1,4 @@
-//! The command line's grammar: every subcommand and flag, whose doc comments are the help
-//! text.
+//! The command line's grammar; its doc comments are the `--help` text.
 
 use clap::{Args, Parser, Subcommand};
 
@@ -54,7 +53,7 @@ pub enum Command {
         #[arg(long)]
         user: String,
     },
-    /// Running on Citus (README "Running on Citus").
+    /// Running on Citus (docs/citus.md).
     #[command(subcommand)]
     Citus(CitusCommand),
     /// Erase every row of one person (a user, or one platform account) from a tenant's data;

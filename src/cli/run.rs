@@ -1,5 +1,4 @@
-//! Running a parsed command: serving, migrating, provisioning, and the admin tasks that
-//! take a database URL, through the admin API's own functions.
+//! Running a parsed command; the database-URL admin tasks call the admin API's functions.
 
 use anyhow::Context;
 use clap::CommandFactory;
@@ -12,7 +11,6 @@ use crate::db::audit::Actor;
 use crate::domain::TenantId;
 use crate::settings::{EgressSettings, ServeSettings};
 
-/// The save-time egress check the admin API makes, for URLs set from the command line.
 async fn check_egress(egress: &EgressSettings, flag: &str, url: Option<&str>) -> anyhow::Result<()> {
     match url.filter(|u| !u.is_empty()) {
         Some(url) => egress
@@ -24,8 +22,7 @@ async fn check_egress(egress: &EgressSettings, flag: &str, url: Option<&str>) ->
     }
 }
 
-/// Runs a parsed command. `serve` blocks until shutdown; the others print JSON on stdout.
-/// An error from a database without the schema says to run `migrate`.
+/// `serve` blocks until shutdown; the others print JSON on stdout.
 pub async fn run(command: Command) -> anyhow::Result<()> {
     run_command(command)
         .await
@@ -200,8 +197,7 @@ async fn run_admin(command: Command) -> anyhow::Result<()> {
     }
 }
 
-/// `messages resend` / `messages redispatch`: the admin API's own functions, then a
-/// `NOTIFY` so that running workers pick the jobs up at once rather than at their next poll.
+/// The `NOTIFY` after the commit makes running workers take the jobs now, not at their next poll.
 async fn recover(
     action: crate::admin::messages::Recovery,
     args: RecoveryArgs,
@@ -251,7 +247,6 @@ async fn known_tenant(pool: &sqlx::PgPool, tenant: TenantId) -> anyhow::Result<(
     }
 }
 
-/// `erase`: the admin API's erasure, recorded with actor `cli`.
 async fn erase(args: EraseArgs) -> anyhow::Result<()> {
     use crate::lifecycle::Person;
     let person = match (args.user, args.sender.as_deref()) {
@@ -271,7 +266,6 @@ async fn erase(args: EraseArgs) -> anyhow::Result<()> {
     print_json(&erased)
 }
 
-/// `export`: JSON Lines on stdout, a page at a time.
 async fn export(args: ExportArgs) -> anyhow::Result<()> {
     use crate::admin::lifecycle::ExportLine;
     use crate::lifecycle::export::Export;
@@ -294,7 +288,7 @@ async fn export(args: ExportArgs) -> anyhow::Result<()> {
     out.flush().context("Failed to write the export")
 }
 
-/// The API's error as a CLI message (its client-facing text, never internals).
+/// The API's client-facing text, never internals.
 fn admin_error(err: crate::error::AppError) -> anyhow::Error {
     match err {
         crate::error::AppError::Internal(err) => err,
@@ -302,8 +296,7 @@ fn admin_error(err: crate::error::AppError) -> anyhow::Error {
     }
 }
 
-/// Serves, after checking that the database answers and that its schema is this binary's
-/// (migrating first with `--migrate`): a gateway that cannot record anything must not
+/// Checks the database and its schema first: a gateway that cannot record anything must not
 /// start and report itself healthy.
 async fn serve(settings: ServeSettings) -> anyhow::Result<()> {
     settings.validate()?;

@@ -1,11 +1,6 @@
-//! The connectors page: what each connector is, and forms to add one, rotate its
-//! verification secret (with the API's grace period) and disable or enable it.
-//!
-//! Every change goes through the admin API's own functions (`admin::connectors`), so the
-//! checks, the egress rule, the audit record (under the signed-in key) and the connector
-//! cache are the API's. Secrets are write-only here as there: they arrive in password
-//! fields, go straight into `SecretString`, and no page ever renders one, not even masked
-//! (a field is never given back its value, so a failed form does not echo it either).
+//! The connectors page. Changes go through `admin::connectors`: the API's checks, egress
+//! rule, audit record and cache refresh. Secrets are write-only: `SecretString` from the form
+//! on, and never rendered, not even masked or echoed into a failed form.
 
 use std::fmt::Write;
 
@@ -26,7 +21,7 @@ use crate::domain::{ConnectorId, Platform, TenantId, UnlinkedPolicy};
 use crate::error::AppError;
 use crate::http::state::AppState;
 
-/// Grace periods offered for a rotated-out secret (the API takes any up to 30 days).
+/// The API takes any grace up to `MAX_GRACE_SECS`.
 const GRACES: [(u64, &str); 5] = [
     (0, "none: the old secret stops at once"),
     (3600, "1 hour"),
@@ -46,7 +41,7 @@ pub async fn list(
     signed_in: SignedIn,
     Query(query): Query<ListQuery>,
 ) -> PageResult {
-    // The API's own query (secrets are not among its columns), in the tenant transaction.
+    // Secrets are not among the summary's columns.
     let mut tx = crate::db::TenantTx::begin(&state.pool, signed_in.session.tenant)
         .await
         .map_err(AppError::from)?;
@@ -58,12 +53,10 @@ pub async fn list(
     ok_page("Connectors", &signed_in, &body)
 }
 
-/// A field's text, `None` when left empty.
 fn text(value: Option<String>) -> Option<String> {
     value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
 }
 
-/// A secret field, `None` when left empty.
 fn secret(value: Option<SecretString>) -> Option<SecretString> {
     value.filter(|s| !s.expose_secret().is_empty())
 }
@@ -88,7 +81,6 @@ pub struct NewForm {
 }
 
 impl NewForm {
-    /// The API's input; its checks run in `create_connector`.
     fn into_input(self) -> Result<NewConnector, AppError> {
         let unprocessable = |message: String| AppError::Unprocessable(message);
         let platform: Platform = self
@@ -126,8 +118,7 @@ fn actor(signed_in: &SignedIn) -> (TenantId, Actor) {
     (signed_in.session.tenant, Actor::ApiKey(signed_in.key_id))
 }
 
-/// Back to the list, at the connector, saying what was done (POST, redirect, GET: a reload
-/// does not repeat the change).
+/// POST, redirect, GET: a reload does not repeat the change.
 fn done(notice: &str, id: uuid::Uuid) -> PageResult {
     Ok(Redirect::to(&format!(
         "/console/connectors?notice={notice}&id={id}#connector-{id}"
@@ -161,7 +152,6 @@ pub struct RotateForm {
     grace_secs: Option<u64>,
 }
 
-/// A new verification secret; the current one stays valid for the chosen grace period.
 pub async fn rotate(
     State(state): State<AppState>,
     signed_in: SignedIn,
@@ -183,7 +173,6 @@ pub async fn rotate(
     done("rotated", id.0)
 }
 
-/// Webhooks to a disabled connector answer 404 (history is kept).
 pub async fn disable(
     State(state): State<AppState>,
     signed_in: SignedIn,
@@ -197,7 +186,6 @@ pub async fn disable(
     done("disabled", id.0)
 }
 
-/// Enabling is the API's `PATCH {"enabled": true}`.
 pub async fn enable(
     State(state): State<AppState>,
     signed_in: SignedIn,
@@ -214,9 +202,6 @@ pub async fn enable(
     connectors::update_connector(&state, tenant, actor, id, patch).await?;
     done("enabled", id.0)
 }
-
-// ---------------------------------------------------------------------------------------
-// Rendering
 
 fn notice_text(notice: &str) -> Option<&'static str> {
     Some(match notice {

@@ -6,9 +6,8 @@ use axum::response::{IntoResponse, Response};
 use super::html;
 use crate::error::AppError;
 
-/// A console answer that went wrong, as a page: client errors say what was wrong (their
-/// messages never hold SQL, paths or secrets), anything else is logged by `AppError` and
-/// shown as an opaque failure.
+/// Client errors say what was wrong; anything else is logged by `AppError` and shown as an
+/// opaque failure.
 pub enum ConsoleError {
     App(AppError),
     Csrf,
@@ -53,9 +52,7 @@ impl IntoResponse for ConsoleError {
 
 pub type PageResult = Result<Response, ConsoleError>;
 
-/// The page a console request gets when it passes the admin request deadline
-/// (`CB_ADMIN_DEADLINE_MS`, applied in `startup::router`): 503 with `Retry-After`, as the
-/// API's JSON answer has.
+/// Past `CB_ADMIN_DEADLINE_MS`: 503 with `Retry-After`, as the API's JSON answer has.
 pub fn deadline_passed(limit_ms: u64) -> Response {
     let mut response = ConsoleError::App(AppError::DeadlinePassed(limit_ms)).into_response();
     response.headers_mut().insert(

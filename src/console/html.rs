@@ -1,15 +1,12 @@
-//! HTML building blocks: escaping, the page frame, the stylesheet.
-//!
-//! Every value that comes from data (chat text, ids, errors, query strings) goes through
-//! `esc` (text and attribute values alike: it escapes both quote kinds), so a message
-//! containing `<script>` shows as text. Only the literals of this module are raw HTML.
+//! HTML building blocks. Every value from data goes through `esc`, so a message containing
+//! `<script>` shows as text; only the literals of this code are raw HTML.
 
 use std::fmt::Write;
 
 use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 
-/// Escapes text for an HTML element body or a quoted attribute value.
+/// For an element body or a quoted attribute value: both quote kinds are escaped.
 pub fn esc(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
@@ -25,7 +22,6 @@ pub fn esc(text: &str) -> String {
     out
 }
 
-/// Percent-encodes a value for a URL query (links that keep the current filters).
 pub fn query_value(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for byte in text.bytes() {
@@ -38,7 +34,6 @@ pub fn query_value(text: &str) -> String {
     out
 }
 
-/// At most `max` characters of `text`, with an ellipsis when cut (list excerpts).
 pub fn excerpt(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
         Some((at, _)) => format!("{}…", &text[..at]),
@@ -46,7 +41,6 @@ pub fn excerpt(text: &str, max: usize) -> String {
     }
 }
 
-/// The signed-in header: which key, the pages, sign-out (a POST with the CSRF token).
 pub struct Nav<'a> {
     pub key_prefix: &'a str,
     pub csrf: &'a str,
@@ -77,8 +71,7 @@ pub fn page(title: &str, nav: Option<&Nav>, body: &str) -> String {
     )
 }
 
-/// A page as a response, with headers that keep it out of frames and caches and allow no
-/// script at all (the console has none) and styles only from this page.
+/// Kept out of frames and caches; no script at all, styles only from the page.
 pub fn respond(status: axum::http::StatusCode, html: String) -> Response {
     let mut response = (status, axum::response::Html(html)).into_response();
     let headers = response.headers_mut();
@@ -94,7 +87,6 @@ pub fn respond(status: axum::http::StatusCode, html: String) -> Response {
     response
 }
 
-/// A status as a coloured badge.
 pub fn badge(status: &str) -> String {
     let tone = match status {
         "executed" | "sent" | "delivered" | "read" => "ok",

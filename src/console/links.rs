@@ -1,6 +1,4 @@
-//! The links page: which platform account is which user, with forms to link an account
-//! (or re-point its link) and to remove a link, through the admin API's own functions
-//! (`admin::links`: the same checks and audit records, under the signed-in key).
+//! The links page, through `admin::links`: the API's checks and audit records.
 
 use std::fmt::Write;
 
@@ -25,7 +23,6 @@ pub struct ListQuery {
     notice: Option<String>,
 }
 
-/// Who is linked to which user; each user leads to their conversation.
 pub async fn list(
     State(state): State<AppState>,
     signed_in: SignedIn,
@@ -52,7 +49,6 @@ pub struct LinkForm {
     user_id: String,
 }
 
-/// Links an account to a user (or re-points its link), as `POST /v1/admin/links` does.
 pub async fn add(
     State(state): State<AppState>,
     signed_in: SignedIn,
@@ -73,8 +69,7 @@ pub async fn add(
     Ok(Redirect::to("/console/links?notice=added").into_response())
 }
 
-/// Removes a link, as `DELETE /v1/admin/links/{platform}/{platform_user_id}` does. The
-/// account's turns stay; its next ones are an unlinked sender's.
+/// The account's turns stay; its next ones are an unlinked sender's.
 pub async fn remove(
     State(state): State<AppState>,
     signed_in: SignedIn,

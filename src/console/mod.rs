@@ -1,19 +1,7 @@
-//! The tenant admin web console at `/console`: sign in with a tenant admin key, look at
-//! conversations, a turn as the agent saw it with its reply parts, the failed turns, and
-//! redispatch or resend them.
-//!
-//! Server-rendered HTML built with plain Rust strings (`html`), no script at all, one
-//! embedded stylesheet: nothing to build, bundle or serve apart, no template crate to keep
-//! up to date, and every page works in any browser. The cost is that escaping is by hand:
-//! every value from data goes through `html::esc`, and the test of a `<script>` message
-//! keeps that honest. The pages are not part of the OpenAPI document (they are not API).
-//!
-//! Every page reads and writes through the same functions as the admin API
-//! (`admin::messages`, `admin::connectors`, `admin::links`, `db::…`), so through the
-//! session's tenant transaction and its RLS policies, with the API's checks and audit
-//! records (the actor is the signed-in key). Pages: `turns` (conversations, one turn,
-//! failed; their bodies in `pages`), `connectors`, `links`, `users` (conversations by
-//! user). Signing in: `sign_in`; sessions and CSRF: `session`.
+//! The tenant admins' web console at `/console` (docs/console.md): HTML built from plain
+//! strings, no script. Escaping is by hand, so every value from data goes through
+//! `html::esc`. Every page reads and writes through the admin API's own functions, in the
+//! session's tenant transaction, with the API's checks and audit records.
 
 mod connectors;
 mod error;
@@ -32,7 +20,6 @@ use crate::http::state::AppState;
 
 pub use error::deadline_passed;
 
-/// The console's routes, with this instance's session store.
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/console", get(sign_in::home))

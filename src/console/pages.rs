@@ -1,5 +1,4 @@
-//! The pages' bodies, built from the admin API's output types. Every data value goes
-//! through `esc` (or `query_value` inside a link's query).
+//! The pages' bodies, built from the admin API's output types.
 
 use std::fmt::Write;
 
@@ -53,7 +52,6 @@ pub(super) fn when(at: chrono::DateTime<chrono::Utc>) -> String {
     at.format("%Y-%m-%d %H:%M:%S UTC").to_string()
 }
 
-/// Who wrote a turn: the linked user, else the platform's user id.
 fn who(message: &MessageOut) -> String {
     match &message.user_id {
         Some(user) => esc(user),
@@ -61,7 +59,6 @@ fn who(message: &MessageOut) -> String {
     }
 }
 
-/// A recovery button for a turn whose status has one (a POST with the CSRF token).
 pub(super) fn action_form(message: &MessageOut, csrf: &str) -> String {
     let (action, label) = match message.status.as_str() {
         "dispatch_failed" => ("redispatch", "Redispatch"),
@@ -75,7 +72,6 @@ pub(super) fn action_form(message: &MessageOut, csrf: &str) -> String {
     )
 }
 
-/// One turn in a list: a card linking to its detail.
 fn turn_card(message: &MessageOut, csrf: Option<&str>) -> String {
     let id = esc(&message.id.to_string());
     let answer = message

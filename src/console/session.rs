@@ -1,19 +1,7 @@
-//! Console sessions: a random id in an HttpOnly, Secure, SameSite=Strict cookie, and what
-//! it stands for in the `console_sessions` table (`db::console_sessions`).
-//!
-//! Why server-side rather than a signed cookie: signing out (or the session expiring) ends
-//! the session at once, the cookie carries nothing but 32 random bytes, and no signing key
-//! has to be configured and rotated. Why in the database rather than in memory: every
-//! instance behind a balancer sees every session (no sticky sessions), signing out on one
-//! ends it on all, and a restart signs no one out. The cost is a row per session and one
-//! primary-key read per console request, next to the key check that was there already.
-//!
-//! The admin key itself is never stored: the session keeps the key's id, and every request
-//! checks that key is still live in `api_keys`, so a revoked key ends its sessions too. The
-//! table is keyed by the SHA-256 of the session id, so it holds no usable cookie.
-//!
-//! CSRF: SameSite=Strict keeps the cookie off cross-site requests, and every POST form of a
-//! signed-in page also carries the session's random CSRF token, compared in constant time.
+//! Console sessions (docs/console.md): a random id in an HttpOnly, Secure, SameSite=Strict
+//! cookie, standing for a `console_sessions` row keyed by the id's SHA-256 (the table holds
+//! no usable cookie). Server-side, so signing out ends a session on every instance at once;
+//! each request checks the session's key is still live, so revoking a key ends its sessions.
 
 use std::time::Duration;
 
@@ -37,7 +25,6 @@ use crate::http::state::AppState;
 pub const COOKIE: &str = "cb_console";
 /// A session's absolute lifetime; signing in again starts a new one.
 pub const LIFETIME: Duration = Duration::from_secs(8 * 60 * 60);
-/// What a session id stands for.
 #[derive(Clone)]
 pub struct Session {
     pub tenant: TenantId,
@@ -58,7 +45,6 @@ fn id_hash(id: &str) -> Vec<u8> {
     Sha256::digest(id.as_bytes()).to_vec()
 }
 
-/// Starts a session for a key that authenticated; returns the cookie's value.
 pub async fn start(
     pool: &sqlx::PgPool,
     tenant: TenantId,
@@ -85,9 +71,7 @@ pub async fn end(pool: &sqlx::PgPool, id: &str) -> Result<(), AppError> {
     Ok(())
 }
 
-/// The `Set-Cookie` value that carries a new session id. `Secure`: browsers send it over
-/// HTTPS only, except to `localhost`, which they treat as secure (the browser tests open
-/// the console at `http://localhost:<port>`).
+/// `Secure`: HTTPS only, except to `localhost` (how the browser tests sign in over http).
 pub fn set_cookie(id: &str) -> HeaderValue {
     let value = format!(
         "{COOKIE}={id}; Path=/console; HttpOnly; Secure; SameSite=Strict; Max-Age={}",
@@ -97,12 +81,10 @@ pub fn set_cookie(id: &str) -> HeaderValue {
     HeaderValue::from_str(&value).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
-/// The `Set-Cookie` value that removes the session cookie.
 pub fn clear_cookie() -> HeaderValue {
     HeaderValue::from_static("cb_console=; Path=/console; HttpOnly; Secure; SameSite=Strict; Max-Age=0")
 }
 
-/// The session id the request's cookies carry, if any.
 pub fn cookie_value(parts: &Parts) -> Option<&str> {
     parts
         .headers
@@ -116,7 +98,6 @@ pub fn cookie_value(parts: &Parts) -> Option<&str> {
         .filter(|value| !value.is_empty())
 }
 
-/// A form that only carries the page's CSRF token.
 #[derive(Deserialize)]
 pub struct CsrfForm {
     #[serde(default)]
@@ -127,12 +108,11 @@ pub struct CsrfForm {
 pub struct SignedIn {
     pub session: Session,
     pub id: String,
-    /// The id of the admin key the session stands for: the actor of audited actions.
     pub key_id: uuid::Uuid,
 }
 
 impl SignedIn {
-    /// The form's CSRF token matches the session's; else 403.
+    /// On top of SameSite=Strict; compared in constant time, else 403.
     pub fn check_csrf(&self, token: &str) -> Result<(), ConsoleError> {
         if crate::platforms::inbound::constant_time_eq(token.as_bytes(), self.session.csrf.as_bytes()) {
             Ok(())

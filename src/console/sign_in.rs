@@ -29,8 +29,7 @@ pub struct SignInForm {
     key: String,
 }
 
-/// Checks the key as the API does (`admin::auth::verify_key`), then starts a
-/// session. A wrong key gets the form again with an error and no cookie.
+/// The API's key check and throttle; a wrong key gets the form again and no cookie.
 pub async fn sign_in(
     State(state): State<AppState>,
     connect_info: Option<Extension<ConnectInfo<std::net::SocketAddr>>>,
@@ -63,9 +62,8 @@ pub async fn sign_in(
     response
 }
 
-/// A sign-in form posted from another site (login CSRF) is refused: when the browser says
-/// where the form came from (`Origin`), it must be this host. (The pages' referrer policy
-/// is `same-origin`: with `no-referrer` browsers send `Origin: null`.)
+/// Login CSRF: a browser that names the form's `Origin` must name this host. (The pages'
+/// referrer policy is `same-origin`: with `no-referrer` browsers send `Origin: null`.)
 fn same_origin(headers: &HeaderMap) -> bool {
     let Some(origin) = headers.get("origin").and_then(|v| v.to_str().ok()) else {
         return true;

@@ -1,5 +1,4 @@
-//! The turns pages: conversations, one turn, the failed turns, and redispatching or
-//! resending a turn.
+//! The turns pages: the list, one turn, the failed turns, and their recovery buttons.
 
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Redirect};
@@ -14,7 +13,6 @@ use crate::admin::messages::{self, MessagesQuery, Recovery};
 use crate::error::AppError;
 use crate::http::state::AppState;
 
-/// The filters of the conversations page (a subset of the API's).
 #[derive(Debug, Default, Deserialize)]
 pub struct TurnsQuery {
     q: Option<String>,
@@ -80,8 +78,7 @@ pub async fn resend(
     recover(state, signed_in, Recovery::Resend, &id, &form).await
 }
 
-/// Runs a recovery action (the API's own `recover_one`), wakes the workers when it queued
-/// something, and shows the turn again (POST, redirect, GET: a reload does not repeat it).
+/// POST, redirect, GET: a reload does not repeat the action.
 async fn recover(
     State(state): State<AppState>,
     signed_in: SignedIn,
@@ -99,7 +96,6 @@ async fn recover(
     Ok(Redirect::to(&format!("/console/turns/{id}?queued={}", out.queued)).into_response())
 }
 
-/// Turns the agent never answered and answers that did not reach the user.
 pub async fn failed(State(state): State<AppState>, signed_in: SignedIn) -> PageResult {
     let tenant = signed_in.session.tenant;
     let of_status = |status: &str| MessagesQuery {

@@ -1,8 +1,5 @@
-//! Conversations by user: the users page lists the tenant's conversations (a linked user
-//! across all their platforms, or an unlinked sender) with their latest turn and counts,
-//! in user-id order with keyset paging (`db::conversations` says why that order, and which
-//! indexes it walks); each leads to the conversation page, the turns newest first with the
-//! answer as the agent gave it and the reply parts as they were posted.
+//! The users page (a linked user across their platforms, or an unlinked sender) and each
+//! conversation's page. Ordered by user id, not by activity: `db::conversations` says why.
 
 use std::fmt::Write;
 
@@ -18,7 +15,6 @@ use crate::db::conversations::{self, ConversationRow, PageStart, COUNT_CAP};
 use crate::error::AppError;
 use crate::http::state::AppState;
 
-/// Conversations on one page of the users list.
 const PAGE: i64 = 30;
 
 #[derive(Debug, Default, Deserialize)]
@@ -66,7 +62,6 @@ pub async fn list(
     let mut tx = crate::db::TenantTx::begin(&state.pool, signed_in.session.tenant)
         .await
         .map_err(AppError::from)?;
-    // One row more than shown says whether there is a next page.
     let mut rows = conversations::page(&mut tx, &start, PAGE + 1)
         .await
         .map_err(AppError::from)?;
@@ -105,9 +100,6 @@ pub async fn conversation(
     let body = render_conversation(&who, &page, &signed_in.session.csrf);
     ok_page(&title, &signed_in, &body)
 }
-
-// ---------------------------------------------------------------------------------------
-// Rendering
 
 fn conversation_link(row: &ConversationRow) -> String {
     if row.linked {
@@ -234,8 +226,7 @@ fn render_conversation(who: &Who, page: &ConversationPage, csrf: &str) -> String
     body
 }
 
-/// One turn: the user's text as the agent got it, the answer, and the parts as posted;
-/// a failed one with its recovery button (the turn page's).
+/// A failed turn gets the turn page's recovery button.
 fn exchange(turn: &ConversationTurn, csrf: &str) -> String {
     let m = &turn.message;
     let id = esc(&m.id.to_string());

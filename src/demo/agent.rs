@@ -1,6 +1,5 @@
-//! The demo's agent: the echo `agent-bridge`, behind a layer that keeps a copy of each
-//! dispatch it answered, which the walkthrough prints as "the agent saw". Only answered
-//! dispatches are kept: a rejected one never became part of a turn.
+//! The echo `agent-bridge`, behind a layer that keeps each dispatch it answered for the
+//! walkthrough's "the agent saw". A rejected one is not kept: it never became part of a turn.
 
 use std::sync::{Arc, Mutex};
 
@@ -13,7 +12,6 @@ use axum::Router;
 use crate::agent_bridge::{self, BridgeConfig};
 use crate::dispatch::payload::DispatchOut;
 
-/// The dispatches the echo bridge answered, as it received them.
 #[derive(Default)]
 pub(super) struct SeenDispatches(Mutex<Vec<DispatchOut>>);
 
@@ -23,8 +21,6 @@ impl SeenDispatches {
     }
 }
 
-/// The echo bridge, with a layer that keeps a copy of each dispatch it answered — what
-/// the demo prints as "the agent saw".
 pub(super) fn observed_echo_bridge(secret: &str, seen: Arc<SeenDispatches>) -> anyhow::Result<Router> {
     let bridge = agent_bridge::router(BridgeConfig::echo(secret))?;
     Ok(bridge.layer(axum::middleware::from_fn_with_state(seen, observe)))

@@ -1,6 +1,5 @@
-//! The demo's own database: named beside the user's, dropped and re-created on every run,
-//! read back at the end. The one thing to get right: the demo drops this database, so it is
-//! never the one DATABASE_URL itself names.
+//! The demo's own database, beside the user's, dropped and re-created on every run: which is
+//! why it must never be the one DATABASE_URL itself names.
 
 use anyhow::Context;
 use sqlx::migrate::MigrateDatabase;
@@ -10,8 +9,6 @@ use crate::db::TenantTx;
 use crate::domain::TenantId;
 use crate::settings::DatabaseSettings;
 
-/// DATABASE_URL with the demo's database name. Refuses the database DATABASE_URL itself
-/// names: the demo drops its database, and that one is the user's.
 pub fn demo_database_url(database_url: &str, name: &str) -> anyhow::Result<String> {
     let valid = !name.is_empty()
         && name

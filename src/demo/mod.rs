@@ -1,8 +1,6 @@
-//! `channel-bridge demo`: the whole product on one machine, in a few seconds: a fresh
-//! database, the gateway, an echo agent and platform stand-ins (`stack`), a short
-//! conversation posted through the real webhook routes (`script`), and a report turn by turn
-//! (`report`). The demo drops and re-creates a database of its own on DATABASE_URL's server,
-//! never the one DATABASE_URL names; it stays for exploring, everything else stops.
+//! `channel-bridge demo`: the gateway, an echo agent and platform stand-ins (`stack`), a short
+//! conversation through the real webhook routes (`script`), and a report (`report`). The
+//! database it drops and re-creates is its own, never the one DATABASE_URL names.
 
 mod agent;
 mod database;
@@ -46,14 +44,11 @@ pub struct DemoArgs {
 }
 
 impl DemoArgs {
-    /// Where the gateway's log goes while the demo runs: a file in the temporary directory,
-    /// unless `--verbose` keeps it on the terminal.
     pub fn log_file(&self) -> Option<std::path::PathBuf> {
         (!self.verbose).then(|| std::env::temp_dir().join("channel-bridge-demo.log"))
     }
 }
 
-/// `channel-bridge demo`.
 pub async fn run_cli(args: DemoArgs) -> anyhow::Result<()> {
     let database_url = demo_database_url(args.database_url.expose_secret(), &args.database_name)?;
     let config = DemoConfig {
@@ -69,17 +64,14 @@ pub async fn run_cli(args: DemoArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What the demo runs against.
 #[derive(Debug, Clone)]
 pub struct DemoConfig {
     /// The demo's own database: dropped (sessions on it are ended) and re-created.
     pub database_url: String,
-    /// Where the gateway's own log lines go instead of the terminal (`None`: the terminal,
-    /// with `--verbose`, or a test's subscriber).
+    /// `None`: the terminal (`--verbose`), or a test's subscriber.
     pub log_file: Option<std::path::PathBuf>,
 }
 
-/// Runs the demo, writing the walkthrough to `out`.
 pub async fn run(config: &DemoConfig, out: &mut (dyn Write + Send)) -> anyhow::Result<DemoSummary> {
     let started = Instant::now();
     let shown_url = redact_password(&config.database_url);

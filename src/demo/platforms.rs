@@ -1,7 +1,5 @@
-//! Local stand-ins for the three platforms' send APIs, for the demo: Slack
-//! `POST /api/chat.postMessage`, Telegram `POST /bot<token>/sendMessage`, WhatsApp
-//! `POST /<version>/<phone_number_id>/messages` (the calls of `crate::platforms`). Each
-//! records where the reply went and answers like the platform does on success.
+//! Local stand-ins for the platforms' send APIs (the calls `crate::platforms` makes): each
+//! records where a reply went and answers as the platform does on success.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,7 +15,6 @@ use tokio::sync::Notify;
 use super::served::Served;
 use crate::domain::Platform;
 
-/// One reply as the platform received it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PostedReply {
     pub platform: Platform,
@@ -49,9 +46,7 @@ pub struct StandInArgs {
     pub bind: std::net::SocketAddr,
 }
 
-/// `channel-bridge platform-stand-in`: the stand-ins on a fixed address, printing each reply
-/// they receive as one JSON line, until ctrl-c or SIGTERM. For trying the gateway without a
-/// platform account (README "First steps").
+/// Until ctrl-c or SIGTERM; README "First steps" uses it.
 pub async fn run_cli(args: StandInArgs) -> anyhow::Result<()> {
     use anyhow::Context;
     let listener = TcpListener::bind(args.bind)
@@ -71,7 +66,6 @@ pub async fn run_cli(args: StandInArgs) -> anyhow::Result<()> {
     }
 }
 
-/// Prints each reply as one JSON line as it arrives; returns only on a write error.
 async fn print_replies(stand_ins: &PlatformStandIns) -> anyhow::Result<()> {
     use std::io::Write;
     let mut printed = 0;
@@ -87,7 +81,6 @@ async fn print_replies(stand_ins: &PlatformStandIns) -> anyhow::Result<()> {
 }
 
 impl PlatformStandIns {
-    /// Starts the stand-ins on a free local port.
     pub async fn start() -> anyhow::Result<Self> {
         Self::serve(TcpListener::bind("127.0.0.1:0").await?)
     }
@@ -115,7 +108,6 @@ impl PlatformStandIns {
             .clone()
     }
 
-    /// Waits (without polling) until at least `n` replies arrived.
     async fn replies_reaching(&self, n: usize) -> Vec<PostedReply> {
         loop {
             // Registered before the check, so an arrival in between is not missed.

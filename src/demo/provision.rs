@@ -1,6 +1,5 @@
-//! The demo tenant and what it holds: the echo agent, one connector per platform sending to
-//! the stand-ins, and two linked people. The connectors know the fixtures' bot identities,
-//! which is what lets the gateway recognise and drop Slack's echo of our own reply.
+//! The demo tenant. Its connectors know the fixtures' bot identities: that is what lets the
+//! gateway recognise and drop Slack's echo of our own reply.
 
 use secrecy::SecretString;
 use sqlx::PgPool;
@@ -9,8 +8,6 @@ use super::webhooks::*;
 use crate::db::connectors::NewConnector;
 use crate::domain::{ConnectorId, Platform, TelegramDelivery, TenantId, UnlinkedPolicy};
 
-/// The demo tenant: its agent is the echo bridge; its three connectors send to the
-/// stand-ins and know the bot identities of the fixtures (so echoes are recognised).
 pub(super) async fn provision(
     pool: &PgPool,
     keys: &crate::secrets::Keyring,

@@ -21,7 +21,6 @@ pub struct DemoSummary {
 }
 
 impl DemoSummary {
-    /// The steps that became a turn and were answered.
     pub fn turns(&self) -> impl Iterator<Item = (&Step, &Turn)> {
         self.steps.iter().filter_map(|step| match &step.outcome {
             Outcome::Replied(turn) => Some((step, turn)),
@@ -46,7 +45,6 @@ impl DemoSummary {
 #[derive(Debug, Clone, Serialize)]
 pub struct Step {
     pub platform: Platform,
-    /// The platform's id of the sender.
     pub sender: String,
     pub text: String,
     pub webhook: WebhookAnswer,
@@ -86,8 +84,7 @@ pub struct Turn {
     pub reply: PostedReply,
 }
 
-/// The last words: what happened, and commands to explore that work when pasted. A URL
-/// with a password is not printed; the scripts' own set-up gives it back instead.
+/// A URL with a password is not printed; the scripts' own set-up gives it back instead.
 pub(super) fn conclude(
     summary: &DemoSummary,
     url_holds_a_secret: bool,
@@ -127,7 +124,7 @@ pub(super) fn conclude(
     writeln!(out, "  $B history --tenant {tenant} --user alice")?;
     writeln!(
         out,
-        "  $B key issue --tenant {tenant}   # then the admin API (README)"
+        "  $B key issue --tenant {tenant}   # then the admin API (docs/admin.md)"
     )?;
     writeln!(
         out,

@@ -1,7 +1,6 @@
-//! The demo's conversation: signed webhooks posted to the gateway's real routes, printed as
-//! it happens. Two of them must not become turns (a Slack retry of an event already
-//! received, Slack's echo of our own reply). Each turn is awaited on its platform before the
-//! next is sent: that is what makes the history each dispatch sees deterministic.
+//! The demo's conversation: signed webhooks to the gateway's real routes, two of which must
+//! not become turns (a Slack retry, Slack's echo of our reply). Each turn's reply is awaited
+//! before the next is sent: that is what makes the history each dispatch sees deterministic.
 
 use std::io::Write;
 use std::time::Duration;
@@ -13,12 +12,9 @@ use super::stack::Stack;
 use super::webhooks::*;
 use crate::domain::Platform;
 
-/// How long one turn may take from webhook to reply on the platform. A healthy run needs
-/// milliseconds; the margin is for a cold, busy machine.
+/// A healthy run needs milliseconds; the margin is for a cold, busy machine.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// The conversation, posted step by step; each turn waits for its reply before the next
-/// one is sent, so the history each dispatch sees is deterministic.
 pub(super) struct Script<'a> {
     stack: &'a Stack,
     client: reqwest::Client,
@@ -40,7 +36,6 @@ impl<'a> Script<'a> {
         })
     }
 
-    /// The steps posted so far, in order; what the summary is made from.
     pub(super) fn into_steps(self) -> Vec<Step> {
         self.steps
     }
@@ -131,7 +126,6 @@ impl<'a> Script<'a> {
             .count()
     }
 
-    /// A new user message: one turn queued, then its reply on the platform.
     async fn turn(
         &mut self,
         platform: Platform,
@@ -270,7 +264,7 @@ impl<'a> Script<'a> {
         });
     }
 
-    /// POSTs a signed webhook to the gateway's real route; anything but 200 stops the demo.
+    /// Anything but 200 stops the demo.
     async fn post(
         &self,
         platform: Platform,

@@ -1,12 +1,10 @@
-//! A small axum server on an already-bound listener (the echo agent, the platform
-//! stand-ins), stopped gracefully on request.
+//! A small axum server on a bound listener, stopped gracefully on request.
 
 use axum::Router;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-/// A small axum server on a bound listener, stopped gracefully on request.
 pub(super) struct Served {
     stop: oneshot::Sender<()>,
     task: JoinHandle<std::io::Result<()>>,

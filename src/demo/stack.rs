@@ -1,7 +1,5 @@
-//! Everything the demo runs, started in order and stopped together: the platform
-//! stand-ins, the gateway (HTTP and worker, port 0) and the observed echo agent. The order
-//! matters: the agent's port is needed to create the tenant, the tenant's secret to start
-//! the agent.
+//! Everything the demo runs, stopped together. The start order matters: the agent's port is
+//! needed to create the tenant, and the tenant's secret to start the agent.
 
 use std::io::Write;
 use std::sync::Arc;

@@ -1,13 +1,12 @@
-//! What the demo's "platforms" post to the gateway: real-shaped webhook bodies (the
-//! fixtures of `fixtures/`, with the demo's ids and text) signed the way each platform signs
-//! (PLATFORMS.md §1.1, §2.1, §3.1).
+//! What the demo's "platforms" post: the webhook bodies of `fixtures/` with the demo's ids
+//! and text, signed as each platform signs.
 
 use serde_json::Value;
 
 use crate::domain::Platform;
 
-/// The demo connectors' secrets. They guard a throw-away local database, and are written
-/// here (and in README) so that anyone exploring afterwards can sign requests of their own.
+/// Fixed (README points here) so that anyone exploring afterwards can sign requests of
+/// their own: they guard a throw-away local database.
 pub const SLACK_SIGNING_SECRET: &str = "demo-slack-signing-secret";
 pub const WHATSAPP_APP_SECRET: &str = "demo-meta-app-secret";
 pub const TELEGRAM_SECRET_TOKEN: &str = "demo-telegram-secret-token";
@@ -52,8 +51,7 @@ pub fn slack_dm(ts: &str, thread_ts: Option<&str>, text: &str) -> Vec<u8> {
     to_bytes(&event)
 }
 
-/// Our own reply coming back as a message event: Slack sends the bot's messages to the
-/// app too (`bot_id` and `user` are the app's own).
+/// Slack sends the bot's own messages to the app too (`bot_id` and `user` are the app's).
 pub fn slack_bot_echo(ts: &str, thread_ts: &str, text: &str) -> Vec<u8> {
     let mut event = fixture(SLACK_BOT_ECHO);
     event["event_id"] = format!("Ev{}", ts.replace('.', "")).into();
@@ -87,8 +85,7 @@ pub fn whatsapp_text(wamid: &str, text: &str) -> Vec<u8> {
     to_bytes(&batch)
 }
 
-/// The headers the platform sends with `body`, signed with the demo connector's secret by
-/// the same signer as `send-fixture` (`crate::sign`).
+/// The same signer as `send-fixture` (`crate::sign`).
 pub fn signed_headers(platform: Platform, body: &[u8]) -> Vec<(axum::http::HeaderName, String)> {
     let secret = match platform {
         Platform::Slack => SLACK_SIGNING_SECRET,

@@ -1,5 +1,5 @@
-//! The API's extractors and what their rejections answer: every handler takes its path,
-//! query and body through these, so a bad request gets the JSON error every other error has.
+//! The API's extractors: every handler takes its path, query and body through these, so a
+//! bad request gets the JSON error every other error has.
 
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::FromRequestParts;
@@ -8,11 +8,9 @@ use serde::de::DeserializeOwned;
 
 use crate::error::AppError;
 
-/// The largest JSON body the admin and operator API reads (axum's default, made explicit so
-/// the 413 can name it). Webhook bodies have their own per-platform limits (`hooks.rs`).
+/// axum's default, made explicit so the 413 can name it. Webhooks have their own limits.
 pub const API_BODY_LIMIT: usize = 2 * 1024 * 1024;
 
-/// `Query<T>` whose rejection is a JSON 422.
 pub struct ApiQuery<T>(pub T);
 
 impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
@@ -24,16 +22,12 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiQuer
     }
 }
 
-/// `Path<T>` whose rejection is the JSON 404 of `From<PathRejection> for AppError`: every
-/// handler takes its path through it, so a non-UUID id answers like an unknown one.
+/// A non-UUID id answers the same 404 as an unknown one.
 #[derive(axum::extract::FromRequestParts)]
 #[from_request(via(axum::extract::Path), rejection(AppError))]
 pub struct ApiPath<T>(pub T);
 
-/// `Json<T>` whose rejection is a JSON error (`From<JsonRejection> for AppError`): 422 for
-/// a body that is not a JSON object, lacks the JSON content type or has the wrong shape, 413
-/// past `API_BODY_LIMIT`. Every body the API takes is an object, and serde would take
-/// a struct from an array too (`[null, null]`), which the document does not allow.
+/// Only an object: serde would take a struct from an array too, which the document forbids.
 pub struct ApiJson<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> axum::extract::FromRequest<S> for ApiJson<T> {
@@ -53,9 +47,8 @@ impl<T: DeserializeOwned, S: Send + Sync> axum::extract::FromRequest<S> for ApiJ
     }
 }
 
-/// A JSON body we cannot use: 413 past the body limit, 400 when it could not be read at
-/// all, otherwise 422 (not JSON, wrong content type, or JSON of the wrong shape: the caller
-/// sent something we cannot process, and one status keeps the contract small).
+/// 413 past the limit, 400 when unreadable, else 422 (not JSON, wrong content type or
+/// shape): one status for all of those keeps the contract small.
 impl From<JsonRejection> for AppError {
     fn from(rejection: JsonRejection) -> Self {
         use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
@@ -75,9 +68,7 @@ impl From<QueryRejection> for AppError {
     }
 }
 
-/// A path segment that does not parse (a non-UUID id, text that is not UTF-8) names no
-/// resource: 404, as for an id that parses but is unknown, so the two cannot be told apart
-/// (the webhook routes answer an unknown and a malformed connector id alike).
+/// The same 404 as an unknown id, so the two cannot be told apart.
 impl From<PathRejection> for AppError {
     fn from(_: PathRejection) -> Self {
         Self::NotFound("resource")

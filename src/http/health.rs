@@ -1,6 +1,5 @@
-//! `/healthz` (the process answers), `/readyz` (the database answers), `/metrics`; the
-//! same three on the metrics listener (`CB_METRICS_BIND`), and the client side of
-//! `channel-bridge healthcheck`.
+//! `/healthz`, `/readyz`, `/metrics` (also on `CB_METRICS_BIND`) and the client side of
+//! `channel-bridge healthcheck` (docs/operations.md#observability).
 
 use std::time::Duration;
 
@@ -16,8 +15,7 @@ use utoipa_axum::routes;
 
 use super::state::AppState;
 
-/// The metrics listener's routes: probes and scrapes of an instance, worker-only ones
-/// included, on an address of their own. Not counted in the HTTP request metrics.
+/// Not counted in the HTTP request metrics.
 pub fn metrics_listener_router(state: AppState) -> axum::Router {
     use axum::routing::get;
     axum::Router::new()
@@ -40,8 +38,7 @@ async fn healthz() -> impl IntoResponse {
     Json(json!({ "status": "ok" }))
 }
 
-/// How long `/readyz` waits for the database: a load balancer's probe must get an answer
-/// even while the network to PostgreSQL holds traffic.
+/// A balancer's probe must get an answer even while the network holds PostgreSQL's traffic.
 const READY_DEADLINE: Duration = Duration::from_secs(1);
 
 /// 503 while the database does not answer within a second, or its schema is behind this
@@ -104,8 +101,7 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     )
 }
 
-/// `channel-bridge healthcheck`: succeeds when `url` answers 200 within `timeout` (for a
-/// container's HEALTHCHECK: the image has no curl).
+/// For the container's HEALTHCHECK: the image has no curl.
 pub async fn probe(url: &reqwest::Url, timeout: Duration) -> anyhow::Result<()> {
     let client = reqwest::Client::builder()
         .timeout(timeout)

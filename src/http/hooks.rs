@@ -1,8 +1,6 @@
-//! `POST|GET /v1/hooks/{tenant_id}/{connector_id}`: the platforms' webhooks and handshakes.
-//!
-//! The handler is the pipeline of DESIGN.md as named steps: load the connector (tenant
-//! scoped), read the body within the platform's limit, verify over the raw bytes, answer a
-//! handshake or parse, record, answer 200. JSON is never parsed before verification.
+//! `POST|GET /v1/hooks/{tenant_id}/{connector_id}`: the platforms' webhooks and handshakes,
+//! as the steps of docs/architecture.md#webhook-to-reply. JSON is never parsed before the
+//! signature is verified over the raw bytes.
 
 use std::sync::Arc;
 
@@ -81,9 +79,7 @@ async fn handshake(
     Ok(handshake_response(reply))
 }
 
-/// The enabled connector named by the path, from the connector cache or read inside its
-/// tenant's transaction. Unknown tenant, unknown connector and disabled connector all
-/// answer the same 404.
+/// Unknown tenant, unknown connector and disabled connector answer the same 404.
 async fn load_connector(
     state: &AppState,
     (tenant, connector): &(String, String),
@@ -123,8 +119,7 @@ async fn read_body(
     if declared.is_some_and(|len| len > limit) {
         return Err(AppError::PayloadTooLarge(limit));
     }
-    // Past the declared length check, a read error is a body over the limit (chunked
-    // encoding) or a client that went away; either way nothing was recorded.
+    // A read error now is a chunked body over the limit or a client gone: nothing recorded.
     axum::body::to_bytes(body, limit)
         .await
         .map_err(|_| AppError::PayloadTooLarge(limit))
@@ -168,8 +163,7 @@ async fn accept(
     Ok(response)
 }
 
-/// What an accepted webhook recorded, attached to its response for the request log line
-/// (`crate::startup::router::log_response`), which knows the latency.
+/// Attached to the response for the request log line, which knows the latency.
 #[derive(Clone, Debug)]
 pub struct Accepted {
     pub queued: Vec<crate::domain::MessageId>,
@@ -190,7 +184,6 @@ impl Accepted {
     }
 }
 
-/// The request id (`x-request-id`, ours or the caller's), when it is short enough to keep.
 fn request_id(headers: &HeaderMap) -> Option<&str> {
     headers
         .get("x-request-id")
@@ -198,9 +191,7 @@ fn request_id(headers: &HeaderMap) -> Option<&str> {
         .filter(|id| !id.is_empty() && id.len() <= 128)
 }
 
-/// Keeps the request id in each turn's `metadata.request_id`, so the worker's logs of the
-/// turn carry the id of the webhook request that recorded it (no schema change: metadata
-/// is the row's bag of extras). A duplicate keeps the first delivery's id.
+/// So the worker's logs carry the webhook's request id; a duplicate keeps the first one.
 fn stamp_request_id(inbound: &mut Inbound, request_id: Option<&str>) {
     let Some(id) = request_id else { return };
     for message in &mut inbound.messages {
@@ -214,9 +205,7 @@ fn stamp_request_id(inbound: &mut Inbound, request_id: Option<&str>) {
     }
 }
 
-/// Keeps the request span's W3C `traceparent` in each turn's `metadata.traceparent`, so
-/// the job that works the turn (later, maybe on another instance) continues the webhook's
-/// trace. Nothing when traces are off.
+/// So the job that works the turn, maybe on another instance, continues the webhook's trace.
 fn stamp_traceparent(inbound: &mut Inbound) {
     let Some(traceparent) = crate::telemetry::traces::current_traceparent() else {
         return;

@@ -1,11 +1,6 @@
-//! `GET /v1/media/{token}`: the attachment URL given to the agent (`crate::media`).
-//!
-//! The token is the whole authorisation: verified (404 when it is not one of ours, so a
-//! guess learns nothing), then its time (410 once expired). The turn and its connector are
-//! read in a tenant transaction within `CB_ADMIN_DEADLINE_MS` (503 past it, as the admin
-//! API), which ends before the download starts: a slow agent reading a large file holds no
-//! database connection. The platform's bytes are streamed
-//! through, cut off at `CB_MEDIA_MAX_BYTES`.
+//! `GET /v1/media/{token}`: the attachment URLs given to the agent
+//! (docs/agent.md#pictures-voice-notes-and-files). The token is the whole authorisation: one
+//! that is not ours answers 404, so a guess learns nothing.
 
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -45,8 +40,7 @@ async fn media(State(state): State<AppState>, Path(token): Path<String>) -> Resu
             AppError::Gone("this media link has expired; the next attempt of the dispatch gets a fresh one")
         }
     })?;
-    // The database part is bounded like an admin request; the download that follows is not
-    // (a large file on a slow link takes its time, holding no connection).
+    // Only the database part is bounded: the download that follows holds no connection.
     let deadline_ms = state.settings.admin_deadline_ms;
     let found = tokio::time::timeout(
         std::time::Duration::from_millis(deadline_ms),
@@ -74,7 +68,6 @@ async fn media(State(state): State<AppState>, Path(token): Path<String>) -> Resu
     Ok(stream(&attachment, upstream, max))
 }
 
-/// The attachment and its connector, read in the token's tenant.
 async fn find(state: &AppState, token: &MediaToken) -> Result<(Attachment, Connector), AppError> {
     let mut tx = TenantTx::begin(&state.pool, token.tenant).await?;
     let found = crate::db::messages::attachment(&mut tx, token.message, token.index).await?;
@@ -103,8 +96,7 @@ fn fetch_error(err: FetchError, max: u64) -> AppError {
     }
 }
 
-/// The platform's bytes, with our MIME type (the platform's when we have none) and the
-/// headers that keep a browser from sniffing or caching it; cut off past `max` bytes.
+/// Our MIME type before the platform's; a browser may neither sniff nor cache it.
 fn stream(attachment: &Attachment, upstream: reqwest::Response, max: u64) -> Response {
     let content_type = attachment
         .mime
@@ -145,8 +137,7 @@ fn stream(attachment: &Attachment, upstream: reqwest::Response, max: u64) -> Res
     response
 }
 
-/// The client of this route: the egress policy, and no total timeout, only between chunks:
-/// a large file on a slow link is not an error.
+/// No total timeout, only between chunks: a large file on a slow link is not an error.
 pub fn client(egress: &crate::settings::EgressSettings) -> anyhow::Result<crate::egress::GuardedClient> {
     let builder = reqwest::Client::builder()
         .connect_timeout(std::time::Duration::from_secs(5))

@@ -1,6 +1,5 @@
-//! What every handler stands on (the shared state, extractors, the admin-key throttle,
-//! readiness) and the gateway's own endpoints: webhooks, media links, health. The admin
-//! API and the console build on this; `startup::router` puts every route together.
+//! What every handler stands on (state, extractors, the admin-key throttle, readiness) and
+//! the gateway's own endpoints: webhooks, media links, health.
 
 pub mod extract;
 pub mod health;

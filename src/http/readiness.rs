@@ -1,10 +1,8 @@
-//! Whether an application's last `/readyz` answer was 503, so that readiness is logged
-//! when it changes, not at every probe (a load balancer probes every few seconds).
+//! Readiness is logged when it changes, not at every probe.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// One WARN when `/readyz` starts answering 503, one INFO when it recovers. An outage is
-/// not this process's error, and the requests it fails log their own lines.
+/// WARN, not ERROR: an outage is not this process's fault, and failed requests log their own.
 #[derive(Debug, Default)]
 pub struct Readiness {
     unready: AtomicBool,

@@ -14,20 +14,16 @@ pub struct AppState {
     pub pool: PgPool,
     pub settings: Arc<ServeSettings>,
     pub metrics: PrometheusHandle,
-    /// What `/readyz` answered last (its failures are logged once per change).
     pub readiness: Arc<Readiness>,
     /// Unix seconds now; replaced in tests that need a fixed clock.
     pub clock: fn() -> i64,
-    /// Wakes this instance's dispatch workers after ingress committed new jobs.
     pub wakeup: Arc<crate::dispatch::wakeup::Wakeup>,
     /// Connector and tenant settings, reused for a few seconds (admin changes forget them).
     pub cache: Arc<crate::cache::ConfigCache>,
     /// Where webhook handlers record what they accepted (several per commit).
     pub ingress: Arc<crate::ingress::writer::Writer>,
-    /// Budgets of untrusted admin-key attempts, spent before any database work.
     pub auth_throttle: Arc<AuthThrottle>,
-    /// Fetches attachments from the platforms for `/v1/media/{token}` (egress policy
-    /// applied; no total timeout, so a large file can take its time).
+    /// For `/v1/media/{token}`: no total timeout, so a large file can take its time.
     pub media_client: crate::egress::GuardedClient,
 }
 

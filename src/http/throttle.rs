@@ -1,18 +1,8 @@
-//! Throttling of bad admin credentials, without database work per bad attempt, and never
-//! against a key's owner.
-//!
-//! A key is decided by itself: the stored hash of each key prefix recently looked up is
-//! kept in memory (a short TTL), so a wrong secret with a known prefix is refused without
-//! touching the database, and the right key is never refused, whoever failed with its
-//! (public) prefix before. Only failures, and the prefix look-ups an unknown prefix costs,
-//! spend tokens of the source's bucket (the TCP peer; governor's token buckets): an empty
-//! bucket answers 429 with `Retry-After`. A bearer token not shaped like a key
-//! (`cbk_<prefix>_<secret>`) cannot be valid: it is refused (and charged) without a lookup.
-//!
-//! Behind a load balancer every client has the balancer's address: failures then share one
-//! bucket. A key already known to the instance is still never refused; a key it has not
-//! seen in the TTL waits while the balancer's bucket is empty. The operator token is
-//! compared in memory (no database work) and is not throttled here.
+//! Throttling of bad admin keys without database work per bad attempt, and never against a
+//! key's owner (docs/admin.md#admin-api-and-cli). A key is decided by itself: the stored hash
+//! of a recently looked-up prefix is kept here, so a wrong secret is refused in memory and
+//! the right key passes whoever failed with its public prefix before. Only failures and
+//! look-ups spend the source's tokens; behind a balancer all clients share one bucket.
 
 use std::net::IpAddr;
 use std::num::NonZeroU32;
@@ -62,8 +52,7 @@ pub fn key_prefix(token: &str) -> Option<&str> {
 }
 
 impl AuthThrottle {
-    /// Spends one token of `source`'s bucket (a failure, or a look-up about to be made):
-    /// `Err(wait)` when it is empty.
+    /// For a failure, or a look-up about to be made; `Err(wait)` when the bucket is empty.
     pub fn charge(&self, source: Option<IpAddr>) -> Result<(), Duration> {
         let Some(source) = source else {
             return Ok(());
@@ -74,8 +63,7 @@ impl AuthThrottle {
         })
     }
 
-    /// The live key hash of `prefix` as last looked up: `None` when not known here,
-    /// `Some(None)` when no live key has it.
+    /// `None`: not known here; `Some(None)`: no live key has this prefix.
     pub fn stored_hash(&self, prefix: &str) -> Option<Option<Vec<u8>>> {
         self.hashes.get(prefix)
     }
@@ -84,7 +72,7 @@ impl AuthThrottle {
         self.hashes.insert(prefix.to_owned(), hash);
     }
 
-    /// Drops what is known of `prefix` (its key was just refused by the database: revoked).
+    /// Its key was just refused by the database: revoked.
     pub fn forget(&self, prefix: &str) {
         self.hashes.invalidate(prefix);
     }

@@ -33,8 +33,7 @@ pub struct Application {
 }
 
 impl Application {
-    /// Binds the listeners that `run_until` serves, never re-bound, so port 0 works;
-    /// `local_addr` and `metrics_addr` tell which port.
+    /// Binds once, so port 0 works: `local_addr` and `metrics_addr` tell which port.
     pub async fn build(mut settings: ServeSettings) -> anyhow::Result<Self> {
         settings.validate()?;
         let pool = crate::db::connect_pool(&settings.database)?;

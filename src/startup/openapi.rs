@@ -6,8 +6,7 @@ use utoipa_axum::routes;
 
 use crate::http::{self, state::AppState};
 
-/// Every route, documented by the same calls that serve it, so `/v1/openapi.json` cannot
-/// drift from the handlers.
+/// Documented by the same calls that serve them, so the document cannot drift.
 pub fn api() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(http::health::router())
@@ -17,7 +16,6 @@ pub fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(openapi_json))
 }
 
-/// The OpenAPI document of `api()`.
 pub fn openapi() -> utoipa::openapi::OpenApi {
     let mut doc = api().into_openapi();
     document_shared_answers(&mut doc);
@@ -25,7 +23,6 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     doc
 }
 
-/// The operations of one path, whatever their method.
 fn operations(
     item: &mut utoipa::openapi::PathItem,
 ) -> impl Iterator<Item = &mut utoipa::openapi::path::Operation> {
@@ -55,10 +52,8 @@ fn require_path_parameters(doc: &mut utoipa::openapi::OpenApi) {
     }
 }
 
-/// Answers that do not come from one handler but from the layers every request of a kind
-/// passes: 503 from the request deadline (webhooks, admin and operator API) or a database
-/// that cannot be reached, and 429 from the throttling of bad admin keys
-/// (`crate::http::throttle`), on every operation that takes a key.
+/// Answers of the layers rather than of a handler: 503 from the deadline or an unreachable
+/// database, and 429 from the key throttle on every operation that takes a key.
 fn document_shared_answers(doc: &mut utoipa::openapi::OpenApi) {
     use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
     let error = |description: &str| {

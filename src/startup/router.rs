@@ -1,6 +1,5 @@
-//! The served router: the API's routes and the console's, with the layers every request
-//! passes (request ids, tracing spans named by the matched route, request metrics, the
-//! deadline, the body limit).
+//! The served router: the API's and the console's routes under the layers every request
+//! passes (request ids, spans, metrics, the deadline, the body limit).
 
 use std::time::{Duration, Instant};
 
@@ -33,30 +32,26 @@ pub fn router(state: AppState) -> Router {
             TraceLayer::new_for_http()
                 .make_span_with(request_span)
                 .on_response(log_response)
-                // 5xx answers are logged where they arise (`AppError`, the deadline, a
-                // failed /readyz once per change), not again here at ERROR.
+                // 5xx answers are logged where they arise, not again here at ERROR.
                 .on_failure(()),
         )
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
 }
 
-/// An unknown path: the JSON 404 every other error has, not axum's empty one.
+/// The JSON 404 every other error has, not axum's empty one.
 async fn no_such_route() -> AppError {
     AppError::NotFound("route")
 }
 
-/// A known path with a method it does not serve: JSON 405 (axum still adds `Allow`).
+/// JSON 405; axum still adds `Allow`.
 async fn method_not_allowed() -> AppError {
     AppError::MethodNotAllowed
 }
 
-/// Bounds a request's time (`CB_WEBHOOK_DEADLINE_MS` for webhooks,
-/// `CB_ADMIN_DEADLINE_MS` for the admin and operator API and the console): past it the request is answered
-/// 503 with `Retry-After: 1`, so a platform retries instead of waiting on a database the
-/// network holds. Work already committed stays committed (a webhook's retry is then a
-/// duplicate). `/healthz`, `/readyz` (which has its own one-second deadline), `/metrics`
-/// and the OpenAPI document are not bounded here.
+/// 503 with `Retry-After: 1` past the deadline, so a platform retries instead of waiting on
+/// a database the network holds (docs/delivery.md#when-the-database-is-out-of-reach). Probes,
+/// metrics and the OpenAPI document are not bounded here.
 async fn deadline(
     axum::extract::State(state): axum::extract::State<AppState>,
     request: Request,
@@ -88,8 +83,7 @@ async fn deadline(
     }
 }
 
-/// Counts and times every answer by method, route template and status class. Unmatched
-/// paths share the route `unmatched`, so scanners cannot grow the label set.
+/// Unmatched paths share the route `unmatched`, so scanners cannot grow the label set.
 async fn observe(request: Request, next: axum::middleware::Next) -> axum::response::Response {
     let started = Instant::now();
     let method = crate::telemetry::method_label(request.method());
@@ -109,8 +103,7 @@ async fn observe(request: Request, next: axum::middleware::Next) -> axum::respon
     response
 }
 
-/// One INFO line per accepted webhook (ids, platform and counts come from the request span
-/// and `hooks::Accepted`; never message text); every other answer at DEBUG.
+/// One INFO line per accepted webhook, never with message text; anything else at DEBUG.
 fn log_response(response: &axum::response::Response, latency: Duration, span: &tracing::Span) {
     span.record("status", response.status().as_u16());
     crate::telemetry::traces::record_response_status(span, response.status());
@@ -129,10 +122,8 @@ fn log_response(response: &axum::response::Response, latency: Duration, span: &t
     }
 }
 
-/// Spans carry the route template (`/v1/hooks/{tenant_id}/{connector_id}`), never the raw
-/// path, so ids do not explode span cardinality; ids are recorded as fields instead. With
-/// traces exported, the span is a server span named `{method} {route}`
-/// (`telemetry::traces`).
+/// Named by the route template, never the raw path, so ids do not explode span cardinality;
+/// ids are recorded as fields instead.
 fn request_span(request: &Request) -> tracing::Span {
     let route = request
         .extensions()

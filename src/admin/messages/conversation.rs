@@ -1,5 +1,4 @@
-//! A conversation page for the console: a user's or a sender's turns, newest first, each
-//! with its reply parts.
+//! A conversation page for the console: a user's or a sender's turns with their reply parts.
 
 use sqlx::PgPool;
 
@@ -10,16 +9,13 @@ use crate::db::{self, TenantTx};
 use crate::domain::{MessageId, TenantId};
 use crate::error::AppError;
 
-/// Whose conversation: a linked user (all their platforms), or an unlinked sender (its
-/// `conversation_key`, as `db::conversations` lists it).
+/// A linked user (all their platforms), or an unlinked sender's `conversation_key`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Who {
     User(String),
     Sender(String),
 }
 
-/// One turn of a conversation: what the user wrote and the agent answered, and the reply
-/// parts as they were posted.
 #[derive(Debug)]
 pub struct ConversationTurn {
     pub message: MessageOut,
@@ -35,12 +31,9 @@ pub struct ConversationPage {
     pub next_cursor: Option<String>,
 }
 
-/// Turns a conversation page holds.
 const CONVERSATION_PAGE: i64 = 30;
 
-/// One page of a conversation, newest first, with every turn's reply parts, in one tenant
-/// transaction: the listing's own query (by the user's or the sender's history index) and
-/// one primary-key read of the page's parts.
+/// The listing's own query (on the history indexes) and one primary-key read of the parts.
 pub async fn conversation(
     pool: &PgPool,
     tenant: TenantId,

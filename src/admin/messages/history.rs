@@ -1,5 +1,4 @@
-//! A user's history exactly as the agent would get it with their next turn: the worker's
-//! own code, under the tenant's history scope.
+//! A user's history as the agent would get it next: the worker's own code, so they agree.
 
 use axum::extract::State;
 use axum::Json;
@@ -29,7 +28,6 @@ pub struct HistoryOut {
     pub messages: Vec<ChatMessage>,
 }
 
-/// Whose next turn `user_history` shows the history of.
 #[derive(Debug, Default, Clone, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct HistoryQuery {
@@ -41,8 +39,6 @@ pub struct HistoryQuery {
     pub chat_id: Option<String>,
 }
 
-/// What the agent would get as history with `user_id`'s next turn, in a direct message or
-/// in the chat `query` names, under the tenant's history scope: the worker's own code.
 pub async fn user_history(
     pool: &PgPool,
     tenant: TenantId,

@@ -64,8 +64,7 @@ pub struct MessagePage {
     pub next_cursor: Option<String>,
 }
 
-/// `<received_at in µs>_<id>`: plain, so that the document can state its form (`pattern`)
-/// and every cursor it allows decodes.
+/// `<received_at in µs>_<id>`: plain, so the document's `pattern` admits only decodable ones.
 fn encode_cursor(row: &MessageRow) -> String {
     format!("{}_{}", row.received_at.timestamp_micros(), row.id)
 }
@@ -122,7 +121,6 @@ pub(super) fn filter_of(query: &MessagesQuery) -> Result<MessageFilter, AppError
     })
 }
 
-/// One page of the tenant's messages, newest first.
 pub async fn list_messages(
     pool: &PgPool,
     tenant: TenantId,
@@ -139,8 +137,7 @@ pub async fn list_messages(
     })
 }
 
-/// A page's rows and the cursor of the next page: the filter asked for one row more than
-/// the page holds, and that row's presence says whether another page exists.
+/// `asked` is one row more than the page holds: that row's presence means another page.
 pub(super) fn page_of(mut rows: Vec<MessageRow>, asked: i64) -> (Vec<MessageRow>, Option<String>) {
     let more = rows.len() as i64 == asked;
     if more {

@@ -1,7 +1,5 @@
-//! Message history for tenant admins: the listing, one message with its reply parts, a
-//! user's history as the agent would get it next, the console's conversation pages, and
-//! the recovery actions. The functions take a pool and a tenant, so the CLI and the console
-//! call the same code as the API.
+//! Recorded turns for tenant admins: listing, one message, a user's next history, the
+//! console's conversations, recovery. The CLI and the console call these same functions.
 
 mod conversation;
 mod history;
@@ -20,7 +18,6 @@ pub use list::{list_messages, MessagePage, MessagesQuery};
 pub use message::{get_message, MessageDetailOut, MessageOut, ReplyPartOut};
 pub use recover::{recover_many, recover_one, ActionFilterIn, Recovery};
 
-/// The message routes.
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(list::list))

@@ -1,11 +1,6 @@
-//! The two recovery actions, for one message or many by filter: redispatch (ask the agent
-//! again for `dispatch_failed` turns) and resend (post the undelivered parts of answered
-//! turns again).
-//!
-//! They are idempotent: a turn that already has a job (queued, or being worked) is never
-//! queued again, and a delivered one has nothing to resend, so a repeated call queues
-//! nothing and says so (`{"queued": 0, "ids": []}`). One call takes at most
-//! `MAX_ACTION_LIMIT` turns, oldest first; `more` says whether to call again.
+//! Redispatch and resend, for one message or many by filter
+//! (docs/admin.md#failed-turns-seeing-them-and-acting-on-them). Idempotent: a turn that has a
+//! job is never queued again, so a repeated call queues nothing and says so.
 
 use axum::extract::State;
 use axum::Json;
@@ -25,9 +20,8 @@ use crate::http::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::http::state::AppState;
 use crate::turn::requeue::{self, Requeued, Selection};
 
-/// Turns one recovery action takes when the caller names no `limit`.
 pub const DEFAULT_ACTION_LIMIT: i64 = 100;
-/// The most turns one recovery action takes (each gets a job in the same transaction).
+/// Bounds the transaction: every turn taken gets its job in it.
 pub const MAX_ACTION_LIMIT: i64 = 1000;
 
 /// Which turns a bulk resend takes (the CLI's redispatch too). Every field that is set
@@ -131,7 +125,6 @@ impl From<Requeued> for QueuedOut {
     }
 }
 
-/// The two recovery actions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Recovery {
     Redispatch,
@@ -151,8 +144,7 @@ impl Recovery {
         }
     }
 
-    /// The audit record of a call that queued something (`target`: the message, or
-    /// `messages` for a bulk call); ids and counts only.
+    /// Ids and counts only; `target` is the message, or `messages` for a bulk call.
     fn audit(self, actor: Actor, target: String, requeued: &Requeued, include_unknown: bool) -> AuditEntry {
         let action = match self {
             Recovery::Redispatch => AuditAction::MessagesRedispatch,
@@ -166,7 +158,6 @@ impl Recovery {
         AuditEntry::new(actor, action, target, details)
     }
 
-    /// The statuses a `status` filter may name for this action.
     fn statuses(self) -> &'static [MessageStatus] {
         match self {
             Recovery::Redispatch => &[MessageStatus::DispatchFailed],
@@ -230,8 +221,7 @@ fn selection_of(filter: &ActionFilterIn, action: Recovery) -> Result<Selection, 
     })
 }
 
-/// Runs a recovery action on the turns `filter` selects, in one tenant transaction, and
-/// records what it queued in the audit log (a call that queued nothing is not recorded).
+/// A call that queued nothing is not audited.
 pub async fn recover_many(
     pool: &PgPool,
     tenant: TenantId,
@@ -251,10 +241,7 @@ pub async fn recover_many(
     Ok(requeued.into())
 }
 
-/// Runs a recovery action on one turn. 404 for an unknown (or another tenant's) id; 409 when
-/// the action can never apply to the turn (redispatching an answered turn, resending one
-/// that has no answer); otherwise what it queued, nothing when the turn is already queued
-/// or has nothing left to deliver.
+/// 404 for an unknown id and for another tenant's alike.
 pub async fn recover_one(
     pool: &PgPool,
     tenant: TenantId,
@@ -284,8 +271,7 @@ pub async fn recover_one(
     Ok(requeued.into())
 }
 
-/// 409 for a turn the action can never apply to. A turn on its way (queued, being
-/// dispatched or delivered) is not refused: the action has nothing to add, and says so.
+/// A turn on its way is not refused: the action has nothing to add, and says so.
 fn refuse_if_never_applies(action: Recovery, status: MessageStatus) -> Result<(), AppError> {
     use MessageStatus::*;
     match (action, status) {
@@ -373,7 +359,7 @@ pub async fn post_resend_many(
     Ok(Json(wake_if_queued(&state, out)))
 }
 
-/// Wakes the workers (here at once, other instances by `NOTIFY`) when jobs were queued.
+/// This instance's workers at once, the others by `NOTIFY`.
 fn wake_if_queued(state: &AppState, out: QueuedOut) -> QueuedOut {
     if out.queued > 0 {
         state.wake_workers();
