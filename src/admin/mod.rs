@@ -12,9 +12,6 @@ pub mod operator;
 pub mod schema;
 pub mod tenant;
 
-// The integration tests name the throttle by its path here.
-pub use crate::http::throttle;
-
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 

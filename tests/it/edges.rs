@@ -396,7 +396,7 @@ async fn a_flood_of_wrong_keys_with_a_real_keys_prefix_never_locks_that_key_out(
         .await
         .unwrap()
         .key;
-    let prefix = channel_bridge::admin::throttle::key_prefix(&key)
+    let prefix = channel_bridge::http::throttle::key_prefix(&key)
         .unwrap()
         .to_owned();
     // A fresh instance on the same database, which has never seen the key work.
