@@ -8,6 +8,7 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::auth::TenantAdmin;
+use crate::admin::cursor;
 use crate::db::audit::{AuditAction, AuditRow};
 use crate::db::{self, TenantTx};
 use crate::domain::TenantId;
@@ -80,19 +81,6 @@ pub struct AuditPage {
     pub next_cursor: Option<String>,
 }
 
-/// `<at in µs>_<id>`, as the message listing's cursor.
-fn encode_cursor(row: &AuditRow) -> String {
-    format!("{}_{}", row.at.timestamp_micros(), row.id)
-}
-
-fn decode_cursor(cursor: &str) -> Result<(chrono::DateTime<chrono::Utc>, Uuid), AppError> {
-    let invalid = || AppError::Unprocessable("invalid cursor".into());
-    let (micros, id) = cursor.split_once('_').ok_or_else(invalid)?;
-    let micros: i64 = micros.parse().map_err(|_| invalid())?;
-    let at = chrono::DateTime::from_timestamp_micros(micros).ok_or_else(invalid)?;
-    Ok((at, id.parse().map_err(|_| invalid())?))
-}
-
 pub async fn list_audit(pool: &PgPool, tenant: TenantId, query: &AuditQuery) -> Result<AuditPage, AppError> {
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
     if !(1..=MAX_LIMIT).contains(&limit) {
@@ -100,13 +88,15 @@ pub async fn list_audit(pool: &PgPool, tenant: TenantId, query: &AuditQuery) -> 
             "limit must be between 1 and {MAX_LIMIT}"
         )));
     }
-    let before = query.cursor.as_deref().map(decode_cursor).transpose()?;
+    let before = query.cursor.as_deref().map(cursor::decode).transpose()?;
     let mut tx = TenantTx::begin(pool, tenant).await?;
     let mut rows = db::audit::list(&mut tx, before, limit + 1).await?;
     tx.commit().await?;
     let more = rows.len() as i64 > limit;
     rows.truncate(limit as usize);
-    let next_cursor = more.then(|| rows.last().map(encode_cursor)).flatten();
+    let next_cursor = more
+        .then(|| rows.last().map(|row| cursor::encode(row.at, row.id)))
+        .flatten();
     Ok(AuditPage {
         items: rows.into_iter().map(AuditOut::from).collect(),
         next_cursor,

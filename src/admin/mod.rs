@@ -5,6 +5,7 @@
 pub mod audit;
 pub mod auth;
 pub mod connectors;
+pub mod cursor;
 pub mod lifecycle;
 pub mod links;
 pub mod messages;

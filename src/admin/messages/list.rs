@@ -9,10 +9,11 @@ use uuid::Uuid;
 
 use super::message::MessageOut;
 use crate::admin::auth::TenantAdmin;
+use crate::admin::cursor;
 use crate::admin::schema;
 use crate::db::messages::{MessageFilter, MessageRow, MessageSelection};
 use crate::db::{self, TenantTx};
-use crate::domain::{ConnectorId, MessageId, MessageStatus, Platform, TenantId};
+use crate::domain::{ConnectorId, MessageStatus, Platform, TenantId};
 use crate::error::{ApiJsonError, AppError};
 use crate::http::extract::ApiQuery;
 use crate::http::state::AppState;
@@ -64,19 +65,6 @@ pub struct MessagePage {
     pub next_cursor: Option<String>,
 }
 
-/// `<received_at in µs>_<id>`: plain, so the document's `pattern` admits only decodable ones.
-fn encode_cursor(row: &MessageRow) -> String {
-    format!("{}_{}", row.received_at.timestamp_micros(), row.id)
-}
-
-fn decode_cursor(cursor: &str) -> Result<(chrono::DateTime<chrono::Utc>, MessageId), AppError> {
-    let invalid = || AppError::Unprocessable("invalid cursor".into());
-    let (micros, id) = cursor.split_once('_').ok_or_else(invalid)?;
-    let micros: i64 = micros.parse().map_err(|_| invalid())?;
-    let at = chrono::DateTime::from_timestamp_micros(micros).ok_or_else(invalid)?;
-    Ok((at, id.parse().map_err(|_| invalid())?))
-}
-
 pub(super) fn filter_of(query: &MessagesQuery) -> Result<MessageFilter, AppError> {
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
     if !(1..=MAX_LIMIT).contains(&limit) {
@@ -115,7 +103,7 @@ pub(super) fn filter_of(query: &MessagesQuery) -> Result<MessageFilter, AppError
         sender_conversation: None,
         decision: query.decision.clone(),
         text: query.q.clone().filter(|q| !q.is_empty()),
-        before: query.cursor.as_deref().map(decode_cursor).transpose()?,
+        before: query.cursor.as_deref().map(cursor::decode).transpose()?,
         // One more than asked tells whether another page exists.
         limit: limit + 1,
     })
@@ -144,7 +132,7 @@ pub(super) fn page_of(mut rows: Vec<MessageRow>, asked: i64) -> (Vec<MessageRow>
         rows.pop();
     }
     let next_cursor = if more {
-        rows.last().map(encode_cursor)
+        rows.last().map(|row| cursor::encode(row.received_at, row.id))
     } else {
         None
     };
