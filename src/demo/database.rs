@@ -50,11 +50,7 @@ pub(super) async fn count_turns(pool: &PgPool, tenant: TenantId) -> anyhow::Resu
 }
 
 pub(super) fn shown_url_differs(url: &str) -> bool {
-    redact_password(url) != url
-}
-
-pub(super) fn redact_password(url: &str) -> String {
-    crate::db::masked_url(url)
+    crate::db::masked_url(url) != url
 }
 
 #[cfg(test)]
@@ -78,11 +74,11 @@ mod tests {
     #[test]
     fn passwords_are_not_printed() {
         assert_eq!(
-            redact_password("postgres://app:hunter2@db:5432/demo"),
+            crate::db::masked_url("postgres://app:hunter2@db:5432/demo"),
             "postgres://app:****@db:5432/demo"
         );
         assert_eq!(
-            redact_password("postgres://postgres@db/demo"),
+            crate::db::masked_url("postgres://postgres@db/demo"),
             "postgres://postgres@db/demo"
         );
     }

@@ -18,7 +18,7 @@ use std::time::Instant;
 use secrecy::{ExposeSecret, SecretString};
 
 pub use self::database::demo_database_url;
-use self::database::{count_turns, recreate_database, redact_password, shown_url_differs};
+use self::database::{count_turns, recreate_database, shown_url_differs};
 use self::report::conclude;
 pub use self::report::{DemoSummary, Outcome, Step, Turn, WebhookAnswer};
 use self::script::Script;
@@ -74,7 +74,7 @@ pub struct DemoConfig {
 
 pub async fn run(config: &DemoConfig, out: &mut (dyn Write + Send)) -> anyhow::Result<DemoSummary> {
     let started = Instant::now();
-    let shown_url = redact_password(&config.database_url);
+    let shown_url = crate::db::masked_url(&config.database_url);
     writeln!(out, "channel-bridge demo\n")?;
     if let Some(log) = &config.log_file {
         writeln!(out, "  gateway log {} (--verbose shows it here)", log.display())?;
