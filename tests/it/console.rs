@@ -946,8 +946,14 @@ async fn link_alice_in_console(c: &Client, app: &TestApp) {
         type_into(c, "#link-user", "alice").await;
         click(c, "#add-link").await;
         wait_for_page(c, "/console/links", Some("notice=added")).await;
+        // After the first link the URL already says `notice=added`: wait for the new row
+        // itself, which only the reloaded page shows.
         let link = format!(r#".link[data-account="{platform}:{account}"][data-user="alice"]"#);
-        c.find(Locator::Css(&link)).await.unwrap();
+        c.wait()
+            .at_most(Duration::from_secs(20))
+            .for_element(Locator::Css(&link))
+            .await
+            .unwrap();
     }
 }
 
