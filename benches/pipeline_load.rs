@@ -262,6 +262,7 @@ async fn run(args: &Args, db: &BenchDb) -> anyhow::Result<Results> {
     let load = run_load(args, &shared, targets, gateway.pid(), &db.url).await?;
     let claim_to_typing_ms = scrape_typing_histogram(addr).await;
     let stopped = gateway.stop().await?;
+    let churn = table_churn(&db.url).await?;
     let run = GatewayRun {
         ready_secs: ready.as_secs_f64(),
         rss_max_mb: load.rss_max_mb,
@@ -275,7 +276,38 @@ async fn run(args: &Args, db: &BenchDb) -> anyhow::Result<Results> {
     };
     let mut results = Results::new(args, &shared, history, load, run, idle);
     results.claim_to_typing_ms = claim_to_typing_ms;
+    results.tables = churn;
     Ok(results)
+}
+
+/// Row versions the run left in the tables a turn writes: what vacuum (or the queue's
+/// truncates) would have to clear, read once the gateway has stopped.
+async fn table_churn(url: &str) -> anyhow::Result<Vec<TableChurn>> {
+    let mut conn = PgConnection::connect(url).await?;
+    // The statistics of the gateway's last transactions reach the view within a second.
+    conn.execute("select pg_sleep(1.1)").await?;
+    conn.execute("select pg_stat_clear_snapshot()").await?;
+    Ok(sqlx::query_as(
+        "select relname::text as table, n_live_tup as live, n_dead_tup as dead,
+                n_tup_upd as updates, n_tup_hot_upd as hot_updates,
+                (pg_total_relation_size(relid) / 8192)::int8 as pages
+           from pg_stat_user_tables
+          where relname like 'dispatch_queue%' or relname in ('channel_messages', 'channel_replies')
+          order by relname",
+    )
+    .fetch_all(&mut conn)
+    .await?)
+}
+
+#[derive(Serialize, sqlx::FromRow)]
+struct TableChurn {
+    table: String,
+    live: i64,
+    dead: i64,
+    updates: i64,
+    hot_updates: i64,
+    /// Heap and indexes.
+    pages: i64,
 }
 
 /// The gateway's claim→first typing histogram: the upper bounds (ms) of the buckets holding
@@ -1709,6 +1741,7 @@ struct Results {
     gateway: GatewayRun,
     cpu: Option<CpuFigures>,
     idle: Option<IdleFigures>,
+    tables: Vec<TableChurn>,
 }
 
 #[derive(Serialize)]
@@ -1824,6 +1857,7 @@ impl Results {
             gateway,
             cpu: load.cpu,
             idle,
+            tables: Vec::new(),
         }
     }
 
@@ -1915,6 +1949,7 @@ impl Results {
         self.print_gateway();
         self.print_cpu();
         self.print_idle();
+        self.print_tables();
     }
 
     fn print_history(&self) {
@@ -1966,6 +2001,15 @@ impl Results {
             c.window_secs,
             c.other_cores
         );
+    }
+
+    fn print_tables(&self) {
+        for t in &self.tables {
+            println!(
+                "  table          {:<18} {} live, {} dead row versions, {} updates ({} HOT), {} pages",
+                t.table, t.live, t.dead, t.updates, t.hot_updates, t.pages
+            );
+        }
     }
 
     fn print_idle(&self) {

@@ -487,6 +487,13 @@ pub struct DispatchSettings {
     #[arg(long, env = "CB_LEASE_SECS", default_value_t = 120)]
     pub lease_secs: u64,
 
+    /// Jobs the queue's current generation takes before the other, truncated once drained,
+    /// takes the next ones: about how many finished jobs a claim may walk past without
+    /// VACUUM (docs/operations.md#the-queue-without-vacuum).
+    #[arg(long, env = "CB_QUEUE_GENERATION_JOBS", default_value_t = 10_000,
+        value_parser = clap::value_parser!(i64).range(1..))]
+    pub queue_generation_jobs: i64,
+
     /// Send attempts per reply part whose sends fail without a platform verdict (rate-limit
     /// answers do not count: the platform says when to come back).
     #[arg(long, env = "CB_REPLY_MAX_ATTEMPTS", default_value_t = 8)]
@@ -536,6 +543,7 @@ impl Default for DispatchSettings {
             retry_base_ms: 1000,
             retry_max_ms: 300_000,
             lease_secs: 120,
+            queue_generation_jobs: 10_000,
             reply_max_attempts: 8,
             whatsapp_confirm_secs: 600,
             slack_confirm_secs: 60,

@@ -254,6 +254,12 @@ pub const METRICS: &[Metric] = &[
         "Age of the oldest job in the dispatch queue.",
     ),
     metric(
+        "channel_bridge_dispatch_queue_rotations_total",
+        Counter,
+        &["step"],
+        "Queue generations truncated once drained (`truncated`) or made current (`switched`).",
+    ),
+    metric(
         "channel_bridge_dispatch_tenant_queue_depth",
         Gauge,
         &["tenant"],

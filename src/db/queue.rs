@@ -275,6 +275,24 @@ pub struct TenantQueueStats {
     pub oldest_age_secs: f64,
 }
 
+/// What one `Queue::rotate` step did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rotation {
+    /// Another instance is rotating, or the truncate's lock was not granted in time.
+    Busy,
+    /// The other generation still holds jobs.
+    Draining,
+    /// The other generation had drained and is now empty and fresh.
+    Truncated,
+    /// The fresh generation takes the new jobs from now on.
+    Switched,
+    /// The current generation has taken too few jobs to be worth a switch.
+    Idle,
+}
+
+/// The longest a truncate waits for its lock (and so holds up the queue's statements).
+pub const LOCK_WAIT: Duration = Duration::from_millis(100);
+
 #[derive(Clone)]
 pub struct Queue {
     pool: PgPool,
@@ -376,6 +394,71 @@ impl Queue {
             .execute(&self.pool)
             .await?;
         Ok(())
+    }
+
+    /// One step of the generations' cycle (migration 30): truncate the other generation
+    /// once it has drained, or make it current once the current one has taken
+    /// `switch_after` jobs. The truncate waits at most `LOCK_WAIT` for its lock, so queue
+    /// statements stall no longer than that; any instance may run it, one at a time.
+    pub async fn rotate(&self, switch_after: i64) -> Result<Rotation, sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        let state: Option<(i16, i64, bool)> = sqlx::query_as(
+            "select current, started_seq, other_fresh from dispatch_queue_generation
+                for update skip locked",
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some((current, started, other_fresh)) = state else {
+            return Ok(Rotation::Busy);
+        };
+        let other = format!("dispatch_queue_{}", 1 - current);
+        if other_fresh {
+            let next: i64 = sqlx::query_scalar("select nextval('dispatch_queue_seq_seq')")
+                .fetch_one(&mut *tx)
+                .await?;
+            if next - started < switch_after {
+                return Ok(Rotation::Idle);
+            }
+            sqlx::query(
+                "update dispatch_queue_generation
+                    set current = 1 - current, started_seq = $1, other_fresh = false",
+            )
+            .bind(next)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            return Ok(Rotation::Switched);
+        }
+        // Looked at without the lock first: jobs that wait long (a backoff, a platform's
+        // hold) keep a generation from draining, and each try would stall the queue.
+        let empty = format!("select not exists (select 1 from {other})");
+        if !sqlx::query_scalar::<_, bool>(&empty).fetch_one(&mut *tx).await? {
+            return Ok(Rotation::Draining);
+        }
+        sqlx::query(&format!("set local lock_timeout = '{}ms'", LOCK_WAIT.as_millis()))
+            .execute(&mut *tx)
+            .await?;
+        let locked = sqlx::query(&format!("lock table {other} in access exclusive mode"))
+            .execute(&mut *tx)
+            .await;
+        match locked {
+            Err(sqlx::Error::Database(err)) if err.code().as_deref() == Some("55P03") => {
+                return Ok(Rotation::Busy)
+            }
+            locked => locked?,
+        };
+        // Under the lock no transaction is still writing to it: empty now is empty for good.
+        if !sqlx::query_scalar::<_, bool>(&empty).fetch_one(&mut *tx).await? {
+            return Ok(Rotation::Draining);
+        }
+        sqlx::query(&format!("truncate {other}"))
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("update dispatch_queue_generation set other_fresh = true")
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Rotation::Truncated)
     }
 
     pub async fn stats(&self) -> Result<QueueStats, sqlx::Error> {

@@ -15,12 +15,13 @@ use tokio::task::JoinSet;
 
 use super::wakeup::Wakeup;
 use super::{StepOutcome, Worker};
-use crate::db::queue::{ClaimRequest, LeaseToken};
+use crate::db::queue::{ClaimRequest, LeaseToken, Rotation};
 use crate::domain::{MessageId, TenantId};
 
 /// Under load many wake-ups arrive per millisecond, and one claim serves them all.
 const GATHER: Duration = Duration::from_millis(10);
 const STATS_EVERY: Duration = Duration::from_secs(10);
+const ROTATE_EVERY: Duration = Duration::from_secs(1);
 const OUTAGE_BACKOFF_MIN: Duration = Duration::from_millis(250);
 const OUTAGE_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
@@ -341,6 +342,47 @@ impl Dispatcher {
             }
             metrics::histogram!("channel_bridge_dispatch_lease_renewal_seconds")
                 .record(started.elapsed().as_secs_f64());
+        }
+    }
+
+    /// Truncates drained queue generations, so the claim never walks what finished jobs
+    /// leave behind and nothing waits for VACUUM (`Queue::rotate`).
+    /// An instance that has claimed nothing since its last step skips it: an idle one sends
+    /// no statement for this, and a generation drains only as jobs finish.
+    pub async fn keep_queue_fresh(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let (mut claims_seen, mut pending) = (self.claims_issued(), true);
+        while !*stop.borrow() {
+            let claims = self.claims_issued();
+            if pending || claims != claims_seen {
+                claims_seen = claims;
+                let settings = self.worker.settings();
+                let switch_after = settings.dispatch.queue_generation_jobs;
+                let step = self.worker.queue().rotate(switch_after);
+                let step = crate::db::within(settings.database.deadline(), step);
+                pending = match step.await {
+                    Ok(step @ (Rotation::Truncated | Rotation::Switched)) => {
+                        let step = if step == Rotation::Truncated {
+                            "truncated"
+                        } else {
+                            "switched"
+                        };
+                        tracing::debug!(step, "queue generation rotated");
+                        metrics::counter!("channel_bridge_dispatch_queue_rotations_total", "step" => step)
+                            .increment(1);
+                        true
+                    }
+                    Ok(Rotation::Busy) => true,
+                    Ok(Rotation::Draining | Rotation::Idle) => false,
+                    Err(err) => {
+                        tracing::debug!(%err, "queue rotation failed; trying again");
+                        true
+                    }
+                };
+            }
+            tokio::select! {
+                () = tokio::time::sleep(ROTATE_EVERY) => {}
+                _ = stop.changed() => {}
+            }
         }
     }
 

@@ -196,6 +196,7 @@ impl Application {
             dispatcher.clone().run(state.wakeup.clone(), stop.clone()),
         ));
         tasks.push(tokio::spawn(dispatcher.clone().keep_leases(stop.clone())));
+        tasks.push(tokio::spawn(dispatcher.clone().keep_queue_fresh(stop.clone())));
         tasks.push(tokio::spawn(dispatcher.report_queue_stats(stop.clone())));
         // Retention belongs to the worker role: web-only instances never delete.
         tasks.push(tokio::spawn(crate::lifecycle::retention::run(

@@ -39,7 +39,9 @@ async fn migrate_applies_on_an_empty_database_and_a_second_run_is_a_no_op() {
             "channel_notices",
             "channel_replies",
             "console_sessions",
-            "dispatch_queue",
+            "dispatch_queue_0",
+            "dispatch_queue_1",
+            "dispatch_queue_generation",
             "slack_read_budget",
             "tenants"
         ]

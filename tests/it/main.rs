@@ -21,6 +21,7 @@ mod ingress_batch;
 mod lifecycle;
 mod media;
 mod observability;
+mod queue_generations;
 mod replies;
 mod rls;
 mod runtime_role;
