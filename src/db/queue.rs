@@ -1,6 +1,7 @@
-//! `dispatch_queue`: the durable job queue (ids and scheduling state only, no RLS). The
-//! free functions run inside a tenant transaction, atomically with the message row; `Queue`
-//! is the one cross-tenant code, since claiming looks at every tenant's jobs.
+//! `dispatch_queue`: the durable job queue (ids and scheduling state only, no RLS), in two
+//! generations truncated in turn so that it needs no VACUUM (`Queue::rotate`). The free
+//! functions run inside a tenant transaction, atomically with the message row; `Queue` is
+//! the one cross-tenant code, since claiming looks at every tenant's jobs.
 
 use std::sync::OnceLock;
 use std::time::Duration;
