@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use channel_bridge::admin::messages::{list_messages, MessagesQuery};
-use channel_bridge::domain::TenantId;
+use channel_bridge::db::messages::MessageSelection;
+use channel_bridge::domain::{MessageStatus, TenantId};
 use channel_bridge::settings::{DatabaseSettings, ServeSettings};
 use channel_bridge::startup::Application;
 use common::BenchDb;
@@ -117,7 +118,10 @@ async fn run(args: &Args, settings: &DatabaseSettings, url: &str) -> anyhow::Res
     })
     .await?;
     let by_user = MessagesQuery {
-        user_id: Some("user-7".into()),
+        matching: MessageSelection {
+            user_id: Some("user-7".into()),
+            ..Default::default()
+        },
         limit: Some(50),
         ..Default::default()
     };
@@ -126,7 +130,10 @@ async fn run(args: &Args, settings: &DatabaseSettings, url: &str) -> anyhow::Res
     })
     .await?;
     let by_status = MessagesQuery {
-        status: Some("dispatch_failed".into()),
+        matching: MessageSelection {
+            status: Some(MessageStatus::DispatchFailed),
+            ..Default::default()
+        },
         limit: Some(50),
         ..Default::default()
     };

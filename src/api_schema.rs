@@ -78,6 +78,21 @@ where
     }
 }
 
+/// `deserialize_with` of an optional value read from its text (`FromStr`), so a bad one is
+/// refused in the parser's words (`unknown platform …`) rather than serde's.
+pub fn optional_parsed<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: std::str::FromStr,
+    T::Err: std::fmt::Display,
+{
+    use serde::de::Error;
+    use serde::Deserialize;
+    Option::<String>::deserialize(deserializer)?
+        .map(|text| text.parse().map_err(D::Error::custom))
+        .transpose()
+}
+
 /// `Some(None)` for `null`; with `#[serde(default)]`, `None` when absent.
 pub fn nullable_integer<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
 where
@@ -144,6 +159,10 @@ pub fn part_status() -> Schema {
 
 pub fn optional_platform() -> Schema {
     Schema::Object(string_enum(Platform::ALL.map(Platform::as_str), true))
+}
+
+pub fn optional_message_status() -> Schema {
+    Schema::Object(string_enum(MESSAGE_STATUSES.map(MessageStatus::as_str), true))
 }
 
 pub fn optional_decision() -> Schema {

@@ -155,15 +155,9 @@ async fn run_admin(command: Command) -> anyhow::Result<()> {
         }) => {
             let pool = crate::db::connect_pool(&database)?;
             known_tenant(&pool, tenant).await?;
-            let matching = filters.matching;
             let query = messages::MessagesQuery {
-                user_id: matching.user_id,
-                platform: matching.platform.map(|p| p.as_str().to_owned()),
-                connector_id: matching.connector_id.map(|c| c.0),
-                status: matching.status.map(|s| s.as_str().to_owned()),
+                matching: filters.matching,
                 decision: filters.decision,
-                since: matching.since,
-                until: matching.until,
                 q: filters.search,
                 cursor,
                 limit: Some(limit),
@@ -210,14 +204,8 @@ async fn recover(
     let queued = match selection.id {
         Some(id) => messages::recover_one(&pool, args.tenant, action, id, include_unknown, Actor::Cli).await,
         None => {
-            let matching = selection.matching;
             let filter = ActionFilterIn {
-                user_id: matching.user_id,
-                platform: matching.platform.map(|p| p.as_str().to_owned()),
-                connector_id: matching.connector_id.map(|c| c.0),
-                status: matching.status.map(|s| s.as_str().to_owned()),
-                since: matching.since,
-                until: matching.until,
+                matching: selection.matching,
                 limit: selection.limit,
                 include_unknown: include_unknown.then_some(true),
             };

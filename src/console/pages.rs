@@ -3,22 +3,14 @@
 use std::fmt::Write;
 
 use crate::admin::messages::{MessageDetailOut, MessageOut, MessagePage, MessagesQuery};
+use crate::api_schema::MESSAGE_STATUSES;
+use crate::domain::MessageStatus;
 
 use axum::http::StatusCode;
 
 use super::error::PageResult;
 use super::html::{self, badge, esc, excerpt, page, query_value};
 use super::session::SignedIn;
-
-const STATUSES: [&str; 7] = [
-    "accepted",
-    "dispatching",
-    "executed",
-    "delivery_failed",
-    "dispatch_failed",
-    "denied_unlinked",
-    "ignored",
-];
 
 fn nav(signed_in: &SignedIn) -> html::Nav<'_> {
     html::Nav {
@@ -100,13 +92,17 @@ fn turn_card(message: &MessageOut, csrf: Option<&str>) -> String {
 
 pub fn turns(query: &MessagesQuery, list: &MessagePage) -> String {
     let q = query.q.as_deref().unwrap_or_default();
-    let current = query.status.as_deref().unwrap_or_default();
+    let matching = &query.matching;
     let mut options = String::from(r#"<option value="">any status</option>"#);
-    for status in STATUSES {
-        let selected = if status == current { " selected" } else { "" };
+    for status in MESSAGE_STATUSES {
+        let selected = if Some(status) == matching.status {
+            " selected"
+        } else {
+            ""
+        };
         let _ = write!(options, r#"<option value="{status}"{selected}>{status}</option>"#);
     }
-    let user = query
+    let user = matching
         .user_id
         .as_deref()
         .map(|u| format!(r#"<input type="hidden" name="user_id" value="{}">"#, esc(u)))
@@ -117,7 +113,7 @@ pub fn turns(query: &MessagesQuery, list: &MessagePage) -> String {
 <select name="status" id="status">{options}</select><button type="submit" id="search">Search</button></form>"#,
         q = esc(q),
     );
-    if let Some(user) = &query.user_id {
+    if let Some(user) = &matching.user_id {
         let _ = write!(
             body,
             r#"<p>Turns of <strong>{}</strong> · <a href="/console/turns">everyone</a></p>"#,
@@ -133,9 +129,9 @@ pub fn turns(query: &MessagesQuery, list: &MessagePage) -> String {
     if let Some(cursor) = &list.next_cursor {
         let mut link = format!("/console/turns?cursor={}", query_value(cursor));
         for (name, value) in [
-            ("q", &query.q),
-            ("status", &query.status),
-            ("user_id", &query.user_id),
+            ("q", query.q.as_deref()),
+            ("status", matching.status.map(MessageStatus::as_str)),
+            ("user_id", matching.user_id.as_deref()),
         ] {
             if let Some(value) = value {
                 let _ = write!(link, "&{name}={}", query_value(value));

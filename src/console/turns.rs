@@ -10,31 +10,41 @@ use super::error::{ConsoleError, PageResult};
 use super::pages::{self, ok_page};
 use super::session::{CsrfForm, SignedIn};
 use crate::admin::messages::{self, MessagesQuery, Recovery};
+use crate::db::messages::MessageSelection;
+use crate::domain::MessageStatus;
 use crate::error::AppError;
 use crate::http::state::AppState;
 
-#[derive(Debug, Default, Deserialize)]
-pub struct TurnsQuery {
-    q: Option<String>,
-    status: Option<String>,
-    user_id: Option<String>,
-    cursor: Option<String>,
+/// The filter form's fields (the listing's others are not taken here).
+const FORM_FIELDS: [&str; 4] = ["q", "status", "user_id", "cursor"];
+
+/// The listing the filter form asks for: a field the form leaves empty is not set.
+fn listing_of(form: Vec<(String, String)>) -> Result<MessagesQuery, AppError> {
+    let mut seen = Vec::new();
+    let mut set = serde_json::Map::new();
+    for (name, value) in form {
+        if !FORM_FIELDS.contains(&name.as_str()) {
+            continue;
+        }
+        if seen.contains(&name) {
+            return Err(AppError::BadRequest(format!("duplicate field `{name}`")));
+        }
+        seen.push(name.clone());
+        if !value.is_empty() {
+            set.insert(name, value.into());
+        }
+    }
+    serde_json::from_value(set.into()).map_err(|err| AppError::Unprocessable(err.to_string()))
 }
 
 pub async fn turns(
     State(state): State<AppState>,
     signed_in: SignedIn,
-    Query(query): Query<TurnsQuery>,
+    Query(form): Query<Vec<(String, String)>>,
 ) -> PageResult {
-    let api_query = MessagesQuery {
-        q: query.q.clone().filter(|q| !q.is_empty()),
-        status: query.status.clone().filter(|s| !s.is_empty()),
-        user_id: query.user_id.clone().filter(|u| !u.is_empty()),
-        cursor: query.cursor.clone().filter(|c| !c.is_empty()),
-        ..MessagesQuery::default()
-    };
-    let page = messages::list_messages(&state.pool, signed_in.session.tenant, &api_query).await?;
-    let body = pages::turns(&api_query, &page);
+    let query = listing_of(form)?;
+    let page = messages::list_messages(&state.pool, signed_in.session.tenant, &query).await?;
+    let body = pages::turns(&query, &page);
     ok_page("Conversations", &signed_in, &body)
 }
 
@@ -98,12 +108,59 @@ async fn recover(
 
 pub async fn failed(State(state): State<AppState>, signed_in: SignedIn) -> PageResult {
     let tenant = signed_in.session.tenant;
-    let of_status = |status: &str| MessagesQuery {
-        status: Some(status.to_owned()),
+    let of_status = |status| MessagesQuery {
+        matching: MessageSelection {
+            status: Some(status),
+            ..MessageSelection::default()
+        },
         ..MessagesQuery::default()
     };
-    let dispatch = messages::list_messages(&state.pool, tenant, &of_status("dispatch_failed")).await?;
-    let delivery = messages::list_messages(&state.pool, tenant, &of_status("delivery_failed")).await?;
+    let dispatch = of_status(MessageStatus::DispatchFailed);
+    let dispatch = messages::list_messages(&state.pool, tenant, &dispatch).await?;
+    let delivery = of_status(MessageStatus::DeliveryFailed);
+    let delivery = messages::list_messages(&state.pool, tenant, &delivery).await?;
     let body = pages::failed(&dispatch, &delivery, &signed_in.session.csrf);
     ok_page("Failed turns", &signed_in, &body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn form(fields: &[(&str, &str)]) -> Vec<(String, String)> {
+        fields
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn an_empty_form_field_is_not_set_and_others_than_the_forms_are_not_taken() {
+        let query = listing_of(form(&[
+            ("q", ""),
+            ("status", ""),
+            ("user_id", "alice"),
+            ("cursor", ""),
+            ("limit", "x"),
+        ]))
+        .map_err(|e| e.to_string())
+        .expect("a good form");
+        assert_eq!(query.matching.user_id.as_deref(), Some("alice"));
+        assert!(query.q.is_none() && query.matching.status.is_none() && query.cursor.is_none());
+        assert!(query.limit.is_none());
+        let query = listing_of(form(&[("status", "dispatch_failed")])).map_err(|e| e.to_string());
+        assert!(query.is_ok_and(|q| q.matching.status == Some(MessageStatus::DispatchFailed)));
+    }
+
+    #[test]
+    fn a_bad_or_repeated_field_is_refused() {
+        let status = |fields: &[(&str, &str)]| {
+            listing_of(form(fields)).map(|_| ()).map_err(|e| {
+                use axum::response::IntoResponse;
+                e.into_response().status().as_u16()
+            })
+        };
+        assert_eq!(status(&[("status", "nope")]), Err(422));
+        assert_eq!(status(&[("q", ""), ("q", "x")]), Err(400));
+    }
 }

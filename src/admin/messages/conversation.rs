@@ -5,6 +5,7 @@ use sqlx::PgPool;
 use super::list::{filter_of, page_of, MessagesQuery};
 use super::message::{MessageOut, ReplyPartOut};
 use crate::admin::schema;
+use crate::db::messages::MessageSelection;
 use crate::db::{self, TenantTx};
 use crate::domain::{MessageId, TenantId};
 use crate::error::AppError;
@@ -41,9 +42,12 @@ pub async fn conversation(
     cursor: Option<&str>,
 ) -> Result<ConversationPage, AppError> {
     let query = MessagesQuery {
-        user_id: match who {
-            Who::User(user) => Some(user.clone()),
-            Who::Sender(_) => None,
+        matching: MessageSelection {
+            user_id: match who {
+                Who::User(user) => Some(user.clone()),
+                Who::Sender(_) => None,
+            },
+            ..MessageSelection::default()
         },
         cursor: cursor.map(str::to_owned),
         limit: Some(CONVERSATION_PAGE),

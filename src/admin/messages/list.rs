@@ -5,7 +5,6 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use utoipa::{IntoParams, ToSchema};
-use uuid::Uuid;
 
 use super::message::MessageOut;
 use crate::admin::auth::TenantAdmin;
@@ -13,7 +12,7 @@ use crate::admin::cursor;
 use crate::admin::schema;
 use crate::db::messages::{MessageFilter, MessageRow, MessageSelection};
 use crate::db::{self, TenantTx};
-use crate::domain::{ConnectorId, MessageStatus, Platform, TenantId};
+use crate::domain::TenantId;
 use crate::error::{ApiJsonError, AppError};
 use crate::http::extract::ApiQuery;
 use crate::http::state::AppState;
@@ -21,23 +20,16 @@ use crate::http::state::AppState;
 const DEFAULT_LIMIT: i64 = 50;
 const MAX_LIMIT: i64 = 200;
 
+/// The listing's query: a selection and the listing's own parameters. `IntoParams` cannot
+/// flatten, so the operation lists `params(MessageSelection, MessagesQuery)`.
 #[derive(Debug, Default, Clone, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct MessagesQuery {
-    /// Linked user id.
-    #[param(max_length = 256, pattern = r"^[^\u0000]*$")]
-    pub user_id: Option<String>,
-    #[param(schema_with = schema::platform)]
-    pub platform: Option<String>,
-    pub connector_id: Option<Uuid>,
-    #[param(schema_with = schema::message_status)]
-    pub status: Option<String>,
+    #[serde(flatten, deserialize_with = "MessageSelection::flattened")]
+    #[param(ignore)]
+    pub matching: MessageSelection,
     #[param(schema_with = schema::decision)]
     pub decision: Option<String>,
-    /// Received at or after (RFC 3339).
-    pub since: Option<chrono::DateTime<chrono::Utc>>,
-    /// Received before (RFC 3339).
-    pub until: Option<chrono::DateTime<chrono::Utc>>,
     /// Case-insensitive text search over request and response.
     #[param(max_length = 500, pattern = r"^[^\u0000]*$")]
     pub q: Option<String>,
@@ -72,34 +64,15 @@ pub(super) fn filter_of(query: &MessagesQuery) -> Result<MessageFilter, AppError
             "limit must be between 1 and {MAX_LIMIT}"
         )));
     }
-    let platform = query
-        .platform
-        .as_deref()
-        .map(str::parse::<Platform>)
-        .transpose()
-        .map_err(|e| AppError::Unprocessable(e.to_string()))?;
-    let status = query
-        .status
-        .as_deref()
-        .map(str::parse::<MessageStatus>)
-        .transpose()
-        .map_err(AppError::Unprocessable)?;
     if let Some(decision) = query.decision.as_deref() {
         if !schema::DECISIONS.contains(&decision) {
             return Err(AppError::Unprocessable(format!("unknown decision `{decision}`")));
         }
     }
-    schema::check_optional_text("user_id", query.user_id.as_deref(), schema::ID_MAX)?;
+    schema::check_optional_text("user_id", query.matching.user_id.as_deref(), schema::ID_MAX)?;
     schema::check_optional_text("q", query.q.as_deref(), schema::SEARCH_MAX)?;
     Ok(MessageFilter {
-        matching: MessageSelection {
-            user_id: query.user_id.clone(),
-            platform,
-            connector_id: query.connector_id.map(ConnectorId),
-            status,
-            since: query.since,
-            until: query.until,
-        },
+        matching: query.matching.clone(),
         sender_conversation: None,
         decision: query.decision.clone(),
         text: query.q.clone().filter(|q| !q.is_empty()),
@@ -140,7 +113,7 @@ pub(super) fn page_of(mut rows: Vec<MessageRow>, asked: i64) -> (Vec<MessageRow>
 }
 
 /// List messages, newest first.
-#[utoipa::path(get, path = "/v1/admin/messages", operation_id = "list_messages", tag = "messages", params(MessagesQuery),
+#[utoipa::path(get, path = "/v1/admin/messages", operation_id = "list_messages", tag = "messages", params(MessageSelection, MessagesQuery),
     security(("api_key" = [])),
     responses((status = 200, body = MessagePage), (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 422, body = ApiJsonError)))]
 pub async fn list(

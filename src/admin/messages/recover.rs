@@ -2,11 +2,16 @@
 //! (docs/admin.md#failed-turns-seeing-them-and-acting-on-them). Idempotent: a turn that has a
 //! job is never queued again, so a repeated call queues nothing and says so.
 
+use std::borrow::Cow;
+use std::sync::OnceLock;
+
 use axum::extract::State;
 use axum::Json;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{json, Value};
 use sqlx::PgPool;
-use utoipa::{IntoParams, ToSchema};
+use utoipa::openapi::{ObjectBuilder, RefOr, Schema};
+use utoipa::{IntoParams, PartialSchema, ToSchema};
 use uuid::Uuid;
 
 use crate::admin::auth::TenantAdmin;
@@ -14,7 +19,7 @@ use crate::admin::schema;
 use crate::db::audit::{Actor, AuditAction, AuditEntry};
 use crate::db::messages::MessageSelection;
 use crate::db::{self, TenantTx};
-use crate::domain::{ConnectorId, MessageId, MessageStatus, Platform, TenantId};
+use crate::domain::{MessageId, MessageStatus, TenantId};
 use crate::error::{ApiJsonError, AppError};
 use crate::http::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::http::state::AppState;
@@ -24,72 +29,80 @@ pub const DEFAULT_ACTION_LIMIT: i64 = 100;
 /// Bounds the transaction: every turn taken gets its job in it.
 pub const MAX_ACTION_LIMIT: i64 = 1000;
 
-/// Which turns a bulk resend takes (the CLI's redispatch too). Every field that is set
-/// narrows the choice, with the listing's meaning; `{}` takes every turn the action applies
-/// to (up to `limit`).
-#[derive(Debug, Default, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(as = ResendFilterIn, example = json!({"platform": "telegram", "status": "delivery_failed", "since": "2026-11-22T00:00:00Z", "limit": 100}))]
+/// Which turns a bulk action takes: the selection (every field set narrows it, with the
+/// listing's meaning; `{}` takes every turn the action applies to), at most `limit`. The
+/// resend body (`ResendFilterIn` in the document), and what the CLI hands to either action.
+#[derive(Debug, Default, Clone)]
 pub struct ActionFilterIn {
-    /// Linked user id.
-    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
-    pub user_id: Option<String>,
-    #[schema(schema_with = schema::optional_platform)]
-    pub platform: Option<String>,
-    pub connector_id: Option<Uuid>,
-    /// Both when absent.
-    #[schema(schema_with = schema::optional_resend_status)]
-    pub status: Option<String>,
-    /// Received at or after (RFC 3339); before `until` (else 422).
-    pub since: Option<chrono::DateTime<chrono::Utc>>,
-    /// Received before (RFC 3339).
-    pub until: Option<chrono::DateTime<chrono::Utc>>,
-    /// Most turns this call queues (default 100), oldest first.
-    #[schema(minimum = 1, maximum = 1000)]
-    #[serde(default, deserialize_with = "schema::optional_integer")]
+    pub matching: MessageSelection,
     pub limit: Option<i64>,
-    /// Also post again the parts whose outcome is `unknown` (Telegram at-most-once). They
-    /// may already be in the chat, so a resend can double them.
+    /// Resend only.
     pub include_unknown: Option<bool>,
 }
 
-/// Which `dispatch_failed` turns a bulk redispatch takes: the resend filter's fields, but
-/// for `include_unknown`.
-#[derive(Debug, Default, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(example = json!({"connector_id": "0192f0c4-7a6e-7b3a-9c1d-2e4f5a6b7c8d", "until": "2026-11-22T12:00:00Z"}))]
-pub struct RedispatchFilterIn {
-    /// Linked user id.
-    #[schema(max_length = 256, pattern = r"^[^\u0000]*$")]
-    pub user_id: Option<String>,
-    #[schema(schema_with = schema::optional_platform)]
-    pub platform: Option<String>,
-    pub connector_id: Option<Uuid>,
-    /// The only status redispatch applies to.
-    #[schema(schema_with = schema::optional_redispatch_status)]
-    pub status: Option<String>,
-    /// Received at or after (RFC 3339); before `until` (else 422).
-    pub since: Option<chrono::DateTime<chrono::Utc>>,
-    /// Received before (RFC 3339).
-    pub until: Option<chrono::DateTime<chrono::Utc>>,
-    /// Most turns this call queues (default 100), oldest first.
-    #[schema(minimum = 1, maximum = 1000)]
-    #[serde(default, deserialize_with = "schema::optional_integer")]
-    pub limit: Option<i64>,
+/// The bulk redispatch body: an `ActionFilterIn` without `include_unknown`, which is refused
+/// as an unknown field (it applies to resend only).
+#[derive(Debug, Default, Clone)]
+pub struct RedispatchFilterIn(pub ActionFilterIn);
+
+impl ActionFilterIn {
+    /// `action`'s body, field by field: `deny_unknown_fields` with a flattened selection
+    /// would name no expected field and lose the path of each error.
+    fn from_body<'de, D: Deserializer<'de>>(deserializer: D, action: Recovery) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut body = serde_json::Map::<String, Value>::deserialize(deserializer)?;
+        let fields = action.fields();
+        if let Some(unknown) = body.keys().find(|name| !fields.contains(&name.as_str())) {
+            return Err(D::Error::unknown_field(unknown, fields));
+        }
+        let named =
+            |name: &'static str| move |err: serde_json::Error| D::Error::custom(format!("{name}: {err}"));
+        let limit = body.remove("limit").map(schema::optional_integer).transpose();
+        let include_unknown = body
+            .remove("include_unknown")
+            .map(Option::<bool>::deserialize)
+            .transpose();
+        Ok(Self {
+            limit: limit.map_err(named("limit"))?.flatten(),
+            include_unknown: include_unknown.map_err(named("include_unknown"))?.flatten(),
+            matching: MessageSelection::from_object(body).map_err(D::Error::custom)?,
+        })
+    }
 }
 
-impl From<RedispatchFilterIn> for ActionFilterIn {
-    fn from(filter: RedispatchFilterIn) -> Self {
-        Self {
-            user_id: filter.user_id,
-            platform: filter.platform,
-            connector_id: filter.connector_id,
-            status: filter.status,
-            since: filter.since,
-            until: filter.until,
-            limit: filter.limit,
-            include_unknown: None,
-        }
+impl<'de> Deserialize<'de> for ActionFilterIn {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Self::from_body(deserializer, Recovery::Resend)
+    }
+}
+
+impl<'de> Deserialize<'de> for RedispatchFilterIn {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        ActionFilterIn::from_body(deserializer, Recovery::Redispatch).map(Self)
+    }
+}
+
+impl PartialSchema for ActionFilterIn {
+    fn schema() -> RefOr<Schema> {
+        Recovery::Resend.body_schema()
+    }
+}
+
+impl ToSchema for ActionFilterIn {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("ResendFilterIn")
+    }
+}
+
+impl PartialSchema for RedispatchFilterIn {
+    fn schema() -> RefOr<Schema> {
+        Recovery::Redispatch.body_schema()
+    }
+}
+
+impl ToSchema for RedispatchFilterIn {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("RedispatchFilterIn")
     }
 }
 
@@ -164,6 +177,67 @@ impl Recovery {
             Recovery::Resend => &[MessageStatus::DeliveryFailed, MessageStatus::Executed],
         }
     }
+
+    /// The fields of its bulk body: the selection's, `limit`, and resend's `include_unknown`.
+    fn fields(self) -> &'static [&'static str] {
+        static REDISPATCH: OnceLock<Vec<&str>> = OnceLock::new();
+        static RESEND: OnceLock<Vec<&str>> = OnceLock::new();
+        let (fields, own): (_, &[&'static str]) = match self {
+            Recovery::Redispatch => (&REDISPATCH, &["limit"]),
+            Recovery::Resend => (&RESEND, &["limit", "include_unknown"]),
+        };
+        fields.get_or_init(|| MessageSelection::FIELDS.iter().chain(own).copied().collect())
+    }
+
+    /// The selection's body fields with this action's statuses, then `limit` and resend's
+    /// `include_unknown`; no other field.
+    fn body_schema(self) -> RefOr<Schema> {
+        use utoipa::openapi::schema::{AdditionalProperties, KnownFormat, SchemaFormat, SchemaType, Type};
+        let RefOr::T(Schema::Object(mut body)) = MessageSelection::schema() else {
+            unreachable!("a struct's derived schema is an object")
+        };
+        let nullable = |kind: Type| SchemaType::from_iter([kind, Type::Null]);
+        let limit = ObjectBuilder::new()
+            .schema_type(nullable(Type::Integer))
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
+            .description(Some("Most turns this call queues (default 100), oldest first."))
+            .minimum(Some(1))
+            .maximum(Some(MAX_ACTION_LIMIT));
+        body.properties.insert("limit".into(), limit.into());
+        let (statuses, description, example) = match self {
+            Recovery::Redispatch => (
+                schema::optional_redispatch_status(),
+                "Which `dispatch_failed` turns a bulk redispatch takes: the resend filter's \
+                 fields, but for `include_unknown`.",
+                json!({"connector_id": "0192f0c4-7a6e-7b3a-9c1d-2e4f5a6b7c8d", "until": "2026-11-22T12:00:00Z"}),
+            ),
+            Recovery::Resend => {
+                let include_unknown = ObjectBuilder::new()
+                    .schema_type(nullable(Type::Boolean))
+                    .description(Some(
+                        "Also post again the parts whose outcome is `unknown` (Telegram \
+                         at-most-once). They may already be in the chat, so a resend can double them.",
+                    ));
+                body.properties
+                    .insert("include_unknown".into(), include_unknown.into());
+                (
+                    schema::optional_resend_status(),
+                    "Which turns a bulk resend takes. Every field that is set narrows the \
+                     choice, with the listing's meaning; `{}` takes every turn the action applies \
+                     to (up to `limit`).",
+                    json!({"platform": "telegram", "status": "delivery_failed", "since": "2026-11-22T00:00:00Z", "limit": 100}),
+                )
+            }
+        };
+        body.properties.insert("status".into(), statuses.into());
+        if let Some(RefOr::T(Schema::Object(since))) = body.properties.get_mut("since") {
+            since.description = Some("Received at or after (RFC 3339); before `until` (else 422).".into());
+        }
+        body.description = Some(description.into());
+        body.example = Some(example);
+        body.additional_properties = Some(Box::new(AdditionalProperties::FreeForm(false)));
+        RefOr::T(Schema::Object(body))
+    }
 }
 
 fn selection_of(filter: &ActionFilterIn, action: Recovery) -> Result<Selection, AppError> {
@@ -174,19 +248,8 @@ fn selection_of(filter: &ActionFilterIn, action: Recovery) -> Result<Selection, 
             "limit must be between 1 and {MAX_ACTION_LIMIT}"
         )));
     }
-    let platform = filter
-        .platform
-        .as_deref()
-        .map(str::parse::<Platform>)
-        .transpose()
-        .map_err(|e| unprocessable(e.to_string()))?;
-    let status = filter
-        .status
-        .as_deref()
-        .map(str::parse::<MessageStatus>)
-        .transpose()
-        .map_err(unprocessable)?;
-    if let Some(status) = status.filter(|s| !action.statuses().contains(s)) {
+    let matching = &filter.matching;
+    if let Some(status) = matching.status.filter(|s| !action.statuses().contains(s)) {
         return Err(unprocessable(match action {
             Recovery::Redispatch => format!(
                 "redispatch applies to dispatch_failed messages, not {status} (resend posts the \
@@ -198,25 +261,18 @@ fn selection_of(filter: &ActionFilterIn, action: Recovery) -> Result<Selection, 
             ),
         }));
     }
-    if let (Some(since), Some(until)) = (filter.since, filter.until) {
+    if let (Some(since), Some(until)) = (matching.since, matching.until) {
         if since >= until {
             return Err(unprocessable("since must be before until".into()));
         }
     }
-    schema::check_optional_text("user_id", filter.user_id.as_deref(), schema::ID_MAX)?;
+    schema::check_optional_text("user_id", matching.user_id.as_deref(), schema::ID_MAX)?;
     if action == Recovery::Redispatch && filter.include_unknown.is_some() {
         return Err(unprocessable("include_unknown applies to resend only".into()));
     }
     Ok(Selection {
         ids: None,
-        matching: MessageSelection {
-            user_id: filter.user_id.clone(),
-            platform,
-            connector_id: filter.connector_id.map(ConnectorId),
-            status,
-            since: filter.since,
-            until: filter.until,
-        },
+        matching: matching.clone(),
         limit,
     })
 }
@@ -336,9 +392,8 @@ pub async fn post_resend(
 pub async fn post_redispatch_many(
     State(state): State<AppState>,
     admin: TenantAdmin,
-    ApiJson(filter): ApiJson<RedispatchFilterIn>,
+    ApiJson(RedispatchFilterIn(filter)): ApiJson<RedispatchFilterIn>,
 ) -> Result<Json<QueuedOut>, AppError> {
-    let filter = ActionFilterIn::from(filter);
     let actor = Actor::ApiKey(admin.key_id);
     let out = recover_many(&state.pool, admin.tenant, Recovery::Redispatch, &filter, actor).await?;
     Ok(Json(wake_if_queued(&state, out)))
@@ -365,4 +420,88 @@ fn wake_if_queued(state: &AppState, out: QueuedOut) -> QueuedOut {
         state.wake_workers();
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::Platform;
+
+    fn resend(body: Value) -> Result<ActionFilterIn, String> {
+        serde_json::from_value(body).map_err(|e| e.to_string())
+    }
+
+    fn redispatch(body: Value) -> Result<ActionFilterIn, String> {
+        serde_json::from_value::<RedispatchFilterIn>(body)
+            .map(|body| body.0)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_body_reads_the_selection_typed_and_its_own_fields() {
+        let filter = resend(
+            json!({"platform": "telegram", "status": "executed", "limit": 100.0,
+            "include_unknown": true, "since": null}),
+        )
+        .expect("a good body");
+        assert_eq!(filter.matching.platform, Some(Platform::Telegram));
+        assert_eq!(filter.matching.status, Some(MessageStatus::Executed));
+        assert_eq!((filter.limit, filter.include_unknown), (Some(100), Some(true)));
+        assert!(redispatch(json!({})).is_ok_and(|filter| filter.limit.is_none()));
+    }
+
+    #[test]
+    fn an_unknown_field_or_a_bad_value_is_refused_by_name() {
+        for (refused, says) in [
+            (
+                redispatch(json!({"include_unknown": null})),
+                "unknown field `include_unknown`, expected one of `user_id`, `platform`, \
+                 `connector_id`, `status`, `since`, `until`, `limit`",
+            ),
+            (
+                resend(json!({"connector": "x"})),
+                "unknown field `connector`, expected one of `user_id`, `platform`, \
+                 `connector_id`, `status`, `since`, `until`, `limit`, `include_unknown`",
+            ),
+            (
+                resend(json!({"status": "nope"})),
+                "status: unknown message status `nope`",
+            ),
+            (
+                resend(json!({"platform": "irc"})),
+                "platform: unknown platform `irc`",
+            ),
+            (resend(json!({"since": "yesterday"})), "since: "),
+            (resend(json!({"limit": 1.5})), "limit: "),
+            (resend(json!({"include_unknown": "yes"})), "include_unknown: "),
+        ] {
+            let refused = refused.expect_err(says);
+            assert!(refused.starts_with(says), "{refused}");
+        }
+    }
+
+    #[test]
+    fn each_body_documents_its_own_statuses_and_no_other_field() {
+        let document = |schema: RefOr<Schema>| serde_json::to_value(schema).unwrap_or_default();
+        let resend = document(ActionFilterIn::schema());
+        let redispatch = document(RedispatchFilterIn::schema());
+        assert_eq!(
+            resend["properties"]["status"]["enum"],
+            json!(["delivery_failed", "executed", null])
+        );
+        assert_eq!(
+            redispatch["properties"]["status"]["enum"],
+            json!(["dispatch_failed", null])
+        );
+        for (schema, action) in [(&resend, Recovery::Resend), (&redispatch, Recovery::Redispatch)] {
+            let mut fields = action.fields().to_vec();
+            fields.sort_unstable();
+            let documented: Vec<&str> = schema["properties"]
+                .as_object()
+                .map(|properties| properties.keys().map(String::as_str).collect())
+                .unwrap_or_default();
+            assert_eq!(documented, fields);
+            assert_eq!(schema["additionalProperties"], json!(false));
+        }
+    }
 }
