@@ -53,7 +53,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::{Json, Router};
-use channel_bridge::db::connectors::NewConnector;
+use channel_bridge::db::connectors::{ConnectorSettings, NewConnector};
 use channel_bridge::db::queue::{ClaimRequest, Queue};
 use channel_bridge::db::{self, TenantTx};
 use channel_bridge::dispatch::dispatcher::Dispatcher;
@@ -304,23 +304,21 @@ async fn provision_fixture(pool: &PgPool, users: i64, telegram_url: &str) -> any
 }
 
 fn telegram_connector(api_base_url: &str) -> NewConnector {
-    NewConnector {
-        platform: Platform::Telegram,
-        name: "bench bot".into(),
+    let mut new = NewConnector::new(
+        Platform::Telegram,
+        SecretString::from("bench-telegram-secret_token"),
+    );
+    new.secrets.outbound_token = Some(SecretString::from("7000000001:bench-bot-token"));
+    new.settings = ConnectorSettings {
+        name: Some("bench bot".into()),
         external_id: Some("7000000001".into()),
-        app_id: None,
         bot_user_id: Some("7000000001".into()),
-        bot_id: None,
-        verification_secret: SecretString::from("bench-telegram-secret_token"),
-        verify_token: None,
-        outbound_token: Some(SecretString::from("7000000001:bench-bot-token")),
         api_base_url: Some(api_base_url.to_owned()),
-        unlinked_policy: UnlinkedPolicy::Deny,
-        telegram_delivery: TelegramDelivery::AtMostOnce,
-        unlinked_notice: None,
-        format_markdown: true,
-        typing_indicator: true,
-    }
+        unlinked_policy: Some(UnlinkedPolicy::Deny),
+        telegram_delivery: Some(TelegramDelivery::AtMostOnce),
+        ..ConnectorSettings::default()
+    };
+    new
 }
 
 // ---------------------------------------------------------------------------------------

@@ -48,7 +48,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use channel_bridge::db::connectors::NewConnector;
+use channel_bridge::db::connectors::{ConnectorSettings, NewConnector};
 use channel_bridge::db::{self, TenantTx};
 use channel_bridge::domain::{ConnectorId, MessageId, Platform, TenantId, UnlinkedPolicy};
 use channel_bridge::platforms::inbound::Parsed;
@@ -230,23 +230,17 @@ fn new_connector(platform: Platform) -> NewConnector {
         Platform::Whatsapp => ("106540352242922", None, None),
         Platform::Telegram => ("7000000001", Some("7000000001"), None),
     };
-    NewConnector {
-        platform,
-        name: format!("bench {platform}"),
+    let mut new = NewConnector::new(platform, SecretString::from(secret(platform).to_owned()));
+    new.settings = ConnectorSettings {
+        name: Some(format!("bench {platform}")),
         external_id: Some(external_id.into()),
         app_id: (platform == Platform::Slack).then(|| "A0001".into()),
         bot_user_id: bot_user_id.map(Into::into),
         bot_id: bot_id.map(Into::into),
-        verification_secret: SecretString::from(secret(platform).to_owned()),
-        verify_token: None,
-        outbound_token: None,
-        api_base_url: None,
-        unlinked_policy: UnlinkedPolicy::Deny,
-        telegram_delivery: Default::default(),
-        unlinked_notice: None,
-        format_markdown: true,
-        typing_indicator: true,
-    }
+        unlinked_policy: Some(UnlinkedPolicy::Deny),
+        ..ConnectorSettings::default()
+    };
+    new
 }
 
 fn secret(platform: Platform) -> &'static str {
@@ -660,10 +654,11 @@ async fn db_path(
                     connector.context("connector exists")?
                 }
             };
-            let inbound = match channel_bridge::platforms::of(connector.platform).parse(&connector, &body) {
-                Ok(Parsed::Events(inbound)) => inbound,
-                _ => anyhow::bail!("the bench body did not parse into events"),
-            };
+            let inbound =
+                match channel_bridge::platforms::of(connector.profile.platform).parse(&connector, &body) {
+                    Ok(Parsed::Events(inbound)) => inbound,
+                    _ => anyhow::bail!("the bench body did not parse into events"),
+                };
             let outcome = channel_bridge::ingress::record(&pool, &connector, &inbound).await?;
             anyhow::ensure!(outcome.queued.len() == 1, "the message was queued");
             Ok(())

@@ -90,7 +90,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::{Json, Router};
-use channel_bridge::db::connectors::NewConnector;
+use channel_bridge::db::connectors::{ConnectorSettings, NewConnector};
 use channel_bridge::dispatch::signature;
 use channel_bridge::domain::{Platform, TelegramDelivery, UnlinkedPolicy};
 use channel_bridge::{db, provision};
@@ -764,23 +764,18 @@ async fn provision_tenants(db: &BenchDb, count: u64, stand_ins: &str) -> anyhow:
 /// A bot of its own per tenant; unlinked senders are dispatched (one conversation each).
 fn telegram_connector(tenant: u64, api_base_url: &str) -> NewConnector {
     let bot = (7_000_000_001 + tenant).to_string();
-    NewConnector {
-        platform: Platform::Telegram,
-        name: format!("bench bot {tenant}"),
+    let mut new = NewConnector::new(Platform::Telegram, SecretString::from(TELEGRAM_SECRET));
+    new.secrets.outbound_token = Some(SecretString::from(format!("{bot}:{BOT_SECRET}")));
+    new.settings = ConnectorSettings {
+        name: Some(format!("bench bot {tenant}")),
         external_id: Some(bot.clone()),
-        app_id: None,
-        bot_user_id: Some(bot.clone()),
-        bot_id: None,
-        verification_secret: SecretString::from(TELEGRAM_SECRET),
-        verify_token: None,
-        outbound_token: Some(SecretString::from(format!("{bot}:{BOT_SECRET}"))),
+        bot_user_id: Some(bot),
         api_base_url: Some(api_base_url.to_owned()),
-        unlinked_policy: UnlinkedPolicy::Allow,
-        telegram_delivery: TelegramDelivery::AtMostOnce,
-        unlinked_notice: None,
-        format_markdown: true,
-        typing_indicator: true,
-    }
+        unlinked_policy: Some(UnlinkedPolicy::Allow),
+        telegram_delivery: Some(TelegramDelivery::AtMostOnce),
+        ..ConnectorSettings::default()
+    };
+    new
 }
 
 // ---------------------------------------------------------------------------------------

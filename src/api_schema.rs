@@ -1,9 +1,14 @@
 //! What the OpenAPI document says of the values the API takes: text limits, enums built from
-//! the domain types (so it cannot list a value the parser refuses), JSON Schema's integers.
-//! `#[schema(max_length)]` takes literals only, so the contract test tries each limit.
+//! the domain types (so it cannot list a value the parser refuses), JSON Schema's integers,
+//! and bodies made of parts (`FromBody`). `#[schema(max_length)]` takes literals only, so the
+//! contract test tries each limit.
 
-use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
-use utoipa::openapi::{Object, Schema};
+use std::fmt;
+
+use serde::de::{self, DeserializeOwned, DeserializeSeed, Deserializer, MapAccess, Visitor};
+use serde_json::Value;
+use utoipa::openapi::schema::{AdditionalProperties, ObjectBuilder, SchemaType, Type};
+use utoipa::openapi::{Object, RefOr, Schema};
 
 use crate::domain::{MessageStatus, PartStatus, Platform, TelegramDelivery, UnlinkedPolicy};
 
@@ -102,27 +107,155 @@ where
     optional_integer(deserializer).map(Some)
 }
 
-/// `deserialize_with` of a field that takes `null` for its default, as an absent one does.
-pub fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: serde::Deserialize<'de> + Default,
-{
-    use serde::Deserialize;
-    Option::<T>::deserialize(deserializer).map(Option::unwrap_or_default)
+/// A request body made of parts, the structs it flattens, read as strictly as
+/// `deny_unknown_fields` reads one struct (serde does not combine the two): a key no part
+/// reads is refused where it stands with serde's `unknown field` error, and an error inside
+/// a part names its field, as axum's extractor names it for a plain struct.
+pub trait FromBody: Sized {
+    /// Every field the body takes: its own and its parts' (`field_names`).
+    fn fields() -> &'static [&'static str];
+
+    fn from_body<E: de::Error>(body: &Body) -> Result<Self, E>;
 }
 
-/// `deserialize_with` of a flag that is on unless it is `false`: absent and `null` are on.
-pub fn null_as_true<'de, D>(deserializer: D) -> Result<bool, D::Error>
-where
-    D: serde::Deserializer<'de>,
-{
-    use serde::Deserialize;
-    Option::<bool>::deserialize(deserializer).map(|flag| flag.unwrap_or(true))
+/// `Deserialize::deserialize` of a `FromBody` type.
+pub fn read_body<'de, T: FromBody, D: Deserializer<'de>>(deserializer: D) -> Result<T, D::Error> {
+    deserializer.deserialize_map(BodyVisitor(std::marker::PhantomData))
 }
 
-pub fn yes() -> bool {
-    true
+/// The JSON object of a body, every key known.
+pub struct Body(Value);
+
+impl Body {
+    /// One part, a struct of some of the body's fields.
+    pub fn part<T: DeserializeOwned, E: de::Error>(&self) -> Result<T, E> {
+        serde_path_to_error::deserialize(&self.0).map_err(E::custom)
+    }
+
+    /// One field of the body's own, read by `read` from its value or, absent, from `null`.
+    pub fn field<'a, T, E: de::Error>(
+        &'a self,
+        name: &str,
+        read: impl FnOnce(&'a Value) -> Result<T, serde_json::Error>,
+    ) -> Result<T, E> {
+        read(self.0.get(name).unwrap_or(&Value::Null)).map_err(|e| E::custom(format!("{name}: {e}")))
+    }
+
+    /// One field of the body's own that must be there.
+    pub fn required<T: DeserializeOwned, E: de::Error>(&self, name: &'static str) -> Result<T, E> {
+        match self.0.get(name) {
+            Some(value) => T::deserialize(value).map_err(|e| E::custom(format!("{name}: {e}"))),
+            None => Err(E::missing_field(name)),
+        }
+    }
+}
+
+struct BodyVisitor<T>(std::marker::PhantomData<T>);
+
+impl<'de, T: FromBody> Visitor<'de> for BodyVisitor<T> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<T, A::Error> {
+        let mut fields = serde_json::Map::new();
+        while let Some(key) = map.next_key_seed(KnownKey(T::fields()))? {
+            let value = map.next_value()?;
+            fields.insert(key, value);
+        }
+        // Read here rather than once the object is read, so that errors say where it ends.
+        T::from_body(&Body(Value::Object(fields)))
+    }
+}
+
+struct KnownKey(&'static [&'static str]);
+
+impl<'de> DeserializeSeed<'de> for KnownKey {
+    type Value = String;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<String, D::Error> {
+        use serde::Deserialize;
+        let key = String::deserialize(deserializer)?;
+        match self.0.contains(&key.as_str()) {
+            true => Ok(key),
+            false => Err(de::Error::unknown_field(&key, self.0)),
+        }
+    }
+}
+
+/// The field names serde's derive reads for `T`, a struct without `flatten` (the list it
+/// hands `deserialize_struct`), in declaration order; empty for anything else.
+pub fn field_names<T: DeserializeOwned>() -> &'static [&'static str] {
+    struct Names(Option<&'static [&'static str]>);
+
+    impl<'de> Deserializer<'de> for &mut Names {
+        type Error = de::value::Error;
+
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+            Err(de::Error::custom("not a struct"))
+        }
+
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Self::Error> {
+            self.0 = Some(fields);
+            Err(de::Error::custom("names only"))
+        }
+
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+            option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+            ignored_any
+        }
+    }
+
+    let mut names = Names(None);
+    // Only the names are wanted: the error that stops the read is expected.
+    let _ = T::deserialize(&mut names);
+    names.0.unwrap_or_default()
+}
+
+/// The schema of a `FromBody` body: one object with every part's properties, refusing any other.
+pub fn body_schema(parts: impl IntoIterator<Item = RefOr<Schema>>) -> Object {
+    let mut body = ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+        .build();
+    for part in parts {
+        if let RefOr::T(Schema::Object(part)) = part {
+            body.properties.extend(part.properties);
+            body.required.extend(part.required);
+        }
+    }
+    body
+}
+
+/// Makes a property of `body` required and no longer nullable.
+pub fn require(body: &mut Object, name: &str) {
+    if let Some(RefOr::T(Schema::Object(property))) = body.properties.get_mut(name) {
+        if let SchemaType::Array(types) = &property.schema_type {
+            let mut types: Vec<Type> = types.iter().filter(|t| **t != Type::Null).cloned().collect();
+            property.schema_type = match types.len() {
+                1 => SchemaType::Type(types.remove(0)),
+                _ => SchemaType::Array(types),
+            };
+        }
+    }
+    body.required.push(name.to_owned());
+}
+
+/// A nullable boolean.
+pub fn optional_bool() -> Schema {
+    Schema::Object(
+        ObjectBuilder::new()
+            .schema_type(SchemaType::from_iter([Type::Boolean, Type::Null]))
+            .build(),
+    )
 }
 
 fn string_enum(values: impl IntoIterator<Item = &'static str>, nullable: bool) -> Object {

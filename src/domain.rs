@@ -50,8 +50,9 @@ id_type!(ConnectorId);
 id_type!(MessageId);
 
 /// The messaging platforms the bridge speaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum, sqlx::Type)]
 #[serde(rename_all = "lowercase")]
+#[sqlx(type_name = "text", rename_all = "lowercase")]
 pub enum Platform {
     Slack,
     Whatsapp,
@@ -102,8 +103,9 @@ impl FromStr for Platform {
 }
 
 /// What happens to a message from a sender with no `channel_links` row.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, sqlx::Type)]
 #[serde(rename_all = "lowercase")]
+#[sqlx(type_name = "text", rename_all = "lowercase")]
 pub enum UnlinkedPolicy {
     /// Record the turn as `denied_unlinked`; never dispatch it.
     #[default]
@@ -186,11 +188,28 @@ impl fmt::Display for MessageStatus {
     }
 }
 
-/// A connector as the ingress and delivery code use it; `Debug` never prints the secrets.
-#[derive(Clone, Debug)]
-pub struct Connector {
+/// A connector as the ingress and delivery code use it, its secrets opened (`S` is
+/// `SecretString`), or as its row holds it, sealed (`S` is `String`, `db::connectors`).
+/// `Debug` never prints the secrets.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct Connector<S = secrecy::SecretString> {
     pub tenant_id: TenantId,
     pub id: ConnectorId,
+    #[sqlx(flatten)]
+    pub profile: ConnectorProfile,
+    #[sqlx(flatten)]
+    pub secrets: ConnectorSecrets<S>,
+    /// A 429 met by any instance holds its reply sends until then.
+    pub sends_held_until: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+// Read into `Connector` and shown to admins in `db::connectors::ConnectorSummary`; requests
+// set it through `db::connectors::ConnectorSettings`, the same fields each optional. The doc
+// comment is also the OpenAPI document's description.
+/// What a connector is, its secrets aside.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct ConnectorProfile {
+    #[schema(value_type = String)]
     pub platform: Platform,
     pub name: String,
     /// Slack team id, WhatsApp phone_number_id or Telegram bot id.
@@ -199,30 +218,57 @@ pub struct Connector {
     pub app_id: Option<String>,
     /// The bot's own user id: its messages are echoes, never dispatched.
     pub bot_user_id: Option<String>,
+    /// Slack `bot_id` (`B…`) of the app.
     pub bot_id: Option<String>,
-    /// Slack signing secret, Meta app secret or Telegram `secret_token`.
-    pub verification_secret: secrecy::SecretString,
-    /// Valid for a grace period after a rotation (Slack keeps the old one for 24 h).
-    pub previous_verification_secret: Option<secrecy::SecretString>,
-    /// Meta's `hub.verify_token` for the GET handshake.
-    pub verify_token: Option<secrecy::SecretString>,
-    /// Slack bot token, WhatsApp access token or Telegram bot token.
-    pub outbound_token: Option<secrecy::SecretString>,
+    /// The platform API's base URL when not the platform's own.
     pub api_base_url: Option<String>,
+    /// Webhooks of a disabled connector answer 404.
     pub enabled: bool,
+    #[schema(value_type = String)]
     pub unlinked_policy: UnlinkedPolicy,
+    #[schema(value_type = String)]
     pub telegram_delivery: TelegramDelivery,
     /// Posted to an unlinked sender under the deny policy, at most once a day each.
     pub unlinked_notice: Option<String>,
+    /// Replies are converted from the agent's Markdown to the platform's formatting.
     pub format_markdown: bool,
+    /// The platform's typing indicator is shown while the agent works.
     pub typing_indicator: bool,
-    /// A 429 met by any instance holds its reply sends until then.
-    pub sends_held_until: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// A connector's secrets: sealed (`S` is `String`) in its row, opened (`SecretString`) once
+/// read. Requests write them through `db::connectors::SecretsIn`.
+#[derive(Clone, sqlx::FromRow)]
+pub struct ConnectorSecrets<S> {
+    /// Slack signing secret, Meta app secret or Telegram `secret_token`.
+    pub verification_secret: S,
+    /// Valid for a grace period after a rotation (Slack keeps the old one for 24 h).
+    pub previous_verification_secret: Option<S>,
+    /// Meta's `hub.verify_token` for the GET handshake.
+    pub verify_token: Option<S>,
+    /// Slack bot token, WhatsApp access token or Telegram bot token.
+    pub outbound_token: Option<S>,
+}
+
+/// Which secrets are set, never their values (sealed ones included: without a key they are
+/// the plain text).
+impl<S> fmt::Debug for ConnectorSecrets<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnectorSecrets")
+            .field(
+                "previous_verification_secret",
+                &self.previous_verification_secret.is_some(),
+            )
+            .field("verify_token", &self.verify_token.is_some())
+            .field("outbound_token", &self.outbound_token.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Telegram offers no way to find out whether an interrupted `sendMessage` went through.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, sqlx::Type)]
 #[serde(rename_all = "snake_case")]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
 pub enum TelegramDelivery {
     /// Never resend a part whose outcome is unknown (it is marked `unknown`): no duplicates.
     #[default]

@@ -89,7 +89,7 @@ pub async fn add_connector(
     Ok(ConnectorCreated {
         connector_id: connector.id,
         tenant_id: tenant,
-        platform: connector.platform,
+        platform: connector.profile.platform,
         webhook_path: webhook_path(tenant, connector.id),
     })
 }

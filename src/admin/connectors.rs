@@ -13,7 +13,8 @@ use super::auth::TenantAdmin;
 use super::schema;
 use crate::db::audit::{Actor, AuditAction, AuditEntry};
 use crate::db::connectors::{
-    ConnectorPatch, ConnectorSummary, DeleteOutcome, NewConnector, DEFAULT_GRACE_SECS,
+    ConnectorPatch, ConnectorSettings, ConnectorSummary, DeleteOutcome, NewConnector, SecretsIn,
+    DEFAULT_GRACE_SECS, MAX_GRACE_SECS,
 };
 use crate::db::{self, TenantTx};
 use crate::domain::{ConnectorId, TenantId};
@@ -21,17 +22,23 @@ use crate::error::{ApiJsonError, AppError};
 use crate::http::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::http::state::AppState;
 
-/// A platform moves to a new secret within minutes; longer only keeps a leaked one alive.
-pub const MAX_GRACE_SECS: u64 = 30 * 24 * 3600;
-
-impl NewConnector {
+impl SecretsIn {
+    /// Lengths, then a verification secret given must not be blank.
     fn check(&self) -> Result<(), AppError> {
-        check_secret("verification_secret", Some(&self.verification_secret))?;
+        check_secret("verification_secret", self.verification_secret.as_ref())?;
         check_secret("verify_token", self.verify_token.as_ref())?;
         check_secret("outbound_token", self.outbound_token.as_ref())?;
-        non_empty_secret(&self.verification_secret, "verification_secret")?;
-        schema::check_text("name", &self.name, schema::NAME_MAX)?;
+        match &self.verification_secret {
+            Some(secret) => non_empty_secret(secret, "verification_secret"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl ConnectorSettings {
+    fn check(&self) -> Result<(), AppError> {
         check_texts(&[
+            ("name", self.name.as_deref(), schema::NAME_MAX),
             ("api_base_url", self.api_base_url.as_deref(), schema::URL_MAX),
             ("external_id", self.external_id.as_deref(), schema::ID_MAX),
             ("app_id", self.app_id.as_deref(), schema::ID_MAX),
@@ -46,35 +53,39 @@ impl NewConnector {
     }
 }
 
+impl NewConnector {
+    fn check(&self) -> Result<(), AppError> {
+        self.secrets.check()?;
+        if self.secrets.verification_secret.is_none() {
+            return Err(AppError::Unprocessable(
+                "verification_secret must not be empty".into(),
+            ));
+        }
+        self.settings.check()
+    }
+}
+
 impl ConnectorPatch {
     /// The names of the fields and secrets set, never their values.
     fn audit_details(&self) -> serde_json::Value {
-        let fields = [
-            ("name", self.name.is_some()),
-            ("enabled", self.enabled.is_some()),
-            ("api_base_url", self.api_base_url.is_some()),
-            ("external_id", self.external_id.is_some()),
-            ("app_id", self.app_id.is_some()),
-            ("bot_user_id", self.bot_user_id.is_some()),
-            ("bot_id", self.bot_id.is_some()),
-            ("unlinked_policy", self.unlinked_policy.is_some()),
-            ("telegram_delivery", self.telegram_delivery.is_some()),
-            ("unlinked_notice", self.unlinked_notice.is_some()),
-            ("format_markdown", self.format_markdown.is_some()),
-        ];
+        // `name`, `enabled`, then the other settings in their order.
+        let mut fields = self.settings.given();
+        if self.enabled.is_some() {
+            let after_name = usize::from(self.settings.name.is_some());
+            fields.insert(after_name, "enabled");
+        }
         let secrets = [
-            ("verification_secret", self.verification_secret.is_some()),
-            ("verify_token", self.verify_token.is_some()),
-            ("outbound_token", self.outbound_token.is_some()),
+            ("verification_secret", self.secrets.verification_secret.is_some()),
+            ("verify_token", self.secrets.verify_token.is_some()),
+            ("outbound_token", self.secrets.outbound_token.is_some()),
         ];
-        let named = |list: &[(&'static str, bool)]| -> Vec<&'static str> {
-            list.iter()
-                .filter(|(_, set)| *set)
-                .map(|(name, _)| *name)
-                .collect()
-        };
-        let mut details = serde_json::json!({"fields": named(&fields), "secrets": named(&secrets)});
-        if self.verification_secret.is_some() {
+        let secrets: Vec<&str> = secrets
+            .iter()
+            .filter(|(_, set)| *set)
+            .map(|(name, _)| *name)
+            .collect();
+        let mut details = serde_json::json!({"fields": fields, "secrets": secrets});
+        if self.secrets.verification_secret.is_some() {
             details["previous_secret_grace_secs"] = self
                 .previous_secret_grace_secs
                 .unwrap_or(DEFAULT_GRACE_SECS)
@@ -84,13 +95,8 @@ impl ConnectorPatch {
     }
 
     fn check(&self) -> Result<(), AppError> {
-        check_secret("verification_secret", self.verification_secret.as_ref())?;
-        check_secret("verify_token", self.verify_token.as_ref())?;
-        check_secret("outbound_token", self.outbound_token.as_ref())?;
-        if let Some(secret) = &self.verification_secret {
-            non_empty_secret(secret, "verification_secret")?;
-        }
-        if self.name.as_deref().is_some_and(str::is_empty) {
+        self.secrets.check()?;
+        if self.settings.name.as_deref().is_some_and(str::is_empty) {
             return Err(AppError::Unprocessable("name must not be empty".into()));
         }
         if self
@@ -101,19 +107,7 @@ impl ConnectorPatch {
                 "previous_secret_grace_secs must be at most {MAX_GRACE_SECS} (30 days)"
             )));
         }
-        check_texts(&[
-            ("name", self.name.as_deref(), schema::NAME_MAX),
-            ("api_base_url", self.api_base_url.as_deref(), schema::URL_MAX),
-            ("external_id", self.external_id.as_deref(), schema::ID_MAX),
-            ("app_id", self.app_id.as_deref(), schema::ID_MAX),
-            ("bot_user_id", self.bot_user_id.as_deref(), schema::ID_MAX),
-            ("bot_id", self.bot_id.as_deref(), schema::ID_MAX),
-            (
-                "unlinked_notice",
-                self.unlinked_notice.as_deref(),
-                schema::NOTICE_MAX,
-            ),
-        ])
+        self.settings.check()
     }
 }
 
@@ -184,7 +178,7 @@ pub async fn create_connector(
     new: NewConnector,
 ) -> Result<ConnectorSummary, AppError> {
     new.check()?;
-    schema::check_egress(state, "api_base_url", new.api_base_url.as_deref()).await?;
+    schema::check_egress(state, "api_base_url", new.settings.api_base_url.as_deref()).await?;
     let mut tx = TenantTx::begin(&state.pool, tenant).await?;
     let connector = db::connectors::insert(&mut tx, &state.settings.database.secrets, &new).await?;
     let summary = summary_or_404(&mut tx, connector.id).await?;
@@ -239,7 +233,7 @@ pub async fn update_connector(
     patch: ConnectorPatch,
 ) -> Result<ConnectorSummary, AppError> {
     patch.check()?;
-    schema::check_egress(state, "api_base_url", patch.api_base_url.as_deref()).await?;
+    schema::check_egress(state, "api_base_url", patch.settings.api_base_url.as_deref()).await?;
     let audit = (AuditAction::ConnectorUpdate, patch.audit_details());
     apply(state, tenant, actor, id, &patch, audit).await
 }

@@ -79,7 +79,7 @@ pub async fn run(command: Command, context: &Context) -> anyhow::Result<()> {
         }
         Command::Update(update) => {
             let id = update.id.to_string();
-            let body = patch_of(&update);
+            let body = patch_of(&update)?;
             let changed = client
                 .send(Method::PATCH, &["admin", "connectors", &id], &vec![], Some(&body))
                 .await?;
@@ -103,34 +103,24 @@ pub async fn run(command: Command, context: &Context) -> anyhow::Result<()> {
     }
 }
 
-fn patch_of(update: &UpdateArgs) -> Value {
-    let update = &update.patch;
-    let string = |value: &Option<String>| value.as_ref().map(|v| json!(v));
+/// The PATCH body: the settings given as the API spells them, and the secrets.
+fn patch_of(update: &UpdateArgs) -> anyhow::Result<Value> {
+    let patch = &update.patch;
     let secret = |value: &Option<SecretString>| value.as_ref().map(|v| json!(v.expose_secret()));
-    object(vec![
-        ("name", string(&update.name)),
-        ("enabled", update.enabled.map(Value::from)),
-        ("format_markdown", update.format_markdown.map(Value::from)),
-        (
-            "unlinked_policy",
-            update.unlinked_policy.map(|p| json!(p.as_str())),
-        ),
-        (
-            "telegram_delivery",
-            update.telegram_delivery.map(|d| json!(d.as_str())),
-        ),
-        ("unlinked_notice", string(&update.unlinked_notice)),
-        ("api_base_url", string(&update.api_base_url)),
-        ("external_id", string(&update.external_id)),
-        ("app_id", string(&update.app_id)),
-        ("bot_user_id", string(&update.bot_user_id)),
-        ("bot_id", string(&update.bot_id)),
-        ("verification_secret", secret(&update.verification_secret)),
+    let mut body = object(vec![
+        ("enabled", patch.enabled.map(Value::from)),
+        ("verification_secret", secret(&patch.secrets.verification_secret)),
         (
             "previous_secret_grace_secs",
-            update.previous_secret_grace_secs.map(Value::from),
+            patch.previous_secret_grace_secs.map(Value::from),
         ),
-        ("verify_token", secret(&update.verify_token)),
-        ("outbound_token", secret(&update.outbound_token)),
-    ])
+        ("verify_token", secret(&patch.secrets.verify_token)),
+        ("outbound_token", secret(&patch.secrets.outbound_token)),
+    ]);
+    if let (Value::Object(body), Value::Object(settings)) =
+        (&mut body, serde_json::to_value(&patch.settings)?)
+    {
+        body.extend(settings.into_iter().filter(|(_, value)| !value.is_null()));
+    }
+    Ok(body)
 }

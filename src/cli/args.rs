@@ -235,7 +235,13 @@ pub enum ConnectorCommand {
     Add(ConnectorAdd),
 }
 
+// The secrets may come from the environment here, never on `admin connectors update`.
 #[derive(Debug, Args)]
+#[command(
+    mut_arg("verification_secret", |arg| arg.required(true).env("CB_VERIFICATION_SECRET").hide_env_values(true)),
+    mut_arg("verify_token", |arg| arg.env("CB_VERIFY_TOKEN").hide_env_values(true)),
+    mut_arg("outbound_token", |arg| arg.env("CB_OUTBOUND_TOKEN").hide_env_values(true))
+)]
 pub struct ConnectorAdd {
     #[command(flatten)]
     pub database: DatabaseSettings,
@@ -243,8 +249,32 @@ pub struct ConnectorAdd {
     pub tenant: TenantId,
     #[command(flatten)]
     pub connector: NewConnector,
+    // Switches for the two settings a new connector has on, the spelling README and scripts
+    // use; the shared `--format-markdown false` and `--typing-indicator false` work as well.
+    /// Send replies as plain text instead of converting the agent's Markdown to the platform's
+    /// formatting (--format-markdown false).
+    #[arg(long, conflicts_with = "format_markdown")]
+    pub plain_text: bool,
+    /// Show no typing indicator while the agent works; on WhatsApp it also marks the user's
+    /// message read (--typing-indicator false).
+    #[arg(long, conflicts_with = "typing_indicator")]
+    pub no_typing: bool,
     #[command(flatten)]
     pub egress: EgressSettings,
+}
+
+impl ConnectorAdd {
+    /// The connector to add, the switches folded into its settings.
+    pub fn new_connector(&self) -> NewConnector {
+        let mut new = self.connector.clone();
+        if self.plain_text {
+            new.settings.format_markdown = Some(false);
+        }
+        if self.no_typing {
+            new.settings.typing_indicator = Some(false);
+        }
+        new
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -284,5 +314,63 @@ mod tests {
         let err = parse("10.0.0.0/33").unwrap_err().to_string();
         assert!(err.contains("CB_EGRESS_ALLOW"), "{err}");
         assert!(parse("10.0.0.0/8, agent.internal").is_ok());
+    }
+
+    #[test]
+    fn connector_add_takes_the_shared_flags_and_its_switches() {
+        use clap::Parser;
+        let add = |flags: &[&str]| -> Result<NewConnector, clap::Error> {
+            let base = [
+                "channel-bridge",
+                "connector",
+                "add",
+                "--database-url",
+                "postgres://x/cb",
+                "--tenant",
+                "0190e5a4-0000-7000-8000-000000000000",
+                "--platform",
+                "telegram",
+            ];
+            let cli = Cli::try_parse_from(base.iter().chain(flags))?;
+            match cli.command {
+                Command::Connector(ConnectorCommand::Add(add)) => Ok(add.new_connector()),
+                _ => unreachable!("connector add parses as connector add"),
+            }
+        };
+        let new = add(&[
+            "--verification-secret",
+            "s",
+            "--plain-text",
+            "--no-typing",
+            "--name",
+            "n",
+        ])
+        .unwrap();
+        let settings = &new.settings;
+        assert_eq!(
+            (
+                settings.format_markdown,
+                settings.typing_indicator,
+                settings.name.as_deref()
+            ),
+            (Some(false), Some(false), Some("n"))
+        );
+        let new = add(&["--verification-secret", "s", "--format-markdown", "false"]).unwrap();
+        assert_eq!(
+            (new.settings.format_markdown, new.settings.typing_indicator),
+            (Some(false), None)
+        );
+        let both = add(&[
+            "--verification-secret",
+            "s",
+            "--plain-text",
+            "--format-markdown",
+            "true",
+        ]);
+        assert!(both.is_err(), "a switch and the flag it stands for");
+        if std::env::var_os("CB_VERIFICATION_SECRET").is_none() {
+            let err = add(&[]).unwrap_err().to_string();
+            assert!(err.contains("--verification-secret"), "{err}");
+        }
     }
 }

@@ -56,16 +56,16 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
             )
         }
         Command::Connector(ConnectorCommand::Add(add)) => {
+            let new = add.new_connector();
             check_egress(
                 &add.egress,
                 "--api-base-url",
-                add.connector.api_base_url.as_deref(),
+                new.settings.api_base_url.as_deref(),
             )
             .await?;
             let pool = crate::db::connect_pool(&add.database)?;
             print_json(
-                &crate::provision::add_connector(&pool, &add.database.secrets, add.tenant, &add.connector)
-                    .await?,
+                &crate::provision::add_connector(&pool, &add.database.secrets, add.tenant, &new).await?,
             )
         }
         command @ (Command::Key(_) | Command::Messages(_) | Command::History { .. }) => {

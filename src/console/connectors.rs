@@ -14,10 +14,13 @@ use super::error::{ConsoleError, PageResult};
 use super::html::{badge, esc};
 use super::pages::{ok_page, when};
 use super::session::{CsrfForm, SignedIn};
-use crate::admin::connectors::{self, MAX_GRACE_SECS};
+use crate::admin::connectors;
 use crate::db::audit::Actor;
-use crate::db::connectors::{ConnectorPatch, ConnectorSummary, NewConnector, DEFAULT_GRACE_SECS};
-use crate::domain::{ConnectorId, Platform, TenantId, UnlinkedPolicy};
+use crate::db::connectors::{
+    ConnectorPatch, ConnectorSettings, ConnectorSummary, NewConnector, SecretsIn, DEFAULT_GRACE_SECS,
+    MAX_GRACE_SECS,
+};
+use crate::domain::{ConnectorId, Platform, TenantId};
 use crate::error::AppError;
 use crate::http::state::AppState;
 
@@ -53,63 +56,64 @@ pub async fn list(
     ok_page("Connectors", &signed_in, &body)
 }
 
-fn text(value: Option<String>) -> Option<String> {
-    value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
-}
-
-fn secret(value: Option<SecretString>) -> Option<SecretString> {
-    value.filter(|s| !s.expose_secret().is_empty())
-}
-
-/// The add form. Secrets are `SecretString` from the moment they are parsed.
+/// The add form: the API's settings and secrets (`SecretString` from the moment they are
+/// parsed), where an input left empty is a field not given.
 #[derive(Deserialize)]
 pub struct NewForm {
     #[serde(default)]
     csrf: String,
     #[serde(default)]
     platform: String,
-    name: Option<String>,
-    verification_secret: Option<SecretString>,
-    verify_token: Option<SecretString>,
-    outbound_token: Option<SecretString>,
-    external_id: Option<String>,
-    app_id: Option<String>,
-    bot_user_id: Option<String>,
-    bot_id: Option<String>,
-    unlinked_policy: Option<String>,
-    api_base_url: Option<String>,
+    #[serde(flatten)]
+    secrets: SecretsIn,
+    #[serde(flatten)]
+    settings: ConnectorSettings,
+}
+
+/// Trimmed, and `None` when empty.
+fn text(value: &mut Option<String>) {
+    *value = value
+        .take()
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty());
+}
+
+/// `None` when empty.
+fn secret(value: &mut Option<SecretString>) {
+    *value = value.take().filter(|s| !s.expose_secret().is_empty());
 }
 
 impl NewForm {
     fn into_input(self) -> Result<NewConnector, AppError> {
-        let unprocessable = |message: String| AppError::Unprocessable(message);
         let platform: Platform = self
             .platform
             .parse()
-            .map_err(|e: crate::domain::UnknownPlatform| unprocessable(e.to_string()))?;
-        let unlinked_policy = text(self.unlinked_policy)
-            .map(|p| p.parse::<UnlinkedPolicy>())
-            .transpose()
-            .map_err(unprocessable)?;
+            .map_err(|e: crate::domain::UnknownPlatform| AppError::Unprocessable(e.to_string()))?;
+        let (mut secrets, mut settings) = (self.secrets, self.settings);
+        let s = &mut settings;
+        for value in [
+            &mut s.name,
+            &mut s.api_base_url,
+            &mut s.external_id,
+            &mut s.app_id,
+            &mut s.bot_user_id,
+            &mut s.bot_id,
+            &mut s.unlinked_notice,
+        ] {
+            text(value);
+        }
+        // An empty verification secret is refused by the API's check ("must not be empty").
+        for value in [
+            &mut secrets.verification_secret,
+            &mut secrets.verify_token,
+            &mut secrets.outbound_token,
+        ] {
+            secret(value);
+        }
         Ok(NewConnector {
             platform,
-            name: text(self.name).unwrap_or_default(),
-            // An empty one is refused by the API's check ("must not be empty").
-            verification_secret: self
-                .verification_secret
-                .unwrap_or_else(|| SecretString::from(String::new())),
-            verify_token: secret(self.verify_token),
-            outbound_token: secret(self.outbound_token),
-            api_base_url: text(self.api_base_url),
-            external_id: text(self.external_id),
-            app_id: text(self.app_id),
-            bot_user_id: text(self.bot_user_id),
-            bot_id: text(self.bot_id),
-            unlinked_policy: unlinked_policy.unwrap_or_default(),
-            telegram_delivery: Default::default(),
-            unlinked_notice: None,
-            format_markdown: true,
-            typing_indicator: true,
+            secrets,
+            settings,
         })
     }
 }
@@ -161,10 +165,13 @@ pub async fn rotate(
     signed_in.check_csrf(&form.csrf)?;
     let id = connector_id(&id)?;
     let patch = ConnectorPatch {
-        verification_secret: Some(
-            form.verification_secret
-                .unwrap_or_else(|| SecretString::from(String::new())),
-        ),
+        secrets: SecretsIn {
+            verification_secret: Some(
+                form.verification_secret
+                    .unwrap_or_else(|| SecretString::from(String::new())),
+            ),
+            ..SecretsIn::default()
+        },
         previous_secret_grace_secs: Some(form.grace_secs.unwrap_or(DEFAULT_GRACE_SECS)),
         ..ConnectorPatch::default()
     };
@@ -259,7 +266,7 @@ fn new_form(csrf: &str, open: bool) -> String {
 
 fn card(c: &ConnectorSummary, tenant: TenantId, csrf: &str, fresh: bool) -> String {
     let id = esc(&c.id.to_string());
-    let (state, toggle) = if c.enabled {
+    let (state, toggle) = if c.profile.enabled {
         (
             badge("enabled"),
             format!(
@@ -288,10 +295,11 @@ fn card(c: &ConnectorSummary, tenant: TenantId, csrf: &str, fresh: bool) -> Stri
         let _ = write!(graces, r#"<option value="{secs}"{selected}>{label}</option>"#);
     }
     let hook = crate::provision::webhook_path(tenant, ConnectorId(c.id));
-    let name = if c.name.is_empty() {
+    let profile = &c.profile;
+    let name = if profile.name.is_empty() {
         "(unnamed)"
     } else {
-        c.name.as_str()
+        profile.name.as_str()
     };
     let fresh = if fresh { " fresh" } else { "" };
     format!(
@@ -304,17 +312,17 @@ fn card(c: &ConnectorSummary, tenant: TenantId, csrf: &str, fresh: bool) -> Stri
 <label>Keep accepting the current one for <select name="grace_secs">{graces}</select></label>
 <button type="submit" class="rotate">Rotate</button></form></details>
 {toggle}</div>"#,
-        enabled = c.enabled,
-        platform = esc(&c.platform),
+        enabled = profile.enabled,
+        platform = esc(profile.platform.as_str()),
         name = esc(name),
         hook = esc(&hook),
-        policy = esc(&c.unlinked_policy),
-        markdown = if c.format_markdown {
+        policy = esc(profile.unlinked_policy.as_str()),
+        markdown = if profile.format_markdown {
             "converted"
         } else {
             "plain text"
         },
-        base = c
+        base = profile
             .api_base_url
             .as_deref()
             .map(esc)
@@ -322,4 +330,46 @@ fn card(c: &ConnectorSummary, tenant: TenantId, csrf: &str, fresh: bool) -> Stri
         token = if c.has_outbound_token { "set" } else { "not set" },
         created = when(c.created_at),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::extract::FromRequest;
+    use secrecy::ExposeSecret;
+
+    use super::NewForm;
+    use crate::domain::{Platform, UnlinkedPolicy};
+
+    async fn form(body: &str) -> NewForm {
+        let request = axum::http::Request::post("/console/connectors")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(axum::body::Body::from(body.to_owned()))
+            .unwrap();
+        axum::Form::<NewForm>::from_request(request, &()).await.unwrap().0
+    }
+
+    #[tokio::test]
+    async fn the_form_fills_the_apis_settings_and_an_empty_input_is_not_given() {
+        let body = "csrf=c&platform=slack&name=+Bot+&verification_secret=s+1&outbound_token=\
+                    &verify_token=&external_id=T1&bot_user_id=&app_id=&bot_id=&unlinked_policy=allow\
+                    &api_base_url=";
+        let new = form(body).await.into_input().unwrap();
+        let (secrets, settings) = (&new.secrets, &new.settings);
+        assert_eq!(new.platform, Platform::Slack);
+        assert_eq!(
+            secrets.verification_secret.as_ref().map(|s| s.expose_secret()),
+            Some("s 1")
+        );
+        assert!(secrets.outbound_token.is_none() && secrets.verify_token.is_none());
+        assert_eq!(
+            (settings.name.as_deref(), settings.external_id.as_deref()),
+            (Some("Bot"), Some("T1"))
+        );
+        assert!(settings.app_id.is_none() && settings.api_base_url.is_none());
+        assert_eq!(settings.unlinked_policy, Some(UnlinkedPolicy::Allow));
+        assert!(new.profile().format_markdown);
+
+        let unknown = form("platform=fax&verification_secret=s").await.into_input();
+        assert!(unknown.is_err());
+    }
 }

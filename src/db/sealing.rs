@@ -7,7 +7,7 @@ use sqlx::PgPool;
 
 use super::tenants::unopened;
 use super::TenantTx;
-use crate::domain::{ConnectorId, TenantId};
+use crate::domain::{ConnectorId, ConnectorSecrets, TenantId};
 use crate::secrets::{sealed_with, Binding, ConnectorSecret, Keyring};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,13 +26,12 @@ pub struct Resealed {
     pub connectors_resealed: u64,
 }
 
+/// A connector's secrets as stored, the previous one even past its grace.
 #[derive(sqlx::FromRow)]
 struct StoredConnector {
-    id: uuid::Uuid,
-    verification_secret: String,
-    previous_verification_secret: Option<String>,
-    verify_token: Option<String>,
-    outbound_token: Option<String>,
+    id: ConnectorId,
+    #[sqlx(flatten)]
+    secrets: ConnectorSecrets<String>,
 }
 
 pub async fn reseal(pool: &PgPool, keys: &Keyring, which: Reseal) -> Result<Resealed, sqlx::Error> {
@@ -135,8 +134,7 @@ async fn reseal_connectors(
     .fetch_all(tx.conn())
     .await?;
     let mut changed = 0;
-    for row in rows {
-        let id = ConnectorId(row.id);
+    for StoredConnector { id, secrets: row } in rows {
         let at = |secret| Binding::connector(tenant, id, secret);
         let verification = at(ConnectorSecret::Verification);
         let reseal_opt = |stored: &Option<String>, binding: &Binding| match stored {

@@ -57,12 +57,12 @@ pub struct LiveEnd {
 }
 
 fn surface(connector: &Connector, message: &MessageRow) -> Option<Surface> {
-    connector.outbound_token.as_ref()?;
+    connector.secrets.outbound_token.as_ref()?;
     // Claimed again after a crash mid-stream: the first part completes the known message.
     if message.live_message_id.is_some() {
         return None;
     }
-    platforms::of(connector.platform).live_surface(message)
+    platforms::of(connector.profile.platform).live_surface(message)
 }
 
 impl<F: FnOnce() -> Option<LiveContext>> LiveView<F> {
@@ -118,10 +118,10 @@ impl<F: FnOnce() -> Option<LiveContext>> TextSink for LiveView<F> {
 
 /// Ends a preview no part will adopt, so a Slack stream does not stay open.
 pub async fn end(client: &GuardedClient, connector: &Connector, message: &MessageRow, live_id: &str) {
-    let Some(token) = connector.outbound_token.as_ref() else {
+    let Some(token) = connector.secrets.outbound_token.as_ref() else {
         return;
     };
-    let platform = platforms::of(connector.platform);
+    let platform = platforms::of(connector.profile.platform);
     platform
         .end_live(client, connector, message, live_id, token.expose_secret())
         .await;
@@ -153,7 +153,7 @@ async fn run(
         let started = Instant::now();
         let keep = show(&context, surface, &current, &mut shown).await;
         if std::mem::take(&mut first) {
-            metrics::histogram!("channel_bridge_stream_first_show_seconds", "platform" => context.connector.platform.as_str())
+            metrics::histogram!("channel_bridge_stream_first_show_seconds", "platform" => context.connector.profile.platform.as_str())
                 .record(started.elapsed().as_secs_f64());
         }
         if !keep {
@@ -173,7 +173,7 @@ async fn run(
 
 /// `false` ends the view.
 async fn show(context: &LiveContext, surface: Surface, text: &str, shown: &mut Shown) -> bool {
-    let platform = platforms::of(context.connector.platform);
+    let platform = platforms::of(context.connector.profile.platform);
     let target = LiveTarget {
         client: &context.client,
         connector: &context.connector,
@@ -187,7 +187,7 @@ async fn show(context: &LiveContext, surface: Surface, text: &str, shown: &mut S
     match result {
         Ok(keep) => keep,
         Err(why) => {
-            metrics::counter!("channel_bridge_stream_view_failures_total", "platform" => context.connector.platform.as_str())
+            metrics::counter!("channel_bridge_stream_view_failures_total", "platform" => context.connector.profile.platform.as_str())
                 .increment(1);
             tracing::debug!(why, "live view stopped; the answer is delivered normally");
             false

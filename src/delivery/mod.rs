@@ -270,10 +270,10 @@ impl Delivery<'_> {
                 None => platforms::send(self.client, &outbound).await,
             }
         };
-        let outcome = traced_send(outgoing.connector.platform, part.part_index, send).await;
+        let outcome = traced_send(outgoing.connector.profile.platform, part.part_index, send).await;
         *platform_time += started.elapsed();
         metrics::histogram!("channel_bridge_reply_send_seconds").record(started.elapsed().as_secs_f64());
-        let platform = outgoing.connector.platform.as_str();
+        let platform = outgoing.connector.profile.platform.as_str();
         let attempts = if marked { part.attempts } else { part.attempts + 1 };
         let index = part.part_index;
         match &outcome {
@@ -334,7 +334,7 @@ impl Delivery<'_> {
             client: self.client,
             settings: self.settings,
         };
-        let platform = platforms::of(outgoing.connector.platform);
+        let platform = platforms::of(outgoing.connector.profile.platform);
         platform.reconcile(&pending, part).await
     }
 

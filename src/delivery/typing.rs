@@ -110,7 +110,7 @@ impl Indicators {
         message: &MessageRow,
         claimed_at: Instant,
     ) -> Option<Typing> {
-        if !connector.typing_indicator {
+        if !connector.profile.typing_indicator {
             return None;
         }
         let target = Target::of(connector, message)?;
@@ -262,10 +262,10 @@ impl Target {
     /// `None` where the platform has no indicator (a Slack message outside an assistant
     /// thread).
     fn of(connector: &Connector, message: &MessageRow) -> Option<Self> {
-        let token = connector.outbound_token.clone()?;
-        let place = platforms::of(connector.platform).typing_place(connector, message)?;
+        let token = connector.secrets.outbound_token.clone()?;
+        let place = platforms::of(connector.profile.platform).typing_place(connector, message)?;
         Some(Self {
-            platform: connector.platform,
+            platform: connector.profile.platform,
             key: (connector.id, message.chat_id.clone(), message.thread_id.clone()),
             base_url: api_base(connector).to_owned(),
             token,

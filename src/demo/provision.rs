@@ -5,8 +5,8 @@ use secrecy::SecretString;
 use sqlx::PgPool;
 
 use super::webhooks::*;
-use crate::db::connectors::NewConnector;
-use crate::domain::{ConnectorId, Platform, TelegramDelivery, TenantId, UnlinkedPolicy};
+use crate::db::connectors::{ConnectorSettings, NewConnector, SecretsIn};
+use crate::domain::{ConnectorId, Platform, TenantId, UnlinkedPolicy};
 
 pub(super) async fn provision(
     pool: &PgPool,
@@ -59,23 +59,24 @@ fn demo_connector(platform: Platform, platforms_url: &str) -> NewConnector {
     };
     NewConnector {
         platform,
-        name: format!("demo {platform}"),
-        external_id: Some(external_id.into()),
-        app_id: (platform == Platform::Slack).then(|| SLACK_APP.into()),
-        bot_user_id: bot_user_id.map(Into::into),
-        bot_id: (platform == Platform::Slack).then(|| SLACK_BOT_ID.into()),
-        verification_secret: SecretString::from(verification.to_owned()),
-        verify_token: if platform == Platform::Whatsapp {
-            secret("demo-verify-token")
-        } else {
-            None
+        secrets: SecretsIn {
+            verification_secret: secret(verification),
+            verify_token: if platform == Platform::Whatsapp {
+                secret("demo-verify-token")
+            } else {
+                None
+            },
+            outbound_token: secret(token),
         },
-        outbound_token: secret(token),
-        api_base_url: Some(platforms_url.to_owned()),
-        unlinked_policy: UnlinkedPolicy::Deny,
-        telegram_delivery: TelegramDelivery::AtMostOnce,
-        unlinked_notice: None,
-        format_markdown: true,
-        typing_indicator: true,
+        settings: ConnectorSettings {
+            name: Some(format!("demo {platform}")),
+            external_id: Some(external_id.into()),
+            app_id: (platform == Platform::Slack).then(|| SLACK_APP.into()),
+            bot_user_id: bot_user_id.map(Into::into),
+            bot_id: (platform == Platform::Slack).then(|| SLACK_BOT_ID.into()),
+            api_base_url: Some(platforms_url.to_owned()),
+            unlinked_policy: Some(UnlinkedPolicy::Deny),
+            ..ConnectorSettings::default()
+        },
     }
 }

@@ -163,7 +163,10 @@ impl Worker {
     ) -> anyhow::Result<StepOutcome> {
         let started = Instant::now();
         let platform: Platform = prepared.message.platform.parse()?;
-        let markdown = prepared.connector.as_ref().is_some_and(|c| c.format_markdown);
+        let markdown = prepared
+            .connector
+            .as_ref()
+            .is_some_and(|c| c.profile.format_markdown);
         let parts = split::split_parts(platform, markdown, answer);
         let has_parts = !parts.is_empty();
         let answered = Transition::Answered {

@@ -39,7 +39,7 @@ async fn receive(
 ) -> Result<Response, AppError> {
     let connector = load_connector(&state, &ids).await?;
     let body = read_body(&state, &connector, &headers, body).await?;
-    let channel = crate::platforms::of(connector.platform);
+    let channel = crate::platforms::of(connector.profile.platform);
     let request = HookRequest {
         headers: &headers,
         query: None,
@@ -75,7 +75,7 @@ async fn handshake(
         body: &[],
         now: (state.clock)(),
     };
-    let reply = crate::platforms::of(connector.platform).handshake(&connector, &request)?;
+    let reply = crate::platforms::of(connector.profile.platform).handshake(&connector, &request)?;
     Ok(handshake_response(reply))
 }
 
@@ -94,9 +94,9 @@ async fn load_connector(
         .cache
         .connector_of(&state.pool, tenant, connector_id)
         .await?
-        .filter(|c| c.enabled)
+        .filter(|c| c.profile.enabled)
         .ok_or_else(not_found)?;
-    span.record("platform", connector.platform.as_str());
+    span.record("platform", connector.profile.platform.as_str());
     Ok(connector)
 }
 
@@ -107,7 +107,7 @@ async fn read_body(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Bytes, AppError> {
-    let limit = if crate::platforms::of(connector.platform).batches_webhooks() {
+    let limit = if crate::platforms::of(connector.profile.platform).batches_webhooks() {
         state.settings.whatsapp_body_limit
     } else {
         state.settings.body_limit
@@ -131,7 +131,7 @@ async fn accept(
     mut inbound: Inbound,
     request_id: Option<&str>,
 ) -> Result<Response, AppError> {
-    let platform = connector.platform;
+    let platform = connector.profile.platform;
     stamp_request_id(&mut inbound, request_id);
     stamp_traceparent(&mut inbound);
     count_dropped(platform, &inbound.dropped);
@@ -251,6 +251,6 @@ fn count_dropped(platform: Platform, dropped: &[&'static str]) {
 
 fn reject_metric(connector: &Connector, err: &crate::platforms::inbound::HookError) {
     tracing::info!(error = %err, "webhook rejected");
-    metrics::counter!("channel_bridge_webhook_rejected_total", "platform" => connector.platform.as_str())
+    metrics::counter!("channel_bridge_webhook_rejected_total", "platform" => connector.profile.platform.as_str())
         .increment(1);
 }

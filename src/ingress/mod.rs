@@ -83,14 +83,14 @@ pub async fn record_many_in(
     if !turns.is_empty() {
         let senders: Vec<(Platform, &str)> = turns
             .iter()
-            .map(|(_, connector, message)| (connector.platform, message.platform_user_id.as_str()))
+            .map(|(_, connector, message)| (connector.profile.platform, message.platform_user_id.as_str()))
             .collect();
         let links = db::links::resolve_many(tx, &senders).await?;
         let routings: Vec<Routing> = turns
             .iter()
             .map(|(_, connector, message)| {
                 let key = (
-                    connector.platform.as_str().to_owned(),
+                    connector.profile.platform.as_str().to_owned(),
                     message.platform_user_id.clone(),
                 );
                 route(connector, message, links.get(&key).cloned())
@@ -147,6 +147,7 @@ async fn queue_notice(
     routing: &Routing,
 ) -> Result<bool, sqlx::Error> {
     let Some(notice) = connector
+        .profile
         .unlinked_notice
         .as_deref()
         .filter(|n| !n.trim().is_empty())
@@ -170,7 +171,7 @@ fn route(connector: &Connector, message: &InboundMessage, user_id: Option<String
             crate::domain::index_key(&message.platform_user_id)
         ),
     };
-    let (status, decision) = match (message.kind, &user_id, connector.unlinked_policy) {
+    let (status, decision) = match (message.kind, &user_id, connector.profile.unlinked_policy) {
         (InboundKind::NonText, _, _) => (MessageStatus::Ignored, Some("ignore_non_text")),
         (InboundKind::Text, None, UnlinkedPolicy::Deny) => {
             (MessageStatus::DeniedUnlinked, Some("deny_unlinked"))
@@ -192,7 +193,7 @@ fn new_message<'a>(
 ) -> NewMessage<'a> {
     NewMessage {
         connector_id: connector.id,
-        platform: connector.platform,
+        platform: connector.profile.platform,
         idempotency_key: &message.idempotency_key,
         platform_message_id: &message.platform_message_id,
         chat_id: &message.chat_id,

@@ -59,9 +59,10 @@ pub enum Reconciled {
 /// The connector's API base URL, without a trailing slash.
 pub(crate) fn api_base(connector: &Connector) -> &str {
     connector
+        .profile
         .api_base_url
         .as_deref()
-        .unwrap_or(connector.platform.default_api_base())
+        .unwrap_or(connector.profile.platform.default_api_base())
         .trim_end_matches('/')
 }
 

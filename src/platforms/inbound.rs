@@ -246,8 +246,8 @@ impl Inbound {
 /// The current secret, then the previous one during a rotation (PLATFORMS.md §1.1). Never an
 /// empty one: an HMAC under an empty key is something anyone can produce.
 pub(crate) fn verification_secrets(connector: &Connector) -> impl Iterator<Item = &str> {
-    std::iter::once(&connector.verification_secret)
-        .chain(connector.previous_verification_secret.as_ref())
+    std::iter::once(&connector.secrets.verification_secret)
+        .chain(connector.secrets.previous_verification_secret.as_ref())
         .map(|secret| secret.expose_secret())
         .filter(|secret| !secret.is_empty())
 }
@@ -318,29 +318,35 @@ pub(crate) mod testing {
         inbound.dropped[0]
     }
 
-    use crate::domain::{Connector, ConnectorId, Platform, TenantId, UnlinkedPolicy};
+    use crate::domain::{
+        Connector, ConnectorId, ConnectorProfile, ConnectorSecrets, Platform, TenantId, UnlinkedPolicy,
+    };
 
     pub(crate) fn connector(platform: Platform, secret: &str) -> Connector {
         Connector {
             tenant_id: TenantId::new(),
             id: ConnectorId::new(),
-            platform,
-            name: format!("test {platform}"),
-            external_id: None,
-            app_id: None,
-            bot_user_id: None,
-            bot_id: None,
-            verification_secret: secret.into(),
-            previous_verification_secret: None,
-            verify_token: None,
-            outbound_token: None,
-            api_base_url: None,
-            enabled: true,
-            unlinked_policy: UnlinkedPolicy::Deny,
-            telegram_delivery: Default::default(),
-            unlinked_notice: None,
-            format_markdown: true,
-            typing_indicator: true,
+            profile: ConnectorProfile {
+                platform,
+                name: format!("test {platform}"),
+                external_id: None,
+                app_id: None,
+                bot_user_id: None,
+                bot_id: None,
+                api_base_url: None,
+                enabled: true,
+                unlinked_policy: UnlinkedPolicy::Deny,
+                telegram_delivery: Default::default(),
+                unlinked_notice: None,
+                format_markdown: true,
+                typing_indicator: true,
+            },
+            secrets: ConnectorSecrets {
+                verification_secret: secret.into(),
+                previous_verification_secret: None,
+                verify_token: None,
+                outbound_token: None,
+            },
             sends_held_until: None,
         }
     }

@@ -33,6 +33,7 @@ pub struct LiveTarget<'a> {
 impl LiveTarget<'_> {
     pub fn token(&self) -> &str {
         self.connector
+            .secrets
             .outbound_token
             .as_ref()
             .map_or("", |t| t.expose_secret())

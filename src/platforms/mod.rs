@@ -33,20 +33,20 @@ pub fn of(platform: Platform) -> &'static dyn PlatformApi {
 }
 
 pub async fn send(client: &GuardedClient, part: &OutboundPart<'_>) -> SendOutcome {
-    let Some(token) = part.connector.outbound_token.as_ref() else {
+    let Some(token) = part.connector.secrets.outbound_token.as_ref() else {
         return no_token();
     };
-    let platform = of(part.connector.platform);
+    let platform = of(part.connector.profile.platform);
     platform.send(client, part, token.expose_secret()).await
 }
 
 /// The first part of a streamed answer, delivered into the message its live view left
 /// (`live_id`). An edit, so a repeat after an outcome in doubt cannot double the message.
 pub async fn adopt(client: &GuardedClient, part: &OutboundPart<'_>, live_id: &str) -> SendOutcome {
-    let Some(token) = part.connector.outbound_token.as_ref() else {
+    let Some(token) = part.connector.secrets.outbound_token.as_ref() else {
         return no_token();
     };
-    let platform = of(part.connector.platform);
+    let platform = of(part.connector.profile.platform);
     platform.adopt(client, part, token.expose_secret(), live_id).await
 }
 
@@ -58,13 +58,14 @@ pub async fn open_file(
     max_bytes: u64,
 ) -> Result<reqwest::Response, FetchError> {
     let token = connector
+        .secrets
         .outbound_token
         .as_ref()
         .ok_or(FetchError::Refused(
             "the connector has no token to fetch files with",
         ))?
         .expose_secret();
-    let platform = of(connector.platform);
+    let platform = of(connector.profile.platform);
     let request = platform.download(client, connector, token, source).await?;
     let response = files::send(client, request).await?;
     match response.status() {

@@ -43,6 +43,7 @@ impl OutboundPart<'_> {
     /// The part in its platform's formatting, when its connector formats Markdown.
     pub(crate) fn formatted(&self, renderer: &dyn Renderer) -> Option<Formatted> {
         self.connector
+            .profile
             .format_markdown
             .then(|| renderer.format(self.text))
             .flatten()

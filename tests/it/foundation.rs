@@ -1,6 +1,6 @@
 //! Migrations, readiness, provisioning.
 
-use channel_bridge::db::connectors::NewConnector;
+use channel_bridge::db::connectors::{ConnectorSettings, NewConnector};
 use channel_bridge::db::{self, TenantTx};
 use channel_bridge::domain::{Platform, TenantId, UnlinkedPolicy};
 use channel_bridge::provision;
@@ -107,23 +107,18 @@ async fn metrics_are_served_in_prometheus_text_format() {
 }
 
 fn slack_connector() -> NewConnector {
-    NewConnector {
-        platform: Platform::Slack,
-        name: "workspace".into(),
+    let mut new = NewConnector::new(Platform::Slack, SecretString::from("signing-secret".to_owned()));
+    new.secrets.outbound_token = Some(SecretString::from("xoxb-token".to_owned()));
+    new.settings = ConnectorSettings {
+        name: Some("workspace".into()),
         external_id: Some("T0001".into()),
         app_id: Some("A0001".into()),
         bot_user_id: Some("UBOT1".into()),
         bot_id: Some("BBOT1".into()),
-        verification_secret: SecretString::from("signing-secret".to_owned()),
-        verify_token: None,
-        outbound_token: Some(SecretString::from("xoxb-token".to_owned())),
-        api_base_url: None,
-        unlinked_policy: UnlinkedPolicy::Deny,
-        telegram_delivery: Default::default(),
-        unlinked_notice: None,
-        format_markdown: true,
-        typing_indicator: true,
-    }
+        unlinked_policy: Some(UnlinkedPolicy::Deny),
+        ..ConnectorSettings::default()
+    };
+    new
 }
 
 #[tokio::test]
@@ -154,7 +149,7 @@ async fn provisioned_tenant_connector_and_link_are_visible_to_their_tenant_only(
         .await
         .unwrap()
         .expect("own connector");
-    assert_eq!(connector.bot_id.as_deref(), Some("BBOT1"));
+    assert_eq!(connector.profile.bot_id.as_deref(), Some("BBOT1"));
     assert_eq!(
         db::links::resolve(&mut tx, Platform::Slack, "U0USER1")
             .await

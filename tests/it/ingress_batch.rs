@@ -40,7 +40,7 @@ async fn connector(pool: &PgPool, tenant: TenantId, id: ConnectorId) -> Arc<Conn
 }
 
 fn parsed(connector: &Connector, body: &[u8]) -> Inbound {
-    match channel_bridge::platforms::of(connector.platform)
+    match channel_bridge::platforms::of(connector.profile.platform)
         .parse(connector, body)
         .unwrap()
     {

@@ -22,23 +22,11 @@ async fn seed(pool: &PgPool, slug: &str) -> Seeded {
         .await
         .unwrap()
         .tenant_id;
-    let new = channel_bridge::db::connectors::NewConnector {
-        platform: Platform::Telegram,
-        name: slug.into(),
-        external_id: None,
-        app_id: None,
-        bot_user_id: None,
-        bot_id: None,
-        verification_secret: secrecy::SecretString::from(format!("{slug}-secret")),
-        verify_token: None,
-        outbound_token: None,
-        api_base_url: None,
-        unlinked_policy: Default::default(),
-        telegram_delivery: Default::default(),
-        unlinked_notice: None,
-        format_markdown: true,
-        typing_indicator: true,
-    };
+    let mut new = channel_bridge::db::connectors::NewConnector::new(
+        Platform::Telegram,
+        secrecy::SecretString::from(format!("{slug}-secret")),
+    );
+    new.settings.name = Some(slug.into());
     let connector = provision::add_connector(pool, &Keyring::ephemeral(), tenant, &new)
         .await
         .unwrap()

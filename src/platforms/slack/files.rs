@@ -102,7 +102,7 @@ mod tests {
         .is_ok());
         assert!(check_slack_host(&connector, "https://evil.example/a.png").is_err());
         assert!(check_slack_host(&connector, "http://127.0.0.1:9/a.png").is_err());
-        connector.api_base_url = Some("http://127.0.0.1:9".into());
+        connector.profile.api_base_url = Some("http://127.0.0.1:9".into());
         assert!(check_slack_host(&connector, "http://127.0.0.1:9/files/a.png").is_ok());
         assert!(check_slack_host(&connector, "not a url").is_err());
     }

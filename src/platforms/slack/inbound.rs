@@ -195,7 +195,7 @@ fn event_callback(connector: &Connector, envelope: EnvelopeIn) -> Inbound {
 /// belongs to this tenant. In Slack Connect the envelope's `team_id` may name the other side,
 /// so `authorizations` and `context_team_id` count too (§1.5 field map).
 fn is_for_our_workspace(connector: &Connector, envelope: &EnvelopeIn) -> bool {
-    let Some(ours) = connector.external_id.as_deref() else {
+    let Some(ours) = connector.profile.external_id.as_deref() else {
         return true;
     };
     let installed = envelope.authorizations.iter().flatten();
@@ -257,8 +257,8 @@ fn posted_part(connector: &Connector, event: &Value) -> Result<PostedPart, &'sta
     if metadata.event_type.as_deref() != Some(REPLY_METADATA_EVENT_TYPE) {
         return Err("other_metadata");
     }
-    let same_app = matches_when_known(event.app_id.as_deref(), connector.app_id.as_deref());
-    let same_bot = matches_when_known(event.bot_id.as_deref(), connector.bot_id.as_deref());
+    let same_app = matches_when_known(event.app_id.as_deref(), connector.profile.app_id.as_deref());
+    let same_bot = matches_when_known(event.bot_id.as_deref(), connector.profile.bot_id.as_deref());
     if !(same_app && same_bot) {
         return Err("other_app");
     }
@@ -300,8 +300,8 @@ fn is_slack_id(id: &str) -> bool {
 /// Loop safety (§1.5 rule 1): modern app posts have no subtype but carry `bot_id` and the
 /// bot user as `user`; classic bots use `subtype: bot_message`.
 fn check_sender(connector: &Connector, event: &MessageEventIn) -> Result<(), &'static str> {
-    let by_our_bot = is_ours(event.bot_id.as_deref(), connector.bot_id.as_deref());
-    let by_our_user = is_ours(event.user.as_deref(), connector.bot_user_id.as_deref());
+    let by_our_bot = is_ours(event.bot_id.as_deref(), connector.profile.bot_id.as_deref());
+    let by_our_user = is_ours(event.user.as_deref(), connector.profile.bot_user_id.as_deref());
     if by_our_bot || by_our_user {
         return Err("own_message");
     }
@@ -429,10 +429,10 @@ mod tests {
     /// The connector the fixtures were written for (fixtures/README.md).
     fn connector() -> Connector {
         let mut connector = testing::connector(Platform::Slack, OFFICIAL_SECRET);
-        connector.external_id = Some("T0001".into());
-        connector.app_id = Some("A0001".into());
-        connector.bot_user_id = Some("UBOT1".into());
-        connector.bot_id = Some("BBOT1".into());
+        connector.profile.external_id = Some("T0001".into());
+        connector.profile.app_id = Some("A0001".into());
+        connector.profile.bot_user_id = Some("UBOT1".into());
+        connector.profile.bot_id = Some("BBOT1".into());
         connector
     }
 
@@ -529,7 +529,7 @@ mod tests {
         );
         assert_eq!(result, Err(HookError::BadSignature));
         let mut other = connector();
-        other.verification_secret = "another-secret".into();
+        other.secrets.verification_secret = "another-secret".into();
         let result = verify(
             &other,
             &ts,
@@ -551,8 +551,8 @@ mod tests {
     #[test]
     fn previous_secret_is_accepted_during_rotation() {
         let mut rotated = connector();
-        rotated.verification_secret = "the-new-secret".into();
-        rotated.previous_verification_secret = Some(OFFICIAL_SECRET.into());
+        rotated.secrets.verification_secret = "the-new-secret".into();
+        rotated.secrets.previous_verification_secret = Some(OFFICIAL_SECRET.into());
         let ts = OFFICIAL_TS.to_string();
         let result = verify(
             &rotated,
@@ -669,8 +669,8 @@ mod tests {
     #[test]
     fn own_post_is_dropped_even_without_configured_bot_ids() {
         let mut bare = connector();
-        bare.bot_id = None;
-        bare.bot_user_id = None;
+        bare.profile.bot_id = None;
+        bare.profile.bot_user_id = None;
         let Ok(Parsed::Events(inbound)) = Slack.parse(&bare, BOT_ECHO) else {
             panic!("expected events");
         };
@@ -731,7 +731,7 @@ mod tests {
     #[test]
     fn event_of_another_workspace_is_dropped() {
         let mut other = connector();
-        other.external_id = Some("T0OTHER".into());
+        other.profile.external_id = Some("T0OTHER".into());
         let Ok(Parsed::Events(inbound)) = Slack.parse(&other, DM_TEXT) else {
             panic!("expected events");
         };
@@ -790,8 +790,8 @@ mod tests {
         let other_bot = metadata_event(|e| e["bot_id"] = "B0OTHER".into());
         assert_eq!(dropped_reason(&other_bot), "other_app");
         let mut unknown_ids = connector();
-        unknown_ids.app_id = None;
-        unknown_ids.bot_id = None;
+        unknown_ids.profile.app_id = None;
+        unknown_ids.profile.bot_id = None;
         let inbound = testing::events(&Slack, &unknown_ids, &other_app);
         assert_eq!(inbound.posted.len(), 1, "nothing to compare with: accepted");
     }
@@ -825,7 +825,7 @@ mod tests {
     #[test]
     fn metadata_event_of_another_workspace_is_dropped() {
         let mut other = connector();
-        other.external_id = Some("T0OTHER".into());
+        other.profile.external_id = Some("T0OTHER".into());
         let inbound = testing::events(&Slack, &other, METADATA_POSTED);
         assert!(inbound.posted.is_empty());
         assert_eq!(inbound.dropped, vec!["other_team"]);

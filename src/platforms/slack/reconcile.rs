@@ -192,6 +192,7 @@ impl ThreadSearch<'_> {
 fn workspace(outgoing: &Pending<'_>) -> String {
     let connector = &outgoing.connector;
     connector
+        .profile
         .external_id
         .clone()
         .filter(|team| !team.is_empty())

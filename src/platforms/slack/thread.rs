@@ -60,7 +60,7 @@ pub enum ThreadPage {
 
 /// One page, looking for our part key in each message's metadata (`include_all_metadata`).
 pub async fn thread_page(client: &Client, query: &ThreadPageQuery<'_>) -> ThreadPage {
-    let Some(token) = query.connector.outbound_token.as_ref() else {
+    let Some(token) = query.connector.secrets.outbound_token.as_ref() else {
         return ThreadPage::Refused("connector has no outbound token".into());
     };
     let message = query.message;

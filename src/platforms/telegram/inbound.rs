@@ -300,8 +300,8 @@ mod tests {
 
     fn connector() -> Connector {
         let mut connector = testing::connector(Platform::Telegram, SECRET);
-        connector.external_id = Some("7000000001".into());
-        connector.bot_user_id = Some("7000000001".into());
+        connector.profile.external_id = Some("7000000001".into());
+        connector.profile.bot_user_id = Some("7000000001".into());
         connector
     }
 
@@ -354,8 +354,8 @@ mod tests {
     #[test]
     fn the_previous_secret_token_is_accepted_during_rotation() {
         let mut rotated = connector();
-        rotated.verification_secret = "new-token".into();
-        rotated.previous_verification_secret = Some(SECRET.into());
+        rotated.secrets.verification_secret = "new-token".into();
+        rotated.secrets.previous_verification_secret = Some(SECRET.into());
         assert_eq!(verify(&rotated, Some(SECRET)), Ok(()));
         assert_eq!(verify(&rotated, Some("new-token")), Ok(()));
     }
@@ -363,7 +363,7 @@ mod tests {
     #[test]
     fn an_empty_configured_secret_matches_nothing() {
         let mut empty = connector();
-        empty.verification_secret = "".into();
+        empty.secrets.verification_secret = "".into();
         assert_eq!(verify(&empty, Some("")), Err(HookError::BadSignature));
     }
 

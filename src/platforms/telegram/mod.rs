@@ -27,7 +27,7 @@ impl PlatformApi for Telegram {
         pending: &'a Pending<'a>,
         _part: &'a ReplyPart,
     ) -> BoxFuture<'a, anyhow::Result<Reconciled>> {
-        let reconciled = match pending.connector.telegram_delivery {
+        let reconciled = match pending.connector.profile.telegram_delivery {
             TelegramDelivery::AtLeastOnce => Reconciled::Absent,
             TelegramDelivery::AtMostOnce => {
                 Reconciled::Unknowable("send interrupted, outcome unknown; not resent (at-most-once)".into())

@@ -77,7 +77,7 @@ impl Channel for Whatsapp {
 
 /// Refused when no token is configured, so an empty token never matches an empty one (§2.2).
 fn verify_token_matches(connector: &Connector, offered: &str) -> bool {
-    let Some(expected) = connector.verify_token.as_ref().map(|t| t.expose_secret()) else {
+    let Some(expected) = connector.secrets.verify_token.as_ref().map(|t| t.expose_secret()) else {
         return false;
     };
     !expected.is_empty() && constant_time_eq(expected.as_bytes(), offered.as_bytes())
@@ -238,7 +238,7 @@ fn read_change(connector: &Connector, waba_id: &str, change: ChangeIn, inbound: 
     let Ok(value) = serde_json::from_value::<MessagesValueIn>(change.value) else {
         return inbound.dropped.push("unreadable_change");
     };
-    if let Some(ours) = &connector.external_id {
+    if let Some(ours) = &connector.profile.external_id {
         if *ours != value.metadata.phone_number_id {
             return inbound.dropped.push("other_phone_number");
         }
@@ -406,8 +406,8 @@ mod tests {
 
     fn connector() -> Connector {
         let mut connector = testing::connector(Platform::Whatsapp, SECRET);
-        connector.external_id = Some(PHONE_NUMBER_ID.into());
-        connector.verify_token = Some("meatyhamhock".into());
+        connector.profile.external_id = Some(PHONE_NUMBER_ID.into());
+        connector.secrets.verify_token = Some("meatyhamhock".into());
         connector
     }
 
@@ -501,12 +501,12 @@ mod tests {
     #[test]
     fn previous_app_secret_is_accepted_during_rotation() {
         let mut rotated = connector();
-        rotated.verification_secret = "new_app_secret".into();
+        rotated.secrets.verification_secret = "new_app_secret".into();
         assert_eq!(
             verify(&rotated, Some(VECTOR_49_SIGNATURE), VECTOR_49),
             Err(HookError::BadSignature)
         );
-        rotated.previous_verification_secret = Some(SECRET.into());
+        rotated.secrets.previous_verification_secret = Some(SECRET.into());
         assert_eq!(verify(&rotated, Some(VECTOR_49_SIGNATURE), VECTOR_49), Ok(()));
     }
 
@@ -534,7 +534,7 @@ mod tests {
     #[test]
     fn handshake_parameters_are_percent_decoded() {
         let mut spaced = connector();
-        spaced.verify_token = Some("meaty ham/hock".into());
+        spaced.secrets.verify_token = Some("meaty ham/hock".into());
         let query = "hub.verify_token=meaty+ham%2Fhock&hub.challenge=a%3Db&hub.mode=subscribe";
         assert_eq!(handshake(&spaced, Some(query)).map(|r| r.body), Ok("a=b".into()));
     }
@@ -557,10 +557,10 @@ mod tests {
     #[test]
     fn handshake_is_always_forbidden_without_a_configured_token() {
         let mut unset = connector();
-        unset.verify_token = None;
+        unset.secrets.verify_token = None;
         let query = "hub.mode=subscribe&hub.challenge=1&hub.verify_token=";
         assert_eq!(handshake(&unset, Some(query)), Err(HookError::HandshakeForbidden));
-        unset.verify_token = Some("".into());
+        unset.secrets.verify_token = Some("".into());
         assert_eq!(handshake(&unset, Some(query)), Err(HookError::HandshakeForbidden));
     }
 
@@ -690,7 +690,7 @@ mod tests {
     #[test]
     fn messages_for_another_phone_number_are_dropped() {
         let mut other = connector();
-        other.external_id = Some("999999999999999".into());
+        other.profile.external_id = Some("999999999999999".into());
         let Ok(Parsed::Events(inbound)) = Whatsapp.parse(&other, BATCH) else {
             panic!("expected events");
         };

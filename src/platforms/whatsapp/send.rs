@@ -24,9 +24,10 @@ pub(crate) fn rate_limit(code: i64) -> Option<Duration> {
 
 pub(super) async fn send(client: &Client, part: &OutboundPart<'_>, token: &str) -> SendOutcome {
     let message = part.message;
-    let phone_number_id = message.metadata["phone_number_id"]
-        .as_str()
-        .or(part.connector.external_id.as_deref());
+    let phone_number_id =
+        message.metadata["phone_number_id"]
+            .as_str()
+            .or(part.connector.profile.external_id.as_deref());
     let Some(phone_number_id) = phone_number_id else {
         return SendOutcome::Permanent {
             error: "connector has no phone_number_id (external id)".into(),

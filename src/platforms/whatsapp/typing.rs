@@ -13,7 +13,7 @@ impl TypingIndicator for Whatsapp {
     fn typing_place(&self, connector: &Connector, message: &MessageRow) -> Option<Place> {
         let phone_number_id = message.metadata["phone_number_id"]
             .as_str()
-            .or(connector.external_id.as_deref())?;
+            .or(connector.profile.external_id.as_deref())?;
         Some(Place {
             chat: phone_number_id.to_owned(),
             within: Some(message.platform_message_id.clone()),

@@ -1,7 +1,7 @@
 //! Signing webhooks the way each platform does (PLATFORMS.md §1.1, §2.1, §3.1), and a tenant
 //! with one connector per platform whose ids match the fixtures in `fixtures/`.
 
-use channel_bridge::db::connectors::NewConnector;
+use channel_bridge::db::connectors::{ConnectorSettings, NewConnector};
 use channel_bridge::domain::{ConnectorId, Platform, TenantId, UnlinkedPolicy};
 use channel_bridge::provision;
 use channel_bridge::secrets::Keyring;
@@ -49,24 +49,21 @@ pub fn connector(platform: Platform, api_base_url: Option<&str>) -> NewConnector
         Platform::Whatsapp => (WHATSAPP_SECRET, "106540352242922", None, None),
         Platform::Telegram => (TELEGRAM_SECRET, "7000000001", Some("7000000001"), None),
     };
-    NewConnector {
-        platform,
-        name: platform.to_string(),
+    let mut new = NewConnector::new(platform, SecretString::from(secret.to_owned()));
+    new.secrets.verify_token =
+        (platform == Platform::Whatsapp).then(|| SecretString::from(WHATSAPP_VERIFY_TOKEN.to_owned()));
+    new.secrets.outbound_token = Some(SecretString::from(format!("{platform}-outbound-token")));
+    new.settings = ConnectorSettings {
+        name: Some(platform.to_string()),
         external_id: Some(external_id.into()),
         app_id: (platform == Platform::Slack).then(|| "A0001".into()),
         bot_user_id: bot_user_id.map(Into::into),
         bot_id: bot_id.map(Into::into),
-        verification_secret: SecretString::from(secret.to_owned()),
-        verify_token: (platform == Platform::Whatsapp)
-            .then(|| SecretString::from(WHATSAPP_VERIFY_TOKEN.to_owned())),
-        outbound_token: Some(SecretString::from(format!("{platform}-outbound-token"))),
         api_base_url: api_base_url.map(str::to_owned),
-        unlinked_policy: UnlinkedPolicy::Deny,
-        telegram_delivery: Default::default(),
-        unlinked_notice: None,
-        format_markdown: true,
-        typing_indicator: true,
-    }
+        unlinked_policy: Some(UnlinkedPolicy::Deny),
+        ..ConnectorSettings::default()
+    };
+    new
 }
 
 /// A tenant with a Slack, a WhatsApp and a Telegram connector, and the fixtures' humans
