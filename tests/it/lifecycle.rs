@@ -122,14 +122,13 @@ async fn insert_part(owner: &mut PgConnection, t: &Tenant, message: Uuid, index:
 /// Two statements, as the gateway's own: on Citus the queue is the coordinator's table, and
 /// its generation default is not for the workers to evaluate.
 async fn insert_job(owner: &mut PgConnection, t: &Tenant, message: Uuid, stage: &str) {
-    let key: String = sqlx::query_scalar(
-        "select conversation_key from channel_messages where tenant_id = $1 and id = $2",
-    )
-    .bind(t.p.tenant)
-    .bind(message)
-    .fetch_one(&mut *owner)
-    .await
-    .unwrap();
+    let key: String =
+        sqlx::query_scalar("select conversation_key from channel_messages where tenant_id = $1 and id = $2")
+            .bind(t.p.tenant)
+            .bind(message)
+            .fetch_one(&mut *owner)
+            .await
+            .unwrap();
     sqlx::query(
         "insert into dispatch_queue (message_id, tenant_id, conversation_key, stage)
          values ($2, $1, $3, $4)",

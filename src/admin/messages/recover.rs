@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use axum::extract::State;
 use axum::Json;
 use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::{json, Value};
+use serde_json::json;
 use sqlx::PgPool;
 use utoipa::openapi::{ObjectBuilder, RefOr, Schema};
 use utoipa::{IntoParams, PartialSchema, ToSchema};
@@ -16,6 +16,7 @@ use uuid::Uuid;
 
 use crate::admin::auth::TenantAdmin;
 use crate::admin::schema;
+use crate::api_schema::{self, Body, FromBody};
 use crate::db::audit::{Actor, AuditAction, AuditEntry};
 use crate::db::messages::MessageSelection;
 use crate::db::{self, TenantTx};
@@ -45,40 +46,39 @@ pub struct ActionFilterIn {
 #[derive(Debug, Default, Clone)]
 pub struct RedispatchFilterIn(pub ActionFilterIn);
 
-impl ActionFilterIn {
-    /// `action`'s body, field by field: `deny_unknown_fields` with a flattened selection
-    /// would name no expected field and lose the path of each error.
-    fn from_body<'de, D: Deserializer<'de>>(deserializer: D, action: Recovery) -> Result<Self, D::Error> {
-        use serde::de::Error;
-        let mut body = serde_json::Map::<String, Value>::deserialize(deserializer)?;
-        let fields = action.fields();
-        if let Some(unknown) = body.keys().find(|name| !fields.contains(&name.as_str())) {
-            return Err(D::Error::unknown_field(unknown, fields));
-        }
-        let named =
-            |name: &'static str| move |err: serde_json::Error| D::Error::custom(format!("{name}: {err}"));
-        let limit = body.remove("limit").map(schema::optional_integer).transpose();
-        let include_unknown = body
-            .remove("include_unknown")
-            .map(Option::<bool>::deserialize)
-            .transpose();
+impl FromBody for ActionFilterIn {
+    fn fields() -> &'static [&'static str] {
+        Recovery::Resend.fields()
+    }
+
+    fn from_body<E: serde::de::Error>(body: &Body) -> Result<Self, E> {
         Ok(Self {
-            limit: limit.map_err(named("limit"))?.flatten(),
-            include_unknown: include_unknown.map_err(named("include_unknown"))?.flatten(),
-            matching: MessageSelection::from_object(body).map_err(D::Error::custom)?,
+            matching: body.part()?,
+            limit: body.field("limit", schema::optional_integer)?,
+            include_unknown: body.field("include_unknown", Option::<bool>::deserialize)?,
         })
+    }
+}
+
+impl FromBody for RedispatchFilterIn {
+    fn fields() -> &'static [&'static str] {
+        Recovery::Redispatch.fields()
+    }
+
+    fn from_body<E: serde::de::Error>(body: &Body) -> Result<Self, E> {
+        ActionFilterIn::from_body(body).map(Self)
     }
 }
 
 impl<'de> Deserialize<'de> for ActionFilterIn {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Self::from_body(deserializer, Recovery::Resend)
+        api_schema::read_body(deserializer)
     }
 }
 
 impl<'de> Deserialize<'de> for RedispatchFilterIn {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        ActionFilterIn::from_body(deserializer, Recovery::Redispatch).map(Self)
+        api_schema::read_body(deserializer)
     }
 }
 
@@ -424,6 +424,8 @@ fn wake_if_queued(state: &AppState, out: QueuedOut) -> QueuedOut {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::Value;
+
     use super::*;
     use crate::domain::Platform;
 
