@@ -418,6 +418,7 @@ impl Queue {
                 .fetch_one(&mut *tx)
                 .await?;
             if next - started < switch_after {
+                tx.rollback().await?;
                 return Ok(Rotation::Idle);
             }
             sqlx::query(
@@ -434,6 +435,7 @@ impl Queue {
         // hold) keep a generation from draining, and each try would stall the queue.
         let empty = format!("select not exists (select 1 from {other})");
         if !sqlx::query_scalar::<_, bool>(&empty).fetch_one(&mut *tx).await? {
+            tx.rollback().await?;
             return Ok(Rotation::Draining);
         }
         sqlx::query(&format!("set local lock_timeout = '{}ms'", LOCK_WAIT.as_millis()))
@@ -444,12 +446,14 @@ impl Queue {
             .await;
         match locked {
             Err(sqlx::Error::Database(err)) if err.code().as_deref() == Some("55P03") => {
-                return Ok(Rotation::Busy)
+                tx.rollback().await?;
+                return Ok(Rotation::Busy);
             }
             locked => locked?,
         };
         // Under the lock no transaction is still writing to it: empty now is empty for good.
         if !sqlx::query_scalar::<_, bool>(&empty).fetch_one(&mut *tx).await? {
+            tx.rollback().await?;
             return Ok(Rotation::Draining);
         }
         sqlx::query(&format!("truncate {other}"))

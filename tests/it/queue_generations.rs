@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use channel_bridge::db::queue::{ClaimRequest, Rotation};
+use channel_bridge::db::queue::{ClaimRequest, Queue, Rotation};
 use channel_bridge::dispatch::dispatcher::Dispatcher;
 use channel_bridge::dispatch::wakeup::Wakeup;
 use channel_bridge::dispatch::StepOutcome;
@@ -17,6 +17,18 @@ use crate::support::fake_agent::FakeAgent;
 use crate::support::fake_platforms::FakePlatforms;
 use crate::support::platforms::*;
 use crate::support::{eventually, spawn_app, worker, TestApp};
+
+/// One rotation step, taken again while it is `Busy` (another step holds the generations'
+/// row, or a lock was not granted in time: both pass).
+async fn step(queue: &Queue, switch_after: i64) -> Rotation {
+    for _ in 0..100 {
+        match queue.rotate(switch_after).await.unwrap() {
+            Rotation::Busy => tokio::task::yield_now().await,
+            step => return step,
+        }
+    }
+    Rotation::Busy
+}
 
 fn one() -> ClaimRequest {
     ClaimRequest {
@@ -71,18 +83,14 @@ async fn a_conversation_keeps_its_order_across_a_switch_and_a_drained_generation
     for (update, text) in [(1, "first"), (2, "second")] {
         deliver(&app, &tenant, Platform::Telegram, telegram_text(update, text)).await;
     }
-    assert_eq!(
-        queue.rotate(100).await.unwrap(),
-        Rotation::Idle,
-        "two jobs are not 100"
-    );
-    assert_eq!(queue.rotate(2).await.unwrap(), Rotation::Switched);
+    assert_eq!(step(queue, 100).await, Rotation::Idle, "two jobs are not 100");
+    assert_eq!(step(queue, 2).await, Rotation::Switched);
     deliver(&app, &tenant, Platform::Telegram, telegram_text(3, "third")).await;
     assert_eq!(
         queued(&app).await,
         [("first".into(), 0), ("second".into(), 0), ("third".into(), 1)]
     );
-    assert_eq!(queue.rotate(1).await.unwrap(), Rotation::Draining);
+    assert_eq!(step(queue, 1).await, Rotation::Draining);
 
     let mut order = Vec::new();
     for _ in 0..3 {
@@ -102,14 +110,10 @@ async fn a_conversation_keeps_its_order_across_a_switch_and_a_drained_generation
         }
     }
     assert_eq!(texts(&app, &order).await, ["first", "second", "third"]);
-    assert_eq!(queue.rotate(1).await.unwrap(), Rotation::Truncated);
+    assert_eq!(step(queue, 1).await, Rotation::Truncated);
     let mut owner = app.db.owner_conn().await;
     assert_eq!(pages(&mut owner, 0).await, 0, "truncated: no dead row is left");
-    assert_eq!(
-        queue.rotate(1).await.unwrap(),
-        Rotation::Switched,
-        "one job taken since"
-    );
+    assert_eq!(step(queue, 1).await, Rotation::Switched, "one job taken since");
     deliver(&app, &tenant, Platform::Telegram, telegram_text(4, "fourth")).await;
     assert_eq!(queued(&app).await, [("fourth".into(), 0)]);
 }
@@ -136,7 +140,7 @@ async fn a_job_still_being_written_keeps_its_generation_from_being_truncated() {
     let worker = worker(&app, &agent.url, |_| {});
     let queue = worker.queue();
     assert_eq!(
-        queue.rotate(0).await.unwrap(),
+        step(queue, 0).await,
         Rotation::Switched,
         "generation 1 is current"
     );
@@ -158,17 +162,13 @@ async fn a_job_still_being_written_keeps_its_generation_from_being_truncated() {
         "generation 0 looks empty, but its lock is not granted while the write is open"
     );
     sqlx::query("commit").execute(&mut writer).await.unwrap();
-    assert_eq!(
-        queue.rotate(1).await.unwrap(),
-        Rotation::Draining,
-        "the late job is kept"
-    );
+    assert_eq!(step(queue, 1).await, Rotation::Draining, "the late job is kept");
 
     sqlx::query("delete from dispatch_queue where conversation_key = 'late'")
         .execute(&mut writer)
         .await
         .unwrap();
-    assert_eq!(queue.rotate(1).await.unwrap(), Rotation::Truncated);
+    assert_eq!(step(queue, 1).await, Rotation::Truncated);
 }
 
 #[tokio::test]
