@@ -403,8 +403,10 @@ pub struct MessageSelection {
 }
 
 impl MessageSelection {
-    /// Its fields, as the API names them.
-    pub const FIELDS: [&'static str; 6] = ["user_id", "platform", "connector_id", "status", "since", "until"];
+    /// Its fields, as the API names them (serde's own list).
+    pub fn fields() -> &'static [&'static str] {
+        api_schema::field_names::<Self>()
+    }
 
     /// From an object of its fields (values as JSON or as query-string text); an error names
     /// its field.
@@ -425,15 +427,17 @@ impl MessageSelection {
                 let mut fields = serde_json::Map::new();
                 while let Some((name, value)) = map.next_entry::<String, Value>()? {
                     if fields.contains_key(&name) {
-                        let field = MessageSelection::FIELDS.into_iter().find(|field| *field == name);
-                        return Err(serde::de::Error::duplicate_field(field.unwrap_or("field")));
+                        let field = MessageSelection::fields().iter().find(|field| **field == name);
+                        return Err(serde::de::Error::duplicate_field(
+                            field.copied().unwrap_or("field"),
+                        ));
                     }
                     fields.insert(name, value);
                 }
                 Ok(fields)
             }
         }
-        let fields = deserializer.deserialize_struct("MessageSelection", &Self::FIELDS, Fields)?;
+        let fields = deserializer.deserialize_struct("MessageSelection", Self::fields(), Fields)?;
         Self::from_object(fields).map_err(serde::de::Error::custom)
     }
 }
@@ -541,11 +545,11 @@ mod tests {
             .into_iter()
             .map(|p| p.name)
             .collect();
-        assert_eq!(params, MessageSelection::FIELDS);
+        assert_eq!(params, MessageSelection::fields());
         let RefOr::T(Schema::Object(body)) = MessageSelection::schema() else {
             panic!("an object");
         };
-        let mut fields = MessageSelection::FIELDS.to_vec();
+        let mut fields = MessageSelection::fields().to_vec();
         fields.sort_unstable();
         assert!(body.properties.keys().eq(fields.iter().copied()));
     }

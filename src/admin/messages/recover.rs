@@ -186,7 +186,7 @@ impl Recovery {
             Recovery::Redispatch => (&REDISPATCH, &["limit"]),
             Recovery::Resend => (&RESEND, &["limit", "include_unknown"]),
         };
-        fields.get_or_init(|| MessageSelection::FIELDS.iter().chain(own).copied().collect())
+        fields.get_or_init(|| MessageSelection::fields().iter().chain(own).copied().collect())
     }
 
     /// The selection's body fields with this action's statuses, then `limit` and resend's
