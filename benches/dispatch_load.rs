@@ -768,7 +768,9 @@ async fn worker_task(
             // A reply job claimed on its own: its turn was counted when it was executed.
             StepOutcome::Delivered(_) => false,
             StepOutcome::Failed(_) => fail_fast(&mut tally.failed),
-            StepOutcome::Skipped(_) => fail_fast(&mut tally.skipped),
+            StepOutcome::Skipped(_) | StepOutcome::Held(_) | StepOutcome::Awaiting(_) => {
+                fail_fast(&mut tally.skipped)
+            }
             StepOutcome::Retrying(_) | StepOutcome::LeaseLost(_) => fail_fast(&mut tally.retried),
             StepOutcome::Empty => {
                 // Every remaining job waits behind a head another task holds.

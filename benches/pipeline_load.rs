@@ -146,6 +146,11 @@ struct Args {
     /// `--agent-latency-ms`; reports first chunk → first draft shown.
     #[arg(long)]
     stream: bool,
+    /// The agent answers every dispatch 202 and posts its answer (`done` with the text) to
+    /// the turn's events URL after a delay drawn evenly from this range of seconds, e.g.
+    /// `30-120` (docs/agent.md#answering-later). Give --drain-secs above its end.
+    #[arg(long, value_parser = parse_range)]
+    answer_later_secs: Option<(u64, u64)>,
     /// Print the figures as one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -363,6 +368,9 @@ struct Shared {
     chunked: Vec<AtomicU64>,
     drafted: Vec<AtomicU64>,
     stream: bool,
+    /// `--answer-later-secs`, and the client the agent posts its answers with.
+    answer_later: Option<(u64, u64)>,
+    events: reqwest::Client,
     replied: Vec<AtomicU64>,
     users: u64,
     answer: String,
@@ -385,6 +393,9 @@ struct Counts {
     reply_parts: AtomicU64,
     /// Replies to a turn that already had one (answers fit one part, so: duplicates).
     repeat_replies: AtomicU64,
+    /// `--answer-later-secs`: answers posted to the events URL, and those given up.
+    events_posted: AtomicU64,
+    events_failed: AtomicU64,
 }
 
 impl Shared {
@@ -399,6 +410,8 @@ impl Shared {
             chunked: table(),
             drafted: table(),
             stream: args.stream,
+            answer_later: args.answer_later_secs,
+            events: reqwest::Client::new(),
             replied: table(),
             users: args.users,
             answer: "lorem ipsum dolor sit amet "
@@ -572,9 +585,68 @@ async fn agent_call(
         drop(call);
         return stream_answer(shared.clone(), turn);
     }
+    if let Some((from, to)) = shared.answer_later {
+        // The call ends now; the answer goes to the turn's events URL later.
+        drop(call);
+        let url = serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|p| p.pointer("/reply/url").and_then(Value::as_str).map(str::to_owned));
+        if let Some(url) = url {
+            let spread = (to - from) * 1000;
+            let jitter = turn.map_or(0, |seq| seq.wrapping_mul(2_654_435_761) % spread.max(1));
+            let delay = Duration::from_millis(from * 1000 + jitter);
+            tokio::spawn(answer_later(shared.clone(), tenant, url, delay));
+        }
+        return (StatusCode::ACCEPTED, Json(json!({ "status": "pending" }))).into_response();
+    }
     tokio::time::sleep(shared.agent_latency).await;
     drop(call);
     (StatusCode::OK, Json(json!({ "content": shared.answer }))).into_response()
+}
+
+/// `--answer-later-secs`: the answer as a signed `done` event, after `delay`; retried (with
+/// the same event id) while the gateway does not answer 2xx.
+async fn answer_later(shared: Arc<Shared>, tenant: usize, url: String, delay: Duration) {
+    tokio::time::sleep(delay).await;
+    let Some(secret) = shared.secrets.get().and_then(|s| s.get(tenant)).cloned() else {
+        return;
+    };
+    let body = json!({"type": "done", "content": shared.answer}).to_string();
+    let id = format!("done-{}", url.len() as u64 ^ shared.now());
+    for _ in 0..5 {
+        let now = chrono::Utc::now().timestamp();
+        let Ok(signature) = signature::sign(&secret, &id, now, body.as_bytes()) else {
+            return;
+        };
+        let sent = shared
+            .events
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("webhook-id", &id)
+            .header("webhook-timestamp", now.to_string())
+            .header("webhook-signature", signature)
+            .body(body.clone())
+            .send()
+            .await;
+        if sent.is_ok_and(|r| r.status().is_success()) {
+            shared.counts.events_posted.fetch_add(1, Relaxed);
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    shared.counts.events_failed.fetch_add(1, Relaxed);
+}
+
+fn parse_range(text: &str) -> Result<(u64, u64), String> {
+    let (from, to) = text
+        .split_once('-')
+        .ok_or("expected FROM-TO seconds, e.g. 30-120")?;
+    let from: u64 = from.trim().parse().map_err(|e| format!("{e}"))?;
+    let to: u64 = to.trim().parse().map_err(|e| format!("{e}"))?;
+    if from > to {
+        return Err("FROM must not exceed TO".into());
+    }
+    Ok((from, to))
 }
 
 /// `--stream`: the first half of the answer as an OpenAI chunk at once (stamped as it is
@@ -1761,6 +1833,9 @@ struct TurnFigures {
     overall_window_secs: Option<f64>,
     reply_parts: u64,
     repeat_replies: u64,
+    /// `--answer-later-secs`: answers the agent posted to events URLs, and gave up on.
+    events_posted: u64,
+    events_failed: u64,
 }
 
 #[derive(Serialize)]
@@ -1912,6 +1987,12 @@ impl Results {
             t.reply_parts,
             t.repeat_replies
         );
+        if s.answer_later_secs.is_some() {
+            println!(
+                "  answered later {} answers posted to events URLs, {} given up",
+                t.events_posted, t.events_failed
+            );
+        }
         let rate = |r: Option<f64>, secs: Option<f64>| match (r, secs) {
             (Some(r), Some(secs)) => format!("{r:.0}/s over {secs:.1} s"),
             _ => "n/a".into(),
@@ -2047,6 +2128,8 @@ fn turn_figures(shared: &Shared, load: &LoadRun) -> TurnFigures {
         overall_window_secs: overall_window,
         reply_parts: shared.counts.reply_parts.load(Relaxed),
         repeat_replies: shared.counts.repeat_replies.load(Relaxed),
+        events_posted: shared.counts.events_posted.load(Relaxed),
+        events_failed: shared.counts.events_failed.load(Relaxed),
     }
 }
 

@@ -26,7 +26,7 @@ pub const NOTICE_MAX: usize = 4096;
 pub const SEARCH_MAX: usize = 500;
 
 /// `the_status_lists_are_whole` stops compiling when a domain status is missing here.
-pub const MESSAGE_STATUSES: [MessageStatus; 7] = [
+pub const MESSAGE_STATUSES: [MessageStatus; 9] = [
     MessageStatus::Accepted,
     MessageStatus::Dispatching,
     MessageStatus::Executed,
@@ -34,6 +34,8 @@ pub const MESSAGE_STATUSES: [MessageStatus; 7] = [
     MessageStatus::DispatchFailed,
     MessageStatus::DeniedUnlinked,
     MessageStatus::Ignored,
+    MessageStatus::Held,
+    MessageStatus::AwaitingAgent,
 ];
 
 pub const PART_STATUSES: [PartStatus; 5] = [
@@ -44,13 +46,19 @@ pub const PART_STATUSES: [PartStatus; 5] = [
     PartStatus::Unknown,
 ];
 
-/// Set by ingress (`ignore_non_text`, `deny_unlinked`) and by the worker (the others).
-pub const DECISIONS: [&str; 5] = [
+/// Set by ingress (`ignore_non_text`, `deny_unlinked`), by the worker (`respond`,
+/// `no_reply`, `dispatch_failed`, `held`: a person holds the conversation, `async`: the agent
+/// answers later), on a person's own turn (`person`) and on the agent's (`proactive`).
+pub const DECISIONS: [&str; 9] = [
     "respond",
     "no_reply",
     "dispatch_failed",
     "deny_unlinked",
     "ignore_non_text",
+    "held",
+    "person",
+    "async",
+    "proactive",
 ];
 
 /// `deserialize_with` of an optional integer field: JSON Schema's `integer` is any number
@@ -331,11 +339,11 @@ mod tests {
         for status in MESSAGE_STATUSES {
             match status {
                 Accepted | Dispatching | Executed | DeliveryFailed | DispatchFailed | DeniedUnlinked
-                | Ignored => {}
+                | Ignored | Held | AwaitingAgent => {}
             }
         }
         let listed: std::collections::HashSet<_> = MESSAGE_STATUSES.into_iter().collect();
-        assert_eq!(listed.len(), 7, "each of the 7 statuses once");
+        assert_eq!(listed.len(), 9, "each of the 9 statuses once");
         for part in PART_STATUSES {
             match part {
                 PartStatus::Pending

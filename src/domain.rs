@@ -150,6 +150,10 @@ pub enum MessageStatus {
     DeniedUnlinked,
     /// Not forwarded (a sticker, a location…): kept for admins, never dispatched nor history.
     Ignored,
+    /// Recorded while a person holds the conversation; not dispatched (docs/console.md#human-handoff).
+    Held,
+    /// The agent answered the dispatch 202: it posts the answer later (docs/agent.md#answering-later).
+    AwaitingAgent,
 }
 
 impl MessageStatus {
@@ -162,6 +166,8 @@ impl MessageStatus {
             Self::DispatchFailed => "dispatch_failed",
             Self::DeniedUnlinked => "denied_unlinked",
             Self::Ignored => "ignored",
+            Self::Held => "held",
+            Self::AwaitingAgent => "awaiting_agent",
         }
     }
 }
@@ -177,8 +183,35 @@ impl FromStr for MessageStatus {
             "dispatch_failed" => Self::DispatchFailed,
             "denied_unlinked" => Self::DeniedUnlinked,
             "ignored" => Self::Ignored,
+            "held" => Self::Held,
+            "awaiting_agent" => Self::AwaitingAgent,
             other => return Err(format!("unknown message status `{other}`")),
         })
+    }
+}
+
+/// Who wrote a turn: the platform's user (answered by the agent), a person of the tenant
+/// answering in the agent's place, or the agent writing first. A turn not from the user has
+/// an empty request and its text as the response.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, sqlx::Type, utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
+pub enum TurnOrigin {
+    #[default]
+    User,
+    Person,
+    Agent,
+}
+
+impl TurnOrigin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::Person => "person",
+            Self::Agent => "agent",
+        }
     }
 }
 

@@ -14,6 +14,7 @@
 
 pub mod admin;
 pub mod admin_cli;
+pub mod agent_api;
 pub mod agent_bridge;
 pub mod api_schema;
 pub mod batch;

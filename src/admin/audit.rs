@@ -37,7 +37,8 @@ pub struct AuditQuery {
 pub struct AuditOut {
     pub id: Uuid,
     pub at: chrono::DateTime<chrono::Utc>,
-    /// The id of the admin API key used, `operator` or `cli`.
+    /// The id of the admin API key used, `operator`, `cli`, `agent` (asking for a person)
+    /// or `gateway` (a held conversation returned by the tenant's rule).
     pub actor: String,
     #[schema(schema_with = audit_action)]
     pub action: String,

@@ -5,6 +5,7 @@
 pub mod audit;
 pub mod auth;
 pub mod connectors;
+pub mod conversations;
 pub mod cursor;
 pub mod lifecycle;
 pub mod links;
@@ -33,6 +34,10 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(lifecycle::erase_sender))
         .routes(routes!(lifecycle::export))
         .routes(routes!(audit::list))
+        .routes(routes!(conversations::get_held))
+        .routes(routes!(conversations::post_take_over))
+        .routes(routes!(conversations::post_hand_back))
+        .routes(routes!(conversations::post_message))
         .routes(routes!(operator::list_tenants, operator::create_tenant))
         .routes(routes!(operator::get_tenant, operator::update_tenant))
         .routes(routes!(operator::list_keys, operator::issue_key_route))

@@ -35,13 +35,17 @@ pub struct TenantOut {
     /// Turns older than this many days are deleted; null keeps them for ever
     /// (docs/admin.md#data-lifecycle-retention-erasure-export-audit).
     pub retention_days: Option<i32>,
+    /// A held conversation whose user has waited this many seconds for an answer returns
+    /// to the agent; null keeps it held until a person hands it back (docs/admin.md#human-handoff).
+    pub handoff_return_secs: Option<i32>,
     pub created_at: chrono::DateTime<chrono::Utc>,
 }
 
 impl TenantOut {
-    fn with_retention(self, retention_days: Option<i32>) -> Self {
+    fn with_lifecycle(self, retention_days: Option<i32>, handoff_return_secs: Option<i32>) -> Self {
         Self {
             retention_days,
+            handoff_return_secs,
             ..self
         }
     }
@@ -56,6 +60,7 @@ impl From<TenantRow> for TenantOut {
             agent_url: row.agent_url,
             history_scope: row.history_scope,
             retention_days: None,
+            handoff_return_secs: None,
             created_at: row.created_at,
         }
     }
@@ -85,6 +90,12 @@ pub struct TenantPatch {
     #[schema(value_type = Option<i32>, minimum = 7, maximum = 36500)]
     #[serde(default, deserialize_with = "schema::nullable_integer")]
     pub retention_days: Option<Option<i32>>,
+    /// Return a held conversation to the agent once its user has waited this many seconds
+    /// (60 to 604800) for an answer; `null` (the default) keeps it held until a person hands
+    /// it back: a customer who asked for a person should not be handed to the bot silently.
+    #[schema(value_type = Option<i32>, minimum = 60, maximum = 604800)]
+    #[serde(default, deserialize_with = "schema::nullable_integer")]
+    pub handoff_return_secs: Option<Option<i32>>,
 }
 
 impl TenantPatch {
@@ -94,6 +105,7 @@ impl TenantPatch {
             ("agent_url", self.agent_url.is_some()),
             ("history_scope", self.history_scope.is_some()),
             ("retention_days", self.retention_days.is_some()),
+            ("handoff_return_secs", self.handoff_return_secs.is_some()),
         ]
         .into_iter()
         .filter_map(|(field, set)| set.then_some(field))
@@ -108,6 +120,15 @@ impl TenantPatch {
                     "retention_days must be between {MIN_DAYS} (platforms retry webhooks for up to 7 \
                      days) and {MAX_DAYS}, or null to keep turns for ever"
                 )));
+            }
+        }
+        if let Some(Some(secs)) = self.handoff_return_secs {
+            if !(60..=604_800).contains(&secs) {
+                return Err(AppError::Unprocessable(
+                    "handoff_return_secs must be between 60 and 604800 (7 days), or null to keep held \
+                     conversations held"
+                        .into(),
+                ));
             }
         }
         if self.name.as_deref().is_some_and(|n| n.trim().is_empty()) {
@@ -135,7 +156,10 @@ pub async fn get(State(state): State<AppState>, admin: TenantAdmin) -> Result<Js
         .await?
         .ok_or(AppError::NotFound("tenant"))?;
     let retention = db::lifecycle::retention_days(&mut conn, admin.tenant).await?;
-    Ok(Json(TenantOut::from(row).with_retention(retention)))
+    let handoff_return = db::holds::return_secs(&mut conn, admin.tenant).await?;
+    Ok(Json(
+        TenantOut::from(row).with_lifecycle(retention, handoff_return),
+    ))
 }
 
 /// Change the name, the history scope, the retention (7 to 36500 days, or null: for ever;
@@ -166,7 +190,11 @@ pub async fn update(
     if let Some(days) = patch.retention_days {
         db::lifecycle::set_retention_days(tx.conn(), admin.tenant, days).await?;
     }
+    if let Some(secs) = patch.handoff_return_secs {
+        db::holds::set_return_secs(tx.conn(), admin.tenant, secs).await?;
+    }
     let retention = db::lifecycle::retention_days(tx.conn(), admin.tenant).await?;
+    let handoff_return = db::holds::return_secs(tx.conn(), admin.tenant).await?;
     let details = serde_json::json!({"fields": patch.fields(), "retention_days": retention});
     let entry = AuditEntry::new(
         Actor::ApiKey(admin.key_id),
@@ -177,7 +205,9 @@ pub async fn update(
     db::audit::record(&mut tx, &entry).await?;
     tx.commit().await?;
     state.cache.forget_tenant(admin.tenant);
-    Ok(Json(TenantOut::from(row).with_retention(retention)))
+    Ok(Json(
+        TenantOut::from(row).with_lifecycle(retention, handoff_return),
+    ))
 }
 
 /// Rotate the dispatch signing secret.

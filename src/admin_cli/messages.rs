@@ -53,7 +53,7 @@ pub enum Command {
 /// The listing's filters; each narrows.
 #[derive(Debug, Args)]
 #[command(mut_arg("status", |status| status.help(
-    "accepted, dispatching, executed, delivery_failed, dispatch_failed, denied_unlinked or ignored"
+    "accepted, dispatching, executed, delivery_failed, dispatch_failed, denied_unlinked, ignored or held"
 )))]
 pub struct Filters {
     #[command(flatten)]

@@ -4,6 +4,7 @@
 
 mod client;
 mod connectors;
+mod conversations;
 mod keys;
 mod lifecycle;
 mod links;
@@ -57,6 +58,9 @@ pub enum AdminCommand {
     /// Recorded turns: list, read, export, redispatch, resend (tenant key).
     #[command(subcommand)]
     Messages(messages::Command),
+    /// Conversations a person holds: take over, write, hand back (tenant key).
+    #[command(subcommand)]
+    Conversations(conversations::Command),
     /// A user's history exactly as the agent would get it with their next message (tenant key).
     History(messages::HistoryArgs),
     /// Erase one person's turns, replies, links and notice marks, for good (tenant key).
@@ -83,6 +87,7 @@ impl AdminCommand {
             Self::Connectors(_)
             | Self::Links(_)
             | Self::Messages(_)
+            | Self::Conversations(_)
             | Self::History(_)
             | Self::Erase(_)
             | Self::Audit(_) => Role::TenantAdmin,
@@ -132,6 +137,7 @@ pub async fn run(args: AdminArgs, cli: fn() -> clap::Command) -> anyhow::Result<
         AdminCommand::Connectors(command) => connectors::run(command, &context).await,
         AdminCommand::Links(command) => links::run(command, &context).await,
         AdminCommand::Messages(command) => messages::run(command, &context).await,
+        AdminCommand::Conversations(command) => conversations::run(command, &context).await,
         AdminCommand::History(history) => messages::history(history, &context).await,
         AdminCommand::Erase(args) => lifecycle::erase(args, &context).await,
         AdminCommand::Audit(args) => lifecycle::audit(args, &context).await,

@@ -21,6 +21,8 @@ pub struct Turn {
     /// The gateway's conversation key parts for an unlinked sender.
     pub connector_id: Option<String>,
     pub platform_user_id: Option<String>,
+    /// The turn's events URL, for an answer given later (docs/agent.md#answering-later).
+    pub reply_url: Option<String>,
 }
 
 impl Turn {
@@ -70,6 +72,7 @@ pub fn parse(body: &[u8]) -> Result<Turn, InvalidDispatch> {
         user_id: text("/user_id"),
         connector_id: text("/channel/connector_id"),
         platform_user_id: text("/channel/platform_user_id"),
+        reply_url: text("/reply/url"),
     })
 }
 
@@ -124,10 +127,12 @@ fn chat_message(index: usize, item: &Value) -> Result<ChatMessage, InvalidDispat
         (Some(text), false) if role == "user" => text.to_owned(),
         _ => non_blank(content, &format!("messages[{index}].content"))?,
     };
+    // Who wrote an assistant turn is the gateway's to say, not the upstream model's to read.
     Ok(ChatMessage {
         role: role.to_owned(),
         content,
         attachments,
+        metadata: None,
     })
 }
 

@@ -4,6 +4,7 @@
 
 pub mod content;
 pub mod inbound;
+pub mod later;
 pub mod upstream;
 
 use std::future::Future;
@@ -69,6 +70,13 @@ pub struct BridgeArgs {
     /// No upstream: answer `echo: <text> (history: N turns)` (demos, tests).
     #[arg(long)]
     pub echo: bool,
+    /// With --echo: answer each dispatch `202 Accepted`, then post a status, the echo and
+    /// `done` to the turn's events URL after --async-delay-ms (docs/agent.md#answering-later).
+    #[arg(long = "async", requires = "echo")]
+    pub answer_later: bool,
+    /// With --async: how long the echo "works" before it answers.
+    #[arg(long, default_value_t = 1000, requires = "answer_later")]
+    pub async_delay_ms: u64,
     /// Send `user = <tenant_id>:<user_id>` to the upstream. Only for upstreams that need a
     /// stable end-user id and keep no transcript of their own: one that does (OpenClaw)
     /// would see every earlier turn twice.
@@ -87,6 +95,8 @@ pub struct BridgeConfig {
     pub secret: SecretString,
     pub system_prompt: Option<String>,
     pub answerer: Answerer,
+    /// The echo answers 202, then through the events URL after this long.
+    pub answer_later: Option<Duration>,
 }
 
 impl BridgeConfig {
@@ -95,6 +105,7 @@ impl BridgeConfig {
             secret: SecretString::from(secret.to_owned()),
             system_prompt: None,
             answerer: Answerer::Echo,
+            answer_later: None,
         }
     }
 
@@ -103,6 +114,7 @@ impl BridgeConfig {
             secret: SecretString::from(secret.to_owned()),
             system_prompt: None,
             answerer: Answerer::Upstream(upstream),
+            answer_later: None,
         }
     }
 
@@ -136,6 +148,9 @@ impl BridgeArgs {
             secret: self.secret,
             system_prompt: self.system_prompt.filter(|p| !p.trim().is_empty()),
             answerer,
+            answer_later: self
+                .answer_later
+                .then(|| Duration::from_millis(self.async_delay_ms)),
         };
         config.validate()?;
         Ok(config)
@@ -200,6 +215,7 @@ async fn receive(State(bridge): State<Arc<Bridge>>, headers: HeaderMap, body: By
             messages: parts.into_iter().map(ChatMessage::assistant).collect(),
         })
         .into_response(),
+        Ok(Completion::Later) => (StatusCode::ACCEPTED, Json(json!({"status": "pending"}))).into_response(),
         Ok(Completion::Stream(upstream)) => (
             [
                 (header::CONTENT_TYPE, "text/event-stream"),
@@ -215,6 +231,19 @@ async fn receive(State(bridge): State<Arc<Bridge>>, headers: HeaderMap, body: By
 async fn answer(bridge: &Bridge, headers: &HeaderMap, body: &[u8]) -> Result<Completion, BridgeError> {
     verify(bridge.config.secret.expose_secret(), headers, body)?;
     let turn = inbound::parse(body)?;
+    if let (Some(delay), Some(url), Answerer::Echo) = (
+        bridge.config.answer_later,
+        &turn.reply_url,
+        &bridge.config.answerer,
+    ) {
+        let events = later::Events {
+            client: bridge.client.clone(),
+            url: url.clone(),
+            secret: bridge.config.secret.clone(),
+        };
+        tokio::spawn(later::echo_later(events, delay, echo_reply(&turn.messages)));
+        return Ok(Completion::Later);
+    }
     let span = tracing::info_span!(
         "dispatch",
         message_id = turn.message_id.as_deref().unwrap_or_default(),
@@ -239,6 +268,7 @@ async fn ask(bridge: &Bridge, turn: &Turn) -> Result<Completion, BridgeError> {
                     tracing::info!(elapsed_ms, parts = parts.len(), "upstream answered")
                 }
                 Ok(Completion::Stream(_)) => tracing::info!(elapsed_ms, "upstream streams; relaying"),
+                Ok(Completion::Later) => {}
                 Err(err) => tracing::warn!(elapsed_ms, error = %err, "upstream failed"),
             }
             Ok(result?)

@@ -89,6 +89,8 @@ pub enum Completion {
     /// None when the completion is empty.
     Parts(Vec<String>),
     Stream(reqwest::Response),
+    /// Answered `202`: the answer goes to the turn's events URL later.
+    Later,
 }
 
 pub async fn complete(

@@ -52,7 +52,9 @@ pub async fn list(
         .await
         .map_err(AppError::from)?;
     tx.commit().await.map_err(AppError::from)?;
-    let body = render(&list, &signed_in, &query);
+    // `CB_PUBLIC_URL`, else the bound address (`Application::build` fills it in).
+    let base = state.settings.media.base_url(None);
+    let body = render(&list, &signed_in, &query, &base);
     ok_page("Connectors", &signed_in, &body)
 }
 
@@ -220,7 +222,7 @@ fn notice_text(notice: &str) -> Option<&'static str> {
     })
 }
 
-fn render(list: &[ConnectorSummary], signed_in: &SignedIn, query: &ListQuery) -> String {
+fn render(list: &[ConnectorSummary], signed_in: &SignedIn, query: &ListQuery, base: &str) -> String {
     let csrf = esc(&signed_in.session.csrf);
     let mut body = String::new();
     if let Some(text) = query.notice.as_deref().and_then(notice_text) {
@@ -235,7 +237,11 @@ fn render(list: &[ConnectorSummary], signed_in: &SignedIn, query: &ListQuery) ->
     }
     for connector in list {
         let fresh = query.id == Some(connector.id);
-        body.push_str(&card(connector, signed_in.session.tenant, &csrf, fresh));
+        let hook = format!(
+            "{base}{}",
+            crate::provision::webhook_path(signed_in.session.tenant, ConnectorId(connector.id))
+        );
+        body.push_str(&card(connector, &hook, &csrf, fresh));
     }
     body
 }
@@ -264,7 +270,9 @@ fn new_form(csrf: &str, open: bool) -> String {
     )
 }
 
-fn card(c: &ConnectorSummary, tenant: TenantId, csrf: &str, fresh: bool) -> String {
+/// `hook`: the full webhook URL, in a readonly input (selectable without script) with a Copy
+/// button that `console.js` shows and runs.
+fn card(c: &ConnectorSummary, hook: &str, csrf: &str, fresh: bool) -> String {
     let id = esc(&c.id.to_string());
     let (state, toggle) = if c.profile.enabled {
         (
@@ -294,7 +302,6 @@ fn card(c: &ConnectorSummary, tenant: TenantId, csrf: &str, fresh: bool) -> Stri
         };
         let _ = write!(graces, r#"<option value="{secs}"{selected}>{label}</option>"#);
     }
-    let hook = crate::provision::webhook_path(tenant, ConnectorId(c.id));
     let profile = &c.profile;
     let name = if profile.name.is_empty() {
         "(unnamed)"
@@ -304,7 +311,7 @@ fn card(c: &ConnectorSummary, tenant: TenantId, csrf: &str, fresh: bool) -> Stri
     let fresh = if fresh { " fresh" } else { "" };
     format!(
         r#"<div class="card connector{fresh}" id="connector-{id}" data-enabled="{enabled}"><div class="meta">{state}<span>{platform}</span><span>{id}</span></div>
-<p class="text"><strong>{name}</strong></p><dl><dt>Webhook URL</dt><dd><code class="hook">{hook}</code></dd>
+<p class="text"><strong>{name}</strong></p><dl><dt>Webhook URL</dt><dd><div class="copyable"><input type="text" readonly class="hook" id="hook-{id}" value="{hook}" aria-label="Webhook URL to register with the platform"><button type="button" class="copy" data-copy="hook-{id}" aria-live="polite" hidden>Copy</button></div></dd>
 <dt>Verification secret</dt><dd class="previous">{previous}</dd><dt>Unlinked users</dt><dd>{policy}</dd><dt>Markdown</dt><dd>{markdown}</dd><dt>API base URL</dt><dd>{base}</dd><dt>Outbound token</dt><dd>{token}</dd><dt>Created</dt><dd>{created}</dd></dl>
 <details class="rotate"><summary>Rotate the verification secret</summary>
 <form method="post" action="/console/connectors/{id}/rotate" class="stack" autocomplete="off"><input type="hidden" name="csrf" value="{csrf}">
@@ -315,7 +322,7 @@ fn card(c: &ConnectorSummary, tenant: TenantId, csrf: &str, fresh: bool) -> Stri
         enabled = profile.enabled,
         platform = esc(profile.platform.as_str()),
         name = esc(name),
-        hook = esc(&hook),
+        hook = esc(hook),
         policy = esc(profile.unlinked_policy.as_str()),
         markdown = if profile.format_markdown {
             "converted"

@@ -50,8 +50,8 @@ pub struct Nav<'a> {
 pub fn page(title: &str, nav: Option<&Nav>, body: &str) -> String {
     let header = match nav {
         Some(nav) => format!(
-            r#"<header><a class="brand" href="/console/turns">channel-bridge</a>
-<nav><a href="/console/turns">Turns</a><a href="/console/users">Users</a><a href="/console/failed">Failed</a><a href="/console/connectors">Connectors</a><a href="/console/links">Links</a></nav>
+            r#"<header><a class="brand" href="/console/overview">channel-bridge</a>
+<nav><a href="/console/overview">Overview</a><a href="/console/turns">Turns</a><a href="/console/users">Users</a><a href="/console/failed">Failed</a><a href="/console/held">Held</a><a href="/console/connectors">Connectors</a><a href="/console/links">Links</a></nav>
 <form method="post" action="/console/sign-out" class="signout"><input type="hidden" name="csrf" value="{csrf}"><span class="key">cbk_{prefix}_…</span><button type="submit" id="sign-out">Sign out</button></form></header>"#,
             csrf = esc(nav.csrf),
             prefix = esc(nav.key_prefix),
@@ -64,21 +64,24 @@ pub fn page(title: &str, nav: Option<&Nav>, body: &str) -> String {
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="referrer" content="same-origin">
 <title>{title} · channel-bridge console</title>
-<style>{STYLE}</style></head>
+<style>{STYLE}</style>
+<script src="{script}" defer></script></head>
 <body>{header}<main><h1>{title}</h1>
 {body}</main></body></html>"#,
         title = esc(title),
+        script = super::script::url(),
     )
 }
 
-/// Kept out of frames and caches; no script at all, styles only from the page.
+/// Kept out of frames and caches; styles only from the page, script only from this origin's
+/// files (the console's one, `script.rs`): no inline script, no eval.
 pub fn respond(status: axum::http::StatusCode, html: String) -> Response {
     let mut response = (status, axum::response::Html(html)).into_response();
     let headers = response.headers_mut();
     headers.insert(
         "content-security-policy",
         HeaderValue::from_static(
-            "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+            "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
         ),
     );
     headers.insert("x-frame-options", HeaderValue::from_static("DENY"));
@@ -91,7 +94,7 @@ pub fn badge(status: &str) -> String {
     let tone = match status {
         "executed" | "sent" | "delivered" | "read" => "ok",
         "dispatch_failed" | "delivery_failed" | "failed" => "bad",
-        "unknown" | "denied_unlinked" => "warn",
+        "unknown" | "denied_unlinked" | "held" => "warn",
         _ => "neutral",
     };
     format!(r#"<span class="badge {tone}">{}</span>"#, esc(status))
@@ -138,7 +141,8 @@ ol.parts{margin:.2rem 0 0;padding-left:1.4rem}ol.parts li{margin:.15rem 0;overfl
 form.stack{display:grid;gap:.6rem;margin-top:.6rem;max-width:40rem}
 form.stack label{display:grid;gap:.2rem;font-size:.9rem}
 form.stack small{color:#5b6475;font-size:.8rem}
-form.stack input,form.stack select{width:100%}
+form.stack input,form.stack select,form.stack textarea{width:100%}
+textarea{font:inherit;padding:.4rem .5rem;border:1px solid #c5ccd8;border-radius:6px;background:#fff;resize:vertical}
 form.stack button{justify-self:start}
 form.inline{display:inline-block;margin:.5rem .5rem 0 0}
 button.danger{background:#9b1c1c}
@@ -146,6 +150,12 @@ details>summary{cursor:pointer;color:#1f5fbf}
 details.card>summary{font-weight:600}
 details.rotate{margin-top:.5rem}
 code{font-family:ui-monospace,monospace;font-size:.85rem;overflow-wrap:anywhere}
+.totals{display:flex;flex-wrap:wrap;gap:.5rem;margin:0 0 1rem}.totals>div{background:#fff;border:1px solid #dde2ea;border-radius:8px;padding:.4rem .7rem;flex:1 1 7rem}
+.totals dt{font-size:.8rem}.totals dd{font-size:1.2rem;font-weight:600}
+figure.chart{margin:0 0 1rem;background:#fff;border:1px solid #dde2ea;border-radius:8px;padding:.5rem}figure.chart svg{display:block;width:100%;max-width:42rem;height:auto}
+.scroll{overflow-x:auto}table.hours{border-collapse:collapse;width:100%;font-size:.8rem;margin-top:.5rem;font-variant-numeric:tabular-nums;overflow-wrap:normal}
+table.hours th,table.hours td{padding:.15rem .25rem;text-align:right;white-space:nowrap;border-bottom:1px solid #eef0f4}abbr{text-decoration:none}
+.copyable{display:flex;gap:.4rem}.copyable input{flex:1 1 auto;min-width:0;font-family:ui-monospace,monospace;font-size:.85rem}
 @media (max-width:480px){main{padding:.6rem}dl{grid-template-columns:minmax(0,1fr)}dt{margin-top:.4rem}}
 "#;
 

@@ -1,13 +1,16 @@
 //! The tenant admins' web console at `/console` (docs/console.md): HTML built from plain
-//! strings, no script. Escaping is by hand, so every value from data goes through
+//! strings; one small script file (`script.rs`) that no page needs to work. Escaping is by hand, so every value from data goes through
 //! `html::esc`. Every page reads and writes through the admin API's own functions, in the
 //! session's tenant transaction, with the API's checks and audit records.
 
 mod connectors;
 mod error;
+mod handoff;
 mod html;
 mod links;
+mod overview;
 mod pages;
+mod script;
 pub mod session;
 mod sign_in;
 mod turns;
@@ -28,6 +31,8 @@ pub fn router() -> Router<AppState> {
             get(sign_in::sign_in_page).post(sign_in::sign_in),
         )
         .route("/console/sign-out", post(sign_in::sign_out))
+        .route("/console/overview", get(overview::overview))
+        .route(script::PATH, get(script::serve))
         .route("/console/turns", get(turns::turns))
         .route("/console/turns/{id}", get(turns::turn))
         .route("/console/turns/{id}/redispatch", post(turns::redispatch))
@@ -35,6 +40,10 @@ pub fn router() -> Router<AppState> {
         .route("/console/failed", get(turns::failed))
         .route("/console/users", get(users::list))
         .route("/console/conversation", get(users::conversation))
+        .route("/console/conversation/take-over", post(handoff::take_over))
+        .route("/console/conversation/hand-back", post(handoff::hand_back))
+        .route("/console/conversation/messages", post(handoff::answer))
+        .route("/console/held", get(handoff::held))
         .route(
             "/console/connectors",
             get(connectors::list).post(connectors::create),

@@ -166,6 +166,7 @@ pub fn turn(detail: &MessageDetailOut, csrf: &str, queued: Option<usize>) -> Str
         body,
         r#"<div class="card"><dl>
 <dt>Status</dt><dd id="status" data-status="{status}">{badge}</dd>
+<dt>Written by</dt><dd id="origin" data-origin="{origin}">{written_by}</dd>
 <dt>From</dt><dd>{who}{user_link}</dd>
 <dt>Platform</dt><dd>{platform} · chat {chat}{thread}</dd>
 <dt>Received</dt><dd>{received}</dd><dt>Answered</dt><dd>{completed}</dd><dt>Delivered</dt><dd>{delivered}</dd>
@@ -173,6 +174,13 @@ pub fn turn(detail: &MessageDetailOut, csrf: &str, queued: Option<usize>) -> Str
 <dt>Id</dt><dd>{id}</dd></dl>{action}</div>"#,
         status = esc(&m.status),
         badge = badge(&m.status),
+        origin = m.origin.as_str(),
+        written_by = match (m.origin, &m.author) {
+            (crate::domain::TurnOrigin::User, _) => "the user (answered by the agent)".to_owned(),
+            (crate::domain::TurnOrigin::Person, Some(author)) => format!("a person: {}", esc(author)),
+            (crate::domain::TurnOrigin::Person, None) => "a person".to_owned(),
+            (crate::domain::TurnOrigin::Agent, _) => "the agent, writing first".to_owned(),
+        },
         who = who(m),
         platform = esc(&m.platform),
         chat = esc(&m.chat_id),

@@ -14,7 +14,7 @@ use crate::http::throttle::key_prefix;
 
 pub async fn home(signed_in: Result<SignedIn, Response>) -> Redirect {
     match signed_in {
-        Ok(_) => Redirect::to("/console/turns"),
+        Ok(_) => Redirect::to("/console/overview"),
         Err(_) => Redirect::to("/console/sign-in"),
     }
 }
@@ -55,7 +55,7 @@ pub async fn sign_in(
         Ok(id) => id,
         Err(err) => return ConsoleError::App(err).into_response(),
     };
-    let mut response = Redirect::to("/console/turns").into_response();
+    let mut response = Redirect::to("/console/overview").into_response();
     response
         .headers_mut()
         .insert(axum::http::header::SET_COOKIE, session::set_cookie(&id));

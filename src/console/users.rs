@@ -12,6 +12,7 @@ use super::pages::{ok_page, when};
 use super::session::SignedIn;
 use crate::admin::messages::{self, ConversationPage, ConversationTurn, Who};
 use crate::db::conversations::{self, ConversationRow, PageStart, COUNT_CAP};
+use crate::domain::TurnOrigin;
 use crate::error::AppError;
 use crate::http::state::AppState;
 
@@ -97,7 +98,15 @@ pub async fn conversation(
         Who::User(user) => format!("Conversation of {user}"),
         Who::Sender(_) => "Conversation of an unlinked sender".to_owned(),
     };
-    let body = render_conversation(&who, &page, &signed_in.session.csrf);
+    let conversation = super::handoff::conversation_of(&who);
+    let hold = super::handoff::hold_of(&state, signed_in.session.tenant, &conversation).await?;
+    let mut body = super::handoff::panel(&conversation, hold.as_ref(), &signed_in.session.csrf);
+    body.push_str(&render_conversation(
+        &who,
+        &page,
+        &signed_in.session.csrf,
+        cursor.is_none(),
+    ));
     ok_page(&title, &signed_in, &body)
 }
 
@@ -177,7 +186,7 @@ fn render_list(query: &UsersQuery, rows: &[ConversationRow], more: bool) -> Stri
     body
 }
 
-fn render_conversation(who: &Who, page: &ConversationPage, csrf: &str) -> String {
+fn render_conversation(who: &Who, page: &ConversationPage, csrf: &str, page_is_first: bool) -> String {
     let mut body = String::new();
     match who {
         Who::User(user) => {
@@ -201,12 +210,16 @@ fn render_conversation(who: &Who, page: &ConversationPage, csrf: &str) -> String
             r#"<p class="empty" id="accounts">Not linked to a user: <a href="/console/links">link the account</a> to give its next turns a user.</p>"#,
         ),
     }
+    // Polled by console.js (only the first page: older pages do not change).
+    let poll = if page_is_first { r#" data-poll="3000""# } else { "" };
+    let _ = write!(body, r#"<section id="turns"{poll}>"#);
     if page.turns.is_empty() {
         body.push_str(r#"<p class="empty" id="no-turns">No turns.</p>"#);
     }
     for turn in &page.turns {
         body.push_str(&exchange(turn, csrf));
     }
+    body.push_str("</section>");
     if let Some(cursor) = &page.next_cursor {
         let (name, value) = match who {
             Who::User(user) => ("user_id", user),
@@ -230,9 +243,21 @@ fn render_conversation(who: &Who, page: &ConversationPage, csrf: &str) -> String
 fn exchange(turn: &ConversationTurn, csrf: &str) -> String {
     let m = &turn.message;
     let id = esc(&m.id.to_string());
+    let (asked, answerer) = match (m.origin, &m.author) {
+        (TurnOrigin::Person, Some(author)) => (String::new(), format!("Person · {}", esc(author))),
+        (TurnOrigin::Person, None) => (String::new(), "Person".to_owned()),
+        (TurnOrigin::Agent, _) => (String::new(), "Agent (wrote first)".to_owned()),
+        (TurnOrigin::User, _) => (
+            format!(
+                r#"<p class="label">User</p><pre class="request">{}</pre>"#,
+                esc(&m.request_content)
+            ),
+            "Agent".to_owned(),
+        ),
+    };
     let answer = match &m.response_content {
         Some(answer) => format!(
-            r#"<p class="label">Agent</p><pre class="answer">{}</pre>"#,
+            r#"<p class="label">{answerer}</p><pre class="answer">{}</pre>"#,
             esc(answer)
         ),
         None => String::new(),
@@ -266,15 +291,15 @@ fn exchange(turn: &ConversationTurn, csrf: &str) -> String {
         _ => String::new(),
     };
     format!(
-        r#"<div class="card turn exchange" id="turn-{id}" data-status="{status}" data-platform="{platform}">
+        r#"<div class="card turn exchange" id="turn-{id}" data-status="{status}" data-platform="{platform}" data-origin="{origin}">
 <div class="meta">{badge}<span>{platform}</span><span>{account}</span><span>{at}</span><a href="/console/turns/{id}">details</a></div>
-<p class="label">User</p><pre class="request">{text}</pre>{answer}{parts}{error}{action}</div>"#,
+{asked}{answer}{parts}{error}{action}</div>"#,
+        origin = m.origin.as_str(),
         status = esc(&m.status),
         badge = badge(&m.status),
         platform = esc(&m.platform),
         account = esc(&m.platform_user_id),
         at = when(m.received_at),
-        text = esc(&m.request_content),
         action = super::pages::action_form(m, csrf),
     )
 }

@@ -110,3 +110,11 @@ pub async fn revoke(conn: &mut PgConnection, id: Uuid) -> Result<Option<ApiKeyRo
     .fetch_optional(conn)
     .await
 }
+
+/// How a key signs what a person writes with it: its name, or its prefix when it has none.
+pub async fn signature_of(conn: &mut PgConnection, id: Uuid) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar("select case when name = '' then prefix else name end from api_keys where id = $1")
+        .bind(id)
+        .fetch_optional(conn)
+        .await
+}

@@ -13,6 +13,10 @@ pub enum Actor {
     ApiKey(Uuid),
     Operator,
     Cli,
+    /// The agent, asking for a person in an answer.
+    Agent,
+    /// The gateway itself, returning a held conversation after the tenant's return time.
+    Gateway,
 }
 
 impl Actor {
@@ -21,6 +25,8 @@ impl Actor {
             Actor::ApiKey(id) => id.to_string(),
             Actor::Operator => "operator".into(),
             Actor::Cli => "cli".into(),
+            Actor::Agent => "agent".into(),
+            Actor::Gateway => "gateway".into(),
         }
     }
 }
@@ -44,10 +50,15 @@ pub enum AuditAction {
     /// The operator (or the database CLI) issued an admin key (`details.name`, `prefix`).
     KeyIssue,
     KeyRevoke,
+    /// A person (or the agent, asking for one) holds a conversation (`target` is its id).
+    ConversationTakeOver,
+    ConversationHandBack,
+    /// A person's message posted into a conversation (`details.message_id`; no text).
+    ConversationMessage,
 }
 
 impl AuditAction {
-    pub const ALL: [AuditAction; 13] = [
+    pub const ALL: [AuditAction; 16] = [
         Self::ConnectorCreate,
         Self::ConnectorUpdate,
         Self::ConnectorDisable,
@@ -61,6 +72,9 @@ impl AuditAction {
         Self::PersonErase,
         Self::KeyIssue,
         Self::KeyRevoke,
+        Self::ConversationTakeOver,
+        Self::ConversationHandBack,
+        Self::ConversationMessage,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -78,6 +92,9 @@ impl AuditAction {
             Self::PersonErase => "person.erase",
             Self::KeyIssue => "key.issue",
             Self::KeyRevoke => "key.revoke",
+            Self::ConversationTakeOver => "conversation.take_over",
+            Self::ConversationHandBack => "conversation.hand_back",
+            Self::ConversationMessage => "conversation.message",
         }
     }
 }
@@ -171,7 +188,10 @@ mod tests {
                 | AuditAction::MessagesResend
                 | AuditAction::PersonErase
                 | AuditAction::KeyIssue
-                | AuditAction::KeyRevoke => {}
+                | AuditAction::KeyRevoke
+                | AuditAction::ConversationTakeOver
+                | AuditAction::ConversationHandBack
+                | AuditAction::ConversationMessage => {}
             }
         }
         let names: std::collections::HashSet<_> = AuditAction::ALL.map(AuditAction::as_str).into();
@@ -187,5 +207,7 @@ mod tests {
         );
         assert_eq!(Actor::Operator.as_text(), "operator");
         assert_eq!(Actor::Cli.as_text(), "cli");
+        assert_eq!(Actor::Agent.as_text(), "agent");
+        assert_eq!(Actor::Gateway.as_text(), "gateway");
     }
 }

@@ -212,12 +212,24 @@ pub struct MessageRow {
     /// Where a streamed answer was shown; the first reply part adopts it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub live_message_id: Option<String>,
+    pub origin: crate::domain::TurnOrigin,
+    /// Who wrote a person's turn (the key's name).
+    pub author: Option<String>,
+}
+
+impl MessageRow {
+    /// The platform message a reply threads to: `None` for a turn the agent wrote first
+    /// (`turn::outgoing`), which replies to nothing.
+    pub fn reply_target(&self) -> Option<&str> {
+        Some(self.platform_message_id.as_str()).filter(|id| !id.is_empty())
+    }
 }
 
 pub const MESSAGE_COLUMNS: &str = "id, tenant_id, connector_id, platform, idempotency_key,
     platform_message_id, chat_id, thread_id, space, platform_user_id, reply_to_id, user_id,
     conversation_key, request_content, response_content, decision, status, attempts,
-    last_error, received_at, completed_at, delivered_at, metadata, attachments, live_message_id";
+    last_error, received_at, completed_at, delivered_at, metadata, attachments, live_message_id,
+    origin, author";
 
 /// `None`: a direct chat, or none recorded.
 pub async fn space_of_chat(
@@ -312,19 +324,33 @@ pub async fn insert_reply_parts(
     message: MessageId,
     parts: &[String],
 ) -> Result<(), sqlx::Error> {
+    insert_reply_parts_from(tx, message, 0, parts).await
+}
+
+/// Parts `first`, `first + 1`, … (`pending`), for an answer that grows (`turn::later`).
+pub async fn insert_reply_parts_from(
+    tx: &mut TenantTx,
+    message: MessageId,
+    first: i32,
+    parts: &[String],
+) -> Result<(), sqlx::Error> {
     if parts.is_empty() {
         return Ok(());
     }
     let tenant = tx.tenant();
-    // `VALUES`, which Citus routes to the tenant's shard as it is.
+    // `VALUES`, which Citus routes to the tenant's shard as it is (an `INSERT … SELECT FROM
+    // unnest` would go through the coordinator as a `COPY`, which row-level security refuses).
     let mut sql =
         sqlx::QueryBuilder::new("insert into channel_replies (tenant_id, message_id, part_index, content) ");
-    sql.push_values((0..).zip(parts), |mut row, (index, content): (i32, &String)| {
-        row.push_bind(tenant)
-            .push_bind(message)
-            .push_bind(index)
-            .push_bind(content.as_str());
-    });
+    sql.push_values(
+        (first..).zip(parts),
+        |mut row, (index, content): (i32, &String)| {
+            row.push_bind(tenant)
+                .push_bind(message)
+                .push_bind(index)
+                .push_bind(content.as_str());
+        },
+    );
     sql.push(" on conflict (tenant_id, message_id, part_index) do nothing");
     sql.build().execute(tx.conn()).await?;
     Ok(())

@@ -120,8 +120,9 @@ impl Delivery<'_> {
             .parts
             .iter()
             .any(|part| part.status == PartStatus::Unknown);
+        let awaiting = outgoing.message.status == crate::domain::MessageStatus::AwaitingAgent;
         if pending.is_empty() {
-            let (transition, outcome) = finished(None, in_doubt);
+            let (transition, outcome) = finished(None, in_doubt, awaiting);
             let outcome = self.writer.conclude(job, transition, outcome).await?;
             return Ok(DeliveryPass {
                 outcome,
@@ -163,10 +164,10 @@ impl Delivery<'_> {
                     if pending.get(position + 1).is_some() {
                         continue;
                     }
-                    finished(None, in_doubt)
+                    finished(None, in_doubt, awaiting)
                 }
                 PartOutcome::Posted(platform_id) => match pending.get(position + 1) {
-                    None => finished(Some((part.part_index, platform_id)), in_doubt),
+                    None => finished(Some((part.part_index, platform_id)), in_doubt, awaiting),
                     Some(next) => {
                         // The next part's mark rides on this commit, with the lease check.
                         let next_sending = (next.status == PartStatus::Pending).then_some(next.part_index);
@@ -370,9 +371,13 @@ async fn traced_send(
     outcome
 }
 
-fn finished(last: Option<(i32, String)>, in_doubt: bool) -> (Transition, DeliveryOutcome) {
+/// `awaiting`: the agent may still post parts of this answer (docs/agent.md#answering-later),
+/// so the pass ends with what it posted, not with the turn delivered.
+fn finished(last: Option<(i32, String)>, in_doubt: bool, awaiting: bool) -> (Transition, DeliveryOutcome) {
     if in_doubt {
         (Transition::Concluded { last }, DeliveryOutcome::Stopped)
+    } else if awaiting {
+        (Transition::PartsPosted { last }, DeliveryOutcome::Delivered)
     } else {
         (Transition::Delivered { last }, DeliveryOutcome::Delivered)
     }

@@ -89,6 +89,9 @@ struct Target {
     place: Place,
 }
 
+/// Slack cuts a longer assistant status.
+const STATUS_MAX: usize = 100;
+
 impl Indicators {
     pub fn new(client: GuardedClient, interval: Duration) -> Self {
         let interval = interval.max(Duration::from_millis(1));
@@ -171,6 +174,23 @@ impl Indicators {
         }
     }
 
+    /// Shown once for an agent's status update (docs/agent.md#answering-later), within the
+    /// same per-chat rate as the refreshes: `false` when it was not shown (no indicator on
+    /// this platform or connector, too soon after the last one, or refused).
+    pub async fn show_status(&self, connector: &Connector, message: &MessageRow, text: &str) -> bool {
+        if !connector.profile.typing_indicator {
+            return false;
+        }
+        let Some(target) = Target::of(connector, message) else {
+            return false;
+        };
+        if self.limiter.check_key(&target.key).is_err() {
+            return false;
+        }
+        let text: String = text.chars().take(STATUS_MAX).collect();
+        self.send(&target, Show::Status(&text)).await == Outcome::Ok
+    }
+
     /// `false` when the indicator is stopped meanwhile.
     async fn wait_turn(&self, key: &ChatKey, stop: &mut watch::Receiver<Option<Ending>>) -> bool {
         if stop.borrow().is_some() {
@@ -192,7 +212,7 @@ impl Indicators {
         REQUEST_TIMEOUT.min(self.interval)
     }
 
-    async fn send(&self, target: &Target, show: Show) -> Outcome {
+    async fn send(&self, target: &Target, show: Show<'_>) -> Outcome {
         let request = target.request(&self.client, show);
         let exchange = async {
             let response = self.client.send(request).await?;
@@ -277,7 +297,7 @@ impl Target {
         platforms::of(self.platform).typing_refresh_intervals()
     }
 
-    fn request(&self, client: &GuardedClient, show: Show) -> reqwest::RequestBuilder {
+    fn request(&self, client: &GuardedClient, show: Show<'_>) -> reqwest::RequestBuilder {
         let token = self.token.expose_secret();
         platforms::of(self.platform).typing_request(client, &self.base_url, token, &self.place, show)
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use axum::http::HeaderMap;
 use reqwest::StatusCode;
 
-use super::payload::{parse_answer, DispatchOut};
+use super::payload::{parse_reply, Answer, DispatchOut};
 use super::signature;
 use super::stream::{self, StreamError};
 use crate::delivery::live::TextSink;
@@ -17,7 +17,9 @@ use crate::egress::{GuardedClient, SendError, AGENT_REFUSED};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CallOutcome {
     /// Possibly no parts.
-    Answered(Vec<String>),
+    Answered(Answer),
+    /// `202 Accepted`: the agent answers later, through the turn's events URL.
+    Accepted,
     Retryable {
         reason: &'static str,
         error: String,
@@ -131,9 +133,12 @@ async fn classify(response: reqwest::Response, host: &str) -> CallOutcome {
             )
         }
     };
+    if status == StatusCode::ACCEPTED {
+        return CallOutcome::Accepted;
+    }
     if status.is_success() {
-        return match parse_answer(&body) {
-            Ok(parts) => CallOutcome::Answered(parts),
+        return match parse_reply(&body) {
+            Ok(answer) => CallOutcome::Answered(answer),
             Err(err) => retryable("invalid_answer", format!("agent {host}: {err}"), None),
         };
     }
@@ -158,7 +163,7 @@ async fn read_stream(
     live: Option<&mut (dyn TextSink + Send)>,
 ) -> CallOutcome {
     match stream::read(response, live).await {
-        Ok(parts) => CallOutcome::Answered(parts),
+        Ok(parts) => CallOutcome::Answered(Answer { parts, handoff: None }),
         Err(err @ StreamError::CutOff(_)) => {
             retryable("stream_cut_off", format!("agent {host}: {err}"), None)
         }

@@ -8,7 +8,7 @@ use tracing::Instrument;
 
 use super::agent::CallOutcome;
 use super::claimed::{phase, Prepared, StepOutcome, Waited, NOTHING_TO_POST};
-use super::payload::ChatMessage;
+use super::payload::{Answer, ChatMessage};
 use super::worker::Worker;
 use super::{agent, payload};
 use crate::db::queue::Job;
@@ -17,7 +17,7 @@ use crate::delivery::typing::Typing;
 use crate::delivery::{split, Outgoing};
 use crate::domain::Platform;
 use crate::telemetry::traces;
-use crate::turn::{Applied, Transition};
+use crate::turn::{Applied, HandoffRequest, Transition};
 
 impl Worker {
     pub(super) async fn dispatch(
@@ -46,7 +46,22 @@ impl Worker {
         phase("agent", started);
         let id = job.message_id;
         match outcome {
-            CallOutcome::Answered(parts) => self.complete(job, prepared, &parts, waited, typing).await,
+            CallOutcome::Answered(answer) => {
+                let agent_ms = i32::try_from(started.elapsed().as_millis()).ok();
+                self.complete(job, prepared, answer, agent_ms, waited, typing)
+                    .await
+            }
+            CallOutcome::Accepted => {
+                metrics::counter!("channel_bridge_dispatch_async_total").increment(1);
+                self.end_preview(&prepared).await;
+                let horizon = chrono::Duration::seconds(self.settings.dispatch.async_horizon_secs as i64);
+                let accepted = Transition::AgentAccepted {
+                    until: chrono::Utc::now() + horizon,
+                };
+                self.writer
+                    .conclude(job, accepted, StepOutcome::Awaiting(id))
+                    .await
+            }
             CallOutcome::Retryable {
                 reason,
                 error,
@@ -131,7 +146,13 @@ impl Worker {
             };
         };
         let now = (self.clock)();
-        let payload = payload::build(&prepared.message, history, &self.urls, now);
+        let mut payload = payload::build(&prepared.message, history, &self.urls, now);
+        let horizon = chrono::Duration::seconds(self.settings.dispatch.async_horizon_secs as i64);
+        payload.reply = Some(payload::ReplyTo::of(
+            &self.urls.base_url,
+            &prepared.message,
+            chrono::Utc::now() + horizon,
+        ));
         let mut secrets = vec![tenant.dispatch_secret.0.expose_secret()];
         secrets.extend(
             tenant
@@ -144,7 +165,7 @@ impl Worker {
             .instrument(span.clone())
             .await;
         match &outcome {
-            CallOutcome::Answered(_) => {}
+            CallOutcome::Answered(_) | CallOutcome::Accepted => {}
             CallOutcome::Retryable { reason, .. } | CallOutcome::Permanent { reason, .. } => {
                 traces::record_failure(&span, reason);
             }
@@ -157,21 +178,30 @@ impl Worker {
         &self,
         job: &Job,
         prepared: Prepared,
-        answer: &[String],
+        answer: Answer,
+        agent_ms: Option<i32>,
         waited: &mut Waited,
         typing: Option<Typing>,
     ) -> anyhow::Result<StepOutcome> {
+        let handoff = answer.handoff.map(|ask| HandoffRequest {
+            conversation: prepared.message.conversation_key.clone(),
+            user_id: prepared.message.user_id.clone(),
+            reason: ask.reason,
+        });
+        let answer = answer.parts;
         let started = Instant::now();
         let platform: Platform = prepared.message.platform.parse()?;
         let markdown = prepared
             .connector
             .as_ref()
             .is_some_and(|c| c.profile.format_markdown);
-        let parts = split::split_parts(platform, markdown, answer);
+        let parts = split::split_parts(platform, markdown, &answer);
         let has_parts = !parts.is_empty();
         let answered = Transition::Answered {
             response: answer.join("\n\n"),
             parts: parts.clone(),
+            agent_ms,
+            handoff,
         };
         let first = match self.writer.apply(job, answered).await? {
             Applied::LeaseLost => return Ok(StepOutcome::LeaseLost(job.message_id)),

@@ -20,6 +20,10 @@ pub enum StepOutcome {
     Failed(MessageId),
     Delivered(MessageId),
     Skipped(MessageId),
+    /// Recorded `held`: a person holds the conversation.
+    Held(MessageId),
+    /// The agent answered 202: it posts the answer later.
+    Awaiting(MessageId),
     LeaseLost(MessageId),
 }
 
@@ -38,6 +42,8 @@ pub(super) enum Work {
     Dispatch(Box<Prepared>),
     Deliver(Box<Outgoing>),
     Skip,
+    /// Recorded `held` by the claim; the job ends.
+    Hold,
     Abandon,
 }
 
@@ -75,7 +81,7 @@ impl Claimed {
         let message = match &self.work {
             Work::Dispatch(prepared) => &prepared.message,
             Work::Deliver(outgoing) => &outgoing.message,
-            Work::Skip | Work::Abandon => return None,
+            Work::Skip | Work::Hold | Work::Abandon => return None,
         };
         message.metadata.get(key).and_then(serde_json::Value::as_str)
     }

@@ -7,9 +7,10 @@
 use std::collections::HashMap;
 
 use super::payload::ChatMessage;
+use super::payload::TurnMetadata;
 use crate::db::messages::MessageRow;
 use crate::db::TenantTx;
-use crate::domain::{ConnectorId, HistoryScopeSetting, MessageId};
+use crate::domain::{ConnectorId, HistoryScopeSetting, MessageId, TurnOrigin};
 use crate::media::{Attachment, AttachmentOut};
 
 pub const HISTORY_TURNS: i64 = 12;
@@ -21,9 +22,20 @@ struct Turn {
     response_content: Option<String>,
     #[sqlx(json(nullable))]
     attachments: Option<Vec<Attachment>>,
+    origin: TurnOrigin,
+    author: Option<String>,
+    status: crate::domain::MessageStatus,
 }
 
-const HAS_CONTENT: &str = "(btrim(h.request_content) <> '' or h.attachments is not null)";
+/// A person's or the agent's own turn has no request, only its text.
+const HAS_CONTENT: &str =
+    "(btrim(h.request_content) <> '' or h.attachments is not null or h.origin <> 'user')";
+
+/// Finished turns, those recorded while a person held the conversation, and those whose
+/// answer the agent is still to post (marked so).
+const SHOWN: &str =
+    "(h.status in ('executed', 'delivery_failed', 'dispatch_failed', 'held', 'awaiting_agent')
+                     or h.status like 'denied\\_%')";
 
 #[derive(Debug, Clone)]
 pub struct HistoryScope<'a> {
@@ -142,11 +154,11 @@ pub async fn load_scope(
     let (kind, connector, chat, space) = scope.place.columns();
     let place = place_matches(kind);
     let sql = format!(
-        "select h.id, h.request_content, h.response_content, h.attachments
+        "select h.id, h.request_content, h.response_content, h.attachments, h.origin, h.author, h.status
            from channel_messages h,
                 (select $4::text as kind, $5::uuid as connector, $6::text as chat, $7::text as space) p
           where h.tenant_id = $1 and {who}
-            and (h.status in ('executed', 'delivery_failed', 'dispatch_failed') or h.status like 'denied\\_%')
+            and {SHOWN}
             and {HAS_CONTENT}
             and {place}
             {before}
@@ -212,15 +224,17 @@ pub async fn load_many(
         let received: Vec<chrono::DateTime<chrono::Utc>> = group.iter().map(|m| m.received_at).collect();
         let places: Vec<_> = group.iter().map(|m| Place::of(m, setting).columns()).collect();
         let sql = format!(
-            "select p.id as for_id, h.id, h.request_content, h.response_content, h.attachments
+            "select p.id as for_id, h.id, h.request_content, h.response_content, h.attachments,
+                    h.origin, h.author, h.status
                from unnest($2::uuid[], $3::text[], $4::timestamptz[], $6::text[], $7::uuid[],
                            $8::text[], $9::text[])
                     as p(id, who, received_at, kind, connector, chat, space)
                cross join lateral (
-                     select h.request_content, h.response_content, h.attachments, h.received_at, h.id
+                     select h.request_content, h.response_content, h.attachments, h.received_at, h.id,
+                            h.origin, h.author, h.status
                        from channel_messages h
                       where h.tenant_id = $1 and {who}
-                        and (h.status in ('executed', 'delivery_failed', 'dispatch_failed') or h.status like 'denied\\_%')
+                        and {SHOWN}
                         and {HAS_CONTENT}
                         and {place}
                         and (h.received_at, h.id) < (p.received_at, p.id)
@@ -250,13 +264,29 @@ pub async fn load_many(
 }
 
 fn into_messages(turn: Turn) -> Vec<ChatMessage> {
+    if turn.origin != TurnOrigin::User {
+        let text = turn.response_content.unwrap_or_default();
+        return vec![ChatMessage {
+            metadata: Some(TurnMetadata {
+                from: Some(turn.origin),
+                author: turn.author,
+                awaiting_answer: false,
+            }),
+            ..ChatMessage::assistant(text)
+        }];
+    }
     let attachments = turn
         .attachments
         .as_deref()
         .map(|files| AttachmentOut::of_turn(turn.id, files))
         .unwrap_or_default();
+    let awaiting = turn.status == crate::domain::MessageStatus::AwaitingAgent;
     let mut messages = vec![ChatMessage {
         attachments,
+        metadata: awaiting.then(|| TurnMetadata {
+            awaiting_answer: true,
+            ..TurnMetadata::default()
+        }),
         ..ChatMessage::user(turn.request_content)
     }];
     if let Some(response) = turn.response_content.filter(|r| !r.trim().is_empty()) {

@@ -17,4 +17,4 @@ pub mod wakeup;
 mod worker;
 
 pub use claimed::{Claimed, StepOutcome};
-pub use worker::Worker;
+pub use worker::{platform_client, Worker};

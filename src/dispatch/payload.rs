@@ -15,6 +15,25 @@ pub struct ChatMessage {
     pub content: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attachments: Vec<AttachmentOut>,
+    /// On an assistant turn the agent did not answer: who wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<TurnMetadata>,
+}
+
+/// `{"from": "person", "author": "…"}` on a person's answer, `{"from": "agent"}` on a
+/// message the agent wrote first, `{"awaiting_answer": true}` on a user message the agent
+/// has yet to finish answering.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TurnMetadata {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<crate::domain::TurnOrigin>,
+    /// The name of the admin key a person wrote with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub author: Option<String>,
+    /// On a user message whose answer the agent is still to post (it answered 202): the
+    /// answer so far follows it, if any.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub awaiting_answer: bool,
 }
 
 impl ChatMessage {
@@ -23,6 +42,7 @@ impl ChatMessage {
             role: "user".into(),
             content: content.into(),
             attachments: Vec::new(),
+            metadata: None,
         }
     }
 
@@ -31,6 +51,7 @@ impl ChatMessage {
             role: "assistant".into(),
             content: content.into(),
             attachments: Vec::new(),
+            metadata: None,
         }
     }
 
@@ -66,6 +87,30 @@ pub struct DispatchOut {
     pub user_id: Option<String>,
     pub message_id: String,
     pub channel: ChannelOut,
+    /// Where to post the answer instead, after answering `202 Accepted`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply: Option<ReplyTo>,
+}
+
+/// The turn's events URL (docs/agent.md#answering-later): signed POSTs of `status`,
+/// `message` and `done` events, until `expires_at` (the async horizon, counted from the
+/// dispatch; the 202 sets the turn's own).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplyTo {
+    pub url: String,
+    pub expires_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl ReplyTo {
+    pub fn of(base_url: &str, message: &MessageRow, expires_at: chrono::DateTime<chrono::Utc>) -> Self {
+        Self {
+            url: format!(
+                "{base_url}/v1/agent/{}/turns/{}/events",
+                message.tenant_id, message.id
+            ),
+            expires_at,
+        }
+    }
 }
 
 pub fn build(message: &MessageRow, history: Vec<ChatMessage>, urls: &UrlMinter, now: i64) -> DispatchOut {
@@ -89,6 +134,7 @@ pub fn build(message: &MessageRow, history: Vec<ChatMessage>, urls: &UrlMinter, 
             thread_id: message.thread_id.clone(),
             platform_user_id: message.platform_user_id.clone(),
         },
+        reply: None,
     }
 }
 
@@ -96,9 +142,56 @@ pub fn build(message: &MessageRow, history: Vec<ChatMessage>, urls: &UrlMinter, 
 #[error("the agent's answer is not a supported shape: {0}")]
 pub struct InvalidAnswer(pub String);
 
+/// What the agent answered: the reply parts, and whether it asks for a person.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Answer {
+    pub parts: Vec<String>,
+    pub handoff: Option<HandoffAsk>,
+}
+
+/// `"handoff": {"reason": "…"}` (or `true`) on an answer: post it, then hold the
+/// conversation for a person (docs/agent.md#asking-for-a-person).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HandoffAsk {
+    pub reason: Option<String>,
+}
+
+/// Longer reasons are cut: the reason is shown in lists, not read as a message.
+pub const HANDOFF_REASON_MAX: usize = 500;
+
+/// A JSON answer with its `handoff` flag.
+pub fn parse_reply(body: &[u8]) -> Result<Answer, InvalidAnswer> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| InvalidAnswer(format!("not JSON ({e})")))?;
+    let handoff = match value.get("handoff") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => None,
+        Some(Value::Bool(true)) => Some(HandoffAsk::default()),
+        Some(Value::Object(ask)) => {
+            let reason = match ask.get("reason") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(reason)) => Some(reason.chars().take(HANDOFF_REASON_MAX).collect()),
+                Some(_) => return Err(InvalidAnswer("`handoff.reason` must be a string".into())),
+            };
+            Some(HandoffAsk { reason })
+        }
+        Some(_) => {
+            return Err(InvalidAnswer(
+                "`handoff` must be an object (`{\"reason\": \"…\"}`) or a boolean".into(),
+            ))
+        }
+    };
+    Ok(Answer {
+        parts: answer_parts(&value)?,
+        handoff,
+    })
+}
+
 /// Anything but an accepted shape is an error, never an empty answer.
 pub fn parse_answer(body: &[u8]) -> Result<Vec<String>, InvalidAnswer> {
     let value: Value = serde_json::from_slice(body).map_err(|e| InvalidAnswer(format!("not JSON ({e})")))?;
+    answer_parts(&value)
+}
+
+fn answer_parts(value: &Value) -> Result<Vec<String>, InvalidAnswer> {
     let parts = if let Some(content) = value.get("content") {
         content_parts(content)?
     } else if let Some(messages) = value.get("messages").and_then(Value::as_array) {
@@ -206,6 +299,35 @@ mod tests {
             ["kept"]
         );
         assert_eq!(parts(r#"{"content": null}"#).unwrap(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn an_answer_may_ask_for_a_person() {
+        let ask = |body: &str| parse_reply(body.as_bytes()).map(|a| (a.parts, a.handoff));
+        assert_eq!(ask(r#"{"content": "hi"}"#).unwrap(), (vec!["hi".into()], None));
+        assert_eq!(
+            ask(r#"{"content": "A colleague will take over.", "handoff": {"reason": "refund over limit"}}"#)
+                .unwrap(),
+            (
+                vec!["A colleague will take over.".into()],
+                Some(HandoffAsk {
+                    reason: Some("refund over limit".into())
+                })
+            )
+        );
+        assert_eq!(
+            ask(r#"{"content": null, "handoff": true}"#).unwrap().1,
+            Some(HandoffAsk::default())
+        );
+        assert_eq!(ask(r#"{"content": "x", "handoff": false}"#).unwrap().1, None);
+        let long = format!(
+            r#"{{"content": "x", "handoff": {{"reason": "{}"}}}}"#,
+            "é".repeat(900)
+        );
+        let reason = ask(&long).unwrap().1.and_then(|h| h.reason).unwrap();
+        assert_eq!(reason.chars().count(), HANDOFF_REASON_MAX);
+        assert!(ask(r#"{"content": "x", "handoff": "yes"}"#).is_err());
+        assert!(ask(r#"{"content": "x", "handoff": {"reason": 3}}"#).is_err());
     }
 
     #[test]

@@ -102,6 +102,15 @@ impl Worker {
             .into_iter()
             .map(|row| (row.id, row))
             .collect();
+        let missing: Vec<MessageId> = ids
+            .iter()
+            .filter(|id| !messages.contains_key(id))
+            .copied()
+            .collect();
+        let held: HashSet<MessageId> = crate::turn::handoff::hold_claimed(tx, &missing)
+            .await?
+            .into_iter()
+            .collect();
         let rows: Vec<&MessageRow> = messages.values().collect();
         let mut histories = read_histories_or_empty(tx, &rows, tenant.history_scope).await;
         let connectors = self.connectors_of(tx, &rows).await?;
@@ -114,6 +123,7 @@ impl Worker {
                     message,
                     claimed_at,
                 })),
+                None if held.contains(&job.message_id) => Work::Hold,
                 None => Work::Skip,
             };
             claimed.push(Claimed {

@@ -33,6 +33,19 @@ pub struct Worker {
     pub(super) clock: fn() -> i64,
 }
 
+/// The client of the platforms' APIs: shorter timeouts than an agent call, and the egress
+/// policy (the API base URLs are the tenants' to set).
+pub fn platform_client(
+    settings: &ServeSettings,
+    policy: Arc<crate::egress::EgressPolicy>,
+) -> anyhow::Result<GuardedClient> {
+    let platform = reqwest::Client::builder()
+        .timeout(Duration::from_secs(settings.dispatch.platform_timeout_secs))
+        .connect_timeout(Duration::from_secs(5))
+        .user_agent(concat!("channel-bridge/", env!("CARGO_PKG_VERSION")));
+    GuardedClient::build(platform, policy).context("Failed to build the platform HTTP client")
+}
+
 impl Worker {
     /// Its turn writer's tasks start on the current runtime.
     pub fn new(pool: PgPool, settings: Arc<ServeSettings>, clock: fn() -> i64) -> anyhow::Result<Self> {
@@ -45,12 +58,7 @@ impl Worker {
             .user_agent(concat!("channel-bridge/", env!("CARGO_PKG_VERSION")));
         let client = GuardedClient::build(agent, Arc::clone(&policy))
             .context("Failed to build the agent HTTP client")?;
-        let platform = reqwest::Client::builder()
-            .timeout(Duration::from_secs(settings.dispatch.platform_timeout_secs))
-            .connect_timeout(Duration::from_secs(5))
-            .user_agent(concat!("channel-bridge/", env!("CARGO_PKG_VERSION")));
-        let platform_client =
-            GuardedClient::build(platform, policy).context("Failed to build the platform HTTP client")?;
+        let platform_client = platform_client(&settings, policy)?;
         let typing = Arc::new(Indicators::new(
             platform_client.clone(),
             Duration::from_millis(settings.dispatch.typing_interval_ms),
@@ -137,6 +145,12 @@ impl Worker {
                 Work::Skip => {
                     self.writer
                         .conclude(&job, Transition::Skipped, StepOutcome::Skipped(job.message_id))
+                        .await
+                }
+                Work::Hold => {
+                    metrics::counter!("channel_bridge_turns_held_total").increment(1);
+                    self.writer
+                        .conclude(&job, Transition::Skipped, StepOutcome::Held(job.message_id))
                         .await
                 }
                 Work::Abandon => {

@@ -47,6 +47,24 @@ impl<T: DeserializeOwned, S: Send + Sync> axum::extract::FromRequest<S> for ApiJ
     }
 }
 
+/// An optional body: a request with neither a body nor a content type takes the default.
+pub struct ApiJsonOrNone<T>(pub T);
+
+impl<T: DeserializeOwned + Default, S: Send + Sync> axum::extract::FromRequest<S> for ApiJsonOrNone<T> {
+    type Rejection = AppError;
+
+    async fn from_request(request: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
+        use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+        let headers = request.headers();
+        let no_length = headers.get(CONTENT_LENGTH).is_none_or(|length| length == "0");
+        if headers.get(CONTENT_TYPE).is_none() && no_length {
+            return Ok(Self(T::default()));
+        }
+        let ApiJson(input) = ApiJson::from_request(request, state).await?;
+        Ok(Self(input))
+    }
+}
+
 /// 413 past the limit, 400 when unreadable, else 422 (not JSON, wrong content type or
 /// shape): one status for all of those keeps the contract small.
 impl From<JsonRejection> for AppError {

@@ -25,6 +25,10 @@ pub struct AppState {
     pub auth_throttle: Arc<AuthThrottle>,
     /// For `/v1/media/{token}`: no total timeout, so a large file can take its time.
     pub media_client: crate::egress::GuardedClient,
+    /// For what the agent's requests make the gateway ask a platform: a status shown as
+    /// typing, a Slack DM opened (docs/agent.md#the-agents-way-in).
+    pub platform_client: crate::egress::GuardedClient,
+    pub typing: Arc<crate::delivery::typing::Indicators>,
 }
 
 impl AppState {

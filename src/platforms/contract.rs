@@ -75,8 +75,10 @@ pub struct Place {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Show {
+pub enum Show<'a> {
     Working,
+    /// What the agent says it is doing (Slack shows the text; the others their indicator).
+    Status(&'a str),
     /// Slack only: the status is removed.
     Nothing,
 }
@@ -95,7 +97,7 @@ pub trait TypingIndicator: Sync {
         base: &str,
         token: &str,
         place: &Place,
-        show: Show,
+        show: Show<'_>,
     ) -> reqwest::RequestBuilder;
 
     fn typing_shown(&self, body: &Value) -> bool;

@@ -64,6 +64,12 @@ impl Application {
         );
         let keys = settings.database.secrets.clone();
         let media_client = crate::http::media::client(&settings.egress)?;
+        let policy = Arc::new(settings.egress.allow.clone());
+        let platform_client = crate::dispatch::platform_client(&settings, policy)?;
+        let typing = Arc::new(crate::delivery::typing::Indicators::new(
+            platform_client.clone(),
+            Duration::from_millis(settings.dispatch.typing_interval_ms),
+        ));
         let state = AppState {
             pool,
             settings: Arc::new(settings),
@@ -75,6 +81,8 @@ impl Application {
             ingress: Arc::new(ingress),
             auth_throttle: Arc::default(),
             media_client,
+            platform_client,
+            typing,
         };
         Ok(Self {
             state,
@@ -200,6 +208,14 @@ impl Application {
         tasks.push(tokio::spawn(dispatcher.report_queue_stats(stop.clone())));
         // Retention belongs to the worker role: web-only instances never delete.
         tasks.push(tokio::spawn(crate::lifecycle::retention::run(
+            state.pool.clone(),
+            stop.clone(),
+        )));
+        tasks.push(tokio::spawn(crate::lifecycle::handoff::run(
+            state.pool.clone(),
+            stop.clone(),
+        )));
+        tasks.push(tokio::spawn(crate::lifecycle::awaiting::run(
             state.pool.clone(),
             stop.clone(),
         )));

@@ -13,6 +13,7 @@ pub fn api() -> OpenApiRouter<AppState> {
         .merge(http::hooks::router())
         .merge(http::media::router())
         .merge(crate::admin::router())
+        .merge(crate::agent_api::router())
         .routes(routes!(openapi_json))
 }
 
@@ -68,7 +69,7 @@ fn document_shared_answers(doc: &mut utoipa::openapi::OpenApi) {
             .build()
     };
     for (path, item) in doc.paths.paths.iter_mut() {
-        let bounded = ["/v1/hooks/", "/v1/admin/", "/v1/operator/"]
+        let bounded = ["/v1/hooks/", "/v1/admin/", "/v1/operator/", "/v1/agent/"]
             .iter()
             .any(|prefix| path.starts_with(prefix));
         for operation in operations(item) {
@@ -117,6 +118,17 @@ impl utoipa::Modify for SecuritySchemes {
         components.add_security_scheme(
             "operator_token",
             bearer("The operator token (CB_OPERATOR_TOKEN)."),
+        );
+        // The agent's requests: Standard Webhooks headers with the tenant's dispatch secret.
+        use utoipa::openapi::security::{ApiKey, ApiKeyValue};
+        components.add_security_scheme(
+            "dispatch_signature",
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+                "webhook-signature",
+                "Standard Webhooks: `webhook-id`, `webhook-timestamp` and `webhook-signature: \
+                 v1,<base64 HMAC-SHA256 of \"{id}.{timestamp}.{body}\">` keyed with the tenant's \
+                 dispatch secret (docs/agent.md#the-agents-way-in).",
+            ))),
         );
     }
 }

@@ -27,6 +27,9 @@ pub async fn apply_many(tx: &mut TenantTx, changes: &[&Change]) -> Result<Vec<Ap
             }
             | Transition::Concluded {
                 last: Some((part, platform_id)),
+            }
+            | Transition::PartsPosted {
+                last: Some((part, platform_id)),
             } => Some((change.message, *part, platform_id.as_str())),
             _ => None,
         })
@@ -46,16 +49,35 @@ pub async fn apply_many(tx: &mut TenantTx, changes: &[&Change]) -> Result<Vec<Ap
     let live = |i: &usize| applied[*i] == Applied::Done;
     let indexes: Vec<usize> = (0..changes.len()).filter(live).collect();
 
-    let answers: Vec<(MessageId, &str, &[String])> = indexes
+    let answers: Vec<StoredAnswer> = indexes
         .iter()
         .filter_map(|&i| match &changes[i].transition {
-            Transition::Answered { response, parts } => {
-                Some((changes[i].message, response.as_str(), parts.as_slice()))
-            }
+            Transition::Answered {
+                response,
+                parts,
+                agent_ms,
+                ..
+            } => Some(StoredAnswer {
+                id: changes[i].message,
+                response,
+                parts,
+                agent_ms: *agent_ms,
+            }),
             _ => None,
         })
         .collect();
     let stored = store_answers(tx, &answers).await?;
+    for &i in &indexes {
+        if let Transition::Answered {
+            handoff: Some(request),
+            ..
+        } = &changes[i].transition
+        {
+            if stored.contains(&changes[i].message) {
+                super::handoff::hold_for_agent(tx, changes[i].message, request).await?;
+            }
+        }
+    }
     let next_parts: Vec<(MessageId, i32)> = indexes
         .iter()
         .filter_map(|&i| match &changes[i].transition {
@@ -100,6 +122,20 @@ async fn apply_rare(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Erro
             queue::finish(tx, message).await?;
         }
         Transition::Skipped => queue::finish(tx, message).await?,
+        Transition::AgentAccepted { until } => {
+            sqlx::query(
+                "update channel_messages
+                    set status = 'awaiting_agent', decision = 'async', awaiting_until = $3,
+                        last_error = null, updated_at = now()
+                  where tenant_id = $1 and id = $2 and status = 'dispatching'",
+            )
+            .bind(tx.tenant())
+            .bind(message)
+            .bind(until)
+            .execute(tx.conn())
+            .await?;
+            queue::finish(tx, message).await?;
+        }
         Transition::PartWait {
             part,
             error,
@@ -144,6 +180,31 @@ async fn apply_rare(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Erro
             record_delivery_error(tx, message, error, false).await?;
         }
         Transition::Concluded { .. } => queue::finish(tx, message).await?,
+        Transition::PartsPosted { .. } => {
+            // The job's row is locked (`held_leases`): an event adding parts committed before
+            // this reads them, and one after finds no job and queues one.
+            let more: bool = sqlx::query_scalar(
+                "select exists (select 1 from channel_replies
+                                 where tenant_id = $1 and message_id = $2 and status = 'pending')",
+            )
+            .bind(tx.tenant())
+            .bind(message)
+            .fetch_one(tx.conn())
+            .await?;
+            if more {
+                put_back(tx, message, change.lease, Duration::ZERO).await?;
+            } else {
+                queue::finish(tx, message).await?;
+                sqlx::query(
+                    "update channel_messages set delivered_at = now(), updated_at = now()
+                      where tenant_id = $1 and id = $2 and status = 'executed' and delivered_at is null",
+                )
+                .bind(tx.tenant())
+                .bind(message)
+                .execute(tx.conn())
+                .await?;
+            }
+        }
         Transition::LiveShown { platform_id } => {
             sqlx::query(
                 "update channel_messages set live_message_id = $3, updated_at = now()
@@ -185,14 +246,16 @@ async fn held_leases(
     Ok(held.into_iter().collect())
 }
 
-/// Turns gone or already terminal (claimed again after another holder finished them) are
-/// missing from the answer.
+/// Turns gone, already terminal (claimed again after another holder finished them) or of a
+/// conversation a person holds (`handoff::hold_claimed`) are missing from the answer.
 pub async fn begin_dispatch(tx: &mut TenantTx, ids: &[MessageId]) -> Result<Vec<MessageRow>, sqlx::Error> {
     let tenant = tx.tenant();
     sqlx::query_as(&format!(
-        "update channel_messages
+        "update channel_messages m
             set status = 'dispatching', attempts = attempts + 1, updated_at = now()
-          where tenant_id = $1 and id = any($2) and status in ('accepted', 'dispatching')
+          where m.tenant_id = $1 and m.id = any($2) and m.status in ('accepted', 'dispatching')
+            and not exists (select 1 from conversation_holds h
+                             where h.tenant_id = $1 and h.conversation_key = m.conversation_key)
       returning {}",
         MESSAGE_COLUMNS
     ))
@@ -225,28 +288,42 @@ pub fn answered_parts(parts: Vec<String>) -> Vec<ReplyPart> {
         .collect()
 }
 
+struct StoredAnswer<'a> {
+    id: MessageId,
+    response: &'a str,
+    parts: &'a [String],
+    agent_ms: Option<i32>,
+}
+
 /// Only the first store of a turn counts: a turn no longer `dispatching` is missing from
 /// the answer and nothing of it is touched.
 async fn store_answers(
     tx: &mut TenantTx,
-    answers: &[(MessageId, &str, &[String])],
+    answers: &[StoredAnswer<'_>],
 ) -> Result<std::collections::HashSet<MessageId>, sqlx::Error> {
     if answers.is_empty() {
         return Ok(Default::default());
     }
-    let ids: Vec<MessageId> = answers.iter().map(|(id, ..)| *id).collect();
-    let responses: Vec<&str> = answers.iter().map(|(_, response, _)| *response).collect();
+    let ids: Vec<MessageId> = answers.iter().map(|a| a.id).collect();
+    let responses: Vec<&str> = answers.iter().map(|a| a.response).collect();
     let decisions: Vec<&str> = answers
         .iter()
-        .map(|(.., parts)| if parts.is_empty() { "no_reply" } else { "respond" })
+        .map(|a| if a.parts.is_empty() { "no_reply" } else { "respond" })
         .collect();
+    let agent_ms: Vec<Option<i32>> = answers.iter().map(|a| a.agent_ms).collect();
     if db::on_citus(tx.conn()).await? {
-        return store_answers_routed(tx, answers, &ids, &responses, &decisions).await;
+        let columns = AnswerColumns {
+            ids: &ids,
+            responses: &responses,
+            decisions: &decisions,
+            agent_ms: &agent_ms,
+        };
+        return store_answers_routed(tx, answers, columns).await;
     }
     let (mut part_ids, mut part_indexes, mut part_texts) = (Vec::new(), Vec::new(), Vec::new());
-    for (id, _, parts) in answers {
-        for (index, text) in (0..).zip(parts.iter()) {
-            part_ids.push(*id);
+    for answer in answers {
+        for (index, text) in (0..).zip(answer.parts.iter()) {
+            part_ids.push(answer.id);
             part_indexes.push(index);
             part_texts.push(text.as_str());
         }
@@ -255,9 +332,10 @@ async fn store_answers(
         "with stored as (
              update channel_messages m
                 set status = 'executed', response_content = a.response, decision = a.decision,
-                    last_error = null, completed_at = now(), updated_at = now(),
+                    last_error = null, completed_at = now(), updated_at = now(), agent_ms = a.agent_ms,
                     delivered_at = case when a.decision = 'no_reply' then $8::timestamptz end
-               from unnest($2::uuid[], $3::text[], $4::text[]) as a(id, response, decision)
+               from unnest($2::uuid[], $3::text[], $4::text[], $9::int[])
+                    as a(id, response, decision, agent_ms)
               where m.tenant_id = $1 and m.id = a.id and m.status = 'dispatching'
           returning m.id, a.decision),
          parts as (
@@ -288,46 +366,54 @@ async fn store_answers(
     .bind(&part_texts)
     // Citus refuses `now()` inside a CASE on a distributed table.
     .bind(chrono::Utc::now())
+    .bind(&agent_ms)
     .fetch_all(tx.conn())
     .await?;
     Ok(stored.into_iter().collect())
+}
+
+struct AnswerColumns<'a> {
+    ids: &'a [MessageId],
+    responses: &'a [&'a str],
+    decisions: &'a [&'a str],
+    agent_ms: &'a [Option<i32>],
 }
 
 /// `store_answers` on Citus: one statement per table, so the first two are routed to the
 /// tenant's shard as they are (the queue is the coordinator's).
 async fn store_answers_routed(
     tx: &mut TenantTx,
-    answers: &[(MessageId, &str, &[String])],
-    ids: &[MessageId],
-    responses: &[&str],
-    decisions: &[&str],
+    answers: &[StoredAnswer<'_>],
+    columns: AnswerColumns<'_>,
 ) -> Result<std::collections::HashSet<MessageId>, sqlx::Error> {
     // Citus refuses `now()` inside a CASE on a distributed table.
     let now = chrono::Utc::now();
     let stored: Vec<(MessageId, String)> = sqlx::query_as(
         "update channel_messages m
             set status = 'executed', response_content = a.response, decision = a.decision,
-                last_error = null, completed_at = now(), updated_at = now(),
+                last_error = null, completed_at = now(), updated_at = now(), agent_ms = a.agent_ms,
                 delivered_at = case when a.decision = 'no_reply' then $5::timestamptz end
-           from unnest($2::uuid[], $3::text[], $4::text[]) as a(id, response, decision)
+           from unnest($2::uuid[], $3::text[], $4::text[], $6::int[])
+                as a(id, response, decision, agent_ms)
           where m.tenant_id = $1 and m.id = a.id and m.status = 'dispatching'
       returning m.id, a.decision",
     )
     .bind(tx.tenant())
-    .bind(ids)
-    .bind(responses)
-    .bind(decisions)
+    .bind(columns.ids)
+    .bind(columns.responses)
+    .bind(columns.decisions)
     .bind(now)
+    .bind(columns.agent_ms)
     .fetch_all(tx.conn())
     .await?;
     let stored_ids: std::collections::HashSet<MessageId> = stored.iter().map(|(id, _)| *id).collect();
     let parts: Vec<(MessageId, i32, &str)> = answers
         .iter()
-        .filter(|(id, ..)| stored_ids.contains(id))
-        .flat_map(|(id, _, parts)| {
+        .filter(|a| stored_ids.contains(&a.id))
+        .flat_map(|a| {
             (0..)
-                .zip(parts.iter())
-                .map(|(index, text)| (*id, index, text.as_str()))
+                .zip(a.parts.iter())
+                .map(|(index, text)| (a.id, index, text.as_str()))
         })
         .collect();
     if !parts.is_empty() {

@@ -15,9 +15,14 @@
 //!             │                     ├──┴─ PartFailed ─▶ failed (and every later part) ─┐
 //!             │                     └─ PartUnknown (Telegram at-most-once) ─▶ unknown ─┤
 //!             └──────── resend (failed; unknown only when asked) ───────────────────────┘
+//! message  accepted ─claim, conversation held─▶ held ─hand back (the last one)─▶ accepted
+//!          dispatching ─AgentAccepted (202)─▶ awaiting_agent ─done event─▶ executed
+//!                                                  └─ past the horizon ─▶ executed / dispatch_failed
 //! job      dispatch ─Answered with parts─▶ reply ─Delivered / Concluded / PartFailed / Abandoned─▶ gone
-//!             └─ Answered without parts / AgentFailed / Skipped ─▶ gone
+//!             └─ Answered without parts / AgentFailed / AgentAccepted / Skipped ─▶ gone
 //!          gone ─redispatch─▶ dispatch;  gone ─resend─▶ reply
+//!          gone ─a late answer's message event, a person's or the agent's own turn─▶ reply
+//!          reply ─PartsPosted (answer still awaited)─▶ gone, or again when parts came meanwhile
 //! ```
 //!
 //! Every transition checks the job's lease in the transaction that writes it, and locks the
@@ -35,6 +40,9 @@
 //! asked (`include_unknown`). See docs/delivery.md#delivery-guarantees.
 
 pub mod apply;
+pub mod handoff;
+pub mod later;
+pub mod outgoing;
 pub mod requeue;
 pub mod settle;
 pub mod writer;
@@ -48,9 +56,12 @@ use crate::domain::MessageId;
 #[derive(Debug, Clone)]
 pub enum Transition {
     /// With parts: the job moves to its reply stage; without: delivered, the job gone.
+    /// `agent_ms`: how long the agent took; `handoff`: it asked for a person.
     Answered {
         response: String,
         parts: Vec<String>,
+        agent_ms: Option<i32>,
+        handoff: Option<HandoffRequest>,
     },
     AgentRetry {
         error: String,
@@ -58,6 +69,10 @@ pub enum Transition {
     },
     AgentFailed {
         error: String,
+    },
+    /// The agent answered 202: the turn waits for its events until `until`; the job ends.
+    AgentAccepted {
+        until: chrono::DateTime<chrono::Utc>,
     },
     Skipped,
     MarkSending {
@@ -89,6 +104,11 @@ pub enum Transition {
         part: i32,
         error: String,
     },
+    /// Every part of an answer still awaited was posted: the job ends unless the agent
+    /// added parts meanwhile; the turn is delivered if the agent said `done` meanwhile.
+    PartsPosted {
+        last: Option<(i32, String)>,
+    },
     /// Nothing is left to send but some part is `unknown`: the job ends, not delivered.
     Concluded {
         last: Option<(i32, String)>,
@@ -101,6 +121,15 @@ pub enum Transition {
     LiveShown {
         platform_id: String,
     },
+}
+
+/// The agent's answer asked for a person: its conversation is held in the commit that
+/// stores the answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandoffRequest {
+    pub conversation: String,
+    pub user_id: Option<String>,
+    pub reason: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

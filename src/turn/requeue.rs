@@ -47,8 +47,10 @@ fn push_candidates(
 ) {
     sql.push(" where m.tenant_id = ").push_bind(tenant);
     match action {
+        // A turn the agent said it would answer later may be asked again; until the new
+        // dispatch is answered 202 too, events for the turn answer 409.
         Action::Redispatch => {
-            sql.push(" and m.status = 'dispatch_failed'");
+            sql.push(" and m.status in ('dispatch_failed', 'awaiting_agent')");
         }
         Action::Resend { .. } => {
             sql.push(
@@ -112,8 +114,8 @@ pub async fn redispatch(tx: &mut TenantTx, selection: &Selection) -> Result<Requ
     let rows: Vec<(MessageId, String, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
         "update channel_messages
             set status = 'accepted', decision = null, attempts = 0, last_error = null,
-                completed_at = null, updated_at = now()
-          where tenant_id = $1 and id = any($2) and status = 'dispatch_failed'
+                completed_at = null, awaiting_until = null, updated_at = now()
+          where tenant_id = $1 and id = any($2) and status in ('dispatch_failed', 'awaiting_agent')
       returning id, conversation_key, received_at",
     )
     .bind(tx.tenant())

@@ -1073,3 +1073,81 @@ async fn the_cli_erases_one_person_only_with_yes_and_the_audit_log_shows_it() {
     assert!(table.starts_with("AT (UTC)"), "{table}");
     assert_eq!(table.lines().count(), 2, "a header and one record: {table}");
 }
+
+#[tokio::test]
+async fn the_cli_takes_a_conversation_over_writes_in_it_lists_it_held_and_hands_it_back() {
+    let app = app().await;
+    let (acme, key) = tenant_with_key(&app, "acme").await;
+    deliver(&app, &acme, Platform::Telegram, telegram_text(900, "hello")).await;
+    let listed = json_of(&admin_cli(&app, As::Admin(&key), &["messages", "list"], None).await);
+    let conversation = listed["items"][0]["conversation"].as_str().unwrap().to_owned();
+
+    let hold = json_of(
+        &admin_cli(
+            &app,
+            As::Admin(&key),
+            &["conversations", "take-over", &conversation, "--reason", "VIP"],
+            None,
+        )
+        .await,
+    );
+    assert_eq!(
+        (&hold["taken"], &hold["held_by"]),
+        (&json!(true), &json!("ci")),
+        "{hold}"
+    );
+
+    let posted = json_of(
+        &admin_cli(
+            &app,
+            As::Admin(&key),
+            &[
+                "conversations",
+                "send",
+                &conversation,
+                "-",
+                "--idempotency-key",
+                "k1",
+            ],
+            Some("Hi, **Dana** here."),
+        )
+        .await,
+    );
+    assert_eq!(posted["created"], true, "{posted}");
+    let again = json_of(
+        &admin_cli(
+            &app,
+            As::Admin(&key),
+            &[
+                "conversations",
+                "send",
+                &conversation,
+                "other text",
+                "--idempotency-key",
+                "k1",
+            ],
+            None,
+        )
+        .await,
+    );
+    assert_eq!(
+        (&again["created"], &again["message_id"]),
+        (&json!(false), &posted["message_id"])
+    );
+
+    let table = stdout(&admin_cli(&app, As::Admin(&key), &["--table", "conversations", "held"], None).await);
+    assert!(table.contains(&conversation) && table.contains("VIP"), "{table}");
+
+    let back = json_of(
+        &admin_cli(
+            &app,
+            As::Admin(&key),
+            &["conversations", "hand-back", &conversation],
+            None,
+        )
+        .await,
+    );
+    assert_eq!(back["released"], true, "{back}");
+    let none = json_of(&admin_cli(&app, As::Admin(&key), &["conversations", "held"], None).await);
+    assert_eq!(none["conversations"], json!([]));
+}

@@ -180,6 +180,7 @@ fn dispatch_payload(messages: Vec<ChatMessage>) -> Value {
             thread_id: None,
             platform_user_id: "U0USER1".into(),
         },
+        reply: None,
     })
     .unwrap()
 }

@@ -25,7 +25,7 @@ use crate::support::{spawn_app, worker, TestApp};
 // Browser harness
 
 /// chromedriver as a child process on a free port, killed when dropped.
-struct Chromedriver {
+pub(crate) struct Chromedriver {
     child: Child,
     url: String,
 }
@@ -124,7 +124,7 @@ async fn start_chromedriver() -> (Chromedriver, String) {
 }
 
 /// How big the browser's page is.
-enum Screen {
+pub(crate) enum Screen {
     Laptop,
     /// A phone's viewport (390×844, as an iPhone 12–15), by Chromium's device emulation:
     /// a window cannot be made narrower than 500 px.
@@ -132,7 +132,7 @@ enum Screen {
 }
 
 /// A headless Chromium session (and its chromedriver).
-async fn browser(screen: Screen) -> (Chromedriver, Client) {
+pub(crate) async fn browser(screen: Screen) -> (Chromedriver, Client) {
     let (chromedriver, chromium) = start_chromedriver().await;
     // No sandbox: the tests may run as root, where Chromium's sandbox refuses to start.
     let mut options = json!({
@@ -155,7 +155,7 @@ async fn browser(screen: Screen) -> (Chromedriver, Client) {
 
 /// Runs a browser flow; on failure saves a screenshot under `target/console-screenshots/`
 /// before failing the test.
-async fn with_screenshot_on_failure<F>(client: Client, name: &str, flow: F)
+pub(crate) async fn with_screenshot_on_failure<F>(client: Client, name: &str, flow: F)
 where
     F: std::future::Future<Output = ()>,
 {
@@ -178,11 +178,11 @@ where
 }
 
 /// The console's base URL as the browser opens it (`localhost`: see the module doc).
-fn console(app: &TestApp, path: &str) -> String {
+pub(crate) fn console(app: &TestApp, path: &str) -> String {
     format!("http://localhost:{}{path}", app.addr.port())
 }
 
-async fn sign_in_with(client: &Client, app: &TestApp, key: &str) {
+pub(crate) async fn sign_in_with(client: &Client, app: &TestApp, key: &str) {
     client.goto(&console(app, "/console")).await.unwrap();
     let field = client.find(Locator::Id("key")).await.unwrap();
     field.send_keys(key).await.unwrap();
@@ -193,12 +193,12 @@ async fn sign_in_with(client: &Client, app: &TestApp, key: &str) {
         .click()
         .await
         .unwrap();
-    wait_for_page(client, "/console/turns", None).await;
+    wait_for_page(client, "/console/overview", None).await;
 }
 
 /// Waits (20 s at most) until the browser shows `path`, with a query that contains `query`
 /// when given: a click may return before the navigation it starts has finished.
-async fn wait_for_page(client: &Client, path: &str, query: Option<&str>) {
+pub(crate) async fn wait_for_page(client: &Client, path: &str, query: Option<&str>) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let url = client.current_url().await.unwrap();
@@ -252,7 +252,7 @@ struct Seeded {
     connector: channel_bridge::domain::ConnectorId,
 }
 
-async fn admin_key(app: &TestApp, tenant: channel_bridge::domain::TenantId) -> String {
+pub(crate) async fn admin_key(app: &TestApp, tenant: channel_bridge::domain::TenantId) -> String {
     channel_bridge::admin::operator::issue(&app.pool, tenant, "console")
         .await
         .unwrap()
@@ -304,6 +304,7 @@ async fn an_admin_signs_in_finds_a_failed_turn_redispatches_it_and_watches_it_de
     with_screenshot_on_failure(client, "redispatch_flow", async move {
         let turn = format!("#turn-{}", s.failed);
         sign_in_with(&c, &s.app, &s.key).await;
+        c.goto(&console(&s.app, "/console/turns")).await.unwrap();
 
         // The conversation is listed; a search narrows it to the turn.
         assert_eq!(status_of(&c, &turn).await.as_deref(), Some("dispatch_failed"));
@@ -378,6 +379,7 @@ async fn an_admin_signs_in_finds_a_failed_turn_redispatches_it_and_watches_it_de
 
         // Another tenant's key sees none of it, not even by the turn's id.
         sign_in_with(&c, &s.app, &s.other_key).await;
+        c.goto(&console(&s.app, "/console/turns")).await.unwrap();
         c.find(Locator::Id("no-turns")).await.unwrap();
         assert!(!c.source().await.unwrap().contains("parcel"));
         c.goto(&console(&s.app, &format!("/console/turns/{}", s.failed)))
@@ -462,7 +464,7 @@ async fn on_a_phone_sized_window_no_page_scrolls_sideways() {
 // ---------------------------------------------------------------------------------------
 // Plain HTTP
 
-fn no_redirects() -> reqwest::Client {
+pub(crate) fn no_redirects() -> reqwest::Client {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -470,7 +472,7 @@ fn no_redirects() -> reqwest::Client {
 }
 
 /// Signs in over HTTP; returns the `Cookie` header value of the session.
-async fn http_sign_in(app: &TestApp, key: &str) -> String {
+pub(crate) async fn http_sign_in(app: &TestApp, key: &str) -> String {
     let response = no_redirects()
         .post(app.url("/console/sign-in"))
         .header("content-type", "application/x-www-form-urlencoded")
@@ -489,7 +491,7 @@ async fn http_sign_in(app: &TestApp, key: &str) -> String {
     set_cookie.split(';').next().unwrap().to_owned()
 }
 
-async fn get_page(app: &TestApp, cookie: &str, path: &str) -> (u16, String) {
+pub(crate) async fn get_page(app: &TestApp, cookie: &str, path: &str) -> (u16, String) {
     let response = no_redirects()
         .get(app.url(path))
         .header("cookie", cookie)
@@ -612,7 +614,7 @@ async fn chat_text_with_markup_is_shown_as_text_never_run() {
 }
 
 /// The CSRF token of a signed-in page.
-fn csrf_of(page: &str) -> String {
+pub(crate) fn csrf_of(page: &str) -> String {
     page.split(r#"name="csrf" value=""#)
         .nth(1)
         .and_then(|rest| rest.split('"').next())
@@ -727,7 +729,7 @@ async fn tenant_without_links(app: &TestApp, slug: &str) -> Provisioned {
     }
 }
 
-async fn click(client: &Client, css: &str) {
+pub(crate) async fn click(client: &Client, css: &str) {
     client
         .find(Locator::Css(css))
         .await
@@ -737,7 +739,7 @@ async fn click(client: &Client, css: &str) {
         .unwrap();
 }
 
-async fn type_into(client: &Client, css: &str, text: &str) {
+pub(crate) async fn type_into(client: &Client, css: &str, text: &str) {
     client
         .find(Locator::Css(css))
         .await

@@ -245,9 +245,9 @@ async fn the_openapi_document_has_unique_operation_ids_and_documents_401_whereve
             }
         }
     }
-    assert_eq!(ids.len(), 37, "every operation was walked");
+    assert_eq!(ids.len(), 43, "every operation was walked");
     assert_eq!(
-        secured, 30,
+        secured, 36,
         "every admin and operator operation requires credentials"
     );
 }
@@ -308,7 +308,7 @@ async fn the_document_states_the_enums_limits_and_examples_the_handlers_hold_to(
         ),
         (json!(1), json!(200))
     );
-    assert_eq!(param("status")["enum"].as_array().unwrap().len(), 7);
+    assert_eq!(param("status")["enum"].as_array().unwrap().len(), 9);
     assert!(param("decision")["enum"]
         .as_array()
         .unwrap()
@@ -316,7 +316,7 @@ async fn the_document_states_the_enums_limits_and_examples_the_handlers_hold_to(
 
     // No request body takes text without a bound, and each shows an example.
     let bodies = request_body_schemas(&doc);
-    assert_eq!(bodies.len(), 9, "every operation with a body was walked");
+    assert_eq!(bodies.len(), 11, "every operation with a body was walked");
     for (name, schema) in bodies {
         assert!(schema["example"].is_object(), "{name} has an example");
         for (field, property) in schema["properties"].as_object().unwrap() {

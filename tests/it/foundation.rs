@@ -31,6 +31,7 @@ async fn migrate_applies_on_an_empty_database_and_a_second_run_is_a_no_op() {
     assert_eq!(
         tables,
         [
+            "agent_events",
             "api_keys",
             "audit_log",
             "channel_connectors",
@@ -39,6 +40,7 @@ async fn migrate_applies_on_an_empty_database_and_a_second_run_is_a_no_op() {
             "channel_notices",
             "channel_replies",
             "console_sessions",
+            "conversation_holds",
             "dispatch_queue_0",
             "dispatch_queue_1",
             "dispatch_queue_generation",

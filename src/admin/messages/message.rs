@@ -31,6 +31,10 @@ pub struct MessageOut {
     pub platform_user_id: String,
     pub reply_to_id: Option<String>,
     pub user_id: Option<String>,
+    /// The conversation the turn belongs to: `user:<user id>` for a linked user,
+    /// `sender:<connector id>:<platform user id>` for an unlinked sender
+    /// (`/v1/admin/conversations/{conversation}/…`).
+    pub conversation: String,
     pub request_content: String,
     pub response_content: Option<String>,
     #[schema(schema_with = schema::optional_decision)]
@@ -47,6 +51,12 @@ pub struct MessageOut {
     /// The files sent with the turn (type, MIME type, size, name; `url` is always null
     /// here: the agent gets signed, expiring URLs with each dispatch).
     pub attachments: Vec<crate::media::AttachmentOut>,
+    /// Who wrote the turn: `user` (answered by the agent), `person` (a tenant's person
+    /// answering in the agent's place; `request_content` is empty and the text is
+    /// `response_content`) or `agent` (the agent writing first).
+    pub origin: crate::domain::TurnOrigin,
+    /// A person's turn: the name of the admin key that wrote it.
+    pub author: Option<String>,
 }
 
 impl From<MessageRow> for MessageOut {
@@ -62,6 +72,7 @@ impl From<MessageRow> for MessageOut {
             platform_user_id: row.platform_user_id,
             reply_to_id: row.reply_to_id,
             user_id: row.user_id,
+            conversation: row.conversation_key,
             request_content: row.request_content,
             response_content: row.response_content,
             decision: row.decision,
@@ -77,6 +88,8 @@ impl From<MessageRow> for MessageOut {
                 .as_deref()
                 .map(|files| crate::media::AttachmentOut::of_turn(row.id, files))
                 .unwrap_or_default(),
+            origin: row.origin,
+            author: row.author,
         }
     }
 }

@@ -331,14 +331,17 @@ pub async fn recover_one(
 fn refuse_if_never_applies(action: Recovery, status: MessageStatus) -> Result<(), AppError> {
     use MessageStatus::*;
     match (action, status) {
-        (Recovery::Redispatch, DispatchFailed | Accepted | Dispatching) => Ok(()),
-        (Recovery::Redispatch, Executed | DeliveryFailed | DeniedUnlinked | Ignored) => Err(
+        (Recovery::Redispatch, DispatchFailed | AwaitingAgent | Accepted | Dispatching) => Ok(()),
+        (Recovery::Redispatch, Executed | DeliveryFailed | DeniedUnlinked | Ignored | Held) => Err(
             AppError::Conflict("only a dispatch_failed message can be redispatched"),
         ),
         (Recovery::Resend, Executed | DeliveryFailed) => Ok(()),
-        (Recovery::Resend, Accepted | Dispatching | DispatchFailed | DeniedUnlinked | Ignored) => Err(
-            AppError::Conflict("only an answered message (executed or delivery_failed) can be resent"),
-        ),
+        (
+            Recovery::Resend,
+            Accepted | Dispatching | DispatchFailed | DeniedUnlinked | Ignored | Held | AwaitingAgent,
+        ) => Err(AppError::Conflict(
+            "only an answered message (executed or delivery_failed) can be resent",
+        )),
     }
 }
 

@@ -42,12 +42,10 @@ const SLACK_PERMANENT: &[&str] = &[
 ];
 
 /// Replies go under the thread's parent: `thread_ts` if the user wrote in a thread, else
-/// the user's own message starts one (PLATFORMS.md §1.6).
-pub fn thread_ts(message: &MessageRow) -> &str {
-    message
-        .thread_id
-        .as_deref()
-        .unwrap_or(&message.platform_message_id)
+/// the user's own message starts one (PLATFORMS.md §1.6); a message the agent writes first
+/// starts none.
+pub fn thread_ts(message: &MessageRow) -> Option<&str> {
+    message.thread_id.as_deref().or(message.reply_target())
 }
 
 pub(super) async fn post(client: &Client, part: &OutboundPart<'_>, token: &str) -> SendOutcome {
@@ -56,15 +54,17 @@ pub(super) async fn post(client: &Client, part: &OutboundPart<'_>, token: &str) 
         Some(formatted) => formatted.text,
         None => escape(part.text),
     };
-    let body = json!({
+    let mut body = json!({
         "channel": part.message.chat_id,
         "text": text,
-        "thread_ts": thread_ts(part.message),
         "metadata": {
             "event_type": REPLY_METADATA_EVENT_TYPE,
             "event_payload": { "part_key": part.part_key },
         },
     });
+    if let Some(thread) = thread_ts(part.message) {
+        body["thread_ts"] = thread.into();
+    }
     let request = client
         .post(format!("{}/api/chat.postMessage", api_base(part.connector)))
         .bearer_auth(token)

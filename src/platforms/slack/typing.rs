@@ -31,10 +31,11 @@ impl TypingIndicator for Slack {
         base: &str,
         token: &str,
         place: &Place,
-        show: Show,
+        show: Show<'_>,
     ) -> reqwest::RequestBuilder {
         let status = match show {
             Show::Working => SLACK_STATUS,
+            Show::Status(text) => text,
             Show::Nothing => "",
         };
         client
@@ -100,6 +101,8 @@ mod tests {
             attachments: None,
             metadata,
             live_message_id: None,
+            origin: Default::default(),
+            author: None,
         }
     }
 

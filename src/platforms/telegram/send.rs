@@ -35,17 +35,20 @@ pub(super) async fn send(client: &Client, part: &OutboundPart<'_>, token: &str) 
     post(client, part, token, part.text, None).await.1
 }
 
-/// The `sendMessage` body of `text` replying to `message` (in its forum topic, if any).
+/// The `sendMessage` body of `text` replying to `message` (in its forum topic, if any; a
+/// turn the agent wrote first has no message to reply to).
 pub(super) fn reply_body(message: &MessageRow, text: &str) -> Value {
     let mut body = json!({
         "chat_id": json_id(&message.chat_id),
         "text": text,
-        "reply_parameters": {
-            "message_id": json_id(&message.platform_message_id),
-            "allow_sending_without_reply": true,
-        },
         "link_preview_options": { "is_disabled": true },
     });
+    if let Some(target) = message.reply_target() {
+        body["reply_parameters"] = json!({
+            "message_id": json_id(target),
+            "allow_sending_without_reply": true,
+        });
+    }
     if let Some(topic) = &message.thread_id {
         body["message_thread_id"] = json_id(topic);
     }

@@ -28,7 +28,7 @@ impl TypingIndicator for Telegram {
         base: &str,
         token: &str,
         place: &Place,
-        _show: Show,
+        _show: Show<'_>,
     ) -> reqwest::RequestBuilder {
         let mut body = json!({ "chat_id": json_id(&place.chat), "action": "typing" });
         if let Some(topic) = &place.within {

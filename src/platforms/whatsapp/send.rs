@@ -35,15 +35,25 @@ pub(super) async fn send(client: &Client, part: &OutboundPart<'_>, token: &str) 
     };
     let formatted = part.formatted(&Whatsapp);
     let text = formatted.as_ref().map_or(part.text, |f| f.text.as_str());
-    let body = json!({
+    let mut body = json!({
         "messaging_product": "whatsapp",
         "recipient_type": "individual",
         "to": format!("+{}", message.chat_id.trim_start_matches('+')),
         "type": "text",
-        "context": { "message_id": message.platform_message_id },
         "text": { "preview_url": false, "body": text },
         "biz_opaque_callback_data": part.part_key,
     });
+    if let Some(target) = message.reply_target() {
+        body["context"] = json!({ "message_id": target });
+    }
+    // Outside the 24-hour window, an approved template (docs/agent.md#writing-first).
+    if let Some(template) = template_of(message) {
+        body["type"] = "template".into();
+        body["template"] = template;
+        if let Some(object) = body.as_object_mut() {
+            object.remove("text");
+        }
+    }
     let request = client
         .post(format!(
             "{}/{GRAPH_VERSION}/{phone_number_id}/messages",
@@ -59,6 +69,29 @@ pub(super) async fn send(client: &Client, part: &OutboundPart<'_>, token: &str) 
         }
         Err(err) => transport_error(err),
     }
+}
+
+/// `metadata.template` of a turn the agent wrote first (`{name, language, parameters}`),
+/// as Cloud API's `template` object: the body's text parameters in order.
+fn template_of(message: &crate::db::messages::MessageRow) -> Option<Value> {
+    let template = message.metadata.get("template")?;
+    let name = template.get("name")?.as_str()?;
+    let language = template.get("language")?.as_str()?;
+    let parameters: Vec<Value> = template
+        .get("parameters")
+        .and_then(Value::as_array)
+        .map(|list| {
+            list.iter()
+                .filter_map(Value::as_str)
+                .map(|text| json!({"type": "text", "text": text}))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut out = json!({ "name": name, "language": { "code": language } });
+    if !parameters.is_empty() {
+        out["components"] = json!([{ "type": "body", "parameters": parameters }]);
+    }
+    Some(out)
 }
 
 fn classify(status: StatusCode, body: Option<Value>) -> SendOutcome {

@@ -30,7 +30,7 @@ impl TypingIndicator for Whatsapp {
         base: &str,
         token: &str,
         place: &Place,
-        _show: Show,
+        _show: Show<'_>,
     ) -> reqwest::RequestBuilder {
         let phone_number_id = &place.chat;
         client

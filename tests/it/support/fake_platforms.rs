@@ -126,6 +126,7 @@ impl FakePlatforms {
             .route("/api/chat.postMessage", post(slack_post))
             .route("/api/conversations.replies", get(slack_replies))
             .route("/api/assistant.threads.setStatus", post(slack_set_status))
+            .route("/api/conversations.open", post(slack_open))
             .route("/{bot}/sendMessage", post(telegram_send))
             .route("/{bot}/sendChatAction", post(telegram_chat_action))
             .route("/{version}/{phone}/messages", post(whatsapp_send))
@@ -396,6 +397,23 @@ async fn answer(answer: Answer, success: Value) -> Response {
             Json(success).into_response()
         }
     }
+}
+
+/// `conversations.open`: recorded among the sends; the DM of `U…` is `D` and its id.
+async fn slack_open(
+    State(state): State<Arc<PlatformState>>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    record(
+        &state,
+        Platform::Slack,
+        "/api/conversations.open".into(),
+        &headers,
+        body.clone(),
+    );
+    let user = body["users"].as_str().unwrap_or_default().trim_start_matches('U');
+    Json(json!({"ok": true, "channel": {"id": format!("D{user}")}})).into_response()
 }
 
 async fn slack_post(

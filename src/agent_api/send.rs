@@ -1,0 +1,385 @@
+//! `POST /v1/agent/{tenant_id}/messages`: a message the agent writes first
+//! (docs/agent.md#writing-first), to a linked user, to a chat on a connector, or threaded to
+//! a stored turn. Recorded as the agent's own turn (so the user's next dispatch has it in
+//! `messages[]`) and posted through the reply stage like an answer.
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::db::audit::{Actor, AuditAction, AuditEntry};
+use crate::db::messages::{MessageRow, MESSAGE_COLUMNS};
+use crate::db::{self, TenantTx};
+use crate::domain::{Connector, ConnectorId, MessageId, Platform};
+use crate::error::{ApiJsonError, AppError};
+use crate::http::extract::ApiPath;
+use crate::http::state::AppState;
+use crate::turn::outgoing::{self, Outgoing, Place, Posted};
+
+/// WhatsApp's customer-service window (PLATFORMS.md §2.6: error 131047 past it).
+const WHATSAPP_WINDOW: chrono::TimeDelta = chrono::TimeDelta::hours(24);
+
+/// Exactly one of `user_id`, `chat_id` (with `connector_id`) or `reply_to` says where.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"user_id": "alice", "content": "Your report is ready: **3 findings**."}))]
+pub struct AgentMessageIn {
+    /// A linked user, on the connector they wrote on last (or `connector_id`): a direct
+    /// message (Slack opens one when none is recorded).
+    #[schema(max_length = 256)]
+    pub user_id: Option<String>,
+    /// With `user_id`, which of the tenant's connectors; with `chat_id`, required.
+    pub connector_id: Option<uuid::Uuid>,
+    /// A chat or channel on `connector_id` (Slack channel id, Telegram chat id, WhatsApp
+    /// number).
+    #[schema(max_length = 256)]
+    pub chat_id: Option<String>,
+    /// A stored turn (`message_id` of a dispatch): the message goes to its chat, threaded.
+    pub reply_to: Option<uuid::Uuid>,
+    /// Markdown, rendered and split for the platform. Required unless `template`.
+    #[schema(max_length = 100000)]
+    pub content: Option<String>,
+    /// WhatsApp only: an approved template, the only message Meta delivers more than 24
+    /// hours after the user's last message.
+    pub template: Option<TemplateIn>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TemplateIn {
+    #[schema(max_length = 512)]
+    pub name: String,
+    /// e.g. `en_US`.
+    #[schema(max_length = 32)]
+    pub language: String,
+    /// The body's `{{1}}`, `{{2}}`… in order.
+    #[serde(default)]
+    pub parameters: Vec<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AgentMessageOut {
+    /// The agent's turn (`GET /v1/admin/messages/{id}` shows its parts as posted, and a
+    /// refusal such as a Telegram user who blocked the bot as its `last_error`).
+    pub message_id: uuid::Uuid,
+    pub conversation: String,
+    #[schema(schema_with = crate::admin::schema::platform)]
+    pub platform: String,
+    pub connector_id: uuid::Uuid,
+    pub chat_id: String,
+    pub parts: usize,
+    /// `false`: sent before under the same `webhook-id`.
+    pub created: bool,
+}
+
+/// Send a message the agent writes first. Signed like a dispatch, the other way round
+/// (Standard Webhooks with the tenant's dispatch secret); `webhook-id` is the message's
+/// idempotency key: the same id again sends nothing twice.
+#[utoipa::path(post, path = "/v1/agent/{tenant_id}/messages", operation_id = "post_agent_message", tag = "agent",
+    security(("dispatch_signature" = [])),
+    params(("tenant_id" = Uuid, Path),
+        ("webhook-id" = String, Header, description = "The message's idempotency key"),
+        ("webhook-timestamp" = String, Header, description = "Unix seconds"),
+        ("webhook-signature" = String, Header, description = "v1,<base64 HMAC-SHA256 of \"{id}.{timestamp}.{body}\"> with the dispatch secret")),
+    request_body = AgentMessageIn,
+    responses((status = 202, body = AgentMessageOut, description = "Recorded and queued: its parts are posted in order"),
+        (status = 200, body = AgentMessageOut, description = "The same webhook-id again: nothing sent twice"),
+        (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError),
+        (status = 404, body = ApiJsonError, description = "No such tenant, user, connector or turn"),
+        (status = 413, body = ApiJsonError),
+        (status = 422, body = ApiJsonError, description = "Not a valid target, or WhatsApp's 24-hour window has passed without a template"),
+        (status = 502, body = ApiJsonError, description = "Slack would not open a direct message"),
+        (status = 503, body = ApiJsonError)))]
+pub async fn post_message(
+    State(state): State<AppState>,
+    ApiPath(tenant_id): ApiPath<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, Json<AgentMessageOut>), AppError> {
+    let signed = super::verify(&state, &tenant_id, &headers, &body).await?;
+    let input: AgentMessageIn = super::parse(&body)?;
+    check(&input)?;
+    let tenant = signed.tenant.id;
+    let mut tx = TenantTx::begin(&state.pool, tenant).await?;
+    let (place, connector) = resolve(&state, &mut tx, &input).await?;
+    let platform: Platform = place
+        .platform
+        .parse()
+        .map_err(|_| AppError::Unprocessable("the connector's platform is not known".into()))?;
+    if platform == Platform::Whatsapp && input.template.is_none() {
+        within_whatsapp_window(&mut tx, &place).await?;
+    }
+    if input.template.is_some() && platform != Platform::Whatsapp {
+        return Err(AppError::Unprocessable(
+            "`template` is for WhatsApp connectors only".into(),
+        ));
+    }
+    let text = match (&input.content, &input.template) {
+        (Some(content), _) => content.clone(),
+        (None, Some(template)) => format!("[template {}]", template.name),
+        (None, None) => String::new(),
+    };
+    // A template is one message, whatever its text.
+    let parts = match input.template {
+        Some(_) => vec![text.clone()],
+        None => crate::delivery::split::split_parts(
+            platform,
+            connector.profile.format_markdown,
+            std::slice::from_ref(&text),
+        ),
+    };
+    let metadata = match &input.template {
+        Some(template) => serde_json::json!({ "template": template }),
+        None => serde_json::json!({}),
+    };
+    let key = format!("agent:{}", signed.event_id);
+    let turn = Outgoing {
+        origin: crate::domain::TurnOrigin::Agent,
+        author: None,
+        text: &text,
+        parts: &parts,
+        idempotency_key: &key,
+        metadata,
+    };
+    let posted = outgoing::record(&mut tx, &place, &turn).await?;
+    if let Posted::New(id) = posted {
+        metrics::counter!("channel_bridge_agent_messages_total", "platform" => platform.as_str())
+            .increment(1);
+        let details = serde_json::json!({ "message_id": id.to_string(), "parts": parts.len() });
+        let entry = AuditEntry::new(
+            Actor::Agent,
+            AuditAction::ConversationMessage,
+            &place.conversation_key,
+            details,
+        );
+        db::audit::record(&mut tx, &entry).await?;
+    }
+    tx.commit().await?;
+    let (id, created, status) = match posted {
+        Posted::New(id) => {
+            state.wake_workers();
+            (id, true, StatusCode::ACCEPTED)
+        }
+        Posted::Repeat(id) => (id, false, StatusCode::OK),
+    };
+    Ok((
+        status,
+        Json(AgentMessageOut {
+            message_id: id.0,
+            conversation: place.conversation_key,
+            platform: place.platform,
+            connector_id: place.connector_id.0,
+            chat_id: place.chat_id,
+            parts: parts.len(),
+            created,
+        }),
+    ))
+}
+
+fn check(input: &AgentMessageIn) -> Result<(), AppError> {
+    use crate::admin::schema::{check_optional_text, ID_MAX};
+    let targets = [
+        input.user_id.is_some(),
+        input.chat_id.is_some(),
+        input.reply_to.is_some(),
+    ];
+    if targets.iter().filter(|set| **set).count() != 1 {
+        return Err(AppError::Unprocessable(
+            "name exactly one of user_id, chat_id (with connector_id) or reply_to".into(),
+        ));
+    }
+    if input.chat_id.is_some() && input.connector_id.is_none() {
+        return Err(AppError::Unprocessable("chat_id needs connector_id".into()));
+    }
+    check_optional_text("user_id", input.user_id.as_deref(), ID_MAX)?;
+    check_optional_text("chat_id", input.chat_id.as_deref(), ID_MAX)?;
+    check_optional_text("content", input.content.as_deref(), 100_000)?;
+    let blank = input.content.as_deref().is_none_or(|c| c.trim().is_empty());
+    if blank && input.template.is_none() {
+        return Err(AppError::Unprocessable(
+            "content must not be empty (or name a template)".into(),
+        ));
+    }
+    if let Some(template) = &input.template {
+        crate::admin::schema::check_text("template.name", &template.name, 512)?;
+        crate::admin::schema::check_text("template.language", &template.language, 32)?;
+        for parameter in &template.parameters {
+            crate::admin::schema::check_text("template.parameters", parameter, 1024)?;
+        }
+    }
+    Ok(())
+}
+
+async fn connector(state: &AppState, tx: &mut TenantTx, id: ConnectorId) -> Result<Connector, AppError> {
+    db::connectors::get(tx, &state.settings.database.secrets, id)
+        .await?
+        .filter(|c| c.profile.enabled)
+        .ok_or(AppError::NotFound("connector"))
+}
+
+async fn resolve(
+    state: &AppState,
+    tx: &mut TenantTx,
+    input: &AgentMessageIn,
+) -> Result<(Place, Connector), AppError> {
+    if let Some(reply_to) = input.reply_to {
+        let turn = db::messages::get(tx, MessageId(reply_to))
+            .await?
+            .ok_or(AppError::NotFound("turn"))?;
+        if input.connector_id.is_some_and(|c| c != turn.connector_id.0) {
+            return Err(AppError::Unprocessable(
+                "reply_to is a turn of another connector".into(),
+            ));
+        }
+        let connector = connector(state, tx, turn.connector_id).await?;
+        return Ok((Place::replying_to(&turn), connector));
+    }
+    if let (Some(chat), Some(connector_id)) = (&input.chat_id, input.connector_id) {
+        let connector = connector(state, tx, ConnectorId(connector_id)).await?;
+        let place = Place {
+            connector_id: connector.id,
+            platform: connector.profile.platform.as_str().to_owned(),
+            reply_to: String::new(),
+            chat_id: chat.clone(),
+            thread_id: None,
+            space: None,
+            platform_user_id: String::new(),
+            user_id: None,
+            conversation_key: format!("chat:{}:{chat}", connector.id),
+        };
+        return Ok((place, connector));
+    }
+    let user = input.user_id.as_deref().unwrap_or_default();
+    let last = last_turn_of(tx, user, input.connector_id.map(ConnectorId)).await?;
+    let connector_id = match (input.connector_id, &last) {
+        (Some(id), _) => ConnectorId(id),
+        (None, Some(last)) => last.connector_id,
+        (None, None) => {
+            return Err(AppError::NotFound(
+                "user (no turn on any connector: name connector_id)",
+            ))
+        }
+    };
+    let connector = connector(state, tx, connector_id).await?;
+    let platform = connector.profile.platform;
+    let account = match &last {
+        Some(last) => last.platform_user_id.clone(),
+        None => linked_account(tx, platform, user)
+            .await?
+            .ok_or(AppError::NotFound(
+                "user (no account linked on this connector's platform)",
+            ))?,
+    };
+    let direct = last
+        .as_ref()
+        .filter(|l| l.space.is_none())
+        .map(|l| l.chat_id.clone());
+    let chat_id = match (platform, direct) {
+        (_, Some(chat)) => chat,
+        (Platform::Slack, None) => {
+            crate::platforms::slack::dm::open(&state.platform_client, &connector, &account)
+                .await
+                .map_err(|error| {
+                    tracing::warn!(%error, "slack would not open a direct message");
+                    AppError::BadGateway("slack would not open a direct message with the user")
+                })?
+        }
+        // A Telegram private chat's id is the user's; a WhatsApp chat is the number.
+        (Platform::Telegram | Platform::Whatsapp, None) => account.clone(),
+    };
+    let place = Place {
+        connector_id,
+        platform: platform.as_str().to_owned(),
+        reply_to: String::new(),
+        chat_id,
+        thread_id: None,
+        space: None,
+        platform_user_id: account,
+        user_id: Some(user.to_owned()),
+        conversation_key: format!("user:{user}"),
+    };
+    Ok((place, connector))
+}
+
+/// The user's latest own turn (on `connector`, if named), read on the history index.
+async fn last_turn_of(
+    tx: &mut TenantTx,
+    user: &str,
+    connector: Option<ConnectorId>,
+) -> Result<Option<MessageRow>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "select {MESSAGE_COLUMNS} from channel_messages
+          where tenant_id = $1 and user_id = $2 and origin = 'user'
+            and ($3::uuid is null or connector_id = $3)
+          order by received_at desc, id desc limit 1"
+    ))
+    .bind(tx.tenant())
+    .bind(user)
+    .bind(connector)
+    .fetch_optional(tx.conn())
+    .await
+}
+
+async fn linked_account(
+    tx: &mut TenantTx,
+    platform: Platform,
+    user: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "select platform_user_id from channel_links
+          where tenant_id = $1 and platform = $2 and user_id = $3
+          order by platform_user_id limit 1",
+    )
+    .bind(tx.tenant())
+    .bind(platform.as_str())
+    .bind(user)
+    .fetch_optional(tx.conn())
+    .await
+}
+
+/// Refused before Meta is asked: a free-form message more than 24 hours after the user's
+/// last message is rejected by Meta (131047) anyway.
+async fn within_whatsapp_window(tx: &mut TenantTx, place: &Place) -> Result<(), AppError> {
+    let number = if place.platform_user_id.is_empty() {
+        &place.chat_id
+    } else {
+        &place.platform_user_id
+    };
+    // On the history index of a linked user, or of the unlinked sender.
+    let last: Option<chrono::DateTime<chrono::Utc>> = match &place.user_id {
+        Some(user) => {
+            sqlx::query_scalar(
+                "select max(received_at) from channel_messages
+                  where tenant_id = $1 and user_id = $2 and connector_id = $3
+                    and platform_user_id = $4 and origin = 'user'",
+            )
+            .bind(tx.tenant())
+            .bind(user)
+            .bind(place.connector_id)
+            .bind(number)
+            .fetch_one(tx.conn())
+            .await?
+        }
+        None => {
+            sqlx::query_scalar(
+                "select max(received_at) from channel_messages
+                  where tenant_id = $1 and user_id is null and conversation_key = $2 and origin = 'user'",
+            )
+            .bind(tx.tenant())
+            .bind(format!("sender:{}:{number}", place.connector_id))
+            .fetch_one(tx.conn())
+            .await?
+        }
+    };
+    if last.is_some_and(|at| chrono::Utc::now() - at < WHATSAPP_WINDOW) {
+        return Ok(());
+    }
+    Err(AppError::Unprocessable(
+        "WhatsApp delivers a free-form message only within 24 hours of the user's last message \
+         (Meta error 131047): name an approved `template` to write outside it"
+            .into(),
+    ))
+}

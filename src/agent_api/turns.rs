@@ -1,0 +1,183 @@
+//! `POST /v1/agent/{tenant_id}/turns/{message_id}/events`: the answer to a turn the agent
+//! accepted with `202` (docs/agent.md#answering-later), posted as it comes.
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::db::messages::MessageRow;
+use crate::db::{self, TenantTx};
+use crate::domain::{MessageId, MessageStatus, Platform};
+use crate::error::{ApiJsonError, AppError};
+use crate::http::extract::ApiPath;
+use crate::http::state::AppState;
+use crate::turn::later::{self, EventKind, Opened};
+
+/// The longest status text kept (Slack shows 100 characters).
+const STATUS_MAX: usize = 500;
+
+/// One event of an answer given later. `message` and `done` text is Markdown, rendered and
+/// split for the platform like a synchronous answer.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+#[schema(example = json!({"type": "message", "content": "Found 3 flights; the cheapest leaves at 7:05."}))]
+pub enum TurnEvent {
+    /// What the agent is doing, shown as the platform's typing indicator (Slack: the
+    /// assistant thread's status text) while the user waits.
+    Status {
+        #[schema(max_length = 500)]
+        text: String,
+    },
+    /// One part of the answer, posted now (threaded, exactly once).
+    Message {
+        #[schema(max_length = 100000)]
+        content: String,
+    },
+    /// The answer is complete (with a last part, if `content` is given). Later events get 409.
+    Done {
+        #[schema(max_length = 100000)]
+        #[serde(default)]
+        content: Option<String>,
+    },
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EventOut {
+    /// `accepted`, or `duplicate` for a `webhook-id` applied before (nothing done again).
+    pub status: &'static str,
+    /// Reply parts this event made (after splitting for the platform).
+    pub parts: usize,
+    /// For a status update: whether the platform shows it (no indicator on this platform or
+    /// connector, or another one a moment ago, leaves it out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shown: Option<bool>,
+}
+
+/// Post an event of the answer to a turn the agent accepted with `202`. Signed like a
+/// dispatch, the other way round: Standard Webhooks headers with the tenant's dispatch
+/// secret; `webhook-id` is the event's idempotency key.
+#[utoipa::path(post, path = "/v1/agent/{tenant_id}/turns/{message_id}/events", operation_id = "post_turn_event", tag = "agent",
+    security(("dispatch_signature" = [])),
+    params(("tenant_id" = Uuid, Path), ("message_id" = Uuid, Path),
+        ("webhook-id" = String, Header, description = "The event's idempotency key"),
+        ("webhook-timestamp" = String, Header, description = "Unix seconds"),
+        ("webhook-signature" = String, Header, description = "v1,<base64 HMAC-SHA256 of \"{id}.{timestamp}.{body}\"> with the dispatch secret")),
+    request_body = TurnEvent,
+    responses((status = 202, body = EventOut), (status = 200, body = EventOut, description = "The same webhook-id again: nothing done twice"),
+        (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 404, body = ApiJsonError),
+        (status = 409, body = ApiJsonError, description = "The turn is not waiting for the agent: done already, or not answered 202"),
+        (status = 410, body = ApiJsonError, description = "Past CB_AGENT_ASYNC_HORIZON_SECS"),
+        (status = 413, body = ApiJsonError), (status = 422, body = ApiJsonError), (status = 503, body = ApiJsonError)))]
+pub async fn post_event(
+    State(state): State<AppState>,
+    ApiPath((tenant_id, message_id)): ApiPath<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, Json<EventOut>), AppError> {
+    let signed = super::verify(&state, &tenant_id, &headers, &body).await?;
+    let message = message_id
+        .parse::<uuid::Uuid>()
+        .map(MessageId)
+        .map_err(|_| AppError::NotFound("turn"))?;
+    let event: TurnEvent = super::parse(&body)?;
+    let (kind, text) = match &event {
+        TurnEvent::Status { text } => {
+            crate::admin::schema::check_text("text", text, STATUS_MAX)?;
+            (EventKind::Status, None)
+        }
+        TurnEvent::Message { content } => (EventKind::Message, Some(content.as_str())),
+        TurnEvent::Done { content } => (EventKind::Done, content.as_deref()),
+    };
+    if let Some(text) = text {
+        crate::admin::schema::check_text("content", text, 100_000)?;
+    }
+    let text = text.filter(|t| !t.trim().is_empty());
+    let mut tx = TenantTx::begin(&state.pool, signed.tenant.id).await?;
+    let turn = match later::open(&mut tx, message, &signed.event_id).await? {
+        Opened::Ready(turn) => turn,
+        refused => {
+            tx.rollback().await?;
+            return refusal(refused);
+        }
+    };
+    let parts = match text {
+        Some(text) => split(&state, &mut tx, &turn, text).await?,
+        None => Vec::new(),
+    };
+    later::apply(&mut tx, &turn, &signed.event_id, kind, text, &parts).await?;
+    tx.commit().await?;
+    metrics::counter!("channel_bridge_agent_events_total", "type" => kind.as_str()).increment(1);
+    if !parts.is_empty() {
+        state.wake_workers();
+    }
+    let shown = match &event {
+        TurnEvent::Status { text } => Some(show_status(&state, &turn, text).await),
+        _ => None,
+    };
+    let out = EventOut {
+        status: "accepted",
+        parts: parts.len(),
+        shown,
+    };
+    Ok((StatusCode::ACCEPTED, Json(out)))
+}
+
+/// What an event that is not applied is answered.
+fn refusal(opened: Opened) -> Result<(StatusCode, Json<EventOut>), AppError> {
+    match opened {
+        Opened::Repeat => {
+            let out = EventOut {
+                status: "duplicate",
+                parts: 0,
+                shown: None,
+            };
+            Ok((StatusCode::OK, Json(out)))
+        }
+        Opened::NotAwaiting(MessageStatus::Executed | MessageStatus::DeliveryFailed) => {
+            Err(AppError::Conflict("the turn is done: its answer is complete"))
+        }
+        Opened::NotAwaiting(_) => Err(AppError::Conflict(
+            "the turn is not waiting for an answer (the agent did not answer it 202)",
+        )),
+        Opened::PastHorizon => Err(AppError::Gone(
+            "the turn's CB_AGENT_ASYNC_HORIZON_SECS has passed",
+        )),
+        Opened::NoSuchTurn | Opened::Ready(_) => Err(AppError::NotFound("turn")),
+    }
+}
+
+/// Split as a synchronous answer is, for the turn's platform and connector (read in the
+/// event's transaction: a token rotated a moment ago is no reason to fail).
+async fn split(
+    state: &AppState,
+    tx: &mut TenantTx,
+    turn: &MessageRow,
+    text: &str,
+) -> Result<Vec<String>, AppError> {
+    let platform: Platform = turn
+        .platform
+        .parse()
+        .map_err(|_| AppError::Conflict("the turn's platform is not known"))?;
+    let connector = db::connectors::get(tx, &state.settings.database.secrets, turn.connector_id).await?;
+    let markdown = connector.as_ref().is_some_and(|c| c.profile.format_markdown);
+    Ok(crate::delivery::split::split_parts(
+        platform,
+        markdown,
+        &[text.to_owned()],
+    ))
+}
+
+async fn show_status(state: &AppState, turn: &MessageRow, text: &str) -> bool {
+    let tenant = crate::domain::TenantId(turn.tenant_id);
+    let Ok(Some(connector)) = state
+        .cache
+        .connector_of(&state.pool, tenant, turn.connector_id)
+        .await
+    else {
+        return false;
+    };
+    state.typing.show_status(&connector, turn, text).await
+}

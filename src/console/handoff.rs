@@ -1,0 +1,207 @@
+//! A person stepping in from the console (docs/console.md#human-handoff): the panel on a
+//! conversation's page (take over, answer, hand back), the held list, and the forms' POSTs,
+//! each running the admin API's own function and redirecting back (POST, redirect, GET).
+
+use std::fmt::Write;
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Redirect};
+use axum::Form;
+use serde::Deserialize;
+
+use super::error::PageResult;
+use super::html::{esc, query_value};
+use super::pages::{ok_page, when};
+use super::session::SignedIn;
+use crate::admin::conversations::{self, Person, PersonMessageIn};
+use crate::admin::messages::Who;
+use crate::db::audit::Actor;
+use crate::db::holds::Hold;
+use crate::domain::{MessageId, TenantId};
+use crate::error::AppError;
+use crate::http::state::AppState;
+
+/// The conversation id of a page (`user:…` or the sender's key).
+pub fn conversation_of(who: &Who) -> String {
+    match who {
+        Who::User(user) => format!("user:{user}"),
+        Who::Sender(key) => key.clone(),
+    }
+}
+
+pub fn page_of(conversation: &str) -> String {
+    match conversation.strip_prefix("user:") {
+        Some(user) => format!("/console/conversation?user_id={}", query_value(user)),
+        None => format!("/console/conversation?sender={}", query_value(conversation)),
+    }
+}
+
+pub async fn hold_of(
+    state: &AppState,
+    tenant: TenantId,
+    conversation: &str,
+) -> Result<Option<Hold>, AppError> {
+    let mut tx = crate::db::TenantTx::begin(&state.pool, tenant).await?;
+    let hold = crate::db::holds::get(&mut tx, conversation).await?;
+    tx.commit().await?;
+    Ok(hold)
+}
+
+/// Above the turns: who answers the conversation, and the forms to change that or write.
+/// The answer form carries a fresh idempotency key, so a double submit posts once.
+pub fn panel(conversation: &str, hold: Option<&Hold>, csrf: &str) -> String {
+    let csrf = esc(csrf);
+    let id = esc(conversation);
+    let state = match hold {
+        Some(hold) => {
+            let reason = hold
+                .reason
+                .as_deref()
+                .map(|r| format!(" — {}", esc(r)))
+                .unwrap_or_default();
+            let by = if hold.by_agent {
+                "the agent asked for a person".to_owned()
+            } else {
+                format!("held by {}", esc(&hold.held_by))
+            };
+            format!(
+                r#"<p class="alert" id="held">A person answers this conversation ({by} since {at}{reason}): the user's turns are recorded, not sent to the agent.</p>
+<form method="post" action="/console/conversation/hand-back" class="inline"><input type="hidden" name="csrf" value="{csrf}"><input type="hidden" name="conversation" value="{id}"><button type="submit" id="hand-back">Hand back to the agent</button></form>"#,
+                at = when(hold.held_at),
+            )
+        }
+        None => format!(
+            r#"<p class="empty" id="agent-answers">The agent answers this conversation.</p>
+<form method="post" action="/console/conversation/take-over" class="inline"><input type="hidden" name="csrf" value="{csrf}"><input type="hidden" name="conversation" value="{id}"><button type="submit" id="take-over" class="danger">Take over</button></form>"#
+        ),
+    };
+    format!(
+        r#"<section class="card" id="handoff">{state}
+<form method="post" action="/console/conversation/messages" class="stack" id="answer-form"><input type="hidden" name="csrf" value="{csrf}"><input type="hidden" name="conversation" value="{id}"><input type="hidden" name="key" value="{key}">
+<label>Answer as a person <small>Markdown; posted threaded to the user's latest message{takes}.</small><textarea name="text" id="answer" rows="3" required maxlength="{max}"></textarea></label>
+<button type="submit" id="send">Send</button></form></section>"#,
+        key = MessageId::new(),
+        max = conversations::TEXT_MAX,
+        takes = if hold.is_some() {
+            ""
+        } else {
+            "; sending takes the conversation over"
+        },
+    )
+}
+
+#[derive(Deserialize)]
+pub struct ConversationForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    conversation: String,
+}
+
+#[derive(Deserialize)]
+pub struct AnswerForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    conversation: String,
+    #[serde(default)]
+    text: String,
+    #[serde(default)]
+    key: String,
+}
+
+pub async fn take_over(
+    State(state): State<AppState>,
+    signed_in: SignedIn,
+    Form(form): Form<ConversationForm>,
+) -> PageResult {
+    signed_in.check_csrf(&form.csrf)?;
+    let person = Person::of_key(&state.pool, signed_in.key_id).await?;
+    conversations::take_over(
+        &state.pool,
+        signed_in.session.tenant,
+        &person,
+        &form.conversation,
+        None,
+    )
+    .await?;
+    Ok(Redirect::to(&page_of(&form.conversation)).into_response())
+}
+
+pub async fn hand_back(
+    State(state): State<AppState>,
+    signed_in: SignedIn,
+    Form(form): Form<ConversationForm>,
+) -> PageResult {
+    signed_in.check_csrf(&form.csrf)?;
+    let actor = Actor::ApiKey(signed_in.key_id);
+    conversations::hand_back(&state, signed_in.session.tenant, actor, &form.conversation).await?;
+    Ok(Redirect::to(&page_of(&form.conversation)).into_response())
+}
+
+pub async fn answer(
+    State(state): State<AppState>,
+    signed_in: SignedIn,
+    Form(form): Form<AnswerForm>,
+) -> PageResult {
+    signed_in.check_csrf(&form.csrf)?;
+    let person = Person::of_key(&state.pool, signed_in.key_id).await?;
+    let input = PersonMessageIn {
+        content: form.text,
+        idempotency_key: Some(form.key).filter(|k| !k.is_empty()),
+    };
+    conversations::post_person_message(
+        &state,
+        signed_in.session.tenant,
+        &person,
+        &form.conversation,
+        &input,
+    )
+    .await?;
+    Ok(Redirect::to(&page_of(&form.conversation)).into_response())
+}
+
+/// The held conversations, oldest hold first; those whose user waits come with a mark.
+pub async fn held(State(state): State<AppState>, signed_in: SignedIn) -> PageResult {
+    let out = conversations::held(&state.pool, signed_in.session.tenant).await?;
+    let mut body = String::new();
+    if out.conversations.is_empty() {
+        body.push_str(
+            r#"<p class="empty" id="none-held">No conversation is held: the agent answers every one.</p>"#,
+        );
+    }
+    for held in &out.conversations {
+        let hold = &held.hold;
+        let who = match hold.conversation.strip_prefix("user:") {
+            Some(user) => esc(user),
+            None => "an unlinked sender".to_owned(),
+        };
+        let by = if hold.by_agent {
+            "the agent asked for a person".to_owned()
+        } else {
+            format!("held by {}", esc(&hold.held_by))
+        };
+        let waiting = if held.waiting {
+            r#"<span class="badge bad">waiting</span>"#
+        } else {
+            r#"<span class="badge ok">answered</span>"#
+        };
+        let _ = write!(
+            body,
+            r#"<a class="card held" href="{href}" data-conversation="{id}"><span class="who">{who}</span>
+<span class="meta">{waiting}<span>{by}</span><span>since {at}</span></span>{reason}</a>"#,
+            href = esc(&page_of(&hold.conversation)),
+            id = esc(&hold.conversation),
+            at = when(hold.held_at),
+            reason = hold
+                .reason
+                .as_deref()
+                .map(|r| format!(r#"<p class="text">{}</p>"#, esc(r)))
+                .unwrap_or_default(),
+        );
+    }
+    if out.more {
+        body.push_str(r#"<p class="empty">More are held than shown here (the API lists them too).</p>"#);
+    }
+    ok_page("Held conversations", &signed_in, &body)
+}
