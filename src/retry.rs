@@ -7,9 +7,10 @@ use rand::Rng;
 use crate::settings::DispatchSettings;
 
 /// Delay before attempt `attempt + 1`, after `attempt` failed calls (1-based): exponential
-/// from `retry_base_ms`, capped at `retry_max_ms`, with full jitter (uniform in [0, cap]) so
-/// that many jobs failing together do not retry together. An agent's `Retry-After` is
-/// honoured as a floor, within the same cap.
+/// from `retry_base_ms`, capped at `retry_max_ms`, with equal jitter (uniform in
+/// [cap/2, cap]) so that many jobs failing together do not retry together, yet a job that
+/// fails every time is never tried again at once (full jitter could draw zero). An agent's
+/// `Retry-After` is honoured as a floor, within the same cap.
 pub fn backoff(settings: &DispatchSettings, attempt: u32, retry_after: Option<Duration>) -> Duration {
     let exponent = attempt.saturating_sub(1).min(30);
     let ceiling = settings
@@ -19,7 +20,7 @@ pub fn backoff(settings: &DispatchSettings, attempt: u32, retry_after: Option<Du
     let jittered = if ceiling == 0 {
         0
     } else {
-        rand::thread_rng().gen_range(0..=ceiling)
+        rand::thread_rng().gen_range(ceiling / 2..=ceiling)
     };
     let floor = retry_after.map_or(0, |d| (d.as_millis() as u64).min(settings.retry_max_ms));
     Duration::from_millis(jittered.max(floor))
@@ -53,9 +54,12 @@ mod tests {
             ..Default::default()
         };
         for _ in 0..50 {
-            assert!(backoff(&settings, 1, None) <= Duration::from_millis(100));
-            assert!(backoff(&settings, 3, None) <= Duration::from_millis(400));
-            assert!(backoff(&settings, 30, None) <= Duration::from_millis(1000));
+            let first = backoff(&settings, 1, None);
+            assert!(Duration::from_millis(50) <= first && first <= Duration::from_millis(100));
+            let third = backoff(&settings, 3, None);
+            assert!(Duration::from_millis(200) <= third && third <= Duration::from_millis(400));
+            let capped = backoff(&settings, 30, None);
+            assert!(Duration::from_millis(500) <= capped && capped <= Duration::from_millis(1000));
             assert!(backoff(&settings, 1, Some(Duration::from_millis(700))) >= Duration::from_millis(700));
             assert_eq!(
                 backoff(&settings, 1, Some(Duration::from_secs(3600))),

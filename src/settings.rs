@@ -467,12 +467,19 @@ pub struct DispatchSettings {
     #[arg(long, env = "CB_DISPATCH_RETRY_HORIZON_SECS", default_value_t = 86_400)]
     pub retry_horizon_secs: u64,
 
+    /// How long an agent that answered a dispatch `202 Accepted` has to post its answer to
+    /// the turn's events URL, in seconds (default 6 hours); past it the turn ends with what
+    /// it got (docs/agent.md#answering-later).
+    #[arg(long, env = "CB_AGENT_ASYNC_HORIZON_SECS", default_value_t = 21_600,
+          value_parser = clap::value_parser!(u64).range(60..=2_592_000))]
+    pub async_horizon_secs: u64,
+
     /// Timeout of one request to a platform's API (a reply part, a reconciliation), in
     /// seconds.
     #[arg(long, env = "CB_PLATFORM_TIMEOUT_SECS", default_value_t = 15)]
     pub platform_timeout_secs: u64,
 
-    /// First retry delay, in milliseconds; doubles each attempt, with full jitter.
+    /// First retry delay, in milliseconds; doubles each attempt, with equal jitter.
     #[arg(long, env = "CB_RETRY_BASE_MS", default_value_t = 1000)]
     pub retry_base_ms: u64,
 
@@ -539,6 +546,7 @@ impl Default for DispatchSettings {
             agent_timeout_secs: 30,
             max_attempts: 0,
             retry_horizon_secs: 86_400,
+            async_horizon_secs: 21_600,
             platform_timeout_secs: 15,
             retry_base_ms: 1000,
             retry_max_ms: 300_000,
