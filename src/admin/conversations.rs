@@ -66,7 +66,7 @@ fn parse(conversation: &str) -> Result<Conversation<'_>, AppError> {
 #[schema(example = json!({"reason": "asked for a refund over the limit"}))]
 pub struct TakeOverIn {
     /// Shown in the held list.
-    #[schema(max_length = 500)]
+    #[schema(max_length = 500, pattern = r"^[^\u0000]*$")]
     #[serde(default)]
     pub reason: Option<String>,
 }
@@ -101,7 +101,7 @@ pub struct PersonMessageIn {
     pub content: String,
     /// The same key again posts nothing twice (and answers 200 with the first message).
     /// Without one, every request posts.
-    #[schema(max_length = 200)]
+    #[schema(max_length = 200, pattern = r"^[^\u0000]*$")]
     #[serde(default)]
     pub idempotency_key: Option<String>,
 }
