@@ -214,3 +214,34 @@ async fn stopping_the_application_drains_and_closes_the_listener() {
         "listener is closed after shutdown"
     );
 }
+
+/// A turn's status changes (accepted → dispatching → executed) are heap-only (HOT) updates:
+/// no index of `channel_messages` names a column they change, so none gets a new entry per
+/// change (issue #26; migration 32's index on `status` had made every one a full update).
+#[tokio::test]
+async fn a_turns_status_change_is_a_heap_only_update() {
+    use crate::support::platforms::{deliver, provision_tenant, telegram_text};
+
+    let app = crate::support::spawn_app().await;
+    let tenant = provision_tenant(&app.pool, "acme").await;
+    deliver(&app, &tenant, Platform::Telegram, telegram_text(9901, "hello")).await;
+    let mut tx = TenantTx::begin(&app.pool, tenant.tenant).await.unwrap();
+    let id: channel_bridge::domain::MessageId = sqlx::query_scalar("select id from channel_messages")
+        .fetch_one(tx.conn())
+        .await
+        .unwrap();
+    let dispatching = channel_bridge::turn::apply::begin_dispatch(&mut tx, &[id])
+        .await
+        .unwrap();
+    assert_eq!(dispatching.len(), 1);
+    // This transaction's own counts, before any statistics are flushed.
+    let (updated, hot): (i64, i64) = sqlx::query_as(
+        "select pg_stat_get_xact_tuples_updated('channel_messages'::regclass),
+                pg_stat_get_xact_tuples_hot_updated('channel_messages'::regclass)",
+    )
+    .fetch_one(tx.conn())
+    .await
+    .unwrap();
+    assert_eq!((updated, hot), (1, 1), "(updated, of which heap-only)");
+    tx.rollback().await.unwrap();
+}
