@@ -196,7 +196,7 @@ pub async fn erase(tx: &mut TenantTx, person: &Person) -> Result<Erased, sqlx::E
 
     let jobs = delete_by_ids(
         tx,
-        "delete from dispatch_queue where tenant_id = $1 and message_id = any($2)",
+        "delete from dispatch_queue where message_id = any($2) and tenant_id is not distinct from $1",
         &ids,
     )
     .await?;

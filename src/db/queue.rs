@@ -2,6 +2,12 @@
 //! generations truncated in turn so that it needs no VACUUM (`Queue::rotate`). The free
 //! functions run inside a tenant transaction, atomically with the message row; `Queue` is
 //! the one cross-tenant code, since claiming looks at every tenant's jobs.
+//!
+//! The generations never have planner statistics (nobody may ANALYZE them at the right
+//! moment, and a truncate forgets their size), so each statement is written to leave the
+//! planner one sensible path (issue #26): a statement keyed by message ids states its tenant
+//! as `tenant_id is not distinct from $n`, a check on the rows the primary key finds that no
+//! index scan can serve; only the claim states the predicate of the per-tenant ready index.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -96,7 +102,8 @@ pub async fn wake_reply(tx: &mut TenantTx, message: MessageId) -> Result<(), sql
     sqlx::query(
         "with head as (
              update dispatch_queue set available_at = now()
-              where message_id = $1 and tenant_id = $2 and stage = 'reply' and lease_owner is null
+              where message_id = $1 and tenant_id is not distinct from $2 and stage = 'reply'
+                and lease_owner is null
           returning tenant_id, conversation_key, seq)
          update dispatch_queue q set available_at = now()
            from head
@@ -120,7 +127,8 @@ async fn having_jobs(
         return Ok(Default::default());
     }
     let queued: Vec<MessageId> = sqlx::query_scalar(
-        "select message_id from dispatch_queue where tenant_id = $1 and message_id = any($2)",
+        "select message_id from dispatch_queue
+          where message_id = any($2) and tenant_id is not distinct from $1",
     )
     .bind(tx.tenant())
     .bind(messages)
@@ -163,7 +171,7 @@ pub async fn without_jobs(
 /// In the transaction that stores the result; the next message becomes head at commit.
 pub async fn finish(tx: &mut TenantTx, message: MessageId) -> Result<(), sqlx::Error> {
     let tenant = tx.tenant();
-    sqlx::query("delete from dispatch_queue where message_id = $1 and tenant_id = $2")
+    sqlx::query("delete from dispatch_queue where message_id = $1 and tenant_id is not distinct from $2")
         .bind(message)
         .bind(tenant)
         .execute(tx.conn())
@@ -192,12 +200,15 @@ const CLAIM_BATCH: &str = "with recursive ready_tenants(tenant_id) as (
          -- The tenants with a ready job: a loose scan of the (tenant_id, available_at, seq)
          -- index, one descent per tenant. Leased jobs are not ready (their lease end is
          -- their `available_at`).
+         -- `enqueued_at is not null` (always true) opts into that index: it is partial on
+         -- this predicate, so no other statement can pick it (migration 34).
          (select q.tenant_id from dispatch_queue q
-           where q.available_at <= now()
+           where q.available_at <= now() and q.enqueued_at is not null
            order by q.tenant_id limit 1)
          union all
          select (select q.tenant_id from dispatch_queue q
                   where q.tenant_id > r.tenant_id and q.available_at <= now()
+                    and q.enqueued_at is not null
                   order by q.tenant_id limit 1)
            from ready_tenants r
           where r.tenant_id is not null),
@@ -216,6 +227,7 @@ const CLAIM_BATCH: &str = "with recursive ready_tenants(tenant_id) as (
                  select q.message_id, q.tenant_id, q.conversation_key, q.seq, q.available_at
                    from dispatch_queue q
                   where q.tenant_id = room.tenant_id and q.available_at <= now()
+                    and q.enqueued_at is not null
                     and not exists (
                           select 1 from dispatch_queue older
                            where older.tenant_id = q.tenant_id
@@ -237,8 +249,9 @@ const CLAIM_BATCH: &str = "with recursive ready_tenants(tenant_id) as (
      update dispatch_queue q
         set available_at = now() + make_interval(secs => $5), lease_owner = gen_random_uuid(),
             attempts = q.attempts + 1
-       from chosen
-      where q.message_id = chosen.message_id
+      -- By the primary key whatever the statistics say: a join let the planner read the
+      -- whole generation, dead rows included, to update a batch (issue #26).
+      where q.message_id = any(array(select message_id from chosen))
   returning q.message_id, q.tenant_id, q.conversation_key, q.stage, q.attempts,
             q.lease_owner as lease, q.enqueued_at";
 

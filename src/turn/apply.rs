@@ -236,7 +236,8 @@ async fn held_leases(
     let held: Vec<(MessageId, LeaseToken)> = sqlx::query_as(
         "select q.message_id, q.lease_owner
            from dispatch_queue q
-          where q.tenant_id = $1 and q.message_id = any($2) and q.lease_owner is not null
+          where q.message_id = any($2) and q.tenant_id is not distinct from $1
+            and q.lease_owner is not null
             for update of q",
     )
     .bind(tx.tenant())
@@ -350,11 +351,12 @@ async fn store_answers(
              on conflict (tenant_id, message_id, part_index) do nothing),
          staged as (
              update dispatch_queue q set stage = 'reply'
-               from stored s
-              where q.tenant_id = $1 and q.message_id = s.id and s.decision = 'respond'),
+              where q.message_id = any(array(select id from stored where decision = 'respond'))
+                and q.tenant_id is not distinct from $1),
          finished as (
-             delete from dispatch_queue q using stored s
-              where q.tenant_id = $1 and q.message_id = s.id and s.decision = 'no_reply')
+             delete from dispatch_queue q
+              where q.message_id = any(array(select id from stored where decision = 'no_reply'))
+                and q.tenant_id is not distinct from $1)
          select id from stored",
     )
     .bind(tx.tenant())
@@ -440,8 +442,9 @@ async fn store_answers_routed(
     let finished: Vec<MessageId> = finished.into_iter().map(|(id, _)| *id).collect();
     sqlx::query(
         "with staged as (
-             update dispatch_queue set stage = 'reply' where tenant_id = $1 and message_id = any($2))
-         delete from dispatch_queue where tenant_id = $1 and message_id = any($3)",
+             update dispatch_queue set stage = 'reply'
+              where message_id = any($2) and tenant_id is not distinct from $1)
+         delete from dispatch_queue where message_id = any($3) and tenant_id is not distinct from $1",
     )
     .bind(tx.tenant())
     .bind(&replying)
@@ -616,7 +619,8 @@ async fn mark_delivered(tx: &mut TenantTx, messages: &[MessageId]) -> Result<(),
         return Ok(());
     }
     sqlx::query(
-        "with job as (delete from dispatch_queue where tenant_id = $1 and message_id = any($2))
+        "with job as (delete from dispatch_queue
+                        where message_id = any($2) and tenant_id is not distinct from $1)
          update channel_messages set delivered_at = now(), updated_at = now()
           where tenant_id = $1 and id = any($2)",
     )

@@ -158,7 +158,8 @@ async fn add_parts(
 
 async fn job_exists(tx: &mut TenantTx, message: MessageId) -> Result<bool, sqlx::Error> {
     let job: Option<MessageId> = sqlx::query_scalar(
-        "select message_id from dispatch_queue where tenant_id = $1 and message_id = $2 for update",
+        "select message_id from dispatch_queue
+          where message_id = $2 and tenant_id is not distinct from $1 for update",
     )
     .bind(tx.tenant())
     .bind(message)
