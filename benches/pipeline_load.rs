@@ -71,6 +71,30 @@
 //!
 //! `--json` prints the figures as one JSON object on the last line of stdout instead of
 //! the text block; progress goes to stderr.
+//!
+//! Fairness: a quiet tenant's webhook→reply while another floods the instance.
+//!
+//! ```text
+//! cargo bench --bench pipeline_load -- --rate 1200 --seconds 10 --quiet-tenant-turns 50
+//! cargo bench --bench pipeline_load -- --rate 1200 --seconds 10 --quiet-tenant-turns 50 --flood-off
+//! ```
+//!
+//! With `--quiet-tenant-turns N` one more tenant, the quiet one, is provisioned after the
+//! `--tenants` flood tenants exactly as they are (agent URL, Telegram connector), with N
+//! users of its own (sender ids after the flood's), one turn each, and as many history turns
+//! per user as the flood's users. Its N webhooks are posted open loop beside the flood,
+//! spread evenly over `--seconds` (turn k due at start + (k + ½)·seconds/N, each sent by a
+//! task of its own), signed as the flood's; their sequence numbers follow the flood's range.
+//! The `quiet tenant` line (`quiet_tenant` in JSON) gives its webhook→reply (and its webhook
+//! answer, →agent, →typing). The flood's figures exclude the quiet tenant's turns: webhooks,
+//! turns posted, turns/s, the webhook latencies, agent calls and repeats, reply parts and
+//! repeats; what is the instance's as a whole counts them: agent in flight, claim→typing
+//! (the gateway's histogram), CPU per turn (over every turn posted), tables, idle.
+//! `--flood-off` is the unloaded run for comparison: the same tenants, users and history,
+//! the same sequence numbers, but the flood's posters send nothing (`--rate` and
+//! `--concurrency` then only size the sequence range), so the quiet tenant posts alone.
+//! The quiet tenant's p99 of the two runs is the fairness figure (below 100 turns it is
+//! the maximum).
 
 mod common;
 
@@ -151,6 +175,16 @@ struct Args {
     /// `30-120` (docs/agent.md#answering-later). Give --drain-secs above its end.
     #[arg(long, value_parser = parse_range)]
     answer_later_secs: Option<(u64, u64)>,
+    /// One more tenant, the quiet one, posts this many turns (one per user of its own) spread
+    /// over --seconds beside the flood; its webhook→reply is reported apart. 0: none.
+    #[arg(long, default_value_t = 0)]
+    #[serde(skip_serializing_if = "is_zero")]
+    quiet_tenant_turns: u64,
+    /// The flood tenants are provisioned (and given history) but post nothing: the quiet
+    /// tenant's unloaded figure. Needs --quiet-tenant-turns.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    flood_off: bool,
     /// Print the figures as one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -180,14 +214,27 @@ impl Args {
             "--rate must be 0 to 100000"
         );
         anyhow::ensure!(
-            (self.capacity() as u64) < FIRST_HISTORY_UPDATE_ID,
+            self.quiet_tenant_turns <= MAX_QUIET_TURNS,
+            "--quiet-tenant-turns must be 0 to {MAX_QUIET_TURNS}"
+        );
+        anyhow::ensure!(
+            !self.flood_off || self.quiet_tenant_turns > 0,
+            "--flood-off needs --quiet-tenant-turns"
+        );
+        anyhow::ensure!(
+            (self.capacity() as u64 + self.quiet_tenant_turns) < FIRST_HISTORY_UPDATE_ID,
             "--seconds is too long: the live update ids would reach the history's"
         );
         anyhow::ensure!(
-            self.history_rows <= MAX_HISTORY_ROWS,
+            self.history_rows.saturating_add(self.quiet_history_rows()) <= MAX_HISTORY_ROWS,
             "--history-rows must be 0 to {MAX_HISTORY_ROWS}"
         );
         Ok(())
+    }
+
+    /// The quiet tenant's history: as many turns per user as the flood's users have.
+    fn quiet_history_rows(&self) -> u64 {
+        (self.history_rows as f64 * self.quiet_tenant_turns as f64 / self.users.max(1) as f64).round() as u64
     }
 
     /// Sequence numbers the run may use: the size of the per-turn timestamp tables.
@@ -198,6 +245,10 @@ impl Args {
             CLOSED_LOOP_MAX_RATE * self.seconds as usize
         }
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Closed loop: more webhooks per second than ingress has ever accepted on the reference
@@ -213,6 +264,8 @@ const BOT_SECRET: &str = "bench-bot-token";
 const FIRST_HISTORY_UPDATE_ID: u64 = 1_000_000_000;
 /// Keeps the history's update ids within Telegram's (32-bit) range.
 const MAX_HISTORY_ROWS: u64 = 1_000_000_000;
+/// The quiet tenant's turns at most (a user and a task each).
+const MAX_QUIET_TURNS: u64 = 100_000;
 /// The history is received over this many days, ending an hour before the load.
 const HISTORY_DAYS: i64 = 30;
 /// History rows per bulk-load statement, and the owner connections loading in parallel.
@@ -247,13 +300,16 @@ async fn main() -> anyhow::Result<()> {
 async fn run(args: &Args, db: &BenchDb) -> anyhow::Result<Results> {
     let shared = Arc::new(Shared::new(args));
     let stand_ins = start_stand_ins(shared.clone()).await?;
-    let tenants = provision_tenants(db, args.tenants, &stand_ins).await?;
+    let quiet_tenants = u64::from(args.quiet_tenant_turns > 0);
+    let mut tenants = provision_tenants(db, args.tenants + quiet_tenants, &stand_ins).await?;
+    // The agent URL names the index among all tenants, the quiet one last.
+    let _ = shared.secrets.set(tenants.secrets.clone());
+    let quiet = (quiet_tenants > 0).then(|| tenants.split_off(args.tenants as usize));
     let history = if args.history_rows > 0 {
-        Some(load_history(args, db, &tenants, &stand_ins).await?)
+        Some(load_history(args, db, &tenants, quiet.as_ref(), &stand_ins).await?)
     } else {
         None
     };
-    let _ = shared.secrets.set(tenants.secrets);
 
     let addr = free_local_port()?;
     let mut gateway = Gateway::start("gateway", &db.url, Some(addr), log_path(db, "gateway"))?;
@@ -264,7 +320,11 @@ async fn run(args: &Args, db: &BenchDb) -> anyhow::Result<Results> {
     );
     let ready = gateway.wait_ready(addr).await?;
     let targets = Arc::new(Targets::new(addr, &tenants.hook_paths, args)?);
-    let load = run_load(args, &shared, targets, gateway.pid(), &db.url).await?;
+    let quiet = match &quiet {
+        Some(quiet) => Some(Arc::new(QuietTarget::new(addr, &quiet.hook_paths, args)?)),
+        None => None,
+    };
+    let load = run_load(args, &shared, targets, quiet, gateway.pid(), &db.url).await?;
     let claim_to_typing_ms = scrape_typing_histogram(addr).await;
     let stopped = gateway.stop().await?;
     let churn = table_churn(&db.url).await?;
@@ -357,6 +417,8 @@ async fn scrape_typing_histogram(addr: SocketAddr) -> Option<BucketPercentiles> 
 /// Shared by the posters and the stand-ins. Per turn (index = sequence number): when its
 /// webhook was sent and answered, its first agent call, its first reply; µs since `epoch`
 /// + 1, 0 = not yet.
+///
+/// The flood's turns come first, then the quiet tenant's (from `quiet_first`).
 struct Shared {
     epoch: Instant,
     posted: Vec<AtomicU64>,
@@ -377,7 +439,16 @@ struct Shared {
     agent_latency: Duration,
     /// Dispatch secrets by tenant index (the agent URL path names the index).
     secrets: OnceLock<Vec<String>>,
+    /// The flood's, and what cannot be told apart.
     counts: Counts,
+    /// `--quiet-tenant-turns`: the quiet tenant's index, its first sequence number (the
+    /// flood's capacity) and turns, and its counts.
+    quiet_tenant: Option<usize>,
+    quiet_first: u64,
+    quiet_turns: u64,
+    quiet_counts: Counts,
+    /// Telegram message ids of the replies, over all chats.
+    message_ids: AtomicU64,
     in_flight: Mutex<InFlight>,
 }
 
@@ -400,7 +471,8 @@ struct Counts {
 
 impl Shared {
     fn new(args: &Args) -> Self {
-        let table = || (0..args.capacity()).map(|_| AtomicU64::new(0)).collect();
+        let turns = args.capacity() + args.quiet_tenant_turns as usize;
+        let table = || (0..turns).map(|_| AtomicU64::new(0)).collect();
         Self {
             epoch: Instant::now(),
             posted: table(),
@@ -422,8 +494,47 @@ impl Shared {
             agent_latency: Duration::from_millis(args.agent_latency_ms),
             secrets: OnceLock::new(),
             counts: Counts::default(),
+            quiet_tenant: (args.quiet_tenant_turns > 0).then_some(args.tenants as usize),
+            quiet_first: args.capacity() as u64,
+            quiet_turns: args.quiet_tenant_turns,
+            quiet_counts: Counts::default(),
+            message_ids: AtomicU64::new(0),
             in_flight: Mutex::new(InFlight::default()),
         }
+    }
+
+    fn is_quiet_turn(&self, seq: u64) -> bool {
+        seq.checked_sub(self.quiet_first)
+            .is_some_and(|k| k < self.quiet_turns)
+    }
+
+    /// The counts a turn's events go to: the quiet tenant's or the flood's (also for a turn
+    /// not identified).
+    fn counts_of_turn(&self, seq: Option<u64>) -> &Counts {
+        if seq.is_some_and(|seq| self.is_quiet_turn(seq)) {
+            &self.quiet_counts
+        } else {
+            &self.counts
+        }
+    }
+
+    /// The counts of a tenant (by agent URL index).
+    fn counts_of_tenant(&self, tenant: usize) -> &Counts {
+        if self.quiet_tenant == Some(tenant) {
+            &self.quiet_counts
+        } else {
+            &self.counts
+        }
+    }
+
+    /// Turns with a reply, every tenant's.
+    fn turns_posted(&self) -> u64 {
+        self.counts.turns_posted.load(Relaxed) + self.quiet_counts.turns_posted.load(Relaxed)
+    }
+
+    /// A per-turn table's flood part and the quiet tenant's.
+    fn split<'a>(&self, table: &'a [AtomicU64]) -> (&'a [AtomicU64], &'a [AtomicU64]) {
+        table.split_at((self.quiet_first as usize).min(table.len()))
     }
 
     fn now(&self) -> u64 {
@@ -563,7 +674,7 @@ async fn agent_call(
     headers: HeaderMap,
     body: Bytes,
 ) -> axum::response::Response {
-    let counts = &shared.counts;
+    let counts = shared.counts_of_tenant(tenant);
     counts.agent_calls.fetch_add(1, Relaxed);
     if !shared.signature_ok(tenant, &headers, &body) {
         counts.bad_signatures.fetch_add(1, Relaxed);
@@ -629,12 +740,18 @@ async fn answer_later(shared: Arc<Shared>, tenant: usize, url: String, delay: Du
             .send()
             .await;
         if sent.is_ok_and(|r| r.status().is_success()) {
-            shared.counts.events_posted.fetch_add(1, Relaxed);
+            shared
+                .counts_of_tenant(tenant)
+                .events_posted
+                .fetch_add(1, Relaxed);
             return;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    shared.counts.events_failed.fetch_add(1, Relaxed);
+    shared
+        .counts_of_tenant(tenant)
+        .events_failed
+        .fetch_add(1, Relaxed);
 }
 
 fn parse_range(text: &str) -> Result<(u64, u64), String> {
@@ -695,18 +812,30 @@ async fn telegram_draft(State(shared): State<Arc<Shared>>, body: Bytes) -> Json<
 }
 
 /// The sender's turn in flight, by the request's `chat_id`: the oldest posted turn of that
-/// user without a reply (a user has one turn in flight at a time).
+/// user without a reply (a user has one turn in flight at a time). The quiet tenant's user
+/// k (after the flood's users) has one turn, `quiet_first + k`.
 fn turn_in_flight(shared: &Shared, body: &[u8]) -> Option<u64> {
     let chat = serde_json::from_slice::<Value>(body)
         .ok()
         .and_then(|request| request["chat_id"].as_u64());
     let user = chat.and_then(|chat| chat.checked_sub(FIRST_SENDER_ID))?;
-    (user..shared.posted.len() as u64)
-        .step_by(shared.users.max(1) as usize)
-        .find(|&seq| {
-            let posted = shared.posted[seq as usize].load(Relaxed) > 0;
-            posted && shared.replied[seq as usize].load(Relaxed) == 0
-        })
+    let in_flight = |&seq: &u64| {
+        let posted = shared
+            .posted
+            .get(seq as usize)
+            .is_some_and(|t| t.load(Relaxed) > 0);
+        posted
+            && shared
+                .replied
+                .get(seq as usize)
+                .is_some_and(|t| t.load(Relaxed) == 0)
+    };
+    match user.checked_sub(shared.users) {
+        None => (user..shared.quiet_first)
+            .step_by(shared.users.max(1) as usize)
+            .find(in_flight),
+        Some(k) => Some(shared.quiet_first + k).filter(|&seq| shared.is_quiet_turn(seq) && in_flight(&seq)),
+    }
 }
 
 /// The sequence number in the dispatched turn's text (`load <seq>`).
@@ -735,12 +864,13 @@ async fn telegram_send(
         let answer = json!({ "ok": false, "error_code": 400, "description": "Bad Request" });
         return (StatusCode::BAD_REQUEST, Json(answer));
     };
-    let counts = &shared.counts;
-    let message_id = counts.reply_parts.fetch_add(1, Relaxed) + 1;
+    let message_id = shared.message_ids.fetch_add(1, Relaxed) + 1;
     let turn = request
         .pointer("/reply_parameters/message_id")
         .and_then(Value::as_u64)
         .and_then(|id| id.checked_sub(1));
+    let counts = shared.counts_of_turn(turn);
+    counts.reply_parts.fetch_add(1, Relaxed);
     match turn.and_then(|seq| shared.stamp_first(&shared.replied, seq)) {
         Some(true) => _ = counts.turns_posted.fetch_add(1, Relaxed),
         Some(false) => _ = counts.repeat_replies.fetch_add(1, Relaxed),
@@ -758,19 +888,7 @@ async fn telegram_send(
 /// `sendChatAction`: stamps the first indicator of the sender's turn in flight, the oldest
 /// posted turn of that user without a reply (a user has one turn in flight at a time).
 async fn telegram_chat_action(State(shared): State<Arc<Shared>>, body: Bytes) -> Json<Value> {
-    let chat = serde_json::from_slice::<Value>(&body)
-        .ok()
-        .and_then(|request| request["chat_id"].as_u64());
-    let user = chat.and_then(|chat| chat.checked_sub(FIRST_SENDER_ID));
-    let turn = user.and_then(|user| {
-        (user..shared.posted.len() as u64)
-            .step_by(shared.users.max(1) as usize)
-            .find(|&seq| {
-                let posted = shared.posted[seq as usize].load(Relaxed) > 0;
-                posted && shared.replied[seq as usize].load(Relaxed) == 0
-            })
-    });
-    if let Some(seq) = turn {
+    if let Some(seq) = turn_in_flight(&shared, &body) {
         shared.stamp_first(&shared.typed, seq);
     }
     Json(json!({ "ok": true, "result": true }))
@@ -787,6 +905,19 @@ struct Tenants {
     /// Webhook path of each tenant's connector.
     hook_paths: Vec<String>,
     secrets: Vec<String>,
+}
+
+impl Tenants {
+    /// Removes the tenants from index `at` on and returns them.
+    fn split_off(&mut self, at: usize) -> Tenants {
+        let at = at.min(self.ids.len());
+        Tenants {
+            ids: self.ids.split_off(at),
+            connectors: self.connectors.split_off(at),
+            hook_paths: self.hook_paths.split_off(at),
+            secrets: self.secrets.split_off(at),
+        }
+    }
 }
 
 /// The key the stored secrets are sealed with, as a keyring and as `CB_SECRETS_KEY` for the
@@ -915,6 +1046,10 @@ struct HistoryLoad {
     /// Of which `executed`, each with one reply part.
     replies: u64,
     per_user: f64,
+    /// `--quiet-tenant-turns`: the quiet tenant's users' history, loaded the same way after
+    /// the flood's (update ids after theirs); not in the figures above.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    quiet: Option<QuietHistory>,
     days: i64,
     insert_secs: f64,
     vacuum_analyze_secs: f64,
@@ -924,11 +1059,19 @@ struct HistoryLoad {
     replies_mb: f64,
 }
 
-/// Bulk-loads `--history-rows` turns, then VACUUM (ANALYZE) and CHECKPOINT, as the owner.
+#[derive(Serialize)]
+struct QuietHistory {
+    rows: u64,
+    replies: u64,
+}
+
+/// Bulk-loads `--history-rows` turns (and the quiet tenant's users' share), then VACUUM
+/// (ANALYZE) and CHECKPOINT, as the owner.
 async fn load_history(
     args: &Args,
     db: &BenchDb,
     tenants: &Tenants,
+    quiet: Option<&Tenants>,
     stand_ins: &str,
 ) -> anyhow::Result<HistoryLoad> {
     let started = Instant::now();
@@ -949,10 +1092,31 @@ async fn load_history(
         first_at,
         error,
         text: filler_text(),
+        first_update_id: FIRST_HISTORY_UPDATE_ID as i64,
+        first_sender: FIRST_SENDER_ID as i64,
         next: AtomicI64::new(0),
     };
     let loaders = (0..LOAD_CONNECTIONS).map(|_| load_history_chunks(&plan));
     let replies: u64 = futures::future::try_join_all(loaders).await?.into_iter().sum();
+    let quiet = match quiet {
+        Some(quiet_tenants) if args.quiet_history_rows() > 0 => {
+            // The quiet users follow the flood's; so do their update ids.
+            let rows = args.quiet_history_rows();
+            let plan = HistoryPlan {
+                tenants: quiet_tenants,
+                rows: i64::try_from(rows)?,
+                users: i64::try_from(args.quiet_tenant_turns)?,
+                first_update_id: plan.first_update_id + plan.rows,
+                first_sender: plan.first_sender + plan.users,
+                next: AtomicI64::new(0),
+                ..plan
+            };
+            let loaders = (0..LOAD_CONNECTIONS).map(|_| load_history_chunks(&plan));
+            let replies = futures::future::try_join_all(loaders).await?.into_iter().sum();
+            Some(QuietHistory { rows, replies })
+        }
+        _ => None,
+    };
     let inserted = started.elapsed();
 
     let mut owner = PgConnection::connect(&db.url).await?;
@@ -973,6 +1137,7 @@ async fn load_history(
         rows: args.history_rows,
         replies,
         per_user: args.history_rows as f64 / args.users as f64,
+        quiet,
         days: HISTORY_DAYS,
         insert_secs: inserted.as_secs_f64(),
         vacuum_analyze_secs: vacuumed.as_secs_f64(),
@@ -993,6 +1158,12 @@ async fn load_history(
         load.replies_mb,
         started.elapsed().as_secs_f64()
     );
+    if let Some(q) = &load.quiet {
+        eprintln!(
+            "history: the quiet tenant's {} users {} turns ({} with a reply)",
+            args.quiet_tenant_turns, q.rows, q.replies
+        );
+    }
     Ok(load)
 }
 
@@ -1005,6 +1176,9 @@ struct HistoryPlan<'a> {
     first_at: chrono::DateTime<chrono::Utc>,
     error: String,
     text: String,
+    /// The update id of row 0, and the sender id of user 0.
+    first_update_id: i64,
+    first_sender: i64,
     next: AtomicI64,
 }
 
@@ -1031,8 +1205,8 @@ async fn load_history_chunks(plan: &HistoryPlan<'_>) -> anyhow::Result<u64> {
             .bind(plan.users)
             .bind(&plan.text)
             .bind(plan.first_at)
-            .bind(FIRST_HISTORY_UPDATE_ID as i64)
-            .bind(FIRST_SENDER_ID as i64)
+            .bind(plan.first_update_id)
+            .bind(plan.first_sender)
             .bind(&plan.error)
             .bind(HISTORY_DAYS as f64)
             .execute(&mut conn)
@@ -1233,12 +1407,60 @@ impl Targets {
     /// Turn `seq`: a private text message from user `seq % users`, ids seq + 1.
     fn webhook(&self, seq: u64) -> (reqwest::Url, String) {
         let user = seq % self.users;
-        let (id, sender, date) = (seq + 1, FIRST_SENDER_ID + user, chrono::Utc::now().timestamp());
-        let body = format!(
-            r#"{{"update_id":{id},"message":{{"message_id":{id},"from":{{"id":{sender},"is_bot":false,"first_name":"User {user}"}},"chat":{{"id":{sender},"first_name":"User {user}","type":"private"}},"date":{date},"text":"load {seq}"}}}}"#
-        );
+        let body = telegram_update(seq, FIRST_SENDER_ID + user, user);
         let hook = &self.hooks[(user % self.hooks.len() as u64) as usize];
         (hook.clone(), body)
+    }
+}
+
+/// Turn `seq` as a Telegram update: a private text message `load <seq>` from `sender`
+/// (first name `User <name>`), update and message id seq + 1.
+fn telegram_update(seq: u64, sender: u64, name: u64) -> String {
+    let (id, date) = (seq + 1, chrono::Utc::now().timestamp());
+    format!(
+        r#"{{"update_id":{id},"message":{{"message_id":{id},"from":{{"id":{sender},"is_bot":false,"first_name":"User {name}"}},"chat":{{"id":{sender},"first_name":"User {name}","type":"private"}},"date":{date},"text":"load {seq}"}}}}"#
+    )
+}
+
+/// The quiet tenant's webhooks: its turn k (0 to N - 1) is sequence number `first_seq + k`,
+/// from its user k (sender id after the flood's users; named as in its history), due at
+/// start + (k + ½)·window/N.
+struct QuietTarget {
+    hook: reqwest::Url,
+    first_seq: u64,
+    first_sender: u64,
+    turns: u64,
+    window: Duration,
+}
+
+impl QuietTarget {
+    fn new(addr: SocketAddr, hook_paths: &[String], args: &Args) -> anyhow::Result<Self> {
+        let path = hook_paths
+            .first()
+            .context("the quiet tenant was not provisioned")?;
+        Ok(Self {
+            hook: format!("http://{addr}{path}")
+                .parse()
+                .context("the quiet tenant's webhook URL")?,
+            first_seq: args.capacity() as u64,
+            first_sender: FIRST_SENDER_ID + args.users,
+            turns: args.quiet_tenant_turns,
+            window: Duration::from_secs(args.seconds),
+        })
+    }
+
+    fn due(&self, start: Instant, k: u64) -> Instant {
+        start + self.window.mul_f64((k as f64 + 0.5) / self.turns.max(1) as f64)
+    }
+
+    /// (sequence number, URL, body) of turn k.
+    fn webhook(&self, k: u64) -> (u64, reqwest::Url, String) {
+        let seq = self.first_seq + k;
+        (
+            seq,
+            self.hook.clone(),
+            telegram_update(seq, self.first_sender + k, k),
+        )
     }
 }
 
@@ -1272,7 +1494,10 @@ impl Posting {
 }
 
 struct LoadRun {
+    /// The flood's (empty with `--flood-off`).
     posting: Posting,
+    /// `--quiet-tenant-turns`.
+    quiet: Option<Posting>,
     in_flight_max: u64,
     in_flight_mean: f64,
     drained: bool,
@@ -1286,26 +1511,57 @@ async fn run_load(
     args: &Args,
     shared: &Arc<Shared>,
     targets: Arc<Targets>,
+    quiet: Option<Arc<QuietTarget>>,
     gateway: u32,
     db_url: &str,
 ) -> anyhow::Result<LoadRun> {
     let rss = RssSampler::start(gateway);
     let (cpu_before, cpu_started) = (CpuSnapshot::take(gateway, db_url).await?, Instant::now());
     let before = shared.in_flight().open_window();
-    let posting = post_webhooks(args, targets, shared.clone()).await?;
+    let start = Instant::now();
+    let flood = async {
+        if args.flood_off {
+            Ok(Posting::default())
+        } else {
+            post_webhooks(args, targets, shared.clone(), start).await
+        }
+    };
+    let quiet = async {
+        match quiet {
+            Some(quiet) => post_quiet(quiet, shared.clone(), start).await.map(Some),
+            None => Ok(None),
+        }
+    };
+    let (posting, quiet) = tokio::try_join!(flood, quiet)?;
     let (after, in_flight_max) = shared.in_flight().close_window();
-    eprintln!(
-        "posted {} webhooks, {} accepted; draining",
-        posting.sent, posting.accepted
-    );
+    let mut accepted = posting.accepted;
+    match &quiet {
+        Some(q) => {
+            accepted += q.accepted;
+            eprintln!(
+                "posted {} webhooks, {} accepted, and the quiet tenant's {}, {} accepted; draining",
+                posting.sent, posting.accepted, q.sent, q.accepted
+            );
+        }
+        None => eprintln!(
+            "posted {} webhooks, {} accepted; draining",
+            posting.sent, posting.accepted
+        ),
+    }
     let drain_limit = Duration::from_secs(args.drain_secs);
-    let (drained, drain_wait) = wait_for_replies(shared, posting.accepted, drain_limit).await;
-    let turns = shared.counts.turns_posted.load(Relaxed);
+    let (drained, drain_wait) = wait_for_replies(shared, accepted, drain_limit).await;
+    let turns = shared.turns_posted();
     let cpu_after = CpuSnapshot::take(gateway, db_url).await?;
     let cpu = cpu_figures(&cpu_before, &cpu_after, cpu_started.elapsed(), turns);
+    // The posting window: the flood's, or with the flood off the quiet tenant's.
+    let window = match &quiet {
+        Some(q) if args.flood_off => q.secs(),
+        _ => posting.secs(),
+    };
     Ok(LoadRun {
-        in_flight_mean: (after - before) / posting.secs().max(1e-9),
+        in_flight_mean: (after - before) / window.max(1e-9),
         posting,
+        quiet,
         in_flight_max,
         drained,
         drain_wait,
@@ -1314,15 +1570,20 @@ async fn run_load(
     })
 }
 
-/// `--concurrency` posters for `--seconds`, open loop at `--rate` or closed loop.
-async fn post_webhooks(args: &Args, targets: Arc<Targets>, shared: Arc<Shared>) -> anyhow::Result<Posting> {
+/// `--concurrency` posters from `start` for `--seconds`, open loop at `--rate` or closed
+/// loop.
+async fn post_webhooks(
+    args: &Args,
+    targets: Arc<Targets>,
+    shared: Arc<Shared>,
+    start: Instant,
+) -> anyhow::Result<Posting> {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(args.concurrency)
         .tcp_nodelay(true)
         .timeout(Duration::from_secs(10))
         .build()?;
     let next = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
     let deadline = start + Duration::from_secs(args.seconds);
     let mut total = Posting {
         started: shared.now(),
@@ -1381,6 +1642,42 @@ async fn poster(
     report
 }
 
+/// The quiet tenant's webhooks, open loop: each sent at its due time by a task of its own
+/// (on a client of its own), stamped as the flood's.
+async fn post_quiet(quiet: Arc<QuietTarget>, shared: Arc<Shared>, start: Instant) -> anyhow::Result<Posting> {
+    let client = reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .timeout(Duration::from_secs(10))
+        .build()?;
+    let mut report = Posting {
+        started: shared.now(),
+        ..Posting::default()
+    };
+    let mut sends = tokio::task::JoinSet::new();
+    for k in 0..quiet.turns {
+        let due = quiet.due(start, k);
+        tokio::time::sleep_until(due.into()).await;
+        report.max_lag = report.max_lag.max(due.elapsed());
+        let (seq, url, body) = quiet.webhook(k);
+        let (client, shared) = (client.clone(), shared.clone());
+        report.sent += 1;
+        sends.spawn(async move {
+            shared.posted[seq as usize].store(shared.now(), Relaxed);
+            let outcome = post_webhook(&client, url, body).await;
+            shared.answered[seq as usize].store(shared.now(), Relaxed);
+            outcome
+        });
+    }
+    while let Some(sent) = sends.join_next().await {
+        match sent.context("a quiet tenant's webhook panicked")? {
+            Ok(()) => report.accepted += 1,
+            Err(kind) => *report.errors.entry(kind).or_default() += 1,
+        }
+    }
+    report.ended = shared.now();
+    Ok(report)
+}
+
 /// One signed webhook. `Ok` means 200 with the turn queued; anything else is named.
 async fn post_webhook(client: &reqwest::Client, url: reqwest::Url, body: String) -> Result<(), String> {
     let now = chrono::Utc::now().timestamp();
@@ -1419,7 +1716,7 @@ fn transport_error(err: reqwest::Error) -> String {
 async fn wait_for_replies(shared: &Shared, accepted: u64, limit: Duration) -> (bool, Duration) {
     let started = Instant::now();
     loop {
-        if shared.counts.turns_posted.load(Relaxed) >= accepted {
+        if shared.turns_posted() >= accepted {
             return (true, started.elapsed());
         }
         if started.elapsed() >= limit {
@@ -1809,6 +2106,32 @@ struct Results {
     cpu: Option<CpuFigures>,
     idle: Option<IdleFigures>,
     tables: Vec<TableChurn>,
+    /// `--quiet-tenant-turns`; its turns are not in the flood's figures above.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    quiet_tenant: Option<QuietFigures>,
+}
+
+/// The quiet tenant's turns, from its own webhooks and the stand-ins' stamps.
+#[derive(Serialize)]
+struct QuietFigures {
+    turns: u64,
+    /// With `--flood-off`: the unloaded figure.
+    flood_off: bool,
+    sent: u64,
+    accepted: u64,
+    errors: BTreeMap<String, u64>,
+    max_send_lag_ms: f64,
+    /// Turns with a reply, and replies to a turn that had one.
+    replied: u64,
+    repeat_replies: u64,
+    reply_parts: u64,
+    agent_calls: u64,
+    repeat_calls: u64,
+    bad_signatures: u64,
+    webhook_answer_ms: Percentiles,
+    webhook_to_agent_ms: Percentiles,
+    webhook_to_reply_ms: Percentiles,
+    webhook_to_typing_ms: Percentiles,
 }
 
 #[derive(Serialize)]
@@ -1896,6 +2219,10 @@ impl Results {
         let posting = &load.posting;
         let counts = &shared.counts;
         let get = |n: &AtomicU64| n.load(Relaxed);
+        // The flood's turns only; the quiet tenant's are in `quiet_tenant`.
+        let flood = |from: &[AtomicU64], to: &[AtomicU64]| {
+            percentiles(intervals(shared.split(from).0, shared.split(to).0))
+        };
         Self {
             setup: args.clone(),
             settings: std::env::vars().filter(|(k, _)| k.starts_with("CB_")).collect(),
@@ -1910,11 +2237,11 @@ impl Results {
                 capacity_reached: posting.capacity_reached,
             },
             turns: turn_figures(shared, &load),
-            webhook_answer_ms: percentiles(intervals(&shared.posted, &shared.answered)),
-            webhook_to_agent_ms: percentiles(intervals(&shared.posted, &shared.called)),
-            webhook_to_reply_ms: percentiles(intervals(&shared.posted, &shared.replied)),
-            webhook_to_typing_ms: percentiles(intervals(&shared.posted, &shared.typed)),
-            first_chunk_to_draft_ms: percentiles(intervals(&shared.chunked, &shared.drafted)),
+            webhook_answer_ms: flood(&shared.posted, &shared.answered),
+            webhook_to_agent_ms: flood(&shared.posted, &shared.called),
+            webhook_to_reply_ms: flood(&shared.posted, &shared.replied),
+            webhook_to_typing_ms: flood(&shared.posted, &shared.typed),
+            first_chunk_to_draft_ms: flood(&shared.chunked, &shared.drafted),
             claim_to_typing_ms: None,
             agent: AgentFigures {
                 calls: get(&counts.agent_calls),
@@ -1925,6 +2252,7 @@ impl Results {
                 in_flight_mean: load.in_flight_mean,
             },
             gateway,
+            quiet_tenant: load.quiet.as_ref().map(|q| quiet_figures(args, shared, q)),
             cpu: load.cpu,
             idle,
             tables: Vec::new(),
@@ -1932,15 +2260,22 @@ impl Results {
     }
 
     fn print(&self) {
-        let (s, w, t) = (&self.setup, &self.webhooks, &self.turns);
-        let mode = if s.rate > 0.0 {
+        let s = &self.setup;
+        let mode = if s.flood_off {
+            "flood off (--flood-off)".into()
+        } else if s.rate > 0.0 {
             format!("open loop at {}/s", s.rate)
         } else {
             "closed loop".into()
         };
+        let quiet = if s.quiet_tenant_turns > 0 {
+            format!(" + 1 quiet ({} turns)", s.quiet_tenant_turns)
+        } else {
+            String::new()
+        };
         let settings: Vec<String> = self.settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
         println!(
-            "\npipeline_load: {mode} for {} s, {} posters, {} users, {} tenant(s), agent {} ms, \
+            "\npipeline_load: {mode} for {} s, {} posters, {} users, {} tenant(s){quiet}, agent {} ms, \
              answers {} chars; {}",
             s.seconds,
             s.concurrency,
@@ -1955,6 +2290,37 @@ impl Results {
             }
         );
         self.print_history();
+        if s.flood_off {
+            println!(
+                "  flood          off (--flood-off): the flood tenants, users and history are there, \
+                 their posters send nothing"
+            );
+        } else {
+            self.print_flood();
+        }
+        self.print_quiet();
+        match &self.claim_to_typing_ms {
+            Some(c) => println!(
+                "  claim→typing   p50 ≤ {} ms  p99 ≤ {} ms  (gateway histogram buckets, n={})",
+                c.p50_at_most, c.p99_at_most, c.n
+            ),
+            None => println!("  claim→typing   n/a (the gateway's /metrics could not be read)"),
+        }
+        let a = &self.agent;
+        println!(
+            "  agent          {} calls ({} repeats, {} bad signatures, {} unknown turns); in flight \
+             during posting max {}, mean {:.1}",
+            a.calls, a.repeat_calls, a.bad_signatures, a.unknown_turns, a.in_flight_max, a.in_flight_mean
+        );
+        self.print_gateway();
+        self.print_cpu();
+        self.print_idle();
+        self.print_tables();
+    }
+
+    /// The flood's webhooks, turns and latencies.
+    fn print_flood(&self) {
+        let (s, w, t) = (&self.setup, &self.webhooks, &self.turns);
         let errors: Vec<String> = w.errors.iter().map(|(k, n)| format!("{k}: {n}")).collect();
         println!(
             "  webhooks       {} sent, {} accepted in {:.2} s = {:.0}/s; errors {}; max send lag {:.1} ms{}",
@@ -2006,26 +2372,52 @@ impl Results {
         print_percentiles("webhook→agent", &self.webhook_to_agent_ms);
         print_percentiles("webhook→reply", &self.webhook_to_reply_ms);
         print_percentiles("webhook→typing", &self.webhook_to_typing_ms);
-        if self.setup.stream {
+        if s.stream {
             print_percentiles("chunk→draft", &self.first_chunk_to_draft_ms);
         }
-        match &self.claim_to_typing_ms {
-            Some(c) => println!(
-                "  claim→typing   p50 ≤ {} ms  p99 ≤ {} ms  (gateway histogram buckets, n={})",
-                c.p50_at_most, c.p99_at_most, c.n
-            ),
-            None => println!("  claim→typing   n/a (the gateway's /metrics could not be read)"),
-        }
-        let a = &self.agent;
+    }
+
+    /// `--quiet-tenant-turns`: its webhook→reply, then what else it saw.
+    fn print_quiet(&self) {
+        let Some(q) = &self.quiet_tenant else {
+            return;
+        };
+        let r = &q.webhook_to_reply_ms;
         println!(
-            "  agent          {} calls ({} repeats, {} bad signatures, {} unknown turns); in flight \
-             during posting max {}, mean {:.1}",
-            a.calls, a.repeat_calls, a.bad_signatures, a.unknown_turns, a.in_flight_max, a.in_flight_mean
+            "  quiet tenant   {} turns  webhook→reply p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms  (n={}, {})",
+            q.turns,
+            r.p50,
+            r.p99,
+            r.max,
+            r.n,
+            if q.flood_off {
+                "alone: the unloaded figure"
+            } else {
+                "beside the flood"
+            }
         );
-        self.print_gateway();
-        self.print_cpu();
-        self.print_idle();
-        self.print_tables();
+        let errors: Vec<String> = q.errors.iter().map(|(k, n)| format!("{k}: {n}")).collect();
+        println!(
+            "  quiet turns    {} sent, {} accepted, {} replied; errors {}; max send lag {:.1} ms; \
+             {} agent calls ({} repeats, {} bad signatures), {} reply parts, {} repeats",
+            q.sent,
+            q.accepted,
+            q.replied,
+            if errors.is_empty() {
+                "none".into()
+            } else {
+                errors.join(", ")
+            },
+            q.max_send_lag_ms,
+            q.agent_calls,
+            q.repeat_calls,
+            q.bad_signatures,
+            q.reply_parts,
+            q.repeat_replies
+        );
+        print_percentiles("quiet answer", &q.webhook_answer_ms);
+        print_percentiles("quiet →agent", &q.webhook_to_agent_ms);
+        print_percentiles("quiet →typing", &q.webhook_to_typing_ms);
     }
 
     fn print_history(&self) {
@@ -2108,9 +2500,35 @@ impl Results {
     }
 }
 
+fn quiet_figures(args: &Args, shared: &Shared, posting: &Posting) -> QuietFigures {
+    let counts = &shared.quiet_counts;
+    let get = |n: &AtomicU64| n.load(Relaxed);
+    let quiet = |from: &[AtomicU64], to: &[AtomicU64]| {
+        percentiles(intervals(shared.split(from).1, shared.split(to).1))
+    };
+    QuietFigures {
+        turns: args.quiet_tenant_turns,
+        flood_off: args.flood_off,
+        sent: posting.sent,
+        accepted: posting.accepted,
+        errors: posting.errors.clone(),
+        max_send_lag_ms: posting.max_lag.as_secs_f64() * 1e3,
+        replied: stamps(shared.split(&shared.replied).1).count() as u64,
+        repeat_replies: get(&counts.repeat_replies),
+        reply_parts: get(&counts.reply_parts),
+        agent_calls: get(&counts.agent_calls),
+        repeat_calls: get(&counts.repeat_calls),
+        bad_signatures: get(&counts.bad_signatures),
+        webhook_answer_ms: quiet(&shared.posted, &shared.answered),
+        webhook_to_agent_ms: quiet(&shared.posted, &shared.called),
+        webhook_to_reply_ms: quiet(&shared.posted, &shared.replied),
+        webhook_to_typing_ms: quiet(&shared.posted, &shared.typed),
+    }
+}
+
 fn turn_figures(shared: &Shared, load: &LoadRun) -> TurnFigures {
     let posting = &load.posting;
-    let replies: Vec<u64> = stamps(&shared.replied).collect();
+    let replies: Vec<u64> = stamps(shared.split(&shared.replied).0).collect();
     let first_reply = replies.iter().min().copied();
     let last_reply = replies.iter().max().copied();
     let steady_window = first_reply
