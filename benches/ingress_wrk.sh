@@ -52,7 +52,11 @@ for user in $(seq 1 64); do
     --user-id "user-$user" >/dev/null
 done
 
-port=$(( 20000 + RANDOM % 30000 ))
+# Ports below the kernel's ephemeral range: outgoing connections take their local ports
+# there, so a port that nothing listens on may still be taken when we bind it.
+ephemeral_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+(( ephemeral_low > 11000 )) || ephemeral_low=32768
+port=$((10000 + RANDOM % (ephemeral_low - 10000)))
 CB_WORKER=false RUST_LOG=warn "$B" serve --bind "127.0.0.1:$port" 2> "$work/serve.log" &
 pid=$!
 until "$B" healthcheck --url "http://127.0.0.1:$port" 2>/dev/null; do
