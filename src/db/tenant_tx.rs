@@ -18,19 +18,6 @@ impl TenantTx {
         Ok(Self { tx, tenant })
     }
 
-    /// For a transaction whose statements all find their rows by primary key (the turn
-    /// writer's): they keep one generic plan (`SET LOCAL`, this transaction only) instead of
-    /// being planned again for every batch's parameters, which cost about as much as running
-    /// them (docs/benchmarks.md, issue #26).
-    pub async fn begin_keyed(pool: &PgPool, tenant: TenantId) -> Result<Self, sqlx::Error> {
-        let statement = format!(
-            "{}; set local plan_cache_mode = force_generic_plan",
-            begin_statement(tenant)
-        );
-        let tx = pool.begin_with(statement).await?;
-        Ok(Self { tx, tenant })
-    }
-
     /// Scopes the queue claim's transaction, so the turns' first tenant work commits with it.
     pub async fn after_claim(
         mut tx: Transaction<'static, Postgres>,
