@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,8 +65,14 @@ impl<W: BatchWrite> Batcher<W> {
         let (items, receiver) = mpsc::channel(limits.writers * limits.batch_max * 4);
         let receiver = Arc::new(Mutex::new(receiver));
         let writer = Arc::new(writer);
+        let writes = Arc::new(Writes::default());
         for _ in 0..limits.writers {
-            tokio::spawn(supervise(writer.clone(), receiver.clone(), limits));
+            tokio::spawn(supervise(
+                writer.clone(),
+                receiver.clone(),
+                writes.clone(),
+                limits,
+            ));
         }
         Self { items }
     }
@@ -84,10 +91,11 @@ impl<W: BatchWrite> Batcher<W> {
 async fn supervise<W: BatchWrite>(
     writer: Arc<W>,
     receiver: Arc<Mutex<mpsc::Receiver<Pending<W>>>>,
+    writes: Arc<Writes>,
     limits: BatchLimits,
 ) {
     loop {
-        match tokio::spawn(run(writer.clone(), receiver.clone(), limits)).await {
+        match tokio::spawn(run(writer.clone(), receiver.clone(), writes.clone(), limits)).await {
             Err(err) if err.is_panic() => {
                 tracing::error!(writer = W::NAME, "batch writer panicked; starting it again");
                 metrics::counter!("channel_bridge_batch_writer_restarts_total", "writer" => W::NAME)
@@ -99,9 +107,44 @@ async fn supervise<W: BatchWrite>(
     }
 }
 
+/// The writes in flight. A batch short of `batch_max` waits while another write is in
+/// flight, gathering what arrives meanwhile: the writers run side by side only when full
+/// batches are waiting. Concurrent small batches cost more than they save: on a 2-core
+/// machine four writers' single-row transactions contended for the same index pages and WAL
+/// (issue #26, docs/benchmarks.md).
+#[derive(Default)]
+struct Writes {
+    in_flight: AtomicUsize,
+    ended: tokio::sync::Notify,
+}
+
+/// Ends its write when dropped, also if the write panics.
+struct Writing<'a>(&'a Writes);
+
+impl Writes {
+    fn start(&self) -> Writing<'_> {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        Writing(self)
+    }
+
+    fn busy(&self) -> bool {
+        self.in_flight.load(Ordering::SeqCst) > 0
+    }
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+        // One waiter at most (the receiver's holder); a permit left over only wakes it once
+        // more to look again.
+        self.0.ended.notify_one();
+    }
+}
+
 async fn run<W: BatchWrite>(
     writer: Arc<W>,
     receiver: Arc<Mutex<mpsc::Receiver<Pending<W>>>>,
+    writes: Arc<Writes>,
     limits: BatchLimits,
 ) {
     loop {
@@ -111,15 +154,32 @@ async fn run<W: BatchWrite>(
                 return;
             };
             let mut batch = vec![first];
-            while batch.len() < limits.batch_max {
-                match receiver.try_recv() {
-                    Ok(pending) => batch.push(pending),
-                    Err(_) => break,
+            take_ready(&mut receiver, &mut batch, limits.batch_max);
+            while batch.len() < limits.batch_max && writes.busy() {
+                tokio::select! {
+                    () = writes.ended.notified() => {}
+                    pending = receiver.recv() => match pending {
+                        Some(pending) => {
+                            batch.push(pending);
+                            take_ready(&mut receiver, &mut batch, limits.batch_max);
+                        }
+                        None => break,
+                    },
                 }
             }
             batch
         };
+        let _writing = writes.start();
         commit(writer.as_ref(), batch, limits.deadline).await;
+    }
+}
+
+fn take_ready<T>(receiver: &mut mpsc::Receiver<T>, batch: &mut Vec<T>, max: usize) {
+    while batch.len() < max {
+        match receiver.try_recv() {
+            Ok(pending) => batch.push(pending),
+            Err(_) => break,
+        }
     }
 }
 
@@ -152,6 +212,131 @@ async fn commit<W: BatchWrite>(writer: &W, mut batch: Vec<Pending<W>>, deadline:
                     });
                 let _ = reply.send(output.map_err(Arc::new));
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records each batch; the first write waits until the test lets it go.
+    struct Held {
+        batches: std::sync::Mutex<Vec<Vec<u32>>>,
+        started: mpsc::UnboundedSender<()>,
+        release: Mutex<Option<oneshot::Receiver<()>>>,
+    }
+
+    impl BatchWrite for Held {
+        type Item = u32;
+        type Output = ();
+        const NAME: &'static str = "test";
+
+        fn tenant(_: &u32) -> TenantId {
+            TenantId(uuid::Uuid::nil())
+        }
+
+        fn write<'a>(&'a self, items: &'a [u32]) -> WriteFuture<'a, ()> {
+            Box::pin(async move {
+                let _ = self.started.send(());
+                let release = self.release.lock().await.take();
+                if let Some(release) = release {
+                    let _ = release.await;
+                }
+                self.batches.lock().unwrap().push(items.to_vec());
+                Ok(vec![(); items.len()])
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn items_arriving_during_a_write_wait_for_it_and_go_together() {
+        let (started, mut writes_started) = mpsc::unbounded_channel();
+        let (release, held) = oneshot::channel();
+        let writer = Arc::new(Held {
+            batches: Default::default(),
+            started,
+            release: Mutex::new(Some(held)),
+        });
+        let limits = BatchLimits {
+            writers: 4,
+            batch_max: 8,
+            deadline: Duration::from_secs(30),
+        };
+        let batcher = Batcher::spawn(ArcWrite(writer.clone()), limits);
+        let first = tokio::spawn({
+            let batcher = batcher.clone();
+            async move { batcher.submit(1).await }
+        });
+        writes_started.recv().await.expect("the first write starts");
+        // One at a time: three idle writers could each take one at once; none may while 1 is
+        // written.
+        let mut later = Vec::new();
+        for item in [2, 3] {
+            let batcher = batcher.clone();
+            later.push(tokio::spawn(async move { batcher.submit(item).await }));
+            for _ in 0..50 {
+                tokio::task::yield_now().await;
+            }
+        }
+        release.send(()).expect("the first write waits");
+        first.await.unwrap().unwrap();
+        for submitted in later {
+            submitted.await.unwrap().unwrap();
+        }
+        assert_eq!(*writer.batches.lock().unwrap(), vec![vec![1], vec![2, 3]]);
+    }
+
+    #[tokio::test]
+    async fn full_batches_are_written_side_by_side() {
+        let (started, mut writes_started) = mpsc::unbounded_channel();
+        let (release, held) = oneshot::channel();
+        let writer = Arc::new(Held {
+            batches: Default::default(),
+            started,
+            release: Mutex::new(Some(held)),
+        });
+        let limits = BatchLimits {
+            writers: 2,
+            batch_max: 2,
+            deadline: Duration::from_secs(30),
+        };
+        let batcher = Batcher::spawn(ArcWrite(writer.clone()), limits);
+        let submitted: Vec<_> = [1, 2, 3, 4]
+            .into_iter()
+            .map(|item| {
+                let batcher = batcher.clone();
+                tokio::spawn(async move { batcher.submit(item).await })
+            })
+            .collect();
+        writes_started.recv().await.expect("a write starts");
+        // The second full batch is written while the first is still held.
+        writes_started
+            .recv()
+            .await
+            .expect("a second write starts beside the first");
+        release.send(()).expect("the first write waits");
+        for submitted in submitted {
+            submitted.await.unwrap().unwrap();
+        }
+        let mut batches = writer.batches.lock().unwrap().clone();
+        batches.sort();
+        assert_eq!(batches, vec![vec![1, 2], vec![3, 4]]);
+    }
+
+    struct ArcWrite(Arc<Held>);
+
+    impl BatchWrite for ArcWrite {
+        type Item = u32;
+        type Output = ();
+        const NAME: &'static str = "test";
+
+        fn tenant(item: &u32) -> TenantId {
+            Held::tenant(item)
+        }
+
+        fn write<'a>(&'a self, items: &'a [u32]) -> WriteFuture<'a, ()> {
+            self.0.write(items)
         }
     }
 }

@@ -58,6 +58,7 @@ pub fn connect_pool(settings: &DatabaseSettings) -> anyhow::Result<PgPool> {
                 if switch_role {
                     conn.execute("SET ROLE channel_bridge_app").await?;
                 }
+                conn.execute(BATCH_PLANS).await?;
                 Ok(())
             })
         })
@@ -73,6 +74,21 @@ pub fn connect_pool(settings: &DatabaseSettings) -> anyhow::Result<PgPool> {
         .connect_lazy_with(options);
     Ok(pool)
 }
+
+/// How the turn writer plans its statements, recorded per connection and applied by
+/// `TenantTx::begin_batch` for its transaction alone. On plain PostgreSQL its statements, the
+/// same every batch and each finding its rows by key, are planned once per connection instead
+/// of once per batch (`force_generic_plan`; issue #26, docs/benchmarks.md). Citus cannot plan
+/// its distributed statements so ("could not create distributed plan"), so a connection to a
+/// database with Citus keeps `auto`. Asked of each connection's own database, not once per
+/// process. The claim keeps `auto`: its generic plan ran twice as long as the custom ones.
+const BATCH_PLANS: &str = "select set_config('channel_bridge.batch_plans',
+    case when exists (select 1 from pg_extension where extname = 'citus') then 'auto'
+         else 'force_generic_plan' end, false)";
+
+/// Opens a batch's transaction with `BATCH_PLANS`' setting in force until it ends.
+pub(crate) const BEGIN_BATCH: &str = "begin; select set_config('plan_cache_mode',
+    coalesce(current_setting('channel_bridge.batch_plans', true), 'auto'), true)";
 
 fn session_settings(settings: &DatabaseSettings) -> Vec<(&'static str, String)> {
     let mut options = vec![

@@ -18,6 +18,14 @@ impl TenantTx {
         Ok(Self { tx, tenant })
     }
 
+    /// For the turn writer, whose statements are the same every batch: they are planned once
+    /// per connection on plain PostgreSQL (`db::BATCH_PLANS`).
+    pub async fn begin_batch(pool: &PgPool, tenant: TenantId) -> Result<Self, sqlx::Error> {
+        let begin = format!("{}; {}", super::BEGIN_BATCH, set_tenant_statement(tenant));
+        let tx = pool.begin_with(begin).await?;
+        Ok(Self { tx, tenant })
+    }
+
     /// Scopes the queue claim's transaction, so the turns' first tenant work commits with it.
     pub async fn after_claim(
         mut tx: Transaction<'static, Postgres>,
@@ -64,8 +72,12 @@ async fn set_tenant(tx: &mut Transaction<'static, Postgres>, tenant: TenantId) -
 }
 
 fn begin_statement(tenant: TenantId) -> String {
+    format!("begin; {}", set_tenant_statement(tenant))
+}
+
+fn set_tenant_statement(tenant: TenantId) -> String {
     let tenant: uuid::Uuid = tenant.0;
-    format!("begin; select channel_bridge_set_tenant('{tenant}')")
+    format!("select channel_bridge_set_tenant('{tenant}')")
 }
 
 #[cfg(test)]

@@ -72,7 +72,7 @@ impl BatchWrite for TurnWrites {
             let Some((first, _)) = items.first() else {
                 return Ok(Vec::new());
             };
-            let mut tx = TenantTx::begin(&self.pool, *first).await?;
+            let mut tx = TenantTx::begin_batch(&self.pool, *first).await?;
             let mut applied = Vec::with_capacity(items.len());
             for group in items.chunk_by(|a, b| a.0 == b.0) {
                 tx.switch_tenant(group[0].0).await?;

@@ -245,3 +245,48 @@ async fn a_turns_status_change_is_a_heap_only_update() {
     assert_eq!((updated, hot), (1, 1), "(updated, of which heap-only)");
     tx.rollback().await.unwrap();
 }
+
+/// The turn writer's transactions plan their statements once per connection on plain
+/// PostgreSQL, and only they: the setting ends with the transaction (issue #26). On Citus,
+/// which cannot plan distributed statements generically, they keep `auto`.
+#[tokio::test]
+async fn the_turn_writers_transactions_alone_use_generic_plans_and_only_on_plain_postgresql() {
+    use crate::support::platforms::provision_tenant;
+
+    async fn mode(conn: &mut sqlx::PgConnection) -> String {
+        sqlx::query_scalar("select current_setting('plan_cache_mode')")
+            .fetch_one(conn)
+            .await
+            .unwrap()
+    }
+
+    let app = crate::support::spawn_app().await;
+    let tenant = provision_tenant(&app.pool, "acme").await;
+    let expected = match crate::support::citus::enabled() {
+        true => "auto",
+        false => "force_generic_plan",
+    };
+    let mut batch = TenantTx::begin_batch(&app.pool, tenant.tenant).await.unwrap();
+    assert_eq!(mode(batch.conn()).await, expected);
+    let scoped: Option<String> = sqlx::query_scalar("select current_setting('app.tenant_id', true)")
+        .fetch_one(batch.conn())
+        .await
+        .unwrap();
+    assert_eq!(
+        scoped,
+        Some(tenant.tenant.0.to_string()),
+        "the tenant is set as by `begin`"
+    );
+    batch.commit().await.unwrap();
+
+    let mut other = TenantTx::begin(&app.pool, tenant.tenant).await.unwrap();
+    assert_eq!(mode(other.conn()).await, "auto");
+    other.rollback().await.unwrap();
+    // Each connection of the pool, the one the batch ran on included.
+    let mut conns = Vec::new();
+    for _ in 0..3 {
+        let mut conn = app.pool.acquire().await.unwrap();
+        assert_eq!(mode(&mut conn).await, "auto");
+        conns.push(conn);
+    }
+}
