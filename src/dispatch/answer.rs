@@ -48,8 +48,9 @@ impl Worker {
         match outcome {
             CallOutcome::Answered(answer) => {
                 let agent_ms = i32::try_from(started.elapsed().as_millis()).ok();
-                self.complete(job, prepared, answer, agent_ms, waited, typing)
-                    .await
+                // Boxed: its future is twice the size of the agent call's, and thousands of
+                // jobs wait on the agent at once holding a future as large as their largest step.
+                Box::pin(self.complete(job, prepared, answer, agent_ms, waited, typing)).await
             }
             CallOutcome::Accepted => {
                 metrics::counter!("channel_bridge_dispatch_async_total").increment(1);

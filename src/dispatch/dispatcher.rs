@@ -252,6 +252,9 @@ impl Dispatcher {
         let mut tasks = JoinSet::new();
         let mut ready = true;
         while !*stop.borrow() {
+            // A finished job's task keeps its memory (its whole future) until it is joined,
+            // and under load thousands finish between two turns of this loop (issue #26).
+            while tasks.try_join_next().is_some() {}
             // Registered before the claim, so a wake-up during it is not lost.
             let notified = wakeup.notified();
             tokio::pin!(notified);
@@ -291,7 +294,6 @@ impl Dispatcher {
                         ready = true;
                     }
                 },
-                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
                 _ = stop.changed() => {}
             }
         }

@@ -141,7 +141,8 @@ impl Worker {
         let work = async {
             match claimed.work {
                 Work::Dispatch(prepared) => self.dispatch(&job, *prepared, &mut waited).await,
-                Work::Deliver(outgoing) => self.deliver(&job, &outgoing, &mut waited).await,
+                // Boxed, as `dispatch`'s delivery: a job's future is as large as its largest step.
+                Work::Deliver(outgoing) => Box::pin(self.deliver(&job, &outgoing, &mut waited)).await,
                 Work::Skip => {
                     self.writer
                         .conclude(&job, Transition::Skipped, StepOutcome::Skipped(job.message_id))
