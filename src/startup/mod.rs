@@ -70,7 +70,7 @@ impl Application {
             platform_client.clone(),
             Duration::from_millis(settings.dispatch.typing_interval_ms),
         ));
-        let state = AppState {
+        let state = AppState::new(crate::http::state::Shared {
             pool,
             settings: Arc::new(settings),
             metrics: crate::telemetry::metrics_handle(),
@@ -83,7 +83,7 @@ impl Application {
             media_client,
             platform_client,
             typing,
-        };
+        });
         Ok(Self {
             state,
             listener,
@@ -107,7 +107,7 @@ impl Application {
 
     /// For tests of timestamp windows.
     pub fn with_clock(mut self, clock: fn() -> i64) -> Self {
-        self.state.clock = clock;
+        self.state.shared_mut().clock = clock;
         self
     }
 
