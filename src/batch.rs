@@ -227,7 +227,19 @@ mod tests {
         release: Mutex<Option<oneshot::Receiver<()>>>,
     }
 
-    impl BatchWrite for Held {
+    /// The writer, what tells each write's start, and what lets the first write end.
+    fn held() -> (Arc<Held>, mpsc::UnboundedReceiver<()>, oneshot::Sender<()>) {
+        let (started, writes_started) = mpsc::unbounded_channel();
+        let (release, held) = oneshot::channel();
+        let writer = Arc::new(Held {
+            batches: Default::default(),
+            started,
+            release: Mutex::new(Some(held)),
+        });
+        (writer, writes_started, release)
+    }
+
+    impl BatchWrite for Arc<Held> {
         type Item = u32;
         type Output = ();
         const NAME: &'static str = "test";
@@ -249,26 +261,30 @@ mod tests {
         }
     }
 
+    fn limits(writers: usize, batch_max: usize) -> BatchLimits {
+        BatchLimits {
+            writers,
+            batch_max,
+            deadline: Duration::from_secs(30),
+        }
+    }
+
+    /// A guard against a hang, not a speed limit.
+    async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
+        tokio::time::timeout(Duration::from_secs(20), future)
+            .await
+            .unwrap_or_else(|_| panic!("{what}"))
+    }
+
     #[tokio::test]
     async fn items_arriving_during_a_write_wait_for_it_and_go_together() {
-        let (started, mut writes_started) = mpsc::unbounded_channel();
-        let (release, held) = oneshot::channel();
-        let writer = Arc::new(Held {
-            batches: Default::default(),
-            started,
-            release: Mutex::new(Some(held)),
-        });
-        let limits = BatchLimits {
-            writers: 4,
-            batch_max: 8,
-            deadline: Duration::from_secs(30),
-        };
-        let batcher = Batcher::spawn(ArcWrite(writer.clone()), limits);
+        let (writer, mut writes_started, release) = held();
+        let batcher = Batcher::spawn(writer.clone(), limits(4, 8));
         let first = tokio::spawn({
             let batcher = batcher.clone();
             async move { batcher.submit(1).await }
         });
-        writes_started.recv().await.expect("the first write starts");
+        within("the first write starts", writes_started.recv()).await;
         // One at a time: three idle writers could each take one at once; none may while 1 is
         // written.
         let mut later = Vec::new();
@@ -289,19 +305,8 @@ mod tests {
 
     #[tokio::test]
     async fn full_batches_are_written_side_by_side() {
-        let (started, mut writes_started) = mpsc::unbounded_channel();
-        let (release, held) = oneshot::channel();
-        let writer = Arc::new(Held {
-            batches: Default::default(),
-            started,
-            release: Mutex::new(Some(held)),
-        });
-        let limits = BatchLimits {
-            writers: 2,
-            batch_max: 2,
-            deadline: Duration::from_secs(30),
-        };
-        let batcher = Batcher::spawn(ArcWrite(writer.clone()), limits);
+        let (writer, mut writes_started, release) = held();
+        let batcher = Batcher::spawn(writer.clone(), limits(2, 2));
         let submitted: Vec<_> = [1, 2, 3, 4]
             .into_iter()
             .map(|item| {
@@ -309,12 +314,9 @@ mod tests {
                 tokio::spawn(async move { batcher.submit(item).await })
             })
             .collect();
-        writes_started.recv().await.expect("a write starts");
+        within("a write starts", writes_started.recv()).await;
         // The second full batch is written while the first is still held.
-        writes_started
-            .recv()
-            .await
-            .expect("a second write starts beside the first");
+        within("a second write starts beside the first", writes_started.recv()).await;
         release.send(()).expect("the first write waits");
         for submitted in submitted {
             submitted.await.unwrap().unwrap();
@@ -322,21 +324,5 @@ mod tests {
         let mut batches = writer.batches.lock().unwrap().clone();
         batches.sort();
         assert_eq!(batches, vec![vec![1, 2], vec![3, 4]]);
-    }
-
-    struct ArcWrite(Arc<Held>);
-
-    impl BatchWrite for ArcWrite {
-        type Item = u32;
-        type Output = ();
-        const NAME: &'static str = "test";
-
-        fn tenant(item: &u32) -> TenantId {
-            Held::tenant(item)
-        }
-
-        fn write<'a>(&'a self, items: &'a [u32]) -> WriteFuture<'a, ()> {
-            self.0.write(items)
-        }
     }
 }
