@@ -48,17 +48,21 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 pub fn connect_pool(settings: &DatabaseSettings) -> anyhow::Result<PgPool> {
     let options = connect_options(settings.pool_url())?.options(session_settings(settings));
     let ping_timeout = settings.deadline().min(Duration::from_secs(1));
-    let switch_role = settings.app_url.is_none();
+    // One round trip per new connection: the role (the single-URL development default) and
+    // how the turn writer plans, sent as one simple query.
+    let on_connect: std::sync::Arc<str> = if settings.app_url.is_none() {
+        format!("SET ROLE {APP_ROLE}; {BATCH_PLANS}").into()
+    } else {
+        BATCH_PLANS.into()
+    };
     let pool = PgPoolOptions::new()
         .max_connections(settings.pool_size)
         .acquire_timeout(settings.acquire_timeout())
         .test_before_acquire(false)
         .after_connect(move |conn, _meta| {
+            let on_connect = on_connect.clone();
             Box::pin(async move {
-                if switch_role {
-                    conn.execute("SET ROLE channel_bridge_app").await?;
-                }
-                conn.execute(BATCH_PLANS).await?;
+                conn.execute(&*on_connect).await?;
                 Ok(())
             })
         })
