@@ -48,21 +48,16 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 pub fn connect_pool(settings: &DatabaseSettings) -> anyhow::Result<PgPool> {
     let options = connect_options(settings.pool_url())?.options(session_settings(settings));
     let ping_timeout = settings.deadline().min(Duration::from_secs(1));
-    // One round trip per new connection: the role (the single-URL development default) and
-    // how the turn writer plans, sent as one simple query.
-    let on_connect: std::sync::Arc<str> = if settings.app_url.is_none() {
-        format!("SET ROLE {APP_ROLE}; {BATCH_PLANS}").into()
-    } else {
-        BATCH_PLANS.into()
-    };
+    let switch_role = settings.app_url.is_none();
     let pool = PgPoolOptions::new()
         .max_connections(settings.pool_size)
         .acquire_timeout(settings.acquire_timeout())
         .test_before_acquire(false)
         .after_connect(move |conn, _meta| {
-            let on_connect = on_connect.clone();
             Box::pin(async move {
-                conn.execute(&*on_connect).await?;
+                if switch_role {
+                    conn.execute("SET ROLE channel_bridge_app").await?;
+                }
                 Ok(())
             })
         })
@@ -79,20 +74,16 @@ pub fn connect_pool(settings: &DatabaseSettings) -> anyhow::Result<PgPool> {
     Ok(pool)
 }
 
-/// How the turn writer plans its statements, recorded per connection and applied by
-/// `TenantTx::begin_batch` for its transaction alone. On plain PostgreSQL its statements, the
-/// same every batch and each finding its rows by key, are planned once per connection instead
-/// of once per batch (`force_generic_plan`; issue #26, docs/benchmarks.md). Citus cannot plan
-/// its distributed statements so ("could not create distributed plan"), so a connection to a
-/// database with Citus keeps `auto`. Asked of each connection's own database, not once per
-/// process. The claim keeps `auto`: its generic plan ran twice as long as the custom ones.
-const BATCH_PLANS: &str = "select set_config('channel_bridge.batch_plans',
-    case when exists (select 1 from pg_extension where extname = 'citus') then 'auto'
-         else 'force_generic_plan' end, false)";
-
-/// Opens a batch's transaction with `BATCH_PLANS`' setting in force until it ends.
+/// Opens the turn writer's transaction. On plain PostgreSQL its statements, the same every
+/// batch and each finding its rows by key, are planned once per connection instead of once
+/// per batch (`force_generic_plan` for this transaction alone; issue #26,
+/// docs/benchmarks.md). Where Citus is loaded (`citus.version` defined: migration 36's test)
+/// they keep `auto`: Citus cannot plan its distributed statements generically
+/// ("could not create distributed plan"). The claim keeps `auto` everywhere: its generic plan
+/// ran twice as long as the custom ones.
 pub(crate) const BEGIN_BATCH: &str = "begin; select set_config('plan_cache_mode',
-    coalesce(current_setting('channel_bridge.batch_plans', true), 'auto'), true)";
+    case when current_setting('citus.version', true) is null then 'force_generic_plan'
+         else 'auto' end, true)";
 
 fn session_settings(settings: &DatabaseSettings) -> Vec<(&'static str, String)> {
     let mut options = vec![

@@ -19,7 +19,7 @@ impl TenantTx {
     }
 
     /// For the turn writer, whose statements are the same every batch: they are planned once
-    /// per connection on plain PostgreSQL (`db::BATCH_PLANS`).
+    /// per connection on plain PostgreSQL (`db::BEGIN_BATCH`).
     pub async fn begin_batch(pool: &PgPool, tenant: TenantId) -> Result<Self, sqlx::Error> {
         let begin = format!("{}; {}", super::BEGIN_BATCH, set_tenant_statement(tenant));
         let tx = pool.begin_with(begin).await?;
