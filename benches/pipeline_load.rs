@@ -5,6 +5,7 @@
 //! ```text
 //! cargo bench --bench pipeline_load -- --seconds 10 --rate 1200 --agent-latency-ms 2000
 //! CB_DB_POOL_SIZE=32 cargo bench --bench pipeline_load -- --rate 0 --concurrency 64
+//! CB_AGENT_HTTP2=true cargo bench --bench pipeline_load -- --rate 2100 --agent-latency-ms 2000
 //! ```
 //!
 //! What one run does:
@@ -663,8 +664,26 @@ async fn start_stand_ins(shared: Arc<Shared>) -> anyhow::Result<String> {
         .await
         .context("Failed to bind the stand-ins")?;
     let base = format!("http://{}", listener.local_addr()?);
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    tokio::spawn(serve_http1_and_h2c(listener, app));
     Ok(base)
+}
+
+/// HTTP/1.1 or HTTP/2 with prior knowledge, as each connection's preface says: the gateway
+/// calls the agent over `h2c` when run with `CB_AGENT_HTTP2=true`. No stream limit, as an
+/// agent server for thousands of calls in flight would be configured.
+async fn serve_http1_and_h2c(listener: TcpListener, app: Router) {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            builder.http2().max_concurrent_streams(None);
+            let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+        });
+    }
 }
 
 /// Verifies the signature as a real agent would, waits the agent's latency, answers.

@@ -457,6 +457,14 @@ pub struct DispatchSettings {
     #[arg(long, env = "CB_AGENT_TIMEOUT_SECS", default_value_t = 30)]
     pub agent_timeout_secs: u64,
 
+    /// Call the agent over HTTP/2 (prior knowledge: `h2c` on `http://`, `h2` over TLS), every
+    /// call in flight to one agent host a stream of one connection. Off: HTTP/1.1, one
+    /// connection per call in flight (about 30 kB of the gateway's memory each). The agent's
+    /// server must accept as many concurrent streams as calls are in flight: calls beyond
+    /// its `SETTINGS_MAX_CONCURRENT_STREAMS` wait for a free stream.
+    #[arg(long, env = "CB_AGENT_HTTP2", default_value_t = false, action = clap::ArgAction::Set)]
+    pub agent_http2: bool,
+
     /// Agent calls per message before it is `dispatch_failed` (first call included); 0: no
     /// limit by count, only the retry horizon.
     #[arg(long, env = "CB_DISPATCH_MAX_ATTEMPTS", default_value_t = 0)]
@@ -544,6 +552,7 @@ impl Default for DispatchSettings {
     fn default() -> Self {
         Self {
             agent_timeout_secs: 30,
+            agent_http2: false,
             max_attempts: 0,
             retry_horizon_secs: 86_400,
             async_horizon_secs: 21_600,

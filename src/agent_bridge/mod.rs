@@ -166,6 +166,7 @@ struct Bridge {
 pub fn router(config: BridgeConfig) -> anyhow::Result<Router> {
     let client = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(5))
+        .http1_only()
         .user_agent(concat!("channel-bridge-agent-bridge/", env!("CARGO_PKG_VERSION")))
         .build()
         .context("Failed to build the upstream HTTP client")?;

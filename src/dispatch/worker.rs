@@ -34,7 +34,8 @@ pub struct Worker {
 }
 
 /// The client of the platforms' APIs: shorter timeouts than an agent call, and the egress
-/// policy (the API base URLs are the tenants' to set).
+/// policy (the API base URLs are the tenants' to set). HTTP/1.1 only: a platform's HTTP/2
+/// server would cap the posts in flight to it at its stream limit.
 pub fn platform_client(
     settings: &ServeSettings,
     policy: Arc<crate::egress::EgressPolicy>,
@@ -42,6 +43,7 @@ pub fn platform_client(
     let platform = reqwest::Client::builder()
         .timeout(Duration::from_secs(settings.dispatch.platform_timeout_secs))
         .connect_timeout(Duration::from_secs(5))
+        .http1_only()
         .user_agent(concat!("channel-bridge/", env!("CARGO_PKG_VERSION")));
     GuardedClient::build(platform, policy).context("Failed to build the platform HTTP client")
 }
@@ -56,6 +58,12 @@ impl Worker {
             .timeout(Duration::from_secs(settings.dispatch.agent_timeout_secs))
             .connect_timeout(Duration::from_secs(5))
             .user_agent(concat!("channel-bridge/", env!("CARGO_PKG_VERSION")));
+        // HTTP/1.1 holds a connection (hyper's channel, task and buffers) per call in flight;
+        // HTTP/2 holds a stream (CB_AGENT_HTTP2, issue #26).
+        let agent = match settings.dispatch.agent_http2 {
+            true => agent.http2_prior_knowledge(),
+            false => agent.http1_only(),
+        };
         let client = GuardedClient::build(agent, Arc::clone(&policy))
             .context("Failed to build the agent HTTP client")?;
         let platform_client = platform_client(&settings, policy)?;

@@ -142,6 +142,7 @@ pub fn client(egress: &crate::settings::EgressSettings) -> anyhow::Result<crate:
     let builder = reqwest::Client::builder()
         .connect_timeout(std::time::Duration::from_secs(5))
         .read_timeout(std::time::Duration::from_secs(30))
+        .http1_only()
         .user_agent(concat!("channel-bridge/", env!("CARGO_PKG_VERSION")));
     let policy = std::sync::Arc::new(egress.allow.clone());
     crate::egress::GuardedClient::build(builder, policy)

@@ -157,6 +157,58 @@ async fn the_dispatcher_keeps_exactly_its_capacity_of_agent_calls_in_flight() {
     );
 }
 
+/// Three calls held in flight at once by an agent that speaks both HTTP/1.1 and `h2c`: the
+/// versions it saw and the connections it accepted.
+async fn three_calls_in_flight(http2: bool) -> (Vec<axum::http::Version>, usize) {
+    let app = spawn_app().await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
+    let gate = Arc::new(Semaphore::new(0));
+    let agent = FakeAgent::start_gated(&tenant.dispatch_secret, gate.clone()).await;
+    link_people(&app, tenant.tenant, 3).await;
+    for n in 0..3 {
+        let body = telegram_from(4000 + n as i64, &person(n), &format!("hello {n}"));
+        deliver(&app, &tenant, Platform::Telegram, body).await;
+    }
+    let dispatcher = Dispatcher::new(worker(&app, &agent.url, |s| {
+        s.dispatch.agent_http2 = http2;
+        s.tenant_share_percent = 100;
+    }));
+    let stop = run_dispatcher(&dispatcher);
+
+    agent.wait_for_calls(3).await;
+    assert_eq!(dispatcher.in_flight(), 3);
+    gate.add_permits(3);
+    platforms.wait_for_sends(3).await;
+    stop.send_replace(true);
+    let mut answers: Vec<String> = platforms.sent().iter().map(|s| s.text().to_owned()).collect();
+    answers.sort();
+    assert_eq!(
+        answers,
+        [
+            "answer to hello 0 (0 before)",
+            "answer to hello 1 (0 before)",
+            "answer to hello 2 (0 before)"
+        ]
+    );
+    let versions = agent.calls().iter().map(|call| call.version).collect();
+    (versions, agent.connections())
+}
+
+#[tokio::test]
+async fn with_agent_http2_the_calls_in_flight_share_one_connection_as_streams() {
+    let (versions, connections) = three_calls_in_flight(true).await;
+    assert_eq!(versions, [axum::http::Version::HTTP_2; 3]);
+    assert_eq!(connections, 1, "three calls in flight, one connection");
+}
+
+#[tokio::test]
+async fn by_default_each_agent_call_in_flight_has_an_http1_connection_of_its_own() {
+    let (versions, connections) = three_calls_in_flight(false).await;
+    assert_eq!(versions, [axum::http::Version::HTTP_11; 3]);
+    assert_eq!(connections, 3);
+}
+
 #[tokio::test]
 async fn a_tenant_at_its_cap_does_not_block_another_tenants_fresh_message() {
     let app = spawn_app().await;

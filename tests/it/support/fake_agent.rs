@@ -1,13 +1,15 @@
 //! A real HTTP server playing the agent proxy. It verifies each dispatch's Standard Webhooks
 //! signature with the same verifier an agent would use, records what it received, and
-//! answers from a script (then with a default echo).
+//! answers from a script (then with a default echo). It speaks HTTP/1.1 and HTTP/2 with
+//! prior knowledge (`h2c`), as the gateway's agent client is told to (`CB_AGENT_HTTP2`).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, Version};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
@@ -25,6 +27,7 @@ pub struct AgentCall {
     pub raw: Value,
     /// The W3C `traceparent` header, when the gateway exports traces.
     pub traceparent: Option<String>,
+    pub version: Version,
 }
 
 /// How to answer the next call.
@@ -105,6 +108,8 @@ struct AgentState {
     /// When set, each answer waits for a permit (a "slow" agent the test paces).
     gate: Option<Arc<Semaphore>>,
     in_flight: Mutex<(usize, usize)>,
+    /// TCP connections accepted.
+    connections: AtomicUsize,
 }
 
 pub struct FakeAgent {
@@ -133,8 +138,13 @@ impl FakeAgent {
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/agent", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await });
+        tokio::spawn(serve(listener, app, state.clone()));
         Self { url, state }
+    }
+
+    /// TCP connections the gateway opened to it.
+    pub fn connections(&self) -> usize {
+        self.state.connections.load(Ordering::SeqCst)
     }
 
     pub fn script(&self, replies: impl IntoIterator<Item = Reply>) {
@@ -164,7 +174,29 @@ impl FakeAgent {
     }
 }
 
-async fn receive(State(state): State<Arc<AgentState>>, headers: HeaderMap, body: Bytes) -> Response {
+/// HTTP/1.1 or HTTP/2 (the client's preface decides) on each connection, streams unlimited.
+async fn serve(listener: tokio::net::TcpListener, app: Router, state: Arc<AgentState>) {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        state.connections.fetch_add(1, Ordering::SeqCst);
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            builder.http2().max_concurrent_streams(None);
+            let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+        });
+    }
+}
+
+async fn receive(
+    State(state): State<Arc<AgentState>>,
+    version: Version,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let now = chrono::Utc::now().timestamp();
     let verified = signature::verify(
@@ -187,6 +219,7 @@ async fn receive(State(state): State<Arc<AgentState>>, headers: HeaderMap, body:
         payload,
         raw,
         traceparent: header("traceparent"),
+        version,
     };
     let content = call.payload.content.clone();
     let history_len = call.payload.messages.len() - 1;
