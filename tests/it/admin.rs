@@ -145,6 +145,20 @@ async fn operator_creates_tenants_and_refuses_a_taken_slug_a_wrong_token_and_a_b
     )
     .await;
     assert_eq!(status, 422);
+    // PostgreSQL refuses a NUL byte in any text: it must not read as a database failure.
+    let (status, body) = call(
+        &app,
+        Method::POST,
+        "/v1/operator/tenants",
+        OPERATOR,
+        Some(json!({"slug": "nul\u{0}slug"})),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("unprocessable")),
+        "{body}"
+    );
 }
 
 #[tokio::test]
