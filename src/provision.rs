@@ -34,7 +34,7 @@ pub async fn create_tenant(
     }
     // The table's CHECK says the same, but a NUL byte never reaches it: PostgreSQL refuses the
     // text itself, which would read as a database failure.
-    if !is_slug(slug) {
+    if !db::tenants::is_slug(slug) {
         anyhow::bail!("slug must be lowercase letters, digits and dashes");
     }
     let mut conn = pool.acquire().await.context("Failed to reach the database")?;
@@ -59,16 +59,6 @@ pub async fn create_tenant(
         agent_url: row.agent_url,
         dispatch_secret: row.dispatch_secret.0.expose_secret().to_owned(),
     })
-}
-
-/// The `tenants.slug` CHECK: `^[a-z0-9][a-z0-9-]{0,62}$`.
-fn is_slug(slug: &str) -> bool {
-    let mut chars = slug.chars();
-    chars
-        .next()
-        .is_some_and(|first| first.is_ascii_lowercase() || first.is_ascii_digit())
-        && slug.len() <= 63
-        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
 /// A new connector and the path to register with the platform.
