@@ -48,15 +48,20 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 pub fn connect_pool(settings: &DatabaseSettings) -> anyhow::Result<PgPool> {
     let options = connect_options(settings.pool_url())?.options(session_settings(settings));
     let ping_timeout = settings.deadline().min(Duration::from_secs(1));
-    let switch_role = settings.app_url.is_none();
+    // The single-URL development default connects as the owner and switches to the app role.
+    let switch_role: Option<std::sync::Arc<str>> = settings
+        .app_url
+        .is_none()
+        .then(|| format!("SET ROLE {APP_ROLE}").into());
     let pool = PgPoolOptions::new()
         .max_connections(settings.pool_size)
         .acquire_timeout(settings.acquire_timeout())
         .test_before_acquire(false)
         .after_connect(move |conn, _meta| {
+            let switch_role = switch_role.clone();
             Box::pin(async move {
-                if switch_role {
-                    conn.execute("SET ROLE channel_bridge_app").await?;
+                if let Some(statement) = switch_role {
+                    conn.execute(&*statement).await?;
                 }
                 Ok(())
             })
