@@ -7,6 +7,10 @@
 # Migrations are embedded in the binary; `migrate` applies them (and creates the database).
 
 FROM rust:1-slim-bookworm AS builder
+# jemalloc, the gateway's allocator, is built with make, which the slim image lacks.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends make \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # sqlx query macros must not look for a live database during the image build.
 ENV SQLX_OFFLINE=true \
