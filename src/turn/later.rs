@@ -7,9 +7,10 @@
 use crate::db::messages::{MessageRow, MESSAGE_COLUMNS};
 use crate::db::queue::{self, Stage};
 use crate::db::TenantTx;
-use crate::domain::{MessageId, MessageStatus};
+use crate::domain::{MessageId, MessageStatus, PartStatus};
 
-/// The error of a turn ended at the horizon: its events answer 410 from then on.
+/// The error of a turn the horizon ended before any part came (`dispatch_failed`). Every turn
+/// the horizon ended answers its events 410 from then on.
 pub const PAST_HORIZON: &str = "the agent did not post done within CB_AGENT_ASYNC_HORIZON_SECS";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,20 +64,21 @@ pub async fn open(tx: &mut TenantTx, message: MessageId, event_id: &str) -> Resu
     let Some(Locked { turn, awaiting_until }) = locked else {
         return Ok(Opened::NoSuchTurn);
     };
-    let seen: bool = sqlx::query_scalar(
-        "select exists (select 1 from agent_events
-                         where tenant_id = $1 and message_id = $2 and event_id = $3)",
+    let events: Events = sqlx::query_as(
+        "select coalesce(bool_or(event_id = $3), false) as seen,
+                coalesce(bool_or(kind = 'done'), false) as done, count(*) > 0 as any
+           from agent_events where tenant_id = $1 and message_id = $2",
     )
     .bind(tenant)
     .bind(message)
     .bind(event_id)
     .fetch_one(tx.conn())
     .await?;
-    if seen {
+    if events.seen {
         return Ok(Opened::Repeat);
     }
     if turn.status != MessageStatus::AwaitingAgent {
-        if turn.last_error.as_deref() == Some(PAST_HORIZON) {
+        if ended_at_horizon(&turn, &events) {
             return Ok(Opened::PastHorizon);
         }
         return Ok(Opened::NotAwaiting(turn.status));
@@ -85,6 +87,25 @@ pub async fn open(tx: &mut TenantTx, message: MessageId, event_id: &str) -> Resu
         return Ok(Opened::PastHorizon);
     }
     Ok(Opened::Ready(Box::new(turn)))
+}
+
+/// What a turn's events say of it.
+#[derive(sqlx::FromRow)]
+struct Events {
+    /// The event being opened was applied before.
+    seen: bool,
+    done: bool,
+    any: bool,
+}
+
+/// The sweep leaves its error on a turn that got nothing; one that got parts reads as any
+/// answered turn, and only its events (parts, but no `done`) tell that the horizon ended it.
+fn ended_at_horizon(turn: &MessageRow, events: &Events) -> bool {
+    let answered = matches!(
+        turn.status,
+        MessageStatus::Executed | MessageStatus::DeliveryFailed
+    );
+    turn.last_error.as_deref() == Some(PAST_HORIZON) || (answered && events.any && !events.done)
 }
 
 /// Records an event of a turn `open` found ready. `parts`: the event's text, split for the
@@ -108,14 +129,11 @@ pub async fn apply(
     .bind(i32::try_from(parts.len()).unwrap_or(i32::MAX))
     .execute(tx.conn())
     .await?;
-    let queued = if parts.is_empty() {
-        job_exists(tx, turn.id).await?
-    } else {
+    if !parts.is_empty() {
         add_parts(tx, turn, text.unwrap_or_default(), parts).await?;
-        true
-    };
+    }
     if kind == EventKind::Done {
-        finish(tx, turn.id, queued).await?;
+        settle(tx, &[turn.id], End::Done, chrono::Utc::now()).await?;
     }
     Ok(())
 }
@@ -168,49 +186,200 @@ async fn job_exists(tx: &mut TenantTx, message: MessageId) -> Result<bool, sqlx:
     Ok(job.is_some())
 }
 
-/// The answer is complete: `executed`, and delivered now when nothing is left to post (a
-/// job still queued records that when it ends).
-async fn finish(tx: &mut TenantTx, message: MessageId, queued: bool) -> Result<(), sqlx::Error> {
-    let now = chrono::Utc::now();
-    sqlx::query(
-        "update channel_messages
-            set status = 'executed', awaiting_until = null, completed_at = $3, updated_at = $3,
-                decision = case when response_content is null then 'no_reply' else 'respond' end,
-                delivered_at = case when $4 then null else $3 end
-          where tenant_id = $1 and id = $2",
-    )
-    .bind(tx.tenant())
-    .bind(message)
-    .bind(now)
-    .bind(queued)
-    .execute(tx.conn())
-    .await?;
-    Ok(())
-}
-
-/// Turns past their horizon end with what they got: `executed` when some part came (the
-/// error says the rest did not), else `dispatch_failed`. Returns how many.
+/// Turns past their horizon end with what they got, as `settle` reads it; a turn that got
+/// no part is `dispatch_failed`. Returns how many.
 pub async fn end_past_horizon(
     tx: &mut TenantTx,
     now: chrono::DateTime<chrono::Utc>,
     limit: i64,
 ) -> Result<u64, sqlx::Error> {
-    let ended = sqlx::query(
-        "update channel_messages m
-            set status = case when m.response_content is null then 'dispatch_failed' else 'executed' end,
-                decision = case when m.response_content is null then 'dispatch_failed' else m.decision end,
-                last_error = $4,
-                awaiting_until = null, completed_at = $2, updated_at = $2
-          where m.tenant_id = $1 and m.status = 'awaiting_agent'
-            and m.id in (select id from channel_messages
-                          where tenant_id = $1 and status = 'awaiting_agent' and awaiting_until < $2
-                          order by awaiting_until limit $3)",
+    let due: Vec<MessageId> = sqlx::query_scalar(
+        "select id from channel_messages
+          where tenant_id = $1 and status = 'awaiting_agent' and awaiting_until < $2
+          order by awaiting_until limit $3 for update",
     )
     .bind(tx.tenant())
     .bind(now)
     .bind(limit)
-    .bind(PAST_HORIZON)
+    .fetch_all(tx.conn())
+    .await?;
+    settle(tx, &due, End::Horizon, now).await?;
+    Ok(due.len() as u64)
+}
+
+/// What ended an answer given later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// The agent posted `done`.
+    Done,
+    /// `CB_AGENT_ASYNC_HORIZON_SECS` passed first.
+    Horizon,
+}
+
+/// How an ended answer's parts stand.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Parts {
+    /// Every part was posted (or there is none).
+    Posted,
+    /// The turn's reply job still has parts to post: it records the delivery when it ends
+    /// (`PartsPosted` or `Delivered`), as for any answer.
+    Posting,
+    /// A part failed for good: its error.
+    Failed(String),
+    /// A part may or may not have been posted (Telegram at-most-once): its error.
+    InDoubt(String),
+}
+
+impl Parts {
+    /// `parts` in order, as (status, error).
+    fn of(job: bool, parts: &[(PartStatus, Option<String>)]) -> Self {
+        let error_of = |wanted: PartStatus| {
+            parts
+                .iter()
+                .find(|(status, _)| *status == wanted)
+                .map(|(_, error)| error.clone().unwrap_or_else(|| wanted.as_str().to_owned()))
+        };
+        if job {
+            Self::Posting
+        } else if let Some(error) = error_of(PartStatus::Failed) {
+            Self::Failed(error)
+        } else if let Some(error) = error_of(PartStatus::Unknown) {
+            Self::InDoubt(error)
+        } else if parts.iter().all(|(status, _)| *status == PartStatus::Sent) {
+            Self::Posted
+        } else {
+            Self::Posting
+        }
+    }
+}
+
+/// An ended turn's row, as a synchronous answer with the same parts would read
+/// (docs/admin.md#failed-turns-seeing-them-and-acting-on-them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Ended {
+    status: MessageStatus,
+    decision: &'static str,
+    last_error: Option<String>,
+    delivered: bool,
+}
+
+impl Ended {
+    /// `answered`: the agent gave some text (a `message` or `done` with content).
+    fn of(end: End, answered: bool, parts: Parts) -> Self {
+        let executed = |last_error, delivered| Self {
+            status: MessageStatus::Executed,
+            decision: if answered { "respond" } else { "no_reply" },
+            last_error,
+            delivered,
+        };
+        match (end, answered, parts) {
+            (End::Horizon, false, _) => Self {
+                status: MessageStatus::DispatchFailed,
+                decision: "dispatch_failed",
+                last_error: Some(PAST_HORIZON.to_owned()),
+                delivered: false,
+            },
+            (_, _, Parts::Posted) => executed(None, true),
+            (_, _, Parts::Posting) => executed(None, false),
+            (_, _, Parts::InDoubt(error)) => executed(Some(error), false),
+            (_, _, Parts::Failed(error)) => Self {
+                status: MessageStatus::DeliveryFailed,
+                ..executed(Some(error), false)
+            },
+        }
+    }
+}
+
+/// Ends turns locked by the caller (`open`, the sweep). The jobs' rows are locked first, so
+/// a delivery pass ending now either commits before the parts are read here, or finds the
+/// turn ended and records its delivery itself.
+async fn settle(
+    tx: &mut TenantTx,
+    turns: &[MessageId],
+    end: End,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<(), sqlx::Error> {
+    if turns.is_empty() {
+        return Ok(());
+    }
+    let tenant = tx.tenant();
+    let answered: Vec<(MessageId, bool)> = sqlx::query_as(
+        "select id, response_content is not null from channel_messages
+          where tenant_id = $1 and id = any($2)",
+    )
+    .bind(tenant)
+    .bind(turns)
+    .fetch_all(tx.conn())
+    .await?;
+    let jobs: std::collections::HashSet<MessageId> = sqlx::query_scalar(
+        "select message_id from dispatch_queue
+          where message_id = any($2) and tenant_id is not distinct from $1 for update",
+    )
+    .bind(tenant)
+    .bind(turns)
+    .fetch_all(tx.conn())
+    .await?
+    .into_iter()
+    .collect();
+    let parts = parts_of(tx, turns).await?;
+    let ended: Vec<(MessageId, Ended)> = answered
+        .into_iter()
+        .map(|(id, answered)| {
+            let none = Vec::new();
+            let parts = Parts::of(jobs.contains(&id), parts.get(&id).unwrap_or(&none));
+            (id, Ended::of(end, answered, parts))
+        })
+        .collect();
+    write_ended(tx, &ended, now).await
+}
+
+type PartStates = std::collections::HashMap<MessageId, Vec<(PartStatus, Option<String>)>>;
+
+async fn parts_of(tx: &mut TenantTx, turns: &[MessageId]) -> Result<PartStates, sqlx::Error> {
+    let rows: Vec<(MessageId, PartStatus, Option<String>)> = sqlx::query_as(
+        "select message_id, status, last_error from channel_replies
+          where tenant_id = $1 and message_id = any($2)
+          order by message_id, part_index",
+    )
+    .bind(tx.tenant())
+    .bind(turns)
+    .fetch_all(tx.conn())
+    .await?;
+    let mut parts = PartStates::new();
+    for (id, status, error) in rows {
+        parts.entry(id).or_default().push((status, error));
+    }
+    Ok(parts)
+}
+
+async fn write_ended(
+    tx: &mut TenantTx,
+    ended: &[(MessageId, Ended)],
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<(), sqlx::Error> {
+    let ids: Vec<MessageId> = ended.iter().map(|(id, _)| *id).collect();
+    let statuses: Vec<&str> = ended.iter().map(|(_, e)| e.status.as_str()).collect();
+    let decisions: Vec<&str> = ended.iter().map(|(_, e)| e.decision).collect();
+    let errors: Vec<Option<&str>> = ended.iter().map(|(_, e)| e.last_error.as_deref()).collect();
+    let delivered: Vec<Option<chrono::DateTime<chrono::Utc>>> =
+        ended.iter().map(|(_, e)| e.delivered.then_some(now)).collect();
+    sqlx::query(
+        "update channel_messages m
+            set status = e.status, decision = e.decision, last_error = e.error,
+                delivered_at = e.delivered_at, awaiting_until = null, completed_at = $3,
+                updated_at = $3
+           from unnest($2::uuid[], $4::text[], $5::text[], $6::text[], $7::timestamptz[])
+                as e(id, status, decision, error, delivered_at)
+          where m.tenant_id = $1 and m.id = e.id",
+    )
+    .bind(tx.tenant())
+    .bind(&ids)
+    .bind(now)
+    .bind(&statuses)
+    .bind(&decisions)
+    .bind(&errors)
+    .bind(&delivered)
     .execute(tx.conn())
     .await?;
-    Ok(ended.rows_affected())
+    Ok(())
 }

@@ -16,8 +16,9 @@
 //!             │                     └─ PartUnknown (Telegram at-most-once) ─▶ unknown ─┤
 //!             └──────── resend (failed; unknown only when asked) ───────────────────────┘
 //! message  accepted ─claim, conversation held─▶ held ─hand back (the last one)─▶ accepted
-//!          dispatching ─AgentAccepted (202)─▶ awaiting_agent ─done event─▶ executed
-//!                                                  └─ past the horizon ─▶ executed / dispatch_failed
+//!          dispatching ─AgentAccepted (202)─▶ awaiting_agent ─done event─▶ executed / delivery_failed
+//!                                                  │                      (by its parts, `later`)
+//!                                                  └─ past the horizon ─▶ the same, or dispatch_failed
 //! job      dispatch ─Answered with parts─▶ reply ─Delivered / Concluded / PartFailed / Abandoned─▶ gone
 //!             └─ Answered without parts / AgentFailed / AgentAccepted / Skipped ─▶ gone
 //!          gone ─redispatch─▶ dispatch;  gone ─resend─▶ reply

@@ -8,6 +8,7 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 use crate::support::fake_agent::Reply;
+use crate::support::fake_platforms::Answer;
 use crate::support::platforms::*;
 use crate::support::{Pipeline, TestApp};
 
@@ -242,6 +243,142 @@ async fn events_that_do_not_verify_or_come_too_late_are_refused() {
     assert_eq!(row["status"], "dispatch_failed", "nothing came: {row}");
     let (status, _) = post_event(&s.app, &path, &secret, "x5", event).await;
     assert_eq!(status, 410, "still past the horizon");
+}
+
+/// Runs the horizon's sweep at the turn's horizon, a second past it.
+async fn sweep_past_horizon_of(s: &Pipeline, id: MessageId) {
+    let horizon: chrono::DateTime<chrono::Utc> = s
+        .owner_scalar(&format!(
+            "select awaiting_until from channel_messages where id = '{id}'"
+        ))
+        .await;
+    let now = horizon + chrono::Duration::seconds(1);
+    let ended = channel_bridge::lifecycle::awaiting::run_pass(&s.app.pool, now)
+        .await
+        .unwrap();
+    assert_eq!(ended, 1);
+}
+
+/// The turn's status, decision, last error, whether it is delivered, and its parts' statuses.
+async fn outcome(s: &Pipeline, id: MessageId) -> (Value, Value, Value, bool, Vec<Value>) {
+    let row = turn(s, id).await;
+    let parts = row["reply_parts"].as_array().unwrap();
+    (
+        row["status"].clone(),
+        row["decision"].clone(),
+        row["last_error"].clone(),
+        row["delivered_at"].is_string(),
+        parts.iter().map(|part| part["status"].clone()).collect(),
+    )
+}
+
+#[tokio::test]
+async fn a_turn_the_horizon_ends_after_its_part_was_posted_reads_delivered() {
+    let s = Pipeline::start().await;
+    let secret = s.tenant.dispatch_secret.clone();
+    let (id, path) = accepted_turn(&s, "long job please").await;
+    let part = json!({"type": "message", "content": "Here is what I found."});
+    assert_eq!(post_event(&s.app, &path, &secret, "m1", part).await.0, 202);
+    delivered(s.worker.step().await.unwrap());
+    let posted = s.platforms.sent().pop().unwrap();
+    assert_eq!(posted.body["text"], "Here is what I found.");
+    assert!(
+        !turn(&s, id).await["delivered_at"].is_string(),
+        "done is still awaited"
+    );
+
+    sweep_past_horizon_of(&s, id).await;
+    assert_eq!(
+        outcome(&s, id).await,
+        (
+            json!("executed"),
+            json!("respond"),
+            Value::Null,
+            true,
+            vec![json!("sent")]
+        ),
+        "read as a delivered answer, as a done would have left it"
+    );
+    let late = json!({"type": "message", "content": "late"});
+    let (status, out) = post_event(&s.app, &path, &secret, "m2", late).await;
+    assert_eq!(status, 410, "{out}");
+    assert_eq!(s.worker.step().await.unwrap(), StepOutcome::Empty);
+}
+
+#[tokio::test]
+async fn a_turn_the_horizon_ends_before_its_part_was_posted_is_delivered_by_its_job() {
+    let s = Pipeline::start().await;
+    let secret = s.tenant.dispatch_secret.clone();
+    let (id, path) = accepted_turn(&s, "long job please").await;
+    let part = json!({"type": "message", "content": "Here is what I found."});
+    assert_eq!(post_event(&s.app, &path, &secret, "m1", part).await.0, 202);
+
+    sweep_past_horizon_of(&s, id).await;
+    let (status, _, error, delivered_now, _) = outcome(&s, id).await;
+    assert_eq!(
+        (status, error, delivered_now),
+        (json!("executed"), Value::Null, false)
+    );
+    delivered(s.worker.step().await.unwrap());
+    assert_eq!(
+        outcome(&s, id).await,
+        (
+            json!("executed"),
+            json!("respond"),
+            Value::Null,
+            true,
+            vec![json!("sent")]
+        )
+    );
+}
+
+#[tokio::test]
+async fn an_answer_whose_part_the_platform_refused_ends_delivery_failed_not_delivered() {
+    let s = Pipeline::start().await;
+    let secret = s.tenant.dispatch_secret.clone();
+    let blocked = "Forbidden: bot was blocked by the user";
+    for (event, end) in [("done", true), ("horizon", false)] {
+        let (id, path) = accepted_turn(&s, &format!("ended by {event}")).await;
+        s.platforms.script(
+            Platform::Telegram,
+            [Answer::Status(
+                403,
+                json!({"ok": false, "error_code": 403, "description": blocked}),
+                None,
+            )],
+        );
+        let part = json!({"type": "message", "content": "Here is what I found."});
+        assert_eq!(
+            post_event(&s.app, &path, &secret, &format!("{event}-1"), part)
+                .await
+                .0,
+            202
+        );
+        s.worker.step().await.unwrap();
+        if end {
+            let done = json!({"type": "done"});
+            assert_eq!(
+                post_event(&s.app, &path, &secret, &format!("{event}-2"), done)
+                    .await
+                    .0,
+                202
+            );
+        } else {
+            sweep_past_horizon_of(&s, id).await;
+        }
+        let (status, decision, error, delivered_now, parts) = outcome(&s, id).await;
+        assert_eq!(
+            (status, decision, delivered_now, parts),
+            (
+                json!("delivery_failed"),
+                json!("respond"),
+                false,
+                vec![json!("failed")]
+            ),
+            "ended by {event}"
+        );
+        assert!(error.as_str().unwrap().contains(blocked), "{event}: {error}");
+    }
 }
 
 #[tokio::test]
