@@ -10,11 +10,13 @@ use utoipa::ToSchema;
 
 use crate::db::messages::MessageRow;
 use crate::db::{self, TenantTx};
+use crate::dispatch::payload::HANDOFF_REASON_MAX;
 use crate::domain::{MessageId, MessageStatus, Platform};
 use crate::error::{ApiJsonError, AppError};
 use crate::http::extract::ApiPath;
 use crate::http::state::AppState;
 use crate::turn::later::{self, EventKind, Opened};
+use crate::turn::HandoffRequest;
 
 /// The longest status text kept (Slack shows 100 characters).
 const STATUS_MAX: usize = 500;
@@ -41,7 +43,30 @@ pub enum TurnEvent {
         #[schema(max_length = 100000)]
         #[serde(default)]
         content: Option<String>,
+        /// Ask for a person, as a synchronous answer does: the conversation is held in the
+        /// commit that ends the turn.
+        #[serde(default)]
+        handoff: Option<HandoffIn>,
     },
+}
+
+/// `handoff` of a `done` event: `{"reason": "…"}` or `true` (`false`: no handoff), read as
+/// on a synchronous answer (docs/agent.md#asking-for-a-person).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(untagged, expecting = "an object (`{\"reason\": \"…\"}`) or a boolean")]
+pub enum HandoffIn {
+    Flag(bool),
+    Ask(HandoffAskIn),
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"reason": "refund over the limit"}))]
+pub struct HandoffAskIn {
+    /// Shown in the held list.
+    #[schema(max_length = 500, pattern = r"^[^\u0000]*$")]
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -89,8 +114,9 @@ pub async fn post_event(
             (EventKind::Status, None)
         }
         TurnEvent::Message { content } => (EventKind::Message, Some(content.as_str())),
-        TurnEvent::Done { content } => (EventKind::Done, content.as_deref()),
+        TurnEvent::Done { content, .. } => (EventKind::Done, content.as_deref()),
     };
+    let handoff = handoff_reason(&event)?;
     if let Some(text) = text {
         crate::admin::schema::check_text("content", text, 100_000)?;
     }
@@ -107,7 +133,18 @@ pub async fn post_event(
         Some(text) => split(&state, &mut tx, &turn, text).await?,
         None => Vec::new(),
     };
-    later::apply(&mut tx, &turn, &signed.event_id, kind, text, &parts).await?;
+    let applied = later::Event {
+        id: &signed.event_id,
+        kind,
+        text,
+        parts: &parts,
+        handoff: handoff.map(|reason| HandoffRequest {
+            conversation: turn.conversation_key.clone(),
+            user_id: turn.user_id.clone(),
+            reason,
+        }),
+    };
+    later::apply(&mut tx, &turn, &applied).await?;
     tx.commit().await?;
     metrics::counter!("channel_bridge_agent_events_total", "type" => kind.as_str()).increment(1);
     if !parts.is_empty() {
@@ -123,6 +160,30 @@ pub async fn post_event(
         shown,
     };
     Ok((StatusCode::ACCEPTED, Json(out)))
+}
+
+/// `Some(reason)` when a `done` asks for a person. A reason past the limit is refused (400),
+/// as any text of this API, where a synchronous answer's is cut: that body cannot be refused.
+fn handoff_reason(event: &TurnEvent) -> Result<Option<Option<String>>, AppError> {
+    let TurnEvent::Done {
+        handoff: Some(handoff),
+        ..
+    } = event
+    else {
+        return Ok(None);
+    };
+    match handoff {
+        HandoffIn::Flag(asked) => Ok(asked.then_some(None)),
+        HandoffIn::Ask(HandoffAskIn { reason }) => {
+            crate::admin::schema::check_optional_text(
+                "handoff.reason",
+                reason.as_deref(),
+                HANDOFF_REASON_MAX,
+            )?;
+            let reason = reason.clone().filter(|r| !r.trim().is_empty());
+            Ok(Some(reason))
+        }
+    }
 }
 
 /// What an event that is not applied is answered.

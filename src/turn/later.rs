@@ -4,6 +4,7 @@
 //! and gives new reply parts a reply job of the turn, which the delivery pass posts in
 //! order like any answer's.
 
+use super::HandoffRequest;
 use crate::db::messages::{MessageRow, MESSAGE_COLUMNS};
 use crate::db::queue::{self, Stage};
 use crate::db::TenantTx;
@@ -108,32 +109,41 @@ fn ended_at_horizon(turn: &MessageRow, events: &Events) -> bool {
     turn.last_error.as_deref() == Some(PAST_HORIZON) || (answered && events.any && !events.done)
 }
 
-/// Records an event of a turn `open` found ready. `parts`: the event's text, split for the
-/// platform (empty for a status or a bare done).
-pub async fn apply(
-    tx: &mut TenantTx,
-    turn: &MessageRow,
-    event_id: &str,
-    kind: EventKind,
-    text: Option<&str>,
-    parts: &[String],
-) -> Result<(), sqlx::Error> {
+/// An event `open` found ready to apply.
+#[derive(Debug, Clone)]
+pub struct Event<'a> {
+    /// Its `webhook-id`.
+    pub id: &'a str,
+    pub kind: EventKind,
+    /// The event's text and its reply parts, split for the platform (none for a status or
+    /// a bare `done`).
+    pub text: Option<&'a str>,
+    pub parts: &'a [String],
+    /// A `done` that asks for a person: the conversation is held in the event's commit.
+    pub handoff: Option<HandoffRequest>,
+}
+
+/// Records an event of a turn `open` found ready.
+pub async fn apply(tx: &mut TenantTx, turn: &MessageRow, event: &Event<'_>) -> Result<(), sqlx::Error> {
     sqlx::query(
         "insert into agent_events (tenant_id, message_id, event_id, kind, parts)
          values ($1, $2, $3, $4, $5)",
     )
     .bind(tx.tenant())
     .bind(turn.id)
-    .bind(event_id)
-    .bind(kind.as_str())
-    .bind(i32::try_from(parts.len()).unwrap_or(i32::MAX))
+    .bind(event.id)
+    .bind(event.kind.as_str())
+    .bind(i32::try_from(event.parts.len()).unwrap_or(i32::MAX))
     .execute(tx.conn())
     .await?;
-    if !parts.is_empty() {
-        add_parts(tx, turn, text.unwrap_or_default(), parts).await?;
+    if !event.parts.is_empty() {
+        add_parts(tx, turn, event.text.unwrap_or_default(), event.parts).await?;
     }
-    if kind == EventKind::Done {
+    if event.kind == EventKind::Done {
         settle(tx, &[turn.id], End::Done, chrono::Utc::now()).await?;
+        if let Some(request) = &event.handoff {
+            super::handoff::hold_for_agent(tx, turn.id, request).await?;
+        }
     }
     Ok(())
 }

@@ -20,7 +20,7 @@ async fn user_says(s: &Pipeline, text: &str) -> StepOutcome {
 }
 
 /// The user's turn, answered 202 by the agent: its id and events path.
-async fn accepted_turn(s: &Pipeline, text: &str) -> (MessageId, String) {
+pub(crate) async fn accepted_turn(s: &Pipeline, text: &str) -> (MessageId, String) {
     s.agent
         .script([Reply::Json(202, json!({"status": "pending"}), None)]);
     let StepOutcome::Awaiting(id) = user_says(s, text).await else {
@@ -35,7 +35,13 @@ async fn accepted_turn(s: &Pipeline, text: &str) -> (MessageId, String) {
 }
 
 /// POSTs `event` signed with `secret` (Standard Webhooks, `event_id` as `webhook-id`).
-async fn post_event(app: &TestApp, path: &str, secret: &str, event_id: &str, event: Value) -> (u16, Value) {
+pub(crate) async fn post_event(
+    app: &TestApp,
+    path: &str,
+    secret: &str,
+    event_id: &str,
+    event: Value,
+) -> (u16, Value) {
     let body = serde_json::to_vec(&event).unwrap();
     let now = chrono::Utc::now().timestamp();
     let signature = channel_bridge::dispatch::signature::sign(secret, event_id, now, &body).unwrap();

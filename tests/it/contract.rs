@@ -314,6 +314,15 @@ async fn the_document_states_the_enums_limits_and_examples_the_handlers_hold_to(
         .unwrap()
         .contains(&json!("no_reply")));
 
+    // An answer given later may ask for a person in its `done` event, bounded like the rest.
+    let done = &schemas["TurnEvent"]["oneOf"][2]["properties"];
+    assert_eq!(done["type"]["enum"], json!(["done"]));
+    assert_eq!(
+        done["handoff"]["oneOf"][1]["$ref"],
+        "#/components/schemas/HandoffIn"
+    );
+    assert_eq!(schemas["HandoffAskIn"]["properties"]["reason"]["maxLength"], 500);
+
     // No request body takes text without a bound, and each shows an example.
     let bodies = request_body_schemas(&doc);
     assert_eq!(bodies.len(), 11, "every operation with a body was walked");

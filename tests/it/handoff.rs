@@ -272,6 +272,55 @@ async fn the_agent_asks_for_a_person_and_the_conversation_is_held() {
 }
 
 #[tokio::test]
+async fn an_agent_answering_later_asks_for_a_person_in_done_and_the_conversation_is_held() {
+    use crate::async_answers::{accepted_turn, post_event};
+    let s = Pipeline::start().await;
+    let secret = s.tenant.dispatch_secret.clone();
+    let (id, events) = accepted_turn(&s, "refund 900 EUR").await;
+    let refused = [
+        json!({"type": "message", "content": "x", "handoff": true}),
+        json!({"type": "done", "handoff": "yes"}),
+        json!({"type": "done", "handoff": {"reason": "x", "urgent": true}}),
+    ];
+    for (n, event) in refused.into_iter().enumerate() {
+        let (status, out) = post_event(&s.app, &events, &secret, &format!("bad-{n}"), event).await;
+        assert_eq!(status, 422, "{out}");
+    }
+    let long = json!({"type": "done", "handoff": {"reason": "x".repeat(501)}});
+    let (status, out) = post_event(&s.app, &events, &secret, "long", long).await;
+    assert_eq!(status, 400, "a reason past 500 characters: {out}");
+
+    let done = json!({"type": "done", "content": "Let me get a colleague.",
+                      "handoff": {"reason": "refund over the limit"}});
+    let (status, out) = post_event(&s.app, &events, &secret, "done", done).await;
+    assert_eq!(status, 202, "{out}");
+    executed(s.worker.step().await.unwrap());
+    assert_eq!(
+        s.platforms.sent().last().unwrap().body["text"],
+        "Let me get a colleague.",
+        "its text is posted"
+    );
+    let conversation = message(&s, id).await["conversation"].as_str().unwrap().to_owned();
+    let (_, list) = s.admin(Method::GET, "/v1/admin/conversations/held", None).await;
+    let hold = &list["conversations"][0];
+    assert_eq!(hold["conversation"], conversation.as_str());
+    assert_eq!(
+        (&hold["by_agent"], &hold["held_by"], &hold["reason"]),
+        (&json!(true), &json!("agent"), &json!("refund over the limit"))
+    );
+    assert!(audit_actions(&s)
+        .await
+        .contains(&("agent".to_owned(), "conversation.take_over".to_owned())));
+
+    let calls = s.agent.calls().len();
+    let next = held(user_says(&s, "hello?").await);
+    assert_eq!(message(&s, next).await["status"], "held");
+    assert_eq!(s.agent.calls().len(), calls, "not sent to the agent");
+    let (_, list) = s.admin(Method::GET, "/v1/admin/conversations/held", None).await;
+    assert_eq!(list["conversations"][0]["waiting"], true, "{list}");
+}
+
+#[tokio::test]
 async fn another_tenants_key_cannot_take_over_or_write() {
     let s = Pipeline::start().await;
     let first = executed(user_says(&s, "hello").await);
