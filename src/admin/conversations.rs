@@ -208,7 +208,8 @@ async fn hold(
 
 /// Give the conversation back to the agent. If its user's last turn went unanswered while
 /// held, that turn is sent to the agent now, with everything said meanwhile (the person's
-/// messages too) in its history.
+/// messages too) in its history. A conversation of the tenant that is not held answers
+/// `released: false`; one the tenant does not have (unknown, or another tenant's) is 404.
 #[utoipa::path(post, path = "/v1/admin/conversations/{conversation}/hand-back", operation_id = "hand_back_conversation", tag = "conversations",
     params(ConversationPath), security(("api_key" = [])),
     responses((status = 200, body = HandBackOut), (status = 401, body = ApiJsonError), (status = 404, body = ApiJsonError)))]
@@ -230,6 +231,11 @@ pub async fn hand_back(
     let parsed = parse(conversation)?;
     let mut tx = TenantTx::begin(&state.pool, tenant).await?;
     let back = handoff::hand_back(&mut tx, actor, conversation, parsed).await?;
+    // Not held: 404 unless the tenant has the conversation, as take-over answers (a hold
+    // outlives its turns, erased or past retention, so the hold is released first).
+    if !back.released && handoff::last_user_turn(&mut tx, parsed).await?.is_none() {
+        return Err(AppError::NotFound("conversation"));
+    }
     tx.commit().await?;
     if back.dispatched.is_some() {
         state.wake_workers();

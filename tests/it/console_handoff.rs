@@ -241,3 +241,52 @@ async fn another_tenants_console_session_cannot_take_over_or_write() {
         .await;
     assert_eq!((holds, person), (0, 0));
 }
+
+/// POSTs the console's hand-back form for `conversation` in the session of `cookie`.
+async fn console_hand_back(s: &Pipeline, cookie: &str, conversation: &str) -> u16 {
+    let (_, page) = get_page(&s.app, cookie, "/console/held").await;
+    let csrf = csrf_of(&page);
+    let response = no_redirects()
+        .post(s.app.url("/console/conversation/hand-back"))
+        .header("cookie", cookie)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("csrf={csrf}&conversation={conversation}"))
+        .send()
+        .await
+        .unwrap();
+    response.status().as_u16()
+}
+
+#[tokio::test]
+async fn the_console_hands_back_only_conversations_the_tenant_has() {
+    let s = Pipeline::start().await;
+    links_the_fixture_human(&s).await;
+    let conversation = conversation_of_first_turn(&s).await;
+    let (status, _) = s
+        .admin(
+            Method::POST,
+            &format!("/v1/admin/conversations/{conversation}/take-over"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    let other = provision_tenant_at(&s.app.pool, "globex", Some(&s.platforms.base_url)).await;
+    let intruder = channel_bridge::admin::operator::issue(&s.app.pool, other.tenant, "intruder")
+        .await
+        .unwrap()
+        .key;
+    let intruder = http_sign_in(&s.app, &intruder).await;
+    assert_eq!(
+        console_hand_back(&s, &intruder, &conversation).await,
+        404,
+        "another tenant's conversation"
+    );
+    let holds: i64 = s.owner_scalar("select count(*) from conversation_holds").await;
+    assert_eq!(holds, 1, "still held");
+
+    let own = http_sign_in(&s.app, &s.admin_key().await).await;
+    assert_eq!(console_hand_back(&s, &own, "user:nobody").await, 404);
+    assert_eq!(console_hand_back(&s, &own, &conversation).await, 303);
+    let holds: i64 = s.owner_scalar("select count(*) from conversation_holds").await;
+    assert_eq!(holds, 0, "handed back");
+}

@@ -321,6 +321,53 @@ async fn an_agent_answering_later_asks_for_a_person_in_done_and_the_conversation
 }
 
 #[tokio::test]
+async fn handing_back_a_conversation_the_tenant_does_not_have_is_404() {
+    let s = Pipeline::start().await;
+    let first = executed(user_says(&s, "hello").await);
+    let conversation = message(&s, first).await["conversation"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, _) = s
+        .admin(Method::POST, &path(&conversation, "take-over"), None)
+        .await;
+    assert_eq!(status, 200);
+    let other = provision_tenant_at(&s.app.pool, "globex", Some(&s.platforms.base_url)).await;
+    let key = channel_bridge::admin::operator::issue(&s.app.pool, other.tenant, "intruder")
+        .await
+        .unwrap()
+        .key;
+    let intruder = s
+        .app
+        .client
+        .post(s.app.url(&path(&conversation, "hand-back")))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(intruder.status(), 404, "another tenant's conversation");
+    let holds: i64 = s.owner_scalar("select count(*) from conversation_holds").await;
+    assert_eq!(holds, 1, "still held");
+
+    for unknown in ["user:nobody", "alice"] {
+        let (status, body) = s.admin(Method::POST, &path(unknown, "hand-back"), None).await;
+        assert_eq!(status, 404, "{unknown}: {body}");
+    }
+    let (status, back) = s
+        .admin(Method::POST, &path(&conversation, "hand-back"), None)
+        .await;
+    assert_eq!((status, &back["released"]), (200, &json!(true)), "{back}");
+    let (status, again) = s
+        .admin(Method::POST, &path(&conversation, "hand-back"), None)
+        .await;
+    assert_eq!(
+        (status, &again["released"]),
+        (200, &json!(false)),
+        "its own conversation, no longer held: {again}"
+    );
+}
+
+#[tokio::test]
 async fn another_tenants_key_cannot_take_over_or_write() {
     let s = Pipeline::start().await;
     let first = executed(user_says(&s, "hello").await);
