@@ -101,10 +101,25 @@ impl ConfigCache {
         tenant: TenantId,
         id: ConnectorId,
     ) -> Result<Option<Arc<Connector>>, sqlx::Error> {
+        self.connector_of_unless(pool, tenant, id, || false).await
+    }
+
+    /// `connector_of`, but a miss is not read while `unreachable()` says the database is out
+    /// of reach (`db::outage::not_tried`).
+    pub async fn connector_of_unless(
+        &self,
+        pool: &sqlx::PgPool,
+        tenant: TenantId,
+        id: ConnectorId,
+        unreachable: impl FnOnce() -> bool,
+    ) -> Result<Option<Arc<Connector>>, sqlx::Error> {
         let key = (tenant, id);
         if let Some(hit) = self.connectors.get(&key) {
             metrics::counter!("channel_bridge_connector_cache_lookups_total", "result" => "hit").increment(1);
             return Ok(Some(hit));
+        }
+        if unreachable() {
+            return Err(db::outage::not_tried());
         }
         metrics::counter!("channel_bridge_connector_cache_lookups_total", "result" => "miss").increment(1);
         let generation = self.connectors.generation();

@@ -127,8 +127,9 @@ impl IntoResponse for AppError {
                 tracing::error!(error = ?err, "request failed");
                 "internal error".to_owned()
             }
+            // Logged when the outage starts and ends (`db::outage::DbHealth`), not per request.
             Self::Unavailable(err) => {
-                tracing::warn!(error = %err, "database unavailable");
+                tracing::debug!(error = %err, "database unavailable");
                 "database unavailable, retry later".to_owned()
             }
             Self::Refused(err) => {
@@ -144,7 +145,9 @@ impl IntoResponse for AppError {
         let mut response = (status, Json(json!({ "error": code, "message": message }))).into_response();
         let retry_after = match &self {
             Self::TooManyRequests(wait) => Some(wait.as_secs() + u64::from(wait.subsec_nanos() > 0)),
-            Self::DeadlinePassed(_) => Some(1),
+            Self::DeadlinePassed(_) | Self::Unavailable(_) | Self::Refused(_) | Self::SecretsUnopened(_) => {
+                Some(1)
+            }
             _ => None,
         };
         if let Some(seconds) = retry_after {

@@ -315,6 +315,10 @@ pub struct ReplyPart {
     pub attempts: i32,
     pub last_error: Option<String>,
     pub sending_since: Option<chrono::DateTime<chrono::Utc>>,
+    /// The lease of the job that marked it `sending` (migration 37); read for delivery only.
+    #[serde(skip)]
+    #[sqlx(default)]
+    pub sending_lease: Option<crate::db::queue::LeaseToken>,
     pub sent_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
@@ -360,7 +364,7 @@ pub async fn reply_parts(tx: &mut TenantTx, message: MessageId) -> Result<Vec<Re
     let tenant = tx.tenant();
     sqlx::query_as(
         "select part_index, content, status, platform_message_id, delivery_status, attempts, last_error,
-                sending_since, sent_at
+                sending_since, sending_lease, sent_at
            from channel_replies where tenant_id = $1 and message_id = $2 order by part_index",
     )
     .bind(tenant)

@@ -11,6 +11,7 @@ pub mod holds;
 pub mod lifecycle;
 pub mod links;
 pub mod messages;
+pub mod outage;
 pub mod overview;
 pub mod queue;
 pub mod replies;
@@ -33,6 +34,7 @@ use sqlx::{ConnectOptions, Connection, Executor, PgPool, Postgres};
 
 use crate::settings::DatabaseSettings;
 
+pub use outage::is_unavailable;
 pub use tenant_tx::TenantTx;
 
 /// Owns nothing, has no BYPASSRLS: `SET ROLE` to it in the single-URL mode, inherited by the
@@ -503,22 +505,4 @@ pub fn is_unstorable_value(err: &sqlx::Error) -> bool {
     db.code()
         .is_some_and(|code| code.starts_with("22") || code == "54000")
         && !means_no_schema(err)
-}
-
-/// An outage (answer 503 so the platform retries), not a bug or a bad request.
-pub fn is_unavailable(err: &sqlx::Error) -> bool {
-    match err {
-        // A restarting server closes the socket during TLS/startup.
-        sqlx::Error::Io(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::Protocol(_) => true,
-        sqlx::Error::Database(db) => {
-            // 08: connection exceptions; 57P0x: shutdown; 53300: too many connections.
-            let code = db.code().unwrap_or_default();
-            code.starts_with("08") || code.starts_with("57P") || code == "53300"
-        }
-        _ => false,
-    }
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use sqlx::PgPool;
 
 use crate::db::messages::{MessageRow, ReplyPart};
-use crate::db::queue::Job;
+use crate::db::queue::{Job, LeaseToken};
 use crate::db::{self, replies, TenantTx};
 use crate::domain::{Connector, MessageId, PartStatus, Platform};
 use crate::platforms;
@@ -75,8 +75,13 @@ impl Concluded for DeliveryOutcome {
 }
 
 impl Outgoing {
-    pub fn fresh(message: MessageRow, connector: Arc<Connector>, parts: Vec<String>) -> Self {
-        let parts = crate::turn::apply::answered_parts(parts);
+    pub fn fresh(
+        message: MessageRow,
+        connector: Arc<Connector>,
+        parts: Vec<String>,
+        lease: LeaseToken,
+    ) -> Self {
+        let parts = crate::turn::apply::answered_parts(parts, lease);
         Self {
             message,
             connector,
@@ -87,11 +92,15 @@ impl Outgoing {
 }
 
 impl Delivery<'_> {
-    /// `None` when the message or its connector no longer exists.
+    /// `None` when the message or its connector no longer exists. A part `sending` under
+    /// `lease` was marked by this holder, whose request has not left: the commit of the
+    /// mark lost its acknowledgement, so the holder reads the part again. It is posted, not
+    /// reconciled; a part marked under any other lease is in doubt.
     pub async fn load(
         tx: &mut TenantTx,
         keys: &crate::secrets::Keyring,
         message: MessageId,
+        lease: LeaseToken,
     ) -> Result<Option<Outgoing>, sqlx::Error> {
         let Some(row) = db::messages::get(tx, message).await? else {
             return Ok(None);
@@ -100,11 +109,15 @@ impl Delivery<'_> {
             return Ok(None);
         };
         let parts = db::messages::reply_parts(tx, message).await?;
+        let marked = parts
+            .iter()
+            .find(|part| part.status == PartStatus::Sending && part.sending_lease == Some(lease))
+            .map(|part| part.part_index);
         Ok(Some(Outgoing {
             message: row,
             connector: Arc::new(connector),
             parts,
-            marked: None,
+            marked,
         }))
     }
 

@@ -217,8 +217,10 @@ impl Worker {
             return Ok(StepOutcome::Executed(job.message_id));
         }
         let outgoing = match (first, prepared.connector) {
-            (true, Some(connector)) => Outgoing::fresh(prepared.message, connector, parts),
-            _ => match self.load_outgoing(job.tenant_id, job.message_id).await? {
+            (true, Some(connector)) => Outgoing::fresh(prepared.message, connector, parts, job.lease),
+            // Stored by an earlier attempt, or by this one in a commit whose acknowledgement was
+            // lost: the parts say which (`Delivery::load`).
+            _ => match self.load_outgoing(job).await? {
                 Some(outgoing) => outgoing,
                 None => {
                     let error = NOTHING_TO_POST.to_owned();

@@ -9,18 +9,23 @@ use super::worker::Worker;
 use crate::db::queue::Job;
 use crate::db::TenantTx;
 use crate::delivery::{Delivery, DeliveryOutcome, Outgoing};
-use crate::domain::{MessageId, TenantId};
 use crate::telemetry::traces;
 
 impl Worker {
-    pub(super) async fn load_outgoing(
-        &self,
-        tenant: TenantId,
-        message: MessageId,
-    ) -> anyhow::Result<Option<Outgoing>> {
-        let mut tx = TenantTx::begin(&self.pool, tenant).await?;
-        let outgoing = Delivery::load(&mut tx, &self.settings.database.secrets, message).await?;
-        tx.commit().await?;
+    /// Read through an outage, for at most a lease: the answer it follows is stored.
+    pub(super) async fn load_outgoing(&self, job: &Job) -> anyhow::Result<Option<Outgoing>> {
+        let read = || async {
+            let mut tx = TenantTx::begin(&self.pool, job.tenant_id).await?;
+            let keys = &self.settings.database.secrets;
+            let outgoing = Delivery::load(&mut tx, keys, job.message_id, job.lease).await?;
+            tx.commit().await?;
+            Ok::<_, sqlx::Error>(outgoing)
+        };
+        let deadline = self.settings.database.deadline();
+        let outgoing = crate::db::outage::through_outage(self.lease(), "reply parts", || {
+            crate::db::within(deadline, read())
+        })
+        .await?;
         Ok(outgoing)
     }
 

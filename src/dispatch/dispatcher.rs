@@ -23,7 +23,9 @@ const GATHER: Duration = Duration::from_millis(10);
 const STATS_EVERY: Duration = Duration::from_secs(10);
 const ROTATE_EVERY: Duration = Duration::from_secs(1);
 const OUTAGE_BACKOFF_MIN: Duration = Duration::from_millis(250);
-const OUTAGE_BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// Short: claims resume within this of the database's return (a refused connection costs
+/// nothing, and a held one is bounded by the deadline).
+const OUTAGE_BACKOFF_MAX: Duration = Duration::from_secs(4);
 
 enum ClaimResult {
     Full,

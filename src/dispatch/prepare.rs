@@ -35,8 +35,13 @@ impl Worker {
                 Ok(claimed)
             }
             Err(err) => {
-                for job in &jobs {
-                    self.back_off(job).await;
+                // The claim's commit may have landed unacknowledged: its leases are ours to end,
+                // in the background, as the claimer's wait is bounded by a deadline.
+                use crate::db::outage::MaybeOutage;
+                let outage = err.is_outage();
+                for job in jobs {
+                    let (queue, settings) = (self.queue.clone(), self.settings.clone());
+                    tokio::spawn(super::worker::release(queue, settings, job, outage));
                 }
                 Err(err.context("Failed to prepare claimed jobs"))
             }
@@ -77,10 +82,11 @@ impl Worker {
         let (dispatch, reply): (Vec<&Job>, Vec<&Job>) =
             jobs.iter().partition(|job| job.stage == Stage::Dispatch);
         for job in reply {
-            let work = match Delivery::load(tx, &self.settings.database.secrets, job.message_id).await? {
-                Some(outgoing) => Work::Deliver(Box::new(outgoing)),
-                None => Work::Abandon,
-            };
+            let work =
+                match Delivery::load(tx, &self.settings.database.secrets, job.message_id, job.lease).await? {
+                    Some(outgoing) => Work::Deliver(Box::new(outgoing)),
+                    None => Work::Abandon,
+                };
             claimed.push(Claimed {
                 job: (*job).clone(),
                 work,

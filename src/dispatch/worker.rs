@@ -78,6 +78,7 @@ impl Worker {
                 batch_max: settings.state_batch_max,
                 deadline: settings.database.deadline(),
             },
+            Duration::from_secs(settings.dispatch.lease_secs),
         );
         Ok(Self {
             queue: Queue::new(pool.clone()),
@@ -129,12 +130,9 @@ impl Worker {
         }
     }
 
-    /// A job that fails every time must not be claimed again at once. Best effort: with the
-    /// database gone, the lease decides.
-    pub(super) async fn back_off(&self, job: &Job) {
-        let attempts = u32::try_from(job.attempts).unwrap_or(1);
-        let delay = crate::retry::backoff(&self.settings.dispatch, attempts, None);
-        let _ = self.queue.retry_later(job.message_id, job.lease, delay).await;
+    /// Ends a failed job's lease (see `release`).
+    pub(super) async fn back_off(&self, job: &Job, outage: bool) {
+        release(self.queue.clone(), self.settings.clone(), job.clone(), outage).await;
     }
 
     pub async fn run_job(&self, claimed: Claimed) -> anyhow::Result<StepOutcome> {
@@ -174,9 +172,30 @@ impl Worker {
         let outcome = tracing::Instrument::instrument(work, span).await;
         let own = started.elapsed().saturating_sub(waited.0);
         metrics::histogram!("channel_bridge_dispatch_own_seconds").record(own.as_secs_f64());
-        if outcome.is_err() {
-            self.back_off(&job).await;
+        if let Err(err) = &outcome {
+            use crate::db::outage::MaybeOutage;
+            self.back_off(&job, err.is_outage()).await;
         }
         outcome
+    }
+}
+
+/// Ends a failed job's lease. A job that fails every time must not be claimed again at once;
+/// one that met an outage is ready again as soon as the database is back, rather than when
+/// its lease runs out. Written through the outage, for at most a lease.
+pub(super) async fn release(queue: Queue, settings: Arc<ServeSettings>, job: Job, outage: bool) {
+    let attempts = u32::try_from(job.attempts).unwrap_or(1);
+    let delay = match outage {
+        true => Duration::ZERO,
+        false => crate::retry::backoff(&settings.dispatch, attempts, None),
+    };
+    let deadline = settings.database.deadline();
+    let patience = Duration::from_secs(settings.dispatch.lease_secs);
+    let released = crate::db::outage::through_outage(patience, "job release", || {
+        crate::db::within(deadline, queue.retry_later(job.message_id, job.lease, delay))
+    })
+    .await;
+    if let Err(err) = released {
+        tracing::warn!(%err, message_id = %job.message_id, "could not release a failed job; its lease decides");
     }
 }

@@ -55,7 +55,16 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
             Json(json!({ "status": status, "schema_version": binary, "warnings": warnings })),
         )
     };
-    match crate::db::within(READY_DEADLINE, crate::db::schema(&state.pool)).await {
+    let probed = crate::db::within(READY_DEADLINE, crate::db::schema(&state.pool)).await;
+    if probed.is_ok() {
+        state.db_health.reached();
+    }
+    if let (Ok(_), Some(fault)) = (&probed, state.db_health.fault()) {
+        // Answers reads but cannot write (read-only, a full disk): webhooks would be 503.
+        state.readiness.note(Some(&fault));
+        return unavailable(fault);
+    }
+    match probed {
         Ok(crate::db::Schema::Current { database }) => {
             state.readiness.note(None);
             (

@@ -92,8 +92,9 @@ async fn load_connector(
     span.record("connector_id", tracing::field::display(connector_id));
     let connector = state
         .cache
-        .connector_of(&state.pool, tenant, connector_id)
-        .await?
+        .connector_of_unless(&state.pool, tenant, connector_id, || refusing(state))
+        .await
+        .map_err(|err| noted(state, err))?
         .filter(|c| c.profile.enabled)
         .ok_or_else(not_found)?;
     span.record("platform", connector.profile.platform.as_str());
@@ -136,11 +137,15 @@ async fn accept(
     stamp_traceparent(&mut inbound);
     count_dropped(platform, &inbound.dropped);
     let dropped = inbound.dropped.len();
+    if refusing(state) {
+        return Err(noted(state, crate::db::outage::not_tried()));
+    }
     let outcome = state
         .ingress
         .record(connector, inbound)
         .await
-        .map_err(AppError::from_shared_db)?;
+        .map_err(|err| noted(state, err))?;
+    state.db_health.wrote();
     if outcome.has_work() {
         state.wake_workers();
     }
@@ -161,6 +166,22 @@ async fn accept(
         dropped,
     });
     Ok(response)
+}
+
+/// While the database is out of reach, a webhook is answered 503 at once instead of after
+/// the pool's whole wait; `db::outage::probe` ends it when the database answers.
+fn refusing(state: &AppState) -> bool {
+    state.db_health.refusing()
+}
+
+/// An outage is noted (and logged) once, and counted for the log line that ends it.
+fn noted(state: &AppState, err: impl Into<std::sync::Arc<sqlx::Error>>) -> AppError {
+    let err = err.into();
+    state.db_health.failed(&err);
+    if crate::db::is_unavailable(&err) {
+        state.db_health.refused_one();
+    }
+    AppError::from_shared_db(err)
 }
 
 /// Attached to the response for the request log line, which knows the latency.

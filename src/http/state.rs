@@ -40,6 +40,9 @@ pub struct Shared {
     pub settings: Arc<ServeSettings>,
     pub metrics: PrometheusHandle,
     pub readiness: Arc<Readiness>,
+    /// What requests have met of the database: webhooks answer 503 at once while it is out
+    /// of reach, and an outage is logged when it starts and ends.
+    pub db_health: Arc<crate::db::outage::DbHealth>,
     /// Unix seconds now; replaced in tests that need a fixed clock.
     pub clock: fn() -> i64,
     pub wakeup: Arc<crate::dispatch::wakeup::Wakeup>,

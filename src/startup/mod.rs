@@ -75,6 +75,7 @@ impl Application {
             settings: Arc::new(settings),
             metrics: crate::telemetry::metrics_handle(),
             readiness: Arc::default(),
+            db_health: Arc::default(),
             clock: system_clock,
             wakeup: Arc::new(crate::dispatch::wakeup::Wakeup::default()),
             cache: Arc::new(ConfigCache::new(cache_ttl, keys)),
@@ -176,6 +177,9 @@ impl Application {
     }
 }
 
+/// How soon webhooks are taken again after the database, out of reach, answers.
+const DB_PROBE_EVERY: Duration = Duration::from_millis(200);
+
 impl Application {
     fn spawn_background(&self, stop: &watch::Receiver<bool>) -> anyhow::Result<Vec<JoinHandle<()>>> {
         let state = &self.state;
@@ -186,6 +190,13 @@ impl Application {
                 stop.clone(),
             )),
             tokio::spawn(metrics_upkeep(state.metrics.clone(), stop.clone())),
+            tokio::spawn(crate::db::outage::probe(
+                state.db_health.clone(),
+                state.pool.clone(),
+                DB_PROBE_EVERY,
+                state.settings.database.deadline().min(Duration::from_secs(1)),
+                stop.clone(),
+            )),
         ];
         let wakeup = state.wakeup.clone();
         let (pool, stop_rx) = (state.pool.clone(), stop.clone());

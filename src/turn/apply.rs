@@ -59,6 +59,7 @@ pub async fn apply_many(tx: &mut TenantTx, changes: &[&Change]) -> Result<Vec<Ap
                 ..
             } => Some(StoredAnswer {
                 id: changes[i].message,
+                lease: changes[i].lease,
                 response,
                 parts,
                 agent_ms: *agent_ms,
@@ -78,12 +79,17 @@ pub async fn apply_many(tx: &mut TenantTx, changes: &[&Change]) -> Result<Vec<Ap
             }
         }
     }
-    let next_parts: Vec<(MessageId, i32)> = indexes
+    let next_parts: Vec<(MessageId, i32, LeaseToken)> = indexes
         .iter()
-        .filter_map(|&i| match &changes[i].transition {
-            Transition::PartPosted { next: Some(next), .. } => Some((changes[i].message, *next)),
-            Transition::MarkSending { part } => Some((changes[i].message, *part)),
-            _ => None,
+        .filter_map(|&i| {
+            let change = changes[i];
+            match &change.transition {
+                Transition::PartPosted { next: Some(next), .. } => {
+                    Some((change.message, *next, change.lease))
+                }
+                Transition::MarkSending { part } => Some((change.message, *part, change.lease)),
+                _ => None,
+            }
         })
         .collect();
     mark_sending_many(tx, &next_parts).await?;
@@ -267,8 +273,8 @@ pub async fn begin_dispatch(tx: &mut TenantTx, ids: &[MessageId]) -> Result<Vec<
 }
 
 /// The reply parts as `store_answers` creates them, without reading them back: part 0
-/// `sending` (attempt 1), the rest `pending`.
-pub fn answered_parts(parts: Vec<String>) -> Vec<ReplyPart> {
+/// `sending` (attempt 1) under `lease`, the rest `pending`.
+pub fn answered_parts(parts: Vec<String>, lease: LeaseToken) -> Vec<ReplyPart> {
     (0..)
         .zip(parts)
         .map(|(part_index, content)| ReplyPart {
@@ -284,6 +290,7 @@ pub fn answered_parts(parts: Vec<String>) -> Vec<ReplyPart> {
             attempts: i32::from(part_index == 0),
             last_error: None,
             sending_since: None,
+            sending_lease: (part_index == 0).then_some(lease),
             sent_at: None,
         })
         .collect()
@@ -291,6 +298,7 @@ pub fn answered_parts(parts: Vec<String>) -> Vec<ReplyPart> {
 
 struct StoredAnswer<'a> {
     id: MessageId,
+    lease: LeaseToken,
     response: &'a str,
     parts: &'a [String],
     agent_ms: Option<i32>,
@@ -322,11 +330,13 @@ async fn store_answers(
         return store_answers_routed(tx, answers, columns).await;
     }
     let (mut part_ids, mut part_indexes, mut part_texts) = (Vec::new(), Vec::new(), Vec::new());
+    let mut part_leases = Vec::new();
     for answer in answers {
         for (index, text) in (0..).zip(answer.parts.iter()) {
             part_ids.push(answer.id);
             part_indexes.push(index);
             part_texts.push(text.as_str());
+            part_leases.push(answer.lease);
         }
     }
     let stored: Vec<MessageId> = sqlx::query_scalar(
@@ -341,12 +351,13 @@ async fn store_answers(
           returning m.id, a.decision),
          parts as (
              insert into channel_replies (tenant_id, message_id, part_index, content, status, attempts,
-                                          sending_since)
+                                          sending_since, sending_lease)
              select $1, p.id, p.idx, p.content,
                     case when p.idx = 0 then 'sending' else 'pending' end,
                     case when p.idx = 0 then 1 else 0 end,
-                    case when p.idx = 0 then $8::timestamptz end
-               from unnest($5::uuid[], $6::int[], $7::text[]) as p(id, idx, content)
+                    case when p.idx = 0 then $8::timestamptz end,
+                    case when p.idx = 0 then p.lease end
+               from unnest($5::uuid[], $6::int[], $7::text[], $10::uuid[]) as p(id, idx, content, lease)
               where p.id in (select id from stored)
              on conflict (tenant_id, message_id, part_index) do nothing),
          staged as (
@@ -369,6 +380,7 @@ async fn store_answers(
     // Citus refuses `now()` inside a CASE on a distributed table.
     .bind(chrono::Utc::now())
     .bind(&agent_ms)
+    .bind(&part_leases)
     .fetch_all(tx.conn())
     .await?;
     Ok(stored.into_iter().collect())
@@ -409,21 +421,21 @@ async fn store_answers_routed(
     .fetch_all(tx.conn())
     .await?;
     let stored_ids: std::collections::HashSet<MessageId> = stored.iter().map(|(id, _)| *id).collect();
-    let parts: Vec<(MessageId, i32, &str)> = answers
+    let parts: Vec<(MessageId, i32, &str, LeaseToken)> = answers
         .iter()
         .filter(|a| stored_ids.contains(&a.id))
         .flat_map(|a| {
             (0..)
                 .zip(a.parts.iter())
-                .map(|(index, text)| (a.id, index, text.as_str()))
+                .map(|(index, text)| (a.id, index, text.as_str(), a.lease))
         })
         .collect();
     if !parts.is_empty() {
         let mut sql = sqlx::QueryBuilder::new(
             "insert into channel_replies (tenant_id, message_id, part_index, content, status, attempts,
-                                          sending_since) ",
+                                          sending_since, sending_lease) ",
         );
-        sql.push_values(&parts, |mut row, (id, index, text)| {
+        sql.push_values(&parts, |mut row, (id, index, text, lease)| {
             let first = *index == 0;
             row.push_bind(tx.tenant())
                 .push_bind(*id)
@@ -431,7 +443,8 @@ async fn store_answers_routed(
                 .push_bind(*text)
                 .push_bind(if first { "sending" } else { "pending" })
                 .push_bind(i32::from(first))
-                .push_bind(first.then_some(now));
+                .push_bind(first.then_some(now))
+                .push_bind(first.then_some(*lease));
         });
         sql.push(" on conflict (tenant_id, message_id, part_index) do nothing");
         sql.build().execute(tx.conn()).await?;
@@ -542,20 +555,30 @@ async fn part_update(
     Ok(())
 }
 
-async fn mark_sending_many(tx: &mut TenantTx, parts: &[(MessageId, i32)]) -> Result<(), sqlx::Error> {
+/// A mark is the lease's: written again after an outage (its first commit may have landed),
+/// it changes nothing, so one send attempt counts once.
+async fn mark_sending_many(
+    tx: &mut TenantTx,
+    parts: &[(MessageId, i32, LeaseToken)],
+) -> Result<(), sqlx::Error> {
     if parts.is_empty() {
         return Ok(());
     }
-    let (ids, indexes): (Vec<MessageId>, Vec<i32>) = parts.iter().copied().unzip();
+    let ids: Vec<MessageId> = parts.iter().map(|(id, ..)| *id).collect();
+    let indexes: Vec<i32> = parts.iter().map(|(_, index, _)| *index).collect();
+    let leases: Vec<LeaseToken> = parts.iter().map(|(.., lease)| *lease).collect();
     sqlx::query(
         "update channel_replies r
-            set status = 'sending', attempts = r.attempts + 1, sending_since = now(), updated_at = now()
-           from unnest($2::uuid[], $3::int[]) as n(message_id, part)
-          where r.tenant_id = $1 and r.message_id = n.message_id and r.part_index = n.part",
+            set status = 'sending', attempts = r.attempts + 1, sending_since = now(),
+                sending_lease = n.lease, updated_at = now()
+           from unnest($2::uuid[], $3::int[], $4::uuid[]) as n(message_id, part, lease)
+          where r.tenant_id = $1 and r.message_id = n.message_id and r.part_index = n.part
+            and not (r.status = 'sending' and r.sending_lease is not distinct from n.lease)",
     )
     .bind(tx.tenant())
     .bind(&ids)
     .bind(&indexes)
+    .bind(&leases)
     .execute(tx.conn())
     .await?;
     Ok(())

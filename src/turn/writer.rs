@@ -3,7 +3,13 @@
 //! going on, so an answer is stored before any part is sent, and a part is `sending` in a
 //! committed row before its request leaves. A batch that fails for any reason but an
 //! outage or its deadline is redone one change per transaction, so one turn's failure is
-//! never its neighbours'; a failed batch's jobs are retried when their leases run out.
+//! never its neighbours'. A change that fails for an outage is written again by its holder
+//! until the database returns (for at most a lease): what it carries (an answer, a
+//! platform's message id) is never dropped with the error. Every transition is safe to write
+//! twice, since a commit whose acknowledgement was lost may have landed: a part's `sending`
+//! mark names its lease, and the other writes find their work done.
+
+use std::time::Duration;
 
 use sqlx::PgPool;
 
@@ -18,12 +24,16 @@ pub type WriteError = BatchError;
 #[derive(Clone)]
 pub struct TurnWriter {
     changes: Batcher<TurnWrites>,
+    /// How long a change is written again through an outage: a lease, past which another
+    /// holder may have the job.
+    patience: Duration,
 }
 
 impl TurnWriter {
-    pub fn spawn(pool: PgPool, limits: BatchLimits) -> Self {
+    pub fn spawn(pool: PgPool, limits: BatchLimits, patience: Duration) -> Self {
         Self {
             changes: Batcher::spawn(TurnWrites { pool }, limits),
+            patience,
         }
     }
 
@@ -33,7 +43,10 @@ impl TurnWriter {
             lease: job.lease,
             transition,
         };
-        self.changes.submit((job.tenant_id, change)).await
+        crate::db::outage::through_outage(self.patience, "turn state", || {
+            self.changes.submit((job.tenant_id, change.clone()))
+        })
+        .await
     }
 
     /// `outcome` when applied, the step's lease-lost outcome when another holder has the job.

@@ -11,6 +11,7 @@ mod console;
 mod console_handoff;
 mod console_overview;
 mod contract;
+mod crash;
 mod demo;
 mod dispatch;
 mod dispatcher;

@@ -11,6 +11,7 @@ pub mod fake_platforms;
 pub mod otlp_collector;
 pub mod pipeline;
 pub mod platforms;
+pub mod private_pg;
 
 pub use pipeline::{worker, worker_with, Pipeline};
 
