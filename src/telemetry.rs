@@ -218,6 +218,12 @@ pub const METRICS: &[Metric] = &[
         "Batch writer tasks started again after a panic.",
     ),
     metric(
+        "channel_bridge_db_outages_total",
+        Counter,
+        &[],
+        "Database outages this instance met (out of reach, or unable to write), each counted when it starts.",
+    ),
+    metric(
         "channel_bridge_db_deadlines_missed_total",
         Counter,
         &[],

@@ -35,13 +35,17 @@ impl Worker {
                 Ok(claimed)
             }
             Err(err) => {
-                // The claim's commit may have landed unacknowledged: its leases are ours to end,
-                // in the background, as the claimer's wait is bounded by a deadline.
+                // The claim's commit may have landed unacknowledged: its leases are ours to end.
+                // Through an outage in the background, as the claimer's wait is bounded.
                 use crate::db::outage::MaybeOutage;
                 let outage = err.is_outage();
                 for job in jobs {
-                    let (queue, settings) = (self.queue.clone(), self.settings.clone());
-                    tokio::spawn(super::worker::release(queue, settings, job, outage));
+                    let release =
+                        super::worker::release(self.queue.clone(), self.settings.clone(), job, outage);
+                    match outage {
+                        true => drop(tokio::spawn(release)),
+                        false => release.await,
+                    }
                 }
                 Err(err.context("Failed to prepare claimed jobs"))
             }

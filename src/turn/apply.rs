@@ -79,20 +79,7 @@ pub async fn apply_many(tx: &mut TenantTx, changes: &[&Change]) -> Result<Vec<Ap
             }
         }
     }
-    let next_parts: Vec<(MessageId, i32, LeaseToken)> = indexes
-        .iter()
-        .filter_map(|&i| {
-            let change = changes[i];
-            match &change.transition {
-                Transition::PartPosted { next: Some(next), .. } => {
-                    Some((change.message, *next, change.lease))
-                }
-                Transition::MarkSending { part } => Some((change.message, *part, change.lease)),
-                _ => None,
-            }
-        })
-        .collect();
-    mark_sending_many(tx, &next_parts).await?;
+    mark_sending_many(tx, &marks(changes, &indexes)).await?;
     let delivered: Vec<MessageId> = indexes
         .iter()
         .filter(|&&i| matches!(changes[i].transition, Transition::Delivered { .. }))
@@ -114,6 +101,23 @@ pub async fn apply_many(tx: &mut TenantTx, changes: &[&Change]) -> Result<Vec<Ap
         }
     }
     Ok(applied)
+}
+
+/// The `sending` marks the changes at `indexes` make, each under its job's lease.
+fn marks(changes: &[&Change], indexes: &[usize]) -> Vec<(MessageId, i32, LeaseToken)> {
+    indexes
+        .iter()
+        .filter_map(|&i| {
+            let change = changes[i];
+            match &change.transition {
+                Transition::PartPosted { next: Some(next), .. } => {
+                    Some((change.message, *next, change.lease))
+                }
+                Transition::MarkSending { part } => Some((change.message, *part, change.lease)),
+                _ => None,
+            }
+        })
+        .collect()
 }
 
 async fn apply_rare(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Error> {

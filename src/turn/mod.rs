@@ -31,7 +31,10 @@
 //! (`Applied::LeaseLost`), except that a part already posted is still recorded `sent`. So a
 //! part is marked `sending` only under a lease still held when the mark commits. `Answered`
 //! creates part 0 already `sending`, and `PartPosted` carries the next part's mark, so each
-//! commit holds every mark the next request needs.
+//! commit holds every mark the next request needs. A mark names its lease, so the holder
+//! whose commit lost its acknowledgement knows its own mark from one left by an interrupted
+//! send (`delivery::Delivery::load`); every transition is safe to write twice
+//! (`writer`).
 //!
 //! The admin actions (`requeue`) are the only transitions without a lease: they apply only
 //! to turns with no job and create one, under a row lock that queues a turn at most once.
