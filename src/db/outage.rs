@@ -108,7 +108,7 @@ where
                         what,
                         tries,
                         waited_ms = started.elapsed().as_millis() as u64,
-                        "written after the database came back"
+                        "done after the database came back"
                     );
                 }
                 return Ok(done);

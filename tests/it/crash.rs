@@ -384,30 +384,26 @@ fn knob(name: &str, default: i64) -> i64 {
         .unwrap_or(default)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_under_webhook_load_loses_no_turn_and_answers_each_once() {
-    for run in 0..knob("CB_CRASH_RUNS", 1) {
+/// `runs` runs (the knob `runs_knob`, 1 by default) of `crash_run` with `crashes` crashes.
+async fn crash_runs(name: &str, runs_knob: &str, crashes: usize) {
+    for run in 0..knob(runs_knob, 1) {
         let updates = knob("CB_CRASH_UPDATES", 160);
-        let Some(counts) = crash_run(8, updates / 8, 1).await else {
+        let Some(counts) = crash_run(8, updates / 8, crashes).await else {
             return;
         };
         eprintln!(
-            "crash run {run}: {} turns, {} webhooks answered 503 then retried, drained {:?} after the restart",
+            "{name} {run}: {} turns, {} webhooks answered 503 then retried, drained {:?} after the last restart",
             counts.updates, counts.refused, counts.drained_after_restart
         );
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_under_webhook_load_loses_no_turn_and_answers_each_once() {
+    crash_runs("crash run", "CB_CRASH_RUNS", 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_loop_loses_no_turn_and_answers_each_once() {
-    for run in 0..knob("CB_CRASH_LOOP_RUNS", 1) {
-        let updates = knob("CB_CRASH_UPDATES", 160);
-        let Some(counts) = crash_run(8, updates / 8, 3).await else {
-            return;
-        };
-        eprintln!(
-            "crash loop run {run}: {} turns, {} webhooks answered 503 then retried, drained {:?} after the last restart",
-            counts.updates, counts.refused, counts.drained_after_restart
-        );
-    }
+    crash_runs("crash loop run", "CB_CRASH_LOOP_RUNS", 3).await;
 }
