@@ -42,8 +42,8 @@ pub struct DatabaseSettings {
     /// Keys that seal the secrets stored in the database (connector secrets and tokens,
     /// tenants' dispatch secrets; `crate::secrets`): `id:base64-of-32-bytes`, several
     /// separated by commas, the first sealing and all opening. `@path` reads a file. Unset:
-    /// secrets are stored in plain text, which `serve` warns about. `channel-bridge secrets
-    /// generate-key` makes one.
+    /// `serve` refuses to start unless `--allow-plaintext-secrets` says to keep secrets in
+    /// plain text. `channel-bridge secrets generate-key` makes one.
     #[arg(
         long = "secrets-key",
         env = "CB_SECRETS_KEY",
@@ -163,6 +163,12 @@ impl DatabaseSettings {
 pub struct ServeSettings {
     #[command(flatten)]
     pub database: DatabaseSettings,
+
+    /// Serve without `CB_SECRETS_KEY`, keeping connector secrets, tokens and dispatch
+    /// secrets in plain text (warned about at start and on `/readyz`). Without a key and
+    /// without this, `serve` refuses to start.
+    #[arg(long = "allow-plaintext-secrets", env = "CB_SECRETS_PLAINTEXT")]
+    pub allow_plaintext_secrets: bool,
 
     /// Address the HTTP server listens on.
     #[arg(long, env = "CB_BIND", default_value = "0.0.0.0:8080")]
@@ -354,12 +360,22 @@ impl EgressSettings {
 #[error("invalid configuration: {0}")]
 pub struct SettingsError(pub String);
 
+/// Why `serve` stops without a key, and both ways on (docs/security.md#secrets-at-rest).
+const NO_SECRETS_KEY: &str = "CB_SECRETS_KEY is not set, and serve does not keep connector \
+    secrets, tokens and dispatch secrets in plain text unless told to. Make a key with \
+    `(umask 077; channel-bridge secrets generate-key > cb_secrets.key)`, keep a copy of it \
+    (sealed secrets do not open without it) and start serve with CB_SECRETS_KEY=@cb_secrets.key \
+    (secrets stored in plain text so far are sealed at start); or, to keep them in plain text, \
+    start it with --allow-plaintext-secrets or CB_SECRETS_PLAINTEXT=true \
+    (docs/security.md#secrets-at-rest)";
+
 impl ServeSettings {
     /// For tests and the demo: an ephemeral port, a key of the process's own (their databases
     /// do not outlive it), loopback allowed.
     pub fn for_database(url: impl Into<String>) -> Self {
         Self {
             database: DatabaseSettings::from_url(url).with_secrets(Keyring::ephemeral()),
+            allow_plaintext_secrets: false,
             bind: SocketAddr::from(([127, 0, 0, 1], 0)),
             agent_url: None,
             egress: EgressSettings::allowing_loopback(),
@@ -390,6 +406,9 @@ impl ServeSettings {
     /// Checks what clap cannot: ranges and cross-field rules. Fails fast with one message.
     pub fn validate(&self) -> Result<(), SettingsError> {
         self.database.validate()?;
+        if !self.database.secrets.seals() && !self.allow_plaintext_secrets {
+            return Err(SettingsError(NO_SECRETS_KEY.into()));
+        }
         if !self.http && !self.worker {
             return Err(SettingsError(
                 "CB_HTTP and CB_WORKER are both false: nothing to run".into(),
@@ -417,6 +436,11 @@ impl ServeSettings {
                 ));
             }
         }
+        self.validate_limits()
+    }
+
+    /// The sizes, deadlines and counts, each with its floor.
+    fn validate_limits(&self) -> Result<(), SettingsError> {
         if self.body_limit < 1024 || self.whatsapp_body_limit < 1024 {
             return Err(SettingsError("body limits must be at least 1024 bytes".into()));
         }
@@ -638,6 +662,25 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("nothing to run"));
+    }
+
+    #[test]
+    fn serve_without_a_key_is_refused_unless_plain_text_is_allowed() {
+        let mut settings = ServeSettings::for_database("postgres://localhost/cb");
+        assert!(settings.validate().is_ok(), "a key");
+        settings.database.secrets = Keyring::plain();
+        let refused = settings.validate().unwrap_err().to_string();
+        for says in [
+            "CB_SECRETS_KEY is not set",
+            "channel-bridge secrets generate-key",
+            "CB_SECRETS_KEY=@",
+            "--allow-plaintext-secrets",
+            "CB_SECRETS_PLAINTEXT=true",
+        ] {
+            assert!(refused.contains(says), "{refused}");
+        }
+        settings.allow_plaintext_secrets = true;
+        assert!(settings.validate().is_ok(), "told to keep them in plain text");
     }
 
     #[test]

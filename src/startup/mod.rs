@@ -248,8 +248,9 @@ async fn seal_plain_secrets(
     use crate::db::sealing::{reseal, Reseal};
     if !keys.seals() {
         tracing::warn!(
-            "CB_SECRETS_KEY is not set: connector secrets, tokens and dispatch secrets are stored \
-             in plain text (channel-bridge secrets generate-key makes a key)"
+            "CB_SECRETS_KEY is not set and plain text is allowed: connector secrets, tokens and \
+             dispatch secrets are stored in plain text (channel-bridge secrets generate-key makes \
+             a key)"
         );
         return;
     }

@@ -18,6 +18,7 @@ use crate::support::db_proxy::{upstream_addr, DbProxy};
 use crate::support::fake_agent::FakeAgent;
 use crate::support::fake_platforms::FakePlatforms;
 use crate::support::platforms::*;
+use crate::support::serve::secrets_key;
 use crate::support::{eventually, spawn_app, spawn_app_on, spawn_app_with, url_with, TestApp, TestDb};
 
 /// `len` characters that do not compress (PostgreSQL compresses long values before it
@@ -155,6 +156,7 @@ async fn an_unmigrated_database_is_not_ready_and_serve_refuses_it_saying_to_migr
     let serve = std::process::Command::new(env!("CARGO_BIN_EXE_channel-bridge"))
         .args(["serve", "--bind", "127.0.0.1:0"])
         .env("DATABASE_URL", db.url())
+        .env("CB_SECRETS_KEY", secrets_key("k1"))
         .env("CB_LOG_FORMAT", "json")
         .stdin(Stdio::null())
         .output()
@@ -186,6 +188,7 @@ async fn serve_on_a_database_that_does_not_answer_exits_naming_it_without_the_pa
     let serve = std::process::Command::new(env!("CARGO_BIN_EXE_channel-bridge"))
         .args(["serve", "--bind", "127.0.0.1:0"])
         .env("DATABASE_URL", &url)
+        .env("CB_SECRETS_KEY", secrets_key("k1"))
         .env("CB_DB_ACQUIRE_TIMEOUT_MS", "300")
         .stdin(Stdio::null())
         .output()
@@ -228,6 +231,7 @@ async fn serve_with_migrate_brings_an_empty_database_to_the_binary_schema_and_se
     let mut serve = std::process::Command::new(env!("CARGO_BIN_EXE_channel-bridge"))
         .args(["serve", "--migrate", "--bind", "127.0.0.1:0"])
         .env("DATABASE_URL", db.url())
+        .env("CB_SECRETS_KEY", secrets_key("k1"))
         .env("CB_WORKER", "false")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -493,10 +497,12 @@ async fn the_cli_takes_a_connector_secret_from_standard_input_and_the_webhook_ve
 #[tokio::test]
 async fn empty_setting_variables_count_as_unset_so_a_compose_default_env_starts() {
     // docker-compose.yml passes `${CB_AGENT_URL:-}` and friends: empty means "not set".
+    // It requires CB_SECRETS_KEY.
     let db = TestDb::empty().await;
     let mut serve = std::process::Command::new(env!("CARGO_BIN_EXE_channel-bridge"))
         .args(["serve", "--migrate", "--bind", "127.0.0.1:0"])
         .env("DATABASE_URL", db.url())
+        .env("CB_SECRETS_KEY", secrets_key("k1"))
         .env("CB_WORKER", "false")
         .envs(
             [
@@ -504,7 +510,7 @@ async fn empty_setting_variables_count_as_unset_so_a_compose_default_env_starts(
                 "CB_OPERATOR_TOKEN",
                 "CB_EGRESS_ALLOW",
                 "CB_PUBLIC_URL",
-                "CB_SECRETS_KEY",
+                "CB_SECRETS_PLAINTEXT",
                 "CB_METRICS_BIND",
                 "OTEL_EXPORTER_OTLP_ENDPOINT",
             ]

@@ -1,6 +1,9 @@
 //! Secrets at rest (issue #13): what a dump of `tenants` and `channel_connectors` shows, the
 //! plain rows of an older deployment sealed at start, key rotation with the CLI, and a
-//! sealed value that only opens in its own row.
+//! sealed value that only opens in its own row. `serve` without a key (issue #37): refused
+//! unless plain text is allowed.
+
+use std::process::{Command, Stdio};
 
 use channel_bridge::domain::Platform;
 use channel_bridge::secrets::{sealed_with, Keyring};
@@ -11,6 +14,7 @@ use crate::support::platforms::{
     fixture, now, post, provision_tenant, provision_tenant_sealed, signed_headers, slack_headers,
     Provisioned, SLACK_SECRET, TELEGRAM_SECRET, WHATSAPP_SECRET, WHATSAPP_VERIFY_TOKEN,
 };
+use crate::support::serve::{listening_addr, secrets_key, KilledOnDrop};
 use crate::support::{eventually, spawn_app, spawn_app_on, spawn_app_with, TestApp, TestDb};
 
 /// The rows of both tables as text, as `pg_dump --data-only` would print them, read as the
@@ -161,7 +165,11 @@ async fn a_dump_shows_no_secret_in_clear_and_every_secret_still_works() {
 
 #[tokio::test]
 async fn plain_secrets_of_an_older_deployment_are_sealed_when_an_instance_starts_with_a_key() {
-    let plain = spawn_app_with(|settings, _| settings.database.secrets = Keyring::plain()).await;
+    let plain = spawn_app_with(|settings, _| {
+        settings.database.secrets = Keyring::plain();
+        settings.allow_plaintext_secrets = true;
+    })
+    .await;
     let acme = provision_tenant_sealed(&plain.pool, "acme", None, &Keyring::plain()).await;
     assert!(
         dump(&plain.db).await.contains(SLACK_SECRET),
@@ -295,4 +303,119 @@ async fn a_sealed_secret_copied_into_another_tenants_row_does_not_open() {
         "{body}"
     );
     assert_eq!(slack_webhook(&app, &acme, SLACK_SECRET).await.0, 200);
+}
+
+/// `serve` on `db` as an operator starts it (worker off, JSON logs), with `args` and `env`
+/// on top: no key and no plain-text opt-in come from the test's own environment.
+fn serve(db: &TestDb, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_channel-bridge"));
+    command
+        .args(["serve", "--bind", "127.0.0.1:0"])
+        .args(args)
+        .envs(db.env())
+        .env_remove("CB_SECRETS_KEY")
+        .env_remove("CB_SECRETS_PLAINTEXT")
+        .env("CB_WORKER", "false")
+        .env("CB_LOG_FORMAT", "json")
+        .env("RUST_LOG", "warn,channel_bridge::cli=info")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// Starts `command` and waits until it listens: the child, and its base URL.
+async fn started(mut command: Command) -> (KilledOnDrop, String) {
+    let mut child = KilledOnDrop(Some(command.spawn().unwrap()));
+    let addr = listening_addr(child.child().stderr.take().unwrap()).await;
+    (child, format!("http://{addr}"))
+}
+
+/// `/readyz`'s status and warnings.
+async fn readyz(base: &str) -> (u16, Vec<String>) {
+    let response = reqwest::get(format!("{base}/readyz")).await.unwrap();
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.unwrap();
+    (status, serde_json::from_value(body["warnings"].clone()).unwrap())
+}
+
+/// A Telegram update signed with the connector's secret; the answer's status.
+async fn telegram_webhook(base: &str, tenant: &Provisioned) -> u16 {
+    let body = fixture(Platform::Telegram, "private_text");
+    let mut request = reqwest::Client::new()
+        .post(format!("{base}{}", tenant.hook_path(Platform::Telegram)))
+        .body(body.clone());
+    for (name, value) in signed_headers(Platform::Telegram, &body) {
+        request = request.header(name, value);
+    }
+    request.send().await.unwrap().status().as_u16()
+}
+
+#[tokio::test]
+async fn serve_without_a_key_refuses_to_start_saying_how_to_make_one_or_allow_plain_text() {
+    let db = TestDb::migrated().await;
+    for env in [&[][..], &[("CB_SECRETS_PLAINTEXT", "false")][..]] {
+        let output = serve(&db, &[], env).output().unwrap();
+        assert!(!output.status.success(), "{env:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let last = stderr.lines().last().unwrap_or_default();
+        assert!(
+            last.starts_with("error: invalid configuration: CB_SECRETS_KEY is not set"),
+            "{stderr}"
+        );
+        for says in [
+            "(umask 077; channel-bridge secrets generate-key > cb_secrets.key)",
+            "CB_SECRETS_KEY=@cb_secrets.key",
+            "--allow-plaintext-secrets",
+            "CB_SECRETS_PLAINTEXT=true",
+            "docs/security.md#secrets-at-rest",
+        ] {
+            assert!(last.contains(says), "{says}: {stderr}");
+        }
+        assert!(!stderr.contains("listening"), "{stderr}");
+    }
+}
+
+#[tokio::test]
+async fn a_plain_text_database_keeps_working_when_serve_is_told_to_allow_plain_text() {
+    let db = TestDb::migrated().await;
+    let acme = provision_tenant_sealed(&db.app_pool(), "acme", None, &Keyring::plain()).await;
+    for (args, env) in [
+        (&["--allow-plaintext-secrets"][..], &[][..]),
+        (&[][..], &[("CB_SECRETS_PLAINTEXT", "true")][..]),
+    ] {
+        let (_serve, base) = started(serve(&db, args, env)).await;
+        let (status, warnings) = readyz(&base).await;
+        assert_eq!(status, 200, "{args:?} {env:?}");
+        assert_eq!(
+            warnings,
+            ["CB_SECRETS_KEY is not set: stored secrets are in plain text"]
+        );
+        let verified = telegram_webhook(&base, &acme).await;
+        assert_eq!(verified, 200, "the plain secret verifies");
+    }
+    assert!(dump(&db).await.contains(SLACK_SECRET), "still in plain text");
+}
+
+#[tokio::test]
+async fn serve_with_a_key_starts_and_seals_what_an_older_deployment_stored_in_plain_text() {
+    let db = TestDb::migrated().await;
+    let acme = provision_tenant_sealed(&db.app_pool(), "acme", None, &Keyring::plain()).await;
+    let key = secrets_key("k1");
+    let (_serve, base) = started(serve(&db, &[], &[("CB_SECRETS_KEY", &key)])).await;
+    assert_eq!(readyz(&base).await, (200, Vec::new()));
+    eventually("the plain rows are sealed", || async {
+        stored_secrets(&db)
+            .await
+            .iter()
+            .all(|v| sealed_with(v) == Some("k1"))
+    })
+    .await;
+    let dump = dump(&db).await;
+    for secret in clear_secrets(&acme) {
+        assert!(!dump.contains(secret.as_str()), "{secret} is in the dump");
+    }
+    let verified = telegram_webhook(&base, &acme).await;
+    assert_eq!(verified, 200, "the sealed secret opens");
 }

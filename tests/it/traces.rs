@@ -7,10 +7,8 @@
 //! runtime, which also runs the app), with a tracer provider of its own: tests running in
 //! parallel in this process neither see its spans nor change it.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
 
 use channel_bridge::db::messages;
 use channel_bridge::dispatch::StepOutcome;
@@ -24,6 +22,7 @@ use crate::support::fake_agent::FakeAgent;
 use crate::support::fake_platforms::FakePlatforms;
 use crate::support::otlp_collector::{OtlpCollector, ReceivedSpan, KIND_CLIENT, KIND_CONSUMER, KIND_SERVER};
 use crate::support::platforms::*;
+use crate::support::serve::{listening_addr, KilledOnDrop};
 use crate::support::{eventually, spawn_app, worker, Pipeline, TestDb};
 
 /// The process-wide subscriber while tests install their own: it wants nothing but answers
@@ -365,42 +364,4 @@ async fn serve_exports_to_the_endpoint_its_environment_names_at_any_log_level_an
         traceparent.starts_with(&format!("00-{}-", webhook.trace_id)),
         "{traceparent}"
     );
-}
-
-/// A child process killed (and reaped) when a test ends without stopping it, so a failed
-/// assertion leaves no `serve` running.
-struct KilledOnDrop(Option<std::process::Child>);
-
-impl KilledOnDrop {
-    fn child(&mut self) -> &mut std::process::Child {
-        self.0.as_mut().expect("the child is still owned")
-    }
-}
-
-impl Drop for KilledOnDrop {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// The address `serve` logs once it listens (`"message": "listening"`); the rest of its
-/// log is drained on a thread of its own so that the pipe never fills.
-async fn listening_addr(stderr: std::process::ChildStderr) -> String {
-    let read = tokio::task::spawn_blocking(move || {
-        let mut lines = BufReader::new(stderr).lines();
-        let addr = lines.by_ref().map_while(Result::ok).find_map(|line| {
-            let line: serde_json::Value = serde_json::from_str(&line).ok()?;
-            (line["message"] == "listening").then(|| line["addr"].as_str().map(str::to_owned))?
-        });
-        std::thread::spawn(move || lines.for_each(drop));
-        addr
-    });
-    tokio::time::timeout(Duration::from_secs(30), read)
-        .await
-        .expect("serve starts listening within 30 s")
-        .unwrap()
-        .expect("serve logs the address it listens on")
 }

@@ -12,6 +12,7 @@ pub mod otlp_collector;
 pub mod pipeline;
 pub mod platforms;
 pub mod private_pg;
+pub mod serve;
 
 pub use pipeline::{worker, worker_with, Pipeline};
 
