@@ -530,6 +530,7 @@ fn telegram_turn(fixture: &Fixture, update: i64, user: i64) -> Inbound {
             text,
             attachments: Vec::new(),
             metadata: json!({ "chat_type": "private", "first_name": format!("User {user}") }),
+            tap: None,
         }],
         ..Inbound::default()
     }

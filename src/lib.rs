@@ -19,6 +19,7 @@ pub mod agent_bridge;
 pub mod api_schema;
 pub mod batch;
 pub mod cache;
+pub mod choices;
 pub mod cli;
 pub mod console;
 pub mod db;

@@ -133,6 +133,7 @@ fn chat_message(index: usize, item: &Value) -> Result<ChatMessage, InvalidDispat
         content,
         attachments,
         metadata: None,
+        action: None,
     })
 }
 

@@ -28,6 +28,8 @@ pub struct NewMessage<'a> {
     pub decision: Option<&'a str>,
     pub metadata: &'a Value,
     pub attachments: Option<Value>,
+    /// A tap's choice (`crate::choices::TapAction`).
+    pub action: Option<Value>,
 }
 
 /// Inserts turns in order unless their idempotency key is recorded (the unique index
@@ -60,7 +62,7 @@ async fn insert_many_routed(
         "insert into channel_messages (tenant_id, id, connector_id, platform, idempotency_key,
              platform_message_id, chat_id, thread_id, platform_user_id, reply_to_id, user_id,
              conversation_key, request_content, status, decision, metadata, space, attachments,
-             completed_at) ",
+             completed_at, action) ",
     );
     sql.push_values(rows.iter().zip(&ids), |mut row, (r, id)| {
         row.push_bind(tenant)
@@ -81,7 +83,8 @@ async fn insert_many_routed(
             .push_bind(r.metadata)
             .push_bind(r.space)
             .push_bind(&r.attachments)
-            .push_bind((r.status != MessageStatus::Accepted).then_some(now));
+            .push_bind((r.status != MessageStatus::Accepted).then_some(now))
+            .push_bind(&r.action);
     });
     sql.push(" on conflict (tenant_id, connector_id, idempotency_key) do nothing returning id");
     let inserted: std::collections::HashSet<MessageId> = sql
@@ -118,20 +121,21 @@ async fn insert_many_in_one(
                  select * from unnest($2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[],
                                       $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
                                       $12::text[], $13::text[], $14::text[], $15::text[], $16::jsonb[],
-                                      $17::text[], $19::jsonb[])
+                                      $17::text[], $19::jsonb[], $20::jsonb[])
                       with ordinality as r(id, connector_id, platform, idempotency_key,
                            platform_message_id, chat_id, thread_id, platform_user_id, reply_to_id,
                            user_id, conversation_key, request_content, status, decision, metadata,
-                           space, attachments, ord)),
+                           space, attachments, action, ord)),
              inserted as (
                  insert into channel_messages (tenant_id, id, connector_id, platform, idempotency_key,
                      platform_message_id, chat_id, thread_id, platform_user_id, reply_to_id, user_id,
                      conversation_key, request_content, status, decision, metadata, space, attachments,
-                     completed_at)
+                     completed_at, action)
                  select $1, r.id, r.connector_id, r.platform, r.idempotency_key, r.platform_message_id,
                         r.chat_id, r.thread_id, r.platform_user_id, r.reply_to_id, r.user_id,
                         r.conversation_key, r.request_content, r.status, r.decision, r.metadata, r.space,
-                        r.attachments, case when r.status = 'accepted' then null else $18::timestamptz end
+                        r.attachments, case when r.status = 'accepted' then null else $18::timestamptz end,
+                        r.action
                    from rows r
                   order by r.ord
                  on conflict (tenant_id, connector_id, idempotency_key) do nothing
@@ -171,6 +175,11 @@ async fn insert_many_in_one(
         .bind(
             rows.iter()
                 .map(|r| r.attachments.clone())
+                .collect::<Vec<Option<Value>>>(),
+        )
+        .bind(
+            rows.iter()
+                .map(|r| r.action.clone())
                 .collect::<Vec<Option<Value>>>(),
         )
         .fetch_all(tx.conn())
@@ -215,6 +224,10 @@ pub struct MessageRow {
     pub origin: crate::domain::TurnOrigin,
     /// Who wrote a person's turn (the key's name).
     pub author: Option<String>,
+    /// On a tap's turn: the choice it made.
+    #[sqlx(json(nullable), default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub action: Option<crate::choices::TapAction>,
 }
 
 impl MessageRow {
@@ -229,7 +242,7 @@ pub const MESSAGE_COLUMNS: &str = "id, tenant_id, connector_id, platform, idempo
     platform_message_id, chat_id, thread_id, space, platform_user_id, reply_to_id, user_id,
     conversation_key, request_content, response_content, decision, status, attempts,
     last_error, received_at, completed_at, delivered_at, metadata, attachments, live_message_id,
-    origin, author";
+    origin, author, action";
 
 /// `None`: a direct chat, or none recorded.
 pub async fn space_of_chat(
@@ -320,6 +333,13 @@ pub struct ReplyPart {
     #[sqlx(default)]
     pub sending_lease: Option<crate::db::queue::LeaseToken>,
     pub sent_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The buttons posted with the part (an answer's last part), and which was tapped.
+    #[sqlx(json(nullable), default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub choices: Option<crate::choices::Offered>,
+    #[sqlx(json(nullable), default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chosen: Option<crate::choices::Chosen>,
 }
 
 /// Existing parts are kept: a repeated store after a crash must not reset a posted part.
@@ -360,11 +380,33 @@ pub async fn insert_reply_parts_from(
     Ok(())
 }
 
+/// The buttons posted with part `part` of `message`'s answer; kept as first stored.
+pub async fn offer_choices(
+    tx: &mut TenantTx,
+    message: MessageId,
+    part: usize,
+    offered: &crate::choices::Offered,
+) -> Result<(), sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query(
+        "update channel_replies set choices = $4, choice_token = $5
+          where tenant_id = $1 and message_id = $2 and part_index = $3 and choices is null",
+    )
+    .bind(tenant)
+    .bind(message)
+    .bind(i32::try_from(part).unwrap_or(i32::MAX))
+    .bind(sqlx::types::Json(offered))
+    .bind(offered.token.as_str())
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
 pub async fn reply_parts(tx: &mut TenantTx, message: MessageId) -> Result<Vec<ReplyPart>, sqlx::Error> {
     let tenant = tx.tenant();
     sqlx::query_as(
         "select part_index, content, status, platform_message_id, delivery_status, attempts, last_error,
-                sending_since, sending_lease, sent_at
+                sending_since, sending_lease, sent_at, choices, chosen
            from channel_replies where tenant_id = $1 and message_id = $2 order by part_index",
     )
     .bind(tenant)
@@ -386,7 +428,7 @@ pub async fn reply_parts_of(
     let tenant = tx.tenant();
     let rows: Vec<Row> = sqlx::query_as(
         "select message_id, part_index, content, status, platform_message_id, delivery_status,
-                attempts, last_error, sending_since, sent_at
+                attempts, last_error, sending_since, sent_at, choices, chosen
            from channel_replies where tenant_id = $1 and message_id = any($2)
           order by message_id, part_index",
     )

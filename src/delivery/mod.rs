@@ -79,9 +79,10 @@ impl Outgoing {
         message: MessageRow,
         connector: Arc<Connector>,
         parts: Vec<String>,
+        choices: Option<crate::choices::Offered>,
         lease: LeaseToken,
     ) -> Self {
-        let parts = crate::turn::apply::answered_parts(parts, lease);
+        let parts = crate::turn::apply::answered_parts(parts, choices, lease);
         Self {
             message,
             connector,
@@ -276,6 +277,7 @@ impl Delivery<'_> {
             message: &outgoing.message,
             part_key: &key,
             text: &part.content,
+            choices: part.choices.as_ref(),
         };
         let started = Instant::now();
         let send = async {

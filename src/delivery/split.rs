@@ -3,6 +3,7 @@
 //! counts. A connector that formats Markdown is split by the document's structure instead
 //! (`crate::markdown::split`).
 
+use crate::choices::Choices;
 use crate::domain::Platform;
 
 pub fn limit(platform: Platform) -> usize {
@@ -14,11 +15,32 @@ pub fn split_parts(platform: Platform, markdown: bool, parts: &[String]) -> Vec<
     let max = limit(platform);
     parts
         .iter()
-        .flat_map(|part| match markdown {
-            true => crate::markdown::split::split(part, crate::platforms::of(platform), max),
-            false => split(part, max),
-        })
+        .flat_map(|part| split_one(platform, markdown, part, max))
         .collect()
+}
+
+/// As [`split_parts`], the last part also within what may carry `choices` on `platform`.
+pub fn split_with_choices(
+    platform: Platform,
+    markdown: bool,
+    parts: &[String],
+    choices: Option<&Choices>,
+) -> Vec<String> {
+    let mut split = split_parts(platform, markdown, parts);
+    let Some(max) = choices.and_then(|c| crate::platforms::of(platform).choices_text_limit(c)) else {
+        return split;
+    };
+    if let Some(last) = split.pop() {
+        split.extend(split_one(platform, markdown, &last, max));
+    }
+    split
+}
+
+fn split_one(platform: Platform, markdown: bool, part: &str, max: usize) -> Vec<String> {
+    match markdown {
+        true => crate::markdown::split::split(part, crate::platforms::of(platform), max),
+        false => split(part, max),
+    }
 }
 
 pub fn split(text: &str, max_units: usize) -> Vec<String> {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use axum::http::HeaderMap;
 use reqwest::StatusCode;
 
-use super::payload::{parse_reply, Answer, DispatchOut};
+use super::payload::{parse_reply, Answer, AnswerError, DispatchOut};
 use super::signature;
 use super::stream::{self, StreamError};
 use crate::delivery::live::TextSink;
@@ -139,6 +139,10 @@ async fn classify(response: reqwest::Response, host: &str) -> CallOutcome {
     if status.is_success() {
         return match parse_reply(&body) {
             Ok(answer) => CallOutcome::Answered(answer),
+            Err(err @ AnswerError::Choices(_)) => CallOutcome::Permanent {
+                reason: "invalid_choices",
+                error: format!("agent {host}: {err}"),
+            },
             Err(err) => retryable("invalid_answer", format!("agent {host}: {err}"), None),
         };
     }
@@ -163,7 +167,10 @@ async fn read_stream(
     live: Option<&mut (dyn TextSink + Send)>,
 ) -> CallOutcome {
     match stream::read(response, live).await {
-        Ok(parts) => CallOutcome::Answered(Answer { parts, handoff: None }),
+        Ok(parts) => CallOutcome::Answered(Answer {
+            parts,
+            ..Answer::default()
+        }),
         Err(err @ StreamError::CutOff(_)) => {
             retryable("stream_cut_off", format!("agent {host}: {err}"), None)
         }

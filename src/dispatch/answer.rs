@@ -11,6 +11,7 @@ use super::claimed::{phase, Prepared, StepOutcome, Waited, NOTHING_TO_POST};
 use super::payload::{Answer, ChatMessage};
 use super::worker::Worker;
 use super::{agent, payload};
+use crate::choices::Offered;
 use crate::db::queue::Job;
 use crate::delivery::live::{LiveContext, LiveView, TextSink};
 use crate::delivery::typing::Typing;
@@ -184,26 +185,26 @@ impl Worker {
         waited: &mut Waited,
         typing: Option<Typing>,
     ) -> anyhow::Result<StepOutcome> {
-        let handoff = answer.handoff.map(|ask| HandoffRequest {
-            conversation: prepared.message.conversation_key.clone(),
-            user_id: prepared.message.user_id.clone(),
-            reason: ask.reason,
-        });
-        let answer = answer.parts;
         let started = Instant::now();
-        let platform: Platform = prepared.message.platform.parse()?;
-        let markdown = prepared
-            .connector
-            .as_ref()
-            .is_some_and(|c| c.profile.format_markdown);
-        let parts = split::split_parts(platform, markdown, &answer);
-        let has_parts = !parts.is_empty();
-        let answered = Transition::Answered {
-            response: answer.join("\n\n"),
-            parts: parts.clone(),
-            agent_ms,
-            handoff,
+        let Reply {
+            answered,
+            parts,
+            choices,
+        } = match reply_of(&prepared, answer, agent_ms)? {
+            Ok(reply) => reply,
+            Err(error) => {
+                tracing::warn!(%error, "dispatch failed");
+                metrics::counter!("channel_bridge_dispatch_failures_total", "reason" => "invalid_choices")
+                    .increment(1);
+                self.end_preview(&prepared).await;
+                let failed = Transition::AgentFailed { error };
+                return self
+                    .writer
+                    .conclude(job, failed, StepOutcome::Failed(job.message_id))
+                    .await;
+            }
         };
+        let has_parts = !parts.is_empty();
         let first = match self.writer.apply(job, answered).await? {
             Applied::LeaseLost => return Ok(StepOutcome::LeaseLost(job.message_id)),
             Applied::Stored { first } => first,
@@ -217,7 +218,9 @@ impl Worker {
             return Ok(StepOutcome::Executed(job.message_id));
         }
         let outgoing = match (first, prepared.connector) {
-            (true, Some(connector)) => Outgoing::fresh(prepared.message, connector, parts, job.lease),
+            (true, Some(connector)) => {
+                Outgoing::fresh(prepared.message, connector, parts, choices, job.lease)
+            }
             // Stored by an earlier attempt, or by this one in a commit whose acknowledgement was
             // lost: the parts say which (`Delivery::load`).
             _ => match self.load_outgoing(job).await? {
@@ -245,4 +248,50 @@ impl Worker {
             _ => StepOutcome::Executed(job.message_id),
         })
     }
+}
+
+/// An answer made ready to store: split for its platform, its choices checked and named.
+struct Reply {
+    answered: Transition,
+    parts: Vec<String>,
+    choices: Option<Offered>,
+}
+
+/// `Ok(Err(reason))`: the platform cannot show the answer's choices.
+fn reply_of(
+    prepared: &Prepared,
+    answer: Answer,
+    agent_ms: Option<i32>,
+) -> anyhow::Result<Result<Reply, String>> {
+    let platform: Platform = prepared.message.platform.parse()?;
+    if let Some(choices) = &answer.choices {
+        if let Err(err) = crate::platforms::of(platform).check_choices(choices) {
+            return Ok(Err(format!(
+                "the agent's choices cannot be shown on {platform}: {err}"
+            )));
+        }
+    }
+    let handoff = answer.handoff.map(|ask| HandoffRequest {
+        conversation: prepared.message.conversation_key.clone(),
+        user_id: prepared.message.user_id.clone(),
+        reason: ask.reason,
+    });
+    let markdown = prepared
+        .connector
+        .as_ref()
+        .is_some_and(|c| c.profile.format_markdown);
+    let parts = split::split_with_choices(platform, markdown, &answer.parts, answer.choices.as_ref());
+    let choices = answer.choices.map(Offered::new);
+    let answered = Transition::Answered {
+        response: answer.parts.join("\n\n"),
+        parts: parts.clone(),
+        agent_ms,
+        handoff,
+        choices: choices.clone(),
+    };
+    Ok(Ok(Reply {
+        answered,
+        parts,
+        choices,
+    }))
 }

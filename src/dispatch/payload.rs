@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::choices::{is_completion, Choices, InvalidChoices, TapAction};
 use crate::db::messages::MessageRow;
 use crate::media::token::UrlMinter;
 use crate::media::AttachmentOut;
@@ -18,6 +19,9 @@ pub struct ChatMessage {
     /// On an assistant turn the agent did not answer: who wrote it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<TurnMetadata>,
+    /// On the current turn when it is a tap: the choice it made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<TapAction>,
 }
 
 /// `{"from": "person", "author": "…"}` on a person's answer, `{"from": "agent"}` on a
@@ -43,6 +47,7 @@ impl ChatMessage {
             content: content.into(),
             attachments: Vec::new(),
             metadata: None,
+            action: None,
         }
     }
 
@@ -52,6 +57,7 @@ impl ChatMessage {
             content: content.into(),
             attachments: Vec::new(),
             metadata: None,
+            action: None,
         }
     }
 
@@ -63,6 +69,7 @@ impl ChatMessage {
             .unwrap_or_default();
         Self {
             attachments,
+            action: message.action.clone(),
             ..Self::user(message.request_content.clone())
         }
     }
@@ -90,6 +97,9 @@ pub struct DispatchOut {
     /// Where to post the answer instead, after answering `202 Accepted`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply: Option<ReplyTo>,
+    /// The current turn is a tap on a choice: which (also on its `messages[]` entry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<TapAction>,
 }
 
 /// The turn's events URL (docs/agent.md#answering-later): signed POSTs of `status`,
@@ -135,6 +145,7 @@ pub fn build(message: &MessageRow, history: Vec<ChatMessage>, urls: &UrlMinter, 
             platform_user_id: message.platform_user_id.clone(),
         },
         reply: None,
+        action: message.action.clone(),
     }
 }
 
@@ -142,11 +153,23 @@ pub fn build(message: &MessageRow, history: Vec<ChatMessage>, urls: &UrlMinter, 
 #[error("the agent's answer is not a supported shape: {0}")]
 pub struct InvalidAnswer(pub String);
 
-/// What the agent answered: the reply parts, and whether it asks for a person.
+/// What the agent answered: the reply parts, the choices offered with the last, and
+/// whether it asks for a person.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Answer {
     pub parts: Vec<String>,
     pub handoff: Option<HandoffAsk>,
+    pub choices: Option<Choices>,
+}
+
+/// Why an answer cannot be used: its shape (perhaps a passing fault of the agent), or
+/// choices no platform could show (the same answer would be refused again).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AnswerError {
+    #[error(transparent)]
+    Shape(#[from] InvalidAnswer),
+    #[error("the agent's choices cannot be shown: {0}")]
+    Choices(#[from] InvalidChoices),
 }
 
 /// `"handoff": {"reason": "…"}` (or `true`) on an answer: post it, then hold the
@@ -159,8 +182,8 @@ pub struct HandoffAsk {
 /// Longer reasons are cut: the reason is shown in lists, not read as a message.
 pub const HANDOFF_REASON_MAX: usize = 500;
 
-/// A JSON answer with its `handoff` flag.
-pub fn parse_reply(body: &[u8]) -> Result<Answer, InvalidAnswer> {
+/// A JSON answer with its `handoff` flag and its choices.
+pub fn parse_reply(body: &[u8]) -> Result<Answer, AnswerError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| InvalidAnswer(format!("not JSON ({e})")))?;
     let handoff = match value.get("handoff") {
         None | Some(Value::Null) | Some(Value::Bool(false)) => None,
@@ -169,19 +192,26 @@ pub fn parse_reply(body: &[u8]) -> Result<Answer, InvalidAnswer> {
             let reason = match ask.get("reason") {
                 None | Some(Value::Null) => None,
                 Some(Value::String(reason)) => Some(reason.chars().take(HANDOFF_REASON_MAX).collect()),
-                Some(_) => return Err(InvalidAnswer("`handoff.reason` must be a string".into())),
+                Some(_) => return Err(InvalidAnswer("`handoff.reason` must be a string".into()).into()),
             };
             Some(HandoffAsk { reason })
         }
         Some(_) => {
             return Err(InvalidAnswer(
                 "`handoff` must be an object (`{\"reason\": \"…\"}`) or a boolean".into(),
-            ))
+            )
+            .into())
         }
     };
+    let parts = answer_parts(&value)?;
+    let choices = Choices::from_answer(&value)?;
+    if choices.is_some() && parts.is_empty() {
+        return Err(InvalidChoices("choices need text to go with: `content` is empty".into()).into());
+    }
     Ok(Answer {
-        parts: answer_parts(&value)?,
+        parts,
         handoff,
+        choices,
     })
 }
 
@@ -196,7 +226,11 @@ fn answer_parts(value: &Value) -> Result<Vec<String>, InvalidAnswer> {
         content_parts(content)?
     } else if let Some(messages) = value.get("messages").and_then(Value::as_array) {
         assistant_parts(messages)?
-    } else if let Some(choices) = value.get("choices").and_then(Value::as_array) {
+    } else if let Some(choices) = value
+        .get("choices")
+        .filter(|list| is_completion(list))
+        .and_then(Value::as_array)
+    {
         let first = choices
             .first()
             .ok_or_else(|| InvalidAnswer("`choices` is empty".into()))?;
@@ -208,7 +242,7 @@ fn answer_parts(value: &Value) -> Result<Vec<String>, InvalidAnswer> {
         output_parts(output)?
     } else {
         return Err(InvalidAnswer(
-            "expected `content`, `messages`, `choices` or `output`".into(),
+            "expected `content`, `messages`, `choices` (a completion's) or `output`".into(),
         ));
     };
     Ok(parts.into_iter().filter(|part| !part.trim().is_empty()).collect())

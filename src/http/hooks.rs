@@ -18,7 +18,7 @@ use super::state::AppState;
 use crate::domain::{Connector, ConnectorId, Platform, TenantId};
 use crate::error::ApiJsonError;
 use crate::error::AppError;
-use crate::platforms::inbound::{HandshakeReply, HookRequest, Inbound, Parsed};
+use crate::platforms::inbound::{HandshakeReply, HookRequest, Inbound, Parsed, TapAnswer};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(receive, handshake))
@@ -137,6 +137,14 @@ async fn accept(
     stamp_traceparent(&mut inbound);
     count_dropped(platform, &inbound.dropped);
     let dropped = inbound.dropped.len();
+    let mut taps: Vec<TapAnswer> = inbound
+        .dropped_taps
+        .iter()
+        .map(|id| TapAnswer {
+            answer_id: id.clone(),
+            toast: None,
+        })
+        .collect();
     if refusing(state) {
         return Err(noted(state, crate::db::outage::not_tried()));
     }
@@ -150,13 +158,19 @@ async fn accept(
         state.wake_workers();
     }
     count_recorded(platform, &outcome);
-    let body = json!({
-        "ok": true,
-        "queued": outcome.queued.len(),
-        "recorded_only": outcome.recorded_only,
-        "duplicates": outcome.duplicates,
-        "dropped": dropped,
-    });
+    let dropped = dropped + outcome.taps_dropped;
+    taps.extend(outcome.taps);
+    let body = crate::platforms::of(platform)
+        .tap_reply(&taps)
+        .unwrap_or_else(|| {
+            json!({
+                "ok": true,
+                "queued": outcome.queued.len(),
+                "recorded_only": outcome.recorded_only,
+                "duplicates": outcome.duplicates,
+                "dropped": dropped,
+            })
+        });
     // Meta counts anything but exactly 200 as a failure; the others accept any 2xx.
     let mut response = (StatusCode::OK, Json(body)).into_response();
     response.extensions_mut().insert(Accepted {

@@ -2,6 +2,7 @@
 //! the agent, a queue job, in one tenant transaction; a duplicate inserts nothing and is still
 //! a success (what is dropped: docs/platforms.md#what-is-forwarded-recorded-or-dropped).
 
+mod taps;
 pub mod writer;
 
 use sqlx::PgPool;
@@ -9,7 +10,7 @@ use sqlx::PgPool;
 use crate::db::queue::Stage;
 use crate::db::{self, messages::NewMessage, TenantTx};
 use crate::domain::{Connector, MessageId, MessageStatus, Platform, UnlinkedPolicy};
-use crate::platforms::inbound::{Inbound, InboundKind, InboundMessage};
+use crate::platforms::inbound::{Inbound, InboundKind, InboundMessage, TapAnswer};
 
 #[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct RecordOutcome {
@@ -22,6 +23,10 @@ pub struct RecordOutcome {
     pub statuses_applied: usize,
     /// Slack confirmations (`message_metadata_posted`) that settled a reply part in doubt.
     pub parts_confirmed: usize,
+    /// The taps to acknowledge on the platform, in order.
+    pub taps: Vec<TapAnswer>,
+    /// Taps that made no turn (not a choice of ours in this chat).
+    pub taps_dropped: usize,
 }
 
 impl RecordOutcome {
@@ -63,61 +68,28 @@ pub async fn record_in(
 }
 
 /// Several webhooks of one tenant in a fixed number of statements, whatever their number;
-/// only the rare things (notices, status callbacks, confirmations) go turn by turn.
+/// only the rare things (taps, notices, status callbacks, confirmations) go one by one.
 pub async fn record_many_in(
     tx: &mut TenantTx,
     webhooks: &[(&Connector, &Inbound)],
 ) -> Result<Vec<RecordOutcome>, sqlx::Error> {
     let mut outcomes = vec![RecordOutcome::default(); webhooks.len()];
-    let turns: Vec<(usize, &Connector, &InboundMessage)> = webhooks
+    let turns: Vec<Turn<'_>> = webhooks
         .iter()
         .enumerate()
         .flat_map(|(at, (connector, inbound))| {
             debug_assert_eq!(tx.tenant(), connector.tenant_id);
-            inbound
-                .messages
-                .iter()
-                .map(move |message| (at, *connector, message))
+            inbound.messages.iter().map(move |message| Turn {
+                at,
+                connector,
+                message,
+                tap: None,
+            })
         })
         .collect();
+    let turns = judge_taps(tx, turns, &mut outcomes).await?;
     if !turns.is_empty() {
-        let senders: Vec<(Platform, &str)> = turns
-            .iter()
-            .map(|(_, connector, message)| (connector.profile.platform, message.platform_user_id.as_str()))
-            .collect();
-        let links = db::links::resolve_many(tx, &senders).await?;
-        let routings: Vec<Routing> = turns
-            .iter()
-            .map(|(_, connector, message)| {
-                let key = (
-                    connector.profile.platform.as_str().to_owned(),
-                    message.platform_user_id.clone(),
-                );
-                route(connector, message, links.get(&key).cloned())
-            })
-            .collect();
-        let rows: Vec<NewMessage<'_>> = turns
-            .iter()
-            .zip(&routings)
-            .map(|((_, connector, message), routing)| new_message(connector, message, routing))
-            .collect();
-        // Queues the accepted turns' dispatch jobs in the same statement.
-        let ids = db::messages::insert_many(tx, &rows).await?;
-        for (((at, connector, message), routing), id) in turns.iter().zip(&routings).zip(ids) {
-            let outcome = &mut outcomes[*at];
-            match id {
-                None => outcome.duplicates += 1,
-                Some(id) if routing.status == MessageStatus::Accepted => outcome.queued.push(id),
-                Some(id) => {
-                    outcome.recorded_only += 1;
-                    if routing.status == MessageStatus::DeniedUnlinked
-                        && queue_notice(tx, connector, message, id, routing).await?
-                    {
-                        outcome.notices += 1;
-                    }
-                }
-            }
-        }
+        record_turns(tx, &turns, &mut outcomes).await?;
     }
     for ((connector, inbound), outcome) in webhooks.iter().zip(&mut outcomes) {
         for status in &inbound.statuses {
@@ -135,6 +107,93 @@ pub async fn record_many_in(
         }
     }
     Ok(outcomes)
+}
+
+/// One inbound turn of a batch: its webhook (`at`), and for a tap how it was judged.
+struct Turn<'a> {
+    at: usize,
+    connector: &'a Connector,
+    message: &'a InboundMessage,
+    tap: Option<taps::Verdict>,
+}
+
+/// Looks every tap up; one that is no turn is left out (and counted). Every tap the
+/// platform wants acknowledged gets its answer, dropped or not.
+async fn judge_taps<'a>(
+    tx: &mut TenantTx,
+    turns: Vec<Turn<'a>>,
+    outcomes: &mut [RecordOutcome],
+) -> Result<Vec<Turn<'a>>, sqlx::Error> {
+    let mut kept = Vec::with_capacity(turns.len());
+    for mut turn in turns {
+        if let Some(tap) = &turn.message.tap {
+            let verdict = taps::resolve(tx, turn.connector, turn.message, tap).await?;
+            if let Some(answer_id) = &tap.answer_id {
+                outcomes[turn.at].taps.push(TapAnswer {
+                    answer_id: answer_id.clone(),
+                    toast: verdict.toast(),
+                });
+            }
+            if let taps::Verdict::Dropped(reason) = verdict {
+                metrics::counter!("channel_bridge_taps_dropped_total", "reason" => reason).increment(1);
+                outcomes[turn.at].taps_dropped += 1;
+                continue;
+            }
+            turn.tap = Some(verdict);
+        }
+        kept.push(turn);
+    }
+    Ok(kept)
+}
+
+async fn record_turns(
+    tx: &mut TenantTx,
+    turns: &[Turn<'_>],
+    outcomes: &mut [RecordOutcome],
+) -> Result<(), sqlx::Error> {
+    let senders: Vec<(Platform, &str)> = turns
+        .iter()
+        .map(|turn| {
+            (
+                turn.connector.profile.platform,
+                turn.message.platform_user_id.as_str(),
+            )
+        })
+        .collect();
+    let links = db::links::resolve_many(tx, &senders).await?;
+    let routings: Vec<Routing> = turns
+        .iter()
+        .map(|turn| {
+            let key = (
+                turn.connector.profile.platform.as_str().to_owned(),
+                turn.message.platform_user_id.clone(),
+            );
+            route(turn, links.get(&key).cloned())
+        })
+        .collect();
+    let rows: Vec<NewMessage<'_>> = turns
+        .iter()
+        .zip(&routings)
+        .map(|(turn, routing)| new_message(turn, routing))
+        .collect();
+    // Queues the accepted turns' dispatch jobs in the same statement.
+    let ids = db::messages::insert_many(tx, &rows).await?;
+    for ((turn, routing), id) in turns.iter().zip(&routings).zip(ids) {
+        let outcome = &mut outcomes[turn.at];
+        match id {
+            None => outcome.duplicates += 1,
+            Some(id) if routing.status == MessageStatus::Accepted => outcome.queued.push(id),
+            Some(id) => {
+                outcome.recorded_only += 1;
+                if routing.status == MessageStatus::DeniedUnlinked
+                    && queue_notice(tx, turn.connector, turn.message, id, routing).await?
+                {
+                    outcome.notices += 1;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// At most once per sender and day, as a reply part of the denied message, so it is
@@ -162,7 +221,8 @@ async fn queue_notice(
     Ok(true)
 }
 
-fn route(connector: &Connector, message: &InboundMessage, user_id: Option<String>) -> Routing {
+fn route(turn: &Turn<'_>, user_id: Option<String>) -> Routing {
+    let (connector, message) = (turn.connector, turn.message);
     let conversation_key = match &user_id {
         Some(user) => format!("user:{user}"),
         None => format!(
@@ -172,6 +232,9 @@ fn route(connector: &Connector, message: &InboundMessage, user_id: Option<String
         ),
     };
     let (status, decision) = match (message.kind, &user_id, connector.profile.unlinked_policy) {
+        _ if matches!(turn.tap, Some(taps::Verdict::AlreadyMade { .. })) => {
+            (MessageStatus::Ignored, Some("choice_already_made"))
+        }
         (InboundKind::NonText, _, _) => (MessageStatus::Ignored, Some("ignore_non_text")),
         (InboundKind::Text, None, UnlinkedPolicy::Deny) => {
             (MessageStatus::DeniedUnlinked, Some("deny_unlinked"))
@@ -186,11 +249,10 @@ fn route(connector: &Connector, message: &InboundMessage, user_id: Option<String
     }
 }
 
-fn new_message<'a>(
-    connector: &Connector,
-    message: &'a InboundMessage,
-    routing: &'a Routing,
-) -> NewMessage<'a> {
+/// A tap's text is its choice's label as the agent wrote it, not what the platform says.
+fn new_message<'a>(turn: &'a Turn<'a>, routing: &'a Routing) -> NewMessage<'a> {
+    let (connector, message) = (turn.connector, turn.message);
+    let action = turn.tap.as_ref().and_then(taps::Verdict::action);
     NewMessage {
         connector_id: connector.id,
         platform: connector.profile.platform,
@@ -203,11 +265,12 @@ fn new_message<'a>(
         reply_to_id: message.reply_to_id.as_deref(),
         user_id: routing.user_id.as_deref(),
         conversation_key: &routing.conversation_key,
-        request_content: &message.text,
+        request_content: action.map_or(message.text.as_str(), |action| action.label.as_str()),
         status: routing.status,
         decision: routing.decision,
         metadata: &message.metadata,
         attachments: attachments_json(&message.attachments),
+        action: action.and_then(|action| serde_json::to_value(action).ok()),
     }
 }
 

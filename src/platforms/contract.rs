@@ -11,6 +11,7 @@ use super::files::FetchError;
 use super::inbound::Channel;
 use super::live::{LiveStep, LiveTarget, Shown, Surface};
 use super::send::Outbound;
+use crate::choices::{Choices, InvalidChoices};
 use crate::db::messages::{MessageRow, ReplyPart};
 use crate::domain::Connector;
 use crate::egress::GuardedClient;
@@ -21,6 +22,20 @@ use crate::settings::DispatchSettings;
 pub trait PlatformApi: Channel + Outbound + Renderer + TypingIndicator + LivePreview + Files {
     /// In UTF-16 units.
     fn part_limit(&self) -> usize;
+
+    /// Whether the platform can show `choices` (counts, label lengths), so an answer it
+    /// would refuse is refused when it arrives, never by the platform later.
+    fn check_choices(&self, choices: &Choices) -> Result<(), InvalidChoices> {
+        let _ = choices;
+        Ok(())
+    }
+
+    /// How long (in UTF-16 units) the text that carries `choices` may be, where shorter
+    /// than `part_limit` (a WhatsApp button message's body, a Slack section).
+    fn choices_text_limit(&self, choices: &Choices) -> Option<usize> {
+        let _ = choices;
+        None
+    }
 
     /// Whether webhooks come as large batches (Meta's), read up to `CB_WHATSAPP_BODY_LIMIT`.
     fn batches_webhooks(&self) -> bool {

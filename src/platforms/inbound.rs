@@ -65,6 +65,28 @@ pub struct InboundMessage {
     pub attachments: Vec<crate::media::Attachment>,
     /// Platform extras kept for admins (display name, channel type…).
     pub metadata: Value,
+    /// A tap on one of our buttons (`text` is then what the platform shows as tapped, if
+    /// anything); `None` for a message.
+    pub tap: Option<Tap>,
+}
+
+/// A tap on a button we posted. Nothing in it is trusted: the button is looked up by its
+/// token (`crate::ingress::taps`), and the tap's turn reads the stored choice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tap {
+    /// What the button carried back (Telegram `callback_data`, a WhatsApp reply id, a Slack
+    /// action `value`).
+    pub button: String,
+    /// Telegram's `callback_query` id, to be answered so the person's spinner stops.
+    pub answer_id: Option<String>,
+}
+
+/// How a tap was taken, for the platform's acknowledgement (Telegram's
+/// `answerCallbackQuery`): `toast` is the choice's note, when it was a choice of ours.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TapAnswer {
+    pub answer_id: String,
+    pub toast: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +125,8 @@ pub struct Inbound {
     pub posted: Vec<PostedPart>,
     /// Why things were dropped without a row, for metrics and debug logs.
     pub dropped: Vec<&'static str>,
+    /// Taps dropped here that the platform still wants acknowledged (their answer ids).
+    pub dropped_taps: Vec<String>,
 }
 
 impl Inbound {
@@ -217,6 +241,13 @@ pub trait Channel: Send + Sync {
     /// The header that carries the secret itself (Telegram): anything that prints headers
     /// must mask it.
     fn secret_header(&self) -> Option<HeaderName> {
+        None
+    }
+
+    /// The body of the webhook's 200 when it carried taps, if the platform takes an
+    /// acknowledgement there (Telegram runs a method named in the response).
+    fn tap_reply(&self, taps: &[TapAnswer]) -> Option<Value> {
+        let _ = taps;
         None
     }
 
@@ -401,6 +432,7 @@ mod scrub_tests {
                     },
                 }],
                 metadata: serde_json::json!({"na\u{0}me": ["x\u{0}", 1, {"deep": "\u{0}"}]}),
+                tap: None,
             }],
             statuses: vec![DeliveryStatus {
                 platform_message_id: "w\0".into(),
@@ -410,6 +442,7 @@ mod scrub_tests {
             }],
             posted: Vec::new(),
             dropped: Vec::new(),
+            dropped_taps: Vec::new(),
         };
         inbound.scrub_nul();
         let message = &inbound.messages[0];

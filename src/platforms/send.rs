@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use futures::future::BoxFuture;
 
+use crate::choices::Offered;
 use crate::db::messages::MessageRow;
 use crate::domain::Connector;
 use crate::egress::{self, GuardedClient as Client, SendError};
@@ -37,6 +38,8 @@ pub struct OutboundPart<'a> {
     /// can be found.
     pub part_key: &'a str,
     pub text: &'a str,
+    /// The buttons that go with this part (an answer's last).
+    pub choices: Option<&'a Offered>,
 }
 
 impl OutboundPart<'_> {

@@ -70,11 +70,19 @@ pub async fn apply_many(tx: &mut TenantTx, changes: &[&Change]) -> Result<Vec<Ap
     let stored = store_answers(tx, &answers).await?;
     for &i in &indexes {
         if let Transition::Answered {
-            handoff: Some(request),
+            handoff,
+            choices,
+            parts,
             ..
         } = &changes[i].transition
         {
-            if stored.contains(&changes[i].message) {
+            if !stored.contains(&changes[i].message) {
+                continue;
+            }
+            if let (Some(offered), Some(last)) = (choices, parts.len().checked_sub(1)) {
+                db::messages::offer_choices(tx, changes[i].message, last, offered).await?;
+            }
+            if let Some(request) = handoff {
                 super::handoff::hold_for_agent(tx, changes[i].message, request).await?;
             }
         }
@@ -278,7 +286,14 @@ pub async fn begin_dispatch(tx: &mut TenantTx, ids: &[MessageId]) -> Result<Vec<
 
 /// The reply parts as `store_answers` creates them, without reading them back: part 0
 /// `sending` (attempt 1) under `lease`, the rest `pending`.
-pub fn answered_parts(parts: Vec<String>, lease: LeaseToken) -> Vec<ReplyPart> {
+/// `choices` go with the last part.
+pub fn answered_parts(
+    parts: Vec<String>,
+    choices: Option<crate::choices::Offered>,
+    lease: LeaseToken,
+) -> Vec<ReplyPart> {
+    let last = parts.len().saturating_sub(1);
+    let mut choices = Some(choices).filter(|_| !parts.is_empty()).flatten();
     (0..)
         .zip(parts)
         .map(|(part_index, content)| ReplyPart {
@@ -296,6 +311,12 @@ pub fn answered_parts(parts: Vec<String>, lease: LeaseToken) -> Vec<ReplyPart> {
             sending_since: None,
             sending_lease: (part_index == 0).then_some(lease),
             sent_at: None,
+            choices: if part_index as usize == last {
+                choices.take()
+            } else {
+                None
+            },
+            chosen: None,
         })
         .collect()
 }

@@ -60,12 +60,14 @@ use crate::domain::MessageId;
 #[derive(Debug, Clone)]
 pub enum Transition {
     /// With parts: the job moves to its reply stage; without: delivered, the job gone.
-    /// `agent_ms`: how long the agent took; `handoff`: it asked for a person.
+    /// `agent_ms`: how long the agent took; `handoff`: it asked for a person; `choices`:
+    /// the buttons posted with the last part.
     Answered {
         response: String,
         parts: Vec<String>,
         agent_ms: Option<i32>,
         handoff: Option<HandoffRequest>,
+        choices: Option<crate::choices::Offered>,
     },
     AgentRetry {
         error: String,

@@ -181,6 +181,7 @@ fn dispatch_payload(messages: Vec<ChatMessage>) -> Value {
             platform_user_id: "U0USER1".into(),
         },
         reply: None,
+        action: None,
     })
     .unwrap()
 }

@@ -515,6 +515,7 @@ async fn changes_of_several_turns_applied_together_each_get_their_own_outcome() 
         parts: vec![text.into()],
         agent_ms: None,
         handoff: None,
+        choices: None,
     };
     let changes = [
         change(0, jobs[0].lease, answered("for 0")),

@@ -4,8 +4,10 @@ mod support;
 
 mod admin;
 mod admin_cli;
+mod agent_api_answers;
 mod agent_bridge;
 mod async_answers;
+mod choices;
 mod citus;
 mod console;
 mod console_handoff;

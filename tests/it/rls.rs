@@ -62,6 +62,7 @@ async fn seed(pool: &PgPool, slug: &str) -> Seeded {
             decision: None,
             metadata: &metadata,
             attachments: None,
+            action: None,
         }],
     )
     .await

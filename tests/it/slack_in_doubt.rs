@@ -208,6 +208,7 @@ async fn foreign_part_in_doubt(s: &Pipeline) -> (Provisioned, MessageId) {
             decision: None,
             metadata: &metadata,
             attachments: None,
+            action: None,
         }],
     )
     .await

@@ -57,6 +57,10 @@ pub struct MessageOut {
     pub origin: crate::domain::TurnOrigin,
     /// A person's turn: the name of the admin key that wrote it.
     pub author: Option<String>,
+    /// A tap's turn: the choice it made (the agent's id, label and value, and the turn
+    /// whose answer offered it). Absent for a message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub action: Option<crate::choices::TapAction>,
 }
 
 impl From<MessageRow> for MessageOut {
@@ -90,6 +94,7 @@ impl From<MessageRow> for MessageOut {
                 .unwrap_or_default(),
             origin: row.origin,
             author: row.author,
+            action: row.action,
         }
     }
 }
@@ -107,6 +112,12 @@ pub struct ReplyPartOut {
     pub attempts: i32,
     pub last_error: Option<String>,
     pub sent_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The buttons posted with the part (an answer's last), under the token they carried.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub choices: Option<crate::choices::Offered>,
+    /// Which choice was tapped first, by which platform user.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chosen: Option<crate::choices::Chosen>,
 }
 
 impl From<ReplyPart> for ReplyPartOut {
@@ -120,6 +131,8 @@ impl From<ReplyPart> for ReplyPartOut {
             attempts: part.attempts,
             last_error: part.last_error,
             sent_at: part.sent_at,
+            choices: part.choices,
+            chosen: part.chosen,
         }
     }
 }

@@ -246,6 +246,7 @@ fn inbound_message(
         text: message_text(kind, &event),
         attachments,
         metadata: metadata(envelope, &event),
+        tap: None,
     })
 }
 

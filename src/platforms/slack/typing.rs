@@ -103,6 +103,7 @@ mod tests {
             live_message_id: None,
             origin: Default::default(),
             author: None,
+            action: None,
         }
     }
 

@@ -13,7 +13,7 @@ use crate::domain::{Connector, Platform};
 use crate::media::{Attachment, AttachmentKind, FileSource};
 use crate::platforms::inbound::{
     constant_time_eq, parse_json, required_header, verification_secrets, Channel, HookError, HookRequest,
-    Inbound, InboundKind, InboundMessage, Parsed,
+    Inbound, InboundKind, InboundMessage, Parsed, Tap, TapAnswer,
 };
 
 const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
@@ -32,7 +32,6 @@ const OTHER_UPDATE_KINDS: &[&str] = &[
     "message_reaction_count",
     "inline_query",
     "chosen_inline_result",
-    "callback_query",
     "shipping_query",
     "pre_checkout_query",
     "purchased_paid_media",
@@ -71,6 +70,18 @@ impl Channel for Telegram {
         Platform::Telegram
     }
 
+    /// `answerCallbackQuery` in the webhook's answer (core.telegram.org/bots/api#making-requests-when-getting-updates): Telegram runs it at once, so
+    /// the spinner stops without a request of ours; its outcome is not reported, and a
+    /// spinner left by a lost answer stops by itself.
+    fn tap_reply(&self, taps: &[TapAnswer]) -> Option<Value> {
+        let tap = taps.first()?;
+        let mut reply = json!({"method": "answerCallbackQuery", "callback_query_id": tap.answer_id});
+        if let Some(toast) = &tap.toast {
+            reply["text"] = toast.as_str().into();
+        }
+        Some(reply)
+    }
+
     fn sign(&self, secret: &str, _body: &[u8], _now: i64) -> Vec<(HeaderName, String)> {
         vec![(SECRET_TOKEN, secret.to_owned())]
     }
@@ -101,6 +112,9 @@ impl Channel for Telegram {
 
     fn parse(&self, _connector: &Connector, body: &[u8]) -> Result<Parsed, HookError> {
         let update: UpdateIn = parse_json(body)?;
+        if let Some(callback) = update.callback_query {
+            return Ok(Parsed::Events(read_tap(update.update_id, callback)));
+        }
         let Some(message) = update.message else {
             return Ok(Parsed::Events(Inbound::only_dropped(other_kind_reason(
                 &update.other,
@@ -123,6 +137,7 @@ struct UpdateIn {
     update_id: i64,
     /// Kept as a `Value` so an odd message is dropped, not refused.
     message: Option<Value>,
+    callback_query: Option<Value>,
     #[serde(flatten)]
     other: Map<String, Value>,
 }
@@ -197,7 +212,76 @@ fn read_message(update_id: i64, message: Value) -> Result<InboundMessage, &'stat
         text,
         attachments,
         metadata: metadata(&message, from),
+        tap: None,
     })
+}
+
+#[derive(Deserialize)]
+struct CallbackIn {
+    id: String,
+    from: UserIn,
+    /// A full message, or an inaccessible one (`chat`, `message_id`, `date: 0`); absent for
+    /// a button under an inline-mode message, which we never post.
+    message: Option<TappedIn>,
+    /// Absent for a game's button.
+    data: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct TappedIn {
+    message_id: i64,
+    chat: ChatIn,
+    message_thread_id: Option<i64>,
+    #[serde(default)]
+    is_topic_message: bool,
+}
+
+/// A `callback_query` (core.telegram.org/bots/api#callbackquery): a tap on the buttons of the message it names. One that
+/// cannot be ours is dropped here, and still answered so the person's spinner stops.
+fn read_tap(update_id: i64, callback: Value) -> Inbound {
+    let answer_only = |id: Option<String>, reason| Inbound {
+        dropped: vec![reason],
+        dropped_taps: id.into_iter().collect(),
+        ..Inbound::default()
+    };
+    let callback: CallbackIn = match serde_json::from_value(callback) {
+        Ok(callback) => callback,
+        Err(_) => return answer_only(None, "unreadable_callback_query"),
+    };
+    let (Some(data), Some(tapped)) = (callback.data, callback.message) else {
+        return answer_only(Some(callback.id), "callback_not_ours");
+    };
+    if callback.from.is_bot {
+        return answer_only(Some(callback.id), "bot_sender");
+    }
+    let topic = tapped.message_thread_id.filter(|_| tapped.is_topic_message);
+    let message = InboundMessage {
+        idempotency_key: update_id.to_string(),
+        kind: InboundKind::Text,
+        // The answer to a tap replies to the message whose button was tapped.
+        platform_message_id: tapped.message_id.to_string(),
+        chat_id: tapped.chat.id.to_string(),
+        space: (tapped.chat.kind != "private").then(|| tapped.chat.id.to_string()),
+        thread_id: topic.map(|id| id.to_string()),
+        platform_user_id: callback.from.id.to_string(),
+        reply_to_id: None,
+        text: String::new(),
+        attachments: Vec::new(),
+        metadata: json!({
+            "chat_type": tapped.chat.kind,
+            "chat_title": tapped.chat.title,
+            "username": callback.from.username,
+            "first_name": callback.from.first_name,
+        }),
+        tap: Some(Tap {
+            button: data,
+            answer_id: Some(callback.id),
+        }),
+    };
+    Inbound {
+        messages: vec![message],
+        ..Inbound::default()
+    }
 }
 
 /// Text, a caption with its file, or a placeholder; anything else is a service message.

@@ -8,6 +8,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use super::Telegram;
+use crate::choices::{ChoiceStyle, Offered};
 use crate::db::messages::MessageRow;
 use crate::egress::{self, GuardedClient as Client};
 use crate::platforms::contract::api_base;
@@ -67,6 +68,9 @@ async fn post(
     if let Some(mode) = parse_mode {
         body["parse_mode"] = mode.into();
     }
+    if let Some(offered) = part.choices {
+        body["reply_markup"] = keyboard(offered);
+    }
     let request = client
         .post(format!("{}/bot{token}/sendMessage", api_base(part.connector)))
         .json(&body);
@@ -78,6 +82,35 @@ async fn post(
         }
         Err(err) => (None, transport_error(err)),
     }
+}
+
+/// An `inline_keyboard` (core.telegram.org/bots/api#inlinekeyboardmarkup): a reply choice
+/// carries its button id as `callback_data`, a link its `url`. A few short labels share a
+/// row; otherwise each choice has a row of its own.
+pub(super) fn keyboard(offered: &Offered) -> Value {
+    let items = &offered.choices.items;
+    let buttons = items.iter().enumerate().map(|(index, choice)| {
+        let mut button = json!({ "text": choice.label.trim() });
+        match &choice.url {
+            Some(url) => button["url"] = url.as_str().into(),
+            None => button["callback_data"] = offered.button(index).to_string().into(),
+        }
+        if let Some(style) = choice.style {
+            button["style"] = match style {
+                ChoiceStyle::Primary => "primary",
+                ChoiceStyle::Danger => "danger",
+            }
+            .into();
+        }
+        button
+    });
+    let one_row = items.len() <= 3 && items.iter().map(|c| c.label.chars().count()).sum::<usize>() <= 30;
+    let rows: Vec<Value> = if one_row {
+        vec![Value::Array(buttons.collect())]
+    } else {
+        buttons.map(|button| Value::Array(vec![button])).collect()
+    };
+    json!({ "inline_keyboard": rows })
 }
 
 /// "message is not modified" means it already shows the text (an edit repeated after a
@@ -130,6 +163,10 @@ async fn edit(
     });
     if let Some(mode) = parse_mode {
         body["parse_mode"] = mode.into();
+    }
+    // An edit without `reply_markup` would leave the live view's message without buttons.
+    if let Some(offered) = part.choices {
+        body["reply_markup"] = keyboard(offered);
     }
     let request = client
         .post(format!("{}/bot{token}/editMessageText", api_base(part.connector)))

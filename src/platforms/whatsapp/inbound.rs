@@ -14,6 +14,7 @@ use crate::media::{Attachment, AttachmentKind, FileSource};
 use crate::platforms::inbound::{
     constant_time_eq, hmac_sha256_hex, hmac_sha256_matches, parse_json, required_header, Channel,
     DeliveryStatus, HandshakeReply, HookError, HookRequest, Inbound, InboundKind, InboundMessage, Parsed,
+    Tap,
 };
 
 /// Only the SHA-256 header is checked; the legacy `X-Hub-Signature` (sha1) is ignored (§2.1).
@@ -180,8 +181,32 @@ struct MessageIn {
     audio: Option<MediaIn>,
     video: Option<MediaIn>,
     document: Option<MediaIn>,
+    /// A tap on our reply buttons or list (`button_reply`, `list_reply`).
+    interactive: Option<InteractiveIn>,
+    /// A tap on a template's quick-reply button.
+    button: Option<TemplateButtonIn>,
     /// Set on messages of the Groups API (`recipient_type: "group"`).
     group_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct InteractiveIn {
+    button_reply: Option<ReplyIn>,
+    list_reply: Option<ReplyIn>,
+}
+
+/// The row or button tapped: our id, and the title the person saw.
+#[derive(Deserialize)]
+struct ReplyIn {
+    id: String,
+    title: Option<String>,
+}
+
+/// `payload` is whatever the template's send set; `text` the button's label.
+#[derive(Deserialize)]
+struct TemplateButtonIn {
+    payload: Option<String>,
+    text: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -279,7 +304,20 @@ fn read_message(context: &ChangeContext<'_>, message: Value) -> Result<InboundMe
         text,
         attachments,
         metadata: metadata(context, &message),
+        tap: tapped(&message).map(|reply| Tap {
+            button: reply.id.clone(),
+            answer_id: None,
+        }),
     })
+}
+
+/// The reply button or list row an `interactive` message tapped.
+fn tapped(message: &MessageIn) -> Option<&ReplyIn> {
+    let interactive = message.interactive.as_ref()?;
+    interactive
+        .button_reply
+        .as_ref()
+        .or(interactive.list_reply.as_ref())
 }
 
 /// A user's text, a file with its caption, or a placeholder (§2.5 rule 3).
@@ -291,6 +329,27 @@ fn content(message: &MessageIn) -> Result<(InboundKind, String, Vec<Attachment>)
                 return Err("empty_text");
             }
             Ok((InboundKind::Text, body.to_owned(), Vec::new()))
+        }
+        "interactive" => {
+            let reply = tapped(message).ok_or("interactive_not_a_reply")?;
+            Ok((
+                InboundKind::Text,
+                reply.title.clone().unwrap_or_default(),
+                Vec::new(),
+            ))
+        }
+        // A template's quick reply is the button's text, as if typed (its payload is kept in
+        // metadata): the template was not ours to offer choices with.
+        "button" => {
+            let text = message
+                .button
+                .as_ref()
+                .and_then(|b| b.text.as_deref())
+                .unwrap_or_default();
+            if text.trim().is_empty() {
+                return Err("empty_text");
+            }
+            Ok((InboundKind::Text, text.to_owned(), Vec::new()))
         }
         "system" => Err("system"),
         "edit" => Err("edit"),
@@ -359,6 +418,7 @@ fn metadata(context: &ChangeContext<'_>, message: &MessageIn) -> Value {
         "profile_name": profile_name,
         "timestamp": message.timestamp,
         "message_type": message.kind,
+        "button_payload": message.button.as_ref().and_then(|b| b.payload.as_deref()),
     })
 }
 

@@ -1,0 +1,230 @@
+//! Choices the agent offers as buttons, and the taps that come back as turns exactly once
+//! (docs/agent.md#offering-choices), against the real pipeline: the fake agent, the
+//! platform stand-ins and the worker stepping by hand. Taps are shaped as each platform
+//! sends them (Telegram `callback_query`, WhatsApp `interactive`, Slack `block_actions`).
+
+use channel_bridge::dispatch::StepOutcome;
+use channel_bridge::domain::{MessageId, Platform};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use crate::support::fake_agent::Reply;
+use crate::support::platforms::*;
+use crate::support::Pipeline;
+
+fn approval() -> Value {
+    json!({
+        "content": "Approve the refund?",
+        "choices": [
+            {"id": "approve", "label": "Approve", "style": "primary", "value": {"refund": 42}, "toast": "Approved"},
+            {"id": "reject", "label": "Reject", "style": "danger"},
+            {"label": "Policy", "url": "https://example.com/policy"}
+        ]
+    })
+}
+
+/// A user's Telegram text answered with `answer`: the turn and its last reply part's
+/// platform id.
+async fn offered(s: &Pipeline, answer: Value) -> (MessageId, String) {
+    s.agent.script([Reply::Json(200, answer, None)]);
+    let update = 500_000 + s.next_id();
+    s.deliver(Platform::Telegram, telegram_text(update, "refund please"))
+        .await;
+    let id = s.step_executed().await;
+    let parts = s.parts(id).await;
+    let last = parts.last().expect("a reply part");
+    (id, last.platform_message_id.clone().expect("posted"))
+}
+
+/// A `callback_query` from the fixture's human on message `on`, carrying `data`.
+fn telegram_tap(update_id: i64, chat: i64, on: &str, data: &str) -> Vec<u8> {
+    let mut update: Value = serde_json::from_slice(&fixture(Platform::Telegram, "callback_query")).unwrap();
+    update["update_id"] = update_id.into();
+    update["callback_query"]["id"] = format!("cb{update_id}").into();
+    update["callback_query"]["message"]["message_id"] = on.parse::<i64>().unwrap().into();
+    update["callback_query"]["message"]["chat"]["id"] = chat.into();
+    update["callback_query"]["data"] = data.into();
+    serde_json::to_vec(&update).unwrap()
+}
+
+const HUMAN: i64 = 408258968;
+
+/// The `callback_data` of each button of the last Telegram send, in order (links: none).
+fn callback_data(s: &Pipeline) -> Vec<Option<String>> {
+    let sent = s.platforms.sent_to(Platform::Telegram);
+    let keyboard = &sent.last().expect("a send").body["reply_markup"]["inline_keyboard"];
+    keyboard
+        .as_array()
+        .expect("an inline keyboard")
+        .iter()
+        .flat_map(|row| row.as_array().unwrap().clone())
+        .map(|button| button["callback_data"].as_str().map(str::to_owned))
+        .collect()
+}
+
+async fn tap(s: &Pipeline, body: Vec<u8>) -> Value {
+    let response = s.post_webhook(Platform::Telegram, body).await;
+    assert_eq!(response.status(), 200);
+    response.json().await.unwrap()
+}
+
+/// (status, decision) of every tap's turn, oldest first.
+async fn tap_turns(s: &Pipeline) -> Vec<(String, Option<String>)> {
+    let mut owner = s.app.db.owner_conn().await;
+    sqlx::query_as(
+        "select status, decision from channel_messages where action is not null order by received_at, id",
+    )
+    .fetch_all(&mut owner)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_telegram_menu_is_tapped_once_answered_at_once_and_the_agent_gets_the_action() {
+    let s = Pipeline::start().await;
+    let (asked, on) = offered(&s, approval()).await;
+    let sent = s.platforms.sent_to(Platform::Telegram);
+    let keyboard = &sent.last().unwrap().body["reply_markup"]["inline_keyboard"];
+    assert_eq!(keyboard[0][0]["text"], "Approve");
+    assert_eq!(keyboard[0][0]["style"], "primary");
+    assert_eq!(keyboard[0][2]["url"], "https://example.com/policy");
+    let data = callback_data(&s);
+    let approve = data[0].clone().unwrap();
+    assert!(approve.len() <= 64, "callback_data fits Telegram's 64 bytes");
+    assert!(
+        !approve.contains("approve"),
+        "the agent's id stays with us: {approve}"
+    );
+    let part = s.parts(asked).await.pop().unwrap();
+    assert_eq!(part.choices.as_ref().unwrap().choices.items.len(), 3);
+
+    s.agent
+        .script([Reply::Json(200, json!({"content": "Refund approved."}), None)]);
+    let answer = tap(&s, telegram_tap(600_001, HUMAN, &on, &approve)).await;
+    assert_eq!(
+        answer,
+        json!({"method": "answerCallbackQuery", "callback_query_id": "cb600001", "text": "Approved"}),
+        "the spinner stops with the webhook's own answer"
+    );
+    let tapped = s.step_executed().await;
+    let call = s.agent.calls().pop().unwrap();
+    assert_eq!(call.payload.content, "Approve", "the label as the user's words");
+    let action = json!({"id": "approve", "label": "Approve", "value": {"refund": 42}, "message_id": asked});
+    assert_eq!(call.raw["action"], action);
+    assert_eq!(
+        call.raw["messages"].as_array().unwrap().last().unwrap()["action"],
+        action
+    );
+    let reply = s.platforms.sent_to(Platform::Telegram).pop().unwrap();
+    assert_eq!(reply.text(), "Refund approved.");
+    assert_eq!(
+        reply.body["reply_parameters"]["message_id"].to_string(),
+        on,
+        "the answer replies to the question"
+    );
+    let (status, turn) = s
+        .admin(Method::GET, &format!("/v1/admin/messages/{tapped}"), None)
+        .await;
+    assert_eq!(status, 200, "{turn}");
+    assert_eq!(turn["action"]["id"], "approve");
+
+    // The same update again (Telegram retried it), then a second tap on the closed choices.
+    let again = tap(&s, telegram_tap(600_001, HUMAN, &on, &approve)).await;
+    assert_eq!(again["method"], "answerCallbackQuery");
+    let reject = data[1].clone().unwrap();
+    let late = tap(&s, telegram_tap(600_002, HUMAN, &on, &reject)).await;
+    assert_eq!(late["callback_query_id"], "cb600002");
+    assert_eq!(late.get("text"), None);
+    assert!(matches!(s.worker.step().await.unwrap(), StepOutcome::Empty));
+    assert_eq!(s.agent.calls().len(), 2, "neither reached the agent");
+    assert_eq!(
+        tap_turns(&s).await,
+        [
+            ("executed".into(), Some("respond".into())),
+            ("ignored".into(), Some("choice_already_made".into()))
+        ]
+    );
+    let part = s.parts(asked).await.pop().unwrap();
+    assert_eq!(part.chosen.map(|c| (c.index, c.by)), Some((0, HUMAN.to_string())));
+}
+
+#[tokio::test]
+async fn forged_taps_are_answered_and_dropped_never_dispatched() {
+    let s = Pipeline::start().await;
+    let (_, on) = offered(&s, approval()).await;
+    let approve = callback_data(&s)[0].clone().unwrap();
+    let other = provision_tenant_at(&s.app.pool, "other", Some(&s.platforms.base_url)).await;
+    let forged = [
+        telegram_tap(700_001, HUMAN, &on, "zzzzzzzzzz.0"),
+        telegram_tap(700_002, HUMAN, &on, "approve"),
+        telegram_tap(700_003, -100_555, &on, &approve),
+        telegram_tap(700_004, HUMAN, &on, &format!("{}.9", &approve[..10])),
+    ];
+    for body in forged {
+        let answer = tap(&s, body).await;
+        assert_eq!(
+            answer["method"], "answerCallbackQuery",
+            "the spinner stops all the same"
+        );
+    }
+    // The right token through another tenant's connector: not found under its RLS.
+    let body = telegram_tap(700_005, HUMAN, &on, &approve);
+    let response = post(
+        &s.app,
+        &other.hook_path(Platform::Telegram),
+        &signed_headers(Platform::Telegram, &body),
+        body,
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    assert!(matches!(s.worker.step().await.unwrap(), StepOutcome::Empty));
+    assert_eq!(s.agent.calls().len(), 1);
+    assert!(tap_turns(&s).await.is_empty(), "no turn recorded");
+}
+
+#[tokio::test]
+async fn a_tap_while_a_person_holds_the_conversation_is_held() {
+    let s = Pipeline::start().await;
+    let (asked, on) = offered(&s, approval()).await;
+    let approve = callback_data(&s)[0].clone().unwrap();
+    let (_, turn) = s
+        .admin(Method::GET, &format!("/v1/admin/messages/{asked}"), None)
+        .await;
+    let conversation = turn["conversation"].as_str().unwrap().to_owned();
+    let path = format!("/v1/admin/conversations/{conversation}/take-over");
+    let (status, _) = s.admin(Method::POST, &path, Some(json!({}))).await;
+    assert_eq!(status, 200);
+    tap(&s, telegram_tap(800_001, HUMAN, &on, &approve)).await;
+    assert!(matches!(s.worker.step().await.unwrap(), StepOutcome::Held(_)));
+    assert_eq!(s.agent.calls().len(), 1);
+    assert_eq!(tap_turns(&s).await, [("held".into(), Some("held".into()))]);
+}
+
+#[tokio::test]
+async fn choices_no_platform_could_show_fail_the_turn_with_the_reason() {
+    let s = Pipeline::start().await;
+    let many: Vec<Value> = (0..26)
+        .map(|i| json!({"id": format!("o{i}"), "label": "Option"}))
+        .collect();
+    s.agent.script([Reply::Json(
+        200,
+        json!({"content": "Pick one", "choices": many}),
+        None,
+    )]);
+    s.deliver(Platform::Telegram, telegram_text(900_001, "menu"))
+        .await;
+    let outcome = s.worker.step().await.unwrap();
+    let StepOutcome::Failed(id) = outcome else {
+        panic!("expected a failed turn, got {outcome:?}");
+    };
+    let (_, turn) = s
+        .admin(Method::GET, &format!("/v1/admin/messages/{id}"), None)
+        .await;
+    assert_eq!(turn["status"], "dispatch_failed");
+    let error = turn["last_error"].as_str().unwrap();
+    assert!(error.contains("at most 25 choices"), "{error}");
+    assert!(
+        s.platforms.sent_to(Platform::Telegram).is_empty(),
+        "nothing posted"
+    );
+}
