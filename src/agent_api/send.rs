@@ -3,7 +3,6 @@
 //! a stored turn. Recorded as the agent's own turn (so the user's next dispatch has it in
 //! `messages[]`) and posted through the reply stage like an answer.
 
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
@@ -15,7 +14,7 @@ use crate::db::messages::{MessageRow, MESSAGE_COLUMNS};
 use crate::db::{self, TenantTx};
 use crate::domain::{Connector, ConnectorId, MessageId, Platform};
 use crate::error::{ApiJsonError, AppError};
-use crate::http::extract::ApiPath;
+use crate::http::extract::{ApiBytes, ApiPath};
 use crate::http::state::AppState;
 use crate::turn::outgoing::{self, Outgoing, Place, Posted};
 
@@ -97,7 +96,7 @@ pub async fn post_message(
     State(state): State<AppState>,
     ApiPath(tenant_id): ApiPath<String>,
     headers: HeaderMap,
-    body: Bytes,
+    ApiBytes(body): ApiBytes,
 ) -> Result<(StatusCode, Json<AgentMessageOut>), AppError> {
     let signed = super::verify(&state, &tenant_id, &headers, &body).await?;
     let input: AgentMessageIn = super::parse(&body)?;

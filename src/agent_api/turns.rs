@@ -1,7 +1,6 @@
 //! `POST /v1/agent/{tenant_id}/turns/{message_id}/events`: the answer to a turn the agent
 //! accepted with `202` (docs/agent.md#answering-later), posted as it comes.
 
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
@@ -13,7 +12,7 @@ use crate::db::{self, TenantTx};
 use crate::dispatch::payload::HANDOFF_REASON_MAX;
 use crate::domain::{MessageId, MessageStatus, Platform};
 use crate::error::{ApiJsonError, AppError};
-use crate::http::extract::ApiPath;
+use crate::http::extract::{ApiBytes, ApiPath};
 use crate::http::state::AppState;
 use crate::turn::later::{self, EventKind, Opened};
 use crate::turn::HandoffRequest;
@@ -100,7 +99,7 @@ pub async fn post_event(
     State(state): State<AppState>,
     ApiPath((tenant_id, message_id)): ApiPath<(String, String)>,
     headers: HeaderMap,
-    body: Bytes,
+    ApiBytes(body): ApiBytes,
 ) -> Result<(StatusCode, Json<EventOut>), AppError> {
     let signed = super::verify(&state, &tenant_id, &headers, &body).await?;
     let message = message_id

@@ -1,7 +1,9 @@
 //! The API's extractors: every handler takes its path, query and body through these, so a
 //! bad request gets the JSON error every other error has.
 
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::rejection::{
+    BytesRejection, FailedToBufferBody, JsonRejection, PathRejection, QueryRejection,
+};
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
@@ -26,6 +28,18 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiQuer
 #[derive(axum::extract::FromRequestParts)]
 #[from_request(via(axum::extract::Path), rejection(AppError))]
 pub struct ApiPath<T>(pub T);
+
+/// The raw body, for requests verified over their bytes before they are parsed (the agent's
+/// signed routes): past the limit it is the JSON 413 every other route answers.
+pub struct ApiBytes(pub axum::body::Bytes);
+
+impl<S: Send + Sync> axum::extract::FromRequest<S> for ApiBytes {
+    type Rejection = AppError;
+
+    async fn from_request(request: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
+        Ok(Self(axum::body::Bytes::from_request(request, state).await?))
+    }
+}
 
 /// Only an object: serde would take a struct from an array too, which the document forbids.
 pub struct ApiJson<T>(pub T);
@@ -69,13 +83,20 @@ impl<T: DeserializeOwned + Default, S: Send + Sync> axum::extract::FromRequest<S
 /// shape): one status for all of those keeps the contract small.
 impl From<JsonRejection> for AppError {
     fn from(rejection: JsonRejection) -> Self {
-        use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
         match rejection {
-            JsonRejection::BytesRejection(BytesRejection::FailedToBufferBody(
-                FailedToBufferBody::LengthLimitError(_),
-            )) => Self::PayloadTooLarge(API_BODY_LIMIT),
-            JsonRejection::BytesRejection(_) => Self::BadRequest("the request body could not be read".into()),
+            JsonRejection::BytesRejection(rejection) => rejection.into(),
             other => Self::Unprocessable(other.body_text()),
+        }
+    }
+}
+
+impl From<BytesRejection> for AppError {
+    fn from(rejection: BytesRejection) -> Self {
+        match rejection {
+            BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
+                Self::PayloadTooLarge(API_BODY_LIMIT)
+            }
+            _ => Self::BadRequest("the request body could not be read".into()),
         }
     }
 }
