@@ -167,10 +167,7 @@ async fn read_stream(
     live: Option<&mut (dyn TextSink + Send)>,
 ) -> CallOutcome {
     match stream::read(response, live).await {
-        Ok(parts) => CallOutcome::Answered(Answer {
-            parts,
-            ..Answer::default()
-        }),
+        Ok(answer) => CallOutcome::Answered(answer),
         Err(err @ StreamError::CutOff(_)) => {
             retryable("stream_cut_off", format!("agent {host}: {err}"), None)
         }

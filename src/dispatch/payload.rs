@@ -185,24 +185,7 @@ pub const HANDOFF_REASON_MAX: usize = 500;
 /// A JSON answer with its `handoff` flag and its choices.
 pub fn parse_reply(body: &[u8]) -> Result<Answer, AnswerError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| InvalidAnswer(format!("not JSON ({e})")))?;
-    let handoff = match value.get("handoff") {
-        None | Some(Value::Null) | Some(Value::Bool(false)) => None,
-        Some(Value::Bool(true)) => Some(HandoffAsk::default()),
-        Some(Value::Object(ask)) => {
-            let reason = match ask.get("reason") {
-                None | Some(Value::Null) => None,
-                Some(Value::String(reason)) => Some(reason.chars().take(HANDOFF_REASON_MAX).collect()),
-                Some(_) => return Err(InvalidAnswer("`handoff.reason` must be a string".into()).into()),
-            };
-            Some(HandoffAsk { reason })
-        }
-        Some(_) => {
-            return Err(InvalidAnswer(
-                "`handoff` must be an object (`{\"reason\": \"…\"}`) or a boolean".into(),
-            )
-            .into())
-        }
-    };
+    let handoff = handoff_of(&value)?;
     let parts = answer_parts(&value)?;
     let choices = Choices::from_answer(&value)?;
     if choices.is_some() && parts.is_empty() {
@@ -213,6 +196,26 @@ pub fn parse_reply(body: &[u8]) -> Result<Answer, AnswerError> {
         handoff,
         choices,
     })
+}
+
+/// The `handoff` of an answer (a JSON body, or a stream's final event): `None` when absent,
+/// `null` or `false`.
+pub fn handoff_of(value: &Value) -> Result<Option<HandoffAsk>, InvalidAnswer> {
+    match value.get("handoff") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => Ok(None),
+        Some(Value::Bool(true)) => Ok(Some(HandoffAsk::default())),
+        Some(Value::Object(ask)) => {
+            let reason = match ask.get("reason") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(reason)) => Some(reason.chars().take(HANDOFF_REASON_MAX).collect()),
+                Some(_) => return Err(InvalidAnswer("`handoff.reason` must be a string".into())),
+            };
+            Ok(Some(HandoffAsk { reason }))
+        }
+        Some(_) => Err(InvalidAnswer(
+            "`handoff` must be an object (`{\"reason\": \"…\"}`) or a boolean".into(),
+        )),
+    }
 }
 
 /// Anything but an accepted shape is an error, never an empty answer.

@@ -1,12 +1,13 @@
 //! Streamed answers (docs/agent.md#streamed-answers): OpenAI chat completion chunks or the
 //! gateway's own `delta`/`done` events. A stream without its final event was cut off and
-//! fails the call, which is retried; nothing of it is stored.
+//! fails the call, which is retried; nothing of it is stored. The final `done` event may
+//! replace the deltas with parts and ask for a person, as a JSON answer does.
 
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde_json::Value;
 
-use super::payload::{parse_answer, InvalidAnswer};
+use super::payload::{handoff_of, parse_answer, Answer, HandoffAsk, InvalidAnswer};
 use crate::delivery::live::TextSink;
 
 pub fn is_event_stream(headers: &reqwest::header::HeaderMap) -> bool {
@@ -33,15 +34,22 @@ pub enum StreamError {
 #[derive(Debug, PartialEq, Eq)]
 enum Event {
     Delta(String),
-    /// The parts, when the final event names them.
-    Done(Option<Vec<String>>),
+    Done(Done),
     Skip,
+}
+
+/// The final event: the parts when it names them (else the deltas joined), and its
+/// `handoff`.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Done {
+    parts: Option<Vec<String>>,
+    handoff: Option<HandoffAsk>,
 }
 
 pub async fn read(
     response: reqwest::Response,
     mut live: Option<&mut (dyn TextSink + Send)>,
-) -> Result<Vec<String>, StreamError> {
+) -> Result<Answer, StreamError> {
     let mut events = std::pin::pin!(body_chunks(response).eventsource());
     let mut text = String::new();
     while let Some(event) = events.next().await {
@@ -54,9 +62,13 @@ pub async fn read(
                 }
             }
             Event::Delta(_) | Event::Skip => {}
-            Event::Done(parts) => {
-                let parts = parts.unwrap_or_else(|| vec![text]);
-                return Ok(parts.into_iter().filter(|p| !p.trim().is_empty()).collect());
+            Event::Done(done) => {
+                let parts = done.parts.unwrap_or_else(|| vec![text]);
+                return Ok(Answer {
+                    parts: parts.into_iter().filter(|p| !p.trim().is_empty()).collect(),
+                    handoff: done.handoff,
+                    ..Answer::default()
+                });
             }
         }
     }
@@ -98,23 +110,23 @@ fn parse_event(name: &str, data: &str) -> Result<Event, StreamError> {
                 ))),
             }
         }
-        "done" if data.is_empty() => Ok(Event::Done(None)),
-        "done" => {
-            let value = json(data)?;
-            let names_parts = ["content", "messages", "choices", "output"]
-                .iter()
-                .any(|key| value.get(key).is_some());
-            if names_parts {
-                Ok(Event::Done(Some(parse_answer(data.as_bytes())?)))
-            } else {
-                Ok(Event::Done(None))
-            }
-        }
+        "done" if data.is_empty() => Ok(Event::Done(Done::default())),
+        "done" => Ok(Event::Done(final_event(data)?)),
         "error" => Err(StreamError::AgentError),
-        "" | "message" if data == "[DONE]" => Ok(Event::Done(None)),
+        "" | "message" if data == "[DONE]" => Ok(Event::Done(Done::default())),
         "" | "message" => Ok(openai_chunk(&json(data)?)?),
         _ => Ok(Event::Skip),
     }
+}
+
+fn final_event(data: &str) -> Result<Done, InvalidAnswer> {
+    let value = json(data)?;
+    let names_parts = ["content", "messages", "choices", "output"]
+        .iter()
+        .any(|key| value.get(key).is_some());
+    let parts = names_parts.then(|| parse_answer(data.as_bytes())).transpose()?;
+    let handoff = handoff_of(&value)?;
+    Ok(Done { parts, handoff })
 }
 
 /// `delta.content` is absent or null in the role-only first chunk and the `finish_reason` one.
@@ -148,22 +160,55 @@ mod tests {
         assert_eq!(parse_event("", role).unwrap(), Event::Skip);
         let finish = r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
         assert_eq!(parse_event("", finish).unwrap(), Event::Skip);
-        assert_eq!(parse_event("", "[DONE]").unwrap(), Event::Done(None));
+        assert_eq!(parse_event("", "[DONE]").unwrap(), Event::Done(Done::default()));
         assert_eq!(
             parse_event("delta", r#"{"content":"lo"}"#).unwrap(),
             Event::Delta("lo".into())
         );
-        assert_eq!(parse_event("done", "").unwrap(), Event::Done(None));
-        assert_eq!(parse_event("done", "{}").unwrap(), Event::Done(None));
+        assert_eq!(parse_event("done", "").unwrap(), Event::Done(Done::default()));
+        assert_eq!(parse_event("done", "{}").unwrap(), Event::Done(Done::default()));
         assert_eq!(
             parse_event(
                 "done",
                 r#"{"messages":[{"role":"assistant","content":"a"},{"role":"assistant","content":"b"}]}"#
             )
             .unwrap(),
-            Event::Done(Some(vec!["a".into(), "b".into()]))
+            Event::Done(Done {
+                parts: Some(vec!["a".into(), "b".into()]),
+                handoff: None,
+            })
         );
         assert_eq!(parse_event("ping", "whatever").unwrap(), Event::Skip);
+    }
+
+    #[test]
+    fn the_final_event_may_ask_for_a_person_with_or_without_parts() {
+        let asks = |reason: Option<&str>| HandoffAsk {
+            reason: reason.map(str::to_owned),
+        };
+        assert_eq!(
+            parse_event("done", r#"{"handoff": {"reason": "refund over the limit"}}"#).unwrap(),
+            Event::Done(Done {
+                parts: None,
+                handoff: Some(asks(Some("refund over the limit"))),
+            })
+        );
+        assert_eq!(
+            parse_event(
+                "done",
+                r#"{"content": "A colleague takes over.", "handoff": true}"#
+            )
+            .unwrap(),
+            Event::Done(Done {
+                parts: Some(vec!["A colleague takes over.".into()]),
+                handoff: Some(asks(None)),
+            })
+        );
+        assert_eq!(
+            parse_event("done", r#"{"handoff": false}"#).unwrap(),
+            Event::Done(Done::default())
+        );
+        assert!(parse_event("done", r#"{"handoff": "yes"}"#).is_err());
     }
 
     #[test]

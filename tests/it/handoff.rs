@@ -6,7 +6,7 @@ use channel_bridge::domain::{MessageId, Platform};
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::support::fake_agent::Reply;
+use crate::support::fake_agent::{Chunk, Reply};
 use crate::support::platforms::*;
 use crate::support::Pipeline;
 
@@ -318,6 +318,49 @@ async fn an_agent_answering_later_asks_for_a_person_in_done_and_the_conversation
     assert_eq!(s.agent.calls().len(), calls, "not sent to the agent");
     let (_, list) = s.admin(Method::GET, "/v1/admin/conversations/held", None).await;
     assert_eq!(list["conversations"][0]["waiting"], true, "{list}");
+}
+
+#[tokio::test]
+async fn a_streamed_answer_asks_for_a_person_in_its_final_event_and_the_conversation_is_held() {
+    let s = Pipeline::start().await;
+    let asks = |handoff: Value| {
+        Reply::Stream(vec![
+            Chunk::delta("Let me get "),
+            Chunk::delta("a colleague."),
+            Chunk::done(json!({ "handoff": handoff })),
+        ])
+    };
+    // A `handoff` of another shape makes the answer unreadable: retried, as a JSON answer's.
+    s.agent.script([
+        asks(json!("yes")),
+        asks(json!({"reason": "refund over the limit"})),
+    ]);
+    let retried = user_says(&s, "refund 900 EUR").await;
+    assert!(matches!(retried, StepOutcome::Retrying(_)), "{retried:?}");
+    let first = executed(s.worker.step().await.unwrap());
+    assert_eq!(
+        s.platforms.calls("sendMessage").last().unwrap().body["text"],
+        "Let me get a colleague.",
+        "the deltas are posted as the answer"
+    );
+
+    let conversation = message(&s, first).await["conversation"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (_, list) = s.admin(Method::GET, "/v1/admin/conversations/held", None).await;
+    let hold = &list["conversations"][0];
+    assert_eq!(hold["conversation"], conversation.as_str());
+    assert_eq!(
+        (&hold["by_agent"], &hold["held_by"], &hold["reason"]),
+        (&json!(true), &json!("agent"), &json!("refund over the limit"))
+    );
+    assert!(audit_actions(&s)
+        .await
+        .contains(&("agent".to_owned(), "conversation.take_over".to_owned())));
+    let calls = s.agent.calls().len();
+    held(user_says(&s, "hello?").await);
+    assert_eq!(s.agent.calls().len(), calls, "not sent to the agent");
 }
 
 #[tokio::test]
