@@ -2,8 +2,10 @@
 # channel-bridge container image.
 #   docker build -t channel-bridge .
 #   docker run --rm -e DATABASE_URL=postgres://… channel-bridge migrate
-#   docker run --rm -p 8080:8080 -e DATABASE_URL=postgres://… channel-bridge   # serve
-#   docker run --rm -e DATABASE_URL=… -e CB_METRICS_BIND=0.0.0.0:9090 channel-bridge serve --http false   # worker
+#   docker run --rm -p 8080:8080 -e DATABASE_URL=postgres://… -e CB_SECRETS_KEY channel-bridge   # serve
+#   docker run --rm -e DATABASE_URL=… -e CB_SECRETS_KEY -e CB_METRICS_BIND=0.0.0.0:9090 channel-bridge serve --http false   # worker
+# serve needs CB_SECRETS_KEY (`-e CB_SECRETS_KEY` passes it from your environment, not on the
+# command line), or CB_SECRETS_PLAINTEXT=true: docs/security.md#secrets-at-rest.
 # Migrations are embedded in the binary; `migrate` applies them (and creates the database).
 
 FROM rust:1-slim-bookworm AS builder
