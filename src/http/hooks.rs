@@ -18,10 +18,13 @@ use super::state::AppState;
 use crate::domain::{Connector, ConnectorId, Platform, TenantId};
 use crate::error::ApiJsonError;
 use crate::error::AppError;
-use crate::platforms::inbound::{HandshakeReply, HookRequest, Inbound, Parsed, TapAnswer};
+use crate::platforms::contract::PlatformApi;
+use crate::platforms::inbound::{HandshakeReply, HookError, HookRequest, Inbound, Parsed, TapAnswer};
 
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(receive, handshake))
+    OpenApiRouter::new()
+        .routes(routes!(receive, handshake))
+        .routes(routes!(interact))
 }
 
 /// A platform's POST: an event delivery, or Slack's signed `url_verification`.
@@ -37,6 +40,42 @@ async fn receive(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, AppError> {
+    verified(state, ids, headers, body, |channel, connector, body| {
+        channel.parse(connector, body)
+    })
+    .await
+}
+
+/// Slack's Interactivity Request URL: taps on the buttons of an answer
+/// (docs/platforms.md#buttons-and-taps), signed like the events and acknowledged the same way.
+#[utoipa::path(post, path = "/v1/hooks/{tenant_id}/{connector_id}/interactivity", operation_id = "receive_interaction", tag = "webhooks",
+    params(("tenant_id" = Uuid, Path), ("connector_id" = Uuid, Path)),
+    request_body(content = String, content_type = "application/x-www-form-urlencoded", description = "Slack's signed form, `payload=<JSON>`, verified over its raw bytes"),
+    responses((status = 200, description = "verified and recorded (duplicates too)"),
+        (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 404, body = ApiJsonError),
+        (status = 405, body = ApiJsonError), (status = 413, body = ApiJsonError), (status = 503, body = ApiJsonError)))]
+async fn interact(
+    State(state): State<AppState>,
+    ApiPath(ids): ApiPath<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, AppError> {
+    verified(state, ids, headers, body, |channel, connector, body| {
+        channel.parse_interaction(connector, body)
+    })
+    .await
+}
+
+type Parse = fn(&dyn PlatformApi, &Connector, &[u8]) -> Result<Parsed, HookError>;
+
+/// Verifies the raw body, then parses it with `parse` and records what it holds.
+async fn verified(
+    state: AppState,
+    ids: (String, String),
+    headers: HeaderMap,
+    body: Body,
+    parse: Parse,
+) -> Result<Response, AppError> {
     let connector = load_connector(&state, &ids).await?;
     let body = read_body(&state, &connector, &headers, body).await?;
     let channel = crate::platforms::of(connector.profile.platform);
@@ -49,7 +88,7 @@ async fn receive(
     channel
         .verify(&connector, &request)
         .inspect_err(|err| reject_metric(&connector, err))?;
-    match channel.parse(&connector, &body)? {
+    match parse(channel, &connector, &body)? {
         Parsed::Handshake(reply) => Ok(handshake_response(reply)),
         Parsed::Events(inbound) => accept(&state, connector, inbound, request_id(&headers)).await,
     }

@@ -235,6 +235,13 @@ pub trait Channel: Send + Sync {
     /// Never called before `verify` succeeded.
     fn parse(&self, connector: &Connector, body: &[u8]) -> Result<Parsed, HookError>;
 
+    /// A request to the connector's interactivity URL (Slack's taps on buttons); platforms
+    /// whose taps come with their other updates have none.
+    fn parse_interaction(&self, connector: &Connector, body: &[u8]) -> Result<Parsed, HookError> {
+        let _ = (connector, body);
+        Err(HookError::MethodNotAllowed)
+    }
+
     /// The headers the platform would sign `body` with at `now`: the client side of `verify`.
     fn sign(&self, secret: &str, body: &[u8], now: i64) -> Vec<(HeaderName, String)>;
 

@@ -228,3 +228,172 @@ async fn choices_no_platform_could_show_fail_the_turn_with_the_reason() {
         "nothing posted"
     );
 }
+
+fn menu(count: usize) -> Value {
+    let choices: Vec<Value> = (0..count)
+        .map(|i| json!({"id": format!("topic-{i}"), "label": format!("Topic {i}")}))
+        .collect();
+    json!({"content": "What is it about?", "choices": choices})
+}
+
+/// A WhatsApp `interactive` tap from the fixture's human on our message `on`.
+fn whatsapp_tap(wamid: &str, on: &str, kind: &str, id: &str, title: &str) -> Vec<u8> {
+    let mut update: Value = serde_json::from_slice(&fixture(Platform::Whatsapp, "text")).unwrap();
+    let message = &mut update["entry"][0]["changes"][0]["value"]["messages"][0];
+    *message = json!({
+        "context": {"from": "15550783881", "id": on},
+        "from": "16505551234",
+        "id": wamid,
+        "timestamp": "1749416400",
+        "type": "interactive",
+        "interactive": {"type": kind, kind: {"id": id, "title": title}},
+    });
+    serde_json::to_vec(&update).unwrap()
+}
+
+/// The last WhatsApp send's `interactive` object and our message id for it.
+async fn whatsapp_offer(s: &Pipeline, asked: MessageId) -> (Value, String) {
+    let sent = s.platforms.sent_to(Platform::Whatsapp).pop().unwrap();
+    assert_eq!(sent.body["type"], "interactive", "{}", sent.body);
+    let on = s.parts(asked).await.pop().unwrap().platform_message_id.unwrap();
+    (sent.body["interactive"].clone(), on)
+}
+
+#[tokio::test]
+async fn whatsapp_shows_three_buttons_or_a_list_and_each_tap_is_one_turn() {
+    let s = Pipeline::start().await;
+    s.agent
+        .script([Reply::Json(200, menu(3), None), Reply::Json(200, menu(7), None)]);
+    s.deliver(Platform::Whatsapp, fixture(Platform::Whatsapp, "text"))
+        .await;
+    let asked = s.step_executed().await;
+    let (buttons, on) = whatsapp_offer(&s, asked).await;
+    assert_eq!(buttons["type"], "button");
+    assert_eq!(buttons["body"]["text"], "What is it about?");
+    let button = &buttons["action"]["buttons"][1]["reply"];
+    assert_eq!(button["title"], "Topic 1");
+
+    let id = button["id"].as_str().unwrap();
+    let body = whatsapp_tap("wamid.TAP1", &on, "button_reply", id, "Topic 1");
+    s.deliver(Platform::Whatsapp, body.clone()).await;
+    let tapped = s.step_executed().await;
+    let call = s.agent.calls().pop().unwrap();
+    assert_eq!(
+        call.raw["action"],
+        json!({"id": "topic-1", "label": "Topic 1", "message_id": asked})
+    );
+    s.deliver(Platform::Whatsapp, body).await;
+    assert!(
+        matches!(s.worker.step().await.unwrap(), StepOutcome::Empty),
+        "a redelivered tap is one turn"
+    );
+
+    let (list, on) = whatsapp_offer(&s, tapped).await;
+    assert_eq!(list["type"], "list");
+    let rows = list["action"]["sections"][0]["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 7);
+    let row = rows[5]["id"].as_str().unwrap();
+    s.agent
+        .script([Reply::Json(200, json!({"content": "Topic 5 it is."}), None)]);
+    s.deliver(
+        Platform::Whatsapp,
+        whatsapp_tap("wamid.TAP2", &on, "list_reply", row, "Topic 5"),
+    )
+    .await;
+    s.step_executed().await;
+    assert_eq!(s.agent.calls().pop().unwrap().raw["action"]["id"], "topic-5");
+    let reply = s.platforms.sent_to(Platform::Whatsapp).pop().unwrap();
+    assert_eq!(
+        reply.body["context"]["message_id"], "wamid.TAP2",
+        "the answer quotes the tap"
+    );
+}
+
+#[tokio::test]
+async fn whatsapp_refuses_what_it_cannot_show_when_the_answer_arrives() {
+    let s = Pipeline::start().await;
+    let long = json!({"content": "Sure?", "choices": [{"id": "y", "label": "Yes, book the later slot"}]});
+    s.agent
+        .script([Reply::Json(200, menu(11), None), Reply::Json(200, long, None)]);
+    for wamid in ["wamid.M1", "wamid.M2"] {
+        let mut body: Value = serde_json::from_slice(&fixture(Platform::Whatsapp, "text")).unwrap();
+        body["entry"][0]["changes"][0]["value"]["messages"][0]["id"] = wamid.into();
+        s.deliver(Platform::Whatsapp, serde_json::to_vec(&body).unwrap())
+            .await;
+        let outcome = s.worker.step().await.unwrap();
+        let StepOutcome::Failed(id) = outcome else {
+            panic!("expected a failed turn, got {outcome:?}");
+        };
+        let (_, turn) = s
+            .admin(Method::GET, &format!("/v1/admin/messages/{id}"), None)
+            .await;
+        let error = turn["last_error"].as_str().unwrap();
+        assert!(error.contains("on whatsapp"), "{error}");
+    }
+    assert!(s.platforms.sent_to(Platform::Whatsapp).is_empty());
+}
+
+/// Slack's interactivity request for a click on `button` of our message `on` in the DM.
+fn slack_click(on: &str, thread: &str, button: &str, action_ts: &str) -> Vec<u8> {
+    let mut payload: Value = serde_json::from_slice(&fixture(Platform::Slack, "block_actions")).unwrap();
+    payload["container"]["channel_id"] = "D0DM00001".into();
+    payload["channel"]["id"] = "D0DM00001".into();
+    payload["container"]["message_ts"] = on.into();
+    payload["container"]["thread_ts"] = thread.into();
+    payload["message"]["ts"] = on.into();
+    payload["actions"][0]["action_id"] = button.into();
+    payload["actions"][0]["value"] = button.into();
+    payload["actions"][0]["action_ts"] = action_ts.into();
+    let payload = serde_json::to_string(&payload).unwrap();
+    serde_urlencoded::to_string([("payload", payload)])
+        .unwrap()
+        .into_bytes()
+}
+
+#[tokio::test]
+async fn a_slack_approval_is_tapped_through_the_interactivity_url_and_answered_in_thread() {
+    let s = Pipeline::start().await;
+    s.agent.script([
+        Reply::Json(200, approval(), None),
+        Reply::Json(200, json!({"content": "Refund approved."}), None),
+    ]);
+    let asked_ts = "1718009000.000100";
+    s.deliver(Platform::Slack, slack_text(asked_ts, "refund please"))
+        .await;
+    let asked = s.step_executed().await;
+    let sent = s.platforms.sent_to(Platform::Slack).pop().unwrap();
+    assert_eq!(
+        sent.body["text"], "Approve the refund?",
+        "the notification's fallback"
+    );
+    assert_eq!(sent.body["blocks"][0]["text"]["text"], "Approve the refund?");
+    let buttons = &sent.body["blocks"][1]["elements"];
+    assert_eq!(buttons[0]["style"], "primary");
+    assert_eq!(buttons[2]["url"], "https://example.com/policy");
+    let approve = buttons[0]["value"].as_str().unwrap().to_owned();
+    let on = s.parts(asked).await.pop().unwrap().platform_message_id.unwrap();
+
+    let path = format!("{}/interactivity", s.tenant.hook_path(Platform::Slack));
+    let click = slack_click(&on, asked_ts, &approve, "1718009010.840180");
+    let headers = signed_headers(Platform::Slack, &click);
+    let response = post(&s.app, &path, &headers, click.clone()).await;
+    assert_eq!(response.status(), 200);
+    s.step_executed().await;
+    assert_eq!(s.agent.calls().pop().unwrap().raw["action"]["id"], "approve");
+    let reply = s.platforms.sent_to(Platform::Slack).pop().unwrap();
+    assert_eq!(reply.text(), "Refund approved.");
+    assert_eq!(reply.body["thread_ts"], asked_ts, "in the question's thread");
+
+    let replayed = post(&s.app, &path, &headers, click.clone()).await;
+    assert_eq!(replayed.status(), 200);
+    let forged = post(
+        &s.app,
+        &path,
+        &[("x-slack-signature", "v0=00".into()), headers[1].clone()],
+        click,
+    )
+    .await;
+    assert_eq!(forged.status(), 401);
+    assert!(matches!(s.worker.step().await.unwrap(), StepOutcome::Empty));
+    assert_eq!(s.agent.calls().len(), 2);
+}

@@ -64,6 +64,10 @@ impl Channel for Slack {
         }
     }
 
+    fn parse_interaction(&self, _connector: &Connector, body: &[u8]) -> Result<Parsed, HookError> {
+        super::interactive::parse(body)
+    }
+
     fn parse(&self, connector: &Connector, body: &[u8]) -> Result<Parsed, HookError> {
         let envelope: EnvelopeIn = parse_json(body)?;
         match envelope.kind.as_str() {

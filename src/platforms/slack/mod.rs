@@ -5,6 +5,7 @@ pub mod dm;
 pub mod files;
 pub mod format;
 pub mod inbound;
+mod interactive;
 pub mod live;
 pub mod reconcile;
 pub mod send;
@@ -13,6 +14,7 @@ pub mod typing;
 
 use futures::future::BoxFuture;
 
+use crate::choices::Choices;
 use crate::db::messages::ReplyPart;
 use crate::platforms::contract::{Pending, PlatformApi, Reconciled};
 
@@ -22,6 +24,11 @@ impl PlatformApi for Slack {
     /// Slack truncates at 40,000 characters but recommends about 4,000 for readability.
     fn part_limit(&self) -> usize {
         4000
+    }
+
+    /// The text that carries buttons is a section block's.
+    fn choices_text_limit(&self, _choices: &Choices) -> Option<usize> {
+        Some(interactive::SECTION_TEXT_CHARS)
     }
 
     fn reconcile<'a>(

@@ -65,6 +65,9 @@ pub(super) async fn post(client: &Client, part: &OutboundPart<'_>, token: &str) 
     if let Some(thread) = thread_ts(part.message) {
         body["thread_ts"] = thread.into();
     }
+    if let Some(offered) = part.choices {
+        body["blocks"] = super::interactive::blocks(offered, &text);
+    }
     let request = client
         .post(format!("{}/api/chat.postMessage", api_base(part.connector)))
         .bearer_auth(token)

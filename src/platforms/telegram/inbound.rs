@@ -381,6 +381,7 @@ mod tests {
     const PHOTO: &[u8] = include_bytes!("../../../fixtures/telegram/photo.json");
     const NEW_CHAT_MEMBERS: &[u8] = include_bytes!("../../../fixtures/telegram/new_chat_members.json");
     const UNKNOWN_UPDATE_KIND: &[u8] = include_bytes!("../../../fixtures/telegram/unknown_update_kind.json");
+    const CALLBACK_QUERY: &[u8] = include_bytes!("../../../fixtures/telegram/callback_query.json");
 
     fn connector() -> Connector {
         let mut connector = testing::connector(Platform::Telegram, SECRET);
@@ -493,8 +494,28 @@ mod tests {
         assert_eq!(dropped_reason(EDITED_MESSAGE), "edited_message");
         assert_eq!(dropped_reason(CHANNEL_POST), "channel_post");
         assert_eq!(dropped_reason(MY_CHAT_MEMBER), "my_chat_member");
-        let callback = br#"{"update_id":5,"callback_query":{"id":"1","from":{"id":1,"is_bot":false,"first_name":"a"},"chat_instance":"x"}}"#;
-        assert_eq!(dropped_reason(callback), "callback_query");
+    }
+
+    #[test]
+    fn a_tap_is_a_turn_on_the_tapped_message_and_any_other_callback_is_still_answered() {
+        let tap = single_message(CALLBACK_QUERY);
+        assert_eq!(tap.idempotency_key, "306197420");
+        assert_eq!(
+            (tap.chat_id.as_str(), tap.platform_message_id.as_str()),
+            ("408258968", "155")
+        );
+        assert_eq!(tap.platform_user_id, "408258968");
+        let tap = tap.tap.unwrap();
+        assert_eq!(
+            (tap.button.as_str(), tap.answer_id.as_deref()),
+            ("k3J9xQ2mZa.0", Some("4382713890173521344"))
+        );
+        let game = br#"{"update_id":5,"callback_query":{"id":"1","from":{"id":1,"is_bot":false,"first_name":"a"},"chat_instance":"x"}}"#;
+        let inbound = events(game);
+        assert_eq!(
+            (inbound.dropped, inbound.dropped_taps),
+            (vec!["callback_not_ours"], vec!["1".to_owned()])
+        );
     }
 
     #[test]

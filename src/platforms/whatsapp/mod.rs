@@ -1,6 +1,7 @@
 //! WhatsApp (Cloud API, PLATFORMS.md §2). No live view of a streamed answer: the typing
 //! indicator goes on until the reply.
 
+mod choices;
 pub mod files;
 pub mod format;
 pub mod inbound;
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
+use crate::choices::{Choices, InvalidChoices};
 use crate::db::messages::ReplyPart;
 use crate::platforms::contract::{LivePreview, Pending, PlatformApi, Reconciled};
 use crate::retry::window_left;
@@ -27,6 +29,14 @@ impl PlatformApi for Whatsapp {
 
     fn batches_webhooks(&self) -> bool {
         true
+    }
+
+    fn check_choices(&self, choices: &Choices) -> Result<(), InvalidChoices> {
+        choices::check(choices)
+    }
+
+    fn choices_text_limit(&self, choices: &Choices) -> Option<usize> {
+        choices::text_limit(choices)
     }
 
     /// The status callback that echoes the part key settles it (ingress); the part is

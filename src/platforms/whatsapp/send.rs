@@ -43,6 +43,14 @@ pub(super) async fn send(client: &Client, part: &OutboundPart<'_>, token: &str) 
         "text": { "preview_url": false, "body": text },
         "biz_opaque_callback_data": part.part_key,
     });
+    if let Some(offered) = part.choices {
+        let (kind, object) = super::choices::message(offered, text);
+        body["type"] = kind.into();
+        if let Some(fields) = body.as_object_mut() {
+            fields.remove("text");
+            fields.insert(kind.to_owned(), object);
+        }
+    }
     if let Some(target) = message.reply_target() {
         body["context"] = json!({ "message_id": target });
     }
