@@ -75,8 +75,10 @@ async fn migrate_creates_the_database_when_it_does_not_exist() {
 async fn readyz_answers_503_while_the_database_is_unreachable_and_200_when_it_is_back() {
     let proxy = DbProxy::start(upstream_addr()).await;
     let app = spawn_app_with(|settings, db| {
+        let keys = settings.database.secrets.clone();
         settings.database =
-            channel_bridge::settings::DatabaseSettings::from_url(url_with(&db.name, Some(proxy.addr)));
+            channel_bridge::settings::DatabaseSettings::from_url(url_with(&db.name, Some(proxy.addr)))
+                .with_secrets(keys);
         settings.database.acquire_timeout_ms = 500;
     })
     .await;
