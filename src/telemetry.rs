@@ -218,6 +218,12 @@ pub const METRICS: &[Metric] = &[
         "Batch writer tasks started again after a panic.",
     ),
     metric(
+        "channel_bridge_taps_dropped_total",
+        Counter,
+        &["reason"],
+        "Taps on buttons that made no turn: unknown_choice, choice_of_another_chat.",
+    ),
+    metric(
         "channel_bridge_db_outages_total",
         Counter,
         &[],
