@@ -104,6 +104,13 @@ pub struct PersonMessageIn {
     #[schema(max_length = 200, pattern = r"^[^\u0000]*$")]
     #[serde(default)]
     pub idempotency_key: Option<String>,
+    /// Buttons posted with `content`, as an agent offers them (docs/agent.md#offering-choices):
+    /// the user's tap goes to the agent once the conversation is handed back, or waits
+    /// `held` until then.
+    #[serde(default)]
+    pub choices: Option<Vec<crate::choices::Choice>>,
+    #[serde(default)]
+    pub choices_reusable: bool,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -303,7 +310,17 @@ pub async fn post_person_message(
         .parse()
         .map_err(|_| AppError::Conflict("the conversation's platform is not known"))?;
     let markdown = connector.as_ref().is_some_and(|c| c.profile.format_markdown);
-    let parts = crate::delivery::split::split_parts(platform, markdown, std::slice::from_ref(&input.content));
+    let choices = input.choices.clone().map(|items| crate::choices::Choices {
+        items,
+        reusable: input.choices_reusable,
+    });
+    let (parts, choices) = crate::delivery::split::with_choices(
+        platform,
+        markdown,
+        std::slice::from_ref(&input.content),
+        choices,
+    )
+    .map_err(|err| AppError::Unprocessable(format!("choices cannot be shown on {platform}: {err}")))?;
     hold(
         &mut tx,
         person,
@@ -316,6 +333,7 @@ pub async fn post_person_message(
         author: &person.name,
         text: &input.content,
         parts,
+        choices,
         idempotency_key: key,
     };
     let count = turn.parts.len();

@@ -9,6 +9,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::choices::{Choice, Choices};
 use crate::db::audit::{Actor, AuditAction, AuditEntry};
 use crate::db::messages::{MessageRow, MESSAGE_COLUMNS};
 use crate::db::{self, TenantTx};
@@ -44,6 +45,11 @@ pub struct AgentMessageIn {
     /// WhatsApp only: an approved template, the only message Meta delivers more than 24
     /// hours after the user's last message.
     pub template: Option<TemplateIn>,
+    /// Buttons posted with `content` (docs/agent.md#offering-choices); not with a template.
+    #[serde(default)]
+    pub choices: Option<Vec<Choice>>,
+    #[serde(default)]
+    pub choices_reusable: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
@@ -122,13 +128,19 @@ pub async fn post_message(
         (None, None) => String::new(),
     };
     // A template is one message, whatever its text.
-    let parts = match input.template {
-        Some(_) => vec![text.clone()],
-        None => crate::delivery::split::split_parts(
-            platform,
-            connector.profile.format_markdown,
-            std::slice::from_ref(&text),
-        ),
+    let (parts, offered) = match input.template {
+        Some(_) => (vec![text.clone()], None),
+        None => {
+            let choices = input.choices.clone().map(|items| Choices {
+                items,
+                reusable: input.choices_reusable,
+            });
+            let markdown = connector.profile.format_markdown;
+            crate::delivery::split::with_choices(platform, markdown, std::slice::from_ref(&text), choices)
+                .map_err(|err| {
+                    AppError::Unprocessable(format!("choices cannot be shown on {platform}: {err}"))
+                })?
+        }
     };
     let metadata = match &input.template {
         Some(template) => serde_json::json!({ "template": template }),
@@ -140,6 +152,7 @@ pub async fn post_message(
         author: None,
         text: &text,
         parts: &parts,
+        choices: offered.as_ref(),
         idempotency_key: &key,
         metadata,
     };
@@ -196,6 +209,11 @@ fn check(input: &AgentMessageIn) -> Result<(), AppError> {
     check_optional_text("user_id", input.user_id.as_deref(), ID_MAX)?;
     check_optional_text("chat_id", input.chat_id.as_deref(), ID_MAX)?;
     check_optional_text("content", input.content.as_deref(), 100_000)?;
+    if input.template.is_some() && input.choices.is_some() {
+        return Err(AppError::Unprocessable(
+            "a template cannot carry choices: give its buttons in the template".into(),
+        ));
+    }
     let blank = input.content.as_deref().is_none_or(|c| c.trim().is_empty());
     if blank && input.template.is_none() {
         return Err(AppError::Unprocessable(

@@ -7,6 +7,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::choices::{Choice, Choices, Offered};
 use crate::db::messages::MessageRow;
 use crate::db::{self, TenantTx};
 use crate::dispatch::payload::HANDOFF_REASON_MAX;
@@ -36,6 +37,11 @@ pub enum TurnEvent {
     Message {
         #[schema(max_length = 100000)]
         content: String,
+        /// Buttons posted with this text (docs/agent.md#offering-choices).
+        #[serde(default)]
+        choices: Option<Vec<Choice>>,
+        #[serde(default)]
+        choices_reusable: bool,
     },
     /// The answer is complete (with a last part, if `content` is given). Later events get 409.
     Done {
@@ -46,6 +52,11 @@ pub enum TurnEvent {
         /// commit that ends the turn.
         #[serde(default)]
         handoff: Option<HandoffIn>,
+        /// Buttons posted with `content` (docs/agent.md#offering-choices).
+        #[serde(default)]
+        choices: Option<Vec<Choice>>,
+        #[serde(default)]
+        choices_reusable: bool,
     },
 }
 
@@ -112,7 +123,7 @@ pub async fn post_event(
             crate::admin::schema::check_text("text", text, STATUS_MAX)?;
             (EventKind::Status, None)
         }
-        TurnEvent::Message { content } => (EventKind::Message, Some(content.as_str())),
+        TurnEvent::Message { content, .. } => (EventKind::Message, Some(content.as_str())),
         TurnEvent::Done { content, .. } => (EventKind::Done, content.as_deref()),
     };
     let handoff = handoff_reason(&event)?;
@@ -128,15 +139,21 @@ pub async fn post_event(
             return refusal(refused);
         }
     };
-    let parts = match text {
-        Some(text) => split(&state, &mut tx, &turn, text).await?,
-        None => Vec::new(),
+    let (parts, offered) = match text {
+        Some(text) => split(&state, &mut tx, &turn, text, choices_of(&event)).await?,
+        None if choices_of(&event).is_some() => {
+            return Err(AppError::Unprocessable(
+                "choices need `content` to go with".into(),
+            ))
+        }
+        None => (Vec::new(), None),
     };
     let applied = later::Event {
         id: &signed.event_id,
         kind,
         text,
         parts: &parts,
+        choices: offered.as_ref(),
         handoff: handoff.map(|reason| HandoffRequest {
             conversation: turn.conversation_key.clone(),
             user_id: turn.user_id.clone(),
@@ -209,25 +226,44 @@ fn refusal(opened: Opened) -> Result<(StatusCode, Json<EventOut>), AppError> {
     }
 }
 
+/// The choices a `message` or `done` event offers.
+fn choices_of(event: &TurnEvent) -> Option<Choices> {
+    match event {
+        TurnEvent::Message {
+            choices: Some(items),
+            choices_reusable,
+            ..
+        }
+        | TurnEvent::Done {
+            choices: Some(items),
+            choices_reusable,
+            ..
+        } => Some(Choices {
+            items: items.clone(),
+            reusable: *choices_reusable,
+        }),
+        _ => None,
+    }
+}
+
 /// Split as a synchronous answer is, for the turn's platform and connector (read in the
-/// event's transaction: a token rotated a moment ago is no reason to fail).
+/// event's transaction: a token rotated a moment ago is no reason to fail); choices the
+/// platform could not show are refused (422) before anything is recorded.
 async fn split(
     state: &AppState,
     tx: &mut TenantTx,
     turn: &MessageRow,
     text: &str,
-) -> Result<Vec<String>, AppError> {
+    choices: Option<Choices>,
+) -> Result<(Vec<String>, Option<Offered>), AppError> {
     let platform: Platform = turn
         .platform
         .parse()
         .map_err(|_| AppError::Conflict("the turn's platform is not known"))?;
     let connector = db::connectors::get(tx, &state.settings.database.secrets, turn.connector_id).await?;
     let markdown = connector.as_ref().is_some_and(|c| c.profile.format_markdown);
-    Ok(crate::delivery::split::split_parts(
-        platform,
-        markdown,
-        &[text.to_owned()],
-    ))
+    crate::delivery::split::with_choices(platform, markdown, &[text.to_owned()], choices)
+        .map_err(|err| AppError::Unprocessable(format!("choices cannot be shown on {platform}: {err}")))
 }
 
 async fn show_status(state: &AppState, turn: &MessageRow, text: &str) -> bool {

@@ -149,6 +149,8 @@ pub async fn answer(
     let input = PersonMessageIn {
         content: form.text,
         idempotency_key: Some(form.key).filter(|k| !k.is_empty()),
+        choices: None,
+        choices_reusable: false,
     };
     conversations::post_person_message(
         &state,

@@ -3,7 +3,7 @@
 //! counts. A connector that formats Markdown is split by the document's structure instead
 //! (`crate::markdown::split`).
 
-use crate::choices::Choices;
+use crate::choices::{Choices, InvalidChoices, Offered};
 use crate::domain::Platform;
 
 pub fn limit(platform: Platform) -> usize {
@@ -34,6 +34,25 @@ pub fn split_with_choices(
         split.extend(split_one(platform, markdown, &last, max));
     }
     split
+}
+
+/// An answer's text and choices made ready to post on `platform`: the choices checked for
+/// it and named, the text split so that its last part can carry them.
+pub fn with_choices(
+    platform: Platform,
+    markdown: bool,
+    parts: &[String],
+    choices: Option<Choices>,
+) -> Result<(Vec<String>, Option<Offered>), InvalidChoices> {
+    if let Some(choices) = &choices {
+        choices.check()?;
+        crate::platforms::of(platform).check_choices(choices)?;
+    }
+    let split = split_with_choices(platform, markdown, parts, choices.as_ref());
+    if choices.is_some() && split.is_empty() {
+        return Err(InvalidChoices("choices need text to go with".into()));
+    }
+    Ok((split, choices.map(Offered::new)))
 }
 
 fn split_one(platform: Platform, markdown: bool, part: &str, max: usize) -> Vec<String> {

@@ -264,24 +264,23 @@ fn reply_of(
     agent_ms: Option<i32>,
 ) -> anyhow::Result<Result<Reply, String>> {
     let platform: Platform = prepared.message.platform.parse()?;
-    if let Some(choices) = &answer.choices {
-        if let Err(err) = crate::platforms::of(platform).check_choices(choices) {
+    let markdown = prepared
+        .connector
+        .as_ref()
+        .is_some_and(|c| c.profile.format_markdown);
+    let (parts, choices) = match split::with_choices(platform, markdown, &answer.parts, answer.choices) {
+        Ok(ready) => ready,
+        Err(err) => {
             return Ok(Err(format!(
                 "the agent's choices cannot be shown on {platform}: {err}"
-            )));
+            )))
         }
-    }
+    };
     let handoff = answer.handoff.map(|ask| HandoffRequest {
         conversation: prepared.message.conversation_key.clone(),
         user_id: prepared.message.user_id.clone(),
         reason: ask.reason,
     });
-    let markdown = prepared
-        .connector
-        .as_ref()
-        .is_some_and(|c| c.profile.format_markdown);
-    let parts = split::split_with_choices(platform, markdown, &answer.parts, answer.choices.as_ref());
-    let choices = answer.choices.map(Offered::new);
     let answered = Transition::Answered {
         response: answer.parts.join("\n\n"),
         parts: parts.clone(),

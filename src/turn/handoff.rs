@@ -89,6 +89,7 @@ pub struct PersonTurn<'a> {
     pub author: &'a str,
     pub text: &'a str,
     pub parts: Vec<String>,
+    pub choices: Option<crate::choices::Offered>,
     /// The caller's key: the same one again posts nothing twice.
     pub idempotency_key: &'a str,
 }
@@ -108,6 +109,7 @@ pub async fn record_person_turn(
         author: Some(turn.author),
         text: turn.text,
         parts: &turn.parts,
+        choices: turn.choices.as_ref(),
         idempotency_key: &format!("person:{}", turn.idempotency_key),
         metadata: serde_json::json!({}),
     };

@@ -119,6 +119,8 @@ pub struct Event<'a> {
     /// a bare `done`).
     pub text: Option<&'a str>,
     pub parts: &'a [String],
+    /// Buttons posted with the event's last part.
+    pub choices: Option<&'a crate::choices::Offered>,
     /// A `done` that asks for a person: the conversation is held in the event's commit.
     pub handoff: Option<HandoffRequest>,
 }
@@ -137,7 +139,11 @@ pub async fn apply(tx: &mut TenantTx, turn: &MessageRow, event: &Event<'_>) -> R
     .execute(tx.conn())
     .await?;
     if !event.parts.is_empty() {
-        add_parts(tx, turn, event.text.unwrap_or_default(), event.parts).await?;
+        let first = add_parts(tx, turn, event.text.unwrap_or_default(), event.parts).await?;
+        if let Some(offered) = event.choices {
+            let last = usize::try_from(first).unwrap_or(0) + event.parts.len() - 1;
+            crate::db::messages::offer_choices(tx, turn.id, last, offered).await?;
+        }
     }
     if event.kind == EventKind::Done {
         settle(tx, &[turn.id], End::Done, chrono::Utc::now()).await?;
@@ -149,13 +155,14 @@ pub async fn apply(tx: &mut TenantTx, turn: &MessageRow, event: &Event<'_>) -> R
 }
 
 /// Locks the turn's job if it has one, so a delivery pass ending now waits for this commit
-/// and then finds the new parts (`PartsPosted`); without one, the parts get a job.
+/// and then finds the new parts (`PartsPosted`); without one, the parts get a job. Returns
+/// the first new part's index.
 async fn add_parts(
     tx: &mut TenantTx,
     turn: &MessageRow,
     text: &str,
     parts: &[String],
-) -> Result<(), sqlx::Error> {
+) -> Result<i32, sqlx::Error> {
     let tenant = tx.tenant();
     let first: i32 = sqlx::query_scalar(
         "select coalesce(max(part_index) + 1, 0) from channel_replies
@@ -181,7 +188,7 @@ async fn add_parts(
     if !job_exists(tx, turn.id).await? {
         queue::enqueue(tx, turn.id, &turn.conversation_key, Stage::Reply).await?;
     }
-    Ok(())
+    Ok(first)
 }
 
 async fn job_exists(tx: &mut TenantTx, message: MessageId) -> Result<bool, sqlx::Error> {

@@ -47,6 +47,8 @@ pub struct Outgoing<'a> {
     pub text: &'a str,
     /// Already split for the platform.
     pub parts: &'a [String],
+    /// Buttons posted with the last part.
+    pub choices: Option<&'a crate::choices::Offered>,
     /// Unique on the connector with the users' own keys: prefixed by its kind.
     pub idempotency_key: &'a str,
     pub metadata: serde_json::Value,
@@ -115,6 +117,9 @@ pub async fn record(tx: &mut TenantTx, place: &Place, turn: &Outgoing<'_>) -> Re
         return Ok(Posted::Repeat(earlier));
     };
     crate::db::messages::insert_reply_parts(tx, id, turn.parts).await?;
+    if let (Some(offered), Some(last)) = (turn.choices, turn.parts.len().checked_sub(1)) {
+        crate::db::messages::offer_choices(tx, id, last, offered).await?;
+    }
     queue::enqueue(tx, id, &place.conversation_key, Stage::Reply).await?;
     Ok(Posted::New(id))
 }

@@ -8,6 +8,7 @@ use channel_bridge::domain::{MessageId, Platform};
 use reqwest::Method;
 use serde_json::{json, Value};
 
+use crate::async_answers::post_event;
 use crate::support::fake_agent::Reply;
 use crate::support::platforms::*;
 use crate::support::Pipeline;
@@ -396,4 +397,79 @@ async fn a_slack_approval_is_tapped_through_the_interactivity_url_and_answered_i
     assert_eq!(forged.status(), 401);
     assert!(matches!(s.worker.step().await.unwrap(), StepOutcome::Empty));
     assert_eq!(s.agent.calls().len(), 2);
+}
+
+/// The keyboard of the last Telegram send, as (label, callback_data) pairs.
+fn keyboard(s: &Pipeline) -> Vec<(String, String)> {
+    let sent = s.platforms.sent_to(Platform::Telegram).pop().expect("a send");
+    let rows = sent.body["reply_markup"]["inline_keyboard"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    rows.iter()
+        .flat_map(|row| row.as_array().unwrap().clone())
+        .map(|b| {
+            (
+                b["text"].as_str().unwrap().to_owned(),
+                b["callback_data"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_answer_given_later_a_message_written_first_and_a_persons_answer_offer_choices_too() {
+    let s = Pipeline::start().await;
+    let secret = s.tenant.dispatch_secret.clone();
+    let (later, path) = crate::async_answers::accepted_turn(&s, "book a table").await;
+    let times = json!([{"id": "19", "label": "19:00"}, {"id": "21", "label": "21:00"}]);
+    let blank = json!({"type": "message", "content": "Which time?", "choices": [{"id": "a", "label": " "}]});
+    let (status, out) = post_event(&s.app, &path, &secret, "e0", blank).await;
+    assert_eq!(status, 422, "{out}");
+    assert!(
+        out["message"].as_str().unwrap().contains("`label` is empty"),
+        "{out}"
+    );
+    let event = json!({"type": "message", "content": "Which time?", "choices": times});
+    let (status, out) = post_event(&s.app, &path, &secret, "e1", event).await;
+    assert_eq!(status, 202, "{out}");
+    s.worker.step().await.unwrap();
+    let offered = keyboard(&s);
+    assert_eq!(offered[1].0, "21:00");
+    let on = s.parts(later).await.pop().unwrap().platform_message_id.unwrap();
+    s.agent
+        .script([Reply::Json(200, json!({"content": "Booked for 21:00."}), None)]);
+    tap(&s, telegram_tap(910_001, HUMAN, &on, &offered[1].1)).await;
+    s.step_executed().await;
+    let action = &s.agent.calls().pop().unwrap().raw["action"];
+    assert_eq!(
+        (action["id"].as_str(), action["message_id"].as_str()),
+        (Some("21"), Some(later.to_string().as_str()))
+    );
+
+    let sent =
+        json!({"user_id": "alice", "content": "Still coming?", "choices": [{"id": "yes", "label": "Yes"}]});
+    let (status, out) = post_event(
+        &s.app,
+        &format!("/v1/agent/{}/messages", s.tenant.tenant),
+        &secret,
+        "p1",
+        sent,
+    )
+    .await;
+    assert_eq!(status, 202, "{out}");
+    s.worker.step().await.unwrap();
+    assert_eq!(keyboard(&s)[0].0, "Yes");
+
+    let person = json!({"content": "Shall I cancel it?", "choices": [{"id": "cancel", "label": "Cancel it", "style": "danger"}]});
+    let (status, out) = s
+        .admin(
+            Method::POST,
+            "/v1/admin/conversations/user:alice/messages",
+            Some(person),
+        )
+        .await;
+    assert_eq!(status, 201, "{out}");
+    s.worker.step().await.unwrap();
+    assert_eq!(keyboard(&s)[0].0, "Cancel it");
 }
