@@ -340,6 +340,10 @@ pub struct ReplyPart {
     #[sqlx(json(nullable), default)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chosen: Option<crate::choices::Chosen>,
+    /// An edit of part `edit_of`'s message (its choices closed after a tap), not a message.
+    #[sqlx(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub edit_of: Option<i32>,
 }
 
 /// Existing parts are kept: a repeated store after a crash must not reset a posted part.
@@ -402,11 +406,33 @@ pub async fn offer_choices(
     Ok(())
 }
 
+/// Adds the edit of part `of` (`note`: what was chosen) after `message`'s last part.
+pub async fn add_choice_edit(
+    tx: &mut TenantTx,
+    message: MessageId,
+    of: i32,
+    note: &str,
+) -> Result<(), sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query(
+        "insert into channel_replies (tenant_id, message_id, part_index, content, edit_of)
+         select $1, $2, coalesce(max(part_index) + 1, 0), $4, $3
+           from channel_replies where tenant_id = $1 and message_id = $2",
+    )
+    .bind(tenant)
+    .bind(message)
+    .bind(of)
+    .bind(note)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
 pub async fn reply_parts(tx: &mut TenantTx, message: MessageId) -> Result<Vec<ReplyPart>, sqlx::Error> {
     let tenant = tx.tenant();
     sqlx::query_as(
         "select part_index, content, status, platform_message_id, delivery_status, attempts, last_error,
-                sending_since, sending_lease, sent_at, choices, chosen
+                sending_since, sending_lease, sent_at, choices, chosen, edit_of
            from channel_replies where tenant_id = $1 and message_id = $2 order by part_index",
     )
     .bind(tenant)
@@ -428,7 +454,7 @@ pub async fn reply_parts_of(
     let tenant = tx.tenant();
     let rows: Vec<Row> = sqlx::query_as(
         "select message_id, part_index, content, status, platform_message_id, delivery_status,
-                attempts, last_error, sending_since, sent_at, choices, chosen
+                attempts, last_error, sending_since, sent_at, choices, chosen, edit_of
            from channel_replies where tenant_id = $1 and message_id = any($2)
           order by message_id, part_index",
     )

@@ -97,6 +97,20 @@ pub async fn enqueue_many(
 
 /// Makes a waiting reply job ready now, with the later jobs `retry_later` parked behind
 /// it. A job under a live lease is left alone.
+/// Whether `message` has a job, locking it until commit: a delivery pass ending meanwhile
+/// waits for this transaction, then finds what it added.
+pub async fn has_job(tx: &mut TenantTx, message: MessageId) -> Result<bool, sqlx::Error> {
+    let job: Option<MessageId> = sqlx::query_scalar(
+        "select message_id from dispatch_queue
+          where message_id = $2 and tenant_id is not distinct from $1 for update",
+    )
+    .bind(tx.tenant())
+    .bind(message)
+    .fetch_optional(tx.conn())
+    .await?;
+    Ok(job.is_some())
+}
+
 pub async fn wake_reply(tx: &mut TenantTx, message: MessageId) -> Result<(), sqlx::Error> {
     let tenant = tx.tenant();
     sqlx::query(

@@ -228,7 +228,9 @@ impl Delivery<'_> {
         platform_time: &mut Duration,
     ) -> anyhow::Result<PartOutcome> {
         let index = part.part_index;
-        if part.status == PartStatus::Sending && !marked && adopted(outgoing, part).is_none() {
+        // An edit repeated changes nothing: one in doubt is simply made again.
+        let in_doubt = part.status == PartStatus::Sending && !marked && part.edit_of.is_none();
+        if in_doubt && adopted(outgoing, part).is_none() {
             let started = Instant::now();
             let reconciled = self.reconcile(outgoing, part).await?;
             *platform_time += started.elapsed();
@@ -272,18 +274,33 @@ impl Delivery<'_> {
         platform_time: &mut Duration,
     ) -> PartOutcome {
         let key = replies::part_key(outgoing.message.id, part.part_index);
+        // An edit shows the part it edits, whose message it changes.
+        let edited = part
+            .edit_of
+            .and_then(|of| outgoing.parts.iter().find(|p| p.part_index == of));
+        let shown = edited.unwrap_or(part);
         let outbound = OutboundPart {
             connector: &outgoing.connector,
             message: &outgoing.message,
             part_key: &key,
-            text: &part.content,
-            choices: part.choices.as_ref(),
+            text: &shown.content,
+            choices: shown.choices.as_ref(),
+            chosen: shown.chosen.as_ref(),
         };
         let started = Instant::now();
         let send = async {
-            match adopted(outgoing, part) {
-                Some(live_id) => platforms::adopt(self.client, &outbound, live_id).await,
-                None => platforms::send(self.client, &outbound).await,
+            match (
+                part.edit_of,
+                edited.and_then(|p| p.platform_message_id.as_deref()),
+            ) {
+                (Some(_), Some(target)) => platforms::close_choices(self.client, &outbound, target).await,
+                (Some(_), None) => SendOutcome::Permanent {
+                    error: "the message whose choices to close was never posted".into(),
+                },
+                (None, _) => match adopted(outgoing, part) {
+                    Some(live_id) => platforms::adopt(self.client, &outbound, live_id).await,
+                    None => platforms::send(self.client, &outbound).await,
+                },
             }
         };
         let outcome = traced_send(outgoing.connector.profile.platform, part.part_index, send).await;

@@ -7,6 +7,7 @@
 use sqlx::types::Json;
 
 use crate::choices::{ButtonId, Chosen, Offered, TapAction};
+use crate::db::queue::{self, Stage};
 use crate::db::TenantTx;
 use crate::domain::{Connector, ConnectorId, MessageId};
 use crate::platforms::inbound::{InboundMessage, Tap};
@@ -48,6 +49,7 @@ struct OfferedRow {
     chosen: Option<Json<Chosen>>,
     chat_id: String,
     connector_id: ConnectorId,
+    conversation_key: String,
 }
 
 /// `tx` is the connector's tenant's; a token of another tenant is simply not found.
@@ -75,7 +77,10 @@ pub(super) async fn resolve(
             // The same tap delivered again: the insert finds it recorded.
             Some(chosen) if chosen.key == message.idempotency_key => {}
             Some(_) => return Ok(Verdict::AlreadyMade { action }),
-            None => choose(tx, &row, button.index, message).await?,
+            None => {
+                choose(tx, &row, button.index, message).await?;
+                close(tx, connector, &row, &action).await?;
+            }
         }
     }
     let toast = offered.choices.items[button.index].toast.clone();
@@ -85,7 +90,8 @@ pub(super) async fn resolve(
 async fn offered(tx: &mut TenantTx, button: &ButtonId) -> Result<Option<OfferedRow>, sqlx::Error> {
     let tenant = tx.tenant();
     sqlx::query_as(
-        "select r.message_id, r.part_index, r.choices, r.chosen, m.chat_id, m.connector_id
+        "select r.message_id, r.part_index, r.choices, r.chosen, m.chat_id, m.connector_id,
+                m.conversation_key
            from channel_replies r
            join channel_messages m on m.tenant_id = r.tenant_id and m.id = r.message_id
           where r.tenant_id = $1 and m.tenant_id = $1 and r.choice_token = $2
@@ -97,6 +103,26 @@ async fn offered(tx: &mut TenantTx, button: &ButtonId) -> Result<Option<OfferedR
     .bind(button.token.as_str())
     .fetch_optional(tx.conn())
     .await
+}
+
+/// The answer's message changes where the platform allows (its buttons go): an edit part
+/// of the answered turn, posted by a reply job queued before the tap's own dispatch, so the
+/// buttons close before the agent answers the tap.
+async fn close(
+    tx: &mut TenantTx,
+    connector: &Connector,
+    row: &OfferedRow,
+    action: &TapAction,
+) -> Result<(), sqlx::Error> {
+    if !crate::platforms::of(connector.profile.platform).closes_choices() {
+        return Ok(());
+    }
+    let note = format!("✓ {}", action.label);
+    crate::db::messages::add_choice_edit(tx, row.message_id, row.part_index, &note).await?;
+    if !queue::has_job(tx, row.message_id).await? {
+        queue::enqueue(tx, row.message_id, &row.conversation_key, Stage::Reply).await?;
+    }
+    Ok(())
 }
 
 async fn choose(

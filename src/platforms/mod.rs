@@ -50,6 +50,17 @@ pub async fn adopt(client: &GuardedClient, part: &OutboundPart<'_>, live_id: &st
     platform.adopt(client, part, token.expose_secret(), live_id).await
 }
 
+/// The message `target` of `part` (an answer's last) after a tap made its choice.
+pub async fn close_choices(client: &GuardedClient, part: &OutboundPart<'_>, target: &str) -> SendOutcome {
+    let Some(token) = part.connector.secrets.outbound_token.as_ref() else {
+        return no_token();
+    };
+    let platform = of(part.connector.profile.platform);
+    platform
+        .close_choices(client, part, token.expose_secret(), target)
+        .await
+}
+
 /// The download response, its status checked and its declared length within `max_bytes`.
 pub async fn open_file(
     client: &GuardedClient,

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use futures::future::BoxFuture;
 
-use crate::choices::Offered;
+use crate::choices::{Chosen, Offered};
 use crate::db::messages::MessageRow;
 use crate::domain::Connector;
 use crate::egress::{self, GuardedClient as Client, SendError};
@@ -40,6 +40,8 @@ pub struct OutboundPart<'a> {
     pub text: &'a str,
     /// The buttons that go with this part (an answer's last).
     pub choices: Option<&'a Offered>,
+    /// Which of them was tapped, when the part is being closed.
+    pub chosen: Option<&'a Chosen>,
 }
 
 impl OutboundPart<'_> {
@@ -61,6 +63,24 @@ pub trait Outbound: Sync {
         part: &'a OutboundPart<'a>,
         token: &'a str,
     ) -> BoxFuture<'a, SendOutcome>;
+
+    /// Whether a message's buttons can be changed once one is tapped (WhatsApp's cannot).
+    fn closes_choices(&self) -> bool {
+        true
+    }
+
+    /// Changes the message `target`, which carried `part`'s text and choices, now that one
+    /// was made (`part.choices`' `chosen`): its buttons go. Repeating it changes nothing.
+    fn close_choices<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+        target: &'a str,
+    ) -> BoxFuture<'a, SendOutcome> {
+        let _ = (client, part, token);
+        Box::pin(async move { SendOutcome::Sent(target.to_owned()) })
+    }
 
     /// Delivers `part` into the message the live view left (`live_id`) instead of a new one;
     /// platforms without live messages post it.

@@ -317,6 +317,7 @@ pub fn answered_parts(
                 None
             },
             chosen: None,
+            edit_of: None,
         })
         .collect()
 }

@@ -185,22 +185,10 @@ async fn add_parts(
     .bind(text)
     .execute(tx.conn())
     .await?;
-    if !job_exists(tx, turn.id).await? {
+    if !queue::has_job(tx, turn.id).await? {
         queue::enqueue(tx, turn.id, &turn.conversation_key, Stage::Reply).await?;
     }
     Ok(first)
-}
-
-async fn job_exists(tx: &mut TenantTx, message: MessageId) -> Result<bool, sqlx::Error> {
-    let job: Option<MessageId> = sqlx::query_scalar(
-        "select message_id from dispatch_queue
-          where message_id = $2 and tenant_id is not distinct from $1 for update",
-    )
-    .bind(tx.tenant())
-    .bind(message)
-    .fetch_optional(tx.conn())
-    .await?;
-    Ok(job.is_some())
 }
 
 /// Turns past their horizon end with what they got, as `settle` reads it; a turn that got

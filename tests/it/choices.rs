@@ -107,6 +107,13 @@ async fn a_telegram_menu_is_tapped_once_answered_at_once_and_the_agent_gets_the_
         json!({"method": "answerCallbackQuery", "callback_query_id": "cb600001", "text": "Approved"}),
         "the spinner stops with the webhook's own answer"
     );
+    // First the question loses its keyboard, then the agent hears the tap.
+    assert!(matches!(s.worker.step().await.unwrap(), StepOutcome::Delivered(id) if id == asked));
+    let closed = s.platforms.calls("editMessageReplyMarkup");
+    assert_eq!(closed.len(), 1);
+    assert_eq!(closed[0].body["message_id"].to_string(), on);
+    assert_eq!(closed[0].body["reply_markup"], json!({"inline_keyboard": []}));
+    assert_eq!(s.agent.calls().len(), 1, "not yet dispatched");
     let tapped = s.step_executed().await;
     let call = s.agent.calls().pop().unwrap();
     assert_eq!(call.payload.content, "Approve", "the label as the user's words");
@@ -145,8 +152,21 @@ async fn a_telegram_menu_is_tapped_once_answered_at_once_and_the_agent_gets_the_
             ("ignored".into(), Some("choice_already_made".into()))
         ]
     );
-    let part = s.parts(asked).await.pop().unwrap();
-    assert_eq!(part.chosen.map(|c| (c.index, c.by)), Some((0, HUMAN.to_string())));
+    let parts = s.parts(asked).await;
+    let (question, edit) = (&parts[0], &parts[1]);
+    assert_eq!(
+        question.chosen.as_ref().map(|c| (c.index, c.by.clone())),
+        Some((0, HUMAN.to_string()))
+    );
+    assert_eq!(
+        (edit.edit_of, edit.content.as_str(), edit.status.as_str()),
+        (Some(0), "✓ Approve", "sent")
+    );
+    assert_eq!(
+        s.platforms.calls("editMessageReplyMarkup").len(),
+        1,
+        "closed once"
+    );
 }
 
 #[tokio::test]
@@ -196,6 +216,11 @@ async fn a_tap_while_a_person_holds_the_conversation_is_held() {
     let (status, _) = s.admin(Method::POST, &path, Some(json!({}))).await;
     assert_eq!(status, 200);
     tap(&s, telegram_tap(800_001, HUMAN, &on, &approve)).await;
+    let closed = s.worker.step().await.unwrap();
+    assert!(
+        matches!(closed, StepOutcome::Delivered(_)),
+        "the keyboard goes all the same: {closed:?}"
+    );
     assert!(matches!(s.worker.step().await.unwrap(), StepOutcome::Held(_)));
     assert_eq!(s.agent.calls().len(), 1);
     assert_eq!(tap_turns(&s).await, [("held".into(), Some("held".into()))]);
@@ -379,6 +404,23 @@ async fn a_slack_approval_is_tapped_through_the_interactivity_url_and_answered_i
     let headers = signed_headers(Platform::Slack, &click);
     let response = post(&s.app, &path, &headers, click.clone()).await;
     assert_eq!(response.status(), 200);
+    assert!(matches!(s.worker.step().await.unwrap(), StepOutcome::Delivered(id) if id == asked));
+    let update = s
+        .platforms
+        .calls("chat.update")
+        .pop()
+        .expect("the question is updated");
+    assert_eq!(update.body["ts"], on.as_str());
+    assert_eq!(update.body["blocks"][0]["text"]["text"], "Approve the refund?");
+    assert_eq!(
+        update.body["blocks"][1]["elements"][0]["text"],
+        "✓ Approve — chosen by <@U0USER1>"
+    );
+    assert_eq!(
+        update.body["blocks"].as_array().unwrap().len(),
+        2,
+        "the buttons are gone"
+    );
     s.step_executed().await;
     assert_eq!(s.agent.calls().pop().unwrap().raw["action"]["id"], "approve");
     let reply = s.platforms.sent_to(Platform::Slack).pop().unwrap();
@@ -440,6 +482,10 @@ async fn an_answer_given_later_a_message_written_first_and_a_persons_answer_offe
     s.agent
         .script([Reply::Json(200, json!({"content": "Booked for 21:00."}), None)]);
     tap(&s, telegram_tap(910_001, HUMAN, &on, &offered[1].1)).await;
+    assert!(
+        matches!(s.worker.step().await.unwrap(), StepOutcome::Delivered(_)),
+        "the keyboard goes"
+    );
     s.step_executed().await;
     let action = &s.agent.calls().pop().unwrap().raw["action"];
     assert_eq!(

@@ -118,6 +118,10 @@ pub struct ReplyPartOut {
     /// Which choice was tapped first, by which platform user.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chosen: Option<crate::choices::Chosen>,
+    /// Not a message of its own: the edit of part `edit_of`'s message once its choice was
+    /// made (`content` says which: `✓ <label>`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub edit_of: Option<i32>,
 }
 
 impl From<ReplyPart> for ReplyPartOut {
@@ -133,6 +137,7 @@ impl From<ReplyPart> for ReplyPartOut {
             sent_at: part.sent_at,
             choices: part.choices,
             chosen: part.chosen,
+            edit_of: part.edit_of,
         }
     }
 }

@@ -191,6 +191,16 @@ pub(super) async fn adopt(client: &Client, part: &OutboundPart<'_>, token: &str,
 }
 
 impl Outbound for Slack {
+    fn close_choices<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+        target: &'a str,
+    ) -> BoxFuture<'a, SendOutcome> {
+        Box::pin(super::interactive::close(client, part, token, target))
+    }
+
     fn send<'a>(
         &'a self,
         client: &'a Client,

@@ -225,7 +225,42 @@ fn classify(status: StatusCode, body: Option<Value>) -> SendOutcome {
     }
 }
 
+/// Removes the keyboard of `target` (`editMessageReplyMarkup` with an empty one,
+/// core.telegram.org/bots/api#editmessagereplymarkup). A 400 (not modified, message gone
+/// or no longer editable) leaves nothing to do.
+async fn close_choices(client: &Client, part: &OutboundPart<'_>, token: &str, target: &str) -> SendOutcome {
+    let body = json!({
+        "chat_id": json_id(&part.message.chat_id),
+        "message_id": json_id(target),
+        "reply_markup": { "inline_keyboard": [] },
+    });
+    let url = format!("{}/bot{token}/editMessageReplyMarkup", api_base(part.connector));
+    let response = match client.send(client.post(url).json(&body)).await {
+        Ok(response) => response,
+        Err(err) => return transport_error(err),
+    };
+    let (status, body, _) = read_json(response).await;
+    if status == StatusCode::BAD_REQUEST {
+        tracing::info!("telegram kept the keyboard of a closed choice (400); nothing more to do");
+        return SendOutcome::Sent(target.to_owned());
+    }
+    match classify(status, body) {
+        SendOutcome::Sent(_) => SendOutcome::Sent(target.to_owned()),
+        other => other,
+    }
+}
+
 impl Outbound for Telegram {
+    fn close_choices<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+        target: &'a str,
+    ) -> BoxFuture<'a, SendOutcome> {
+        Box::pin(close_choices(client, part, token, target))
+    }
+
     fn send<'a>(
         &'a self,
         client: &'a Client,

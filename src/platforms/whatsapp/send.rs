@@ -137,6 +137,11 @@ fn classify(status: StatusCode, body: Option<Value>) -> SendOutcome {
 }
 
 impl Outbound for Whatsapp {
+    /// A sent message cannot be edited: its buttons stay, and a late tap is recorded only.
+    fn closes_choices(&self) -> bool {
+        false
+    }
+
     fn send<'a>(
         &'a self,
         client: &'a Client,

@@ -136,6 +136,7 @@ impl FakePlatforms {
             .route("/api/chat.update", post(slack_update))
             .route("/{bot}/sendMessageDraft", post(telegram_draft))
             .route("/{bot}/editMessageText", post(telegram_edit))
+            .route("/{bot}/editMessageReplyMarkup", post(telegram_edit_markup))
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base_url = format!("http://{}", listener.local_addr().unwrap());
@@ -694,6 +695,22 @@ async fn telegram_draft(
         "sendMessageDraft",
     );
     method_call(&state, call, &headers, body, json!({"ok": true, "result": true})).await
+}
+
+async fn telegram_edit_markup(
+    State(state): State<Arc<PlatformState>>,
+    Path(bot): Path<String>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    let success =
+        json!({"ok": true, "result": {"message_id": body["message_id"], "chat": {"id": body["chat_id"]}}});
+    let call = (
+        Platform::Telegram,
+        format!("/{bot}/editMessageReplyMarkup"),
+        "editMessageReplyMarkup",
+    );
+    method_call(&state, call, &headers, body, success).await
 }
 
 async fn telegram_edit(
