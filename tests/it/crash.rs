@@ -333,6 +333,8 @@ struct RunCounts {
     updates: i64,
     refused: usize,
     drained_after_restart: Duration,
+    /// The turns recorded at the last restart, and when as many were answered.
+    backlog: (i64, Duration),
 }
 
 /// `posters` platforms post `per_poster` updates each while the database crashes `crashes`
@@ -357,6 +359,7 @@ async fn crash_run(posters: i64, per_poster: i64, crashes: usize) -> Option<RunC
         .collect();
     let updates = posters * per_poster;
     let mut restarted = Instant::now();
+    let mut backlog = None;
     let shares = i64::try_from(crashes).unwrap_or(1) + 1;
     for crash in 1..shares {
         // Spread over the posting: crash `k` once k/(crashes+1) of the webhooks are in.
@@ -368,6 +371,7 @@ async fn crash_run(posters: i64, per_poster: i64, crashes: usize) -> Option<RunC
         rig.cluster.crash().await;
         rig.cluster.start_again().await;
         restarted = Instant::now();
+        backlog = Some(tokio::spawn(backlog_answered(rig.clone(), restarted)));
     }
     let mut refused = 0;
     for poster in posting {
@@ -384,12 +388,28 @@ async fn crash_run(posters: i64, per_poster: i64, crashes: usize) -> Option<RunC
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let drained_after_restart = restarted.elapsed();
+    let backlog = match backlog {
+        Some(watch) => watch.await.unwrap(),
+        None => (0, Duration::ZERO),
+    };
     assert_answered_once(&rig, updates).await;
     Some(RunCounts {
         updates,
         refused,
         drained_after_restart,
+        backlog,
     })
+}
+
+/// The turns recorded when the database came back, and how long after `restarted` as many
+/// answers had been sent: how soon the work the crash interrupted was done, apart from the
+/// webhooks still to come.
+async fn backlog_answered(rig: Arc<CrashRig>, restarted: Instant) -> (i64, Duration) {
+    let recorded = rig.scalar("select count(*) from channel_messages").await;
+    while (rig.platforms.sent().len() as i64) < recorded {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    (recorded, restarted.elapsed())
 }
 
 async fn assert_answered_once(rig: &CrashRig, updates: i64) {
@@ -427,8 +447,10 @@ async fn crash_runs(name: &str, runs_knob: &str, crashes: usize) {
         let Some(counts) = crash_run(8, updates / 8, crashes).await else {
             return;
         };
+        let (backlog, answered) = counts.backlog;
         eprintln!(
-            "{name} {run}: {} turns, {} webhooks answered 503 then retried, drained {:?} after the last restart",
+            "{name} {run}: {} turns, {} webhooks answered 503 then retried; the {backlog} turns \
+             recorded at the last restart answered {answered:?} after it, all {:?} after it",
             counts.updates, counts.refused, counts.drained_after_restart
         );
     }
