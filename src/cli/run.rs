@@ -27,6 +27,7 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
     run_command(command)
         .await
         .map_err(crate::db::explain_missing_schema)
+        .map_err(crate::db::citus::explain)
 }
 
 async fn run_command(command: Command) -> anyhow::Result<()> {
@@ -34,6 +35,45 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
         Command::Serve(settings) => serve(settings).await,
         Command::Migrate(database) => print_json(&crate::db::migrate(&database).await?),
         Command::Healthcheck(check) => crate::http::health::probe(&check.target()?, check.timeout()).await,
+        command @ (Command::Tenant(_) | Command::Connector(_) | Command::Link(_)) => {
+            run_provision(command).await
+        }
+        Command::Key(key) => run_key(key).await,
+        command @ (Command::Messages(_) | Command::History { .. }) => run_admin(command).await,
+        Command::Erase(args) => erase(args).await,
+        Command::Export(args) => export(args).await,
+        Command::Citus(CitusCommand::Distribute { database }) => {
+            print_json(&crate::db::citus::distribute(&database).await?)
+        }
+        Command::Secrets(SecretsCommand::GenerateKey { id }) => {
+            use secrecy::ExposeSecret;
+            let id = id.unwrap_or_else(|| format!("k{}", chrono::Utc::now().format("%Y%m%d")));
+            let entry = crate::secrets::Keyring::generate_entry(&id)?;
+            println!("{}", entry.expose_secret());
+            Ok(())
+        }
+        Command::Secrets(SecretsCommand::RotateKey { database }) => {
+            use crate::db::sealing::{reseal, Reseal};
+            if !database.secrets.seals() {
+                anyhow::bail!("CB_SECRETS_KEY is not set: there is no key to seal with");
+            }
+            let pool = crate::db::connect_pool(&database)?;
+            let done = reseal(&pool, &database.secrets, Reseal::NotUnderCurrentKey)
+                .await
+                .map_err(|err| anyhow::Error::new(err).context("Failed to seal the stored secrets again"))?;
+            print_json(&done)
+        }
+        Command::SendFixture(args) => crate::send_fixture::run(args).await,
+        Command::PlatformStandIn(args) => crate::demo::platforms::run_cli(args).await,
+        Command::AgentBridge(args) => crate::agent_bridge::run(args).await,
+        Command::Demo(args) => crate::demo::run_cli(args).await,
+        Command::Admin(args) => crate::admin_cli::run(args, Cli::command).await,
+    }
+}
+
+/// Tenants, connectors and links, written as the operator (`crate::provision`).
+async fn run_provision(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Tenant(TenantCommand::Create {
             database,
             slug,
@@ -68,11 +108,6 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
                 &crate::provision::add_connector(&pool, &add.database.secrets, add.tenant, &new).await?,
             )
         }
-        command @ (Command::Key(_) | Command::Messages(_) | Command::History { .. }) => {
-            run_admin(command).await
-        }
-        Command::Erase(args) => erase(args).await,
-        Command::Export(args) => export(args).await,
         Command::Link(LinkCommand::Add {
             database,
             tenant,
@@ -93,44 +128,19 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
                 .await?,
             )
         }
-        Command::Citus(CitusCommand::Distribute { database }) => {
-            let done = crate::db::distribute_on_citus(&database).await?;
-            print_json(&serde_json::json!({ "result": done }))
-        }
-        Command::Secrets(SecretsCommand::GenerateKey { id }) => {
-            use secrecy::ExposeSecret;
-            let id = id.unwrap_or_else(|| format!("k{}", chrono::Utc::now().format("%Y%m%d")));
-            let entry = crate::secrets::Keyring::generate_entry(&id)?;
-            println!("{}", entry.expose_secret());
-            Ok(())
-        }
-        Command::Secrets(SecretsCommand::RotateKey { database }) => {
-            use crate::db::sealing::{reseal, Reseal};
-            if !database.secrets.seals() {
-                anyhow::bail!("CB_SECRETS_KEY is not set: there is no key to seal with");
-            }
-            let pool = crate::db::connect_pool(&database)?;
-            let done = reseal(&pool, &database.secrets, Reseal::NotUnderCurrentKey)
-                .await
-                .map_err(|err| anyhow::Error::new(err).context("Failed to seal the stored secrets again"))?;
-            print_json(&done)
-        }
-        Command::SendFixture(args) => crate::send_fixture::run(args).await,
-        Command::PlatformStandIn(args) => crate::demo::platforms::run_cli(args).await,
-        Command::AgentBridge(args) => crate::agent_bridge::run(args).await,
-        Command::Demo(args) => crate::demo::run_cli(args).await,
-        Command::Admin(args) => crate::admin_cli::run(args, Cli::command).await,
+        other => anyhow::bail!("not a provisioning command: {other:?}"),
     }
 }
 
-async fn run_admin(command: Command) -> anyhow::Result<()> {
-    use crate::admin::{messages, operator};
+/// Operator keys, issued and revoked as the operator API does.
+async fn run_key(command: KeyCommand) -> anyhow::Result<()> {
+    use crate::admin::operator;
     match command {
-        Command::Key(KeyCommand::Issue {
+        KeyCommand::Issue {
             database,
             tenant,
             name,
-        }) => {
+        } => {
             let pool = crate::db::connect_pool(&database)?;
             print_json(
                 &operator::issue_as(&pool, tenant, &name, Actor::Cli)
@@ -138,7 +148,7 @@ async fn run_admin(command: Command) -> anyhow::Result<()> {
                     .map_err(admin_error)?,
             )
         }
-        Command::Key(KeyCommand::Revoke { database, id }) => {
+        KeyCommand::Revoke { database, id } => {
             let pool = crate::db::connect_pool(&database)?;
             print_json(
                 &operator::revoke_as(&pool, id, Actor::Cli)
@@ -146,6 +156,12 @@ async fn run_admin(command: Command) -> anyhow::Result<()> {
                     .map_err(admin_error)?,
             )
         }
+    }
+}
+
+async fn run_admin(command: Command) -> anyhow::Result<()> {
+    use crate::admin::messages;
+    match command {
         Command::Messages(MessagesCommand::List {
             database,
             tenant,
@@ -276,11 +292,12 @@ async fn export(args: ExportArgs) -> anyhow::Result<()> {
     out.flush().context("Failed to write the export")
 }
 
-/// The API's client-facing text, never internals.
+/// The API's client-facing text, and below it the cause: an operator at the command line is
+/// told what the database said (a refused login, a missing grant), as a client never is.
 fn admin_error(err: crate::error::AppError) -> anyhow::Error {
     match err {
         crate::error::AppError::Internal(err) => err,
-        other => anyhow::anyhow!("{other}"),
+        other => anyhow::Error::new(other),
     }
 }
 
@@ -307,4 +324,18 @@ async fn serve(settings: ServeSettings) -> anyhow::Result<()> {
 fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_database_error_keeps_its_cause_at_the_command_line() {
+        let refused = sqlx::Error::Protocol("role \"channel_bridge_app\" is not permitted to log in".into());
+        let err = admin_error(crate::error::AppError::Unavailable(std::sync::Arc::new(refused)));
+        let printed = format!("{err:#}");
+        assert!(printed.starts_with("database unavailable: "), "{printed}");
+        assert!(printed.contains("is not permitted to log in"), "{printed}");
+    }
 }

@@ -4,6 +4,7 @@
 
 pub mod api_keys;
 pub mod audit;
+pub mod citus;
 pub mod connectors;
 pub mod console_sessions;
 pub mod conversations;
@@ -185,28 +186,6 @@ pub struct MigrateReport {
     pub applied: Vec<i64>,
 }
 
-/// `channel_bridge_distribute()` (migration 22), for a database that got Citus after it was
-/// migrated. Runs as the schema owner; safe to repeat.
-pub async fn distribute_on_citus(settings: &DatabaseSettings) -> anyhow::Result<String> {
-    let mut conn = connect_options(&settings.url)?
-        .connect()
-        .await
-        .context("Failed to connect to PostgreSQL as the schema owner")?;
-    let schema = schema(&mut conn)
-        .await
-        .context("Failed to read the schema version")?;
-    if !schema.is_current() {
-        anyhow::bail!("{schema}: run `channel-bridge migrate` first");
-    }
-    let mut tx = conn.begin().await.context("Failed to begin")?;
-    let done: String = sqlx::query_scalar("select channel_bridge_distribute()")
-        .fetch_one(&mut *tx)
-        .await
-        .context("Failed to distribute the tables")?;
-    tx.commit().await.context("Failed to commit the distribution")?;
-    Ok(done)
-}
-
 /// Creates the database when missing, then applies pending migrations as the owner.
 pub async fn migrate(settings: &DatabaseSettings) -> anyhow::Result<MigrateReport> {
     let url = settings.url.expose_secret();
@@ -313,7 +292,7 @@ pub async fn check_ready_to_serve(settings: &DatabaseSettings) -> anyhow::Result
         Err(err) => Err(err),
     };
     let schema = match schema {
-        Ok(schema) if schema.is_current() => match within(limit, citus_fault(&pool, settings)).await {
+        Ok(schema) if schema.is_current() => match within(limit, citus::serve_fault(&pool, settings)).await {
             Ok(None) => Ok(schema),
             Ok(Some(fault)) => {
                 pool.close().await;
@@ -339,35 +318,6 @@ pub async fn check_ready_to_serve(settings: &DatabaseSettings) -> anyhow::Result
             describe(settings)
         ),
     }
-}
-
-/// Citus opens its worker connections as the session's role, so the pool must log in as a
-/// runtime role, and that role must reach every worker: one statement over every shard proves it.
-async fn citus_fault(pool: &PgPool, settings: &DatabaseSettings) -> Result<Option<String>, sqlx::Error> {
-    let citus: bool =
-        sqlx::query_scalar("select exists (select 1 from pg_extension where extname = 'citus')")
-            .fetch_one(pool)
-            .await?;
-    if !citus {
-        return Ok(None);
-    }
-    if settings.app_url.is_none() {
-        return Ok(Some(
-            "this is a Citus cluster, whose workers the gateway's role must log in to: set \
-             CB_APP_DATABASE_URL to a runtime login role (docs/citus.md)"
-                .to_owned(),
-        ));
-    }
-    // Row-level security shows no rows without a tenant; the workers are reached all the same.
-    let reached = sqlx::query("select count(*) from channel_connectors")
-        .execute(pool)
-        .await;
-    Ok(reached.err().map(|err| {
-        format!(
-            "the runtime role of CB_APP_DATABASE_URL cannot reach the Citus workers ({err}): give it \
-             a login on every node and the coordinator its credentials (docs/citus.md)"
-        )
-    }))
 }
 
 /// The role must have the app role's privileges and nothing that would lift RLS. Names no
@@ -405,13 +355,7 @@ pub fn is_refused(err: &sqlx::Error) -> bool {
 /// Says "run migrate" when `err` comes from a database without the schema.
 pub fn explain_missing_schema(err: anyhow::Error) -> anyhow::Error {
     let missing = err.chain().find_map(|cause| {
-        cause
-            .downcast_ref::<sqlx::Error>()
-            .or_else(|| {
-                cause
-                    .downcast_ref::<std::sync::Arc<sqlx::Error>>()
-                    .map(AsRef::as_ref)
-            })
+        sqlx_error(cause)
             .filter(|err| means_no_schema(err))
             .map(ToString::to_string)
     });
@@ -419,6 +363,15 @@ pub fn explain_missing_schema(err: anyhow::Error) -> anyhow::Error {
         Some(cause) => anyhow::anyhow!("{} ({cause})", Schema::Behind { database: None }),
         None => err,
     }
+}
+
+/// One cause of an error chain as the database error it is, shared (`Arc`) or not.
+fn sqlx_error<'a>(cause: &'a (dyn std::error::Error + 'static)) -> Option<&'a sqlx::Error> {
+    cause.downcast_ref::<sqlx::Error>().or_else(|| {
+        cause
+            .downcast_ref::<std::sync::Arc<sqlx::Error>>()
+            .map(AsRef::as_ref)
+    })
 }
 
 pub fn binary_schema_version() -> i64 {

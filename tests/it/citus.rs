@@ -5,7 +5,7 @@
 
 use channel_bridge::settings::DatabaseSettings;
 use serde_json::Value;
-use sqlx::PgConnection;
+use sqlx::{Connection, Executor, PgConnection};
 
 use crate::support::platforms::*;
 use crate::support::{citus, run_cli, spawn_app, TestDb};
@@ -56,7 +56,7 @@ fn assert_distributed_as_designed(tables: &[(String, String, i32)]) {
             "{table}: hash-distributed, co-located"
         );
     }
-    for local in ["dispatch_queue", "console_sessions", "_sqlx_migrations"] {
+    for local in COORDINATOR_TABLES {
         assert_eq!(
             kind(local),
             None,
@@ -64,6 +64,33 @@ fn assert_distributed_as_designed(tables: &[(String, String, i32)]) {
         );
     }
     assert_eq!(tables.len(), TENANT_TABLES.len() + 2, "{tables:?}");
+}
+
+/// docs/citus.md, "What stays on the coordinator": every other table is distributed.
+const COORDINATOR_TABLES: [&str; 6] = [
+    "_sqlx_migrations",
+    "console_sessions",
+    "dispatch_queue",
+    "dispatch_queue_0",
+    "dispatch_queue_1",
+    "dispatch_queue_generation",
+];
+
+/// The schema's tables that are neither distributed nor reference tables (Citus's shards of
+/// reference tables on the coordinator aside).
+async fn coordinator_tables(owner: &mut PgConnection) -> Vec<String> {
+    sqlx::query_scalar(
+        "select c.relname::text from pg_class c
+          where c.relnamespace = 'public'::regnamespace and c.relkind in ('r', 'p')
+            and c.oid not in (select logicalrelid from pg_dist_partition)
+            and c.oid not in (select shardid_rel from (
+                  select to_regclass(logicalrelid::text || '_' || shardid) as shardid_rel
+                    from pg_dist_shard) shards where shardid_rel is not null)
+          order by 1",
+    )
+    .fetch_all(owner)
+    .await
+    .unwrap()
 }
 
 #[tokio::test]
@@ -77,16 +104,7 @@ async fn a_fresh_migrate_distributes_the_tenant_tables_co_located_and_keeps_the_
         .expect("migrations apply on Citus");
     let mut owner = db.owner_conn().await;
     assert_distributed_as_designed(&distribution(&mut owner).await);
-    // Every table with tenant data and RLS is among them.
-    let undistributed: Vec<String> = sqlx::query_scalar(
-        "select c.relname::text from pg_class c
-          where c.relnamespace = 'public'::regnamespace and c.relkind = 'r' and c.relrowsecurity
-            and c.oid not in (select logicalrelid from pg_dist_partition)",
-    )
-    .fetch_all(&mut owner)
-    .await
-    .unwrap();
-    assert!(undistributed.is_empty(), "{undistributed:?}");
+    assert_eq!(coordinator_tables(&mut owner).await, COORDINATOR_TABLES);
 }
 
 #[tokio::test]
@@ -104,6 +122,7 @@ async fn citus_distribute_moves_a_database_migrated_before_citus_and_leaves_no_c
     let pool = channel_bridge::db::connect_pool(&DatabaseSettings::from_url(db.url())).unwrap();
     let tenant = provision_tenant(&pool, "acme").await;
     pool.close().await;
+    let runtime = LoginRole::before_citus(&db).await;
     citus::install(&db.name, &workers).await;
 
     let output = run_cli(&db, &["citus", "distribute"]).await;
@@ -141,9 +160,106 @@ async fn citus_distribute_moves_a_database_migrated_before_citus_and_leaves_no_c
         "pre-distribution rows left on the coordinator: {left:?}"
     );
 
+    // Roles belong to the cluster: the other tests' are there too.
+    let carried = answer["login_roles"].as_array().unwrap();
+    assert!(carried.contains(&Value::from(runtime.name.as_str())), "{answer}");
+    runtime.assert_on_every_worker().await;
+
     let again = run_cli(&db, &["citus", "distribute"]).await;
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
     let answer: Value = serde_json::from_slice(&again.stdout).unwrap();
     assert_eq!(answer["result"], "already distributed");
+    runtime.drop_everywhere().await;
+}
+
+/// A runtime login role (a member of `channel_bridge_app` with a password) made while the
+/// database had no Citus: on the coordinator alone.
+struct LoginRole {
+    name: String,
+}
+
+impl LoginRole {
+    async fn before_citus(db: &TestDb) -> Self {
+        let name = format!("cbt_login_{}", uuid::Uuid::new_v4().simple());
+        let password = uuid::Uuid::new_v4().simple().to_string();
+        db.owner_conn()
+            .await
+            .execute(
+                format!(
+                    "create role {name} login noinherit password '{password}'; \
+                     grant channel_bridge_app to {name}"
+                )
+                .as_str(),
+            )
+            .await
+            .unwrap();
+        Self { name }
+    }
+
+    /// The role on `node` (an admin URL): its password verifier, whether it inherits, and
+    /// whether it is a member of the app role.
+    async fn on(&self, node: &str) -> Option<(Option<String>, bool, bool)> {
+        let mut conn = PgConnection::connect(node).await.expect("the node answers");
+        sqlx::query_as(
+            "select rolpassword, rolinherit, pg_has_role(oid, 'channel_bridge_app', 'MEMBER')
+               from pg_authid where rolname = $1 and rolcanlogin",
+        )
+        .bind(&self.name)
+        .fetch_optional(&mut conn)
+        .await
+        .unwrap()
+    }
+
+    /// The same password verifier, inheritance and membership on every worker as on the
+    /// coordinator.
+    async fn assert_on_every_worker(&self) {
+        let nodes = citus::all_nodes();
+        let coordinator = self.on(&nodes[0]).await.expect("the role is on the coordinator");
+        assert!(coordinator.0.is_some() && coordinator.2, "{coordinator:?}");
+        for worker in &nodes[1..] {
+            assert_eq!(self.on(worker).await.as_ref(), Some(&coordinator), "on {worker}");
+        }
+    }
+
+    async fn drop_everywhere(self) {
+        for node in citus::all_nodes() {
+            let mut conn = PgConnection::connect(&node).await.expect("the node answers");
+            conn.execute(format!("drop role if exists {}", self.name).as_str())
+                .await
+                .unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_command_without_the_runtime_url_names_why_the_workers_refuse_it() {
+    if cluster("a command without CB_APP_DATABASE_URL").is_none() {
+        return;
+    }
+    let db = TestDb::migrated().await;
+    let tenant = provision_tenant(&db.app_pool(), "acme").await.tenant.to_string();
+    for args in [
+        ["key", "issue", "--tenant", tenant.as_str(), "--name", "ops"].as_slice(),
+        ["messages", "list", "--tenant", tenant.as_str()].as_slice(),
+    ] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_channel-bridge"))
+            .args(args)
+            .env("DATABASE_URL", db.url())
+            .env_remove("CB_APP_DATABASE_URL")
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("the binary runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("is not permitted to log in") && stderr.contains("set CB_APP_DATABASE_URL"),
+            "{args:?} names the cause and the setting: {stderr}"
+        );
+    }
 }
 
 #[tokio::test]
