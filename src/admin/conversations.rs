@@ -10,6 +10,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::auth::TenantAdmin;
 use super::schema;
+use crate::choices::Offered;
 use crate::db::audit::{Actor, AuditAction, AuditEntry};
 use crate::db::holds::{HeldConversation, Hold, NewHold};
 use crate::db::{self, TenantTx};
@@ -111,6 +112,18 @@ pub struct PersonMessageIn {
     pub choices: Option<Vec<crate::choices::Choice>>,
     #[serde(default)]
     pub choices_reusable: bool,
+}
+
+impl PersonMessageIn {
+    /// The text split for `platform` and the choices checked for it (422 otherwise).
+    fn reply(&self, platform: Platform, markdown: bool) -> Result<(Vec<String>, Option<Offered>), AppError> {
+        let choices = self.choices.clone().map(|items| crate::choices::Choices {
+            items,
+            reusable: self.choices_reusable,
+        });
+        crate::delivery::split::with_choices(platform, markdown, std::slice::from_ref(&self.content), choices)
+            .map_err(|err| AppError::Unprocessable(format!("choices cannot be shown on {platform}: {err}")))
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -310,17 +323,7 @@ pub async fn post_person_message(
         .parse()
         .map_err(|_| AppError::Conflict("the conversation's platform is not known"))?;
     let markdown = connector.as_ref().is_some_and(|c| c.profile.format_markdown);
-    let choices = input.choices.clone().map(|items| crate::choices::Choices {
-        items,
-        reusable: input.choices_reusable,
-    });
-    let (parts, choices) = crate::delivery::split::with_choices(
-        platform,
-        markdown,
-        std::slice::from_ref(&input.content),
-        choices,
-    )
-    .map_err(|err| AppError::Unprocessable(format!("choices cannot be shown on {platform}: {err}")))?;
+    let (parts, choices) = input.reply(platform, markdown)?;
     hold(
         &mut tx,
         person,

@@ -9,7 +9,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::choices::{Choice, Choices};
+use crate::choices::{Choice, Choices, Offered};
 use crate::db::audit::{Actor, AuditAction, AuditEntry};
 use crate::db::messages::{MessageRow, MESSAGE_COLUMNS};
 use crate::db::{self, TenantTx};
@@ -21,6 +21,25 @@ use crate::turn::outgoing::{self, Outgoing, Place, Posted};
 
 /// WhatsApp's customer-service window (PLATFORMS.md §2.6: error 131047 past it).
 const WHATSAPP_WINDOW: chrono::TimeDelta = chrono::TimeDelta::hours(24);
+
+/// The text split for `platform` with its choices checked (422 otherwise); a template is
+/// one message, whatever its text.
+fn reply(
+    input: &AgentMessageIn,
+    text: &str,
+    platform: Platform,
+    markdown: bool,
+) -> Result<(Vec<String>, Option<Offered>), AppError> {
+    if input.template.is_some() {
+        return Ok((vec![text.to_owned()], None));
+    }
+    let choices = input.choices.clone().map(|items| Choices {
+        items,
+        reusable: input.choices_reusable,
+    });
+    crate::delivery::split::with_choices(platform, markdown, &[text.to_owned()], choices)
+        .map_err(|err| AppError::Unprocessable(format!("choices cannot be shown on {platform}: {err}")))
+}
 
 /// Exactly one of `user_id`, `chat_id` (with `connector_id`) or `reply_to` says where.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -127,21 +146,7 @@ pub async fn post_message(
         (None, Some(template)) => format!("[template {}]", template.name),
         (None, None) => String::new(),
     };
-    // A template is one message, whatever its text.
-    let (parts, offered) = match input.template {
-        Some(_) => (vec![text.clone()], None),
-        None => {
-            let choices = input.choices.clone().map(|items| Choices {
-                items,
-                reusable: input.choices_reusable,
-            });
-            let markdown = connector.profile.format_markdown;
-            crate::delivery::split::with_choices(platform, markdown, std::slice::from_ref(&text), choices)
-                .map_err(|err| {
-                    AppError::Unprocessable(format!("choices cannot be shown on {platform}: {err}"))
-                })?
-        }
-    };
+    let (parts, offered) = reply(&input, &text, platform, connector.profile.format_markdown)?;
     let metadata = match &input.template {
         Some(template) => serde_json::json!({ "template": template }),
         None => serde_json::json!({}),

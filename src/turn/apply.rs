@@ -69,22 +69,8 @@ pub async fn apply_many(tx: &mut TenantTx, changes: &[&Change]) -> Result<Vec<Ap
         .collect();
     let stored = store_answers(tx, &answers).await?;
     for &i in &indexes {
-        if let Transition::Answered {
-            handoff,
-            choices,
-            parts,
-            ..
-        } = &changes[i].transition
-        {
-            if !stored.contains(&changes[i].message) {
-                continue;
-            }
-            if let (Some(offered), Some(last)) = (choices, parts.len().checked_sub(1)) {
-                db::messages::offer_choices(tx, changes[i].message, last, offered).await?;
-            }
-            if let Some(request) = handoff {
-                super::handoff::hold_for_agent(tx, changes[i].message, request).await?;
-            }
+        if stored.contains(&changes[i].message) {
+            with_answer(tx, changes[i]).await?;
         }
     }
     mark_sending_many(tx, &marks(changes, &indexes)).await?;
@@ -109,6 +95,27 @@ pub async fn apply_many(tx: &mut TenantTx, changes: &[&Change]) -> Result<Vec<Ap
         }
     }
     Ok(applied)
+}
+
+/// What a stored answer brings beside its parts: the choices posted with its last part, and
+/// the conversation held when the agent asked for a person.
+async fn with_answer(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Error> {
+    let Transition::Answered {
+        handoff,
+        choices,
+        parts,
+        ..
+    } = &change.transition
+    else {
+        return Ok(());
+    };
+    if let (Some(offered), Some(last)) = (choices, parts.len().checked_sub(1)) {
+        db::messages::offer_choices(tx, change.message, last, offered).await?;
+    }
+    if let Some(request) = handoff {
+        super::handoff::hold_for_agent(tx, change.message, request).await?;
+    }
+    Ok(())
 }
 
 /// The `sending` marks the changes at `indexes` make, each under its job's lease.
