@@ -62,6 +62,16 @@ pub enum ChoiceStyle {
     Danger,
 }
 
+impl ChoiceStyle {
+    /// The name Slack's buttons and Telegram's both use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChoiceStyle::Primary => "primary",
+            ChoiceStyle::Danger => "danger",
+        }
+    }
+}
+
 impl Choice {
     pub fn is_link(&self) -> bool {
         self.url.is_some()

@@ -1,7 +1,7 @@
 //! `channel-bridge send-fixture`: posts a JSON file to a running gateway, signed as the
 //! platform would sign it (docs/platforms.md#checking-a-connector-send-fixture).
 //!
-//! `--print-curl` never prints Telegram's header, which *is* the secret (PLATFORMS.md §3.1);
+//! `--print-curl` never prints Telegram's header, which *is* the secret (core.telegram.org/bots/api#setwebhook, `secret_token`);
 //! Slack's and WhatsApp's are HMACs of the body and reveal nothing.
 
 use std::path::{Path, PathBuf};

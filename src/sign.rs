@@ -1,5 +1,6 @@
-//! Signing a webhook body the way each platform does (PLATFORMS.md §1.1, §2.1, §3.1), for
-//! `send-fixture` and the load generator. The integration tests keep their own signer, so a
+//! Signing a webhook body the way each platform does
+//! (docs/platforms.md#registering-the-webhook-with-each-platform), for `send-fixture` and
+//! the load generator. The integration tests keep their own signer, so a
 //! bug here cannot hide a bug in verification.
 
 use axum::http::HeaderName;

@@ -19,7 +19,7 @@ use crate::http::extract::{ApiBytes, ApiPath};
 use crate::http::state::AppState;
 use crate::turn::outgoing::{self, Outgoing, Place, Posted};
 
-/// WhatsApp's customer-service window (PLATFORMS.md §2.6: error 131047 past it).
+/// WhatsApp's customer-service window (docs/agent.md#writing-first: Meta's error 131047 past it).
 const WHATSAPP_WINDOW: chrono::TimeDelta = chrono::TimeDelta::hours(24);
 
 /// The text split for `platform` with its choices checked (422 otherwise); a template is

@@ -28,7 +28,7 @@ impl PlatformApi for Slack {
 
     /// The text that carries buttons is a section block's.
     fn choices_text_limit(&self, _choices: &Choices) -> Option<usize> {
-        Some(interactive::SECTION_TEXT_CHARS)
+        Some(send::SECTION_TEXT_CHARS)
     }
 
     fn reconcile<'a>(

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use super::inbound::REPLY_METADATA_EVENT_TYPE;
 use super::Slack;
+use crate::choices::Offered;
 use crate::db::messages::MessageRow;
 use crate::egress::{self, GuardedClient as Client};
 use crate::platforms::contract::api_base;
@@ -66,7 +67,7 @@ pub(super) async fn post(client: &Client, part: &OutboundPart<'_>, token: &str) 
         body["thread_ts"] = thread.into();
     }
     if let Some(offered) = part.choices {
-        body["blocks"] = super::interactive::blocks(offered, &text);
+        body["blocks"] = blocks(offered, &text);
     }
     let request = client
         .post(format!("{}/api/chat.postMessage", api_base(part.connector)))
@@ -190,6 +191,87 @@ pub(super) async fn adopt(client: &Client, part: &OutboundPart<'_>, token: &str,
     }
 }
 
+/// A section's text (docs.slack.dev/reference/block-kit/blocks/section-block).
+/// (docs.slack.dev/reference/block-kit/blocks/actions-block for the buttons.)
+pub(super) const SECTION_TEXT_CHARS: usize = 3000;
+
+/// The text as a section, then the buttons; `text` stays the notification's fallback.
+pub(super) fn blocks(offered: &Offered, mrkdwn: &str) -> Value {
+    let buttons: Vec<Value> = offered
+        .choices
+        .items
+        .iter()
+        .enumerate()
+        .map(|(index, choice)| {
+            let id = offered.button(index).to_string();
+            let mut button = json!({
+                "type": "button",
+                "action_id": id,
+                "text": { "type": "plain_text", "text": choice.label.trim() },
+            });
+            match &choice.url {
+                Some(url) => button["url"] = url.as_str().into(),
+                None => button["value"] = id.into(),
+            }
+            if let Some(style) = choice.style {
+                button["style"] = style.as_str().into();
+            }
+            button
+        })
+        .collect();
+    json!([
+        { "type": "section", "text": { "type": "mrkdwn", "text": mrkdwn } },
+        { "type": "actions", "block_id": offered.token.as_str(), "elements": buttons },
+    ])
+}
+
+/// The message `target` again, its buttons replaced by the choice made and who made it
+/// (`chat.update`, docs.slack.dev/reference/methods/chat.update, with new blocks: an update
+/// without `blocks` would keep the buttons). A message gone, or no longer this app's to
+/// edit, leaves nothing to do.
+pub(super) async fn close(
+    client: &Client,
+    part: &OutboundPart<'_>,
+    token: &str,
+    target: &str,
+) -> SendOutcome {
+    let text = match part.formatted(&Slack) {
+        Some(formatted) => formatted.text,
+        None => escape(part.text),
+    };
+    let mut blocks = vec![json!({ "type": "section", "text": { "type": "mrkdwn", "text": text } })];
+    if let (Some(offered), Some(chosen)) = (part.choices, part.chosen) {
+        let label = offered
+            .choices
+            .items
+            .get(chosen.index)
+            .map_or("", |c| c.label.trim());
+        let note = format!("✓ {} — chosen by <@{}>", escape(label), escape(&chosen.by));
+        blocks.push(json!({ "type": "context", "elements": [{ "type": "mrkdwn", "text": note }] }));
+    }
+    let body = json!({ "channel": part.message.chat_id, "ts": target, "text": text, "blocks": blocks });
+    let request = client
+        .post(format!("{}/api/chat.update", api_base(part.connector)))
+        .bearer_auth(token)
+        .json(&body);
+    let (status, body, retry_after) = match client.send(request).await {
+        Ok(response) => read_json(response).await,
+        Err(err) => return transport_error(err),
+    };
+    let error = error_code(body.as_ref());
+    if ["message_not_found", "cant_update_message", "edit_window_closed"].contains(&error.as_str()) {
+        tracing::info!(
+            error,
+            "slack kept the buttons of a closed choice; nothing more to do"
+        );
+        return SendOutcome::Sent(target.to_owned());
+    }
+    match classify(status, body, retry_after) {
+        SendOutcome::Sent(_) => SendOutcome::Sent(target.to_owned()),
+        other => other,
+    }
+}
+
 impl Outbound for Slack {
     fn close_choices<'a>(
         &'a self,
@@ -198,7 +280,7 @@ impl Outbound for Slack {
         token: &'a str,
         target: &'a str,
     ) -> BoxFuture<'a, SendOutcome> {
-        Box::pin(super::interactive::close(client, part, token, target))
+        Box::pin(close(client, part, token, target))
     }
 
     fn send<'a>(

@@ -1,4 +1,4 @@
-//! Telegram (Bot API, PLATFORMS.md §3).
+//! Telegram (Bot API, core.telegram.org/bots/api).
 
 pub mod files;
 pub mod format;

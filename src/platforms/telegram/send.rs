@@ -1,4 +1,4 @@
-//! Sending a reply part to Telegram (`sendMessage`, PLATFORMS.md §3.6), and adopting a live
+//! Sending a reply part to Telegram (`sendMessage`, core.telegram.org/bots/api#sendmessage), and adopting a live
 //! view's group message (`editMessageText`).
 
 use futures::future::BoxFuture;
@@ -8,7 +8,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use super::Telegram;
-use crate::choices::{ChoiceStyle, Offered};
+use crate::choices::Offered;
 use crate::db::messages::MessageRow;
 use crate::egress::{self, GuardedClient as Client};
 use crate::platforms::contract::api_base;
@@ -96,11 +96,7 @@ pub(super) fn keyboard(offered: &Offered) -> Value {
             None => button["callback_data"] = offered.button(index).to_string().into(),
         }
         if let Some(style) = choice.style {
-            button["style"] = match style {
-                ChoiceStyle::Primary => "primary",
-                ChoiceStyle::Danger => "danger",
-            }
-            .into();
+            button["style"] = style.as_str().into();
         }
         button
     });
