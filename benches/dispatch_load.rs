@@ -531,6 +531,7 @@ fn telegram_turn(fixture: &Fixture, update: i64, user: i64) -> Inbound {
             attachments: Vec::new(),
             metadata: json!({ "chat_type": "private", "first_name": format!("User {user}") }),
             tap: None,
+            command: None,
         }],
         ..Inbound::default()
     }

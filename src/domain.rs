@@ -267,6 +267,9 @@ pub struct ConnectorProfile {
     pub format_markdown: bool,
     /// The platform's typing indicator is shown while the agent works.
     pub typing_indicator: bool,
+    /// After a tap closes an answer's choices, its message shows what was chosen (Slack) or
+    /// loses its buttons (Telegram).
+    pub edit_after_tap: bool,
 }
 
 /// A connector's secrets: sealed (`S` is `String`) in its row, opened (`SecretString`) once

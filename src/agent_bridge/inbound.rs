@@ -134,6 +134,7 @@ fn chat_message(index: usize, item: &Value) -> Result<ChatMessage, InvalidDispat
         attachments,
         metadata: None,
         action: None,
+        command: None,
     })
 }
 

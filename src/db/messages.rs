@@ -30,6 +30,8 @@ pub struct NewMessage<'a> {
     pub attachments: Option<Value>,
     /// A tap's choice (`crate::choices::TapAction`).
     pub action: Option<Value>,
+    /// A slash command's name (`/ask`).
+    pub command: Option<&'a str>,
 }
 
 /// Inserts turns in order unless their idempotency key is recorded (the unique index
@@ -62,7 +64,7 @@ async fn insert_many_routed(
         "insert into channel_messages (tenant_id, id, connector_id, platform, idempotency_key,
              platform_message_id, chat_id, thread_id, platform_user_id, reply_to_id, user_id,
              conversation_key, request_content, status, decision, metadata, space, attachments,
-             completed_at, action) ",
+             completed_at, action, command) ",
     );
     sql.push_values(rows.iter().zip(&ids), |mut row, (r, id)| {
         row.push_bind(tenant)
@@ -84,7 +86,8 @@ async fn insert_many_routed(
             .push_bind(r.space)
             .push_bind(&r.attachments)
             .push_bind((r.status != MessageStatus::Accepted).then_some(now))
-            .push_bind(&r.action);
+            .push_bind(&r.action)
+            .push_bind(r.command);
     });
     sql.push(" on conflict (tenant_id, connector_id, idempotency_key) do nothing returning id");
     let inserted: std::collections::HashSet<MessageId> = sql
@@ -121,21 +124,21 @@ async fn insert_many_in_one(
                  select * from unnest($2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[],
                                       $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
                                       $12::text[], $13::text[], $14::text[], $15::text[], $16::jsonb[],
-                                      $17::text[], $19::jsonb[], $20::jsonb[])
+                                      $17::text[], $19::jsonb[], $20::jsonb[], $21::text[])
                       with ordinality as r(id, connector_id, platform, idempotency_key,
                            platform_message_id, chat_id, thread_id, platform_user_id, reply_to_id,
                            user_id, conversation_key, request_content, status, decision, metadata,
-                           space, attachments, action, ord)),
+                           space, attachments, action, command, ord)),
              inserted as (
                  insert into channel_messages (tenant_id, id, connector_id, platform, idempotency_key,
                      platform_message_id, chat_id, thread_id, platform_user_id, reply_to_id, user_id,
                      conversation_key, request_content, status, decision, metadata, space, attachments,
-                     completed_at, action)
+                     completed_at, action, command)
                  select $1, r.id, r.connector_id, r.platform, r.idempotency_key, r.platform_message_id,
                         r.chat_id, r.thread_id, r.platform_user_id, r.reply_to_id, r.user_id,
                         r.conversation_key, r.request_content, r.status, r.decision, r.metadata, r.space,
                         r.attachments, case when r.status = 'accepted' then null else $18::timestamptz end,
-                        r.action
+                        r.action, r.command
                    from rows r
                   order by r.ord
                  on conflict (tenant_id, connector_id, idempotency_key) do nothing
@@ -182,6 +185,7 @@ async fn insert_many_in_one(
                 .map(|r| r.action.clone())
                 .collect::<Vec<Option<Value>>>(),
         )
+        .bind(column(|r| r.command.map(str::to_owned)))
         .fetch_all(tx.conn())
         .await?;
     let inserted: std::collections::HashSet<MessageId> = inserted.into_iter().collect();
@@ -228,6 +232,10 @@ pub struct MessageRow {
     #[sqlx(json(nullable), default)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub action: Option<crate::choices::TapAction>,
+    /// On a slash command's turn: which (`/ask`).
+    #[sqlx(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
 }
 
 impl MessageRow {
@@ -242,7 +250,7 @@ pub const MESSAGE_COLUMNS: &str = "id, tenant_id, connector_id, platform, idempo
     platform_message_id, chat_id, thread_id, space, platform_user_id, reply_to_id, user_id,
     conversation_key, request_content, response_content, decision, status, attempts,
     last_error, received_at, completed_at, delivered_at, metadata, attachments, live_message_id,
-    origin, author, action";
+    origin, author, action, command";
 
 /// `None`: a direct chat, or none recorded.
 pub async fn space_of_chat(

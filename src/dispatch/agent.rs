@@ -175,6 +175,10 @@ async fn read_stream(
             retryable("invalid_answer", format!("agent {host}: {err}"), None)
         }
         Err(err @ StreamError::AgentError) => retryable("stream_error", format!("agent {host}: {err}"), None),
+        Err(err @ StreamError::Choices(_)) => CallOutcome::Permanent {
+            reason: "invalid_choices",
+            error: format!("agent {host}: {err}"),
+        },
     }
 }
 

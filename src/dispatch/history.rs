@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use super::payload::ChatMessage;
 use super::payload::TurnMetadata;
+use crate::choices::TapAction;
 use crate::db::messages::MessageRow;
 use crate::db::TenantTx;
 use crate::domain::{ConnectorId, HistoryScopeSetting, MessageId, TurnOrigin};
@@ -25,6 +26,9 @@ struct Turn {
     origin: TurnOrigin,
     author: Option<String>,
     status: crate::domain::MessageStatus,
+    #[sqlx(json(nullable))]
+    action: Option<TapAction>,
+    command: Option<String>,
 }
 
 /// A person's or the agent's own turn has no request, only its text.
@@ -154,7 +158,8 @@ pub async fn load_scope(
     let (kind, connector, chat, space) = scope.place.columns();
     let place = place_matches(kind);
     let sql = format!(
-        "select h.id, h.request_content, h.response_content, h.attachments, h.origin, h.author, h.status
+        "select h.id, h.request_content, h.response_content, h.attachments, h.origin, h.author, h.status,
+                h.action, h.command
            from channel_messages h,
                 (select $4::text as kind, $5::uuid as connector, $6::text as chat, $7::text as space) p
           where h.tenant_id = $1 and {who}
@@ -225,13 +230,13 @@ pub async fn load_many(
         let places: Vec<_> = group.iter().map(|m| Place::of(m, setting).columns()).collect();
         let sql = format!(
             "select p.id as for_id, h.id, h.request_content, h.response_content, h.attachments,
-                    h.origin, h.author, h.status
+                    h.origin, h.author, h.status, h.action, h.command
                from unnest($2::uuid[], $3::text[], $4::timestamptz[], $6::text[], $7::uuid[],
                            $8::text[], $9::text[])
                     as p(id, who, received_at, kind, connector, chat, space)
                cross join lateral (
                      select h.request_content, h.response_content, h.attachments, h.received_at, h.id,
-                            h.origin, h.author, h.status
+                            h.origin, h.author, h.status, h.action, h.command
                        from channel_messages h
                       where h.tenant_id = $1 and {who}
                         and {SHOWN}
@@ -283,6 +288,8 @@ fn into_messages(turn: Turn) -> Vec<ChatMessage> {
     let awaiting = turn.status == crate::domain::MessageStatus::AwaitingAgent;
     let mut messages = vec![ChatMessage {
         attachments,
+        action: turn.action,
+        command: turn.command,
         metadata: awaiting.then(|| TurnMetadata {
             awaiting_answer: true,
             ..TurnMetadata::default()

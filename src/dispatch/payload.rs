@@ -19,9 +19,12 @@ pub struct ChatMessage {
     /// On an assistant turn the agent did not answer: who wrote it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<TurnMetadata>,
-    /// On the current turn when it is a tap: the choice it made.
+    /// On a tap's turn (the current one or in the history): the choice it made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action: Option<TapAction>,
+    /// On a slash command's turn: the command (`/ask`); `content` is what followed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
 }
 
 /// `{"from": "person", "author": "…"}` on a person's answer, `{"from": "agent"}` on a
@@ -48,6 +51,7 @@ impl ChatMessage {
             attachments: Vec::new(),
             metadata: None,
             action: None,
+            command: None,
         }
     }
 
@@ -58,6 +62,7 @@ impl ChatMessage {
             attachments: Vec::new(),
             metadata: None,
             action: None,
+            command: None,
         }
     }
 
@@ -70,6 +75,7 @@ impl ChatMessage {
         Self {
             attachments,
             action: message.action.clone(),
+            command: message.command.clone(),
             ..Self::user(message.request_content.clone())
         }
     }
@@ -100,6 +106,9 @@ pub struct DispatchOut {
     /// The current turn is a tap on a choice: which (also on its `messages[]` entry).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action: Option<TapAction>,
+    /// The current turn is a slash command: which (also on its `messages[]` entry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
 }
 
 /// The turn's events URL (docs/agent.md#answering-later): signed POSTs of `status`,
@@ -146,6 +155,7 @@ pub fn build(message: &MessageRow, history: Vec<ChatMessage>, urls: &UrlMinter, 
         },
         reply: None,
         action: message.action.clone(),
+        command: message.command.clone(),
     }
 }
 

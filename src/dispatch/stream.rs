@@ -8,6 +8,7 @@ use futures::StreamExt;
 use serde_json::Value;
 
 use super::payload::{handoff_of, parse_answer, Answer, HandoffAsk, InvalidAnswer};
+use crate::choices::{is_completion, Choices, InvalidChoices};
 use crate::delivery::live::TextSink;
 
 pub fn is_event_stream(headers: &reqwest::header::HeaderMap) -> bool {
@@ -29,6 +30,9 @@ pub enum StreamError {
     Invalid(#[from] InvalidAnswer),
     #[error("the agent ended its stream with an error event")]
     AgentError,
+    /// Choices no platform could show: the same answer would be refused again.
+    #[error("the agent's choices cannot be shown: {0}")]
+    Choices(#[from] InvalidChoices),
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -38,12 +42,13 @@ enum Event {
     Skip,
 }
 
-/// The final event: the parts when it names them (else the deltas joined), and its
-/// `handoff`.
+/// The final event: the parts when it names them (else the deltas joined), its `handoff`
+/// and its `choices`.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Done {
     parts: Option<Vec<String>>,
     handoff: Option<HandoffAsk>,
+    choices: Option<Choices>,
 }
 
 pub async fn read(
@@ -62,17 +67,23 @@ pub async fn read(
                 }
             }
             Event::Delta(_) | Event::Skip => {}
-            Event::Done(done) => {
-                let parts = done.parts.unwrap_or_else(|| vec![text]);
-                return Ok(Answer {
-                    parts: parts.into_iter().filter(|p| !p.trim().is_empty()).collect(),
-                    handoff: done.handoff,
-                    ..Answer::default()
-                });
-            }
+            Event::Done(done) => return finished(done, text),
         }
     }
     Err(StreamError::CutOff(String::new()))
+}
+
+fn finished(done: Done, text: String) -> Result<Answer, StreamError> {
+    let parts = done.parts.unwrap_or_else(|| vec![text]);
+    let parts: Vec<String> = parts.into_iter().filter(|p| !p.trim().is_empty()).collect();
+    if done.choices.is_some() && parts.is_empty() {
+        return Err(InvalidChoices("choices need text to go with: the answer is empty".into()).into());
+    }
+    Ok(Answer {
+        parts,
+        handoff: done.handoff,
+        choices: done.choices,
+    })
 }
 
 /// reqwest's `chunk()` as a stream, without its `stream` feature.
@@ -111,7 +122,7 @@ fn parse_event(name: &str, data: &str) -> Result<Event, StreamError> {
             }
         }
         "done" if data.is_empty() => Ok(Event::Done(Done::default())),
-        "done" => Ok(Event::Done(final_event(data)?)),
+        "done" => final_event(data).map(Event::Done),
         "error" => Err(StreamError::AgentError),
         "" | "message" if data == "[DONE]" => Ok(Event::Done(Done::default())),
         "" | "message" => Ok(openai_chunk(&json(data)?)?),
@@ -119,14 +130,22 @@ fn parse_event(name: &str, data: &str) -> Result<Event, StreamError> {
     }
 }
 
-fn final_event(data: &str) -> Result<Done, InvalidAnswer> {
+/// `choices` is a list of buttons, unless it is a completion's (which names parts).
+fn final_event(data: &str) -> Result<Done, StreamError> {
     let value = json(data)?;
-    let names_parts = ["content", "messages", "choices", "output"]
-        .iter()
-        .any(|key| value.get(key).is_some());
+    let completion = value.get("choices").is_some_and(is_completion);
+    let names_parts = completion
+        || ["content", "messages", "output"]
+            .iter()
+            .any(|key| value.get(key).is_some());
     let parts = names_parts.then(|| parse_answer(data.as_bytes())).transpose()?;
     let handoff = handoff_of(&value)?;
-    Ok(Done { parts, handoff })
+    let choices = Choices::from_answer(&value)?;
+    Ok(Done {
+        parts,
+        handoff,
+        choices,
+    })
 }
 
 /// `delta.content` is absent or null in the role-only first chunk and the `finish_reason` one.
@@ -175,7 +194,7 @@ mod tests {
             .unwrap(),
             Event::Done(Done {
                 parts: Some(vec!["a".into(), "b".into()]),
-                handoff: None,
+                ..Done::default()
             })
         );
         assert_eq!(parse_event("ping", "whatever").unwrap(), Event::Skip);
@@ -189,8 +208,8 @@ mod tests {
         assert_eq!(
             parse_event("done", r#"{"handoff": {"reason": "refund over the limit"}}"#).unwrap(),
             Event::Done(Done {
-                parts: None,
                 handoff: Some(asks(Some("refund over the limit"))),
+                ..Done::default()
             })
         );
         assert_eq!(
@@ -202,6 +221,7 @@ mod tests {
             Event::Done(Done {
                 parts: Some(vec!["A colleague takes over.".into()]),
                 handoff: Some(asks(None)),
+                ..Done::default()
             })
         );
         assert_eq!(
@@ -209,6 +229,32 @@ mod tests {
             Event::Done(Done::default())
         );
         assert!(parse_event("done", r#"{"handoff": "yes"}"#).is_err());
+    }
+
+    #[test]
+    fn the_final_event_may_offer_choices_for_the_deltas_or_its_own_parts() {
+        let done = parse_event("done", r#"{"choices": [{"id": "y", "label": "Yes"}]}"#).unwrap();
+        let Event::Done(done) = done else {
+            panic!("a final event")
+        };
+        assert_eq!(done.parts, None, "the deltas are the text");
+        assert_eq!(done.choices.map(|c| c.items.len()), Some(1));
+        let answer = finished(
+            Done {
+                choices: Choices::from_answer(&serde_json::json!({"choices": [{"id": "y", "label": "Yes"}]}))
+                    .unwrap(),
+                ..Done::default()
+            },
+            "  ".into(),
+        );
+        assert!(
+            matches!(answer, Err(StreamError::Choices(_))),
+            "no text to go with"
+        );
+        assert!(matches!(
+            parse_event("done", r#"{"choices": [{"label": "no id or url"}]}"#),
+            Err(StreamError::Choices(_))
+        ));
     }
 
     #[test]

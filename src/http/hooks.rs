@@ -25,6 +25,7 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(receive, handshake))
         .routes(routes!(interact))
+        .routes(routes!(command))
 }
 
 /// A platform's POST: an event delivery, or Slack's signed `url_verification`.
@@ -55,6 +56,26 @@ async fn receive(
         (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 404, body = ApiJsonError),
         (status = 405, body = ApiJsonError), (status = 413, body = ApiJsonError), (status = 503, body = ApiJsonError)))]
 async fn interact(
+    State(state): State<AppState>,
+    ApiPath(ids): ApiPath<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, AppError> {
+    verified(state, ids, headers, body, |channel, connector, body| {
+        channel.parse_interaction(connector, body)
+    })
+    .await
+}
+
+/// Slack's slash commands' Request URL (docs/platforms.md#slash-commands): each command is a
+/// turn, signed like the events; the 200 shows the command in its channel.
+#[utoipa::path(post, path = "/v1/hooks/{tenant_id}/{connector_id}/commands", operation_id = "receive_command", tag = "webhooks",
+    params(("tenant_id" = Uuid, Path), ("connector_id" = Uuid, Path)),
+    request_body(content = String, content_type = "application/x-www-form-urlencoded", description = "Slack's signed slash command form, verified over its raw bytes"),
+    responses((status = 200, description = "verified and recorded (duplicates too); Slack's `in_channel` acknowledgement"),
+        (status = 400, body = ApiJsonError), (status = 401, body = ApiJsonError), (status = 404, body = ApiJsonError),
+        (status = 405, body = ApiJsonError), (status = 413, body = ApiJsonError), (status = 503, body = ApiJsonError)))]
+async fn command(
     State(state): State<AppState>,
     ApiPath(ids): ApiPath<(String, String)>,
     headers: HeaderMap,
@@ -176,6 +197,7 @@ async fn accept(
     stamp_traceparent(&mut inbound);
     count_dropped(platform, &inbound.dropped);
     let dropped = inbound.dropped.len();
+    let ack = inbound.ack.take();
     let mut taps: Vec<TapAnswer> = inbound
         .dropped_taps
         .iter()
@@ -201,6 +223,7 @@ async fn accept(
     taps.extend(outcome.taps);
     let body = crate::platforms::of(platform)
         .tap_reply(&taps)
+        .or(ack)
         .unwrap_or_else(|| {
             json!({
                 "ok": true,

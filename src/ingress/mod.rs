@@ -271,6 +271,7 @@ fn new_message<'a>(turn: &'a Turn<'a>, routing: &'a Routing) -> NewMessage<'a> {
         metadata: &message.metadata,
         attachments: attachments_json(&message.attachments),
         action: action.and_then(|action| serde_json::to_value(action).ok()),
+        command: message.command.as_deref(),
     }
 }
 

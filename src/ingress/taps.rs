@@ -114,7 +114,8 @@ async fn close(
     row: &OfferedRow,
     action: &TapAction,
 ) -> Result<(), sqlx::Error> {
-    if !crate::platforms::of(connector.profile.platform).closes_choices() {
+    let edits = crate::platforms::of(connector.profile.platform).closes_choices();
+    if !edits || !connector.profile.edit_after_tap {
         return Ok(());
     }
     let note = format!("✓ {}", action.label);

@@ -68,6 +68,8 @@ pub struct InboundMessage {
     /// A tap on one of our buttons (`text` is then what the platform shows as tapped, if
     /// anything); `None` for a message.
     pub tap: Option<Tap>,
+    /// A slash command (Slack's `/ask`): `text` is what followed it.
+    pub command: Option<String>,
 }
 
 /// A tap on a button we posted. Nothing in it is trusted: the button is looked up by its
@@ -127,6 +129,8 @@ pub struct Inbound {
     pub dropped: Vec<&'static str>,
     /// Taps dropped here that the platform still wants acknowledged (their answer ids).
     pub dropped_taps: Vec<String>,
+    /// The body of the webhook's 200 when the platform shows it (a Slack slash command's).
+    pub ack: Option<Value>,
 }
 
 impl Inbound {
@@ -162,6 +166,7 @@ impl Inbound {
                 &mut message.thread_id,
                 &mut message.space,
                 &mut message.reply_to_id,
+                &mut message.command,
             ]
             .into_iter()
             .flatten()
@@ -235,8 +240,8 @@ pub trait Channel: Send + Sync {
     /// Never called before `verify` succeeded.
     fn parse(&self, connector: &Connector, body: &[u8]) -> Result<Parsed, HookError>;
 
-    /// A request to the connector's interactivity URL (Slack's taps on buttons); platforms
-    /// whose taps come with their other updates have none.
+    /// A request to the connector's interactivity or commands URL (Slack's taps on buttons
+    /// and slash commands); platforms whose taps come with their other updates have none.
     fn parse_interaction(&self, connector: &Connector, body: &[u8]) -> Result<Parsed, HookError> {
         let _ = (connector, body);
         Err(HookError::MethodNotAllowed)
@@ -378,6 +383,7 @@ pub(crate) mod testing {
                 unlinked_notice: None,
                 format_markdown: true,
                 typing_indicator: true,
+                edit_after_tap: true,
             },
             secrets: ConnectorSecrets {
                 verification_secret: secret.into(),
@@ -440,6 +446,7 @@ mod scrub_tests {
                 }],
                 metadata: serde_json::json!({"na\u{0}me": ["x\u{0}", 1, {"deep": "\u{0}"}]}),
                 tap: None,
+                command: Some("/a\0".into()),
             }],
             statuses: vec![DeliveryStatus {
                 platform_message_id: "w\0".into(),
@@ -450,6 +457,7 @@ mod scrub_tests {
             posted: Vec::new(),
             dropped: Vec::new(),
             dropped_taps: Vec::new(),
+            ack: None,
         };
         inbound.scrub_nul();
         let message = &inbound.messages[0];
@@ -462,6 +470,7 @@ mod scrub_tests {
             ("k\u{FFFD}", "m\u{FFFD}", "a\u{FFFD}b")
         );
         assert_eq!(message.thread_id.as_deref(), Some("t\u{FFFD}"));
+        assert_eq!(message.command.as_deref(), Some("/a\u{FFFD}"));
         let mut attachment = message.attachments[0].clone();
         assert!(attachment.text_fields().all(|field| !field.contains('\0')));
         assert_eq!(

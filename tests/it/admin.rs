@@ -1082,6 +1082,7 @@ async fn the_openapi_document_lists_every_route_the_router_serves() {
         "POST /v1/admin/conversations/{conversation}/hand-back",
         "POST /v1/admin/conversations/{conversation}/messages",
         "POST /v1/hooks/{tenant_id}/{connector_id}/interactivity",
+        "POST /v1/hooks/{tenant_id}/{connector_id}/commands",
         "POST /v1/agent/{tenant_id}/turns/{message_id}/events",
         "POST /v1/agent/{tenant_id}/messages",
         "GET /v1/operator/tenants",

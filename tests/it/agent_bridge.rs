@@ -182,6 +182,7 @@ fn dispatch_payload(messages: Vec<ChatMessage>) -> Value {
         },
         reply: None,
         action: None,
+        command: None,
     })
     .unwrap()
 }

@@ -167,6 +167,52 @@ async fn a_telegram_menu_is_tapped_once_answered_at_once_and_the_agent_gets_the_
         1,
         "closed once"
     );
+
+    // In a later turn's history the tap is still a tap.
+    s.agent
+        .script([Reply::Json(200, json!({"content": "You're welcome."}), None)]);
+    s.deliver(Platform::Telegram, telegram_text(600_010, "thanks"))
+        .await;
+    s.step_executed().await;
+    let history = s.agent.calls().pop().unwrap().raw["messages"].clone();
+    let entry = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["content"] == "Approve")
+        .cloned();
+    assert_eq!(entry.map(|m| m["action"].clone()), Some(action));
+}
+
+#[tokio::test]
+async fn a_connector_that_keeps_answers_as_posted_closes_the_choice_without_an_edit() {
+    let s = Pipeline::start().await;
+    let path = format!("/v1/admin/connectors/{}", s.tenant.telegram);
+    let (status, connector) = s
+        .admin(Method::PATCH, &path, Some(json!({"edit_after_tap": false})))
+        .await;
+    assert_eq!((status, &connector["edit_after_tap"]), (200, &json!(false)));
+    let (asked, on) = offered(&s, approval()).await;
+    let data = callback_data(&s);
+    s.agent
+        .script([Reply::Json(200, json!({"content": "Refund approved."}), None)]);
+    for (update, button) in [(610_001, &data[0]), (610_002, &data[1])] {
+        tap(&s, telegram_tap(update, HUMAN, &on, button.as_deref().unwrap())).await;
+    }
+    // The tap's own dispatch comes first: no edit was queued before it.
+    assert_ne!(s.step_executed().await, asked);
+    assert!(matches!(s.worker.step().await.unwrap(), StepOutcome::Empty));
+    assert!(s.platforms.calls("editMessageReplyMarkup").is_empty());
+    let parts = s.parts(asked).await;
+    assert_eq!(parts.len(), 1, "no edit part");
+    assert_eq!(parts[0].chosen.as_ref().map(|c| c.index), Some(0));
+    assert_eq!(
+        tap_turns(&s).await,
+        [
+            ("executed".into(), Some("respond".into())),
+            ("ignored".into(), Some("choice_already_made".into()))
+        ]
+    );
 }
 
 #[tokio::test]

@@ -245,7 +245,7 @@ async fn the_openapi_document_has_unique_operation_ids_and_documents_401_whereve
             }
         }
     }
-    assert_eq!(ids.len(), 44, "every operation was walked");
+    assert_eq!(ids.len(), 45, "every operation was walked");
     assert_eq!(
         secured, 36,
         "every admin and operator operation requires credentials"

@@ -9,6 +9,7 @@ mod agent_bridge;
 mod async_answers;
 mod choices;
 mod citus;
+mod commands;
 mod console;
 mod console_handoff;
 mod console_overview;

@@ -63,6 +63,7 @@ async fn seed(pool: &PgPool, slug: &str) -> Seeded {
             metadata: &metadata,
             attachments: None,
             action: None,
+            command: None,
         }],
     )
     .await

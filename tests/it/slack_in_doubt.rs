@@ -209,6 +209,7 @@ async fn foreign_part_in_doubt(s: &Pipeline) -> (Provisioned, MessageId) {
             metadata: &metadata,
             attachments: None,
             action: None,
+            command: None,
         }],
     )
     .await

@@ -306,6 +306,48 @@ async fn a_slack_stream_starts_appends_and_stops_in_the_thread_and_becomes_the_f
 }
 
 #[tokio::test]
+async fn a_streamed_answer_offers_choices_in_its_final_event_on_the_message_it_leaves() {
+    let s = setup().await;
+    s.agent.script([Reply::Stream(vec![
+        Chunk::delta("Approve the refund?"),
+        Chunk::done(
+            json!({"choices": [{"id": "approve", "label": "Approve", "style": "primary"},
+                                       {"id": "reject", "label": "Reject"}]}),
+        ),
+    ])]);
+    let id = executed(
+        s.turn(Platform::Slack, slack_text("1718003200.000100", "refund"))
+            .await,
+    )
+    .await;
+    let update = s
+        .platforms
+        .calls("chat.update")
+        .pop()
+        .expect("the stream's message adopted");
+    assert_eq!(update.body["text"], "Approve the refund?");
+    assert_eq!(update.body["blocks"][0]["text"]["text"], "Approve the refund?");
+    let buttons = &update.body["blocks"][1]["elements"];
+    assert_eq!(
+        (&buttons[0]["text"]["text"], &buttons[0]["style"]),
+        (&json!("Approve"), &json!("primary"))
+    );
+    assert!(s.platforms.calls("chat.postMessage").is_empty(), "one message");
+    let part = s.parts(id).await.pop().unwrap();
+    assert_eq!(part.choices.map(|c| c.choices.items.len()), Some(2));
+
+    // Choices no platform could show fail the turn at once.
+    let s = setup().await;
+    s.agent.script([Reply::Stream(vec![
+        Chunk::delta("Pick one"),
+        Chunk::done(json!({"choices": [{"label": "neither an id nor a url"}]})),
+    ])]);
+    let outcome = s.turn(Platform::Whatsapp, whatsapp_text()).await.await.unwrap();
+    assert!(matches!(outcome, StepOutcome::Failed(_)), "{outcome:?}");
+    assert!(s.platforms.sent_to(Platform::Whatsapp).is_empty());
+}
+
+#[tokio::test]
 async fn a_worker_killed_mid_stream_is_recovered_into_the_same_slack_message() {
     let s = setup().await;
     s.agent.script([

@@ -61,6 +61,9 @@ pub struct MessageOut {
     /// whose answer offered it). Absent for a message.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub action: Option<crate::choices::TapAction>,
+    /// A slash command's turn: the command (`/ask`); `request_content` is what followed it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
 }
 
 impl From<MessageRow> for MessageOut {
@@ -95,6 +98,7 @@ impl From<MessageRow> for MessageOut {
             origin: row.origin,
             author: row.author,
             action: row.action,
+            command: row.command,
         }
     }
 }

@@ -87,6 +87,14 @@ pub struct ConnectorSettings {
         help = "false: no typing indicator while the agent works (on WhatsApp it also marks the user's message read; default true)"
     )]
     pub typing_indicator: Option<bool>,
+    /// After a tap closes an answer's choices, change the answer's message (a new
+    /// connector's default): Slack shows what was chosen, Telegram removes the buttons.
+    /// `false` leaves it as posted; the choice closes all the same.
+    #[arg(
+        long,
+        help = "false: an answer's message stays as posted after a tap closes its choices (default true: Slack shows what was chosen, Telegram removes the buttons)"
+    )]
+    pub edit_after_tap: Option<bool>,
 }
 
 impl ConnectorSettings {
@@ -164,6 +172,7 @@ impl NewConnector {
             unlinked_notice: s.unlinked_notice,
             format_markdown: s.format_markdown.unwrap_or(true),
             typing_indicator: s.typing_indicator.unwrap_or(true),
+            edit_after_tap: s.edit_after_tap.unwrap_or(true),
         }
     }
 }

@@ -55,7 +55,8 @@ fn open(row: Connector<String>, keys: &Keyring) -> Result<Connector, sqlx::Error
 macro_rules! profile_columns {
     () => {
         "platform, name, external_id, app_id, bot_user_id, bot_id, api_base_url, enabled,
-        unlinked_policy, telegram_delivery, unlinked_notice, format_markdown, typing_indicator"
+        unlinked_policy, telegram_delivery, unlinked_notice, format_markdown, typing_indicator,
+        edit_after_tap"
     };
 }
 
@@ -103,7 +104,7 @@ pub async fn insert(tx: &mut TenantTx, keys: &Keyring, new: &NewConnector) -> Re
         "insert into channel_connectors (tenant_id, id, ",
         profile_columns!(),
         ", verification_secret, verify_token, outbound_token)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
     ))
     .bind(tenant)
     .bind(id)
@@ -120,6 +121,7 @@ pub async fn insert(tx: &mut TenantTx, keys: &Keyring, new: &NewConnector) -> Re
     .bind(p.unlinked_notice)
     .bind(p.format_markdown)
     .bind(p.typing_indicator)
+    .bind(p.edit_after_tap)
     .bind(seal(Some(verification_secret), ConnectorSecret::Verification)?)
     .bind(seal(
         new.secrets.verify_token.as_ref(),
@@ -282,6 +284,7 @@ pub async fn update(
         ("enabled", change.enabled),
         ("format_markdown", settings.format_markdown),
         ("typing_indicator", settings.typing_indicator),
+        ("edit_after_tap", settings.edit_after_tap),
     ];
     for (column, value) in flags {
         if let Some(value) = value {

@@ -64,8 +64,13 @@ impl Channel for Slack {
         }
     }
 
+    /// Taps (a `payload` field) and slash commands (a `command` field) come as forms.
     fn parse_interaction(&self, _connector: &Connector, body: &[u8]) -> Result<Parsed, HookError> {
-        super::interactive::parse(body)
+        if super::command::is_command(body) {
+            super::command::parse(body)
+        } else {
+            super::interactive::parse(body)
+        }
     }
 
     fn parse(&self, connector: &Connector, body: &[u8]) -> Result<Parsed, HookError> {
@@ -251,6 +256,7 @@ fn inbound_message(
         attachments,
         metadata: metadata(envelope, &event),
         tap: None,
+        command: None,
     })
 }
 

@@ -109,6 +109,7 @@ fn tap(payload: &PayloadIn) -> Result<InboundMessage, &'static str> {
             button,
             answer_id: None,
         }),
+        command: None,
     })
 }
 

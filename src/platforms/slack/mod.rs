@@ -1,6 +1,7 @@
 //! Slack. An interrupted send is settled by Slack's metadata event or a read of the thread
 //! (`reconcile`, `thread`).
 
+mod command;
 pub mod dm;
 pub mod files;
 pub mod format;

@@ -158,12 +158,13 @@ pub(super) async fn adopt(client: &Client, part: &OutboundPart<'_>, token: &str,
         None => escape(part.text),
     };
     // `blocks: []` drops the stream's markdown block, so the message shows the part exactly
-    // as a posted part would.
+    // as a posted part would (with its buttons, if it offers choices).
+    let blocks = part.choices.map_or(json!([]), |offered| blocks(offered, &text));
     let body = json!({
         "channel": channel,
         "ts": ts,
         "text": text,
-        "blocks": [],
+        "blocks": blocks,
         "metadata": {
             "event_type": REPLY_METADATA_EVENT_TYPE,
             "event_payload": { "part_key": part.part_key },

@@ -104,6 +104,7 @@ mod tests {
             origin: Default::default(),
             author: None,
             action: None,
+            command: None,
         }
     }
 

@@ -213,6 +213,7 @@ fn read_message(update_id: i64, message: Value) -> Result<InboundMessage, &'stat
         attachments,
         metadata: metadata(&message, from),
         tap: None,
+        command: None,
     })
 }
 
@@ -277,6 +278,7 @@ fn read_tap(update_id: i64, callback: Value) -> Inbound {
             button: data,
             answer_id: Some(callback.id),
         }),
+        command: None,
     };
     Inbound {
         messages: vec![message],

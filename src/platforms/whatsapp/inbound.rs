@@ -308,6 +308,7 @@ fn read_message(context: &ChangeContext<'_>, message: Value) -> Result<InboundMe
             button: reply.id.clone(),
             answer_id: None,
         }),
+        command: None,
     })
 }
 
