@@ -340,10 +340,14 @@ pub async fn post_person_message(
         idempotency_key: key,
     };
     let count = turn.parts.len();
+    let offered = turn.choices.as_ref().map_or(0, |c| c.choices.items.len());
     let posted = handoff::record_person_turn(&mut tx, &target, &turn).await?;
     if let Posted::New(id) = posted {
         metrics::counter!("channel_bridge_person_answers_total").increment(1);
-        let details = serde_json::json!({ "message_id": id.to_string(), "parts": count });
+        let mut details = serde_json::json!({ "message_id": id.to_string(), "parts": count });
+        if offered > 0 {
+            details["choices"] = offered.into();
+        }
         let entry = AuditEntry::new(
             person.actor,
             AuditAction::ConversationMessage,

@@ -2,9 +2,9 @@
 //! (docs/admin.md#human-handoff). A conversation is `user:<user id>` or
 //! `sender:<connector id>:<platform user id>`, as the turns' `conversation` field shows.
 
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 use reqwest::Method;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::output::{text, time, Field};
 use super::{object, Context};
@@ -30,7 +30,41 @@ pub enum Command {
         /// The same key again posts nothing twice.
         #[arg(long)]
         idempotency_key: Option<String>,
+        #[command(flatten)]
+        choices: ChoiceArgs,
     },
+}
+
+/// Buttons under the message (docs/agent.md#offering-choices): the user's tap is a turn of
+/// theirs, held while the conversation is.
+#[derive(Debug, Args)]
+pub struct ChoiceArgs {
+    /// A button, in order; its label is also its id. Repeat for more (at most 25).
+    #[arg(long = "choice", value_name = "LABEL")]
+    labels: Vec<String>,
+    /// Keep the choices open after a tap (a menu tapped again and again).
+    #[arg(long, requires = "labels")]
+    choices_reusable: bool,
+}
+
+impl ChoiceArgs {
+    fn fields(&self) -> Vec<(&'static str, Option<Value>)> {
+        if self.labels.is_empty() {
+            return Vec::new();
+        }
+        let items: Vec<Value> = self
+            .labels
+            .iter()
+            .map(|label| json!({"id": label, "label": label}))
+            .collect();
+        vec![
+            ("choices", Some(Value::Array(items))),
+            (
+                "choices_reusable",
+                self.choices_reusable.then_some(Value::Bool(true)),
+            ),
+        ]
+    }
 }
 
 const HELD: &[Field] = &[
@@ -82,31 +116,42 @@ pub async fn run(command: Command, context: &Context) -> anyhow::Result<()> {
             conversation,
             text,
             idempotency_key,
-        } => {
-            let content = if text == "-" {
-                std::io::read_to_string(std::io::stdin())?
-            } else {
-                text
-            };
-            let body = object(vec![
-                ("content", Some(json!(content))),
-                ("idempotency_key", idempotency_key.map(Into::into)),
-            ]);
-            let posted = client
-                .send(
-                    Method::POST,
-                    &["admin", "conversations", &conversation, "messages"],
-                    &vec![],
-                    Some(&body),
-                )
-                .await?;
-            let id = posted["message_id"].as_str().unwrap_or("?");
-            let sentence = if posted["created"].as_bool() == Some(false) {
-                format!("Already posted as turn {id}.")
-            } else {
-                format!("Queued as turn {id}; its parts are posted in order.")
-            };
-            out.done(&sentence, &posted)
-        }
+            choices,
+        } => send(context, &conversation, text, idempotency_key, &choices).await,
     }
+}
+
+async fn send(
+    context: &Context,
+    conversation: &str,
+    text: String,
+    idempotency_key: Option<String>,
+    choices: &ChoiceArgs,
+) -> anyhow::Result<()> {
+    let content = if text == "-" {
+        std::io::read_to_string(std::io::stdin())?
+    } else {
+        text
+    };
+    let mut fields = vec![
+        ("content", Some(json!(content))),
+        ("idempotency_key", idempotency_key.map(Into::into)),
+    ];
+    fields.extend(choices.fields());
+    let posted = context
+        .client
+        .send(
+            Method::POST,
+            &["admin", "conversations", conversation, "messages"],
+            &vec![],
+            Some(&object(fields)),
+        )
+        .await?;
+    let id = posted["message_id"].as_str().unwrap_or("?");
+    let sentence = if posted["created"].as_bool() == Some(false) {
+        format!("Already posted as turn {id}.")
+    } else {
+        format!("Queued as turn {id}; its parts are posted in order.")
+    };
+    context.out.done(&sentence, &posted)
 }

@@ -172,6 +172,23 @@ const PARTS: &[Field] = &[
     cut("TEXT", "/content", 48),
 ];
 
+/// A tap's turn: which choice, on the answer of which turn.
+const TAP: &[Field] = &[
+    cut("tapped", "/action/label", 80),
+    cut("choice_id", "/action/id", 200),
+    cut("choice_value", "/action/value", 200),
+    text("on_answer_of", "/action/message_id"),
+];
+
+/// One answer's choices (rows built by `choice_rows`).
+const CHOICES: &[Field] = &[
+    text("#", "/index"),
+    cut("LABEL", "/label", 80),
+    cut("ID", "/id", 40),
+    text("CHOSEN", "/chosen"),
+    cut("LINK", "/url", 80),
+];
+
 const HISTORY: &[Field] = &[text("ROLE", "/role"), cut("CONTENT", "/content", 120)];
 
 pub async fn run(command: Command, context: &Context) -> anyhow::Result<()> {
@@ -201,7 +218,9 @@ async fn list(
     query.extend(cursor.map(|c| ("cursor", c)));
     query.extend(limit.map(|l| ("limit", l.to_string())));
     let page = context.client.get(&["admin", "messages"], &query).await?;
-    context.out.list(&page, &page["items"], LIST)?;
+    context
+        .out
+        .list(&page, &page["items"], &list_fields(&page["items"]))?;
     if context.out.format == Format::Table {
         if let Some(next) = page["next_cursor"].as_str() {
             eprintln!("More messages: add --cursor {next}");
@@ -213,12 +232,89 @@ async fn list(
 async fn get(context: &Context, id: Uuid) -> anyhow::Result<()> {
     let id = id.to_string();
     let message = context.client.get(&["admin", "messages", &id], &vec![]).await?;
-    context.out.record(&message, ONE)?;
+    context.out.record(&message, &one_fields(&message))?;
     if context.out.format == Format::Table {
         output::print("\nreply parts:\n")?;
-        context.out.list(&message, &message["reply_parts"], PARTS)?;
+        context.out.list(
+            &message,
+            &message["reply_parts"],
+            &part_fields(&message["reply_parts"]),
+        )?;
+        print_choices(&message["reply_parts"])?;
     }
     Ok(())
+}
+
+fn is_tap(message: &Value) -> bool {
+    message.get("action").is_some_and(|a| !a.is_null())
+}
+
+/// The listing's columns, with the answered turn of each tap when the page has taps.
+fn list_fields(items: &Value) -> Vec<Field> {
+    let mut fields = LIST.to_vec();
+    if items.as_array().is_some_and(|items| items.iter().any(is_tap)) {
+        fields.insert(LIST.len() - 1, text("TAP ON ANSWER OF", "/action/message_id"));
+    }
+    fields
+}
+
+/// A tap's record says which choice, on which answer, before the label as its text.
+fn one_fields(message: &Value) -> Vec<Field> {
+    let mut fields = ONE.to_vec();
+    if is_tap(message) {
+        let request = fields.len() - 2;
+        fields.splice(request..request, TAP.iter().copied());
+    }
+    fields
+}
+
+/// The parts' columns, with EDIT OF when a part is the edit of another's message.
+fn part_fields(parts: &Value) -> Vec<Field> {
+    let mut fields = PARTS.to_vec();
+    let edits = parts
+        .as_array()
+        .is_some_and(|parts| parts.iter().any(|p| !p["edit_of"].is_null()));
+    if edits {
+        fields.insert(PARTS.len() - 1, text("EDIT OF", "/edit_of"));
+    }
+    fields
+}
+
+/// Under the parts: each part's choices, the chosen one marked.
+fn print_choices(parts: &Value) -> anyhow::Result<()> {
+    for part in parts.as_array().into_iter().flatten() {
+        let Some(offered) = part.get("choices").filter(|c| !c.is_null()) else {
+            continue;
+        };
+        let after = match offered["reusable"].as_bool() {
+            Some(true) => "stay open after a tap",
+            _ => "close after the first tap",
+        };
+        let rows = choice_rows(offered, &part["chosen"]);
+        output::print(&format!(
+            "\nchoices of part {} ({after}):\n{}",
+            output::cell(part.get("part_index"), output::Show::Text(10)),
+            output::table(&rows, CHOICES)
+        ))?;
+    }
+    Ok(())
+}
+
+fn choice_rows(offered: &Value, chosen: &Value) -> Vec<Value> {
+    let items = offered["items"].as_array().map(Vec::as_slice).unwrap_or_default();
+    items
+        .iter()
+        .enumerate()
+        .map(|(index, choice)| {
+            let mark = (chosen["index"].as_u64() == Some(index as u64)).then(|| {
+                let by = output::cell(chosen.get("by"), output::Show::Text(60));
+                let at = output::cell(chosen.get("at"), output::Show::Time);
+                format!("✓ by {by} at {at}")
+            });
+            json!({"index": index, "label": choice["label"], "id": choice["id"],
+                   "url": choice["url"], "chosen": mark})
+        })
+        .collect()
 }
 
 /// Each page is printed as it arrives.

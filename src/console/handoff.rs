@@ -79,9 +79,11 @@ pub fn panel(conversation: &str, hold: Option<&Hold>, csrf: &str) -> String {
         r#"<section class="card" id="handoff">{state}
 <form method="post" action="/console/conversation/messages" class="stack" id="answer-form"><input type="hidden" name="csrf" value="{csrf}"><input type="hidden" name="conversation" value="{id}"><input type="hidden" name="key" value="{key}">
 <label>Answer as a person <small>Markdown; posted threaded to the user's latest message{takes}.</small><textarea name="text" id="answer" rows="3" required maxlength="{max}"></textarea></label>
+<label>Choices <small>Optional: buttons under the answer, one label per line (at most {most}); <code>Label | https://…</code> is a link. The user's tap is a turn of theirs, held while you hold the conversation.</small><textarea name="choices" id="choices" rows="2"></textarea></label>
 <button type="submit" id="send">Send</button></form></section>"#,
         key = MessageId::new(),
         max = conversations::TEXT_MAX,
+        most = crate::choices::MAX_CHOICES,
         takes = if hold.is_some() {
             ""
         } else {
@@ -106,6 +108,9 @@ pub struct AnswerForm {
     conversation: String,
     #[serde(default)]
     text: String,
+    /// One choice per line (`choices::from_field`).
+    #[serde(default)]
+    choices: String,
     #[serde(default)]
     key: String,
 }
@@ -146,21 +151,43 @@ pub async fn answer(
 ) -> PageResult {
     signed_in.check_csrf(&form.csrf)?;
     let person = Person::of_key(&state.pool, signed_in.key_id).await?;
+    let choices = match super::choices::from_field(&form.choices) {
+        Ok(choices) => choices,
+        Err(err) => return Ok(not_posted(&form.conversation, &err.to_string())),
+    };
     let input = PersonMessageIn {
         content: form.text,
         idempotency_key: Some(form.key).filter(|k| !k.is_empty()),
-        choices: None,
+        choices,
         choices_reusable: false,
     };
-    conversations::post_person_message(
+    let posted = conversations::post_person_message(
         &state,
         signed_in.session.tenant,
         &person,
         &form.conversation,
         &input,
     )
-    .await?;
-    Ok(Redirect::to(&page_of(&form.conversation)).into_response())
+    .await;
+    match posted {
+        Ok(_) => Ok(Redirect::to(&page_of(&form.conversation)).into_response()),
+        Err(AppError::Unprocessable(reason)) => Ok(not_posted(&form.conversation, &reason)),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// An answer refused for what it says (its text or choices): the reason, and the way back
+/// to the conversation, whose browser history still holds what was typed.
+fn not_posted(conversation: &str, reason: &str) -> axum::response::Response {
+    let body = format!(
+        r#"<p class="alert" id="error" role="alert">Not sent: {}</p><p><a href="{}" id="back">Back to the conversation</a></p>"#,
+        esc(reason),
+        esc(&page_of(conversation)),
+    );
+    super::html::respond(
+        axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+        super::html::page("Answer not sent", None, &body),
+    )
 }
 
 /// The held conversations, oldest hold first; those whose user waits come with a mark.

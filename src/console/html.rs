@@ -155,6 +155,12 @@ code{font-family:ui-monospace,monospace;font-size:.85rem;overflow-wrap:anywhere}
 figure.chart{margin:0 0 1rem;background:#fff;border:1px solid #dde2ea;border-radius:8px;padding:.5rem}figure.chart svg{display:block;width:100%;max-width:42rem;height:auto}
 .scroll{overflow-x:auto}table.hours{border-collapse:collapse;width:100%;font-size:.8rem;margin-top:.5rem;font-variant-numeric:tabular-nums;overflow-wrap:normal}
 table.hours th,table.hours td{padding:.15rem .25rem;text-align:right;white-space:nowrap;border-bottom:1px solid #eef0f4}abbr{text-decoration:none}
+.chips{list-style:none;display:flex;flex-wrap:wrap;gap:.35rem .5rem;padding:0;margin:.2rem 0 0}.chips li{display:flex;flex-wrap:wrap;align-items:baseline;gap:.3rem}
+.chip{display:inline-block;padding:.05rem .55rem;border:1px solid #c5ccd8;border-radius:6px;background:#f4f6f9;font-size:.9rem}
+.chip.primary{border-color:#1f5fbf;color:#1f5fbf}.chip.danger{border-color:#9b1c1c;color:#9b1c1c}
+li[data-chosen] .chip{background:#dff3e4;border-color:#1c6b34;color:#1c6b34;font-weight:600}.chosen{color:#1c6b34;font-size:.85rem}
+.url{font-family:ui-monospace,monospace;font-size:.8rem;color:#5b6475;overflow-wrap:anywhere}
+.choices{margin:.3rem 0 0}.tap{margin:.2rem 0 0}.tap small{color:#5b6475}.edit{font-size:.8rem;color:#5b6475;margin-left:.3rem}
 .copyable{display:flex;gap:.4rem}.copyable input{flex:1 1 auto;min-width:0;font-family:ui-monospace,monospace;font-size:.85rem}
 @media (max-width:480px){main{padding:.6rem}dl{grid-template-columns:minmax(0,1fr)}dt{margin-top:.4rem}}
 "#;

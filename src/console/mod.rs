@@ -3,6 +3,7 @@
 //! `html::esc`. Every page reads and writes through the admin API's own functions, in the
 //! session's tenant transaction, with the API's checks and audit records.
 
+mod choices;
 mod connectors;
 mod error;
 mod handoff;

@@ -4,10 +4,11 @@ use std::fmt::Write;
 
 use crate::admin::messages::{MessageDetailOut, MessageOut, MessagePage, MessagesQuery};
 use crate::api_schema::MESSAGE_STATUSES;
-use crate::domain::MessageStatus;
+use crate::domain::{MessageStatus, TurnOrigin};
 
 use axum::http::StatusCode;
 
+use super::choices;
 use super::error::PageResult;
 use super::html::{self, badge, esc, excerpt, page, query_value};
 use super::session::SignedIn;
@@ -86,8 +87,19 @@ fn turn_card(message: &MessageOut, csrf: Option<&str>) -> String {
         who = who(message),
         platform = esc(&message.platform),
         at = when(message.received_at),
-        text = esc(&excerpt(&message.request_content, 300)),
+        text = card_text(message),
     )
+}
+
+/// What was asked; a tap says so (which answer it was made on: the turn's page).
+fn card_text(message: &MessageOut) -> String {
+    match &message.action {
+        Some(action) => format!(
+            r#"Tapped <span class="chip">{}</span> on an answer"#,
+            esc(&action.label)
+        ),
+        None => esc(&excerpt(&message.request_content, 300)),
+    }
 }
 
 pub fn turns(query: &MessagesQuery, list: &MessagePage) -> String {
@@ -142,7 +154,14 @@ pub fn turns(query: &MessagesQuery, list: &MessagePage) -> String {
     body
 }
 
-pub fn turn(detail: &MessageDetailOut, csrf: &str, queued: Option<usize>) -> String {
+/// One turn: its facts, what was asked (or tapped), the answer, and the parts as posted.
+/// `tapped_answer`: for a tap, the answer text of the turn whose choice it made.
+pub fn turn(
+    detail: &MessageDetailOut,
+    csrf: &str,
+    queued: Option<usize>,
+    tapped_answer: Option<&str>,
+) -> String {
     let m = &detail.message;
     let mut body = String::new();
     match queued {
@@ -150,6 +169,50 @@ pub fn turn(detail: &MessageDetailOut, csrf: &str, queued: Option<usize>) -> Str
         Some(_) => body.push_str(r#"<p class="notice" id="queued">Queued: the worker picks it up shortly. Reload to follow it.</p>"#),
         None => {}
     }
+    body.push_str(&facts(m, csrf));
+    match &m.action {
+        Some(action) => {
+            let _ = write!(
+                body,
+                r#"<h2>Tap</h2><div class="card" id="request">{}</div>"#,
+                choices::tap(action, tapped_answer)
+            );
+        }
+        None => {
+            let _ = write!(
+                body,
+                r#"<h2>Request</h2><pre id="request">{}</pre>"#,
+                esc(&m.request_content)
+            );
+        }
+    }
+    let response = m
+        .response_content
+        .as_deref()
+        .map(esc)
+        .unwrap_or_else(|| r#"<span class="empty">No answer.</span>"#.into());
+    let _ = write!(
+        body,
+        r#"<h2>Answer, as the agent gave it</h2><pre id="response">{response}</pre>"#
+    );
+    body.push_str(&reply_parts(detail));
+    body
+}
+
+fn written_by(m: &MessageOut) -> String {
+    match (m.origin, &m.author) {
+        (TurnOrigin::User, _) if m.action.is_some() => {
+            "the user, tapping a choice (answered by the agent)".to_owned()
+        }
+        (TurnOrigin::User, _) => "the user (answered by the agent)".to_owned(),
+        (TurnOrigin::Person, Some(author)) => format!("a person: {}", esc(author)),
+        (TurnOrigin::Person, None) => "a person".to_owned(),
+        (TurnOrigin::Agent, _) => "the agent, writing first".to_owned(),
+    }
+}
+
+/// The turn's card of facts, with its recovery button.
+fn facts(m: &MessageOut, csrf: &str) -> String {
     let user_link = m
         .user_id
         .as_deref()
@@ -162,8 +225,7 @@ pub fn turn(detail: &MessageDetailOut, csrf: &str, queued: Option<usize>) -> Str
         .unwrap_or_default();
     let optional = |value: &Option<String>| value.as_deref().map(esc).unwrap_or_else(|| "—".into());
     let optional_at = |at: Option<chrono::DateTime<chrono::Utc>>| at.map(when).unwrap_or_else(|| "—".into());
-    let _ = write!(
-        body,
+    format!(
         r#"<div class="card"><dl>
 <dt>Status</dt><dd id="status" data-status="{status}">{badge}</dd>
 <dt>Written by</dt><dd id="origin" data-origin="{origin}">{written_by}</dd>
@@ -175,12 +237,7 @@ pub fn turn(detail: &MessageDetailOut, csrf: &str, queued: Option<usize>) -> Str
         status = esc(&m.status),
         badge = badge(&m.status),
         origin = m.origin.as_str(),
-        written_by = match (m.origin, &m.author) {
-            (crate::domain::TurnOrigin::User, _) => "the user (answered by the agent)".to_owned(),
-            (crate::domain::TurnOrigin::Person, Some(author)) => format!("a person: {}", esc(author)),
-            (crate::domain::TurnOrigin::Person, None) => "a person".to_owned(),
-            (crate::domain::TurnOrigin::Agent, _) => "the agent, writing first".to_owned(),
-        },
+        written_by = written_by(m),
         who = who(m),
         platform = esc(&m.platform),
         chat = esc(&m.chat_id),
@@ -196,33 +253,25 @@ pub fn turn(detail: &MessageDetailOut, csrf: &str, queued: Option<usize>) -> Str
         error = optional(&m.last_error),
         id = esc(&m.id.to_string()),
         action = action_form(m, csrf),
-    );
-    let _ = write!(
-        body,
-        r#"<h2>Request</h2><pre id="request">{}</pre>"#,
-        esc(&m.request_content)
-    );
-    let response = m
-        .response_content
-        .as_deref()
-        .map(esc)
-        .unwrap_or_else(|| r#"<span class="empty">No answer.</span>"#.into());
-    let _ = write!(
-        body,
-        r#"<h2>Answer, as the agent gave it</h2><pre id="response">{response}</pre>"#
-    );
-    body.push_str("<h2>Reply parts, as posted</h2>");
+    )
+}
+
+/// Each part as posted, with the choices it carried (and which was chosen) and, for an
+/// edit, the part whose message it changed.
+fn reply_parts(detail: &MessageDetailOut) -> String {
+    let mut body = String::from("<h2>Reply parts, as posted</h2>");
     if detail.reply_parts.is_empty() {
         body.push_str(r#"<p class="empty">None.</p>"#);
     }
     for part in &detail.reply_parts {
         let _ = write!(
             body,
-            r#"<div class="card part" data-status="{status}"><div class="meta">#{index} {badge}<span>{platform_id}</span><span>{delivery}</span><span>{attempts} attempt(s)</span><span>{sent}</span></div>
-<p class="text">{content}</p>{error}</div>"#,
+            r#"<div class="card part" data-status="{status}" id="part-{index}"><div class="meta">#{index} {badge}{edit}<span>{platform_id}</span><span>{delivery}</span><span>{attempts} attempt(s)</span><span>{sent}</span></div>
+<p class="text">{content}</p>{choices}{error}</div>"#,
             status = esc(&part.status),
             index = part.part_index,
             badge = badge(&part.status),
+            edit = choices::edit_note(part),
             platform_id = part
                 .platform_message_id
                 .as_deref()
@@ -232,6 +281,7 @@ pub fn turn(detail: &MessageDetailOut, csrf: &str, queued: Option<usize>) -> Str
             attempts = part.attempts,
             sent = part.sent_at.map(when).unwrap_or_default(),
             content = esc(&part.content),
+            choices = choices::offered(part),
             error = part
                 .last_error
                 .as_deref()

@@ -65,9 +65,33 @@ pub async fn turn(
     Path(id): Path<String>,
     Query(query): Query<TurnQuery>,
 ) -> PageResult {
-    let detail = messages::get_message(&state.pool, signed_in.session.tenant, turn_id(&id)?).await?;
-    let body = pages::turn(&detail, &signed_in.session.csrf, query.queued);
+    let tenant = signed_in.session.tenant;
+    let detail = messages::get_message(&state.pool, tenant, turn_id(&id)?).await?;
+    let tapped_answer = match &detail.message.action {
+        Some(action) => answer_of(&state, tenant, action.message_id.0).await?,
+        None => None,
+    };
+    let body = pages::turn(
+        &detail,
+        &signed_in.session.csrf,
+        query.queued,
+        tapped_answer.as_deref(),
+    );
     ok_page("Turn", &signed_in, &body)
+}
+
+/// The answer text of the turn a tap answered; none once that turn is gone (erased, or past
+/// retention), which the tap outlives.
+async fn answer_of(
+    state: &AppState,
+    tenant: crate::domain::TenantId,
+    id: Uuid,
+) -> Result<Option<String>, AppError> {
+    match messages::get_message(&state.pool, tenant, id).await {
+        Ok(answered) => Ok(answered.message.response_content),
+        Err(AppError::NotFound(_)) => Ok(None),
+        Err(err) => Err(err),
+    }
 }
 
 pub async fn redispatch(

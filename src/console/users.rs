@@ -6,11 +6,12 @@ use std::fmt::Write;
 use axum::extract::{Query, State};
 use serde::Deserialize;
 
+use super::choices;
 use super::error::PageResult;
 use super::html::{badge, esc, excerpt, query_value};
 use super::pages::{ok_page, when};
 use super::session::SignedIn;
-use crate::admin::messages::{self, ConversationPage, ConversationTurn, Who};
+use crate::admin::messages::{self, ConversationPage, ConversationTurn, MessageOut, ReplyPartOut, Who};
 use crate::db::conversations::{self, ConversationRow, PageStart, COUNT_CAP};
 use crate::domain::TurnOrigin;
 use crate::error::AppError;
@@ -217,7 +218,7 @@ fn render_conversation(who: &Who, page: &ConversationPage, csrf: &str, page_is_f
         body.push_str(r#"<p class="empty" id="no-turns">No turns.</p>"#);
     }
     for turn in &page.turns {
-        body.push_str(&exchange(turn, csrf));
+        body.push_str(&exchange(turn, csrf, page));
     }
     body.push_str("</section>");
     if let Some(cursor) = &page.next_cursor {
@@ -239,21 +240,16 @@ fn render_conversation(who: &Who, page: &ConversationPage, csrf: &str, page_is_f
     body
 }
 
-/// A failed turn gets the turn page's recovery button.
-fn exchange(turn: &ConversationTurn, csrf: &str) -> String {
+/// A failed turn gets the turn page's recovery button. `page` has the turn a tap answered,
+/// when it is on the same page.
+fn exchange(turn: &ConversationTurn, csrf: &str, page: &ConversationPage) -> String {
     let m = &turn.message;
     let id = esc(&m.id.to_string());
     let (asked, answerer) = match (m.origin, &m.author) {
         (TurnOrigin::Person, Some(author)) => (String::new(), format!("Person · {}", esc(author))),
         (TurnOrigin::Person, None) => (String::new(), "Person".to_owned()),
         (TurnOrigin::Agent, _) => (String::new(), "Agent (wrote first)".to_owned()),
-        (TurnOrigin::User, _) => (
-            format!(
-                r#"<p class="label">User</p><pre class="request">{}</pre>"#,
-                esc(&m.request_content)
-            ),
-            "Agent".to_owned(),
-        ),
+        (TurnOrigin::User, _) => (asked(m, page), "Agent".to_owned()),
     };
     let answer = match &m.response_content {
         Some(answer) => format!(
@@ -262,44 +258,75 @@ fn exchange(turn: &ConversationTurn, csrf: &str) -> String {
         ),
         None => String::new(),
     };
-    let mut parts = String::new();
-    if !turn.reply_parts.is_empty() {
-        parts.push_str(r#"<p class="label">Posted</p><ol class="parts">"#);
-        for part in &turn.reply_parts {
-            let _ = write!(
-                parts,
-                r#"<li class="part" data-status="{status}">{badge}{delivery} {content}{error}</li>"#,
-                status = esc(part.status.as_str()),
-                badge = badge(&part.status),
-                delivery = part
-                    .delivery_status
-                    .as_deref()
-                    .map(|d| format!(" {}", badge(d)))
-                    .unwrap_or_default(),
-                content = esc(&part.content),
-                error = part
-                    .last_error
-                    .as_deref()
-                    .map(|e| format!(r#" <span class="error">{}</span>"#, esc(e)))
-                    .unwrap_or_default(),
-            );
-        }
-        parts.push_str("</ol>");
-    }
     let error = match (&m.last_error, m.response_content.is_none()) {
         (Some(e), true) => format!(r#"<p class="error">{}</p>"#, esc(e)),
         _ => String::new(),
     };
     format!(
-        r#"<div class="card turn exchange" id="turn-{id}" data-status="{status}" data-platform="{platform}" data-origin="{origin}">
+        r#"<div class="card turn exchange" id="turn-{id}" data-status="{status}" data-platform="{platform}" data-origin="{origin}"{tap}>
 <div class="meta">{badge}<span>{platform}</span><span>{account}</span><span>{at}</span><a href="/console/turns/{id}">details</a></div>
 {asked}{answer}{parts}{error}{action}</div>"#,
         origin = m.origin.as_str(),
+        tap = if m.action.is_some() {
+            r#" data-tap="true""#
+        } else {
+            ""
+        },
         status = esc(&m.status),
         badge = badge(&m.status),
         platform = esc(&m.platform),
         account = esc(&m.platform_user_id),
         at = when(m.received_at),
+        parts = posted(&turn.reply_parts),
         action = super::pages::action_form(m, csrf),
     )
+}
+
+/// The user's words, or their tap.
+fn asked(m: &MessageOut, page: &ConversationPage) -> String {
+    match &m.action {
+        Some(action) => {
+            let answers = page
+                .turns
+                .iter()
+                .map(|t| (t.message.id, t.message.response_content.as_deref()));
+            let answer = choices::answer_in(action, answers);
+            format!(r#"<p class="label">User</p>{}"#, choices::tap(action, answer))
+        }
+        None => format!(
+            r#"<p class="label">User</p><pre class="request">{}</pre>"#,
+            esc(&m.request_content)
+        ),
+    }
+}
+
+/// The parts as posted, each with the choices it carried.
+fn posted(parts: &[ReplyPartOut]) -> String {
+    if parts.is_empty() {
+        return String::new();
+    }
+    let mut list = String::from(r#"<p class="label">Posted</p><ol class="parts">"#);
+    for part in parts {
+        let _ = write!(
+            list,
+            r#"<li class="part" data-status="{status}">{badge}{delivery}{edit} {content}{error}{choices}</li>"#,
+            status = esc(part.status.as_str()),
+            badge = badge(&part.status),
+            delivery = part
+                .delivery_status
+                .as_deref()
+                .map(|d| format!(" {}", badge(d)))
+                .unwrap_or_default(),
+            edit = choices::edit_note(part),
+            content = esc(&part.content),
+            error = part
+                .last_error
+                .as_deref()
+                .map(|e| format!(r#" <span class="error">{}</span>"#, esc(e)))
+                .unwrap_or_default(),
+            choices = choices::offered(part),
+        );
+    }
+    list.push_str("</ol>");
+    list
 }

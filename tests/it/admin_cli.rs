@@ -1151,3 +1151,126 @@ async fn the_cli_takes_a_conversation_over_writes_in_it_lists_it_held_and_hands_
     let none = json_of(&admin_cli(&app, As::Admin(&key), &["conversations", "held"], None).await);
     assert_eq!(none["conversations"], json!([]));
 }
+
+// ---------------------------------------------------------------- choices and taps
+
+/// The lines of an NDJSON export of the tenant (the admin API's).
+async fn exported(s: &crate::support::Pipeline) -> Vec<Value> {
+    let response = s
+        .app
+        .client
+        .get(s.app.url("/v1/admin/export"))
+        .bearer_auth(s.admin_key().await)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body = response.text().await.unwrap();
+    body.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[tokio::test]
+async fn the_cli_shows_a_tap_as_a_tap_and_an_answers_choices_with_the_one_chosen() {
+    let s = crate::support::Pipeline::start().await;
+    crate::console_handoff::links_the_fixture_human(&s).await;
+    let (asked, tapped) = crate::console_handoff::a_tapped_approval(&s).await;
+    let key = s.admin_key().await;
+    let cli = |args: Vec<String>| {
+        let (app, key) = (&s.app, key.clone());
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            admin_cli(app, As::Admin(&key), &args, None).await
+        }
+    };
+    let args = |list: &[&str]| list.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+
+    let table = stdout(&cli(args(&["--table", "messages", "list"])).await);
+    let header = table.lines().next().unwrap();
+    let column = header.find("TAP ON ANSWER OF").expect(&table);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(&tapped.to_string()))
+        .unwrap();
+    assert_eq!(&row[column..column + 36], asked.to_string(), "{table}");
+
+    let record = stdout(&cli(args(&["--table", "messages", "get", &tapped.to_string()])).await);
+    for (name, value) in [
+        ("tapped", "Approve".to_owned()),
+        ("choice_id", "approve".to_owned()),
+        ("choice_value", r#"{"refund":42}"#.to_owned()),
+        ("on_answer_of", asked.to_string()),
+    ] {
+        assert!(
+            record
+                .lines()
+                .any(|l| l.starts_with(&format!("{name} ")) && l.ends_with(&format!(" {value}"))),
+            "{name}: {record}"
+        );
+    }
+
+    let answer = stdout(&cli(args(&["--table", "messages", "get", &asked.to_string()])).await);
+    assert!(
+        !answer.contains("tapped "),
+        "no tap lines for a message: {answer}"
+    );
+    assert!(answer.contains("EDIT OF"), "{answer}");
+    let choices = answer
+        .split("choices of part 0 (close after the first tap):\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{answer}"));
+    let rows: Vec<&str> = choices.lines().collect();
+    assert!(rows[0].starts_with("#  LABEL"), "{answer}");
+    assert!(
+        rows[1].starts_with("0  Approve ") && rows[1].contains("✓ by 408258968 at "),
+        "{answer}"
+    );
+    assert!(rows[2].starts_with("1  <i>Later</i> "), "{answer}");
+    assert!(rows[3].ends_with("https://example.com/policy"), "{answer}");
+
+    let json = json_of(&cli(args(&["--json", "messages", "get", &tapped.to_string()])).await);
+    let (_, api) = s
+        .admin(Method::GET, &format!("/v1/admin/messages/{tapped}"), None)
+        .await;
+    assert_eq!(json, api, "--json is the API's answer, action and all");
+    assert_eq!(json["action"]["message_id"], asked.to_string());
+
+    // The export: the tap's action, and the choices with the one chosen.
+    let lines = exported(&s).await;
+    let line = |id: String| lines.iter().find(|l| l["id"] == id).cloned().unwrap();
+    assert_eq!(line(tapped.to_string())["action"]["label"], "Approve");
+    let parts = line(asked.to_string())["reply_parts"].clone();
+    assert_eq!(parts[0]["choices"]["items"][0]["id"], "approve");
+    assert_eq!(parts[0]["chosen"]["index"], 0);
+    assert_eq!(parts[1]["edit_of"], 0);
+
+    // A person's answer with buttons from the command line.
+    let sent = json_of(
+        &cli(args(&[
+            "--json",
+            "conversations",
+            "send",
+            "user:alice",
+            "Which day?",
+            "--choice",
+            "Monday",
+            "--choice",
+            "Tuesday",
+        ]))
+        .await,
+    );
+    let turn = sent["message_id"].as_str().unwrap();
+    let (_, person) = s
+        .admin(Method::GET, &format!("/v1/admin/messages/{turn}"), None)
+        .await;
+    let items = &person["reply_parts"][0]["choices"]["items"];
+    assert_eq!(
+        *items,
+        json!([{"id": "Monday", "label": "Monday"}, {"id": "Tuesday", "label": "Tuesday"}])
+    );
+    let (_, audit) = s.admin(Method::GET, "/v1/admin/audit", None).await;
+    let entry = &audit["items"][0];
+    assert_eq!(
+        (&entry["action"], &entry["details"]["choices"]),
+        (&json!("conversation.message"), &json!(2))
+    );
+}

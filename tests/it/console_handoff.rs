@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use channel_bridge::dispatch::StepOutcome;
-use channel_bridge::domain::Platform;
+use channel_bridge::domain::{MessageId, Platform};
 use fantoccini::{Client, Locator};
 use reqwest::Method;
 use serde_json::json;
@@ -60,7 +60,7 @@ async fn shows_without_reload(client: &Client, text: &str) {
     }
 }
 
-async fn links_the_fixture_human(s: &Pipeline) {
+pub(crate) async fn links_the_fixture_human(s: &Pipeline) {
     let (status, _) = s
         .admin(
             Method::POST,
@@ -289,4 +289,239 @@ async fn the_console_hands_back_only_conversations_the_tenant_has() {
     assert_eq!(console_hand_back(&s, &own, &conversation).await, 303);
     let holds: i64 = s.owner_scalar("select count(*) from conversation_holds").await;
     assert_eq!(holds, 0, "handed back");
+}
+
+// ---------------------------------------------------------------------------------------
+// Choices and taps (docs/console.md#choices-and-taps)
+
+/// A Telegram `callback_query` from the fixture's human tapping `data` on message `on`.
+fn telegram_tap(update_id: i64, on: &str, data: &str) -> Vec<u8> {
+    let mut update: serde_json::Value =
+        serde_json::from_slice(&fixture(Platform::Telegram, "callback_query")).unwrap();
+    update["update_id"] = update_id.into();
+    update["callback_query"]["id"] = format!("cb{update_id}").into();
+    update["callback_query"]["message"]["message_id"] = on.parse::<i64>().unwrap().into();
+    update["callback_query"]["data"] = data.into();
+    serde_json::to_vec(&update).unwrap()
+}
+
+/// The fixture's human asks, the agent answers with three choices (one a link, one with
+/// markup in its label), the human taps Approve and the agent answers the tap: the asked
+/// turn and the tap's turn.
+pub(crate) async fn a_tapped_approval(s: &Pipeline) -> (MessageId, MessageId) {
+    let approval = json!({"content": "Approve the refund?", "choices": [
+        {"id": "approve", "label": "Approve", "style": "primary", "value": {"refund": 42}},
+        {"id": "later", "label": "<i>Later</i>", "style": "danger"},
+        {"label": "Policy", "url": "https://example.com/policy"}
+    ]});
+    s.agent.script([Reply::Json(200, approval, None)]);
+    s.deliver(
+        Platform::Telegram,
+        telegram_text(400_000 + s.next_id(), "refund please"),
+    )
+    .await;
+    let asked = s.step_executed().await;
+    let on = s.parts(asked).await.pop().unwrap().platform_message_id.unwrap();
+    let sent = s.platforms.sent_to(Platform::Telegram);
+    let keyboard = &sent.last().unwrap().body["reply_markup"]["inline_keyboard"];
+    let approve = keyboard[0][0]["callback_data"].as_str().unwrap().to_owned();
+    s.agent
+        .script([Reply::Json(200, json!({"content": "Refund approved."}), None)]);
+    let tapped = s
+        .post_webhook(
+            Platform::Telegram,
+            telegram_tap(400_900 + s.next_id(), &on, &approve),
+        )
+        .await;
+    assert_eq!(tapped.status(), 200);
+    let closed = s.worker.step().await.unwrap();
+    assert!(
+        matches!(closed, StepOutcome::Delivered(id) if id == asked),
+        "{closed:?}"
+    );
+    (asked, s.step_executed().await)
+}
+
+/// The texts of the elements `css` selects, each on one line (a wrapped row's items are
+/// lines of WebDriver's text).
+async fn texts(client: &Client, css: &str) -> Vec<String> {
+    let mut texts = Vec::new();
+    for element in client.find_all(Locator::Css(css)).await.unwrap() {
+        texts.push(element.text().await.unwrap().replace('\n', " "));
+    }
+    texts
+}
+
+/// Saved under `target/console-screenshots/` to look at (the failure screenshots' folder).
+async fn screenshot(client: &Client, name: &str) {
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/target").into());
+    let dir = std::path::Path::new(&target).join("console-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    let png = client.screenshot().await.unwrap();
+    std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+}
+
+#[tokio::test]
+async fn a_tap_reads_as_a_tap_and_an_answer_lists_its_choices_with_the_one_chosen() {
+    let s = Pipeline::start().await;
+    links_the_fixture_human(&s).await;
+    let (asked, tapped) = a_tapped_approval(&s).await;
+    let key = s.admin_key().await;
+    let (_driver, client) = browser(Screen::Laptop).await;
+    let c = client.clone();
+    with_screenshot_on_failure(client, "choices_and_taps", async move {
+        sign_in_with(&c, &s.app, &key).await;
+        c.goto(&console(&s.app, &format!("/console/turns/{tapped}")))
+            .await
+            .unwrap();
+        let tap = texts(&c, "#request .tap").await.join("");
+        assert!(tap.starts_with("Tapped Approve on the answer to turn"), "{tap}");
+        assert!(
+            tap.contains("Approve the refund?") && tap.contains(r#"{"refund":42}"#),
+            "{tap}"
+        );
+        let link = c.find(Locator::Css("#request a.tapped-on")).await.unwrap();
+        let href = link.attr("href").await.unwrap();
+        assert_eq!(href.as_deref(), Some(format!("/console/turns/{asked}").as_str()));
+
+        // The answered turn: its last part lists the choices as labels, never as controls.
+        link.click().await.unwrap();
+        wait_for(&c, "#part-0 .choices").await;
+        let choices = texts(&c, "#part-0 .choices li").await;
+        assert_eq!(choices.len(), 3, "{choices:?}");
+        assert!(
+            choices[0].starts_with("Approve ✓ chosen by 408258968"),
+            "{choices:?}"
+        );
+        assert_eq!(choices[1], "<i>Later</i>", "markup shows as text");
+        assert_eq!(choices[2], "Policy ↗ https://example.com/policy");
+        let chosen = texts(&c, "#part-0 li[data-chosen]").await;
+        assert_eq!(chosen.len(), 1);
+        assert!(c
+            .find_all(Locator::Css(".choices button, .choices a, .choices i"))
+            .await
+            .unwrap()
+            .is_empty());
+        let edit = texts(&c, "#part-1 .meta .edit").await;
+        assert_eq!(edit, ["edits part #0"]);
+        c.execute("document.getElementById('part-0').scrollIntoView();", vec![])
+            .await
+            .unwrap();
+        screenshot(&c, "turn_with_choices").await;
+
+        // The conversation: the tap and the offered choices in place.
+        c.goto(&console(&s.app, "/console/conversation?user_id=alice"))
+            .await
+            .unwrap();
+        let tap = texts(&c, &format!(r#"#turn-{tapped}[data-tap="true"] .tap"#)).await;
+        assert_eq!(tap.len(), 1);
+        assert!(
+            tap[0].starts_with("Tapped Approve on the answer to turn"),
+            "{tap:?}"
+        );
+        let chosen = texts(&c, &format!("#turn-{asked} .choices li[data-chosen]")).await;
+        assert_eq!(chosen.len(), 1, "{chosen:?}");
+        assert!(
+            chosen[0].starts_with("Approve ✓ chosen by 408258968"),
+            "{chosen:?}"
+        );
+
+        // The list of turns: the tap says it is one.
+        c.goto(&console(&s.app, "/console/turns")).await.unwrap();
+        let card = texts(&c, &format!("#turn-{tapped} .text")).await;
+        assert_eq!(card, ["Tapped Approve on an answer"]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_person_answers_with_choices_from_the_console_and_a_bad_list_is_refused_with_its_reason() {
+    let s = Pipeline::start().await;
+    links_the_fixture_human(&s).await;
+    let conversation = conversation_of_first_turn(&s).await;
+    let key = s.admin_key().await;
+    let (_driver, client) = browser(Screen::Laptop).await;
+    let c = client.clone();
+    with_screenshot_on_failure(client, "person_choices", async move {
+        sign_in_with(&c, &s.app, &key).await;
+        c.goto(&console(&s.app, &page_of(&conversation))).await.unwrap();
+        type_into(&c, "#answer", "Shall I book Tuesday?").await;
+        type_into(&c, "#choices", "Yes\nNo\nOther times | https://example.com/times").await;
+        click(&c, "#send").await;
+        wait_for(&c, r#"[data-origin="person"] .choices"#).await;
+        let sends = s.platforms.sent().len();
+        assert!(matches!(
+            s.worker.step().await.unwrap(),
+            StepOutcome::Delivered(_) | StepOutcome::Executed(_)
+        ));
+        let sent = s.platforms.sent();
+        assert_eq!(sent.len(), sends + 1);
+        let keyboard = &sent[sends].body["reply_markup"]["inline_keyboard"];
+        let buttons: Vec<&serde_json::Value> = keyboard
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r.as_array().unwrap())
+            .collect();
+        let labels: Vec<&str> = buttons.iter().map(|b| b["text"].as_str().unwrap()).collect();
+        assert_eq!(labels, ["Yes", "No", "Other times"]);
+        assert_eq!(buttons[2]["url"], "https://example.com/times");
+        let (_, audit) = s.admin(Method::GET, "/v1/admin/audit", None).await;
+        let entry = audit["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["action"] == "conversation.message")
+            .cloned()
+            .unwrap();
+        assert_eq!(entry["details"]["choices"], 3, "{entry}");
+
+        // 26 choices: refused with the reason and a way back, nothing recorded.
+        c.goto(&console(&s.app, &page_of(&conversation))).await.unwrap();
+        type_into(&c, "#answer", "Pick one").await;
+        let many: String = (0..26).map(|i| format!("Option {i}\n")).collect();
+        type_into(&c, "#choices", &many).await;
+        click(&c, "#send").await;
+        wait_for(&c, "#back").await;
+        let error = c.find(Locator::Id("error")).await.unwrap().text().await.unwrap();
+        assert_eq!(error, "Not sent: Choices: at most 25, one per line");
+        let person: i64 = s
+            .owner_scalar("select count(*) from channel_messages where origin = 'person'")
+            .await;
+        assert_eq!(person, 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn choices_no_platform_could_show_are_refused_as_a_page_with_422_not_a_500() {
+    let s = Pipeline::start().await;
+    links_the_fixture_human(&s).await;
+    let conversation = conversation_of_first_turn(&s).await;
+    let cookie = http_sign_in(&s.app, &s.admin_key().await).await;
+    let (_, page) = get_page(&s.app, &cookie, &page_of(&conversation)).await;
+    let csrf = csrf_of(&page);
+    for (choices, reason) in [
+        ("Yes%0AYes", "used twice"),
+        (&"x".repeat(76), "over 75 characters"),
+    ] {
+        let response = no_redirects()
+            .post(s.app.url("/console/conversation/messages"))
+            .header("cookie", &cookie)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!(
+                "csrf={csrf}&conversation={conversation}&text=hi&key=&choices={choices}"
+            ))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 422, "{choices}");
+        let page = response.text().await.unwrap();
+        assert!(page.contains(reason), "{choices}: {page}");
+    }
+    let person: i64 = s
+        .owner_scalar("select count(*) from channel_messages where origin = 'person'")
+        .await;
+    assert_eq!(person, 0);
 }
