@@ -1,7 +1,8 @@
 //! Slack Events API over HTTP (PLATFORMS.md §1; what is forwarded or dropped:
 //! docs/platforms.md#what-is-forwarded-recorded-or-dropped). Besides turns, a
 //! `message_metadata_posted` event carrying our part key is a [`PostedPart`]: Slack's word
-//! that a reply part left in doubt was posted.
+//! that a reply part left in doubt was posted, and `reaction_added`/`reaction_removed` on a
+//! message is a [`Reaction`].
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -14,7 +15,7 @@ use crate::domain::{Connector, Platform};
 use crate::media::{Attachment, AttachmentKind, FileSource};
 use crate::platforms::inbound::{
     hmac_sha256_hex, hmac_sha256_matches, parse_json, required_header, Channel, HandshakeReply, HookError,
-    HookRequest, Inbound, InboundKind, InboundMessage, Parsed, PostedPart,
+    HookRequest, Inbound, InboundKind, InboundMessage, Parsed, PostedPart, Reaction, ReactionChange,
 };
 
 /// The metadata `event_type` of every reply part, which the app's manifest subscribes to
@@ -172,32 +173,28 @@ fn event_callback(connector: &Connector, envelope: EnvelopeIn) -> Inbound {
     if !is_for_our_workspace(connector, &envelope) {
         return Inbound::only_dropped("other_team");
     }
-    let event_type = envelope
-        .event
-        .as_ref()
-        .and_then(|e| e.get("type"))
-        .and_then(Value::as_str);
-    if event_type == Some("message_metadata_posted") {
-        let event = envelope
-            .event
-            .as_ref()
-            .map_or(Err("no_event"), |e| posted_part(connector, e));
-        return match event {
-            Ok(posted) => Inbound {
-                posted: vec![posted],
-                ..Inbound::default()
-            },
-            Err(reason) => Inbound::only_dropped(reason),
-        };
-    }
-    let event = envelope.event.as_ref().ok_or("no_event").and_then(message_event);
-    match event.and_then(|event| inbound_message(connector, &envelope, event)) {
-        Ok(message) => Inbound {
-            messages: vec![message],
+    let Some(event) = envelope.event.as_ref() else {
+        return Inbound::only_dropped("no_event");
+    };
+    let read = match event.get("type").and_then(Value::as_str) {
+        Some("message_metadata_posted") => posted_part(connector, event).map(|posted| Inbound {
+            posted: vec![posted],
             ..Inbound::default()
-        },
-        Err(reason) => Inbound::only_dropped(reason),
-    }
+        }),
+        Some(kind @ ("reaction_added" | "reaction_removed")) => {
+            reaction(connector, kind, event).map(|reaction| Inbound {
+                reactions: vec![reaction],
+                ..Inbound::default()
+            })
+        }
+        _ => message_event(event)
+            .and_then(|event| inbound_message(connector, &envelope, event))
+            .map(|message| Inbound {
+                messages: vec![message],
+                ..Inbound::default()
+            }),
+    };
+    read.unwrap_or_else(Inbound::only_dropped)
 }
 
 /// A distributed app sends every workspace's events to one Request URL; only the connector's
@@ -214,7 +211,7 @@ fn is_for_our_workspace(connector: &Connector, envelope: &EnvelopeIn) -> bool {
         .any(|team| team.as_deref() == Some(ours))
 }
 
-/// `message` and `app_mention` events; any other type (reactions, lifecycle) is not a turn.
+/// `message` and `app_mention` events; any other type (lifecycle, channels…) is not a turn.
 /// A signed event we cannot read is dropped, not refused: a 400 would only make Slack retry it.
 fn message_event(event: &Value) -> Result<MessageEventIn, &'static str> {
     match event.get("type").and_then(Value::as_str) {
@@ -291,6 +288,74 @@ fn posted_part(connector: &Connector, event: &Value) -> Result<PostedPart, &'sta
         platform_message_id: ts,
         chat_id: channel,
     })
+}
+
+#[derive(Deserialize)]
+struct ReactionEventIn {
+    user: Option<String>,
+    reaction: Option<String>,
+    item: Option<ReactionItemIn>,
+    event_ts: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ReactionItemIn {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    channel: Option<String>,
+    ts: Option<String>,
+}
+
+/// `reaction_added`/`reaction_removed` (docs.slack.dev/reference/events/reaction_added):
+/// only a reaction on a message can be on one of our answers (not on a `file` or
+/// `file_comment`). Our bot's own reactions come back as events too, with its user id.
+fn reaction(connector: &Connector, kind: &str, event: &Value) -> Result<Reaction, &'static str> {
+    let event: ReactionEventIn = serde_json::from_value(event.clone()).map_err(|_| "unreadable_event")?;
+    let item = event.item.ok_or("unreadable_event")?;
+    if item.kind.as_deref() != Some("message") {
+        return Err("reaction_not_on_message");
+    }
+    if is_ours(event.user.as_deref(), connector.profile.bot_user_id.as_deref()) {
+        return Err("own_reaction");
+    }
+    let channel = item.channel.filter(|id| is_slack_id(id));
+    let ts = item.ts.filter(|ts| is_slack_ts(ts));
+    let user = event.user.filter(|id| is_slack_id(id));
+    let (Some(channel), Some(ts), Some(user)) = (channel, ts, user) else {
+        return Err("missing_ids");
+    };
+    let name = event
+        .reaction
+        .filter(|name| !name.is_empty())
+        .ok_or("unreadable_event")?;
+    let at = event
+        .event_ts
+        .as_deref()
+        .and_then(ts_time)
+        .ok_or("unreadable_event")?;
+    let change = if kind == "reaction_added" {
+        ReactionChange::Set(name)
+    } else {
+        // Slack removes one emoji of the several a person may have left.
+        ReactionChange::Removed(Some(name))
+    };
+    Ok(Reaction {
+        platform_message_id: ts,
+        chat_id: channel,
+        platform_user_id: user,
+        change,
+        at,
+    })
+}
+
+/// A Slack timestamp (`"1360782804.083113"`: seconds, then a fraction) as a time.
+fn ts_time(ts: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    if !is_slack_ts(ts) {
+        return None;
+    }
+    let (secs, fraction) = ts.split_once('.')?;
+    let digits: String = fraction.chars().chain(std::iter::repeat('0')).take(9).collect();
+    chrono::DateTime::from_timestamp(secs.parse().ok()?, digits.parse().ok()?)
 }
 
 fn matches_when_known(field: Option<&str>, ours: Option<&str>) -> bool {
@@ -434,6 +499,7 @@ mod tests {
     const CHANNEL_JOIN: &[u8] = include_bytes!("../../../fixtures/slack/channel_join.json");
     const APP_RATE_LIMITED: &[u8] = include_bytes!("../../../fixtures/slack/app_rate_limited.json");
     const REACTION_ADDED: &[u8] = include_bytes!("../../../fixtures/slack/reaction_added.json");
+    const REACTION_REMOVED: &[u8] = include_bytes!("../../../fixtures/slack/reaction_removed.json");
     const FILE_SHARE_NO_TEXT: &[u8] = include_bytes!("../../../fixtures/slack/file_share_no_text.json");
     const METADATA_POSTED: &[u8] = include_bytes!("../../../fixtures/slack/message_metadata_posted.json");
 
@@ -701,8 +767,105 @@ mod tests {
 
     #[test]
     fn non_message_events_and_envelopes_are_dropped() {
-        assert_eq!(dropped_reason(REACTION_ADDED), "non_message_event");
+        let channel_created = br#"{"type":"event_callback","team_id":"T0001","event":{"type":"channel_created","channel":{"id":"C0NEW0001"}}}"#;
+        assert_eq!(dropped_reason(channel_created), "non_message_event");
         assert_eq!(dropped_reason(APP_RATE_LIMITED), "app_rate_limited");
+    }
+
+    /// The one reaction of `body`, nothing else in it.
+    fn single_reaction(body: &[u8]) -> Reaction {
+        let inbound = events(body);
+        assert!(
+            inbound.messages.is_empty(),
+            "never a turn: {:?}",
+            inbound.messages
+        );
+        assert!(inbound.dropped.is_empty(), "dropped: {:?}", inbound.dropped);
+        assert_eq!(inbound.reactions.len(), 1);
+        inbound
+            .reactions
+            .into_iter()
+            .next()
+            .expect("one reaction, asserted above")
+    }
+
+    /// A reaction fixture with `change` applied to its event.
+    fn reaction_event(body: &[u8], change: impl FnOnce(&mut Value)) -> Vec<u8> {
+        let mut body: Value = serde_json::from_slice(body).expect("fixture is JSON");
+        change(&mut body["event"]);
+        serde_json::to_vec(&body).expect("serializes")
+    }
+
+    #[test]
+    fn a_reaction_added_to_a_message_is_a_reaction_set_at_its_event_time() {
+        let expected = Reaction {
+            platform_message_id: "1718000105.000250".into(),
+            chat_id: "C0CHAN001".into(),
+            platform_user_id: "U0USER1".into(),
+            change: ReactionChange::Set("thumbsup".into()),
+            at: chrono::DateTime::from_timestamp(1_718_000_600, 900_000).expect("in range"),
+        };
+        assert_eq!(single_reaction(REACTION_ADDED), expected);
+    }
+
+    #[test]
+    fn a_reaction_removed_names_the_emoji_taken_away() {
+        let reaction = single_reaction(REACTION_REMOVED);
+        assert_eq!(reaction.change, ReactionChange::Removed(Some("thumbsup".into())));
+        assert_eq!(reaction.platform_message_id, "1718000105.000250");
+        let later = chrono::DateTime::from_timestamp(1_718_000_660, 100_000).expect("in range");
+        assert_eq!(reaction.at, later);
+    }
+
+    #[test]
+    fn a_skin_tone_or_custom_emoji_keeps_its_slack_name() {
+        for name in ["+1::skin-tone-2", "shipit"] {
+            let body = reaction_event(REACTION_ADDED, |e| e["reaction"] = name.into());
+            assert_eq!(single_reaction(&body).change, ReactionChange::Set(name.into()));
+        }
+    }
+
+    #[test]
+    fn our_bots_own_reaction_and_one_on_a_file_are_dropped() {
+        let own = reaction_event(REACTION_ADDED, |e| e["user"] = "UBOT1".into());
+        assert_eq!(dropped_reason(&own), "own_reaction");
+        for kind in ["file", "file_comment"] {
+            let body = reaction_event(REACTION_REMOVED, |e| {
+                e["item"] = json!({"type": kind, "file": "F0FILE001"});
+            });
+            assert_eq!(dropped_reason(&body), "reaction_not_on_message", "{kind}");
+        }
+    }
+
+    #[test]
+    fn a_reaction_with_missing_or_odd_fields_is_dropped_not_refused() {
+        let cases: [(&str, Value, &str); 8] = [
+            ("item", Value::Null, "unreadable_event"),
+            ("item", json!("C0CHAN001"), "unreadable_event"),
+            ("reaction", json!(""), "unreadable_event"),
+            ("reaction", json!(7), "unreadable_event"),
+            ("event_ts", json!("soon"), "unreadable_event"),
+            ("user", Value::Null, "missing_ids"),
+            ("user", json!("U0 USER1"), "missing_ids"),
+            (
+                "item",
+                json!({"type": "message", "channel": "C0CHAN001", "ts": "x"}),
+                "missing_ids",
+            ),
+        ];
+        for (field, value, reason) in cases {
+            let body = reaction_event(REACTION_ADDED, |e| e[field] = value.clone());
+            assert_eq!(dropped_reason(&body), reason, "{field} = {value}");
+        }
+    }
+
+    #[test]
+    fn a_reaction_in_another_workspace_is_dropped() {
+        let mut other = connector();
+        other.profile.external_id = Some("T0OTHER".into());
+        let inbound = testing::events(&Slack, &other, REACTION_ADDED);
+        assert!(inbound.reactions.is_empty());
+        assert_eq!(inbound.dropped, vec!["other_team"]);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Telegram Bot API webhooks (PLATFORMS.md §3; what is forwarded or dropped:
 //! docs/platforms.md#what-is-forwarded-recorded-or-dropped). Only `message` updates from
-//! people are turns. An unknown update kind is dropped, never an error (§3.5 rule 1):
+//! people (and taps) are turns; a person's `message_reaction` is a [`Reaction`]. An unknown update kind is dropped, never an error (§3.5 rule 1):
 //! Telegram adds kinds, and a 4xx would only make it redeliver.
 
 use serde::Deserialize;
@@ -13,7 +13,7 @@ use crate::domain::{Connector, Platform};
 use crate::media::{Attachment, AttachmentKind, FileSource};
 use crate::platforms::inbound::{
     constant_time_eq, parse_json, required_header, verification_secrets, Channel, HookError, HookRequest,
-    Inbound, InboundKind, InboundMessage, Parsed, Tap, TapAnswer,
+    Inbound, InboundKind, InboundMessage, Parsed, Reaction, ReactionChange, Tap, TapAnswer,
 };
 
 const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
@@ -28,7 +28,7 @@ const OTHER_UPDATE_KINDS: &[&str] = &[
     "business_message",
     "edited_business_message",
     "deleted_business_messages",
-    "message_reaction",
+    // Anonymous counts, with no person to attribute them to.
     "message_reaction_count",
     "inline_query",
     "chosen_inline_result",
@@ -115,6 +115,15 @@ impl Channel for Telegram {
         if let Some(callback) = update.callback_query {
             return Ok(Parsed::Events(read_tap(update.update_id, callback)));
         }
+        if let Some(reaction) = update.message_reaction {
+            return Ok(Parsed::Events(match read_reaction(reaction) {
+                Ok(reaction) => Inbound {
+                    reactions: vec![reaction],
+                    ..Inbound::default()
+                },
+                Err(reason) => Inbound::only_dropped(reason),
+            }));
+        }
         let Some(message) = update.message else {
             return Ok(Parsed::Events(Inbound::only_dropped(other_kind_reason(
                 &update.other,
@@ -138,6 +147,7 @@ struct UpdateIn {
     /// Kept as a `Value` so an odd message is dropped, not refused.
     message: Option<Value>,
     callback_query: Option<Value>,
+    message_reaction: Option<Value>,
     #[serde(flatten)]
     other: Map<String, Value>,
 }
@@ -286,6 +296,69 @@ fn read_tap(update_id: i64, callback: Value) -> Inbound {
     }
 }
 
+/// `MessageReactionUpdated` (core.telegram.org/bots/api#messagereactionupdated). Telegram
+/// sends none for reactions set by bots, and `actor_chat` instead of `user` for a reaction
+/// made on behalf of a chat, which no person can be held to.
+#[derive(Deserialize)]
+struct MessageReactionIn {
+    chat: ChatIn,
+    message_id: i64,
+    user: Option<UserIn>,
+    date: i64,
+    new_reaction: Vec<ReactionTypeIn>,
+}
+
+/// `ReactionType`: `emoji`, `custom_emoji` or `paid` (core.telegram.org/bots/api#reactiontype).
+#[derive(Deserialize)]
+struct ReactionTypeIn {
+    #[serde(rename = "type")]
+    kind: String,
+    emoji: Option<String>,
+    custom_emoji_id: Option<String>,
+}
+
+fn read_reaction(reaction: Value) -> Result<Reaction, &'static str> {
+    let reaction: MessageReactionIn =
+        serde_json::from_value(reaction).map_err(|_| "unreadable_message_reaction")?;
+    let user = reaction.user.as_ref().ok_or("anonymous_reaction")?;
+    if user.is_bot {
+        return Err("bot_sender");
+    }
+    let at = chrono::DateTime::from_timestamp(reaction.date, 0).ok_or("unreadable_message_reaction")?;
+    Ok(Reaction {
+        platform_message_id: reaction.message_id.to_string(),
+        chat_id: reaction.chat.id.to_string(),
+        platform_user_id: user.id.to_string(),
+        change: reaction_change(&reaction.new_reaction)?,
+        at,
+    })
+}
+
+/// The person's reactions after the change, as one state: the last plain emoji. A premium
+/// user's custom emoji counts only when no plain one is left, as `:custom_emoji:<id>` (it
+/// replaces an earlier 👍, so the earlier state is not left standing). A star (`paid`)
+/// reaction or a type Telegram adds later is no feedback on an answer: dropped.
+fn reaction_change(new_reaction: &[ReactionTypeIn]) -> Result<ReactionChange, &'static str> {
+    if new_reaction.is_empty() {
+        return Ok(ReactionChange::Removed(None));
+    }
+    let emoji = new_reaction
+        .iter()
+        .rev()
+        .filter(|r| r.kind == "emoji")
+        .find_map(|r| r.emoji.as_deref().filter(|emoji| !emoji.is_empty()));
+    let custom = new_reaction
+        .iter()
+        .rev()
+        .filter(|r| r.kind == "custom_emoji")
+        .find_map(|r| r.custom_emoji_id.as_deref().filter(|id| !id.is_empty()));
+    match (emoji, custom) {
+        (Some(emoji), _) => Ok(ReactionChange::Set(emoji.to_owned())),
+        (None, Some(id)) => Ok(ReactionChange::Set(format!(":custom_emoji:{id}"))),
+        (None, None) => Err("no_emoji_reaction"),
+    }
+}
+
 /// Text, a caption with its file, or a placeholder; anything else is a service message.
 fn content(message: &MessageIn) -> Result<(InboundKind, String, Vec<Attachment>), &'static str> {
     if let Some(text) = &message.text {
@@ -384,6 +457,9 @@ mod tests {
     const NEW_CHAT_MEMBERS: &[u8] = include_bytes!("../../../fixtures/telegram/new_chat_members.json");
     const UNKNOWN_UPDATE_KIND: &[u8] = include_bytes!("../../../fixtures/telegram/unknown_update_kind.json");
     const CALLBACK_QUERY: &[u8] = include_bytes!("../../../fixtures/telegram/callback_query.json");
+    const MESSAGE_REACTION: &[u8] = include_bytes!("../../../fixtures/telegram/message_reaction.json");
+    const MESSAGE_REACTION_REMOVED: &[u8] =
+        include_bytes!("../../../fixtures/telegram/message_reaction_removed.json");
 
     fn connector() -> Connector {
         let mut connector = testing::connector(Platform::Telegram, SECRET);
@@ -589,6 +665,121 @@ mod tests {
     fn a_message_without_sender_is_dropped() {
         let body = br#"{"update_id":7,"message":{"message_id":1,"sender_chat":{"id":-100,"type":"channel"},"chat":{"id":-100,"type":"supergroup"},"date":1,"text":"hi"}}"#;
         assert_eq!(dropped_reason(body), "no_sender");
+    }
+
+    /// The one reaction of `body`, nothing else in it.
+    fn single_reaction(body: &[u8]) -> Reaction {
+        let inbound = events(body);
+        assert!(
+            inbound.messages.is_empty(),
+            "never a turn: {:?}",
+            inbound.messages
+        );
+        assert!(inbound.dropped.is_empty(), "dropped: {:?}", inbound.dropped);
+        assert_eq!(inbound.reactions.len(), 1);
+        inbound
+            .reactions
+            .into_iter()
+            .next()
+            .expect("one reaction, asserted above")
+    }
+
+    /// The reaction fixture with `change` applied to its `message_reaction`.
+    fn reaction_update(change: impl FnOnce(&mut Value)) -> Vec<u8> {
+        let mut body: Value = serde_json::from_slice(MESSAGE_REACTION).expect("fixture is JSON");
+        change(&mut body["message_reaction"]);
+        serde_json::to_vec(&body).expect("serializes")
+    }
+
+    fn with_new_reaction(new_reaction: Value) -> Vec<u8> {
+        reaction_update(|r| r["new_reaction"] = new_reaction)
+    }
+
+    #[test]
+    fn a_persons_reaction_is_a_reaction_set_in_the_chat_of_the_message() {
+        let expected = Reaction {
+            platform_message_id: "57".into(),
+            chat_id: "-1001276785818".into(),
+            platform_user_id: "408258968".into(),
+            change: ReactionChange::Set("👍".into()),
+            at: chrono::DateTime::from_timestamp(1_718_000_400, 0).expect("in range"),
+        };
+        assert_eq!(single_reaction(MESSAGE_REACTION), expected);
+    }
+
+    #[test]
+    fn an_empty_new_reaction_is_a_removal_of_whatever_it_was() {
+        let reaction = single_reaction(MESSAGE_REACTION_REMOVED);
+        assert_eq!(reaction.change, ReactionChange::Removed(None));
+        let later = chrono::DateTime::from_timestamp(1_718_000_460, 0).expect("in range");
+        assert_eq!(reaction.at, later);
+    }
+
+    #[test]
+    fn the_newest_state_is_the_last_plain_emoji_then_a_custom_one() {
+        let cases = [
+            (
+                json!([{"type": "emoji", "emoji": "👍"}, {"type": "emoji", "emoji": "👎"}]),
+                "👎",
+            ),
+            (
+                json!([{"type": "emoji", "emoji": "👎"}, {"type": "custom_emoji", "custom_emoji_id": "5368324170671202286"}]),
+                "👎",
+            ),
+            (
+                json!([{"type": "paid"}, {"type": "custom_emoji", "custom_emoji_id": "5368324170671202286"}]),
+                ":custom_emoji:5368324170671202286",
+            ),
+        ];
+        for (new_reaction, expected) in cases {
+            let body = with_new_reaction(new_reaction);
+            assert_eq!(
+                single_reaction(&body).change,
+                ReactionChange::Set(expected.into())
+            );
+        }
+    }
+
+    #[test]
+    fn a_star_only_anonymous_or_bot_reaction_is_dropped() {
+        let paid = with_new_reaction(json!([{"type": "paid"}]));
+        assert_eq!(dropped_reason(&paid), "no_emoji_reaction");
+        let anonymous = reaction_update(|r| {
+            r.as_object_mut().expect("an object").remove("user");
+            r["actor_chat"] = json!({"id": -1001276785818_i64, "title": "Bridge team", "type": "supergroup"});
+        });
+        assert_eq!(dropped_reason(&anonymous), "anonymous_reaction");
+        let bot = reaction_update(|r| r["user"]["is_bot"] = true.into());
+        assert_eq!(dropped_reason(&bot), "bot_sender");
+    }
+
+    #[test]
+    fn reaction_counts_stay_dropped() {
+        let body = br#"{"update_id":11,"message_reaction_count":{"chat":{"id":-100,"type":"channel"},"message_id":3,"date":1,"reactions":[{"type":{"type":"emoji","emoji":"\ud83d\udc4d"},"total_count":5}]}}"#;
+        assert_eq!(dropped_reason(body), "message_reaction_count");
+    }
+
+    #[test]
+    fn a_reaction_with_odd_fields_is_dropped_not_refused() {
+        let odd: [(&str, Value); 5] = [
+            ("message_id", json!("57")),
+            ("chat", Value::Null),
+            ("date", json!(i64::MAX)),
+            ("new_reaction", json!("👍")),
+            ("new_reaction", json!([{"emoji": "👍"}])),
+        ];
+        for (field, value) in odd {
+            let body = reaction_update(|r| r[field] = value.clone());
+            assert_eq!(
+                dropped_reason(&body),
+                "unreadable_message_reaction",
+                "{field} = {value}"
+            );
+        }
+        let empty_emoji = with_new_reaction(json!([{"type": "emoji", "emoji": ""}]));
+        assert_eq!(dropped_reason(&empty_emoji), "no_emoji_reaction");
+        let not_an_object = br#"{"update_id":12,"message_reaction":[1]}"#;
+        assert_eq!(dropped_reason(not_an_object), "unreadable_message_reaction");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! WhatsApp Cloud API webhooks (PLATFORMS.md §2; what is forwarded or dropped:
 //! docs/platforms.md#what-is-forwarded-recorded-or-dropped). One POST may carry many
-//! entries × changes × messages and statuses (§2.4), and every one is visited.
+//! entries × changes × messages and statuses (§2.4), and every one is visited. A message of
+//! type `reaction` is a [`Reaction`], never a turn.
 
 use secrecy::ExposeSecret;
 use serde::Deserialize;
@@ -14,7 +15,7 @@ use crate::media::{Attachment, AttachmentKind, FileSource};
 use crate::platforms::inbound::{
     constant_time_eq, hmac_sha256_hex, hmac_sha256_matches, parse_json, required_header, Channel,
     DeliveryStatus, HandshakeReply, HookError, HookRequest, Inbound, InboundKind, InboundMessage, Parsed,
-    Tap,
+    Reaction, ReactionChange, Tap,
 };
 
 /// Only the SHA-256 header is checked; the legacy `X-Hub-Signature` (sha1) is ignored (§2.1).
@@ -274,6 +275,13 @@ fn read_change(connector: &Connector, waba_id: &str, change: ChangeIn, inbound: 
         contacts: &value.contacts,
     };
     for message in value.messages {
+        if message.get("type").and_then(Value::as_str) == Some("reaction") {
+            match read_reaction(message) {
+                Ok(reaction) => inbound.reactions.push(reaction),
+                Err(reason) => inbound.dropped.push(reason),
+            }
+            continue;
+        }
         match read_message(&context, message) {
             Ok(message) => inbound.messages.push(message),
             Err(reason) => inbound.dropped.push(reason),
@@ -309,6 +317,49 @@ fn read_message(context: &ChangeContext<'_>, message: Value) -> Result<InboundMe
             answer_id: None,
         }),
         command: None,
+    })
+}
+
+#[derive(Deserialize)]
+struct ReactionMessageIn {
+    from: Option<String>,
+    timestamp: Option<String>,
+    reaction: ReactionIn,
+}
+
+#[derive(Deserialize)]
+struct ReactionIn {
+    /// The wamid reacted to.
+    message_id: String,
+    /// Absent (or empty) when the person took the reaction away
+    /// (developers.facebook.com/docs/whatsapp/cloud-api/webhooks/reference/messages/reaction).
+    emoji: Option<String>,
+}
+
+/// A person's reaction (or its removal) to a message in their chat with the business.
+fn read_reaction(message: Value) -> Result<Reaction, &'static str> {
+    let message: ReactionMessageIn = serde_json::from_value(message).map_err(|_| "unreadable_reaction")?;
+    let from = message.from.filter(|from| !from.is_empty()).ok_or("no_from")?;
+    let reacted_to = message.reaction.message_id;
+    if reacted_to.is_empty() {
+        return Err("unreadable_reaction");
+    }
+    let at = message
+        .timestamp
+        .and_then(|secs| secs.parse().ok())
+        .and_then(|secs| chrono::DateTime::from_timestamp(secs, 0))
+        .ok_or("unreadable_reaction")?;
+    let change = match message.reaction.emoji.filter(|emoji| !emoji.is_empty()) {
+        Some(emoji) => ReactionChange::Set(emoji),
+        None => ReactionChange::Removed(None),
+    };
+    Ok(Reaction {
+        platform_message_id: reacted_to,
+        // A reply goes to the sender, so the chat is theirs, as for a text.
+        chat_id: from.clone(),
+        platform_user_id: from,
+        change,
+        at,
     })
 }
 
@@ -464,6 +515,10 @@ mod tests {
     const REPLY_WITH_CONTEXT: &[u8] = include_bytes!("../../../fixtures/whatsapp/reply_with_context.json");
     const STATUS_FAILED: &[u8] = include_bytes!("../../../fixtures/whatsapp/status_failed.json");
     const MESSAGE_ECHOES: &[u8] = include_bytes!("../../../fixtures/whatsapp/message_echoes.json");
+    const REACTION: &[u8] = include_bytes!("../../../fixtures/whatsapp/reaction.json");
+    const REACTION_REMOVED: &[u8] = include_bytes!("../../../fixtures/whatsapp/reaction_removed.json");
+    /// Our reply the fixtures' reactions are on (quoted in `reply_with_context.json`).
+    const OUR_REPLY: &str = "wamid.HBgLMTY1MDU1NTEyMzQVAgARGBJCUklER0VSRVBMWTAwMQA=";
 
     fn connector() -> Connector {
         let mut connector = testing::connector(Platform::Whatsapp, SECRET);
@@ -787,6 +842,101 @@ mod tests {
         let inbound = events(body.as_bytes());
         assert_eq!(inbound.dropped, vec!["unreadable_message"]);
         assert_eq!(inbound.messages.len(), 1);
+    }
+
+    /// The one reaction of `body`, nothing else in it.
+    fn single_reaction(body: &[u8]) -> Reaction {
+        let inbound = events(body);
+        assert!(
+            inbound.messages.is_empty(),
+            "never a turn: {:?}",
+            inbound.messages
+        );
+        assert!(inbound.dropped.is_empty(), "dropped: {:?}", inbound.dropped);
+        assert_eq!(inbound.reactions.len(), 1);
+        inbound
+            .reactions
+            .into_iter()
+            .next()
+            .expect("one reaction, asserted above")
+    }
+
+    /// The reaction fixture with `change` applied to its message.
+    fn reaction_message(change: impl FnOnce(&mut Value)) -> Vec<u8> {
+        let mut body: Value = serde_json::from_slice(REACTION).expect("fixture is JSON");
+        change(&mut body["entry"][0]["changes"][0]["value"]["messages"][0]);
+        serde_json::to_vec(&body).expect("serializes")
+    }
+
+    #[test]
+    fn a_reaction_is_a_reaction_on_the_message_it_names_never_a_turn() {
+        let expected = Reaction {
+            platform_message_id: OUR_REPLY.into(),
+            chat_id: "16505551234".into(),
+            platform_user_id: "16505551234".into(),
+            change: ReactionChange::Set("👍".into()),
+            at: chrono::DateTime::from_timestamp(1_749_416_760, 0).expect("in range"),
+        };
+        assert_eq!(single_reaction(REACTION), expected);
+        let changed = reaction_message(|m| m["reaction"]["emoji"] = "👎".into());
+        assert_eq!(single_reaction(&changed).change, ReactionChange::Set("👎".into()));
+    }
+
+    #[test]
+    fn a_reaction_without_or_with_an_empty_emoji_is_a_removal() {
+        let reaction = single_reaction(REACTION_REMOVED);
+        assert_eq!(reaction.change, ReactionChange::Removed(None));
+        assert_eq!(reaction.platform_message_id, OUR_REPLY);
+        let empty = reaction_message(|m| m["reaction"]["emoji"] = "".into());
+        assert_eq!(single_reaction(&empty).change, ReactionChange::Removed(None));
+    }
+
+    #[test]
+    fn a_reaction_in_a_batch_leaves_the_messages_around_it_in_their_places() {
+        let mut body: Value = serde_json::from_slice(TEXT).expect("fixture is JSON");
+        let reaction: Value = serde_json::from_slice(REACTION).expect("fixture is JSON");
+        let reaction = &reaction["entry"][0]["changes"][0]["value"]["messages"][0];
+        let messages = &mut body["entry"][0]["changes"][0]["value"]["messages"];
+        let mut second = messages[0].clone();
+        second["id"] = "wamid.SECOND".into();
+        let items = messages.as_array_mut().expect("an array");
+        items.extend([reaction.clone(), second]);
+        let inbound = events(&serde_json::to_vec(&body).expect("serializes"));
+        assert!(inbound.dropped.is_empty(), "dropped: {:?}", inbound.dropped);
+        let ids: Vec<_> = inbound
+            .messages
+            .iter()
+            .map(|m| m.platform_message_id.as_str())
+            .collect();
+        let first = "wamid.HBgLMTY1MDM4Nzk0MzkVAgASGBQzQTRBNjU5OUFFRTAzODEwMTQ0RgA=";
+        assert_eq!(
+            ids,
+            [first, "wamid.SECOND"],
+            "the reaction is no turn, not even `[reaction]`"
+        );
+        assert_eq!(inbound.reactions.len(), 1);
+    }
+
+    #[test]
+    fn a_reaction_with_missing_or_odd_fields_is_dropped_not_refused() {
+        let odd: [(&str, Value, &str); 6] = [
+            ("from", Value::Null, "no_from"),
+            ("reaction", Value::Null, "unreadable_reaction"),
+            ("reaction", json!({"emoji": "👍"}), "unreadable_reaction"),
+            (
+                "reaction",
+                json!({"message_id": "", "emoji": "👍"}),
+                "unreadable_reaction",
+            ),
+            ("timestamp", json!("soon"), "unreadable_reaction"),
+            ("timestamp", json!(1749416760), "unreadable_reaction"),
+        ];
+        for (field, value, reason) in odd {
+            let body = reaction_message(|m| m[field] = value.clone());
+            let inbound = events(&body);
+            assert!(inbound.messages.is_empty() && inbound.reactions.is_empty());
+            assert_eq!(inbound.dropped, vec![reason], "{field} = {value}");
+        }
     }
 
     #[test]
