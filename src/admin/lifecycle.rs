@@ -27,13 +27,16 @@ pub struct ExportLine {
     #[serde(flatten)]
     pub message: MessageOut,
     pub reply_parts: Vec<ReplyPartOut>,
+    /// People's reactions to the answer, each person's latest.
+    pub reactions: Vec<crate::db::reactions::ReactionOut>,
 }
 
 impl From<Turn> for ExportLine {
-    fn from((message, parts): Turn) -> Self {
+    fn from((message, parts, reactions): Turn) -> Self {
         Self {
             message: message.into(),
             reply_parts: parts.into_iter().map(ReplyPartOut::from).collect(),
+            reactions,
         }
     }
 }

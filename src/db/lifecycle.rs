@@ -4,6 +4,7 @@
 use sqlx::{PgConnection, Postgres, QueryBuilder};
 
 use super::messages::{MessageRow, ReplyPart, MESSAGE_COLUMNS};
+use super::reactions::ReactionOut;
 use super::{queue, TenantTx};
 use crate::domain::{MessageId, Platform, TenantId};
 
@@ -164,7 +165,7 @@ pub async fn purge_notices(
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-#[schema(example = json!({"turns": 12, "reply_parts": 14, "jobs": 1, "links": 2, "notices": 0}))]
+#[schema(example = json!({"turns": 12, "reply_parts": 14, "jobs": 1, "links": 2, "notices": 0, "reactions": 1}))]
 pub struct Erased {
     /// The person's turns (`channel_messages`), on every platform.
     pub turns: u64,
@@ -175,6 +176,9 @@ pub struct Erased {
     pub links: u64,
     /// The once-a-day marks of notices posted to the person's accounts while unlinked.
     pub notices: u64,
+    /// The person's reactions to answers given to others (in a shared chat); those on
+    /// their own turns go with the turns.
+    pub reactions: u64,
 }
 
 /// In the caller's transaction; nobody else's rows. The Slack read budget is per
@@ -214,12 +218,14 @@ pub async fn erase(tx: &mut TenantTx, person: &Person) -> Result<Erased, sqlx::E
     .await?;
     let links = delete_links(tx, person).await?;
     let notices = delete_notices(tx, &senders).await?;
+    let reactions = delete_reactions(tx, &senders).await?;
     Ok(Erased {
         turns,
         reply_parts,
         jobs,
         links,
         notices,
+        reactions,
     })
 }
 
@@ -293,13 +299,31 @@ async fn delete_notices(tx: &mut TenantTx, senders: &[(String, String)]) -> Resu
     Ok(done.rows_affected())
 }
 
+async fn delete_reactions(tx: &mut TenantTx, senders: &[(String, String)]) -> Result<u64, sqlx::Error> {
+    let tenant = tx.tenant();
+    let (platforms, ids): (Vec<String>, Vec<String>) = senders.iter().cloned().unzip();
+    let done = sqlx::query(
+        "delete from channel_reactions r using channel_messages m
+          where r.tenant_id = $1 and m.tenant_id = $1 and m.id = r.message_id
+            and (m.platform, r.platform_user_id) in
+                (select s.platform, s.platform_user_id from unnest($2::text[], $3::text[])
+                     as s(platform, platform_user_id))",
+    )
+    .bind(tenant)
+    .bind(&platforms)
+    .bind(&ids)
+    .execute(tx.conn())
+    .await?;
+    Ok(done.rows_affected())
+}
+
 /// Oldest first, after `after`; no `people`: every turn of the tenant.
 pub async fn export_page(
     tx: &mut TenantTx,
     people: &[Person],
     after: Option<(chrono::DateTime<chrono::Utc>, MessageId)>,
     limit: i64,
-) -> Result<Vec<(MessageRow, Vec<ReplyPart>)>, sqlx::Error> {
+) -> Result<Vec<(MessageRow, Vec<ReplyPart>, Vec<ReactionOut>)>, sqlx::Error> {
     let tenant = tx.tenant();
     let mut sql = QueryBuilder::new(format!(
         "select {MESSAGE_COLUMNS} from channel_messages m where m.tenant_id = "
@@ -322,11 +346,16 @@ pub async fn export_page(
     for (message, part) in super::messages::reply_parts_of(tx, &ids).await? {
         parts.entry(message).or_default().push(part);
     }
+    let mut reactions: std::collections::HashMap<MessageId, Vec<ReactionOut>> = Default::default();
+    for (message, reaction) in super::reactions::of_messages(tx, &ids).await? {
+        reactions.entry(message).or_default().push(reaction);
+    }
     Ok(turns
         .into_iter()
         .map(|turn| {
             let own = parts.remove(&turn.id).unwrap_or_default();
-            (turn, own)
+            let felt = reactions.remove(&turn.id).unwrap_or_default();
+            (turn, own, felt)
         })
         .collect())
 }

@@ -15,6 +15,7 @@ pub mod messages;
 pub mod outage;
 pub mod overview;
 pub mod queue;
+pub mod reactions;
 pub mod replies;
 pub mod sealing;
 pub mod slack_budget;

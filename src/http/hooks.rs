@@ -219,7 +219,7 @@ async fn accept(
         state.wake_workers();
     }
     count_recorded(platform, &outcome);
-    let dropped = dropped + outcome.taps_dropped;
+    let dropped = dropped + outcome.taps_dropped + outcome.reactions_dropped;
     taps.extend(outcome.taps);
     let body = crate::platforms::of(platform)
         .tap_reply(&taps)
@@ -335,6 +335,14 @@ fn count_recorded(platform: Platform, outcome: &crate::ingress::RecordOutcome) {
         .increment(outcome.recorded_only as u64);
     metrics::counter!("channel_bridge_webhook_events_total", "platform" => platform, "result" => "duplicate")
         .increment(outcome.duplicates as u64);
+    for feedback in &outcome.feedback {
+        metrics::counter!("channel_bridge_feedback_total", "platform" => platform, "feedback" => feedback.as_str())
+            .increment(1);
+    }
+    if outcome.reactions_dropped > 0 {
+        metrics::counter!("channel_bridge_webhook_events_dropped_total", "platform" => platform, "reason" => "reaction_not_on_an_answer")
+            .increment(outcome.reactions_dropped as u64);
+    }
 }
 
 fn count_dropped(platform: Platform, dropped: &[&'static str]) {

@@ -2,6 +2,7 @@
 //! the agent, a queue job, in one tenant transaction; a duplicate inserts nothing and is still
 //! a success (what is dropped: docs/platforms.md#what-is-forwarded-recorded-or-dropped).
 
+pub mod reactions;
 mod taps;
 pub mod writer;
 
@@ -27,6 +28,10 @@ pub struct RecordOutcome {
     pub taps: Vec<TapAnswer>,
     /// Taps that made no turn (not a choice of ours in this chat).
     pub taps_dropped: usize,
+    /// Reactions that changed a person's feedback on an answer, each as it did.
+    pub feedback: Vec<reactions::Feedback>,
+    /// Reactions to something other than one of our answers in their chat.
+    pub reactions_dropped: usize,
 }
 
 impl RecordOutcome {
@@ -103,6 +108,13 @@ pub async fn record_many_in(
             if let Some(message) = crate::turn::settle::confirm_posted(tx, connector.id, posted).await? {
                 db::queue::wake_reply(tx, message).await?;
                 outcome.parts_confirmed += 1;
+            }
+        }
+        for reaction in &inbound.reactions {
+            match reactions::record(tx, connector, reaction).await? {
+                reactions::Recorded::Changed(feedback) => outcome.feedback.push(feedback),
+                reactions::Recorded::Unchanged => {}
+                reactions::Recorded::NotOnAnAnswer => outcome.reactions_dropped += 1,
             }
         }
     }

@@ -10,13 +10,14 @@ use sqlx::PgPool;
 
 use crate::db::lifecycle::{self, Person};
 use crate::db::messages::{MessageRow, ReplyPart};
+use crate::db::reactions::ReactionOut;
 use crate::db::TenantTx;
 use crate::domain::{MessageId, TenantId};
 
 pub const PAGE: i64 = 200;
 
 /// One exported turn: the turn and its reply parts.
-pub type Turn = (MessageRow, Vec<ReplyPart>);
+pub type Turn = (MessageRow, Vec<ReplyPart>, Vec<ReactionOut>);
 
 pub struct Export<Line> {
     pool: PgPool,
@@ -50,7 +51,7 @@ impl<Line: From<Turn> + Serialize + 'static> Export<Line> {
         }
         let page = crate::db::within(self.deadline, self.read_page()).await?;
         self.done = page.len() < PAGE as usize;
-        let Some((last, _)) = page.last() else {
+        let Some((last, ..)) = page.last() else {
             return Ok(None);
         };
         self.after = Some((last.received_at, last.id));

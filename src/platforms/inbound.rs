@@ -120,11 +120,55 @@ pub struct PostedPart {
     pub chat_id: String,
 }
 
+/// A person's reaction to a message in a chat (docs/agent.md#reactions-feedback-on-answers):
+/// never a turn. Recorded against our reply part when `platform_message_id` is one of ours
+/// in that chat, else dropped. Nothing in it is trusted beyond being signed by the platform.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reaction {
+    /// The message reacted to (Slack `item.ts`, Telegram `message_id`, WhatsApp `wamid`).
+    pub platform_message_id: String,
+    /// Slack channel, Telegram chat id, WhatsApp sender number: the reacted message's chat.
+    pub chat_id: String,
+    pub platform_user_id: String,
+    pub change: ReactionChange,
+    /// When the person reacted, by the platform's clock: a later state wins, and the same
+    /// event delivered again changes nothing.
+    pub at: chrono::DateTime<chrono::Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReactionChange {
+    /// The person's reaction is now this emoji (Unicode, or Slack's name such as `thumbsup`
+    /// or `+1::skin-tone-2`).
+    Set(String),
+    /// Removed: `Some(emoji)` only if it is the one recorded (Slack removes one of several),
+    /// `None` whatever it was (WhatsApp's empty emoji, Telegram's empty set).
+    Removed(Option<String>),
+}
+
+/// The feedback an emoji gives: +1 for 👍 and -1 for 👎 (with any skin tone or variation
+/// selector), and Slack's names for them (`+1`, `thumbsup`, `-1`, `thumbsdown`, with any
+/// `::skin-tone-N`); 0 for every other emoji.
+pub fn feedback_value(emoji: &str) -> i16 {
+    let name = emoji.split("::").next().unwrap_or_default();
+    let base: String = emoji
+        .chars()
+        .filter(|c| !matches!(c, '\u{1F3FB}'..='\u{1F3FF}' | '\u{FE0F}'))
+        .collect();
+    match (name, base.as_str()) {
+        ("+1" | "thumbsup", _) | (_, "\u{1F44D}") => 1,
+        ("-1" | "thumbsdown", _) | (_, "\u{1F44E}") => -1,
+        _ => 0,
+    }
+}
+
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Inbound {
     pub messages: Vec<InboundMessage>,
     pub statuses: Vec<DeliveryStatus>,
     pub posted: Vec<PostedPart>,
+    /// Reactions to messages, for the reply parts they may be about.
+    pub reactions: Vec<Reaction>,
     /// Why things were dropped without a row, for metrics and debug logs.
     pub dropped: Vec<&'static str>,
     /// Taps dropped here that the platform still wants acknowledged (their answer ids).
@@ -135,7 +179,10 @@ pub struct Inbound {
 
 impl Inbound {
     pub fn has_records(&self) -> bool {
-        !(self.messages.is_empty() && self.statuses.is_empty() && self.posted.is_empty())
+        !(self.messages.is_empty()
+            && self.statuses.is_empty()
+            && self.posted.is_empty()
+            && self.reactions.is_empty())
     }
 
     /// Hashes an idempotency key too long for its index (`index_key`), so a malformed but
@@ -186,6 +233,19 @@ impl Inbound {
                 .flatten()
             {
                 scrub(field);
+            }
+        }
+        for reaction in &mut self.reactions {
+            for field in [
+                &mut reaction.platform_message_id,
+                &mut reaction.chat_id,
+                &mut reaction.platform_user_id,
+            ] {
+                scrub(field);
+            }
+            match &mut reaction.change {
+                ReactionChange::Set(emoji) | ReactionChange::Removed(Some(emoji)) => scrub(emoji),
+                ReactionChange::Removed(None) => {}
             }
         }
     }
@@ -455,6 +515,7 @@ mod scrub_tests {
                 error: None,
             }],
             posted: Vec::new(),
+            reactions: Vec::new(),
             dropped: Vec::new(),
             dropped_taps: Vec::new(),
             ack: None,
@@ -485,5 +546,30 @@ mod scrub_tests {
             ),
             ("w\u{FFFD}", Some("p\u{FFFD}"))
         );
+    }
+}
+
+#[cfg(test)]
+mod feedback_tests {
+    use super::feedback_value;
+
+    #[test]
+    fn thumbs_up_and_down_are_feedback_in_every_spelling() {
+        for up in [
+            "👍",
+            "👍🏽",
+            "\u{1F44D}\u{FE0F}",
+            "+1",
+            "thumbsup",
+            "+1::skin-tone-3",
+        ] {
+            assert_eq!(feedback_value(up), 1, "{up}");
+        }
+        for down in ["👎", "👎🏿", "-1", "thumbsdown", "thumbsdown::skin-tone-6"] {
+            assert_eq!(feedback_value(down), -1, "{down}");
+        }
+        for other in ["😮", "tada", "❤", "", "+1a", "👍👍"] {
+            assert_eq!(feedback_value(other), 0, "{other}");
+        }
     }
 }

@@ -30,13 +30,14 @@ async fn distribution(owner: &mut PgConnection) -> Vec<(String, String, i32)> {
     .unwrap()
 }
 
-const TENANT_TABLES: [&str; 9] = [
+const TENANT_TABLES: [&str; 10] = [
     "agent_events",
     "audit_log",
     "channel_connectors",
     "channel_links",
     "channel_messages",
     "channel_notices",
+    "channel_reactions",
     "channel_replies",
     "conversation_holds",
     "slack_read_budget",

@@ -38,6 +38,7 @@ async fn migrate_applies_on_an_empty_database_and_a_second_run_is_a_no_op() {
             "channel_links",
             "channel_messages",
             "channel_notices",
+            "channel_reactions",
             "channel_replies",
             "console_sessions",
             "conversation_holds",

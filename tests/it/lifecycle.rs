@@ -588,7 +588,7 @@ async fn erasing_a_user_removes_every_row_of_theirs_in_every_tenant_table_and_no
     assert_eq!(status, 200, "{erased}");
     assert_eq!(
         erased,
-        json!({"turns": 4, "reply_parts": 3, "jobs": 2, "links": 2, "notices": 2})
+        json!({"turns": 4, "reply_parts": 3, "jobs": 2, "links": 2, "notices": 2, "reactions": 0})
     );
     let after = snapshot(&mut owner).await;
 
@@ -647,7 +647,7 @@ async fn after_an_erasure_the_agent_would_see_nothing_of_them_and_erasing_again_
     assert_eq!(status, 200);
     assert_eq!(
         again,
-        json!({"turns": 0, "reply_parts": 0, "jobs": 0, "links": 0, "notices": 0})
+        json!({"turns": 0, "reply_parts": 0, "jobs": 0, "links": 0, "notices": 0, "reactions": 0})
     );
 }
 
@@ -778,6 +778,8 @@ async fn an_export_round_trips_with_the_listing_and_the_reply_parts_page_by_page
     for (line, item) in lines.iter().zip(&oldest_first) {
         let mut message = line.clone();
         let parts = message.as_object_mut().unwrap().remove("reply_parts").unwrap();
+        let reactions = message.as_object_mut().unwrap().remove("reactions").unwrap();
+        assert_eq!(reactions, json!([]), "nobody reacted");
         assert_eq!(
             &message, item,
             "the line holds the listing's fields, oldest first"

@@ -31,6 +31,7 @@ mod media;
 mod observability;
 mod proactive;
 mod queue_generations;
+mod reactions;
 mod replies;
 mod rls;
 mod runtime_role;

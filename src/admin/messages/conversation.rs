@@ -21,6 +21,7 @@ pub enum Who {
 pub struct ConversationTurn {
     pub message: MessageOut,
     pub reply_parts: Vec<ReplyPartOut>,
+    pub reactions: Vec<db::reactions::ReactionOut>,
 }
 
 #[derive(Debug)]
@@ -63,6 +64,7 @@ pub async fn conversation(
     let (rows, next_cursor) = page_of(rows, filter.limit);
     let ids: Vec<MessageId> = rows.iter().map(|row| row.id).collect();
     let parts = db::messages::reply_parts_of(&mut tx, &ids).await?;
+    let reactions = db::reactions::of_messages(&mut tx, &ids).await?;
     let links = match who {
         Who::User(user) => db::links::of_user(&mut tx, user).await?,
         Who::Sender(_) => Vec::new(),
@@ -72,10 +74,16 @@ pub async fn conversation(
     for (message, part) in parts {
         parts_of.entry(message).or_default().push(part.into());
     }
+    let mut reactions_of: std::collections::HashMap<MessageId, Vec<db::reactions::ReactionOut>> =
+        Default::default();
+    for (message, reaction) in reactions {
+        reactions_of.entry(message).or_default().push(reaction);
+    }
     let turns = rows
         .into_iter()
         .map(|row| ConversationTurn {
             reply_parts: parts_of.remove(&row.id).unwrap_or_default(),
+            reactions: reactions_of.remove(&row.id).unwrap_or_default(),
             message: row.into(),
         })
         .collect();

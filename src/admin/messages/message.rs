@@ -154,6 +154,9 @@ pub struct MessageDetailOut {
     /// message, or the turn whose reply the user answered).
     pub reply_to_message_id: Option<Uuid>,
     pub reply_parts: Vec<ReplyPartOut>,
+    /// People's reactions to the answer, each person's latest
+    /// (docs/agent.md#reactions-feedback-on-answers).
+    pub reactions: Vec<db::reactions::ReactionOut>,
 }
 
 pub async fn get_message(pool: &PgPool, tenant: TenantId, id: Uuid) -> Result<MessageDetailOut, AppError> {
@@ -162,6 +165,7 @@ pub async fn get_message(pool: &PgPool, tenant: TenantId, id: Uuid) -> Result<Me
         .await?
         .ok_or(AppError::NotFound("message"))?;
     let parts = db::messages::reply_parts(&mut tx, row.id).await?;
+    let reactions = db::reactions::of_messages(&mut tx, &[row.id]).await?;
     let reply_to = match &row.reply_to_id {
         Some(reply_to) => db::messages::resolve_reply_to(&mut tx, row.connector_id, reply_to).await?,
         None => None,
@@ -171,6 +175,7 @@ pub async fn get_message(pool: &PgPool, tenant: TenantId, id: Uuid) -> Result<Me
         message: row.into(),
         reply_to_message_id: reply_to.map(|id| id.0),
         reply_parts: parts.into_iter().map(ReplyPartOut::from).collect(),
+        reactions: reactions.into_iter().map(|(_, reaction)| reaction).collect(),
     })
 }
 
