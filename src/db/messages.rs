@@ -422,15 +422,26 @@ pub async fn add_choice_edit(
     note: &str,
 ) -> Result<(), sqlx::Error> {
     let tenant = tx.tenant();
-    sqlx::query(
-        "insert into channel_replies (tenant_id, message_id, part_index, content, edit_of)
-         select $1, $2, coalesce(max(part_index) + 1, 0), $4, $3
-           from channel_replies where tenant_id = $1 and message_id = $2",
+    // Two statements: Citus runs an INSERT … SELECT with an aggregate through the
+    // coordinator by COPY, which row-level security refuses. The caller holds the lock on
+    // the part with the choices, so no other edit of this turn comes in between.
+    let next: i32 = sqlx::query_scalar(
+        "select coalesce(max(part_index) + 1, 0) from channel_replies
+          where tenant_id = $1 and message_id = $2",
     )
     .bind(tenant)
     .bind(message)
-    .bind(of)
+    .fetch_one(tx.conn())
+    .await?;
+    sqlx::query(
+        "insert into channel_replies (tenant_id, message_id, part_index, content, edit_of)
+         values ($1, $2, $3, $4, $5)",
+    )
+    .bind(tenant)
+    .bind(message)
+    .bind(next)
     .bind(note)
+    .bind(of)
     .execute(tx.conn())
     .await?;
     Ok(())
