@@ -41,6 +41,10 @@ pub enum AppError {
     /// The request passed its deadline (milliseconds), most likely waiting on the database.
     #[error("not completed within {0} ms (database unavailable?); retry later")]
     DeadlinePassed(u64),
+    /// Not possible yet, soon: retry after a second (an agent's event that came before the
+    /// gateway recorded the agent's 202).
+    #[error("{0}")]
+    NotYet(&'static str),
     /// Too many failed attempts; retry after this long.
     #[error("too many failed authentication attempts; retry later")]
     TooManyRequests(std::time::Duration),
@@ -71,6 +75,7 @@ impl AppError {
             Self::FileTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             Self::BadGateway(_) => (StatusCode::BAD_GATEWAY, "bad_gateway"),
             Self::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_requests"),
+            Self::NotYet(_) => (StatusCode::SERVICE_UNAVAILABLE, "not_yet"),
             Self::Unavailable(_) | Self::Refused(_) | Self::DeadlinePassed(_) | Self::SecretsUnopened(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
             }
@@ -145,9 +150,11 @@ impl IntoResponse for AppError {
         let mut response = (status, Json(json!({ "error": code, "message": message }))).into_response();
         let retry_after = match &self {
             Self::TooManyRequests(wait) => Some(wait.as_secs() + u64::from(wait.subsec_nanos() > 0)),
-            Self::DeadlinePassed(_) | Self::Unavailable(_) | Self::Refused(_) | Self::SecretsUnopened(_) => {
-                Some(1)
-            }
+            Self::DeadlinePassed(_)
+            | Self::Unavailable(_)
+            | Self::Refused(_)
+            | Self::SecretsUnopened(_)
+            | Self::NotYet(_) => Some(1),
             _ => None,
         };
         if let Some(seconds) = retry_after {

@@ -11,7 +11,7 @@ use crate::choices::{Choice, Choices, Offered};
 use crate::db::messages::MessageRow;
 use crate::db::{self, TenantTx};
 use crate::dispatch::payload::HANDOFF_REASON_MAX;
-use crate::domain::{MessageId, MessageStatus, Platform};
+use crate::domain::{MessageId, MessageStatus, Platform, TenantId};
 use crate::error::{ApiJsonError, AppError};
 use crate::http::extract::{ApiBytes, ApiPath};
 use crate::http::state::AppState;
@@ -131,13 +131,9 @@ pub async fn post_event(
         crate::admin::schema::check_text("content", text, 100_000)?;
     }
     let text = text.filter(|t| !t.trim().is_empty());
-    let mut tx = TenantTx::begin(&state.pool, signed.tenant.id).await?;
-    let turn = match later::open(&mut tx, message, &signed.event_id).await? {
-        Opened::Ready(turn) => turn,
-        refused => {
-            tx.rollback().await?;
-            return refusal(refused);
-        }
+    let (mut tx, turn) = match opened(&state, signed.tenant.id, message, &signed.event_id).await? {
+        Ok(ready) => ready,
+        Err(refused) => return refusal(refused),
     };
     let (parts, offered) = match text {
         Some(text) => split(&state, &mut tx, &turn, text, choices_of(&event)).await?,
@@ -199,6 +195,41 @@ fn handoff_reason(event: &TurnEvent) -> Result<Option<Option<String>>, AppError>
             let reason = reason.clone().filter(|r| !r.trim().is_empty());
             Ok(Some(reason))
         }
+    }
+}
+
+/// How long an event waits for its turn's dispatch to end: an agent may post it while its
+/// 202 is still on the way, before the gateway has recorded that it answers later.
+const EARLY_EVENT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The turn locked for the event, or why the event is not applied. An event for a turn
+/// still being dispatched waits (the tenant transaction is let go meanwhile, so the worker
+/// can record the 202), then is answered 503 with `Retry-After`.
+async fn opened(
+    state: &AppState,
+    tenant: TenantId,
+    message: MessageId,
+    event_id: &str,
+) -> Result<Result<(TenantTx, Box<MessageRow>), Opened>, AppError> {
+    let deadline = tokio::time::Instant::now() + EARLY_EVENT_WAIT;
+    let mut pause = std::time::Duration::from_millis(5);
+    loop {
+        let mut tx = TenantTx::begin(&state.pool, tenant).await?;
+        let refused = match later::open(&mut tx, message, event_id).await? {
+            Opened::Ready(turn) => return Ok(Ok((tx, turn))),
+            refused => refused,
+        };
+        tx.rollback().await?;
+        if !matches!(refused, Opened::NotAwaiting(MessageStatus::Dispatching)) {
+            return Ok(Err(refused));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(AppError::NotYet(
+                "the turn's dispatch has not ended yet (the agent's 202 is not recorded): retry",
+            ));
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(std::time::Duration::from_millis(100));
     }
 }
 

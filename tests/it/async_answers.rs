@@ -210,6 +210,38 @@ async fn the_next_turn_is_dispatched_meanwhile_with_the_waiting_one_marked() {
 }
 
 #[tokio::test]
+async fn an_event_posted_before_the_gateway_recorded_its_202_waits_for_it_and_is_applied() {
+    let s = Pipeline::builder().gated_agent().start().await;
+    s.agent
+        .script([Reply::Json(202, json!({"status": "pending"}), None)]);
+    s.deliver(
+        Platform::Telegram,
+        telegram_text(600_000 + s.next_id(), "later please"),
+    )
+    .await;
+    let step = s.step();
+    s.agent.wait_for_calls(1).await;
+    let call = s.agent.calls().pop().unwrap();
+    let url = call.raw["reply"]["url"].as_str().unwrap().to_owned();
+    let path = url[url.find("/v1/agent/").unwrap()..].to_owned();
+    // The agent answers through its events URL while its 202 is still held back.
+    let secret = s.tenant.dispatch_secret.clone();
+    let done = json!({"type": "done", "content": "Here it is."});
+    let mut event = std::pin::pin!(post_event(&s.app, &path, &secret, "evt-early", done));
+    let held = tokio::time::timeout(std::time::Duration::from_millis(300), &mut event).await;
+    assert!(held.is_err(), "the event waits for the dispatch: {held:?}");
+    s.answer();
+    let (status, body) = event.await;
+    assert_eq!(status, 202, "{body}");
+    let StepOutcome::Awaiting(id) = step.await.unwrap() else {
+        panic!("the turn awaits the agent")
+    };
+    assert!(matches!(s.worker.step().await.unwrap(), StepOutcome::Delivered(done) if done == id));
+    let sent = s.platforms.sent_to(Platform::Telegram);
+    assert_eq!(sent.iter().filter(|m| m.text() == "Here it is.").count(), 1);
+}
+
+#[tokio::test]
 async fn events_that_do_not_verify_or_come_too_late_are_refused() {
     let s = Pipeline::start().await;
     let (id, path) = accepted_turn(&s, "hello").await;
