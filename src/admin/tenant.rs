@@ -32,6 +32,9 @@ pub struct TenantOut {
     /// Which earlier turns of a user the agent gets as history
     /// (docs/agent.md#history-scope-what-the-agent-sees-of-earlier-turns).
     pub history_scope: HistoryScopeSetting,
+    /// The agent is sent a signed `feedback` event for each change of a person's reaction
+    /// to an answer (docs/agent.md#reactions-feedback-on-answers).
+    pub feedback_events: bool,
     /// Turns older than this many days are deleted; null keeps them for ever
     /// (docs/admin.md#data-lifecycle-retention-erasure-export-audit).
     pub retention_days: Option<i32>,
@@ -59,6 +62,7 @@ impl From<TenantRow> for TenantOut {
             name: row.name,
             agent_url: row.agent_url,
             history_scope: row.history_scope,
+            feedback_events: row.feedback_events,
             retention_days: None,
             handoff_return_secs: None,
             created_at: row.created_at,
@@ -84,6 +88,9 @@ pub struct TenantPatch {
     /// group sees the user's turns there only, a direct message their direct messages on
     /// every platform; `chat`: the same chat only.
     pub history_scope: Option<HistoryScopeSetting>,
+    /// `true`: send the agent a signed `feedback` event for each change of a person's
+    /// reaction to an answer (off by default).
+    pub feedback_events: Option<bool>,
     /// Delete turns (and their reply parts) older than this many days: 7 (Meta retries a
     /// webhook for up to 7 days, and a turn's row is what drops the retry) to 36500. `null`
     /// keeps them for ever (the default).
@@ -104,6 +111,7 @@ impl TenantPatch {
             ("name", self.name.is_some()),
             ("agent_url", self.agent_url.is_some()),
             ("history_scope", self.history_scope.is_some()),
+            ("feedback_events", self.feedback_events.is_some()),
             ("retention_days", self.retention_days.is_some()),
             ("handoff_return_secs", self.handoff_return_secs.is_some()),
         ]
@@ -183,6 +191,7 @@ pub async fn update(
             name: patch.name.as_deref(),
             agent_url: patch.agent_url.as_deref(),
             history_scope: patch.history_scope,
+            feedback_events: patch.feedback_events,
         },
     )
     .await?

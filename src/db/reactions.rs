@@ -151,3 +151,94 @@ pub async fn of_messages(
     .await?;
     Ok(rows.into_iter().map(|r| (r.message_id, r.reaction)).collect())
 }
+
+/// Whether the tenant asked for `feedback` events.
+pub async fn feedback_events_on(tx: &mut TenantTx) -> Result<bool, sqlx::Error> {
+    let tenant = tx.tenant();
+    let on: Option<bool> = sqlx::query_scalar("select feedback_events from tenants where id = $1")
+        .bind(tenant)
+        .fetch_optional(tx.conn())
+        .await?;
+    Ok(on.unwrap_or(false))
+}
+
+/// Queues the `feedback` event of a change, in the transaction that records it.
+pub async fn queue_feedback(tx: &mut TenantTx, reaction: ReactionBy<'_>) -> Result<(), sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query(
+        "insert into feedback_queue (tenant_id, message_id, platform_user_id, reacted_at)
+         values ($1, $2, $3, $4)",
+    )
+    .bind(tenant)
+    .bind(reaction.part.message_id)
+    .bind(reaction.platform_user_id)
+    .bind(reaction.at)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// A queued `feedback` event, claimed for one attempt.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct FeedbackJob {
+    pub id: i64,
+    pub tenant_id: crate::domain::TenantId,
+    pub message_id: MessageId,
+    pub platform_user_id: String,
+    pub reacted_at: chrono::DateTime<chrono::Utc>,
+    pub attempts: i32,
+}
+
+/// Up to `limit` due events, each put off by `retry_in(attempts)` should its attempt fail
+/// (or the instance stop) before it is settled; across tenants, skipping those another
+/// instance holds.
+pub async fn claim_feedback(
+    conn: &mut sqlx::PgConnection,
+    now: chrono::DateTime<chrono::Utc>,
+    limit: i64,
+    backoff_secs: &[i32],
+) -> Result<Vec<FeedbackJob>, sqlx::Error> {
+    sqlx::query_as(
+        "update feedback_queue q
+            set attempts = q.attempts + 1,
+                due_at = $1 + make_interval(secs => ($3::int[])[least(q.attempts + 1, cardinality($3::int[]))])
+          where q.id in (select id from feedback_queue where due_at <= $1
+                          order by due_at limit $2 for update skip locked)
+      returning q.id, q.tenant_id, q.message_id, q.platform_user_id, q.reacted_at, q.attempts",
+    )
+    .bind(now)
+    .bind(limit)
+    .bind(backoff_secs)
+    .fetch_all(conn)
+    .await
+}
+
+/// The event is settled: sent, superseded, or given up.
+pub async fn settle_feedback(conn: &mut sqlx::PgConnection, id: i64) -> Result<(), sqlx::Error> {
+    sqlx::query("delete from feedback_queue where id = $1")
+        .bind(id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// The person's reaction on the turn, if it is still the state of `at`.
+pub async fn reaction_as_of(
+    tx: &mut TenantTx,
+    message: MessageId,
+    platform_user_id: &str,
+    at: chrono::DateTime<chrono::Utc>,
+) -> Result<Option<ReactionOut>, sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query_as(
+        "select platform_user_id as by, emoji, value, part_index, reacted_at as at
+           from channel_reactions
+          where tenant_id = $1 and message_id = $2 and platform_user_id = $3 and reacted_at = $4",
+    )
+    .bind(tenant)
+    .bind(message)
+    .bind(platform_user_id)
+    .bind(at)
+    .fetch_optional(tx.conn())
+    .await
+}

@@ -20,6 +20,9 @@ pub struct TenantRow {
     /// `None`: the instance default.
     pub max_in_flight: Option<i32>,
     pub history_scope: HistoryScopeSetting,
+    /// The agent is sent a signed `feedback` event for each change of a person's reaction
+    /// to an answer.
+    pub feedback_events: bool,
     pub created_at: chrono::DateTime<chrono::Utc>,
 }
 
@@ -34,6 +37,7 @@ struct StoredTenant {
     previous_dispatch_secret_expires_at: Option<chrono::DateTime<chrono::Utc>>,
     max_in_flight: Option<i32>,
     history_scope: String,
+    feedback_events: bool,
     created_at: chrono::DateTime<chrono::Utc>,
 }
 
@@ -58,6 +62,7 @@ impl StoredTenant {
                 .history_scope
                 .parse()
                 .map_err(|e: String| sqlx::Error::Decode(e.into()))?,
+            feedback_events: self.feedback_events,
             created_at: self.created_at,
         })
     }
@@ -70,7 +75,7 @@ pub fn unopened(err: SecretError) -> sqlx::Error {
 }
 
 const COLUMNS: &str = "id, slug, name, agent_url, dispatch_secret, previous_dispatch_secret,
-    previous_dispatch_secret_expires_at, max_in_flight, history_scope, created_at";
+    previous_dispatch_secret_expires_at, max_in_flight, history_scope, feedback_events, created_at";
 
 /// `whsec_<base64 of 32 random bytes>`; the HMAC key is the decoded bytes.
 #[derive(Clone, Debug)]
@@ -149,6 +154,7 @@ pub struct TenantChange<'a> {
     /// `Some("")` clears it, falling back to CB_AGENT_URL.
     pub agent_url: Option<&'a str>,
     pub history_scope: Option<HistoryScopeSetting>,
+    pub feedback_events: Option<bool>,
 }
 
 pub async fn update(
@@ -161,6 +167,7 @@ pub async fn update(
         "update tenants set name = coalesce($2, name),
                 agent_url = case when $3::text is null then agent_url else nullif($3, '') end,
                 history_scope = coalesce($4, history_scope),
+                feedback_events = coalesce($5, feedback_events),
                 updated_at = now()
           where id = $1 returning {COLUMNS}"
     ))
@@ -168,6 +175,7 @@ pub async fn update(
     .bind(change.name)
     .bind(change.agent_url)
     .bind(change.history_scope.map(HistoryScopeSetting::as_str))
+    .bind(change.feedback_events)
     .fetch_optional(conn)
     .await?;
     stored.map(|t| t.open(keys)).transpose()

@@ -8,6 +8,7 @@ mod answer;
 mod claimed;
 mod deliver;
 pub mod dispatcher;
+pub mod feedback;
 pub mod history;
 pub mod payload;
 mod prepare;

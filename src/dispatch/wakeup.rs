@@ -15,6 +15,8 @@ pub struct Wakeup {
     local: Notify,
     remote: Notify,
     remote_pending: AtomicBool,
+    /// Feedback recorded in this process; other instances' is found by polling.
+    feedback: Notify,
 }
 
 /// For work queued outside a gateway (the CLI).
@@ -36,6 +38,15 @@ impl Wakeup {
 
     pub fn notified(&self) -> Notified<'_> {
         self.local.notified()
+    }
+
+    /// Feedback events were queued (`crate::dispatch::feedback`).
+    pub fn wake_feedback(&self) {
+        self.feedback.notify_one();
+    }
+
+    pub fn feedback_notified(&self) -> Notified<'_> {
+        self.feedback.notified()
     }
 
     /// At most one `NOTIFY` in flight: one per burst of wake-ups.

@@ -218,6 +218,9 @@ async fn accept(
     if outcome.has_work() {
         state.wake_workers();
     }
+    if !outcome.feedback.is_empty() {
+        state.wakeup.wake_feedback();
+    }
     count_recorded(platform, &outcome);
     let dropped = dropped + outcome.taps_dropped + outcome.reactions_dropped;
     taps.extend(outcome.taps);

@@ -68,5 +68,11 @@ pub(super) async fn record(
             .await?
             .map(|_| Feedback::Removed),
     };
-    Ok(changed.map_or(Recorded::Unchanged, Recorded::Changed))
+    let Some(feedback) = changed else {
+        return Ok(Recorded::Unchanged);
+    };
+    if reactions::feedback_events_on(tx).await? {
+        reactions::queue_feedback(tx, by).await?;
+    }
+    Ok(Recorded::Changed(feedback))
 }

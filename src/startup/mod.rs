@@ -210,6 +210,11 @@ impl Application {
             Worker::new(state.pool.clone(), state.settings.clone(), state.clock)?
                 .sharing_cache(state.cache.clone()),
         );
+        tasks.push(tokio::spawn(crate::dispatch::feedback::run(
+            worker.clone(),
+            state.wakeup.clone(),
+            stop.clone(),
+        )));
         let dispatcher = Dispatcher::new(worker);
         tasks.push(tokio::spawn(
             dispatcher.clone().run(state.wakeup.clone(), stop.clone()),

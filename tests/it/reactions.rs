@@ -93,6 +93,12 @@ async fn a_telegram_thumbs_up_then_down_then_removed_is_one_current_reaction_nev
     assert_eq!(reactions(&s, turn).await, [(user, Value::Null, 0)]);
 
     assert_eq!(turns(&s).await, before, "no reaction is a turn");
+    let mut owner = s.app.db.owner_conn().await;
+    let queued: i64 = sqlx::query_scalar("select count(*) from feedback_queue")
+        .fetch_one(&mut owner)
+        .await
+        .unwrap();
+    assert_eq!(queued, 0, "no feedback events unless the tenant asks");
     assert!(matches!(s.worker.step().await.unwrap(), StepOutcome::Empty));
     assert_eq!(s.agent.calls().len(), 1);
 }
@@ -192,4 +198,54 @@ async fn slack_and_whatsapp_reactions_are_recorded_on_the_answer_and_exported() 
         .find(|line| line["id"] == asked.to_string())
         .expect("the answered turn is exported");
     assert_eq!(exported["reactions"][0]["value"], 1);
+}
+
+#[tokio::test]
+async fn a_tenant_that_opts_in_gets_one_signed_feedback_event_per_change_retried_until_taken() {
+    let s = Pipeline::start().await;
+    let (status, tenant) = s
+        .admin(
+            Method::PATCH,
+            "/v1/admin/tenant",
+            Some(json!({"feedback_events": true})),
+        )
+        .await;
+    assert_eq!((status, &tenant["feedback_events"]), (200, &json!(true)));
+    let (turn, on) = answered(&s, Platform::Telegram, telegram_text(720_001, "invoice?")).await;
+    let up = telegram_reaction(720_010, &on, 1_718_000_400, Some("👍"));
+    s.post_webhook(Platform::Telegram, up.clone()).await;
+    // Telegram delivers the update again: nothing changes, nothing more is queued.
+    s.post_webhook(Platform::Telegram, up).await;
+    s.agent.fail_feedback(1);
+    assert_eq!(
+        s.worker.deliver_feedback().await.unwrap(),
+        0,
+        "a 503 keeps it queued"
+    );
+    s.owner_exec("update feedback_queue set due_at = now() - interval '1 second'")
+        .await;
+    assert_eq!(s.worker.deliver_feedback().await.unwrap(), 1);
+    let events = s.agent.feedback();
+    assert_eq!(events.len(), 2, "the refused attempt and the delivered one");
+    assert_eq!(events[0].0, events[1].0, "one webhook-id for every attempt");
+    let event = &events[1].1;
+    assert_eq!(
+        (&event["type"], &event["message_id"]),
+        (&json!("feedback"), &json!(turn.to_string()))
+    );
+    assert_eq!(
+        (&event["reaction"]["emoji"], &event["reaction"]["value"]),
+        (&json!("👍"), &json!(1))
+    );
+    assert_eq!(event["channel"]["platform_user_id"], TELEGRAM_USER);
+
+    let down = telegram_reaction(720_011, &on, 1_718_000_401, Some("👎"));
+    s.post_webhook(Platform::Telegram, down).await;
+    assert_eq!(s.worker.deliver_feedback().await.unwrap(), 1);
+    let events = s.agent.feedback();
+    assert_eq!(events.len(), 3);
+    assert_ne!(events[2].0, events[1].0, "another change, another event");
+    assert_eq!(events[2].1["reaction"]["value"], -1);
+    assert_eq!(s.worker.deliver_feedback().await.unwrap(), 0, "nothing left");
+    assert_eq!(s.agent.calls().len(), 1, "feedback is no dispatch");
 }

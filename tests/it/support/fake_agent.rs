@@ -110,6 +110,10 @@ struct AgentState {
     in_flight: Mutex<(usize, usize)>,
     /// TCP connections accepted.
     connections: AtomicUsize,
+    /// `feedback` events received: (webhook-id, body).
+    feedback: Mutex<Vec<(String, Value)>>,
+    /// Feedback events still to answer 503 before answering 200.
+    feedback_failures: AtomicUsize,
 }
 
 pub struct FakeAgent {
@@ -155,6 +159,16 @@ impl FakeAgent {
         self.state.calls.lock().unwrap().clone()
     }
 
+    /// The `feedback` events received, as (webhook-id, body); they are not calls.
+    pub fn feedback(&self) -> Vec<(String, Value)> {
+        self.state.feedback.lock().unwrap().clone()
+    }
+
+    /// The next `n` feedback events are answered 503.
+    pub fn fail_feedback(&self, n: usize) {
+        self.state.feedback_failures.store(n, Ordering::SeqCst);
+    }
+
     /// The most calls that were ever being answered at the same time.
     pub fn max_in_flight(&self) -> usize {
         self.state.in_flight.lock().unwrap().1
@@ -171,6 +185,19 @@ impl FakeAgent {
                 .await
                 .expect("the agent receives the expected calls");
         }
+    }
+}
+
+fn feedback(state: &AgentState, webhook_id: String, raw: Value) -> Response {
+    state.feedback.lock().unwrap().push((webhook_id, raw));
+    let failing = state
+        .feedback_failures
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok();
+    if failing {
+        StatusCode::SERVICE_UNAVAILABLE.into_response()
+    } else {
+        StatusCode::OK.into_response()
     }
 }
 
@@ -211,6 +238,9 @@ async fn receive(
         return (StatusCode::UNAUTHORIZED, err.to_string()).into_response();
     }
     let raw: Value = serde_json::from_slice(&body).expect("dispatch body is JSON");
+    if raw["type"] == "feedback" {
+        return feedback(&state, header("webhook-id").unwrap_or_default(), raw);
+    }
     let payload: DispatchOut =
         serde_json::from_value(raw.clone()).expect("dispatch body has the documented shape");
     let call = AgentCall {
