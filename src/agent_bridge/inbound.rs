@@ -4,7 +4,9 @@
 
 use serde_json::{Map, Value};
 
+use crate::choices::TapAction;
 use crate::dispatch::payload::ChatMessage;
+use crate::domain::Platform;
 use crate::media::AttachmentOut;
 
 /// `tool` and `developer` messages need fields the gateway never sends (tool call ids), so
@@ -23,6 +25,10 @@ pub struct Turn {
     pub platform_user_id: Option<String>,
     /// The turn's events URL, for an answer given later (docs/agent.md#answering-later).
     pub reply_url: Option<String>,
+    /// Where the answer is shown; `None` for a platform this build does not know.
+    pub platform: Option<Platform>,
+    /// The current turn is a tap on a choice (its `content` is the choice's label).
+    pub action: Option<TapAction>,
 }
 
 impl Turn {
@@ -73,7 +79,19 @@ pub fn parse(body: &[u8]) -> Result<Turn, InvalidDispatch> {
         connector_id: text("/channel/connector_id"),
         platform_user_id: text("/channel/platform_user_id"),
         reply_url: text("/reply/url"),
+        platform: text("/channel/platform").and_then(|p| p.parse().ok()),
+        action: action(object.get("action"))?,
     })
+}
+
+/// The dispatch's `action`: absent or null, or the tap's `{id, label, value?, message_id}`.
+fn action(value: Option<&Value>) -> Result<Option<TapAction>, InvalidDispatch> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => serde_json::from_value(value.clone())
+            .map(Some)
+            .map_err(|e| invalid(format!("`action` must be {{id, label, value, message_id}} ({e})"))),
+    }
 }
 
 /// The legacy top-level `role`/`content`: one user message.
@@ -186,6 +204,22 @@ mod tests {
         assert_eq!(turn.current().content, "c");
         assert_eq!(turn.message_id.as_deref(), Some("m1"));
         assert_eq!(turn.stable_user().as_deref(), Some("t1:alice"));
+        assert_eq!((turn.platform, turn.action), (None, None));
+    }
+
+    #[test]
+    fn a_tap_carries_its_action_and_the_platform_is_known() {
+        let turn = parse(
+            br#"{"content": "Yes", "channel": {"platform": "telegram"},
+                 "action": {"id": "yes", "label": "Yes", "message_id": "0190a8e0-0000-7000-8000-0000000000aa"}}"#,
+        )
+        .unwrap();
+        assert_eq!(turn.platform, Some(Platform::Telegram));
+        assert_eq!(
+            turn.action.map(|a| (a.id, a.label)),
+            Some(("yes".into(), "Yes".into()))
+        );
+        assert!(error(r#"{"content": "Yes", "action": {"id": "yes"}}"#).starts_with("`action` must be"));
     }
 
     #[test]

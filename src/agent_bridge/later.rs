@@ -7,6 +7,7 @@ use std::time::Duration;
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{json, Value};
 
+use super::offer::Reply;
 use crate::dispatch::signature;
 
 pub struct Events {
@@ -50,7 +51,8 @@ impl Events {
     }
 }
 
-pub async fn echo_later(events: Events, delay: Duration, answer: String) {
+/// The answer's parts are one `message` event; its choices ride on it.
+pub async fn echo_later(events: Events, delay: Duration, answer: Reply) {
     let turn = uuid::Uuid::now_v7();
     events
         .post(
@@ -59,13 +61,12 @@ pub async fn echo_later(events: Events, delay: Duration, answer: String) {
         )
         .await;
     tokio::time::sleep(delay).await;
-    if events
-        .post(
-            &format!("{turn}-answer"),
-            json!({"type": "message", "content": answer}),
-        )
-        .await
-    {
+    let mut message = json!({"type": "message", "content": answer.parts.concat()});
+    if let Some(choices) = answer.choices {
+        message["choices"] = json!(choices.items);
+        message["choices_reusable"] = choices.reusable.into();
+    }
+    if events.post(&format!("{turn}-answer"), message).await {
         events
             .post(&format!("{turn}-done"), json!({"type": "done"}))
             .await;

@@ -5,6 +5,7 @@
 pub mod content;
 pub mod inbound;
 pub mod later;
+pub mod offer;
 pub mod upstream;
 
 use std::future::Future;
@@ -25,7 +26,9 @@ use serde_json::json;
 use tokio::net::TcpListener;
 
 use self::inbound::{InvalidDispatch, Turn};
-use self::upstream::{Completion, UpstreamConfig, UpstreamError};
+use self::offer::Reply;
+use self::upstream::{Ask, Completion, UpstreamConfig, UpstreamError};
+use crate::choices::Choice;
 use crate::dispatch::payload::ChatMessage;
 use crate::dispatch::signature::{self, SignatureError};
 
@@ -67,9 +70,18 @@ pub struct BridgeArgs {
     /// (the gateway shows them on the platform). For upstreams that support streaming.
     #[arg(long, env = "CB_BRIDGE_STREAM", conflicts_with = "echo")]
     pub stream: bool,
+    /// Declare one function tool, `offer_choices`, to the upstream: the model's call of it
+    /// becomes the answer's buttons (docs/agent.md#the-agent-side-agent-bridge). Needs the
+    /// non-streamed mode.
+    #[arg(long, env = "CB_BRIDGE_CHOICES_TOOL", conflicts_with_all = ["echo", "stream"])]
+    pub choices_tool: bool,
     /// No upstream: answer `echo: <text> (history: N turns)` (demos, tests).
     #[arg(long)]
     pub echo: bool,
+    /// With --echo: offer Yes/No buttons with every answer, and answer a tap
+    /// `echo: tapped <label> (history: N turns)`.
+    #[arg(long, requires = "echo")]
+    pub choices: bool,
     /// With --echo: answer each dispatch `202 Accepted`, then post a status, the echo and
     /// `done` to the turn's events URL after --async-delay-ms (docs/agent.md#answering-later).
     #[arg(long = "async", requires = "echo")]
@@ -86,7 +98,10 @@ pub struct BridgeArgs {
 
 #[derive(Debug, Clone)]
 pub enum Answerer {
-    Echo,
+    /// `choices`: offer the echo's Yes/No with every answer but a tap's.
+    Echo {
+        choices: bool,
+    },
     Upstream(UpstreamConfig),
 }
 
@@ -104,8 +119,16 @@ impl BridgeConfig {
         Self {
             secret: SecretString::from(secret.to_owned()),
             system_prompt: None,
-            answerer: Answerer::Echo,
+            answerer: Answerer::Echo { choices: false },
             answer_later: None,
+        }
+    }
+
+    /// `--echo --choices`.
+    pub fn echo_offering_choices(secret: &str) -> Self {
+        Self {
+            answerer: Answerer::Echo { choices: true },
+            ..Self::echo(secret)
         }
     }
 
@@ -129,10 +152,16 @@ impl BridgeConfig {
 impl BridgeArgs {
     pub fn into_config(self) -> anyhow::Result<BridgeConfig> {
         let answerer = match (&self.upstream, self.echo) {
-            (_, true) => Answerer::Echo,
+            (_, true) => Answerer::Echo {
+                choices: self.choices,
+            },
             (Some(url), false) => {
                 if self.upstream_timeout_secs == 0 {
                     anyhow::bail!("--upstream-timeout-secs must be at least 1");
+                }
+                // clap's `requires` counts the echo flag's default as given, so it is checked here.
+                if self.choices {
+                    anyhow::bail!("--choices is the echo's; an upstream offers choices with --choices-tool");
                 }
                 let mut config = UpstreamConfig::new(url).map_err(anyhow::Error::msg)?;
                 config.model = self.model;
@@ -140,6 +169,7 @@ impl BridgeArgs {
                 config.timeout = Duration::from_secs(self.upstream_timeout_secs);
                 config.stable_user = self.stable_user;
                 config.stream = self.stream;
+                config.choices_tool = self.choices_tool;
                 Answerer::Upstream(config)
             }
             (None, false) => anyhow::bail!("give --upstream <url> or --echo"),
@@ -198,24 +228,38 @@ pub async fn run(args: BridgeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("Failed to bind {bind}"))?;
     let mode = match &config.answerer {
-        Answerer::Echo => "echo".to_owned(),
+        Answerer::Echo { choices: false } => "echo".to_owned(),
+        Answerer::Echo { choices: true } => "echo, offering choices".to_owned(),
         Answerer::Upstream(upstream) => upstream.endpoint.to_string(),
     };
     tracing::info!(addr = %listener.local_addr()?, upstream = %mode, "agent-bridge listening");
     serve(listener, config, crate::startup::shutdown_signal()).await
 }
 
+/// The gateway's `messages` answer; `choices` go with the last message.
 #[derive(Debug, Serialize)]
 struct AnswerOut {
     messages: Vec<ChatMessage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    choices: Option<Vec<Choice>>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    choices_reusable: bool,
+}
+
+impl From<Reply> for AnswerOut {
+    fn from(reply: Reply) -> Self {
+        let reusable = reply.choices.as_ref().is_some_and(|c| c.reusable);
+        Self {
+            messages: reply.parts.into_iter().map(ChatMessage::assistant).collect(),
+            choices: reply.choices.map(|c| c.items),
+            choices_reusable: reusable,
+        }
+    }
 }
 
 async fn receive(State(bridge): State<Arc<Bridge>>, headers: HeaderMap, body: Bytes) -> Response {
     match answer(&bridge, &headers, &body).await {
-        Ok(Completion::Parts(parts)) => Json(AnswerOut {
-            messages: parts.into_iter().map(ChatMessage::assistant).collect(),
-        })
-        .into_response(),
+        Ok(Completion::Reply(reply)) => Json(AnswerOut::from(reply)).into_response(),
         Ok(Completion::Later) => (StatusCode::ACCEPTED, Json(json!({"status": "pending"}))).into_response(),
         Ok(Completion::Stream(upstream)) => (
             [
@@ -232,7 +276,7 @@ async fn receive(State(bridge): State<Arc<Bridge>>, headers: HeaderMap, body: By
 async fn answer(bridge: &Bridge, headers: &HeaderMap, body: &[u8]) -> Result<Completion, BridgeError> {
     verify(bridge.config.secret.expose_secret(), headers, body)?;
     let turn = inbound::parse(body)?;
-    if let (Some(delay), Some(url), Answerer::Echo) = (
+    if let (Some(delay), Some(url), Answerer::Echo { choices }) = (
         bridge.config.answer_later,
         &turn.reply_url,
         &bridge.config.answerer,
@@ -242,7 +286,7 @@ async fn answer(bridge: &Bridge, headers: &HeaderMap, body: &[u8]) -> Result<Com
             url: url.clone(),
             secret: bridge.config.secret.clone(),
         };
-        tokio::spawn(later::echo_later(events, delay, echo_reply(&turn.messages)));
+        tokio::spawn(later::echo_later(events, delay, echo_answer(&turn, *choices)));
         return Ok(Completion::Later);
     }
     let span = tracing::info_span!(
@@ -256,18 +300,26 @@ async fn answer(bridge: &Bridge, headers: &HeaderMap, body: &[u8]) -> Result<Com
 
 async fn ask(bridge: &Bridge, turn: &Turn) -> Result<Completion, BridgeError> {
     match &bridge.config.answerer {
-        Answerer::Echo => Ok(Completion::Parts(vec![echo_reply(&turn.messages)])),
+        Answerer::Echo { choices } => Ok(Completion::Reply(echo_answer(turn, *choices))),
         Answerer::Upstream(config) => {
             let messages = with_system_prompt(bridge.config.system_prompt.as_deref(), &turn.messages);
             let messages = content::upstream_messages(&bridge.client, &messages).await;
+            let stable_user = turn.stable_user();
+            let question = Ask {
+                messages: &messages,
+                stable_user: stable_user.as_deref(),
+                platform: turn.platform,
+            };
             let started = std::time::Instant::now();
-            let result =
-                upstream::complete(&bridge.client, config, &messages, turn.stable_user().as_deref()).await;
+            let result = upstream::complete(&bridge.client, config, &question).await;
             let elapsed_ms = started.elapsed().as_millis() as u64;
             match &result {
-                Ok(Completion::Parts(parts)) => {
-                    tracing::info!(elapsed_ms, parts = parts.len(), "upstream answered")
-                }
+                Ok(Completion::Reply(reply)) => tracing::info!(
+                    elapsed_ms,
+                    parts = reply.parts.len(),
+                    choices = reply.choices.as_ref().map_or(0, |c| c.items.len()),
+                    "upstream answered"
+                ),
                 Ok(Completion::Stream(_)) => tracing::info!(elapsed_ms, "upstream streams; relaying"),
                 Ok(Completion::Later) => {}
                 Err(err) => tracing::warn!(elapsed_ms, error = %err, "upstream failed"),
@@ -302,9 +354,28 @@ pub fn echo_reply(messages: &[ChatMessage]) -> String {
     let Some((current, earlier)) = messages.split_last() else {
         return "echo: (nothing)".into();
     };
+    format!("echo: {} {}", current.content, history_note(earlier))
+}
+
+/// The echo of `turn`; with `choices`, a tap is answered `echo: tapped <label> …` and any
+/// other turn is offered the echo's Yes/No.
+pub fn echo_answer(turn: &Turn, choices: bool) -> Reply {
+    let earlier = &turn.messages[..turn.messages.len().saturating_sub(1)];
+    match (&turn.action, choices) {
+        (Some(tap), true) => Reply::text(format!("echo: tapped {} {}", tap.label, history_note(earlier))),
+        (None, true) => Reply {
+            choices: Some(offer::echo_choices()),
+            ..Reply::text(echo_reply(&turn.messages))
+        },
+        (_, false) => Reply::text(echo_reply(&turn.messages)),
+    }
+}
+
+/// `(history: N turns)`: the user messages before the current one.
+fn history_note(earlier: &[ChatMessage]) -> String {
     let n = earlier.iter().filter(|m| m.role == "user").count();
     let unit = if n == 1 { "turn" } else { "turns" };
-    format!("echo: {} (history: {n} {unit})", current.content)
+    format!("(history: {n} {unit})")
 }
 
 /// The body never carries the upstream's body or URL.
@@ -436,6 +507,37 @@ mod tests {
         };
         let err = args.into_config().unwrap_err().to_string();
         assert!(err.contains("CB_AGENT_SECRET"), "{err}");
+    }
+
+    #[test]
+    fn choices_are_the_echos_with_choices_and_an_upstreams_with_the_tool_never_streamed() {
+        let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        let answerer = |args: &[&str]| {
+            let with_secret = [&["--secret", secret][..], args].concat();
+            let parsed = parse_cli(&with_secret).map_err(|e| e.to_string())?;
+            let crate::cli::Command::AgentBridge(args) = parsed.command else {
+                panic!("agent-bridge parses into its own command");
+            };
+            args.into_config().map(|c| c.answerer).map_err(|e| e.to_string())
+        };
+        assert!(matches!(
+            answerer(&["--echo", "--choices"]),
+            Ok(Answerer::Echo { choices: true })
+        ));
+        assert!(
+            answerer(&["--upstream", "http://llm", "--choices"]).is_err(),
+            "--choices is the echo's"
+        );
+        let Ok(Answerer::Upstream(upstream)) = answerer(&["--upstream", "http://llm", "--choices-tool"])
+        else {
+            panic!("an upstream was given");
+        };
+        assert!(upstream.choices_tool);
+        assert!(
+            answerer(&["--upstream", "http://llm", "--choices-tool", "--stream"]).is_err(),
+            "tool calls are read from the non-streamed answer only"
+        );
+        assert!(answerer(&["--echo", "--choices-tool"]).is_err());
     }
 
     #[test]

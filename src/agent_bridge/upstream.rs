@@ -12,8 +12,10 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use super::offer::{self, Reply};
 use crate::dispatch::payload::parse_answer;
 use crate::dispatch::stream::{body_chunks, is_event_stream};
+use crate::domain::Platform;
 
 #[derive(Debug, Clone)]
 pub struct UpstreamConfig {
@@ -26,6 +28,8 @@ pub struct UpstreamConfig {
     /// Doubles the history with an upstream that keeps a transcript per `user`.
     pub stable_user: bool,
     pub stream: bool,
+    /// Declare the `offer_choices` tool; its call becomes the answer's choices.
+    pub choices_tool: bool,
 }
 
 impl UpstreamConfig {
@@ -37,6 +41,7 @@ impl UpstreamConfig {
             timeout: Duration::from_secs(25),
             stable_user: false,
             stream: false,
+            choices_tool: false,
         })
     }
 }
@@ -83,11 +88,21 @@ pub struct ChatRequestOut<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user: Option<&'a str>,
     pub stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Value>,
+}
+
+/// One question to the upstream: the conversation, and what the dispatch says about it.
+pub struct Ask<'a> {
+    pub messages: &'a [Value],
+    pub stable_user: Option<&'a str>,
+    /// Where the answer is shown: the choices the model offers must fit it.
+    pub platform: Option<Platform>,
 }
 
 pub enum Completion {
-    /// None when the completion is empty.
-    Parts(Vec<String>),
+    /// No part when the completion is empty.
+    Reply(Reply),
     Stream(reqwest::Response),
     /// Answered `202`: the answer goes to the turn's events URL later.
     Later,
@@ -96,14 +111,14 @@ pub enum Completion {
 pub async fn complete(
     client: &reqwest::Client,
     config: &UpstreamConfig,
-    messages: &[serde_json::Value],
-    stable_user: Option<&str>,
+    ask: &Ask<'_>,
 ) -> Result<Completion, UpstreamError> {
     let body = ChatRequestOut {
         model: config.model.as_deref(),
-        messages,
-        user: stable_user.filter(|_| config.stable_user),
+        messages: ask.messages,
+        user: ask.stable_user.filter(|_| config.stable_user),
         stream: config.stream,
+        tools: config.choices_tool.then(|| json!([offer::tool()])),
     };
     let mut request = client
         .post(config.endpoint.clone())
@@ -133,7 +148,16 @@ pub async fn complete(
         .await
         .map_err(|err| transport_error(err, config.timeout))?;
     let parts = parse_answer(&body).map_err(|err| UpstreamError::InvalidAnswer(err.0))?;
-    Ok(Completion::Parts(parts))
+    if !config.choices_tool {
+        return Ok(Completion::Reply(Reply { parts, choices: None }));
+    }
+    let completion: Value =
+        serde_json::from_slice(&body).map_err(|err| UpstreamError::InvalidAnswer(err.to_string()))?;
+    Ok(Completion::Reply(offer::reply_of(
+        parts,
+        &completion,
+        ask.platform,
+    )))
 }
 
 /// OpenAI chunks as the gateway's `delta`/`done` events. A break, an unreadable chunk or an
@@ -233,6 +257,7 @@ mod tests {
             messages: &messages,
             user: None,
             stream: false,
+            tools: None,
         };
         let json = serde_json::to_value(&body).unwrap();
         assert_eq!(

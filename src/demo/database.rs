@@ -6,7 +6,7 @@ use sqlx::migrate::MigrateDatabase;
 use sqlx::PgPool;
 
 use crate::db::TenantTx;
-use crate::domain::TenantId;
+use crate::domain::{MessageId, TenantId};
 use crate::settings::DatabaseSettings;
 
 pub fn demo_database_url(database_url: &str, name: &str) -> anyhow::Result<String> {
@@ -47,6 +47,20 @@ pub(super) async fn count_turns(pool: &PgPool, tenant: TenantId) -> anyhow::Resu
         .context("Failed to count the demo's messages")?;
     tx.commit().await?;
     Ok(usize::try_from(count).unwrap_or_default())
+}
+
+/// Whether every reply part of `message` is recorded as posted, its platform id known.
+pub(super) async fn answer_recorded(
+    pool: &PgPool,
+    tenant: TenantId,
+    message: MessageId,
+) -> anyhow::Result<bool> {
+    let mut tx = TenantTx::begin(pool, tenant).await?;
+    let parts = crate::db::messages::reply_parts(&mut tx, message)
+        .await
+        .context("Failed to read the demo's reply parts")?;
+    tx.commit().await?;
+    Ok(!parts.is_empty() && parts.iter().all(|p| p.platform_message_id.is_some()))
 }
 
 pub(super) fn shown_url_differs(url: &str) -> bool {

@@ -1,5 +1,6 @@
 //! Local stand-ins for the platforms' send APIs (the calls `crate::platforms` makes): each
-//! records where a reply went and answers as the platform does on success.
+//! records where a reply went (and the edit that closes an answer's buttons after a tap) and
+//! answers as the platform does on success.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,11 +25,33 @@ pub struct PostedReply {
     /// `reply_parameters.message_id`, WhatsApp `context.message_id`.
     pub reply_to: String,
     pub text: String,
+    /// The id the stand-in gave the posted message.
+    pub message_id: String,
+    /// A Telegram `inline_keyboard`'s reply buttons, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub buttons: Vec<PostedButton>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PostedButton {
+    pub label: String,
+    /// What a tap sends back: Telegram's `callback_data`.
+    pub data: String,
+}
+
+/// A message changed after a tap closed its choices: Telegram's keyboard removed
+/// (`editMessageReplyMarkup`), Slack's buttons replaced (`chat.update`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PostedEdit {
+    pub platform: Platform,
+    pub chat: String,
+    pub message_id: String,
 }
 
 #[derive(Default)]
 struct Recorded {
     replies: Mutex<Vec<PostedReply>>,
+    edits: Mutex<Vec<PostedEdit>>,
     arrived: Notify,
 }
 
@@ -89,7 +112,9 @@ impl PlatformStandIns {
         let recorded = Arc::new(Recorded::default());
         let app = Router::new()
             .route("/api/chat.postMessage", post(slack_post))
+            .route("/api/chat.update", post(slack_update))
             .route("/{bot}/sendMessage", post(telegram_send))
+            .route("/{bot}/editMessageReplyMarkup", post(telegram_edit))
             .route("/{version}/{phone}/messages", post(whatsapp_send))
             .with_state(recorded.clone());
         let base_url = format!("http://{}", listener.local_addr()?);
@@ -108,13 +133,25 @@ impl PlatformStandIns {
             .clone()
     }
 
+    pub fn edits(&self) -> Vec<PostedEdit> {
+        self.recorded
+            .edits
+            .lock()
+            .expect("lock holders never panic")
+            .clone()
+    }
+
     async fn replies_reaching(&self, n: usize) -> Vec<PostedReply> {
+        self.reaching(n, Self::replies).await
+    }
+
+    /// Registered before the check, so an arrival in between is not missed.
+    async fn reaching<T>(&self, n: usize, read: fn(&Self) -> Vec<T>) -> Vec<T> {
         loop {
-            // Registered before the check, so an arrival in between is not missed.
             let notified = self.recorded.arrived.notified();
-            let replies = self.replies();
-            if replies.len() >= n {
-                return replies;
+            let seen = read(self);
+            if seen.len() >= n {
+                return seen;
             }
             notified.await;
         }
@@ -127,16 +164,34 @@ impl PlatformStandIns {
             .map_err(|_| anyhow::anyhow!("no reply reached the platform stand-ins within {timeout:?}"))
     }
 
+    /// As `wait_for_replies`, for edits.
+    pub async fn wait_for_edits(&self, n: usize, timeout: Duration) -> anyhow::Result<Vec<PostedEdit>> {
+        tokio::time::timeout(timeout, self.reaching(n, Self::edits))
+            .await
+            .map_err(|_| anyhow::anyhow!("no edit reached the platform stand-ins within {timeout:?}"))
+    }
+
     pub async fn stop(self) {
         self.served.stop().await;
     }
 }
 
-fn record(recorded: &Recorded, reply: PostedReply) -> usize {
+/// The reply's place among all replies (1 for the first) names the message it makes.
+fn record(recorded: &Recorded, reply: impl FnOnce(usize) -> PostedReply) -> usize {
     let mut replies = recorded.replies.lock().expect("lock holders never panic");
-    replies.push(reply);
+    let n = replies.len() + 1;
+    replies.push(reply(n));
     recorded.arrived.notify_waiters();
-    replies.len()
+    n
+}
+
+fn record_edit(recorded: &Recorded, edit: PostedEdit) {
+    recorded
+        .edits
+        .lock()
+        .expect("lock holders never panic")
+        .push(edit);
+    recorded.arrived.notify_waiters();
 }
 
 fn text_of(value: &Value) -> String {
@@ -147,30 +202,77 @@ fn text_of(value: &Value) -> String {
     }
 }
 
+fn slack_ts(n: usize) -> String {
+    format!("1900000000.{n:06}")
+}
+
 async fn slack_post(State(recorded): State<Arc<Recorded>>, Json(body): Json<Value>) -> Json<Value> {
-    let n = record(
+    let n = record(&recorded, |n| PostedReply {
+        platform: Platform::Slack,
+        chat: text_of(&body["channel"]),
+        reply_to: text_of(&body["thread_ts"]),
+        text: text_of(&body["text"]),
+        message_id: slack_ts(n),
+        buttons: Vec::new(),
+    });
+    Json(json!({"ok": true, "channel": body["channel"], "ts": slack_ts(n)}))
+}
+
+async fn slack_update(State(recorded): State<Arc<Recorded>>, Json(body): Json<Value>) -> Json<Value> {
+    record_edit(
         &recorded,
-        PostedReply {
+        PostedEdit {
             platform: Platform::Slack,
             chat: text_of(&body["channel"]),
-            reply_to: text_of(&body["thread_ts"]),
-            text: text_of(&body["text"]),
+            message_id: text_of(&body["ts"]),
         },
     );
-    Json(json!({"ok": true, "channel": body["channel"], "ts": format!("1900000000.{n:06}")}))
+    Json(json!({"ok": true, "channel": body["channel"], "ts": body["ts"]}))
+}
+
+fn telegram_id(n: usize) -> usize {
+    9000 + n
 }
 
 async fn telegram_send(State(recorded): State<Arc<Recorded>>, Json(body): Json<Value>) -> Json<Value> {
-    let n = record(
+    let n = record(&recorded, |n| PostedReply {
+        platform: Platform::Telegram,
+        chat: text_of(&body["chat_id"]),
+        reply_to: text_of(&body["reply_parameters"]["message_id"]),
+        text: text_of(&body["text"]),
+        message_id: telegram_id(n).to_string(),
+        buttons: keyboard(&body["reply_markup"]["inline_keyboard"]),
+    });
+    Json(json!({"ok": true, "result": {"message_id": telegram_id(n), "chat": {"id": body["chat_id"]}}}))
+}
+
+/// The reply buttons of an `inline_keyboard` (rows of buttons); link buttons have no data.
+fn keyboard(rows: &Value) -> Vec<PostedButton> {
+    let buttons = rows
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|row| row.as_array().into_iter().flatten());
+    buttons
+        .filter_map(|button| {
+            Some(PostedButton {
+                label: text_of(&button["text"]),
+                data: button["callback_data"].as_str()?.to_owned(),
+            })
+        })
+        .collect()
+}
+
+async fn telegram_edit(State(recorded): State<Arc<Recorded>>, Json(body): Json<Value>) -> Json<Value> {
+    record_edit(
         &recorded,
-        PostedReply {
+        PostedEdit {
             platform: Platform::Telegram,
             chat: text_of(&body["chat_id"]),
-            reply_to: text_of(&body["reply_parameters"]["message_id"]),
-            text: text_of(&body["text"]),
+            message_id: text_of(&body["message_id"]),
         },
     );
-    Json(json!({"ok": true, "result": {"message_id": 9000 + n, "chat": {"id": body["chat_id"]}}}))
+    Json(json!({"ok": true, "result": {"message_id": body["message_id"], "chat": {"id": body["chat_id"]}}}))
 }
 
 async fn whatsapp_send(State(recorded): State<Arc<Recorded>>, Json(body): Json<Value>) -> Json<Value> {
@@ -178,15 +280,19 @@ async fn whatsapp_send(State(recorded): State<Arc<Recorded>>, Json(body): Json<V
     if body["status"] == "read" {
         return Json(json!({"success": true}));
     }
-    let n = record(
-        &recorded,
-        PostedReply {
-            platform: Platform::Whatsapp,
-            chat: text_of(&body["to"]),
-            reply_to: text_of(&body["context"]["message_id"]),
-            text: text_of(&body["text"]["body"]),
-        },
-    );
+    // A message with buttons is `interactive`, its text the body's.
+    let text = match body["type"].as_str() {
+        Some("interactive") => text_of(&body["interactive"]["body"]["text"]),
+        _ => text_of(&body["text"]["body"]),
+    };
+    let n = record(&recorded, |n| PostedReply {
+        platform: Platform::Whatsapp,
+        chat: text_of(&body["to"]),
+        reply_to: text_of(&body["context"]["message_id"]),
+        text,
+        message_id: format!("wamid.DEMO{n}"),
+        buttons: Vec::new(),
+    });
     Json(
         json!({"messaging_product": "whatsapp", "contacts": [{"input": body["to"]}],
                 "messages": [{"id": format!("wamid.DEMO{n}")}]}),

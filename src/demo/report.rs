@@ -6,6 +6,7 @@ use std::io::Write;
 use serde::{Deserialize, Serialize};
 
 use super::platforms::PostedReply;
+use crate::choices::TapAction;
 use crate::domain::{Platform, TenantId};
 
 /// What happened, step by step; the demo's printed walkthrough is made from it.
@@ -21,11 +22,15 @@ pub struct DemoSummary {
 }
 
 impl DemoSummary {
+    /// Every answered turn, a tap's included.
     pub fn turns(&self) -> impl Iterator<Item = (&Step, &Turn)> {
-        self.steps.iter().filter_map(|step| match &step.outcome {
-            Outcome::Replied(turn) => Some((step, turn)),
-            _ => None,
-        })
+        self.steps
+            .iter()
+            .filter_map(|step| step.outcome.turn().map(|turn| (step, turn)))
+    }
+
+    pub fn taps(&self) -> usize {
+        self.count(|o| matches!(o, Outcome::Tapped(_)))
     }
 
     pub fn duplicates(&self) -> usize {
@@ -51,8 +56,9 @@ pub struct Step {
     pub outcome: Outcome,
 }
 
-/// The gateway's answer to a webhook (`POST /v1/hooks/…`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// The gateway's answer to a webhook (`POST /v1/hooks/…`). A Telegram tap is answered with
+/// a Bot API method instead (`answerCallbackQuery`, which stops the button's spinner).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WebhookAnswer {
     #[serde(default)]
     pub status: u16,
@@ -62,6 +68,8 @@ pub struct WebhookAnswer {
     pub duplicates: u64,
     #[serde(default)]
     pub dropped: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -69,10 +77,21 @@ pub struct WebhookAnswer {
 pub enum Outcome {
     /// A new user turn: dispatched to the agent and answered on the platform.
     Replied(Turn),
+    /// A tap on a button of an answer: a turn too, dispatched with its `action`.
+    Tapped(Turn),
     /// A retry of a message already recorded: no new turn.
     Duplicate,
     /// Never recorded, never dispatched (a bot's own message).
     Dropped,
+}
+
+impl Outcome {
+    pub fn turn(&self) -> Option<&Turn> {
+        match self {
+            Outcome::Replied(turn) | Outcome::Tapped(turn) => Some(turn),
+            Outcome::Duplicate | Outcome::Dropped => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -81,6 +100,9 @@ pub struct Turn {
     pub user_id: Option<String>,
     /// The roles of `messages[]` as the agent received them, oldest first.
     pub agent_saw: Vec<String>,
+    /// On a tap: the choice as the agent received it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub action: Option<TapAction>,
     pub reply: PostedReply,
 }
 
@@ -94,10 +116,11 @@ pub(super) fn conclude(
     writeln!(
         out,
         "Done in {:.1} s: {} webhooks made {turns} turns ({} rows in channel_messages), each answered on its \
-         own platform; {} retried duplicate collapsed, {} bot echo dropped.\n",
+         own platform, {} of them a tap on a button; {} retried duplicate collapsed, {} bot echo dropped.\n",
         summary.elapsed_ms as f64 / 1000.0,
         summary.steps.len(),
         summary.recorded_turns,
+        summary.taps(),
         summary.duplicates(),
         summary.dropped(),
     )?;

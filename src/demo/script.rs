@@ -1,16 +1,19 @@
 //! The demo's conversation: signed webhooks to the gateway's real routes, two of which must
-//! not become turns (a Slack retry, Slack's echo of our reply). Each turn's reply is awaited
-//! before the next is sent: that is what makes the history each dispatch sees deterministic.
+//! not become turns (a Slack retry, Slack's echo of our reply) and one of which is a tap on
+//! a button the agent offered. Each turn's reply is awaited before the next is sent: that is
+//! what makes the history each dispatch sees deterministic.
 
 use std::io::Write;
 use std::time::Duration;
 
 use anyhow::Context;
 
+use super::database::answer_recorded;
+use super::platforms::PostedReply;
 use super::report::{plural, Outcome, Step, Turn, WebhookAnswer};
 use super::stack::Stack;
 use super::webhooks::*;
-use crate::domain::Platform;
+use crate::domain::{MessageId, Platform};
 
 /// A healthy run needs milliseconds; the margin is for a cold, busy machine.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -42,13 +45,46 @@ impl<'a> Script<'a> {
 
     pub(super) async fn converse(&mut self) -> anyhow::Result<()> {
         let now = chrono::Utc::now().timestamp();
-        let (first_ts, echo_ts, thanks_ts) = (
-            format!("{now}.000100"),
-            format!("{now}.000200"),
-            format!("{}.000300", now + 1),
-        );
+        let first_ts = format!("{now}.000100");
+        self.slack_opening(&first_ts, &format!("{now}.000200")).await?;
+
+        // The echo offers Yes/No with its answer to this question, and alice taps Yes.
+        self.stack.offer_choices.set(true);
+        let telegram = "Same person, now on Telegram: do you remember me?";
+        self.turn(
+            Platform::Telegram,
+            TELEGRAM_ALICE,
+            telegram,
+            telegram_text(900_000_001, 201, telegram),
+        )
+        .await?;
+        self.tap(900_000_002).await?;
+        self.stack.offer_choices.set(false);
+
+        let whatsapp = "Does it come in another color?";
+        self.turn(
+            Platform::Whatsapp,
+            WHATSAPP_BOB,
+            whatsapp,
+            whatsapp_text(&format!("wamid.DEMO{now}"), whatsapp),
+        )
+        .await?;
+
+        let thanks = "Back in the Slack thread: thanks!";
+        let thanks_ts = format!("{}.000300", now + 1);
+        self.turn(
+            Platform::Slack,
+            SLACK_ALICE,
+            thanks,
+            slack_dm(&thanks_ts, Some(&first_ts), thanks),
+        )
+        .await
+    }
+
+    /// Alice's first message, Slack's retry of it, and Slack's echo of our reply.
+    async fn slack_opening(&mut self, first_ts: &str, echo_ts: &str) -> anyhow::Result<()> {
         let hello = "Hi! What can you do?";
-        let first = slack_dm(&first_ts, None, hello);
+        let first = slack_dm(first_ts, None, hello);
         self.turn(Platform::Slack, SLACK_ALICE, hello, first.clone())
             .await?;
 
@@ -68,8 +104,8 @@ impl<'a> Script<'a> {
         .await?;
 
         // Slack sends our own reply back to the app as a message event.
-        let reply_text = self.last_reply_text();
-        let echo = slack_bot_echo(&echo_ts, &first_ts, &reply_text);
+        let reply_text = self.last_reply().map(|r| r.text.clone()).unwrap_or_default();
+        let echo = slack_bot_echo(echo_ts, first_ts, &reply_text);
         self.not_a_turn(
             Platform::Slack,
             SLACK_BOT_USER,
@@ -78,52 +114,18 @@ impl<'a> Script<'a> {
             &[],
             Outcome::Dropped,
         )
-        .await?;
-
-        let telegram = "Same person, now on Telegram: do you remember me?";
-        self.turn(
-            Platform::Telegram,
-            TELEGRAM_ALICE,
-            telegram,
-            telegram_text(900_000_001, 201, telegram),
-        )
-        .await?;
-
-        let whatsapp = "Does it come in another color?";
-        self.turn(
-            Platform::Whatsapp,
-            WHATSAPP_BOB,
-            whatsapp,
-            whatsapp_text(&format!("wamid.DEMO{now}"), whatsapp),
-        )
-        .await?;
-
-        let thanks = "Back in the Slack thread: thanks!";
-        self.turn(
-            Platform::Slack,
-            SLACK_ALICE,
-            thanks,
-            slack_dm(&thanks_ts, Some(&first_ts), thanks),
-        )
         .await
     }
 
-    fn last_reply_text(&self) -> String {
+    fn last_reply(&self) -> Option<&PostedReply> {
         self.steps
             .iter()
             .rev()
-            .find_map(|s| match &s.outcome {
-                Outcome::Replied(turn) => Some(turn.reply.text.clone()),
-                _ => None,
-            })
-            .unwrap_or_default()
+            .find_map(|s| s.outcome.turn().map(|turn| &turn.reply))
     }
 
     fn replies_so_far(&self) -> usize {
-        self.steps
-            .iter()
-            .filter(|s| matches!(s.outcome, Outcome::Replied(_)))
-            .count()
+        self.steps.iter().filter(|s| s.outcome.turn().is_some()).count()
     }
 
     async fn turn(
@@ -145,6 +147,88 @@ impl<'a> Script<'a> {
             webhook.queued == 1,
             "the gateway should have queued this message as one turn: {webhook:?}"
         );
+        let turn = self.answered().await?;
+        self.print_turn(&turn)?;
+        self.record(platform, sender, text, webhook, Outcome::Replied(turn));
+        Ok(())
+    }
+
+    /// Alice taps the first button of the last answer, as Telegram sends a tap: the
+    /// button's `callback_data` with the message it belongs to.
+    async fn tap(&mut self, update_id: i64) -> anyhow::Result<()> {
+        let question = self.last_reply().cloned().context("no answer to tap")?;
+        let button = question
+            .buttons
+            .first()
+            .cloned()
+            .context("the echo's answer offered no buttons")?;
+        self.until_answer_recorded().await?;
+        self.announce(
+            Platform::Telegram,
+            TELEGRAM_ALICE,
+            &button.label,
+            "  (taps a button of that answer)",
+        )?;
+        let body = telegram_tap(update_id, &question.message_id, &question.text, &button.data);
+        let webhook = self.post(Platform::Telegram, body, &[]).await?;
+        anyhow::ensure!(
+            webhook.method.as_deref() == Some("answerCallbackQuery"),
+            "the gateway should answer a tap with answerCallbackQuery: {webhook:?}"
+        );
+        writeln!(
+            self.out,
+            "     gateway    {}, answerCallbackQuery in its answer (the button stops spinning)",
+            webhook.status
+        )?;
+        let edits = self.stack.stand_ins.wait_for_edits(1, REPLY_TIMEOUT).await?;
+        writeln!(
+            self.out,
+            "     closed     the keyboard of message {} removed (editMessageReplyMarkup)",
+            edits[0].message_id
+        )?;
+        let turn = self.answered().await?;
+        anyhow::ensure!(
+            turn.action.as_ref().is_some_and(|a| a.label == button.label),
+            "the agent should have received the tap as its `action`: {:?}",
+            turn.action
+        );
+        self.print_turn(&turn)?;
+        self.record(
+            Platform::Telegram,
+            TELEGRAM_ALICE,
+            &button.label,
+            webhook,
+            Outcome::Tapped(turn),
+        );
+        Ok(())
+    }
+
+    /// Until the gateway has recorded the last answer as posted. It learns the message's id
+    /// from the platform's response, a moment after the stand-in has the message: a person
+    /// never taps that fast, a script does, and a tap before the record finds no message to
+    /// close. Nothing announces the record, so it is looked up every few milliseconds.
+    async fn until_answer_recorded(&self) -> anyhow::Result<()> {
+        let answered: MessageId = self
+            .stack
+            .seen
+            .latest()
+            .context("an answer was posted, yet the agent saw no dispatch")?
+            .message_id
+            .parse()
+            .context("the dispatch's message_id is a turn id")?;
+        let started = std::time::Instant::now();
+        while !answer_recorded(&self.stack.pool, self.stack.tenant, answered).await? {
+            anyhow::ensure!(
+                started.elapsed() < REPLY_TIMEOUT,
+                "the gateway did not record its answer as posted within {REPLY_TIMEOUT:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(())
+    }
+
+    /// The next reply on the stand-ins, with what the agent saw of the turn it answers.
+    async fn answered(&self) -> anyhow::Result<Turn> {
         let expected = self.replies_so_far() + 1;
         let replies = self
             .stack
@@ -157,14 +241,12 @@ impl<'a> Script<'a> {
             .seen
             .latest()
             .context("a reply arrived, yet the agent saw no dispatch")?;
-        let turn = Turn {
+        Ok(Turn {
             user_id: dispatch.user_id.clone(),
             agent_saw: dispatch.messages.iter().map(|m| m.role.clone()).collect(),
+            action: dispatch.action,
             reply,
-        };
-        self.print_turn(&turn)?;
-        self.record(platform, sender, text, webhook, Outcome::Replied(turn));
-        Ok(())
+        })
     }
 
     /// A webhook that must not become a turn: a duplicate or a dropped echo.
@@ -231,15 +313,23 @@ impl<'a> Script<'a> {
             turn.user_id.as_deref().unwrap_or("(unlinked)"),
             plural(earlier, "turn"),
         )?;
+        if let Some(action) = &turn.action {
+            writeln!(
+                self.out,
+                "     the tap    as `action`: choice {:?} ({:?}) of the answer to turn {}",
+                action.id, action.label, action.message_id
+            )?;
+        }
         let reply = &turn.reply;
         let target = match reply.platform {
             Platform::Slack => format!("channel {}, in thread {}", reply.chat, reply.reply_to),
             Platform::Telegram => format!("chat {}, replying to message {}", reply.chat, reply.reply_to),
             Platform::Whatsapp => format!("to {}, quoting {}", reply.chat, reply.reply_to),
         };
+        let buttons: String = reply.buttons.iter().map(|b| format!(" [{}]", b.label)).collect();
         writeln!(
             self.out,
-            "     replied    {} {target}: {:?}\n",
+            "     replied    {} {target}: {:?}{buttons}\n",
             reply.platform, reply.text
         )
     }
@@ -252,7 +342,7 @@ impl<'a> Script<'a> {
         webhook: WebhookAnswer,
         outcome: Outcome,
     ) {
-        if !matches!(outcome, Outcome::Replied(_)) {
+        if outcome.turn().is_none() {
             let _ = writeln!(self.out);
         }
         self.steps.push(Step {

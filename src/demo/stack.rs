@@ -9,7 +9,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use super::agent::{observed_echo_bridge, SeenDispatches};
+use super::agent::{observed_echo_bridge, OfferChoices, SeenDispatches};
 use super::platforms::PlatformStandIns;
 use super::provision::provision;
 use super::served::Served;
@@ -27,6 +27,7 @@ pub(super) struct Stack {
     agent_url: String,
     pub(super) stand_ins: PlatformStandIns,
     pub(super) seen: Arc<SeenDispatches>,
+    pub(super) offer_choices: Arc<OfferChoices>,
     agent: Served,
     gateway: (oneshot::Sender<()>, JoinHandle<anyhow::Result<()>>),
 }
@@ -47,7 +48,11 @@ impl Stack {
         let keys = app.state().settings.database.secrets.clone();
         let (tenant, secret, connectors) = provision(&pool, &keys, &agent_url, &stand_ins.base_url).await?;
         let seen = Arc::new(SeenDispatches::default());
-        let agent = Served::spawn(agent_listener, observed_echo_bridge(&secret, seen.clone())?);
+        let offer_choices = Arc::new(OfferChoices::default());
+        let agent = Served::spawn(
+            agent_listener,
+            observed_echo_bridge(&secret, seen.clone(), offer_choices.clone())?,
+        );
         let (stop, stopped) = oneshot::channel::<()>();
         let gateway = tokio::spawn(app.run_until(async {
             let _ = stopped.await;
@@ -60,6 +65,7 @@ impl Stack {
             agent_url,
             stand_ins,
             seen,
+            offer_choices,
             agent,
             gateway: (stop, gateway),
         })
@@ -67,7 +73,11 @@ impl Stack {
 
     pub(super) fn describe(&self, out: &mut (dyn Write + Send)) -> std::io::Result<()> {
         writeln!(out, "  gateway    {} (HTTP + dispatch worker)", self.gateway_url)?;
-        writeln!(out, "  agent      {} (agent-bridge --echo)", self.agent_url)?;
+        writeln!(
+            out,
+            "  agent      {} (agent-bridge --echo; --choices for the question alice taps)",
+            self.agent_url
+        )?;
         writeln!(
             out,
             "  platforms  {} (stand-ins for Slack, WhatsApp and Telegram send APIs)",

@@ -26,6 +26,7 @@ pub const WHATSAPP_BOB: &str = "16505551234";
 const SLACK_DM: &str = include_str!("../../fixtures/slack/dm_text.json");
 const SLACK_BOT_ECHO: &str = include_str!("../../fixtures/slack/bot_echo.json");
 const TELEGRAM_TEXT: &str = include_str!("../../fixtures/telegram/private_text.json");
+const TELEGRAM_TAP: &str = include_str!("../../fixtures/telegram/callback_query.json");
 const WHATSAPP_TEXT: &str = include_str!("../../fixtures/whatsapp/text.json");
 
 fn fixture(text: &str) -> Value {
@@ -75,6 +76,20 @@ pub fn telegram_text(update_id: i64, message_id: i64, text: &str) -> Vec<u8> {
     to_bytes(&update)
 }
 
+/// Alice tapping a button of the bot's message `message_id` in her private chat: Telegram
+/// sends the button's `callback_data` as `data`, with the message it belongs to.
+pub fn telegram_tap(update_id: i64, message_id: &str, text: &str, data: &str) -> Vec<u8> {
+    let mut update = fixture(TELEGRAM_TAP);
+    update["update_id"] = update_id.into();
+    let callback = &mut update["callback_query"];
+    callback["id"] = format!("{update_id}000").into();
+    callback["message"]["message_id"] = message_id.parse::<i64>().map_or(Value::Null, Into::into);
+    callback["message"]["date"] = chrono::Utc::now().timestamp().into();
+    callback["message"]["text"] = text.into();
+    callback["data"] = data.into();
+    to_bytes(&update)
+}
+
 /// Bob's WhatsApp text, one message in one change of one entry.
 pub fn whatsapp_text(wamid: &str, text: &str) -> Vec<u8> {
     let mut batch = fixture(WHATSAPP_TEXT);
@@ -109,6 +124,10 @@ mod tests {
         assert_eq!(echo["event"]["bot_id"], SLACK_BOT_ID);
         let update: Value = serde_json::from_slice(&telegram_text(7, 8, "t")).unwrap();
         assert_eq!(update["message"]["from"]["id"].to_string(), TELEGRAM_ALICE);
+        let tap: Value = serde_json::from_slice(&telegram_tap(9, "9002", "q", "abcdefghij.0")).unwrap();
+        assert_eq!(tap["callback_query"]["from"]["id"].to_string(), TELEGRAM_ALICE);
+        assert_eq!(tap["callback_query"]["message"]["message_id"], 9002);
+        assert_eq!(tap["callback_query"]["data"], "abcdefghij.0");
         let batch: Value = serde_json::from_slice(&whatsapp_text("wamid.X", "w")).unwrap();
         assert_eq!(
             batch["entry"][0]["changes"][0]["value"]["metadata"]["phone_number_id"],

@@ -187,6 +187,27 @@ fn dispatch_payload(messages: Vec<ChatMessage>) -> Value {
     .unwrap()
 }
 
+/// The dispatch of a tap on the choice `id` labelled `label`: its content is the label.
+fn tap_payload(mut messages: Vec<ChatMessage>, id: &str, label: &str) -> Value {
+    messages.push(user(label));
+    let mut payload = dispatch_payload(messages);
+    let action = json!({"id": id, "label": label, "message_id": "0190a8e0-0000-7000-8000-0000000000ab"});
+    payload["action"] = action.clone();
+    payload["messages"].as_array_mut().unwrap().last_mut().unwrap()["action"] = action;
+    payload
+}
+
+/// A chat completion whose message calls `offer_choices` with `arguments` (a JSON string,
+/// as OpenAI sends it) beside `content`.
+fn offering(content: Value, arguments: Value) -> UpstreamAnswer {
+    let completion = json!({"id": "chatcmpl-t", "object": "chat.completion", "choices": [{
+        "index": 0, "finish_reason": "tool_calls",
+        "message": {"role": "assistant", "content": content, "tool_calls": [{
+            "id": "call_1", "type": "function",
+            "function": {"name": "offer_choices", "arguments": arguments.to_string()}}]}}]});
+    UpstreamAnswer::Status(200, completion, None)
+}
+
 /// POSTs `body` signed with `secret` at `timestamp`, as the gateway does.
 async fn post_signed(url: &str, secret: &str, timestamp: i64, body: Vec<u8>) -> reqwest::Response {
     let signature = signature::sign(secret, "msg_1", timestamp, &body).unwrap();
@@ -260,6 +281,11 @@ async fn bridge_forwards_messages_with_the_system_prompt_first_the_model_and_no_
         call.body
     );
     assert_eq!(call.body["stream"], false);
+    assert!(
+        call.body.get("tools").is_none(),
+        "no tool unless asked: {}",
+        call.body
+    );
 }
 
 /// Serves `/image` (PNG bytes) and `/voice.mp3`, as the gateway's media URLs would.
@@ -532,6 +558,141 @@ async fn echo_mode_answers_without_an_upstream_and_names_the_earlier_user_turns(
     assert_eq!(legacy["messages"][0]["content"], "echo: solo (history: 0 turns)");
 }
 
+#[tokio::test]
+async fn echo_with_choices_offers_yes_and_no_and_answers_a_tap_without_new_ones() {
+    let url = spawn_bridge(BridgeConfig::echo_offering_choices(SECRET)).await;
+
+    let question = dispatch_payload(vec![user("shall we?")]);
+    let (status, answer) = status_and_json(dispatch(&url, &question).await).await;
+    let tap = tap_payload(
+        vec![user("shall we?"), assistant("echo: shall we?")],
+        "yes",
+        "Yes",
+    );
+    let (tap_status, tapped) = status_and_json(dispatch(&url, &tap).await).await;
+
+    assert_eq!((status, tap_status), (200, 200), "{answer} {tapped}");
+    assert_eq!(
+        answer,
+        json!({"messages": [{"role": "assistant", "content": "echo: shall we? (history: 0 turns)"}],
+               "choices": [{"id": "yes", "label": "Yes", "style": "primary"}, {"id": "no", "label": "No"}]})
+    );
+    assert_eq!(
+        tapped,
+        json!({"messages": [{"role": "assistant", "content": "echo: tapped Yes (history: 1 turn)"}]})
+    );
+    // Without --choices a tap is echoed as the words it stands for.
+    let plain = spawn_bridge(BridgeConfig::echo(SECRET)).await;
+    let (_, echoed) = status_and_json(dispatch(&plain, &tap).await).await;
+    assert_eq!(echoed["messages"][0]["content"], "echo: Yes (history: 1 turn)");
+}
+
+fn choices_tool_bridge(upstream: &Upstream) -> BridgeConfig {
+    let mut config = upstream_config(upstream);
+    config.choices_tool = true;
+    BridgeConfig::upstream(SECRET, config)
+}
+
+#[tokio::test]
+async fn with_the_choices_tool_the_upstream_gets_one_tool_and_its_call_becomes_the_choices() {
+    let upstream = Upstream::start().await;
+    upstream.script([
+        offering(
+            json!("Book the 10:00 slot?"),
+            json!({"choices": [{"id": "book", "label": "Book it", "style": "primary"},
+                               {"id": "later", "label": "Not now", "style": "muted"}]}),
+        ),
+        offering(
+            Value::Null,
+            json!({"text": "Which team?", "reusable": true,
+                   "choices": [{"id": "billing", "label": "Billing"}, {"id": "tech", "label": "Technical"}]}),
+        ),
+    ]);
+    let url = spawn_bridge(choices_tool_bridge(&upstream)).await;
+
+    let (status, booked) =
+        status_and_json(dispatch(&url, &dispatch_payload(vec![user("slots?")])).await).await;
+    let (_, menu) = status_and_json(dispatch(&url, &dispatch_payload(vec![user("help")])).await).await;
+
+    assert_eq!(status, 200, "{booked}");
+    assert_eq!(
+        booked,
+        json!({"messages": [{"role": "assistant", "content": "Book the 10:00 slot?"}],
+               "choices": [{"id": "book", "label": "Book it", "style": "primary"},
+                           {"id": "later", "label": "Not now"}]}),
+        "an unknown style is left out"
+    );
+    assert_eq!(
+        menu,
+        json!({"messages": [{"role": "assistant", "content": "Which team?"}],
+               "choices": [{"id": "billing", "label": "Billing"}, {"id": "tech", "label": "Technical"}],
+               "choices_reusable": true}),
+        "the call's text when the model wrote none"
+    );
+    let tools = &upstream.calls()[0].body["tools"];
+    assert_eq!(tools.as_array().map(Vec::len), Some(1), "{tools}");
+    assert_eq!(tools[0]["type"], "function");
+    assert_eq!(tools[0]["function"]["name"], "offer_choices");
+    assert_eq!(tools[0]["function"]["parameters"]["required"], json!(["choices"]));
+}
+
+#[tokio::test]
+async fn an_offer_the_platform_could_not_show_goes_out_as_text_alone_never_as_an_error() {
+    let upstream = Upstream::start().await;
+    let long_labels: Vec<Value> = (1..=4)
+        .map(|i| json!({"id": format!("o{i}"), "label": format!("Option number {i} of the four")}))
+        .collect();
+    upstream.script([
+        offering(json!("Pick one"), json!("{not json")),
+        offering(json!("Pick one"), json!({"choices": [{"label": "no id"}]})),
+        offering(json!("Pick one"), json!({ "choices": long_labels })),
+    ]);
+    let url = spawn_bridge(choices_tool_bridge(&upstream)).await;
+    let mut on_whatsapp = dispatch_payload(vec![user("options?")]);
+    on_whatsapp["channel"]["platform"] = "whatsapp".into();
+
+    for (case, payload) in [
+        ("unreadable arguments", dispatch_payload(vec![user("options?")])),
+        (
+            "a choice with neither id nor url",
+            dispatch_payload(vec![user("options?")]),
+        ),
+        ("labels over WhatsApp's 24 characters", on_whatsapp),
+    ] {
+        let (status, answer) = status_and_json(dispatch(&url, &payload).await).await;
+        assert_eq!(status, 200, "{case}: {answer}");
+        assert_eq!(
+            answer,
+            json!({"messages": [{"role": "assistant", "content": "Pick one"}]}),
+            "{case}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_tap_reaches_the_upstream_as_the_users_words_its_label() {
+    let upstream = Upstream::start().await;
+    let url = spawn_bridge(choices_tool_bridge(&upstream)).await;
+
+    let tap = tap_payload(
+        vec![user("slots?"), assistant("Book the 10:00 slot?")],
+        "book",
+        "Book it",
+    );
+    let (status, answer) = status_and_json(dispatch(&url, &tap).await).await;
+
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        upstream.calls()[0].body["messages"],
+        json!([
+            {"role": "user", "content": "slots?"},
+            {"role": "assistant", "content": "Book the 10:00 slot?"},
+            {"role": "user", "content": "Book it"},
+        ]),
+        "no `action` field an OpenAI server would refuse"
+    );
+}
+
 // --- gateway → bridge → upstream → platform -------------------------------------------
 
 #[tokio::test]
@@ -590,6 +751,70 @@ async fn gateway_to_bridge_to_upstream_keeps_the_history_intact_over_three_turns
             (Platform::Telegram, "answer 3 to third (6 messages)".into()),
         ]
     );
+}
+
+/// Telegram's `callback_query` from the fixture's person: a tap on message `on`.
+fn telegram_tap(update_id: i64, on: &str, data: &str) -> Vec<u8> {
+    let mut update: Value = serde_json::from_slice(&fixture(Platform::Telegram, "callback_query")).unwrap();
+    update["update_id"] = update_id.into();
+    update["callback_query"]["id"] = format!("cb{update_id}").into();
+    update["callback_query"]["message"]["message_id"] = on.parse::<i64>().unwrap().into();
+    update["callback_query"]["data"] = data.into();
+    serde_json::to_vec(&update).unwrap()
+}
+
+#[tokio::test]
+async fn gateway_to_bridge_with_the_choices_tool_posts_buttons_and_the_model_hears_the_tap() {
+    let app = spawn_app().await;
+    let platforms = FakePlatforms::start().await;
+    let tenant = provision_tenant_at(&app.pool, "acme", Some(&platforms.base_url)).await;
+    let upstream = Upstream::start().await;
+    upstream.script([offering(
+        json!("Book the 10:00 slot?"),
+        json!({"choices": [{"id": "book", "label": "Book it"}, {"id": "later", "label": "Not now"}]}),
+    )]);
+    let mut config = upstream_config(&upstream);
+    config.choices_tool = true;
+    let agent_url = spawn_bridge(BridgeConfig::upstream(&tenant.dispatch_secret, config)).await;
+    let worker = worker(&app, &agent_url, |_| {});
+
+    deliver(&app, &tenant, Platform::Telegram, telegram_text(2201, "slots?")).await;
+    let StepOutcome::Executed(asked) = worker.step().await.unwrap() else {
+        panic!("the question is answered");
+    };
+    let question = platforms.sent_to(Platform::Telegram).pop().unwrap();
+    assert_eq!(question.text(), "Book the 10:00 slot?");
+    let keyboard = &question.body["reply_markup"]["inline_keyboard"][0];
+    assert_eq!(
+        (&keyboard[0]["text"], &keyboard[1]["text"]),
+        (&json!("Book it"), &json!("Not now"))
+    );
+    let on = {
+        let mut tx = app.tenant_tx(tenant.tenant).await;
+        let parts = channel_bridge::db::messages::reply_parts(&mut tx, asked)
+            .await
+            .unwrap();
+        parts.last().and_then(|p| p.platform_message_id.clone()).unwrap()
+    };
+
+    let book = keyboard[0]["callback_data"].as_str().unwrap();
+    deliver(&app, &tenant, Platform::Telegram, telegram_tap(2202, &on, book)).await;
+    while worker.step().await.unwrap() != StepOutcome::Empty {}
+
+    let calls = upstream.calls();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(
+        calls[1].body["messages"],
+        json!([
+            {"role": "user", "content": "slots?"},
+            {"role": "assistant", "content": "Book the 10:00 slot?"},
+            {"role": "user", "content": "Book it"},
+        ]),
+        "the tap is the person's words, the offer its answer's text"
+    );
+    let answer = platforms.sent_to(Platform::Telegram).pop().unwrap();
+    assert_eq!(answer.text(), "answer 2 to Book it (3 messages)");
+    assert_eq!(answer.body["reply_parameters"]["message_id"].to_string(), on);
 }
 
 // --- streaming ------------------------------------------------------------------------

@@ -1,13 +1,13 @@
 //! `channel-bridge demo` inside the test suite: the real gateway, echo bridge and platform
 //! stand-ins, on a database of its own.
 
-use channel_bridge::demo::{self, DemoConfig, Outcome};
+use channel_bridge::demo::{self, DemoConfig, DemoSummary, Outcome, Step, Turn};
 use channel_bridge::domain::Platform;
 
 use crate::support::TestDb;
 
 #[tokio::test]
-async fn the_demo_answers_every_turn_on_its_platform_collapses_the_retry_and_drops_the_echo() {
+async fn the_demo_answers_every_turn_on_its_platform_collapses_the_retry_drops_the_echo_and_hears_a_tap() {
     // The demo drops and re-creates the database it is given; this one is the test's own.
     let db = TestDb::empty().await;
     let mut printed = Vec::new();
@@ -22,45 +22,87 @@ async fn the_demo_answers_every_turn_on_its_platform_collapses_the_retry_and_dro
     .await
     .expect("the demo runs to completion");
 
-    let kinds: Vec<(Platform, &str)> = summary
-        .steps
-        .iter()
-        .map(|s| {
-            let kind = match s.outcome {
-                Outcome::Replied(_) => "replied",
-                Outcome::Duplicate => "duplicate",
-                Outcome::Dropped => "dropped",
-            };
-            (s.platform, kind)
-        })
-        .collect();
     assert_eq!(
-        kinds,
+        kinds(&summary),
         [
             (Platform::Slack, "replied"),
             (Platform::Slack, "duplicate"),
             (Platform::Slack, "dropped"),
             (Platform::Telegram, "replied"),
+            (Platform::Telegram, "tapped"),
             (Platform::Whatsapp, "replied"),
             (Platform::Slack, "replied"),
         ]
     );
     assert_eq!(summary.duplicates(), 1);
     assert_eq!(summary.dropped(), 1);
-    assert_eq!(summary.recorded_turns, 4, "the retry added no row");
-
+    assert_eq!(summary.taps(), 1);
+    assert_eq!(summary.recorded_turns, 5, "the retry added no row, the tap one");
     let turns: Vec<_> = summary.turns().collect();
-    assert_eq!(turns.len(), 4);
+    assert_eq!(turns.len(), 5);
     for (step, turn) in &turns {
         assert_eq!(turn.reply.platform, step.platform, "answered where it was asked");
-        assert!(
-            turn.reply.text.starts_with(&format!("echo: {}", step.text)),
-            "{}",
-            turn.reply.text
-        );
+        let echoed = match turn.action {
+            Some(_) => format!("echo: tapped {}", step.text),
+            None => format!("echo: {}", step.text),
+        };
+        assert!(turn.reply.text.starts_with(&echoed), "{}", turn.reply.text);
         assert_eq!(step.webhook.status, 200);
     }
-    // Alice's history spans Slack and Telegram; Bob's is his own.
+    the_question_was_tapped(turns[1].1, turns[2].1);
+    assert_eq!(turns[0].1.reply.buttons, [], "the other answers stay plain");
+    the_histories_are_each_persons(&turns);
+
+    let printed = String::from_utf8(printed).unwrap();
+    assert!(printed.contains(&summary.tenant_id.to_string()), "{printed}");
+    assert!(printed.contains("export DATABASE_URL="), "{printed}");
+    for tap_line in ["[Yes] [No]", "answerCallbackQuery", "editMessageReplyMarkup"] {
+        assert!(printed.contains(tap_line), "{printed}");
+    }
+
+    // The database is left in place to explore.
+    let mut owner = db.owner_conn().await;
+    let rows: i64 = sqlx::query_scalar("select count(*) from channel_messages where status = 'executed'")
+        .fetch_one(&mut owner)
+        .await
+        .unwrap();
+    assert_eq!(rows, 5);
+}
+
+fn kinds(summary: &DemoSummary) -> Vec<(Platform, &'static str)> {
+    let kind = |outcome: &Outcome| match outcome {
+        Outcome::Replied(_) => "replied",
+        Outcome::Tapped(_) => "tapped",
+        Outcome::Duplicate => "duplicate",
+        Outcome::Dropped => "dropped",
+    };
+    summary
+        .steps
+        .iter()
+        .map(|s| (s.platform, kind(&s.outcome)))
+        .collect()
+}
+
+/// Alice's Telegram question was offered Yes/No, and she tapped Yes on that message.
+fn the_question_was_tapped(question: &Turn, tap: &Turn) {
+    let labels: Vec<&str> = question.reply.buttons.iter().map(|b| b.label.as_str()).collect();
+    assert_eq!(labels, ["Yes", "No"]);
+    let action = tap.action.as_ref().expect("the agent got the tap as its action");
+    assert_eq!((action.id.as_str(), action.label.as_str()), ("yes", "Yes"));
+    assert!(tap.reply.buttons.is_empty(), "a tap's answer offers nothing new");
+    assert_eq!(
+        tap.reply.reply_to, question.reply.message_id,
+        "the answer to a tap replies to the tapped message"
+    );
+    assert!(
+        tap.reply.text.ends_with("(history: 2 turns)"),
+        "{}",
+        tap.reply.text
+    );
+}
+
+/// Alice's history spans Slack and Telegram, her tap included; Bob's is his own.
+fn the_histories_are_each_persons(turns: &[(&Step, &Turn)]) {
     let seen: Vec<(Option<&str>, usize)> = turns
         .iter()
         .map(|(_, t)| (t.user_id.as_deref(), t.agent_saw.len()))
@@ -70,32 +112,24 @@ async fn the_demo_answers_every_turn_on_its_platform_collapses_the_retry_and_dro
         [
             (Some("alice"), 1),
             (Some("alice"), 3),
+            (Some("alice"), 5),
             (Some("bob"), 1),
-            (Some("alice"), 5)
+            (Some("alice"), 7)
         ]
     );
-    let last = &turns[3].1;
-    assert_eq!(last.agent_saw, ["user", "assistant", "user", "assistant", "user"]);
+    let last = turns[4].1;
+    let alternating: Vec<&str> = (0..7)
+        .map(|i| if i % 2 == 0 { "user" } else { "assistant" })
+        .collect();
+    assert_eq!(last.agent_saw, alternating);
     assert!(
-        last.reply.text.ends_with("(history: 2 turns)"),
+        last.reply.text.ends_with("(history: 3 turns)"),
         "{}",
         last.reply.text
     );
     // Threaded: the Slack thread reply goes under the first Slack message's thread.
     assert_eq!(turns[0].1.reply.reply_to, last.reply.reply_to);
     assert_eq!(turns[1].1.reply.reply_to, "201");
-
-    let printed = String::from_utf8(printed).unwrap();
-    assert!(printed.contains(&summary.tenant_id.to_string()), "{printed}");
-    assert!(printed.contains("export DATABASE_URL="), "{printed}");
-
-    // The database is left in place to explore.
-    let mut owner = db.owner_conn().await;
-    let rows: i64 = sqlx::query_scalar("select count(*) from channel_messages where status = 'executed'")
-        .fetch_one(&mut owner)
-        .await
-        .unwrap();
-    assert_eq!(rows, 4);
 }
 
 #[tokio::test]
