@@ -182,9 +182,19 @@ async fn edit(
             .to_owned();
         return Edited::Refused(400, description);
     }
-    match classify(status, body) {
+    match classify_edit(status, body) {
         SendOutcome::Sent(_) => Edited::Outcome(SendOutcome::Sent(id.to_owned())),
         other => Edited::Outcome(other),
+    }
+}
+
+/// An edit answers the edited Message, or `true` (for an inline message): either is done.
+fn classify_edit(status: StatusCode, body: Option<Value>) -> SendOutcome {
+    match body {
+        Some(body) if status.is_success() && body["ok"] == true && body["result"] == true => {
+            SendOutcome::Sent(String::new())
+        }
+        body => classify(status, body),
     }
 }
 
@@ -240,7 +250,7 @@ async fn close_choices(client: &Client, part: &OutboundPart<'_>, token: &str, ta
         tracing::info!("telegram kept the keyboard of a closed choice (400); nothing more to do");
         return SendOutcome::Sent(target.to_owned());
     }
-    match classify(status, body) {
+    match classify_edit(status, body) {
         SendOutcome::Sent(_) => SendOutcome::Sent(target.to_owned()),
         other => other,
     }
@@ -301,6 +311,24 @@ mod tests {
         ));
         assert!(matches!(
             classify(StatusCode::BAD_GATEWAY, None),
+            SendOutcome::Unknown { .. }
+        ));
+    }
+
+    #[test]
+    fn an_edit_answered_true_is_done_not_in_doubt() {
+        let inline = json!({"ok": true, "result": true});
+        assert!(matches!(
+            classify_edit(StatusCode::OK, Some(inline)),
+            SendOutcome::Sent(_)
+        ));
+        let message = json!({"ok": true, "result": {"message_id": 57, "chat": {"id": 1}}});
+        assert_eq!(
+            classify_edit(StatusCode::OK, Some(message)),
+            SendOutcome::Sent("57".into())
+        );
+        assert!(matches!(
+            classify_edit(StatusCode::OK, Some(json!({"ok": true}))),
             SendOutcome::Unknown { .. }
         ));
     }
