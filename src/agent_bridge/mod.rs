@@ -163,6 +163,9 @@ impl BridgeArgs {
                 if self.choices {
                     anyhow::bail!("--choices is the echo's; an upstream offers choices with --choices-tool");
                 }
+                if self.answer_later {
+                    anyhow::bail!("--async is the echo's: an upstream's answer is given at once");
+                }
                 let mut config = UpstreamConfig::new(url).map_err(anyhow::Error::msg)?;
                 config.model = self.model;
                 config.api_key = self.upstream_api_key;
@@ -538,6 +541,7 @@ mod tests {
             "tool calls are read from the non-streamed answer only"
         );
         assert!(answerer(&["--echo", "--choices-tool"]).is_err());
+        assert!(answerer(&["--upstream", "http://llm", "--async"]).is_err());
     }
 
     #[test]
