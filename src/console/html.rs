@@ -161,6 +161,12 @@ table.hours th,table.hours td{padding:.15rem .25rem;text-align:right;white-space
 li[data-chosen] .chip{background:#dff3e4;border-color:#1c6b34;color:#1c6b34;font-weight:600}.chosen{color:#1c6b34;font-size:.85rem}
 .url{font-family:ui-monospace,monospace;font-size:.8rem;color:#5b6475;overflow-wrap:anywhere}
 .choices{margin:.3rem 0 0}.tap{margin:.2rem 0 0}.tap small{color:#5b6475}.edit{font-size:.8rem;color:#5b6475;margin-left:.3rem}
+.vh{position:absolute;width:1px;height:1px;padding:0;margin:-1px;overflow:hidden;clip:rect(0 0 0 0);clip-path:inset(50%);white-space:nowrap;border:0}
+.reactions{margin:.3rem 0 0}.card>.reactions{margin:0}.tally{margin:.1rem 0 .2rem;font-weight:600}.emoji{font-size:1.05rem;font-weight:normal}
+.reaction-list{list-style:none;padding:0;margin:0;display:grid;gap:.15rem}.reaction-list li{overflow-wrap:anywhere}
+.reaction .by{font-family:ui-monospace,monospace;font-size:.85rem}.reaction time,.reaction small{color:#5b6475;font-size:.85rem}
+.reaction.removed{color:#5b6475}.removed-note{font-style:italic}
+.totals>div.feedback{flex:2 1 14rem}.totals small{display:block;font-size:.8rem;font-weight:normal;color:#5b6475}
 .copyable{display:flex;gap:.4rem}.copyable input{flex:1 1 auto;min-width:0;font-family:ui-monospace,monospace;font-size:.85rem}
 @media (max-width:480px){main{padding:.6rem}dl{grid-template-columns:minmax(0,1fr)}dt{margin-top:.4rem}}
 "#;

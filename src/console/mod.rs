@@ -11,6 +11,7 @@ mod html;
 mod links;
 mod overview;
 mod pages;
+mod reactions;
 mod script;
 pub mod session;
 mod sign_in;

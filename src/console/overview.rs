@@ -11,7 +11,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use super::error::PageResult;
 use super::pages::ok_page;
 use super::session::SignedIn;
-use crate::db::overview::{Figures, Hour, Overview};
+use crate::db::overview::{Feedback, Figures, Hour, Overview};
 use crate::error::AppError;
 use crate::http::state::AppState;
 
@@ -30,7 +30,7 @@ fn render(overview: &Overview) -> String {
     let mut body = String::from(
         r#"<p class="empty">The last 24 hours, hour by hour (UTC): turns from users, answers, failures, turns held for a person, and how long the agent took.</p>"#,
     );
-    body.push_str(&totals(&overview.total));
+    body.push_str(&totals(&overview.total, &overview.feedback));
     body.push_str(&chart(overview));
     body.push_str(&table(&overview.hours));
     body
@@ -65,7 +65,26 @@ fn hour_key(start: DateTime<Utc>) -> String {
     start.format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-fn totals(total: &Figures) -> String {
+/// "67 %" of 👍 among 👍 and 👎, under it the counts and how many answers were rated.
+fn feedback(feedback: &Feedback, answers: i64) -> String {
+    let share = feedback
+        .positive_share()
+        .map(|share| format!("{share:.0} % positive"))
+        .unwrap_or_else(|| "—".to_owned());
+    let counts = match feedback.rated {
+        0 => "no rated answers".to_owned(),
+        rated => format!(
+            r#"<span aria-hidden="true">{positive} 👍 · {negative} 👎</span><span class="vh">{positive} positive, {negative} negative</span> · {rated} of {answers} answers rated"#,
+            positive = feedback.positive,
+            negative = feedback.negative,
+        ),
+    };
+    format!(
+        r#"<div class="feedback"><dt>Feedback</dt><dd id="total-feedback"><span id="feedback-share">{share}</span><small id="feedback-counts">{counts}</small></dd></div>"#
+    )
+}
+
+fn totals(total: &Figures, feedback_figures: &Feedback) -> String {
     format!(
         r#"<dl class="totals" id="totals">
 <div><dt>Turns</dt><dd id="total-turns">{turns}</dd></div>
@@ -73,13 +92,14 @@ fn totals(total: &Figures) -> String {
 <div><dt>Failures</dt><dd id="total-failures"><a href="/console/failed" id="to-failed">{failures}</a></dd></div>
 <div><dt>Held</dt><dd id="total-held"><a href="/console/held" id="to-held">{held}</a></dd></div>
 <div><dt>Median answer time</dt><dd id="total-median">{median}</dd></div>
-<div><dt>95th percentile</dt><dd id="total-p95">{p95}</dd></div></dl>"#,
+<div><dt>95th percentile</dt><dd id="total-p95">{p95}</dd></div>{feedback}</dl>"#,
         turns = total.turns,
         answers = total.answers,
         failures = total.failures,
         held = total.held,
         median = latency(total.median_ms),
         p95 = latency(total.p95_ms),
+        feedback = feedback(feedback_figures, total.answers),
     )
 }
 
@@ -400,6 +420,7 @@ mod tests {
                 })
                 .collect(),
             total: Figures::default(),
+            feedback: Feedback::default(),
         }
     }
 
@@ -429,6 +450,29 @@ mod tests {
         assert_eq!(svg.matches(r#"class="point" data-series="median""#).count(), 2);
         assert_eq!(svg.matches("<polyline").count(), 2, "one run per series");
         assert!(svg.contains("<title>05:00 UTC · p95: 1.5 s</title>"));
+    }
+
+    #[test]
+    fn feedback_reads_as_a_share_of_thumbs_up_with_its_counts() {
+        let rated = Feedback {
+            rated: 3,
+            positive: 2,
+            negative: 1,
+        };
+        let html = feedback(&rated, 5);
+        assert!(
+            html.contains(r#"<span id="feedback-share">67 % positive</span>"#),
+            "{html}"
+        );
+        assert!(
+            html.contains("2 👍 · 1 👎") && html.contains("3 of 5 answers rated"),
+            "{html}"
+        );
+        let none = feedback(&Feedback::default(), 5);
+        assert!(
+            none.contains(">—<") && none.contains("no rated answers"),
+            "{none}"
+        );
     }
 
     #[test]

@@ -11,6 +11,7 @@ use axum::http::StatusCode;
 use super::choices;
 use super::error::PageResult;
 use super::html::{self, badge, esc, excerpt, page, query_value};
+use super::reactions;
 use super::session::SignedIn;
 
 fn nav(signed_in: &SignedIn) -> html::Nav<'_> {
@@ -195,8 +196,23 @@ pub fn turn(
         body,
         r#"<h2>Answer, as the agent gave it</h2><pre id="response">{response}</pre>"#
     );
+    body.push_str(&reactions_section(detail));
     body.push_str(&reply_parts(detail));
     body
+}
+
+/// People's reactions to the answer, where it was posted.
+fn reactions_section(detail: &MessageDetailOut) -> String {
+    if detail.reactions.is_empty() && detail.reply_parts.is_empty() {
+        return String::new();
+    }
+    let list = reactions::of_answer(&detail.reactions, reactions::several(&detail.reply_parts));
+    let list = if list.is_empty() {
+        r#"<p class="empty">None.</p>"#.to_owned()
+    } else {
+        list
+    };
+    format!(r#"<h2>Reactions</h2><section class="card" id="reactions">{list}</section>"#)
 }
 
 fn written_by(m: &MessageOut) -> String {

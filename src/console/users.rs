@@ -265,7 +265,7 @@ fn exchange(turn: &ConversationTurn, csrf: &str, page: &ConversationPage) -> Str
     format!(
         r#"<div class="card turn exchange" id="turn-{id}" data-status="{status}" data-platform="{platform}" data-origin="{origin}"{tap}>
 <div class="meta">{badge}<span>{platform}</span><span>{account}</span><span>{at}</span><a href="/console/turns/{id}">details</a></div>
-{asked}{answer}{parts}{error}{action}</div>"#,
+{asked}{answer}{parts}{reactions}{error}{action}</div>"#,
         origin = m.origin.as_str(),
         tap = if m.action.is_some() {
             r#" data-tap="true""#
@@ -278,8 +278,19 @@ fn exchange(turn: &ConversationTurn, csrf: &str, page: &ConversationPage) -> Str
         account = esc(&m.platform_user_id),
         at = when(m.received_at),
         parts = posted(&turn.reply_parts),
+        reactions = reactions_of(turn),
         action = super::pages::action_form(m, csrf),
     )
+}
+
+/// People's reactions to the answer, under "Reactions".
+fn reactions_of(turn: &ConversationTurn) -> String {
+    let several = super::reactions::several(&turn.reply_parts);
+    let list = super::reactions::of_answer(&turn.reactions, several);
+    if list.is_empty() {
+        return list;
+    }
+    format!(r#"<p class="label">Reactions</p>{list}"#)
 }
 
 /// The user's words, or their tap.

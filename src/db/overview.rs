@@ -1,6 +1,7 @@
-//! The console overview's figures: a tenant's last 24 hours, hour by hour, in one statement.
-//! It reads every row of the window (through `channel_messages_recent_idx`), so its cost
-//! grows with the tenant's traffic in 24 hours: docs/console.md#overview gives the figure.
+//! The console overview's figures: a tenant's last 24 hours, hour by hour, in one statement,
+//! and the feedback on that day's answers in a second. The first reads every row of the
+//! window (through `channel_messages_recent_idx`), so its cost grows with the tenant's
+//! traffic in 24 hours: docs/console.md#overview gives the figure.
 
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 
@@ -32,11 +33,32 @@ pub struct Hour {
     pub figures: Figures,
 }
 
+/// People's reactions to the agent's answers to the window's turns (the turns `answers`
+/// counts), each person's current one: a reaction given later to a turn of the window counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, sqlx::FromRow)]
+pub struct Feedback {
+    /// Answers with at least one 👍 or 👎.
+    pub rated: i64,
+    /// 👍 (in any spelling) on those answers, one per person and answer.
+    pub positive: i64,
+    /// 👎, likewise.
+    pub negative: i64,
+}
+
+impl Feedback {
+    /// 👍 among 👍 and 👎, in percent; none without either.
+    pub fn positive_share(&self) -> Option<f64> {
+        let rated = self.positive + self.negative;
+        (rated > 0).then(|| 100.0 * self.positive as f64 / rated as f64)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Overview {
     /// `HOURS` hours, oldest first; an hour without turns is all zeros.
     pub hours: Vec<Hour>,
     pub total: Figures,
+    pub feedback: Feedback,
 }
 
 #[derive(sqlx::FromRow)]
@@ -89,6 +111,20 @@ select null, turns, answers, failures, held, median_ms, p95_ms
   from counted where hour is null
  order by 1 nulls last";
 
+/// `$2` as in `OVERVIEW_SQL`. Reactions are few beside turns: the tenant's 👍 and 👎 are
+/// joined to their turns by primary key and kept when the turn is one of the window's user
+/// turns. Both tables carry `tenant_id` in the join, so Citus routes it to one shard.
+const FEEDBACK_SQL: &str = "
+select count(distinct r.message_id) as rated,
+       count(*) filter (where r.value = 1) as positive,
+       count(*) filter (where r.value = -1) as negative
+  from channel_reactions r
+  join channel_messages m on m.tenant_id = r.tenant_id and m.id = r.message_id
+ where r.tenant_id = $1 and m.tenant_id = $1 and r.value <> 0
+   and m.origin = 'user'
+   and m.received_at >= $2
+   and m.received_at < $2 + interval '24 hours'";
+
 /// The first of the `HOURS` hours whose last holds `now`.
 pub fn window_start(now: DateTime<Utc>) -> DateTime<Utc> {
     let hour = now.duration_trunc(TimeDelta::hours(1)).unwrap_or(now);
@@ -103,6 +139,11 @@ pub async fn last_day(tx: &mut TenantTx, now: DateTime<Utc>) -> Result<Overview,
         .bind(window_start(now))
         .fetch_all(tx.conn())
         .await?;
+    let feedback = sqlx::query_as(FEEDBACK_SQL)
+        .bind(tenant)
+        .bind(window_start(now))
+        .fetch_one(tx.conn())
+        .await?;
     let mut hours = Vec::with_capacity(HOURS);
     let mut total = Figures::default();
     for row in rows {
@@ -114,7 +155,11 @@ pub async fn last_day(tx: &mut TenantTx, now: DateTime<Utc>) -> Result<Overview,
             None => total = row.figures,
         }
     }
-    Ok(Overview { hours, total })
+    Ok(Overview {
+        hours,
+        total,
+        feedback,
+    })
 }
 
 #[cfg(test)]

@@ -129,6 +129,8 @@ pub(crate) enum Screen {
     /// A phone's viewport (390×844, as an iPhone 12–15), by Chromium's device emulation:
     /// a window cannot be made narrower than 500 px.
     Phone,
+    /// A small phone's (375×667, as an iPhone SE), likewise.
+    SmallPhone,
 }
 
 /// A headless Chromium session (and its chromedriver).
@@ -140,8 +142,14 @@ pub(crate) async fn browser(screen: Screen) -> (Chromedriver, Client) {
         "args": ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                  "--window-size=1280,900"],
     });
-    if let Screen::Phone = screen {
-        options["mobileEmulation"] = json!({"deviceMetrics": {"width": 390, "height": 844, "pixelRatio": 3}});
+    let phone = match screen {
+        Screen::Laptop => None,
+        Screen::Phone => Some((390, 844)),
+        Screen::SmallPhone => Some((375, 667)),
+    };
+    if let Some((width, height)) = phone {
+        options["mobileEmulation"] =
+            json!({"deviceMetrics": {"width": width, "height": height, "pixelRatio": 3}});
     }
     let mut capabilities = serde_json::Map::new();
     capabilities.insert("goog:chromeOptions".into(), options);
@@ -175,6 +183,42 @@ where
         std::panic::resume_unwind(panic);
     }
     let _ = client.close().await;
+}
+
+/// Saved under `target/console-screenshots/` to look at (the failure screenshots' folder).
+pub(crate) async fn screenshot(client: &Client, name: &str) {
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/target").into());
+    let dir = std::path::Path::new(&target).join("console-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    let png = client.screenshot().await.unwrap();
+    std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+}
+
+/// How far the page scrolls sideways (0 when it fits), and the text smaller than 11 px: each
+/// such element's tag and size (the chart's SVG aside, which scales as a picture).
+pub(crate) async fn overflow_and_small_text(client: &Client) -> (i64, Vec<String>) {
+    let found = client
+        .execute(
+            "const small = [];
+             for (const el of document.querySelectorAll('body *')) {
+               if (el.closest('svg') || !el.childNodes.length) continue;
+               const text = [...el.childNodes].some(n => n.nodeType === 3 && n.textContent.trim());
+               const size = parseFloat(getComputedStyle(el).fontSize);
+               if (text && el.getClientRects().length && size < 11) small.push(el.tagName + ' ' + size);
+             }
+             return [document.documentElement.scrollWidth - document.documentElement.clientWidth, small];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let small = found[1]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_owned())
+        .collect();
+    (found[0].as_i64().unwrap(), small)
 }
 
 /// The console's base URL as the browser opens it (`localhost`: see the module doc).

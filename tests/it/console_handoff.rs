@@ -10,8 +10,8 @@ use reqwest::Method;
 use serde_json::json;
 
 use crate::console::{
-    browser, click, console, csrf_of, get_page, http_sign_in, no_redirects, sign_in_with, type_into,
-    wait_for_page, with_screenshot_on_failure, Screen,
+    browser, click, console, csrf_of, get_page, http_sign_in, no_redirects, overflow_and_small_text,
+    screenshot, sign_in_with, type_into, wait_for_page, with_screenshot_on_failure, Screen,
 };
 use crate::support::fake_agent::Reply;
 use crate::support::platforms::*;
@@ -352,16 +352,6 @@ async fn texts(client: &Client, css: &str) -> Vec<String> {
     texts
 }
 
-/// Saved under `target/console-screenshots/` to look at (the failure screenshots' folder).
-async fn screenshot(client: &Client, name: &str) {
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/target").into());
-    let dir = std::path::Path::new(&target).join("console-screenshots");
-    std::fs::create_dir_all(&dir).unwrap();
-    let png = client.screenshot().await.unwrap();
-    std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
-}
-
 #[tokio::test]
 async fn a_tap_reads_as_a_tap_and_an_answer_lists_its_choices_with_the_one_chosen() {
     let s = Pipeline::start().await;
@@ -524,4 +514,106 @@ async fn choices_no_platform_could_show_are_refused_as_a_page_with_422_not_a_500
         .owner_scalar("select count(*) from channel_messages where origin = 'person'")
         .await;
     assert_eq!(person, 0);
+}
+
+// ---------------------------------------------------------------------------------------
+// Reactions (docs/console.md#reactions)
+
+/// The fixture's human asks `text` and the agent answers it in one part: the turn and the
+/// part's Telegram message id.
+pub(crate) async fn answered(s: &Pipeline, text: &str) -> (MessageId, String) {
+    s.agent
+        .script([Reply::Json(200, json!({"content": "Here you go."}), None)]);
+    s.deliver(Platform::Telegram, telegram_text(500_000 + s.next_id(), text))
+        .await;
+    let turn = s.step_executed().await;
+    let part = s.parts(turn).await.pop().expect("a reply part");
+    (turn, part.platform_message_id.expect("posted"))
+}
+
+/// The fixture's human reacts with `emoji` (none: takes it off) to message `on` of their
+/// private chat, as Telegram sends `message_reaction`, signed, through the real webhook.
+pub(crate) async fn telegram_reacts(s: &Pipeline, on: &str, date: i64, emoji: Option<&str>) {
+    let mut update: serde_json::Value =
+        serde_json::from_slice(&fixture(Platform::Telegram, "message_reaction")).unwrap();
+    update["update_id"] = (600_000 + s.next_id()).into();
+    let reaction = &mut update["message_reaction"];
+    reaction["chat"] = json!({"id": 408258968, "first_name": "Hirrolot", "type": "private"});
+    reaction["message_id"] = on.parse::<i64>().unwrap().into();
+    reaction["date"] = date.into();
+    reaction["new_reaction"] = match emoji {
+        Some(emoji) => json!([{"type": "emoji", "emoji": emoji}]),
+        None => json!([]),
+    };
+    let response = s
+        .post_webhook(Platform::Telegram, serde_json::to_vec(&update).unwrap())
+        .await;
+    assert_eq!(response.status(), 200);
+}
+
+/// 2026-03-10 12:04:00 UTC, as the platform's clock says it.
+const REACTED_AT: i64 = 1_773_144_240;
+
+#[tokio::test]
+async fn a_thumbs_up_shows_on_the_answers_turn_and_conversation_with_who_and_when() {
+    let pipeline = Pipeline::start().await;
+    let s = &pipeline;
+    links_the_fixture_human(s).await;
+    let (liked, on) = answered(s, "was this useful?").await;
+    telegram_reacts(s, &on, REACTED_AT, Some("👍")).await;
+    let (taken_back, other) = answered(s, "and this?").await;
+    telegram_reacts(s, &other, REACTED_AT, Some("👎")).await;
+    telegram_reacts(s, &other, REACTED_AT + 1, None).await;
+    let key = s.admin_key().await;
+    let (_driver, client) = browser(Screen::Laptop).await;
+    let c = client.clone();
+    with_screenshot_on_failure(client, "turn_with_reaction", async move {
+        sign_in_with(&c, &s.app, &key).await;
+        c.goto(&console(&s.app, &format!("/console/turns/{liked}")))
+            .await
+            .unwrap();
+        // "positive" is visually hidden text: what a screen reader (and WebDriver) reads.
+        let shown = texts(&c, "#reactions li.reaction").await;
+        assert_eq!(shown, ["👍 positive 408258968 · 2026-03-10 12:04:00 UTC"]);
+        let reaction = c.find(Locator::Css("#reactions li.reaction")).await.unwrap();
+        assert_eq!(reaction.attr("data-value").await.unwrap().as_deref(), Some("1"));
+        let hidden = c.find(Locator::Css("#reactions li.reaction .vh")).await.unwrap();
+        let size = hidden.rectangle().await.unwrap();
+        assert!(size.2 <= 1.0 && size.3 <= 1.0, "not shown: {size:?}");
+        c.execute("document.getElementById('reactions').scrollIntoView();", vec![])
+            .await
+            .unwrap();
+        screenshot(&c, "turn_with_reaction_1280").await;
+
+        // The conversation: the 👍 under its answer; the 👎 taken back, muted, as removed.
+        c.goto(&console(&s.app, "/console/conversation?user_id=alice"))
+            .await
+            .unwrap();
+        let liked_there = texts(&c, &format!("#turn-{liked} .reaction")).await;
+        assert_eq!(liked_there, ["👍 positive 408258968 · 2026-03-10 12:04:00 UTC"]);
+        let removed = texts(&c, &format!("#turn-{taken_back} .reaction.removed")).await;
+        assert_eq!(removed, ["removed 408258968 · 2026-03-10 12:04:01 UTC"]);
+    })
+    .await;
+    on_a_small_phone_the_reaction_fits(s, liked).await;
+}
+
+async fn on_a_small_phone_the_reaction_fits(s: &Pipeline, turn: MessageId) {
+    let key = s.admin_key().await;
+    let (_driver, client) = browser(Screen::SmallPhone).await;
+    let c = client.clone();
+    with_screenshot_on_failure(client, "turn_with_reaction_375", async move {
+        sign_in_with(&c, &s.app, &key).await;
+        c.goto(&console(&s.app, &format!("/console/turns/{turn}")))
+            .await
+            .unwrap();
+        c.find(Locator::Css("#reactions li.reaction")).await.unwrap();
+        let (overflow, _) = overflow_and_small_text(&c).await;
+        assert_eq!(overflow, 0, "the turn page scrolls sideways");
+        c.execute("document.getElementById('reactions').scrollIntoView();", vec![])
+            .await
+            .unwrap();
+        screenshot(&c, "turn_with_reaction_375").await;
+    })
+    .await;
 }

@@ -2,17 +2,18 @@
 //! copyable webhook URL, in headless Chromium through the harness of `console.rs`; the
 //! overview's statement and the script's headers over plain HTTP and SQL.
 
-use channel_bridge::db::overview::{self, Figures};
+use channel_bridge::db::overview::{self, Feedback, Figures};
 use channel_bridge::db::TenantTx;
 use chrono::{DateTime, TimeDelta, Utc};
 use fantoccini::{Client, Locator};
 
 use crate::console::{
-    admin_key, browser, click, console, get_page, http_sign_in, no_redirects, sign_in_with, wait_for_page,
-    with_screenshot_on_failure, Screen,
+    admin_key, browser, click, console, get_page, http_sign_in, no_redirects, overflow_and_small_text,
+    screenshot, sign_in_with, wait_for_page, with_screenshot_on_failure, Screen,
 };
+use crate::console_handoff::{answered, telegram_reacts};
 use crate::support::platforms::*;
-use crate::support::{spawn_app, spawn_app_with, TestApp};
+use crate::support::{spawn_app, spawn_app_with, Pipeline, TestApp};
 
 // ---------------------------------------------------------------------------------------
 // Data
@@ -479,4 +480,119 @@ async fn the_overview_counts_the_24_whole_hours_to_now_in_utc_and_an_hour_withou
     assert_eq!(empty.hours.len(), 24);
     assert!(empty.hours.iter().all(|h| h.figures == Figures::default()));
     assert_eq!(empty.total, Figures::default());
+}
+
+// ---------------------------------------------------------------------------------------
+// Feedback (reactions to the day's answers)
+
+/// Four answers to the fixture's human: 👍, 👍, 👎 and 🎉 (not a rating), through Telegram's
+/// real `message_reaction` webhook.
+async fn four_answers_three_rated() -> Pipeline {
+    let s = Pipeline::start().await;
+    let now = Utc::now().timestamp();
+    for (ask, emoji) in [("one", "👍"), ("two", "👍"), ("three", "👎"), ("four", "🎉")] {
+        let (_, on) = answered(&s, ask).await;
+        telegram_reacts(&s, &on, now, Some(emoji)).await;
+    }
+    s
+}
+
+#[tokio::test]
+async fn the_overview_shows_the_share_of_thumbs_up_among_the_days_rated_answers() {
+    let s = four_answers_three_rated().await;
+    let key = s.admin_key().await;
+    for (screen, name) in [
+        (Screen::Laptop, "overview_feedback_1280"),
+        (Screen::SmallPhone, "overview_feedback_375"),
+    ] {
+        let (_driver, client) = browser(screen).await;
+        let c = client.clone();
+        let (s, key) = (&s, &key);
+        with_screenshot_on_failure(client, name, async move {
+            sign_in_with(&c, &s.app, key).await;
+            assert_eq!(text_of(&c, "#total-answers").await, "4");
+            assert_eq!(text_of(&c, "#feedback-share").await, "67 % positive");
+            let counts = text_of(&c, "#feedback-counts").await;
+            assert!(counts.starts_with("2 👍 · 1 👎"), "{counts}");
+            assert!(counts.ends_with("3 of 4 answers rated"), "{counts}");
+            let words = c
+                .find(Locator::Css("#feedback-counts .vh"))
+                .await
+                .unwrap()
+                .prop("textContent")
+                .await
+                .unwrap();
+            assert_eq!(words.as_deref(), Some("2 positive, 1 negative"));
+            let (overflow, small) = overflow_and_small_text(&c).await;
+            assert_eq!(overflow, 0, "the overview scrolls sideways");
+            assert!(small.is_empty(), "text under 11 px: {small:?}");
+            screenshot(&c, name).await;
+        })
+        .await;
+    }
+}
+
+/// Each person's reaction on the acme answer whose text is `answer`, as the owner writes it.
+async fn react(app: &TestApp, answer: &str, reactions: &[(&str, Option<&str>, i16)]) {
+    let mut owner = app.db.owner_conn().await;
+    for (by, emoji, value) in reactions {
+        sqlx::query(
+            "insert into channel_reactions (tenant_id, message_id, platform_user_id, part_index,
+                 emoji, value, reacted_at)
+             select tenant_id, id, $2, 0, $3, $4, now() from channel_messages
+              where response_content = $1",
+        )
+        .bind(answer)
+        .bind(by)
+        .bind(emoji)
+        .bind(value)
+        .execute(&mut owner)
+        .await
+        .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn feedback_counts_each_persons_thumbs_on_the_windows_answers_of_the_tenant_only() {
+    let app = spawn_app().await;
+    let acme = provision_tenant(&app.pool, "acme").await;
+    let globex = provision_tenant(&app.pool, "globex").await;
+    let now = Utc::now();
+    let two = hours_ago(now, 2);
+    seed(
+        &app,
+        &acme,
+        &[
+            user_turn(two, "executed", Some("sure"), None),
+            user_turn(two, "executed", Some("done"), None),
+            user_turn(two, "delivery_failed", Some("here"), None),
+            user_turn(now - TimeDelta::hours(30), "executed", Some("old"), None),
+            Turn {
+                origin: "person",
+                ..user_turn(two, "executed", Some("a person here"), None)
+            },
+        ],
+    )
+    .await;
+    seed(&app, &globex, &[user_turn(two, "executed", Some("theirs"), None)]).await;
+    let up = |by| (by, Some("👍"), 1);
+    react(&app, "sure", &[up("a"), ("b", Some("👎"), -1)]).await;
+    // Neither another emoji nor a removed one rates an answer.
+    react(&app, "done", &[("c", Some("🎉"), 0), ("d", None, 0)]).await;
+    react(&app, "here", &[up("a")]).await;
+    // Older than the window, a person's answer, another tenant's: not counted.
+    for answer in ["old", "a person here", "theirs"] {
+        react(&app, answer, &[up("a")]).await;
+    }
+
+    let mut tx = TenantTx::begin(&app.pool, acme.tenant).await.unwrap();
+    let day = overview::last_day(&mut tx, now).await.unwrap();
+    tx.commit().await.unwrap();
+    let want = Feedback {
+        rated: 2,
+        positive: 2,
+        negative: 1,
+    };
+    assert_eq!(day.feedback, want);
+    assert_eq!(want.positive_share().map(f64::round), Some(67.0));
 }
