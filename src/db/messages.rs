@@ -393,6 +393,24 @@ pub async fn insert_reply_parts_from(
 }
 
 /// The buttons posted with part `part` of `message`'s answer; kept as first stored.
+/// Those of `messages` with a part still to post. None asked, no statement.
+pub async fn with_pending_parts(
+    tx: &mut TenantTx,
+    messages: &[MessageId],
+) -> Result<Vec<MessageId>, sqlx::Error> {
+    if messages.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_scalar(
+        "select distinct message_id from channel_replies
+          where tenant_id = $1 and message_id = any($2) and status = 'pending'",
+    )
+    .bind(tx.tenant())
+    .bind(messages)
+    .fetch_all(tx.conn())
+    .await
+}
+
 pub async fn offer_choices(
     tx: &mut TenantTx,
     message: MessageId,

@@ -135,8 +135,9 @@ impl Delivery<'_> {
             .iter()
             .any(|part| part.status == PartStatus::Unknown);
         let awaiting = outgoing.message.status == crate::domain::MessageStatus::AwaitingAgent;
+        let offered = outgoing.parts.iter().any(|part| part.choices.is_some());
         if pending.is_empty() {
-            let (transition, outcome) = finished(None, in_doubt, awaiting);
+            let (transition, outcome) = finished(None, in_doubt, awaiting, offered);
             let outcome = self.writer.conclude(job, transition, outcome).await?;
             return Ok(DeliveryPass {
                 outcome,
@@ -178,10 +179,10 @@ impl Delivery<'_> {
                     if pending.get(position + 1).is_some() {
                         continue;
                     }
-                    finished(None, in_doubt, awaiting)
+                    finished(None, in_doubt, awaiting, offered)
                 }
                 PartOutcome::Posted(platform_id) => match pending.get(position + 1) {
-                    None => finished(Some((part.part_index, platform_id)), in_doubt, awaiting),
+                    None => finished(Some((part.part_index, platform_id)), in_doubt, awaiting, offered),
                     Some(next) => {
                         // The next part's mark rides on this commit, with the lease check.
                         let next_sending = (next.status == PartStatus::Pending).then_some(next.part_index);
@@ -294,6 +295,12 @@ impl Delivery<'_> {
                 edited.and_then(|p| p.platform_message_id.as_deref()),
             ) {
                 (Some(_), Some(target)) => platforms::close_choices(self.client, &outbound, target).await,
+                // Tapped before its post was recorded: closed once it is.
+                (Some(_), None) if edited.is_some_and(|p| p.status != PartStatus::Failed) => {
+                    SendOutcome::NotSent {
+                        error: "the message whose choices to close is not posted yet".into(),
+                    }
+                }
                 (Some(_), None) => SendOutcome::Permanent {
                     error: "the message whose choices to close was never posted".into(),
                 },
@@ -405,13 +412,22 @@ async fn traced_send(
 
 /// `awaiting`: the agent may still post parts of this answer (docs/agent.md#answering-later),
 /// so the pass ends with what it posted, not with the turn delivered.
-fn finished(last: Option<(i32, String)>, in_doubt: bool, awaiting: bool) -> (Transition, DeliveryOutcome) {
+/// How a pass ends; `offered`: the answer offered choices (`Transition::Delivered`).
+fn finished(
+    last: Option<(i32, String)>,
+    in_doubt: bool,
+    awaiting: bool,
+    offered: bool,
+) -> (Transition, DeliveryOutcome) {
     if in_doubt {
         (Transition::Concluded { last }, DeliveryOutcome::Stopped)
     } else if awaiting {
         (Transition::PartsPosted { last }, DeliveryOutcome::Delivered)
     } else {
-        (Transition::Delivered { last }, DeliveryOutcome::Delivered)
+        (
+            Transition::Delivered { last, offered },
+            DeliveryOutcome::Delivered,
+        )
     }
 }
 

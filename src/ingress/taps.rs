@@ -62,7 +62,12 @@ pub(super) async fn resolve(
     let Ok(button) = tap.button.parse::<ButtonId>() else {
         return Ok(Verdict::Dropped("unknown_choice"));
     };
-    let Some(row) = offered(tx, &button).await? else {
+    // The answer's job first, then its part: the order a worker's commit takes them in.
+    let Some(found) = offered(tx, &button, false).await? else {
+        return Ok(Verdict::Dropped("unknown_choice"));
+    };
+    let job = queue::has_job(tx, found.message_id).await?;
+    let Some(row) = offered(tx, &button, true).await? else {
         return Ok(Verdict::Dropped("unknown_choice"));
     };
     if row.connector_id != connector.id || row.chat_id != message.chat_id {
@@ -79,7 +84,7 @@ pub(super) async fn resolve(
             Some(_) => return Ok(Verdict::AlreadyMade { action }),
             None => {
                 choose(tx, &row, button.index, message).await?;
-                close(tx, connector, &row, &action).await?;
+                close(tx, connector, &row, &action, job).await?;
             }
         }
     }
@@ -87,32 +92,41 @@ pub(super) async fn resolve(
     Ok(Verdict::Chosen { action, toast })
 }
 
-async fn offered(tx: &mut TenantTx, button: &ButtonId) -> Result<Option<OfferedRow>, sqlx::Error> {
+/// `locked`: the part's row is locked until commit, so two taps make one choice.
+async fn offered(
+    tx: &mut TenantTx,
+    button: &ButtonId,
+    locked: bool,
+) -> Result<Option<OfferedRow>, sqlx::Error> {
     let tenant = tx.tenant();
-    sqlx::query_as(
+    let sql = format!(
         "select r.message_id, r.part_index, r.choices, r.chosen, m.chat_id, m.connector_id,
                 m.conversation_key
            from channel_replies r
            join channel_messages m on m.tenant_id = r.tenant_id and m.id = r.message_id
           where r.tenant_id = $1 and m.tenant_id = $1 and r.choice_token = $2
             and r.choices is not null
-          limit 1
-            for update of r",
-    )
-    .bind(tenant)
-    .bind(button.token.as_str())
-    .fetch_optional(tx.conn())
-    .await
+          limit 1 {}",
+        if locked { "for update of r" } else { "" }
+    );
+    sqlx::query_as(&sql)
+        .bind(tenant)
+        .bind(button.token.as_str())
+        .fetch_optional(tx.conn())
+        .await
 }
 
 /// The answer's message changes where the platform allows (its buttons go): an edit part
 /// of the answered turn, posted by a reply job queued before the tap's own dispatch, so the
-/// buttons close before the agent answers the tap.
+/// buttons close before the agent answers the tap. `job`: the answer has one already (its
+/// parts still being posted, or waiting): it posts the edit too (`Transition::Delivered`
+/// keeps it for a part added while it posted).
 async fn close(
     tx: &mut TenantTx,
     connector: &Connector,
     row: &OfferedRow,
     action: &TapAction,
+    job: bool,
 ) -> Result<(), sqlx::Error> {
     let edits = crate::platforms::of(connector.profile.platform).closes_choices();
     if !edits || !connector.profile.edit_after_tap {
@@ -120,7 +134,7 @@ async fn close(
     }
     let note = format!("✓ {}", action.label);
     crate::db::messages::add_choice_edit(tx, row.message_id, row.part_index, &note).await?;
-    if !queue::has_job(tx, row.message_id).await? {
+    if !job {
         queue::enqueue(tx, row.message_id, &row.conversation_key, Stage::Reply).await?;
     }
     Ok(())

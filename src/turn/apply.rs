@@ -24,6 +24,7 @@ pub async fn apply_many(tx: &mut TenantTx, changes: &[&Change]) -> Result<Vec<Ap
             }
             | Transition::Delivered {
                 last: Some((part, platform_id)),
+                ..
             }
             | Transition::Concluded {
                 last: Some((part, platform_id)),
@@ -74,12 +75,7 @@ pub async fn apply_many(tx: &mut TenantTx, changes: &[&Change]) -> Result<Vec<Ap
         }
     }
     mark_sending_many(tx, &marks(changes, &indexes)).await?;
-    let delivered: Vec<MessageId> = indexes
-        .iter()
-        .filter(|&&i| matches!(changes[i].transition, Transition::Delivered { .. }))
-        .map(|&i| changes[i].message)
-        .collect();
-    mark_delivered(tx, &delivered).await?;
+    deliver(tx, changes, &indexes).await?;
 
     for i in indexes {
         let change = changes[i];
@@ -666,6 +662,30 @@ async fn fail_unsent(tx: &mut TenantTx, message: MessageId, error: &str) -> Resu
     .bind(error)
     .execute(tx.conn())
     .await?;
+    Ok(())
+}
+
+/// The delivered turns: their jobs go, but for an answer whose choices a tap closed while
+/// it was posted (the closing part is still to post: the job stays, due now).
+async fn deliver(tx: &mut TenantTx, changes: &[&Change], indexes: &[usize]) -> Result<(), sqlx::Error> {
+    let delivered: Vec<&Change> = indexes
+        .iter()
+        .map(|&i| changes[i])
+        .filter(|change| matches!(change.transition, Transition::Delivered { .. }))
+        .collect();
+    let offered: Vec<MessageId> = delivered
+        .iter()
+        .filter(|change| matches!(change.transition, Transition::Delivered { offered: true, .. }))
+        .map(|change| change.message)
+        .collect();
+    let growing = db::messages::with_pending_parts(tx, &offered).await?;
+    let (kept, done): (Vec<&Change>, Vec<&Change>) = delivered
+        .into_iter()
+        .partition(|change| growing.contains(&change.message));
+    mark_delivered(tx, &done.iter().map(|change| change.message).collect::<Vec<_>>()).await?;
+    for change in kept {
+        put_back(tx, change.message, change.lease, Duration::ZERO).await?;
+    }
     Ok(())
 }
 

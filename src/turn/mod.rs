@@ -90,9 +90,12 @@ pub enum Transition {
         platform_id: String,
         next: Option<i32>,
     },
-    /// `last`: the part posted just now, if any.
+    /// `last`: the part posted just now, if any. `offered`: the answer offered choices, so
+    /// a tap may have added the part that closes them while this pass posted: the job then
+    /// stays for it.
     Delivered {
         last: Option<(i32, String)>,
+        offered: bool,
     },
     /// `in_doubt`: the request may have gone through, so the part stays `sending`.
     PartWait {

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use crate::async_answers::post_event;
 use crate::support::fake_agent::Reply;
+use crate::support::fake_platforms::Answer;
 use crate::support::platforms::*;
 use crate::support::Pipeline;
 
@@ -182,6 +183,50 @@ async fn a_telegram_menu_is_tapped_once_answered_at_once_and_the_agent_gets_the_
         .find(|m| m["content"] == "Approve")
         .cloned();
     assert_eq!(entry.map(|m| m["action"].clone()), Some(action));
+}
+
+#[tokio::test]
+async fn a_tap_before_the_question_is_recorded_as_posted_still_closes_it_once() {
+    let s = Pipeline::start().await;
+    // Telegram shows the question, and is slow to tell the gateway it did.
+    let posted = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    s.platforms
+        .script(Platform::Telegram, [Answer::OkWhenReleased(posted.clone())]);
+    s.agent.script([
+        Reply::Json(200, approval(), None),
+        Reply::Json(200, json!({"content": "Refund approved."}), None),
+    ]);
+    s.deliver(Platform::Telegram, telegram_text(630_001, "refund please"))
+        .await;
+    let step = s.step();
+    s.platforms.wait_for_sends(1).await;
+    let approve = callback_data(&s)[0].clone().unwrap();
+    let answer = tap(&s, telegram_tap(630_010, HUMAN, "1", &approve)).await;
+    assert_eq!(answer["method"], "answerCallbackQuery");
+    posted.add_permits(1);
+    let asked = match step.await.unwrap() {
+        StepOutcome::Executed(id) | StepOutcome::Delivered(id) => id,
+        other => panic!("the question is answered: {other:?}"),
+    };
+    // The closing edit, then the tap's turn, each once.
+    let mut outcomes = Vec::new();
+    loop {
+        match s.worker.step().await.unwrap() {
+            StepOutcome::Empty => break,
+            outcome => outcomes.push(outcome),
+        }
+    }
+    let closed = s.platforms.calls("editMessageReplyMarkup");
+    assert_eq!(closed.len(), 1, "{outcomes:?}");
+    let question = s.parts(asked).await[0].platform_message_id.clone().unwrap();
+    assert_eq!(closed[0].body["message_id"].to_string(), question);
+    let parts = s.parts(asked).await;
+    assert_eq!(
+        parts.iter().map(|p| p.status.as_str()).collect::<Vec<_>>(),
+        ["sent", "sent"]
+    );
+    assert_eq!(s.agent.calls().pop().unwrap().raw["action"]["id"], "approve");
+    assert_eq!(tap_turns(&s).await, [("executed".into(), Some("respond".into()))]);
 }
 
 #[tokio::test]
