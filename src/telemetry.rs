@@ -218,6 +218,18 @@ pub const METRICS: &[Metric] = &[
         "Batch writer tasks started again after a panic.",
     ),
     metric(
+        "channel_bridge_feedback_total",
+        Counter,
+        &["platform", "feedback"],
+        "Reactions to answers that changed a person's feedback: positive, negative, other, removed.",
+    ),
+    metric(
+        "channel_bridge_feedback_events_total",
+        Counter,
+        &["result"],
+        "Feedback events to the agent, settled: delivered, superseded, failed (given up), refused.",
+    ),
+    metric(
         "channel_bridge_taps_dropped_total",
         Counter,
         &["reason"],

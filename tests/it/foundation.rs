@@ -45,6 +45,7 @@ async fn migrate_applies_on_an_empty_database_and_a_second_run_is_a_no_op() {
             "dispatch_queue_0",
             "dispatch_queue_1",
             "dispatch_queue_generation",
+            "feedback_queue",
             "slack_read_budget",
             "tenants"
         ]
