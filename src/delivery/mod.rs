@@ -274,42 +274,8 @@ impl Delivery<'_> {
         marked: bool,
         platform_time: &mut Duration,
     ) -> PartOutcome {
-        let key = replies::part_key(outgoing.message.id, part.part_index);
-        // An edit shows the part it edits, whose message it changes.
-        let edited = part
-            .edit_of
-            .and_then(|of| outgoing.parts.iter().find(|p| p.part_index == of));
-        let shown = edited.unwrap_or(part);
-        let outbound = OutboundPart {
-            connector: &outgoing.connector,
-            message: &outgoing.message,
-            part_key: &key,
-            text: &shown.content,
-            choices: shown.choices.as_ref(),
-            chosen: shown.chosen.as_ref(),
-        };
         let started = Instant::now();
-        let send = async {
-            match (
-                part.edit_of,
-                edited.and_then(|p| p.platform_message_id.as_deref()),
-            ) {
-                (Some(_), Some(target)) => platforms::close_choices(self.client, &outbound, target).await,
-                // Tapped before its post was recorded: closed once it is.
-                (Some(_), None) if edited.is_some_and(|p| p.status != PartStatus::Failed) => {
-                    SendOutcome::NotSent {
-                        error: "the message whose choices to close is not posted yet".into(),
-                    }
-                }
-                (Some(_), None) => SendOutcome::Permanent {
-                    error: "the message whose choices to close was never posted".into(),
-                },
-                (None, _) => match adopted(outgoing, part) {
-                    Some(live_id) => platforms::adopt(self.client, &outbound, live_id).await,
-                    None => platforms::send(self.client, &outbound).await,
-                },
-            }
-        };
+        let send = self.post(outgoing, part);
         let outcome = traced_send(outgoing.connector.profile.platform, part.part_index, send).await;
         *platform_time += started.elapsed();
         metrics::histogram!("channel_bridge_reply_send_seconds").record(started.elapsed().as_secs_f64());
@@ -384,6 +350,42 @@ impl Delivery<'_> {
 
     fn backoff(&self, attempts: i32) -> Duration {
         part_backoff(self.settings, attempts)
+    }
+}
+
+impl Delivery<'_> {
+    /// The part's request: a post, the adoption of the message a stream left, or an edit
+    /// that closes the choices of the part it names (and shows).
+    async fn post(&self, outgoing: &Outgoing, part: &ReplyPart) -> SendOutcome {
+        let key = replies::part_key(outgoing.message.id, part.part_index);
+        let edited = part
+            .edit_of
+            .and_then(|of| outgoing.parts.iter().find(|p| p.part_index == of));
+        let shown = edited.unwrap_or(part);
+        let outbound = OutboundPart {
+            connector: &outgoing.connector,
+            message: &outgoing.message,
+            part_key: &key,
+            text: &shown.content,
+            choices: shown.choices.as_ref(),
+            chosen: shown.chosen.as_ref(),
+        };
+        if part.edit_of.is_none() {
+            return match adopted(outgoing, part) {
+                Some(live_id) => platforms::adopt(self.client, &outbound, live_id).await,
+                None => platforms::send(self.client, &outbound).await,
+            };
+        }
+        match edited.map(|p| (p.platform_message_id.as_deref(), p.status)) {
+            Some((Some(target), _)) => platforms::close_choices(self.client, &outbound, target).await,
+            // Tapped before its post was recorded: closed once it is.
+            Some((None, status)) if status != PartStatus::Failed => SendOutcome::NotSent {
+                error: "the message whose choices to close is not posted yet".into(),
+            },
+            _ => SendOutcome::Permanent {
+                error: "the message whose choices to close was never posted".into(),
+            },
+        }
     }
 }
 
