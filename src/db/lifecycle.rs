@@ -282,38 +282,38 @@ async fn delete_links(tx: &mut TenantTx, person: &Person) -> Result<u64, sqlx::E
 
 /// Notice marks are kept per connector: those of every connector of each account's platform.
 async fn delete_notices(tx: &mut TenantTx, senders: &[(String, String)]) -> Result<u64, sqlx::Error> {
-    let tenant = tx.tenant();
-    let (platforms, ids): (Vec<String>, Vec<String>) = senders.iter().cloned().unzip();
-    let done = sqlx::query(
-        "delete from channel_notices n using channel_connectors c
+    let sql = "delete from channel_notices n using channel_connectors c
           where n.tenant_id = $1 and c.tenant_id = $1 and c.id = n.connector_id
-            and (c.platform, n.platform_user_id) in
-                (select s.platform, s.platform_user_id from unnest($2::text[], $3::text[])
-                     as s(platform, platform_user_id))",
-    )
-    .bind(tenant)
-    .bind(&platforms)
-    .bind(&ids)
-    .execute(tx.conn())
-    .await?;
-    Ok(done.rows_affected())
+            and (c.platform, n.platform_user_id) in";
+    delete_of_senders(tx, sql, senders).await
 }
 
+/// Those the person left on answers to others; those on their own turns went with them.
 async fn delete_reactions(tx: &mut TenantTx, senders: &[(String, String)]) -> Result<u64, sqlx::Error> {
+    let sql = "delete from channel_reactions r using channel_messages m
+          where r.tenant_id = $1 and m.tenant_id = $1 and m.id = r.message_id
+            and (m.platform, r.platform_user_id) in";
+    delete_of_senders(tx, sql, senders).await
+}
+
+/// `delete`, ending in `(platform, platform user id) in`, for these senders' accounts.
+async fn delete_of_senders(
+    tx: &mut TenantTx,
+    delete: &str,
+    senders: &[(String, String)],
+) -> Result<u64, sqlx::Error> {
     let tenant = tx.tenant();
     let (platforms, ids): (Vec<String>, Vec<String>) = senders.iter().cloned().unzip();
-    let done = sqlx::query(
-        "delete from channel_reactions r using channel_messages m
-          where r.tenant_id = $1 and m.tenant_id = $1 and m.id = r.message_id
-            and (m.platform, r.platform_user_id) in
-                (select s.platform, s.platform_user_id from unnest($2::text[], $3::text[])
-                     as s(platform, platform_user_id))",
-    )
-    .bind(tenant)
-    .bind(&platforms)
-    .bind(&ids)
-    .execute(tx.conn())
-    .await?;
+    let sql = format!(
+        "{delete} (select s.platform, s.platform_user_id from unnest($2::text[], $3::text[])
+                      as s(platform, platform_user_id))"
+    );
+    let done = sqlx::query(&sql)
+        .bind(tenant)
+        .bind(&platforms)
+        .bind(&ids)
+        .execute(tx.conn())
+        .await?;
     Ok(done.rows_affected())
 }
 

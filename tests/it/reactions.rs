@@ -249,3 +249,25 @@ async fn a_tenant_that_opts_in_gets_one_signed_feedback_event_per_change_retried
     assert_eq!(s.worker.deliver_feedback().await.unwrap(), 0, "nothing left");
     assert_eq!(s.agent.calls().len(), 1, "feedback is no dispatch");
 }
+
+#[tokio::test]
+async fn erasing_a_person_erases_the_reactions_they_left_on_answers_to_others() {
+    let s = Pipeline::start().await;
+    let (turn, on) = answered(&s, Platform::Telegram, telegram_text(730_001, "status?")).await;
+    let mut other: Value =
+        serde_json::from_slice(&telegram_reaction(730_010, &on, 1_718_000_400, Some("👎"))).unwrap();
+    other["message_reaction"]["user"]["id"] = 999_001.into();
+    s.post_webhook(Platform::Telegram, serde_json::to_vec(&other).unwrap())
+        .await;
+    assert_eq!(
+        reactions(&s, turn).await,
+        [("999001".to_owned(), json!("👎"), -1)]
+    );
+    let (status, erased) = s
+        .admin(Method::POST, "/v1/admin/senders/telegram/999001/erase", None)
+        .await;
+    assert_eq!(status, 200, "{erased}");
+    assert_eq!(erased["reactions"], 1);
+    assert!(reactions(&s, turn).await.is_empty());
+    assert_eq!(s.parts(turn).await.len(), 1, "the answer itself stays");
+}
