@@ -261,8 +261,8 @@ pub struct ServeSettings {
     #[arg(long, env = "CB_WEBHOOK_DEADLINE_MS", default_value_t = 2500)]
     pub webhook_deadline_ms: u64,
 
-    /// The longest an admin or operator API request may take, in milliseconds, before it
-    /// is answered 503.
+    /// The longest an admin, operator or agent API request may take, in milliseconds, before
+    /// it is answered 503.
     #[arg(long, env = "CB_ADMIN_DEADLINE_MS", default_value_t = 10_000)]
     pub admin_deadline_ms: u64,
 

@@ -62,7 +62,11 @@ async fn deadline(
     let console = path == "/console" || path.starts_with("/console/");
     let limit_ms = if path.starts_with("/v1/hooks/") {
         state.settings.webhook_deadline_ms
-    } else if path.starts_with("/v1/admin/") || path.starts_with("/v1/operator/") || console {
+    } else if ["/v1/admin/", "/v1/operator/", "/v1/agent/"]
+        .iter()
+        .any(|api| path.starts_with(api))
+        || console
+    {
         state.settings.admin_deadline_ms
     } else {
         return next.run(request).await;

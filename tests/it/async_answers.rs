@@ -242,6 +242,31 @@ async fn an_event_posted_before_the_gateway_recorded_its_202_waits_for_it_and_is
 }
 
 #[tokio::test]
+async fn an_agent_request_past_the_deadline_answers_503_to_be_retried() {
+    let proxy = crate::support::db_proxy::DbProxy::start(crate::support::db_proxy::upstream_addr()).await;
+    let app = crate::support::spawn_app_with(|settings, db| {
+        db.route_via(&mut settings.database, proxy.addr);
+        settings.database.acquire_timeout_ms = 20_000;
+        settings.database.deadline_ms = 20_000;
+        settings.admin_deadline_ms = 700;
+    })
+    .await;
+    let acme = provision_tenant(&app.pool, "acme").await;
+    let path = format!("/v1/agent/{}/turns/{}/events", acme.tenant, uuid::Uuid::now_v7());
+    proxy.hold();
+    let started = std::time::Instant::now();
+    let event = json!({"type": "done", "content": "late"});
+    let (status, body) = post_event(&app, &path, &acme.dispatch_secret, "evt-held", event).await;
+    let took = started.elapsed();
+    proxy.release();
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "answered after {took:?}"
+    );
+}
+
+#[tokio::test]
 async fn events_that_do_not_verify_or_come_too_late_are_refused() {
     let s = Pipeline::start().await;
     let (id, path) = accepted_turn(&s, "hello").await;
