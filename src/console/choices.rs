@@ -4,8 +4,8 @@
 
 use std::fmt::Write;
 
+use super::html::when;
 use super::html::{esc, excerpt};
-use super::pages::when;
 use crate::admin::messages::ReplyPartOut;
 use crate::choices::{Choice, Choices, TapAction, MAX_CHOICES};
 use crate::error::AppError;

@@ -11,8 +11,9 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
 use super::error::{ConsoleError, PageResult};
+use super::html::when;
 use super::html::{badge, esc};
-use super::pages::{ok_page, when};
+use super::pages::ok_page;
 use super::session::{CsrfForm, SignedIn};
 use crate::admin::connectors;
 use crate::db::audit::Actor;

@@ -10,8 +10,9 @@ use axum::Form;
 use serde::Deserialize;
 
 use super::error::PageResult;
+use super::html::when;
 use super::html::{esc, query_value};
-use super::pages::{ok_page, when};
+use super::pages::ok_page;
 use super::session::SignedIn;
 use crate::admin::conversations::{self, Person, PersonMessageIn};
 use crate::admin::messages::Who;

@@ -34,6 +34,11 @@ pub fn query_value(text: &str) -> String {
     out
 }
 
+/// A moment as every page shows it.
+pub fn when(at: chrono::DateTime<chrono::Utc>) -> String {
+    at.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
 pub fn excerpt(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
         Some((at, _)) => format!("{}…", &text[..at]),

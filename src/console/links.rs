@@ -8,8 +8,9 @@ use axum::Form;
 use serde::Deserialize;
 
 use super::error::PageResult;
+use super::html::when;
 use super::html::{esc, query_value};
-use super::pages::{ok_page, when};
+use super::pages::ok_page;
 use super::session::SignedIn;
 use crate::admin::links::{self, LinkIn};
 use crate::db::audit::Actor;

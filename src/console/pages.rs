@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 
 use super::choices;
 use super::error::PageResult;
-use super::html::{self, badge, esc, excerpt, page, query_value};
+use super::html::{self, badge, esc, excerpt, page, query_value, when};
 use super::reactions;
 use super::session::SignedIn;
 
@@ -40,10 +40,6 @@ pub fn sign_in(error: Option<&str>) -> String {
 <p class="empty">Keys are issued by the operator (<code>channel-bridge admin keys issue</code>).</p>"#
     );
     page("Sign in", None, &body)
-}
-
-pub(super) fn when(at: chrono::DateTime<chrono::Utc>) -> String {
-    at.format("%Y-%m-%d %H:%M:%S UTC").to_string()
 }
 
 fn who(message: &MessageOut) -> String {

@@ -3,7 +3,7 @@
 //! meaning in words beside the emoji (a screen reader, or a Slack name, says little alone).
 
 use super::html::esc;
-use super::pages::when;
+use super::html::when;
 use crate::admin::messages::ReplyPartOut;
 use crate::db::reactions::ReactionOut;
 

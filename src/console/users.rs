@@ -8,8 +8,9 @@ use serde::Deserialize;
 
 use super::choices;
 use super::error::PageResult;
+use super::html::when;
 use super::html::{badge, esc, excerpt, query_value};
-use super::pages::{ok_page, when};
+use super::pages::ok_page;
 use super::session::SignedIn;
 use crate::admin::messages::{self, ConversationPage, ConversationTurn, MessageOut, ReplyPartOut, Who};
 use crate::db::conversations::{self, ConversationRow, PageStart, COUNT_CAP};
