@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Ingress alone, measured by an independent client (issue #26): Debian's `wrk` posts signed
-# Telegram updates (each a new update_id and message_id, from 64 linked users) to the real
-# `serve` binary, with the worker off, so every request is a verified webhook recorded as a
-# turn and queued. Prints wrk's figures and the turns recorded.
+# Ingress alone, measured by an independent client (docs/benchmarks.md): Debian's `wrk` posts
+# signed Telegram updates (each a new update_id and message_id, from 64 linked users) to the
+# real `serve` binary, with the worker off, so every request is a verified webhook recorded as
+# a turn and queued. Prints wrk's figures and the turns recorded.
 #
 #   benches/ingress_wrk.sh [CONNECTIONS] [SECONDS]      (defaults 256 and 15)
 #

@@ -1,6 +1,6 @@
-//! Taps on buttons through the real gateway binary (issue #38): how many taps one `serve`
-//! takes per second, and how fast Slack's interactivity requests are acknowledged while the
-//! pipeline carries ordinary turns.
+//! Taps on buttons through the real gateway binary (docs/benchmarks.md#taps): how many taps
+//! one `serve` takes per second, and how fast Slack's interactivity requests are acknowledged
+//! while the pipeline carries ordinary turns.
 //!
 //! ```text
 //! cargo bench --bench taps_load -- --phases telegram --taps 100000 --tap-seconds 10 --concurrency 64

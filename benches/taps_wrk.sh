@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Taps alone, measured by an independent client (issue #38): Debian's `wrk` posts Telegram
-# `callback_query` updates, each a tap on a different stored answer's button (its own
-# update id and callback id, `callback_data` = `<token>.<index>`), to the real `serve`
-# binary with the worker off, so every request is a verified webhook whose tap is looked
-# up by its token, recorded as a turn, its answer's choice made and the closing edit
-# queued. Prints wrk's figures and what the database then holds.
+# Taps alone, measured by an independent client (docs/benchmarks.md#taps): Debian's `wrk` posts
+# Telegram `callback_query` updates, each a tap on a different stored answer's button (its own
+# update id and callback id, `callback_data` = `<token>.<index>`), to the real `serve` binary
+# with the worker off, so every request is a verified webhook whose tap is looked up by its
+# token, recorded as a turn, its answer's choice made and the closing edit queued. Prints wrk's
+# figures and what the database then holds.
 #
 #   benches/taps_wrk.sh [CONNECTIONS] [SECONDS] [ANSWERS]     (defaults 64, 10 and 200000)
 #

@@ -111,7 +111,7 @@ async fn supervise<W: BatchWrite>(
 /// flight, gathering what arrives meanwhile: the writers run side by side only when full
 /// batches are waiting. Concurrent small batches cost more than they save: on a 2-core
 /// machine four writers' single-row transactions contended for the same index pages and WAL
-/// (issue #26, docs/benchmarks.md).
+/// (docs/benchmarks.md, "Group commit that waits for company").
 #[derive(Default)]
 struct Writes {
     in_flight: AtomicUsize,

@@ -6,7 +6,7 @@ use channel_bridge::telemetry::{self, traces};
 /// jemalloc instead of glibc's malloc (the `jemalloc` feature, on by default): with thousands
 /// of agent calls in flight, glibc's malloc and free were a quarter of the gateway's CPU; with
 /// jemalloc the gateway spent up to a fifth less CPU a turn at the same memory a call in flight
-/// (docs/benchmarks.md, issue #26).
+/// (docs/benchmarks.md, "jemalloc as the global allocator").
 #[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

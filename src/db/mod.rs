@@ -85,8 +85,8 @@ pub fn connect_pool(settings: &DatabaseSettings) -> anyhow::Result<PgPool> {
 
 /// Opens the turn writer's transaction. On plain PostgreSQL its statements, the same every
 /// batch and each finding its rows by key, are planned once per connection instead of once
-/// per batch (`force_generic_plan` for this transaction alone; issue #26,
-/// docs/benchmarks.md). Where Citus is loaded (`citus.version` defined: migration 36's test)
+/// per batch (`force_generic_plan` for this transaction alone; docs/benchmarks.md, "Planned
+/// again for every batch"). Where Citus is loaded (`citus.version` defined: migration 36's test)
 /// they keep `auto`: Citus cannot plan its distributed statements generically
 /// ("could not create distributed plan"). The claim keeps `auto` everywhere: its generic plan
 /// ran twice as long as the custom ones.

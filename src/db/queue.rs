@@ -5,7 +5,7 @@
 //!
 //! The generations never have planner statistics (nobody may ANALYZE them at the right
 //! moment, and a truncate forgets their size), so each statement is written to leave the
-//! planner one sensible path (issue #26): a statement keyed by message ids states its tenant
+//! planner one sensible path: a statement keyed by message ids states its tenant
 //! as `tenant_id is not distinct from $n`, a check on the rows the primary key finds that no
 //! index scan can serve; only the claim states the predicate of the per-tenant ready index.
 

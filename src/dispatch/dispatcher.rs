@@ -255,7 +255,7 @@ impl Dispatcher {
         let mut ready = true;
         while !*stop.borrow() {
             // A finished job's task keeps its memory (its whole future) until it is joined,
-            // and under load thousands finish between two turns of this loop (issue #26).
+            // and under load thousands finish between two turns of this loop.
             while tasks.try_join_next().is_some() {}
             // Registered before the claim, so a wake-up during it is not lost.
             let notified = wakeup.notified();

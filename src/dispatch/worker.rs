@@ -59,7 +59,7 @@ impl Worker {
             .connect_timeout(Duration::from_secs(5))
             .user_agent(concat!("channel-bridge/", env!("CARGO_PKG_VERSION")));
         // HTTP/1.1 holds a connection (hyper's channel, task and buffers) per call in flight;
-        // HTTP/2 holds a stream (CB_AGENT_HTTP2, issue #26).
+        // HTTP/2 holds a stream (CB_AGENT_HTTP2; docs/benchmarks.md, "HTTP/2 to the agent").
         let agent = match settings.dispatch.agent_http2 {
             true => agent.http2_prior_knowledge(),
             false => agent.http1_only(),

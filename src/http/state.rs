@@ -11,7 +11,8 @@ use crate::settings::ServeSettings;
 
 /// One pointer: axum clones the state for every request (the router, each middleware, each
 /// `State` extractor), and a clone of a dozen `Arc`s was 4 % of the gateway's CPU under
-/// ingress load (issue #26). Fields are read through `Deref`.
+/// ingress load (docs/benchmarks.md, "The gateway's state, cloned per request"). Fields are
+/// read through `Deref`.
 #[derive(Clone)]
 pub struct AppState(Arc<Shared>);
 

@@ -1,5 +1,6 @@
-//! What the platforms' file downloads share (PLATFORMS.md §6, "Files"). No URL with a token
-//! in it is logged or returned.
+//! What the platforms' file downloads share. Each needs the connector's token (Slack's
+//! `url_private` as a bearer token, WhatsApp's media URL likewise, Telegram's in the URL
+//! itself), so no URL with a token in it is logged or returned.
 
 use reqwest::StatusCode;
 use serde_json::Value;

@@ -47,7 +47,7 @@ pub struct HandshakeReply {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct InboundMessage {
-    /// Dedupe key, the same across every retry and duplicate (DESIGN.md "Idempotency keys").
+    /// Dedupe key, the same across every retry and duplicate (docs/platforms.md#dedupe-keys).
     pub idempotency_key: String,
     pub kind: InboundKind,
     pub platform_message_id: String,
@@ -346,8 +346,9 @@ impl Inbound {
     }
 }
 
-/// The current secret, then the previous one during a rotation (PLATFORMS.md §1.1). Never an
-/// empty one: an HMAC under an empty key is something anyone can produce.
+/// The current secret, then the previous one during a rotation (the platform keeps the
+/// previous one valid for a while: docs/platforms.md#registering-the-webhook-with-each-platform).
+/// Never an empty one: an HMAC under an empty key is something anyone can produce.
 pub(crate) fn verification_secrets(connector: &Connector) -> impl Iterator<Item = &str> {
     std::iter::once(&connector.secrets.verification_secret)
         .chain(connector.secrets.previous_verification_secret.as_ref())
@@ -369,7 +370,7 @@ pub(crate) fn hmac_sha256_matches(connector: &Connector, parts: &[&[u8]], hex_si
 }
 
 /// Lowercase hex HMAC-SHA256 of `parts`. The key is the secret's UTF-8 bytes, never hex- or
-/// base64-decoded (PLATFORMS.md §1.1, §2.1).
+/// base64-decoded, as Slack and Meta both sign.
 pub(crate) fn hmac_sha256_hex(secret: &str, parts: &[&[u8]]) -> String {
     let mut mac =
         Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC-SHA256 accepts keys of any length");

@@ -1,5 +1,6 @@
-//! What every platform's send shares (PLATFORMS.md §1.6, §2.6, §3.6): the part to post, the
-//! classified outcome (posted, refused, or in doubt) and the [`Outbound`] trait.
+//! What every platform's send shares (Slack `chat.postMessage`, WhatsApp `messages`, Telegram
+//! `sendMessage`): the part to post, the classified outcome (posted, refused, or in doubt) and
+//! the [`Outbound`] trait.
 //!
 //! The client retries nothing itself: a send whose outcome is unknown must be reconciled,
 //! never blindly repeated by a library underneath.

@@ -1,5 +1,6 @@
-//! docs/agent.md's table of the agent API's answers (issue #37): every answer these tests
-//! provoke from the two signed routes, status and body as served, is a row of that table.
+//! The table of the agent API's answers (docs/agent.md#the-agent-apis-answers): every answer
+//! these tests provoke from the two signed routes, status and body as served, is a row of that
+//! table.
 
 use channel_bridge::domain::Platform;
 use serde_json::{json, Value};

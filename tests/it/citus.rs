@@ -1,7 +1,8 @@
-//! Running on Citus (issue #23), on the live cluster of `scripts/test-citus`: what migrate
-//! and `citus distribute` make of the schema, and what `serve` refuses. The rest of the suite's
-//! Citus run (ingress, dispatch, replies, admin, console, lifecycle, RLS as the runtime role)
-//! is the ordinary tests on the cluster. Without a cluster these say so and pass.
+//! Running on Citus (docs/citus.md), on the live cluster of `scripts/test-citus`: what migrate
+//! and `citus distribute` make of the schema, and what `serve` refuses. The rest of the
+//! suite's Citus run (ingress, dispatch, replies, admin, console, lifecycle, RLS as the
+//! runtime role) is the ordinary tests on the cluster. Without a cluster these say so and
+//! pass.
 
 use channel_bridge::settings::DatabaseSettings;
 use serde_json::Value;

@@ -1,6 +1,7 @@
-//! The agent's Markdown reaching each platform in its own formatting (issue #14): what the
-//! platform stand-ins receive, split outside code blocks, Telegram with `parse_mode=HTML`;
-//! and plain text, as before, for a connector that turns conversion off.
+//! The agent's Markdown reaching each platform in its own formatting
+//! (docs/configuration.md#formatted-replies): what the platform stand-ins receive, split
+//! outside code blocks, Telegram with `parse_mode=HTML`; and plain text, as before, for a
+//! connector that turns conversion off.
 
 use channel_bridge::domain::{MessageId, Platform};
 use channel_bridge::platforms::telegram::format::visible_units;

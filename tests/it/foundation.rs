@@ -50,7 +50,7 @@ async fn migrate_applies_on_an_empty_database_and_a_second_run_is_a_no_op() {
             "tenants"
         ]
     );
-    // Statistics from the start, whether autovacuum comes or not (issue #28).
+    // Statistics from the start, whether autovacuum comes or not: migrate analyzes every table.
     let unanalyzed: Vec<String> = sqlx::query_scalar(
         "select relname::text from pg_stat_user_tables
           where schemaname = 'public' and last_analyze is null and relname not like '\\_%'",
@@ -221,7 +221,7 @@ async fn stopping_the_application_drains_and_closes_the_listener() {
 
 /// A turn's status changes (accepted → dispatching → executed) are heap-only (HOT) updates:
 /// no index of `channel_messages` names a column they change, so none gets a new entry per
-/// change (issue #26; migration 32's index on `status` had made every one a full update).
+/// change (migration 32's index on `status` had made every one a full update).
 #[tokio::test]
 async fn a_turns_status_change_is_a_heap_only_update() {
     use crate::support::platforms::{deliver, provision_tenant, telegram_text};
@@ -251,7 +251,7 @@ async fn a_turns_status_change_is_a_heap_only_update() {
 }
 
 /// The turn writer's transactions plan their statements once per connection on plain
-/// PostgreSQL, and only they: the setting ends with the transaction (issue #26). On Citus,
+/// PostgreSQL, and only they: the setting ends with the transaction. On Citus,
 /// which cannot plan distributed statements generically, they keep `auto`.
 #[tokio::test]
 async fn the_turn_writers_transactions_alone_use_generic_plans_and_only_on_plain_postgresql() {

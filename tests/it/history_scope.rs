@@ -1,7 +1,8 @@
-//! Private history stays private (issue #14): under the default `private_aware` scope a
-//! turn in a channel or group is answered with the user's turns there only, and a direct
-//! message with their direct messages on every platform; `user` and `chat` are the tenant's
-//! other choices. The admin API shows the same history the worker sends.
+//! Private history stays private
+//! (docs/agent.md#history-scope-what-the-agent-sees-of-earlier-turns): under the default
+//! `private_aware` scope a turn in a channel or group is answered with the user's turns there
+//! only, and a direct message with their direct messages on every platform; `user` and `chat`
+//! are the tenant's other choices. The admin API shows the same history the worker sends.
 
 use channel_bridge::dispatch::payload::ChatMessage;
 use channel_bridge::domain::Platform;

@@ -1,8 +1,9 @@
-//! Pictures, voice notes and files reach the agent (issue #14): a Telegram photo, a WhatsApp
-//! voice note and a Slack file share are each dispatched with an attachment whose gateway
-//! URL streams the bytes the platform stand-in serves, fetched with the connector's
-//! credentials; a tampered, expired or foreign token is refused; history carries earlier
-//! turns' files with fresh URLs; the admin API shows the files without URLs.
+//! Pictures, voice notes and files reach the agent
+//! (docs/agent.md#pictures-voice-notes-and-files): a Telegram photo, a WhatsApp voice note and
+//! a Slack file share are each dispatched with an attachment whose gateway URL streams the
+//! bytes the platform stand-in serves, fetched with the connector's credentials; a tampered,
+//! expired or foreign token is refused; history carries earlier turns' files with fresh URLs;
+//! the admin API shows the files without URLs.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

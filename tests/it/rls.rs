@@ -297,7 +297,7 @@ fn assert_rls_violation(result: Result<sqlx::postgres::PgQueryResult, sqlx::Erro
     );
 }
 
-/// The suite's guard (issue #16): any `set_config('app.tenant_id', …)` the code sends fails,
+/// The suite's guard: any `set_config('app.tenant_id', …)` the code sends fails,
 /// so a test of every path that sets the tenant proves it uses `SET LOCAL`.
 #[tokio::test]
 async fn set_config_of_the_tenant_fails_in_test_databases_and_set_local_works() {

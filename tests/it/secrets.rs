@@ -1,7 +1,7 @@
-//! Secrets at rest (issue #13): what a dump of `tenants` and `channel_connectors` shows, the
-//! plain rows of an older deployment sealed at start, key rotation with the CLI, and a
-//! sealed value that only opens in its own row. `serve` without a key (issue #37): refused
-//! unless plain text is allowed.
+//! Secrets at rest (docs/security.md#secrets-at-rest): what a dump of `tenants` and
+//! `channel_connectors` shows, the plain rows of an older deployment sealed at start, key
+//! rotation with the CLI, and a sealed value that only opens in its own row. `serve` without a
+//! key: refused unless plain text is allowed.
 
 use std::process::{Command, Stdio};
 

@@ -1,8 +1,9 @@
-//! Streamed answers (issue #14): an agent answering with `text/event-stream` (OpenAI chunks
-//! or the gateway's own events) has its answer stored and delivered like any other; while
-//! the stream runs, each platform shows it (Slack's native stream, a Telegram draft in a
-//! private chat, a Telegram group message edited as it grows), and the message it leaves is
-//! adopted as the first reply part, also after a worker was killed mid-stream.
+//! Streamed answers (docs/agent.md#streamed-answers): an agent answering with
+//! `text/event-stream` (OpenAI chunks or the gateway's own events) has its answer stored and
+//! delivered like any other; while the stream runs, each platform shows it (Slack's native
+//! stream, a Telegram draft in a private chat, a Telegram group message edited as it grows),
+//! and the message it leaves is adopted as the first reply part, also after a worker was
+//! killed mid-stream.
 
 use std::sync::Arc;
 use std::time::Duration;

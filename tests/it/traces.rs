@@ -1,7 +1,8 @@
-//! OpenTelemetry traces (issue #17): one Telegram turn, end to end, is one trace at an OTLP
-//! collector stand-in, webhook → dispatch → agent call and delivery → platform send, and the
-//! agent receives the `traceparent` of its call; without an exporter nothing is propagated;
-//! `serve` takes the standard variables and posts its last spans when it stops.
+//! OpenTelemetry traces (docs/operations.md#traces): one Telegram turn, end to end, is one
+//! trace at an OTLP collector stand-in, webhook → dispatch → agent call and delivery →
+//! platform send, and the agent receives the `traceparent` of its call; without an exporter
+//! nothing is propagated; `serve` takes the standard variables and posts its last spans when
+//! it stops.
 //!
 //! The exporting subscriber is this test's own (thread-local, on the test's single-threaded
 //! runtime, which also runs the app), with a tracer provider of its own: tests running in
@@ -298,7 +299,7 @@ async fn serve_exports_to_the_endpoint_its_environment_names_at_any_log_level_an
         .env("CB_AGENT_URL", &agent.url)
         .env("CB_EGRESS_ALLOW", "127.0.0.1")
         .env("CB_LOG_FORMAT", "json")
-        // A production log level: the turn's spans are exported all the same (issue #28);
+        // A production log level: the turn's spans are exported all the same;
         // the start-up line says where serve listens.
         .env("RUST_LOG", "warn,channel_bridge::cli=info")
         .env("CB_SHUTDOWN_GRACE_SECS", "5")

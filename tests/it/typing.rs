@@ -1,8 +1,8 @@
-//! The typing indicator while the agent works (issue #14): what the platform stand-ins
-//! receive between the claim and the first reply part, on each platform; that it stops
-//! before the reply, never holds the turn up when it fails or hangs, is refreshed while a
-//! slow agent thinks but at most once per interval per chat, and is absent where a
-//! connector turned it off or Slack has none.
+//! The typing indicator while the agent works (docs/configuration.md#typing-indicator): what
+//! the platform stand-ins receive between the claim and the first reply part, on each
+//! platform; that it stops before the reply, never holds the turn up when it fails or hangs,
+//! is refreshed while a slow agent thinks but at most once per interval per chat, and is
+//! absent where a connector turned it off or Slack has none.
 
 use std::time::Duration;
 

@@ -1,5 +1,6 @@
-//! Opening a direct message with a Slack user (`conversations.open`, PLATFORMS.md §1.6), for
-//! a message the agent writes first to a user with no DM recorded.
+//! Opening a direct message with a Slack user
+//! (<https://docs.slack.dev/reference/methods/conversations.open>), for a message the agent
+//! writes first to a user with no DM recorded.
 
 use secrecy::ExposeSecret;
 use serde_json::{json, Value};

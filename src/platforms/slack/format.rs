@@ -1,7 +1,7 @@
 //! Slack mrkdwn (Slack's "Formatting text for app surfaces"). `&`, `<` and `>` are escaped
 //! even in code: unescaped they would let an answer write `<!channel>` or `<@U…>` mentions.
 //! Slack has no escape for `*`, `_`, `~` or `` ` ``, so literal ones are set apart with
-//! zero-width spaces (not confirmed against the live platform, PLATFORMS.md [U]).
+//! zero-width spaces (not confirmed against the live platform).
 
 use super::Slack;
 use crate::markdown::render::{self, neutralize_markers, wrap, Style};

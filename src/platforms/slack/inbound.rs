@@ -1,5 +1,5 @@
-//! Slack Events API over HTTP (PLATFORMS.md §1; what is forwarded or dropped:
-//! docs/platforms.md#what-is-forwarded-recorded-or-dropped). Besides turns, a
+//! Slack Events API over HTTP (<https://docs.slack.dev/apis/events-api/>; what is forwarded
+//! or dropped: docs/platforms.md#what-is-forwarded-recorded-or-dropped). Besides turns, a
 //! `message_metadata_posted` event carrying our part key is a [`PostedPart`]: Slack's word
 //! that a reply part left in doubt was posted, and `reaction_added`/`reaction_removed` on a
 //! message is a [`Reaction`].
@@ -26,7 +26,8 @@ const SIGNATURE_HEADER: &str = "x-slack-signature";
 const TIMESTAMP_HEADER: &str = "x-slack-request-timestamp";
 pub const SIGNATURE: HeaderName = HeaderName::from_static(SIGNATURE_HEADER);
 pub const TIMESTAMP: HeaderName = HeaderName::from_static(TIMESTAMP_HEADER);
-/// "more than five minutes from local time", in either direction (PLATFORMS.md §1.1).
+/// Slack's replay rule: "more than five minutes from local time", in either direction
+/// (<https://docs.slack.dev/authentication/verifying-requests-from-slack>).
 const MAX_CLOCK_SKEW_SECS: u64 = 300;
 
 impl Channel for Slack {
@@ -50,7 +51,8 @@ impl Channel for Slack {
     }
 
     /// `X-Slack-Signature: v0=hex(HMAC-SHA256(secret, "v0:{ts}:{raw body}"))` with a fresh
-    /// `X-Slack-Request-Timestamp` (PLATFORMS.md §1.1).
+    /// `X-Slack-Request-Timestamp`
+    /// (<https://docs.slack.dev/authentication/verifying-requests-from-slack>).
     fn verify(&self, connector: &Connector, request: &HookRequest<'_>) -> Result<(), HookError> {
         let signature = required_header(request.headers, SIGNATURE_HEADER)?;
         let timestamp = required_header(request.headers, TIMESTAMP_HEADER)?;
@@ -94,7 +96,7 @@ fn check_freshness(timestamp: &str, now: i64) -> Result<(), HookError> {
     Ok(())
 }
 
-/// The outer `event_callback` / `url_verification` / `app_rate_limited` envelope (§1.5).
+/// The outer `event_callback` / `url_verification` / `app_rate_limited` envelope.
 #[derive(Deserialize)]
 struct EnvelopeIn {
     #[serde(rename = "type")]
@@ -144,7 +146,8 @@ struct FileIn {
     mode: Option<String>,
 }
 
-/// Bolt answers `{"challenge": …}` as JSON; Slack accepts it (§1.2).
+/// Answered as JSON `{"challenge": …}`, one of the forms Slack accepts
+/// (<https://docs.slack.dev/reference/events/url_verification>).
 fn challenge_reply(challenge: Option<String>) -> Result<HandshakeReply, HookError> {
     let challenge =
         challenge.ok_or_else(|| HookError::Malformed("url_verification without challenge".into()))?;
@@ -199,7 +202,7 @@ fn event_callback(connector: &Connector, envelope: EnvelopeIn) -> Inbound {
 
 /// A distributed app sends every workspace's events to one Request URL; only the connector's
 /// belongs to this tenant. In Slack Connect the envelope's `team_id` may name the other side,
-/// so `authorizations` and `context_team_id` count too (§1.5 field map).
+/// so `authorizations` and `context_team_id` count too.
 fn is_for_our_workspace(connector: &Connector, envelope: &EnvelopeIn) -> bool {
     let Some(ours) = connector.profile.external_id.as_deref() else {
         return true;
@@ -240,7 +243,7 @@ fn inbound_message(
     };
     Ok(InboundMessage {
         // The message identity, not `event_id`: one @mention arrives as both `message` and
-        // `app_mention` with different event ids (§1.4).
+        // `app_mention` with different event ids (docs/platforms.md#dedupe-keys).
         idempotency_key: format!("{team}:{channel}:{ts}"),
         kind,
         platform_message_id: ts.to_owned(),
@@ -373,8 +376,8 @@ fn is_slack_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 
-/// Loop safety (§1.5 rule 1): modern app posts have no subtype but carry `bot_id` and the
-/// bot user as `user`; classic bots use `subtype: bot_message`.
+/// Loop safety (no bot's post reaches the agent): modern app posts have no subtype but carry
+/// `bot_id` and the bot user as `user`; classic bots use `subtype: bot_message`.
 fn check_sender(connector: &Connector, event: &MessageEventIn) -> Result<(), &'static str> {
     let by_our_bot = is_ours(event.bot_id.as_deref(), connector.profile.bot_id.as_deref());
     let by_our_user = is_ours(event.user.as_deref(), connector.profile.bot_user_id.as_deref());
@@ -392,7 +395,8 @@ fn is_ours(field: Option<&str>, ours: Option<&str>) -> bool {
     field.is_some() && field == ours
 }
 
-/// Which subtypes carry a user's words (§1.5 rules 2–5).
+/// Which subtypes carry a user's words; edits, deletes, joins and the rest are dropped
+/// (docs/platforms.md#what-is-forwarded-recorded-or-dropped).
 fn content_kind(event: &MessageEventIn, has_files: bool) -> Result<InboundKind, &'static str> {
     let has_text = event.text.as_deref().is_some_and(|t| !t.trim().is_empty());
     match event.subtype.as_deref() {
@@ -413,7 +417,7 @@ fn content_kind(event: &MessageEventIn, has_files: bool) -> Result<InboundKind, 
 }
 
 /// The channel, unless a direct message. `app_mention` carries no `channel_type`, but DM
-/// channel ids start with `D` (PLATFORMS.md §1).
+/// channel ids start with `D`.
 fn shared_space(event: &MessageEventIn, channel: &str) -> Option<String> {
     let direct = match event.channel_type.as_deref() {
         Some(kind) => matches!(kind, "im" | "app_home"),
@@ -562,7 +566,7 @@ mod tests {
 
     #[test]
     fn json_url_verification_vector_verifies() {
-        assert_eq!(URL_VERIFICATION.len(), 129, "the fixture is the exact §1.1 body");
+        assert_eq!(URL_VERIFICATION.len(), 129, "the fixture is the exact vector");
         let ts = OFFICIAL_TS.to_string();
         let result = verify(
             &connector(),

@@ -1,5 +1,6 @@
-//! A streamed answer shown live in Slack with its own streaming (PLATFORMS.md §6;
-//! docs/agent.md#streamed-answers).
+//! A streamed answer shown live in Slack with its own streaming (`chat.startStream`,
+//! `chat.appendStream`, `chat.stopStream`:
+//! <https://docs.slack.dev/reference/methods/chat.startStream>; docs/agent.md#streamed-answers).
 
 use futures::future::BoxFuture;
 use serde_json::{json, Value};

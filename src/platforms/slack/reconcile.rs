@@ -2,8 +2,9 @@
 //! (docs/delivery.md#delivery-guarantees, "Slack, within its limits").
 //!
 //! The `message_metadata_posted` event is the main path; reading the thread is the fallback,
-//! since `conversations.replies` allows one request a minute (PLATFORMS.md §6). A part is
-//! resent only when absent from every page; a thread that cannot be read makes it `unknown`.
+//! since `conversations.replies` allows a non-Marketplace app one request a minute
+//! (<https://docs.slack.dev/apis/web-api/rate-limits>). A part is resent only when absent
+//! from every page; a thread that cannot be read makes it `unknown`.
 
 use std::time::Duration;
 

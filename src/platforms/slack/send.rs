@@ -1,5 +1,5 @@
-//! Posting a reply part to Slack (`chat.postMessage`, PLATFORMS.md §1.6), and adopting a
-//! live view's message (`chat.stopStream` + `chat.update`).
+//! Posting a reply part to Slack (<https://docs.slack.dev/reference/methods/chat.postMessage>),
+//! and adopting a live view's message (`chat.stopStream` + `chat.update`).
 
 use futures::future::BoxFuture;
 use std::time::Duration;
@@ -43,8 +43,8 @@ const SLACK_PERMANENT: &[&str] = &[
 ];
 
 /// Replies go under the thread's parent: `thread_ts` if the user wrote in a thread, else
-/// the user's own message starts one (PLATFORMS.md §1.6); a message the agent writes first
-/// starts none.
+/// the user's own message starts one (`thread_ts` takes a parent's ts, never a reply's); a
+/// message the agent writes first starts none.
 pub fn thread_ts(message: &MessageRow) -> Option<&str> {
     message.thread_id.as_deref().or(message.reply_target())
 }
@@ -89,7 +89,8 @@ pub(super) fn error_code(body: Option<&Value>) -> String {
         .to_owned()
 }
 
-/// A 429, or either spelling Slack's docs use (PLATFORMS.md §5.10).
+/// A 429, or either spelling of the error in Slack's docs: `ratelimited` in the rate-limit
+/// guide, `rate_limited` in the methods' error lists.
 pub(super) fn rate_limited(status: StatusCode, error: &str) -> bool {
     status == StatusCode::TOO_MANY_REQUESTS || error == "ratelimited" || error == "rate_limited"
 }

@@ -29,7 +29,8 @@ const SLACK_READ_PERMANENT: &[&str] = &[
     "not_allowed_token_type",
 ];
 
-/// Most messages a page for apps outside the Slack Marketplace (PLATFORMS.md §6).
+/// Most messages a page for apps outside the Slack Marketplace
+/// (<https://docs.slack.dev/reference/methods/conversations.replies>).
 pub const PAGE_LIMIT: &str = "15";
 
 pub struct ThreadPageQuery<'a> {

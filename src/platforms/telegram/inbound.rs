@@ -1,7 +1,8 @@
-//! Telegram Bot API webhooks (PLATFORMS.md §3; what is forwarded or dropped:
-//! docs/platforms.md#what-is-forwarded-recorded-or-dropped). Only `message` updates from
-//! people (and taps) are turns; a person's `message_reaction` is a [`Reaction`]. An unknown update kind is dropped, never an error (§3.5 rule 1):
-//! Telegram adds kinds, and a 4xx would only make it redeliver.
+//! Telegram Bot API webhooks (<https://core.telegram.org/bots/api#getting-updates>; what is
+//! forwarded or dropped: docs/platforms.md#what-is-forwarded-recorded-or-dropped). Only
+//! `message` updates from people (and taps) are turns; a person's `message_reaction` is a
+//! [`Reaction`]. An unknown update kind is dropped, never an error: Telegram adds kinds, and
+//! a 4xx would only make it redeliver.
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -98,7 +99,8 @@ impl Channel for Telegram {
         ))
     }
 
-    /// The `secret_token` comes back verbatim: no HMAC, no timestamp (§3.1).
+    /// The `secret_token` given to `setWebhook` comes back verbatim in every request: no HMAC,
+    /// no timestamp (<https://core.telegram.org/bots/api#setwebhook>).
     fn verify(&self, connector: &Connector, request: &HookRequest<'_>) -> Result<(), HookError> {
         let offered = required_header(request.headers, SECRET_HEADER)?;
         let matches = verification_secrets(connector)
@@ -203,13 +205,14 @@ fn other_kind_reason(fields: &Map<String, Value>) -> &'static str {
 fn read_message(update_id: i64, message: Value) -> Result<InboundMessage, &'static str> {
     let message: MessageIn = serde_json::from_value(message).map_err(|_| "unreadable_message")?;
     let from = message.from.as_ref().ok_or("no_sender")?;
-    // Other bots' posts never reach the agent (§3.5 rule 3, DESIGN.md "Loop safety").
+    // Other bots' posts never reach the agent: two bots answering each other would loop.
     if from.is_bot {
         return Err("bot_sender");
     }
     let (kind, text, attachments) = content(&message)?;
     Ok(InboundMessage {
-        // `update_id` is unique per bot; the connector scopes the key (§3.4).
+        // `update_id` is unique per bot; the connector scopes the key
+        // (docs/platforms.md#dedupe-keys).
         idempotency_key: update_id.to_string(),
         kind,
         platform_message_id: message.message_id.to_string(),

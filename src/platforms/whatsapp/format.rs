@@ -1,4 +1,4 @@
-//! WhatsApp's text formatting (PLATFORMS.md §6): `*bold*`, `_italic_`, `~strike~`,
+//! WhatsApp's text formatting: `*bold*`, `_italic_`, `~strike~`,
 //! `` `inline code` ``, ```` ``` ```` monospace blocks (no language), `- ` and `1. ` lists,
 //! `> ` quotes. Links are not markup on WhatsApp: `text (url)`, or the address alone when
 //! it is its own text. Nothing is escaped (WhatsApp has no escapes); literal formatting

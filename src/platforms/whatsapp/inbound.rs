@@ -1,7 +1,8 @@
-//! WhatsApp Cloud API webhooks (PLATFORMS.md §2; what is forwarded or dropped:
-//! docs/platforms.md#what-is-forwarded-recorded-or-dropped). One POST may carry many
-//! entries × changes × messages and statuses (§2.4), and every one is visited. A message of
-//! type `reaction` is a [`Reaction`], never a turn.
+//! WhatsApp Cloud API webhooks
+//! (<https://developers.facebook.com/docs/whatsapp/cloud-api/webhooks/overview>; what is
+//! forwarded or dropped: docs/platforms.md#what-is-forwarded-recorded-or-dropped). One POST
+//! may carry many entries × changes × messages and statuses, and every one is visited. A
+//! message of type `reaction` is a [`Reaction`], never a turn.
 
 use secrecy::ExposeSecret;
 use serde::Deserialize;
@@ -18,7 +19,7 @@ use crate::platforms::inbound::{
     Reaction, ReactionChange, Tap,
 };
 
-/// Only the SHA-256 header is checked; the legacy `X-Hub-Signature` (sha1) is ignored (§2.1).
+/// Only the SHA-256 header is checked; the legacy `X-Hub-Signature` (sha1) is ignored.
 const SIGNATURE_HEADER: &str = "x-hub-signature-256";
 pub const SIGNATURE: HeaderName = HeaderName::from_static(SIGNATURE_HEADER);
 
@@ -31,8 +32,9 @@ impl Channel for Whatsapp {
         vec![(SIGNATURE, format!("sha256={}", hmac_sha256_hex(secret, &[body])))]
     }
 
-    /// `X-Hub-Signature-256: sha256=hex(HMAC-SHA256(app secret, raw body))` (§2.1). The body
-    /// is hashed exactly as received: Meta signs its escaped-unicode wire form.
+    /// `X-Hub-Signature-256: sha256=hex(HMAC-SHA256(app secret, raw body))`
+    /// (<https://developers.facebook.com/docs/graph-api/webhooks/getting-started>). The body is
+    /// hashed exactly as received: Meta signs its escaped-unicode wire form.
     fn verify(&self, connector: &Connector, request: &HookRequest<'_>) -> Result<(), HookError> {
         let header = required_header(request.headers, SIGNATURE_HEADER)?;
         let hex = header.strip_prefix("sha256=").ok_or(HookError::BadSignature)?;
@@ -43,7 +45,8 @@ impl Channel for Whatsapp {
         }
     }
 
-    /// The unsigned GET `hub.mode=subscribe&hub.challenge=…` (§2.2).
+    /// The unsigned GET `hub.mode=subscribe&hub.challenge=…`
+    /// (<https://developers.facebook.com/docs/graph-api/webhooks/getting-started>).
     fn handshake(
         &self,
         connector: &Connector,
@@ -77,7 +80,7 @@ impl Channel for Whatsapp {
     }
 }
 
-/// Refused when no token is configured, so an empty token never matches an empty one (§2.2).
+/// Refused when no token is configured, so an empty token never matches an empty one.
 fn verify_token_matches(connector: &Connector, offered: &str) -> bool {
     let Some(expected) = connector.secrets.verify_token.as_ref().map(|t| t.expose_secret()) else {
         return false;
@@ -139,7 +142,8 @@ struct ChangeIn {
 }
 
 /// The value of a `messages` change. Items stay `Value`s so one odd item is dropped alone
-/// instead of failing a batch of up to 1000 updates (§2.3).
+/// instead of failing a batch of up to 1000 updates
+/// (<https://developers.facebook.com/docs/graph-api/webhooks/getting-started>).
 #[derive(Deserialize)]
 struct MessagesValueIn {
     metadata: MetadataIn,
@@ -170,7 +174,7 @@ struct ProfileIn {
 
 #[derive(Deserialize)]
 struct MessageIn {
-    /// Absent on some `system` messages (§2.5 rule 4).
+    /// Absent on some `system` messages.
     from: Option<String>,
     id: String,
     timestamp: Option<String>,
@@ -300,7 +304,8 @@ fn read_message(context: &ChangeContext<'_>, message: Value) -> Result<InboundMe
     let (kind, text, attachments) = content(&message)?;
     let from = message.from.clone().ok_or("no_from")?;
     Ok(InboundMessage {
-        // The wamid is the same in every retry and re-batched duplicate (§2.4).
+        // The wamid is the same in every retry and re-batched duplicate
+        // (docs/platforms.md#dedupe-keys).
         idempotency_key: message.id.clone(),
         kind,
         platform_message_id: message.id.clone(),
@@ -372,7 +377,8 @@ fn tapped(message: &MessageIn) -> Option<&ReplyIn> {
         .or(interactive.list_reply.as_ref())
 }
 
-/// A user's text, a file with its caption, or a placeholder (§2.5 rule 3).
+/// A user's text, a file with its caption, or a placeholder
+/// (docs/platforms.md#what-is-forwarded-recorded-or-dropped).
 fn content(message: &MessageIn) -> Result<(InboundKind, String, Vec<Attachment>), &'static str> {
     match message.kind.as_str() {
         "text" => {
@@ -474,7 +480,8 @@ fn metadata(context: &ChangeContext<'_>, message: &MessageIn) -> Value {
     })
 }
 
-/// A callback about one of our own sent messages: never a turn (DESIGN.md "Loop safety").
+/// A callback about one of our own sent messages: never a turn, so a reply cannot start
+/// another (docs/platforms.md#what-is-forwarded-recorded-or-dropped).
 fn read_status(status: Value) -> Result<DeliveryStatus, &'static str> {
     let status: StatusIn = serde_json::from_value(status).map_err(|_| "unreadable_status")?;
     let error = status.errors.first().map(|e| match (e.code, &e.title) {

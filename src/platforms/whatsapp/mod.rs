@@ -1,5 +1,5 @@
-//! WhatsApp (Cloud API, PLATFORMS.md §2). No live view of a streamed answer: the typing
-//! indicator goes on until the reply.
+//! WhatsApp (Cloud API, <https://developers.facebook.com/docs/whatsapp/cloud-api>). No live
+//! view of a streamed answer: the typing indicator goes on until the reply.
 
 mod choices;
 pub mod files;

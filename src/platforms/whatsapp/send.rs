@@ -1,4 +1,5 @@
-//! Sending a reply part to WhatsApp (Cloud API `messages`, PLATFORMS.md §2.6), with the
+//! Sending a reply part to WhatsApp (Cloud API `POST /{phone-number-id}/messages`,
+//! <https://developers.facebook.com/docs/whatsapp/cloud-api/guides/send-messages>), with the
 //! part key as `biz_opaque_callback_data` so the status callback can settle a send in doubt.
 
 use futures::future::BoxFuture;
@@ -12,8 +13,9 @@ use crate::egress::{self, GuardedClient as Client};
 use crate::platforms::contract::api_base;
 use crate::platforms::send::{read_json, transport_error, Outbound, OutboundPart, SendOutcome};
 
-/// Meta error codes that mean "slow down" (PLATFORMS.md §2.6): throughput 130429, pair
-/// rate 131056 (one message per 6 s to the same user), app/WABA limits 4 and 80007.
+/// Meta error codes that mean "slow down": throughput 130429, pair rate 131056 (one message
+/// per 6 s to the same user), app/WABA limits 4 and 80007
+/// (<https://developers.facebook.com/docs/whatsapp/cloud-api/support/error-codes>).
 pub(crate) fn rate_limit(code: i64) -> Option<Duration> {
     match code {
         131056 => Some(Duration::from_secs(6)),
@@ -120,7 +122,7 @@ fn classify(status: StatusCode, body: Option<Value>) -> SendOutcome {
         .and_then(Value::as_str)
         .map(egress::short_reason)
         .unwrap_or_default();
-    // The HTTP status varies: match on error.code (PLATFORMS.md §2.6).
+    // The HTTP status varies; Meta's error table is keyed by error.code (see `rate_limit`).
     match code {
         Some(code) => {
             let error = format!("whatsapp {code}: {text}");

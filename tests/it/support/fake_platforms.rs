@@ -4,7 +4,8 @@
 //!
 //! Slack's threads are kept as Slack keeps them: each posted message gets a `ts` from the
 //! current time (seconds and a unique sequence as microseconds), and `conversations.replies`
-//! answers like a Tier 1 non-Marketplace app sees it (PLATFORMS.md §6): at most 15 messages
+//! answers like a Tier 1 non-Marketplace app sees it
+//! (<https://docs.slack.dev/apis/web-api/rate-limits>): at most 15 messages
 //! a page, from `oldest` on (`inclusive` or not), with `has_more` and an opaque
 //! `response_metadata.next_cursor`, and message metadata only with `include_all_metadata`.
 //! Every call is recorded with its parameters; a script can answer one with a 429.
@@ -77,7 +78,8 @@ struct ThreadMessage {
     part_key: Option<String>,
 }
 
-/// Slack's page size limit for non-Marketplace apps (PLATFORMS.md §6).
+/// Slack's page size limit for non-Marketplace apps
+/// (<https://docs.slack.dev/reference/methods/conversations.replies>).
 const SLACK_MAX_PAGE: usize = 15;
 
 #[derive(Default)]

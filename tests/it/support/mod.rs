@@ -77,7 +77,7 @@ impl TestDb {
         db
     }
 
-    /// Makes `set_config('app.tenant_id', …)` fail in this database (issue #16): Citus
+    /// Makes `set_config('app.tenant_id', …)` fail in this database: Citus
     /// does not propagate it to its workers, so the tenant must be set with `SET LOCAL`.
     /// A `set_config` placed ahead of `pg_catalog` on every session's search path raises for
     /// that setting and passes any other on.

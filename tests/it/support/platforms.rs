@@ -1,5 +1,5 @@
-//! Signing webhooks the way each platform does (PLATFORMS.md §1.1, §2.1, §3.1), and a tenant
-//! with one connector per platform whose ids match the fixtures in `fixtures/`.
+//! Signing webhooks the way each platform does (the rules: `src/platforms/*/inbound.rs`), and
+//! a tenant with one connector per platform whose ids match the fixtures in `fixtures/`.
 
 use channel_bridge::db::connectors::{ConnectorSettings, NewConnector};
 use channel_bridge::domain::{ConnectorId, Platform, TenantId, UnlinkedPolicy};
