@@ -264,7 +264,7 @@ const CLAIM_BATCH: &str = "with recursive ready_tenants(tenant_id) as (
         set available_at = now() + make_interval(secs => $5), lease_owner = gen_random_uuid(),
             attempts = q.attempts + 1
       -- By the primary key whatever the statistics say: a join let the planner read the
-      -- whole generation, dead rows included, to update a batch (issue #26).
+      -- whole generation, dead rows included, to update a batch.
       where q.message_id = any(array(select message_id from chosen))
   returning q.message_id, q.tenant_id, q.conversation_key, q.stage, q.attempts,
             q.lease_owner as lease, q.enqueued_at";
