@@ -222,19 +222,7 @@ impl Application {
         tasks.push(tokio::spawn(dispatcher.clone().keep_leases(stop.clone())));
         tasks.push(tokio::spawn(dispatcher.clone().keep_queue_fresh(stop.clone())));
         tasks.push(tokio::spawn(dispatcher.report_queue_stats(stop.clone())));
-        // Retention belongs to the worker role: web-only instances never delete.
-        tasks.push(tokio::spawn(crate::lifecycle::retention::run(
-            state.pool.clone(),
-            stop.clone(),
-        )));
-        tasks.push(tokio::spawn(crate::lifecycle::handoff::run(
-            state.pool.clone(),
-            stop.clone(),
-        )));
-        tasks.push(tokio::spawn(crate::lifecycle::awaiting::run(
-            state.pool.clone(),
-            stop.clone(),
-        )));
+        tasks.extend(lifecycle_tasks(&state.pool, stop));
         let wakeup = state.wakeup.clone();
         let (pool, stop_rx) = (state.pool.clone(), stop.clone());
         tasks.push(tokio::spawn(
@@ -242,6 +230,16 @@ impl Application {
         ));
         Ok(tasks)
     }
+}
+
+/// The sweeps of the worker role: retention (web-only instances never delete), held
+/// conversations returned to the agent, turns past the async horizon.
+fn lifecycle_tasks(pool: &sqlx::PgPool, stop: &watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
+    vec![
+        tokio::spawn(crate::lifecycle::retention::run(pool.clone(), stop.clone())),
+        tokio::spawn(crate::lifecycle::handoff::run(pool.clone(), stop.clone())),
+        tokio::spawn(crate::lifecycle::awaiting::run(pool.clone(), stop.clone())),
+    ]
 }
 
 /// In the background: secrets stored before a key was configured stay readable meanwhile.
