@@ -69,13 +69,15 @@ fn assert_distributed_as_designed(tables: &[(String, String, i32)]) {
 }
 
 /// docs/citus.md, "What stays on the coordinator": every other table is distributed.
-const COORDINATOR_TABLES: [&str; 6] = [
+const COORDINATOR_TABLES: [&str; 7] = [
     "_sqlx_migrations",
     "console_sessions",
     "dispatch_queue",
     "dispatch_queue_0",
     "dispatch_queue_1",
     "dispatch_queue_generation",
+    // Claimed across tenants with SKIP LOCKED, as the dispatch queue is.
+    "feedback_queue",
 ];
 
 /// The schema's tables that are neither distributed nor reference tables (Citus's shards of
