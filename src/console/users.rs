@@ -102,6 +102,10 @@ pub async fn conversation(
     };
     let conversation = super::handoff::conversation_of(&who);
     let hold = super::handoff::hold_of(&state, signed_in.session.tenant, &conversation).await?;
+    // Nothing of the tenant's (another tenant's, or none at all): 404, as the API answers.
+    if cursor.is_none() && page.turns.is_empty() && page.links.is_empty() && hold.is_none() {
+        return Err(AppError::NotFound("conversation").into());
+    }
     let mut body = super::handoff::panel(&conversation, hold.as_ref(), &signed_in.session.csrf);
     body.push_str(&render_conversation(
         &who,

@@ -1219,6 +1219,24 @@ async fn the_users_page_pages_by_user_id_then_unlinked_senders_and_caps_counts()
 }
 
 #[tokio::test]
+async fn a_conversation_the_tenant_does_not_have_is_404_not_an_empty_page() {
+    let app = spawn_app().await;
+    let acme = provision_tenant(&app.pool, "acme").await;
+    let cookie = http_sign_in(&app, &admin_key(&app, acme.tenant).await).await;
+    for path in [
+        "/console/conversation?user_id=nobody",
+        "/console/conversation?sender=sender%3A0190a8e0-0000-7000-8000-000000000000%3Ax",
+    ] {
+        let (status, body) = get_page(&app, &cookie, path).await;
+        assert_eq!(status, 404, "{path}");
+        assert!(
+            !body.contains(r#"id="take-over""#),
+            "no working-looking buttons: {path}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_console_page_past_the_admin_deadline_answers_503_as_a_page() {
     let proxy = crate::support::db_proxy::DbProxy::start(crate::support::db_proxy::upstream_addr()).await;
     let app = crate::support::spawn_app_with(|settings, db| {
