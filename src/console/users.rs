@@ -98,7 +98,14 @@ pub async fn conversation(
     let page = messages::conversation(&state.pool, signed_in.session.tenant, &who, cursor.as_deref()).await?;
     let title = match &who {
         Who::User(user) => format!("Conversation of {user}"),
-        Who::Sender(_) => "Conversation of an unlinked sender".to_owned(),
+        // Named by the account, so two strangers are told apart (escaped by the page).
+        Who::Sender(_) => match page.turns.first() {
+            Some(turn) => format!(
+                "Conversation of {} {} (unlinked)",
+                turn.message.platform, turn.message.platform_user_id
+            ),
+            None => "Conversation of an unlinked sender".to_owned(),
+        },
     };
     let conversation = super::handoff::conversation_of(&who);
     let hold = super::handoff::hold_of(&state, signed_in.session.tenant, &conversation).await?;

@@ -1216,6 +1216,14 @@ async fn the_users_page_pages_by_user_id_then_unlinked_senders_and_caps_counts()
     let (status, conversation) = get_page(&app, &cookie, &sender).await;
     assert_eq!(status, 200, "{sender}");
     assert_eq!(conversation.matches(r#"class="card turn exchange""#).count(), 2);
+    let heading = conversation
+        .split("<h1>")
+        .nth(1)
+        .and_then(|h| h.split("</h1>").next());
+    assert!(
+        heading.is_some_and(|h| h.starts_with("Conversation of ") && h.ends_with(" (unlinked)")),
+        "the sender is named by their account: {heading:?}"
+    );
 }
 
 #[tokio::test]
