@@ -73,7 +73,7 @@ pub fn panel(conversation: &str, hold: Option<&Hold>, csrf: &str) -> String {
         }
         None => format!(
             r#"<p class="empty" id="agent-answers">The agent answers this conversation.</p>
-<form method="post" action="/console/conversation/take-over" class="inline"><input type="hidden" name="csrf" value="{csrf}"><input type="hidden" name="conversation" value="{id}"><button type="submit" id="take-over" class="danger">Take over</button></form>"#
+<form method="post" action="/console/conversation/take-over" class="inline"><input type="hidden" name="csrf" value="{csrf}"><input type="hidden" name="conversation" value="{id}"><label>Reason <small>optional, shown in the held list</small> <input type="text" name="reason" id="take-over-reason" maxlength="500"></label> <button type="submit" id="take-over" class="danger">Take over</button></form>"#
         ),
     };
     format!(
@@ -99,6 +99,9 @@ pub struct ConversationForm {
     csrf: String,
     #[serde(default)]
     conversation: String,
+    /// Why a person takes the conversation over (the take-over form only).
+    #[serde(default)]
+    reason: String,
 }
 
 #[derive(Deserialize)]
@@ -128,7 +131,7 @@ pub async fn take_over(
         signed_in.session.tenant,
         &person,
         &form.conversation,
-        None,
+        Some(form.reason.trim()).filter(|reason| !reason.is_empty()),
     )
     .await?;
     Ok(Redirect::to(&page_of(&form.conversation)).into_response())

@@ -84,9 +84,14 @@ async fn a_person_takes_over_answers_from_the_console_and_hands_back() {
         c.goto(&console(&s.app, &page_of(&conversation))).await.unwrap();
         c.find(Locator::Id("agent-answers")).await.unwrap();
 
-        // Taken over: the user's next turn is recorded, shown without a reload, not dispatched.
+        // Taken over, with a reason: the user's next turn is recorded, shown without a reload,
+        // not dispatched.
+        type_into(&c, "#take-over-reason", "refund over the limit").await;
+        crate::console::screenshot(&c, "take_over_with_reason").await;
         click(&c, "#take-over").await;
         wait_for(&c, "#held").await;
+        let held = c.find(Locator::Id("held")).await.unwrap().text().await.unwrap();
+        assert!(held.contains("refund over the limit"), "{held}");
         let calls = s.agent.calls().len();
         let StepOutcome::Held(waiting) = user_says(&s, "I need a human").await else {
             panic!("the turn is held")
