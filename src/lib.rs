@@ -1,16 +1,10 @@
 //! channel-bridge: a multi-tenant gateway between Slack, Telegram and WhatsApp webhooks and an
 //! AI agent, every tenant's rows under PostgreSQL row-level security.
 //!
-//! The layers, top to bottom; imports only point down (docs/architecture.md#layers):
-//! - entry points: `cli` (with `admin_cli`), `demo`, `agent_bridge`; the application: `startup`
-//! - HTTP faces: `console` over `admin` over `http` (shared state, extractors, throttle,
-//!   webhooks, media links, health)
-//! - pipeline: `dispatch` over `delivery` and `ingress` over `turn`; `lifecycle`, `provision`
-//! - `platforms`: `of` and its entry points over the platform folders over `contract`
-//! - infrastructure: `telemetry`, `cache`, `batch`, `sign`, `send_fixture`, `error`
-//! - `db` (the pool, migrations, the tenant transaction), `retry`
-//! - foundation: `settings`, `media`, `secrets`, `api_schema`, `markdown`, `egress`,
-//!   `domain`, `secret_input`
+//! The modules stand in layers whose imports only point down: entry points, the
+//! application, the HTTP faces, the pipeline, the platforms, infrastructure, the database
+//! and the foundation. docs/architecture.md#layers has the table, which
+//! `tests/it/layers.rs` holds every module's imports to.
 
 pub mod admin;
 pub mod admin_cli;

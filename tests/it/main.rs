@@ -26,6 +26,7 @@ mod handoff;
 mod history_scope;
 mod ingress;
 mod ingress_batch;
+mod layers;
 mod lifecycle;
 mod media;
 mod observability;
