@@ -96,18 +96,18 @@ pub fn sign(target: &Target, secret: &str, body: Vec<u8>, now: i64) -> anyhow::R
 
 /// The body is JSON when it is JSON, else the text.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Answer {
+pub struct GatewayAnswer {
     pub status: u16,
     pub body: Value,
 }
 
-impl Answer {
+impl GatewayAnswer {
     pub fn is_success(&self) -> bool {
         (200..300).contains(&self.status)
     }
 }
 
-pub async fn send(client: &reqwest::Client, request: SignedRequest) -> anyhow::Result<Answer> {
+pub async fn send(client: &reqwest::Client, request: SignedRequest) -> anyhow::Result<GatewayAnswer> {
     let url = request.url.clone();
     let mut builder = client.post(request.url).body(request.body);
     for (name, value) in request.headers {
@@ -124,7 +124,7 @@ pub async fn send(client: &reqwest::Client, request: SignedRequest) -> anyhow::R
         .context("Failed to read the gateway's answer")?;
     let body = serde_json::from_slice(&bytes)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-    Ok(Answer { status, body })
+    Ok(GatewayAnswer { status, body })
 }
 
 /// `--data-binary @file`, never `-d`, which strips newlines and would break the signature.

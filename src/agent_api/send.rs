@@ -17,7 +17,7 @@ use crate::domain::{Connector, ConnectorId, MessageId, Platform};
 use crate::error::{ApiJsonError, AppError};
 use crate::http::extract::{ApiBytes, ApiPath};
 use crate::http::state::AppState;
-use crate::turn::outgoing::{self, Outgoing, Place, Posted};
+use crate::turn::outgoing::{self, Destination, Posted, WrittenTurn};
 
 /// WhatsApp's customer-service window (docs/agent.md#writing-first: Meta's error 131047 past it).
 const WHATSAPP_WINDOW: chrono::TimeDelta = chrono::TimeDelta::hours(24);
@@ -152,7 +152,7 @@ pub async fn post_message(
         None => serde_json::json!({}),
     };
     let key = format!("agent:{}", signed.event_id);
-    let turn = Outgoing {
+    let turn = WrittenTurn {
         origin: crate::domain::TurnOrigin::Agent,
         author: None,
         text: &text,
@@ -246,7 +246,7 @@ async fn resolve(
     state: &AppState,
     tx: &mut TenantTx,
     input: &AgentMessageIn,
-) -> Result<(Place, Connector), AppError> {
+) -> Result<(Destination, Connector), AppError> {
     if let Some(reply_to) = input.reply_to {
         let turn = db::messages::get(tx, MessageId(reply_to))
             .await?
@@ -257,11 +257,11 @@ async fn resolve(
             ));
         }
         let connector = connector(state, tx, turn.connector_id).await?;
-        return Ok((Place::replying_to(&turn), connector));
+        return Ok((Destination::replying_to(&turn), connector));
     }
     if let (Some(chat), Some(connector_id)) = (&input.chat_id, input.connector_id) {
         let connector = connector(state, tx, ConnectorId(connector_id)).await?;
-        let place = Place {
+        let place = Destination {
             connector_id: connector.id,
             platform: connector.profile.platform.as_str().to_owned(),
             reply_to: String::new(),
@@ -312,7 +312,7 @@ async fn resolve(
         // A Telegram private chat's id is the user's; a WhatsApp chat is the number.
         (Platform::Telegram | Platform::Whatsapp, None) => account.clone(),
     };
-    let place = Place {
+    let place = Destination {
         connector_id,
         platform: platform.as_str().to_owned(),
         reply_to: String::new(),
@@ -364,7 +364,7 @@ async fn linked_account(
 
 /// Refused before Meta is asked: a free-form message more than 24 hours after the user's
 /// last message is rejected by Meta (131047) anyway.
-async fn within_whatsapp_window(tx: &mut TenantTx, place: &Place) -> Result<(), AppError> {
+async fn within_whatsapp_window(tx: &mut TenantTx, place: &Destination) -> Result<(), AppError> {
     let number = if place.platform_user_id.is_empty() {
         &place.chat_id
     } else {

@@ -24,7 +24,7 @@ use crate::platforms::contract::{Pending, Reconciled};
 use crate::platforms::send::{OutboundPart, SendOutcome};
 use crate::retry::part_backoff;
 use crate::settings::DispatchSettings;
-use crate::turn::writer::{Concluded, TurnWriter};
+use crate::turn::writer::{Conclusion, TurnWriter};
 use crate::turn::Transition;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,7 +68,7 @@ pub struct Outgoing {
     pub marked: Option<i32>,
 }
 
-impl Concluded for DeliveryOutcome {
+impl Conclusion for DeliveryOutcome {
     fn lease_lost(_job: &Job) -> Self {
         DeliveryOutcome::LeaseLost
     }

@@ -9,7 +9,7 @@ use crate::db::queue::Job;
 use crate::db::tenants::TenantRow;
 use crate::delivery::Outgoing;
 use crate::domain::{Connector, MessageId};
-use crate::turn::writer::Concluded;
+use crate::turn::writer::Conclusion;
 
 /// Tests drive the worker with it instead of sleeping.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,7 +27,7 @@ pub enum StepOutcome {
     LeaseLost(MessageId),
 }
 
-impl Concluded for StepOutcome {
+impl Conclusion for StepOutcome {
     fn lease_lost(job: &Job) -> Self {
         StepOutcome::LeaseLost(job.message_id)
     }

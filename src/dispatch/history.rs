@@ -46,7 +46,7 @@ pub struct HistoryScope<'a> {
     pub user_id: Option<&'a str>,
     /// Used for an unlinked sender only.
     pub conversation_key: &'a str,
-    pub place: Place<'a>,
+    pub place: HistoryPlace<'a>,
     /// `None` for "what the next turn would see".
     pub before: Option<(chrono::DateTime<chrono::Utc>, MessageId)>,
 }
@@ -56,14 +56,14 @@ impl<'a> HistoryScope<'a> {
         Self {
             user_id: message.user_id.as_deref(),
             conversation_key: &message.conversation_key,
-            place: Place::of(message, setting),
+            place: HistoryPlace::of(message, setting),
             before: Some((message.received_at, message.id)),
         }
     }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Place<'a> {
+pub enum HistoryPlace<'a> {
     Anywhere,
     Direct,
     Space {
@@ -78,7 +78,7 @@ pub enum Place<'a> {
     },
 }
 
-impl<'a> Place<'a> {
+impl<'a> HistoryPlace<'a> {
     pub fn of(message: &'a MessageRow, setting: HistoryScopeSetting) -> Self {
         match (setting, message.space.as_deref()) {
             (HistoryScopeSetting::User, _) => Self::Anywhere,
@@ -213,7 +213,7 @@ pub async fn load_many(
             let of_kind: Vec<&MessageRow> = group
                 .iter()
                 .copied()
-                .filter(|m| Place::of(m, setting).columns().0 == kind)
+                .filter(|m| HistoryPlace::of(m, setting).columns().0 == kind)
                 .collect();
             if !of_kind.is_empty() {
                 groups.push((of_kind, who, place_matches(kind)));
@@ -227,7 +227,10 @@ pub async fn load_many(
             .map(|m| m.user_id.as_deref().unwrap_or(&m.conversation_key))
             .collect();
         let received: Vec<chrono::DateTime<chrono::Utc>> = group.iter().map(|m| m.received_at).collect();
-        let places: Vec<_> = group.iter().map(|m| Place::of(m, setting).columns()).collect();
+        let places: Vec<_> = group
+            .iter()
+            .map(|m| HistoryPlace::of(m, setting).columns())
+            .collect();
         let sql = format!(
             "select p.id as for_id, h.id, h.request_content, h.response_content, h.attachments,
                     h.origin, h.author, h.status, h.action, h.command

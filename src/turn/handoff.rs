@@ -104,7 +104,7 @@ pub async fn record_person_turn(
     target: &MessageRow,
     turn: &PersonTurn<'_>,
 ) -> Result<Posted, sqlx::Error> {
-    let outgoing = super::outgoing::Outgoing {
+    let outgoing = super::outgoing::WrittenTurn {
         origin: crate::domain::TurnOrigin::Person,
         author: Some(turn.author),
         text: turn.text,
@@ -113,7 +113,7 @@ pub async fn record_person_turn(
         idempotency_key: &format!("person:{}", turn.idempotency_key),
         metadata: serde_json::json!({}),
     };
-    super::outgoing::record(tx, &super::outgoing::Place::replying_to(target), &outgoing).await
+    super::outgoing::record(tx, &super::outgoing::Destination::replying_to(target), &outgoing).await
 }
 
 /// Handing back: when the conversation's latest turn is a `held` one of its user (nobody

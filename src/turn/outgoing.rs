@@ -11,7 +11,7 @@ use crate::domain::{ConnectorId, MessageId, TurnOrigin};
 /// Where the turn goes, and what it threads to (`reply_to`: a platform message id, empty
 /// for a new message).
 #[derive(Debug, Clone)]
-pub struct Place {
+pub struct Destination {
     pub connector_id: ConnectorId,
     pub platform: String,
     pub reply_to: String,
@@ -23,7 +23,7 @@ pub struct Place {
     pub conversation_key: String,
 }
 
-impl Place {
+impl Destination {
     /// Threaded to `turn`, in its chat.
     pub fn replying_to(turn: &MessageRow) -> Self {
         Self {
@@ -41,7 +41,7 @@ impl Place {
 }
 
 #[derive(Debug, Clone)]
-pub struct Outgoing<'a> {
+pub struct WrittenTurn<'a> {
     pub origin: TurnOrigin,
     pub author: Option<&'a str>,
     pub text: &'a str,
@@ -63,7 +63,11 @@ pub enum Posted {
 
 /// Two writers of one conversation are serialized on it, so history and the platform show
 /// their turns in the same order.
-pub async fn record(tx: &mut TenantTx, place: &Place, turn: &Outgoing<'_>) -> Result<Posted, sqlx::Error> {
+pub async fn record(
+    tx: &mut TenantTx,
+    place: &Destination,
+    turn: &WrittenTurn<'_>,
+) -> Result<Posted, sqlx::Error> {
     let tenant = tx.tenant();
     sqlx::query("select pg_advisory_xact_lock(hashtextextended($1::text || '/outgoing/' || $2, 0))")
         .bind(tenant)

@@ -50,7 +50,7 @@ impl TurnWriter {
     }
 
     /// `outcome` when applied, the step's lease-lost outcome when another holder has the job.
-    pub async fn conclude<T: Concluded>(
+    pub async fn conclude<T: Conclusion>(
         &self,
         job: &Job,
         transition: Transition,
@@ -63,7 +63,7 @@ impl TurnWriter {
     }
 }
 
-pub trait Concluded {
+pub trait Conclusion {
     fn lease_lost(job: &Job) -> Self;
 }
 

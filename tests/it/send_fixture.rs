@@ -2,7 +2,7 @@
 //! recorded, and what it would show an operator with a wrong secret or a stale clock.
 
 use channel_bridge::domain::Platform;
-use channel_bridge::send_fixture::{self, Answer, Target};
+use channel_bridge::send_fixture::{self, GatewayAnswer, Target};
 
 use crate::support::platforms::*;
 use crate::support::{spawn_app, TestApp};
@@ -25,7 +25,7 @@ fn target(app: &TestApp, tenant: &Provisioned, platform: Platform) -> Target {
 }
 
 /// What `channel-bridge send-fixture` does after parsing its arguments.
-async fn send(app: &TestApp, target: &Target, secret: &str, fixture_name: &str, now: i64) -> Answer {
+async fn send(app: &TestApp, target: &Target, secret: &str, fixture_name: &str, now: i64) -> GatewayAnswer {
     let body = fixture(target.platform, fixture_name);
     let request = send_fixture::sign(target, secret, body, now).expect("signs");
     send_fixture::send(&app.client, request)

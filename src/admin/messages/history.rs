@@ -10,7 +10,7 @@ use uuid::Uuid;
 use crate::admin::auth::TenantAdmin;
 use crate::admin::schema;
 use crate::db::{self, TenantTx};
-use crate::dispatch::history::{self, HistoryScope, Place};
+use crate::dispatch::history::{self, HistoryPlace, HistoryScope};
 use crate::dispatch::payload::ChatMessage;
 use crate::domain::{ConnectorId, HistoryScopeSetting, TenantId};
 use crate::error::{ApiJsonError, AppError};
@@ -78,13 +78,13 @@ pub async fn user_history(
         }
     };
     let place = match (setting, &chat) {
-        (HistoryScopeSetting::User, _) => Place::Anywhere,
-        (HistoryScopeSetting::PrivateAware, Some((connector, _, Some(space)))) => Place::Space {
+        (HistoryScopeSetting::User, _) => HistoryPlace::Anywhere,
+        (HistoryScopeSetting::PrivateAware, Some((connector, _, Some(space)))) => HistoryPlace::Space {
             connector: *connector,
             space,
         },
-        (HistoryScopeSetting::PrivateAware, _) => Place::Direct,
-        (HistoryScopeSetting::Chat, Some((connector, chat_id, space))) => Place::Chat {
+        (HistoryScopeSetting::PrivateAware, _) => HistoryPlace::Direct,
+        (HistoryScopeSetting::Chat, Some((connector, chat_id, space))) => HistoryPlace::Chat {
             connector: *connector,
             chat_id,
             space: space.as_deref(),
