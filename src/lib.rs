@@ -36,6 +36,7 @@ pub mod secrets;
 pub mod send_fixture;
 pub mod settings;
 pub mod sign;
+pub mod signature;
 pub mod startup;
 pub mod telemetry;
 pub mod turn;

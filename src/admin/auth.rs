@@ -75,7 +75,7 @@ pub async fn verify_key(
             (stored, true)
         }
     };
-    let matches = stored.is_some_and(|stored| crate::platforms::inbound::constant_time_eq(&stored, &hash));
+    let matches = stored.is_some_and(|stored| crate::signature::constant_time_eq(&stored, &hash));
     if !matches {
         if !paid {
             throttle.charge(source).map_err(AppError::TooManyRequests)?;
@@ -125,8 +125,7 @@ impl FromRequestParts<AppState> for Operator {
             ));
         };
         let token = bearer(parts).ok_or(AppError::Unauthorized("missing bearer token"))?;
-        if crate::platforms::inbound::constant_time_eq(token.as_bytes(), expected.expose_secret().as_bytes())
-        {
+        if crate::signature::constant_time_eq(token.as_bytes(), expected.expose_secret().as_bytes()) {
             Ok(Operator)
         } else {
             Err(AppError::Unauthorized("invalid operator token"))

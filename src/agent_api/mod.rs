@@ -14,10 +14,10 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::db::tenants::TenantRow;
-use crate::dispatch::signature::{self, SignatureError};
 use crate::domain::TenantId;
 use crate::error::AppError;
 use crate::http::state::AppState;
+use crate::signature::{self, SignatureError};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

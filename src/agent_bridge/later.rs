@@ -8,7 +8,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::{json, Value};
 
 use super::offer::Reply;
-use crate::dispatch::signature;
+use crate::signature;
 
 pub struct Events {
     pub client: reqwest::Client,

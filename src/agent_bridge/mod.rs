@@ -30,7 +30,7 @@ use self::offer::Reply;
 use self::upstream::{Ask, Completion, UpstreamConfig, UpstreamError};
 use crate::choices::Choice;
 use crate::dispatch::payload::ChatMessage;
-use crate::dispatch::signature::{self, SignatureError};
+use crate::signature::{self, SignatureError};
 
 /// Largest dispatch accepted: twelve turns of long messages fit with room to spare.
 const BODY_LIMIT: usize = 8 * 1024 * 1024;

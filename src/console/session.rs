@@ -114,7 +114,7 @@ pub struct SignedIn {
 impl SignedIn {
     /// On top of SameSite=Strict; compared in constant time, else 403.
     pub fn check_csrf(&self, token: &str) -> Result<(), ConsoleError> {
-        if crate::platforms::inbound::constant_time_eq(token.as_bytes(), self.session.csrf.as_bytes()) {
+        if crate::signature::constant_time_eq(token.as_bytes(), self.session.csrf.as_bytes()) {
             Ok(())
         } else {
             Err(ConsoleError::Csrf)

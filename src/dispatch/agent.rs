@@ -9,10 +9,10 @@ use axum::http::HeaderMap;
 use reqwest::StatusCode;
 
 use super::payload::{parse_reply, Answer, AnswerError, DispatchOut};
-use super::signature;
 use super::stream::{self, StreamError};
 use crate::delivery::live::TextSink;
 use crate::egress::{GuardedClient, SendError, AGENT_REFUSED};
+use crate::signature;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CallOutcome {

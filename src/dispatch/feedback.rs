@@ -12,7 +12,6 @@ use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
 use super::payload::ChannelOut;
-use super::signature;
 use super::wakeup::Wakeup;
 use super::worker::Worker;
 use crate::db::messages::MessageRow;
@@ -20,6 +19,7 @@ use crate::db::reactions::{self, FeedbackJob, ReactionOut};
 use crate::db::tenants::TenantRow;
 use crate::db::TenantTx;
 use crate::egress::SendError;
+use crate::signature;
 
 /// Seconds before each next attempt; after the last, the event is given up (logged and
 /// counted). The pass runs when woken and every `EVERY`, so a wait is at least that long.

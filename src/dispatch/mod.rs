@@ -12,7 +12,6 @@ pub mod feedback;
 pub mod history;
 pub mod payload;
 mod prepare;
-pub mod signature;
 pub mod stream;
 pub mod wakeup;
 mod worker;

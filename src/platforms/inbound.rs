@@ -331,12 +331,6 @@ pub trait Channel: Send + Sync {
     }
 }
 
-/// Constant-time equality of two byte strings (length is not secret).
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    use subtle::ConstantTimeEq;
-    a.len() == b.len() && bool::from(a.ct_eq(b))
-}
-
 impl Inbound {
     pub fn only_dropped(reason: &'static str) -> Self {
         Self {

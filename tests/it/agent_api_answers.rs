@@ -94,7 +94,7 @@ async fn post(s: &Pipeline, path: &str, signing: Option<Signing<'_>>, body: Vec<
         timestamp,
     }) = signing
     {
-        let signature = channel_bridge::dispatch::signature::sign(secret, id, timestamp, &body).unwrap();
+        let signature = channel_bridge::signature::sign(secret, id, timestamp, &body).unwrap();
         request = request
             .header("webhook-id", id)
             .header("webhook-timestamp", timestamp.to_string())

@@ -14,9 +14,9 @@ use axum::{Json, Router};
 use channel_bridge::agent_bridge::upstream::UpstreamConfig;
 use channel_bridge::agent_bridge::{self, BridgeConfig};
 use channel_bridge::dispatch::payload::{ChannelOut, ChatMessage, DispatchOut};
-use channel_bridge::dispatch::signature;
 use channel_bridge::dispatch::StepOutcome;
 use channel_bridge::domain::Platform;
+use channel_bridge::signature;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 

@@ -44,7 +44,7 @@ pub(crate) async fn post_event(
 ) -> (u16, Value) {
     let body = serde_json::to_vec(&event).unwrap();
     let now = chrono::Utc::now().timestamp();
-    let signature = channel_bridge::dispatch::signature::sign(secret, event_id, now, &body).unwrap();
+    let signature = channel_bridge::signature::sign(secret, event_id, now, &body).unwrap();
     let response = app
         .client
         .post(app.url(path))

@@ -14,7 +14,7 @@ use crate::support::{Pipeline, TestApp};
 async fn send(app: &TestApp, tenant: &str, secret: &str, id: &str, body: Value) -> (u16, Value) {
     let bytes = serde_json::to_vec(&body).unwrap();
     let now = chrono::Utc::now().timestamp();
-    let signature = channel_bridge::dispatch::signature::sign(secret, id, now, &bytes).unwrap();
+    let signature = channel_bridge::signature::sign(secret, id, now, &bytes).unwrap();
     let response = app
         .client
         .post(app.url(&format!("/v1/agent/{tenant}/messages")))

@@ -13,9 +13,10 @@ use axum::http::HeaderName;
 use crate::domain::{Connector, Platform};
 use crate::media::{Attachment, AttachmentKind, FileSource};
 use crate::platforms::inbound::{
-    constant_time_eq, parse_json, required_header, verification_secrets, Channel, HookError, HookRequest,
-    Inbound, InboundKind, InboundMessage, Parsed, Reaction, ReactionChange, Tap, TapAnswer,
+    parse_json, required_header, verification_secrets, Channel, HookError, HookRequest, Inbound, InboundKind,
+    InboundMessage, Parsed, Reaction, ReactionChange, Tap, TapAnswer,
 };
+use crate::signature::constant_time_eq;
 
 const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
 pub const SECRET_TOKEN: HeaderName = HeaderName::from_static(SECRET_HEADER);

@@ -14,10 +14,11 @@ use axum::http::HeaderName;
 use crate::domain::{Connector, Platform};
 use crate::media::{Attachment, AttachmentKind, FileSource};
 use crate::platforms::inbound::{
-    constant_time_eq, hmac_sha256_hex, hmac_sha256_matches, parse_json, required_header, Channel,
-    DeliveryStatus, HandshakeReply, HookError, HookRequest, Inbound, InboundKind, InboundMessage, Parsed,
-    Reaction, ReactionChange, Tap,
+    hmac_sha256_hex, hmac_sha256_matches, parse_json, required_header, Channel, DeliveryStatus,
+    HandshakeReply, HookError, HookRequest, Inbound, InboundKind, InboundMessage, Parsed, Reaction,
+    ReactionChange, Tap,
 };
+use crate::signature::constant_time_eq;
 
 /// Only the SHA-256 header is checked; the legacy `X-Hub-Signature` (sha1) is ignored.
 const SIGNATURE_HEADER: &str = "x-hub-signature-256";

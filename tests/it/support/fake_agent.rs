@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use channel_bridge::dispatch::payload::DispatchOut;
-use channel_bridge::dispatch::signature;
+use channel_bridge::signature;
 use serde_json::{json, Value};
 use tokio::sync::{Notify, Semaphore};
 

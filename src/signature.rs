@@ -1,11 +1,20 @@
-//! Standard Webhooks signatures for dispatches (<https://www.standardwebhooks.com>), keyed with
-//! the decoded bytes of a `whsec_<base64>` secret. The verifier is the one agents use
-//! (`agent-bridge`, the tests' fake agent).
+//! Comparing secrets, and the Standard Webhooks signatures of what the gateway and the agent
+//! send each other (<https://www.standardwebhooks.com>: dispatches, feedback events, the
+//! agent's events and messages), keyed with the decoded bytes of a `whsec_<base64>` secret.
+//! The verifier is the one agents use (`agent-bridge`, the tests' fake agent). Each
+//! platform's own webhook signature is the platform's (`platforms::*::inbound`).
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+
+/// Constant-time equality of two byte strings (length is not secret): keys, CSRF tokens,
+/// signatures.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    use subtle::ConstantTimeEq;
+    a.len() == b.len() && bool::from(a.ct_eq(b))
+}
 
 /// The specification's suggested clock skew.
 pub const TOLERANCE_SECS: i64 = 300;
