@@ -74,12 +74,30 @@ pub async fn record(
         .bind(&place.conversation_key)
         .execute(tx.conn())
         .await?;
+    let Some(id) = insert(tx, place, turn).await? else {
+        return Ok(Posted::Repeat(earlier(tx, place, turn).await?));
+    };
+    crate::db::messages::insert_reply_parts(tx, id, turn.parts).await?;
+    if let (Some(offered), Some(last)) = (turn.choices, turn.parts.len().checked_sub(1)) {
+        crate::db::messages::offer_choices(tx, id, last, offered).await?;
+    }
+    queue::enqueue(tx, id, &place.conversation_key, Stage::Reply).await?;
+    Ok(Posted::New(id))
+}
+
+/// The turn's row, unless its key is recorded already (`None`).
+async fn insert(
+    tx: &mut TenantTx,
+    place: &Destination,
+    turn: &WrittenTurn<'_>,
+) -> Result<Option<MessageId>, sqlx::Error> {
+    let tenant = tx.tenant();
     let id = MessageId::new();
     let decision = match turn.origin {
         TurnOrigin::Agent => "proactive",
         TurnOrigin::Person | TurnOrigin::User => "person",
     };
-    let inserted: Option<MessageId> = sqlx::query_scalar(
+    sqlx::query_scalar(
         "insert into channel_messages (tenant_id, id, connector_id, platform, idempotency_key,
              platform_message_id, chat_id, thread_id, space, platform_user_id, reply_to_id, user_id,
              conversation_key, request_content, response_content, decision, status, origin, author,
@@ -107,23 +125,23 @@ pub async fn record(
     .bind(turn.author)
     .bind(&turn.metadata)
     .fetch_optional(tx.conn())
-    .await?;
-    let Some(id) = inserted else {
-        let earlier: MessageId = sqlx::query_scalar(
-            "select id from channel_messages
-              where tenant_id = $1 and connector_id = $2 and idempotency_key = $3",
-        )
-        .bind(tenant)
-        .bind(place.connector_id)
-        .bind(turn.idempotency_key)
-        .fetch_one(tx.conn())
-        .await?;
-        return Ok(Posted::Repeat(earlier));
-    };
-    crate::db::messages::insert_reply_parts(tx, id, turn.parts).await?;
-    if let (Some(offered), Some(last)) = (turn.choices, turn.parts.len().checked_sub(1)) {
-        crate::db::messages::offer_choices(tx, id, last, offered).await?;
-    }
-    queue::enqueue(tx, id, &place.conversation_key, Stage::Reply).await?;
-    Ok(Posted::New(id))
+    .await
+}
+
+/// The turn recorded before under the same key.
+async fn earlier(
+    tx: &mut TenantTx,
+    place: &Destination,
+    turn: &WrittenTurn<'_>,
+) -> Result<MessageId, sqlx::Error> {
+    let tenant = tx.tenant();
+    sqlx::query_scalar(
+        "select id from channel_messages
+          where tenant_id = $1 and connector_id = $2 and idempotency_key = $3",
+    )
+    .bind(tenant)
+    .bind(place.connector_id)
+    .bind(turn.idempotency_key)
+    .fetch_one(tx.conn())
+    .await
 }
