@@ -99,7 +99,7 @@ fn with_trace_context(request: reqwest::RequestBuilder) -> reqwest::RequestBuild
 }
 
 /// Without the path or query, which may hold a token.
-fn host_of(url: &str) -> String {
+pub(super) fn host_of(url: &str) -> String {
     match reqwest::Url::parse(url) {
         Ok(url) => match (url.host_str(), url.port_or_known_default()) {
             (Some(host), Some(port)) => format!("{host}:{port}"),
@@ -111,7 +111,7 @@ fn host_of(url: &str) -> String {
 }
 
 /// The innermost cause, without the URL reqwest would print.
-fn cause(err: &reqwest::Error) -> String {
+pub(super) fn cause(err: &reqwest::Error) -> String {
     let mut source: &dyn std::error::Error = err;
     while let Some(inner) = source.source() {
         source = inner;

@@ -9,7 +9,7 @@ use tracing::Instrument;
 use super::agent::CallOutcome;
 use super::claimed::{phase, Prepared, StepOutcome, Waited, NOTHING_TO_POST};
 use super::payload::{Answer, ChatMessage};
-use super::worker::Worker;
+use super::worker::{Worker, NO_AGENT_URL};
 use super::{agent, payload};
 use crate::choices::Offered;
 use crate::db::queue::Job;
@@ -141,10 +141,10 @@ impl Worker {
         live: &mut (dyn TextSink + Send),
     ) -> CallOutcome {
         let tenant = &prepared.tenant;
-        let Some(url) = tenant.agent_url.as_ref().or(self.settings.agent_url.as_ref()) else {
+        let Some(url) = self.agent_url(tenant) else {
             return CallOutcome::Permanent {
                 reason: "no_agent_url",
-                error: "neither the tenant nor CB_AGENT_URL names an agent".into(),
+                error: NO_AGENT_URL.into(),
             };
         };
         let now = (self.clock)();

@@ -123,10 +123,8 @@ impl Worker {
         if !tenant.feedback_events {
             return Ok(Sent::Superseded);
         }
-        let Some(url) = tenant.agent_url.as_ref().or(self.settings.agent_url.as_ref()) else {
-            return Ok(Sent::Refused(
-                "neither the tenant nor CB_AGENT_URL names an agent".into(),
-            ));
+        let Some(url) = self.agent_url(&tenant) else {
+            return Ok(Sent::Refused(super::worker::NO_AGENT_URL.into()));
         };
         let event = FeedbackOut {
             kind: "feedback",
@@ -165,14 +163,18 @@ impl Worker {
             .header("webhook-timestamp", now.to_string())
             .header("webhook-signature", signature)
             .body(body);
+        // The host only, never the URL: a tenant's agent URL may carry a token.
+        let host = super::agent::host_of(url);
         match self.client.send(request).await {
             Ok(response) if response.status().is_success() => Sent::Delivered,
             Ok(response) if response.status().as_u16() == 429 || response.status().is_server_error() => {
-                Sent::Retry(format!("the agent answered {}", response.status()))
+                Sent::Retry(format!("agent {host} answered {}", response.status()))
             }
-            Ok(response) => Sent::Refused(format!("the agent answered {}", response.status())),
+            Ok(response) => Sent::Refused(format!("agent {host} answered {}", response.status())),
             Err(SendError::Refused(_)) => Sent::Refused(crate::egress::AGENT_REFUSED.to_owned()),
-            Err(SendError::Transport(err)) => Sent::Retry(format!("the agent is out of reach: {err}")),
+            Err(SendError::Transport(err)) => {
+                Sent::Retry(format!("agent {host}: {}", super::agent::cause(&err)))
+            }
         }
     }
 }

@@ -17,6 +17,8 @@ use crate::telemetry::traces;
 use crate::turn::writer::TurnWriter;
 use crate::turn::Transition;
 
+pub(super) const NO_AGENT_URL: &str = "neither the tenant nor CB_AGENT_URL names an agent";
+
 pub struct Worker {
     pub(super) pool: PgPool,
     pub(super) queue: Queue,
@@ -49,6 +51,11 @@ pub fn platform_client(
 }
 
 impl Worker {
+    /// The tenant's agent URL, else the instance's `CB_AGENT_URL`.
+    pub(super) fn agent_url<'a>(&'a self, tenant: &'a crate::db::tenants::TenantRow) -> Option<&'a str> {
+        tenant.agent_url.as_deref().or(self.settings.agent_url.as_deref())
+    }
+
     /// Its turn writer's tasks start on the current runtime.
     pub fn new(pool: PgPool, settings: Arc<ServeSettings>, clock: fn() -> i64) -> anyhow::Result<Self> {
         // Both clients check the egress policy: the agent URL and the platform API base URLs
