@@ -87,7 +87,7 @@ pub struct Choices {
     pub reusable: bool,
 }
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 #[error("{0}")]
 pub struct InvalidChoices(pub String);
 

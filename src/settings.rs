@@ -511,6 +511,11 @@ pub struct DispatchSettings {
     #[arg(long, env = "CB_PLATFORM_TIMEOUT_SECS", default_value_t = 15)]
     pub platform_timeout_secs: u64,
 
+    /// Timeout of fetching one file an answer names, and of one upload of it to the
+    /// platform, in seconds (docs/agent.md#files-and-reactions-in-answers).
+    #[arg(long, env = "CB_FILE_TIMEOUT_SECS", default_value_t = 60)]
+    pub file_timeout_secs: u64,
+
     /// First retry delay, in milliseconds; doubles each attempt, with equal jitter.
     #[arg(long, env = "CB_RETRY_BASE_MS", default_value_t = 1000)]
     pub retry_base_ms: u64,
@@ -581,6 +586,7 @@ impl Default for DispatchSettings {
             retry_horizon_secs: 86_400,
             async_horizon_secs: 21_600,
             platform_timeout_secs: 15,
+            file_timeout_secs: 60,
             retry_base_ms: 1000,
             retry_max_ms: 300_000,
             lease_secs: 120,
@@ -598,9 +604,13 @@ impl Default for DispatchSettings {
 
 impl DispatchSettings {
     fn validate(&self) -> Result<(), SettingsError> {
-        if self.lease_secs <= self.agent_timeout_secs || self.lease_secs <= self.platform_timeout_secs {
+        if self.lease_secs <= self.agent_timeout_secs
+            || self.lease_secs <= self.platform_timeout_secs
+            || self.lease_secs <= self.file_timeout_secs
+        {
             return Err(SettingsError(
-                "CB_LEASE_SECS must be longer than CB_AGENT_TIMEOUT_SECS and CB_PLATFORM_TIMEOUT_SECS".into(),
+                "CB_LEASE_SECS must be longer than CB_AGENT_TIMEOUT_SECS, CB_PLATFORM_TIMEOUT_SECS and CB_FILE_TIMEOUT_SECS"
+                    .into(),
             ));
         }
         if self.agent_timeout_secs == 0 || self.platform_timeout_secs == 0 {

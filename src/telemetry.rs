@@ -398,6 +398,12 @@ pub const METRICS: &[Metric] = &[
         "Slack thread reads looking for an in-doubt reply part, by result.",
     ),
     metric(
+        "channel_bridge_slack_file_reads_total",
+        Counter,
+        &["result"],
+        "Slack files.info reads settling an in-doubt file share, by result.",
+    ),
+    metric(
         "channel_bridge_retention_deleted_total",
         Counter,
         &["kind"],

@@ -10,14 +10,16 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::auth::TenantAdmin;
 use super::schema;
-use crate::choices::Offered;
 use crate::db::audit::{Actor, AuditAction, AuditEntry};
 use crate::db::holds::{HeldConversation, Hold, NewHold};
+use crate::db::parts::Reply;
 use crate::db::{self, TenantTx};
+use crate::delivery::split::Ask;
 use crate::domain::{MessageId, Platform, TenantId};
 use crate::error::{ApiJsonError, AppError};
 use crate::http::extract::{ApiJson, ApiJsonOrNone, ApiPath};
 use crate::http::state::AppState;
+use crate::media::outgoing::FileIn;
 use crate::turn::handoff::{self, Conversation, PersonTurn, Posted};
 
 /// A person's message: longer ones are split into the platform's parts like an answer.
@@ -112,17 +114,25 @@ pub struct PersonMessageIn {
     pub choices: Option<Vec<crate::choices::Choice>>,
     #[serde(default)]
     pub choices_reusable: bool,
+    /// Files posted after `content` (docs/agent.md#files-and-reactions-in-answers).
+    #[serde(default)]
+    pub attachments: Vec<FileIn>,
 }
 
 impl PersonMessageIn {
-    /// The text split for `platform` and the choices checked for it (422 otherwise).
-    fn reply(&self, platform: Platform, markdown: bool) -> Result<(Vec<String>, Option<Offered>), AppError> {
-        let choices = self.choices.clone().map(|items| crate::choices::Choices {
-            items,
-            reusable: self.choices_reusable,
-        });
-        crate::delivery::split::with_choices(platform, markdown, std::slice::from_ref(&self.content), choices)
-            .map_err(|err| AppError::Unprocessable(format!("choices cannot be shown on {platform}: {err}")))
+    /// The message made ready for `platform` (422 when it cannot post it).
+    fn reply(&self, platform: Platform, markdown: bool) -> Result<Reply, AppError> {
+        let ask = Ask {
+            texts: vec![self.content.clone()],
+            choices: self.choices.clone().map(|items| crate::choices::Choices {
+                items,
+                reusable: self.choices_reusable,
+            }),
+            files: self.attachments.clone(),
+            react: None,
+        };
+        crate::delivery::split::reply(platform, markdown, ask)
+            .map_err(|unfit| AppError::Unprocessable(unfit.to_string()))
     }
 }
 
@@ -323,7 +333,7 @@ pub async fn post_person_message(
         .parse()
         .map_err(|_| AppError::Conflict("the conversation's platform is not known"))?;
     let markdown = connector.as_ref().is_some_and(|c| c.profile.format_markdown);
-    let (parts, choices) = input.reply(platform, markdown)?;
+    let reply = input.reply(platform, markdown)?;
     hold(
         &mut tx,
         person,
@@ -335,12 +345,11 @@ pub async fn post_person_message(
     let turn = PersonTurn {
         author: &person.name,
         text: &input.content,
-        parts,
-        choices,
+        reply,
         idempotency_key: key,
     };
-    let count = turn.parts.len();
-    let offered = turn.choices.as_ref().map_or(0, |c| c.choices.items.len());
+    let count = turn.reply.len();
+    let offered = turn.reply.choices.as_ref().map_or(0, |c| c.choices.items.len());
     let posted = handoff::record_person_turn(&mut tx, &target, &turn).await?;
     if let Posted::New(id) = posted {
         metrics::counter!("channel_bridge_person_answers_total").increment(1);

@@ -9,36 +9,42 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::choices::{Choice, Choices, Offered};
+use crate::choices::{Choice, Choices};
 use crate::db::audit::{Actor, AuditAction, AuditEntry};
 use crate::db::messages::{MessageRow, MESSAGE_COLUMNS};
+use crate::db::parts::Reply;
 use crate::db::{self, TenantTx};
+use crate::delivery::split::Ask;
 use crate::domain::{Connector, ConnectorId, MessageId, Platform};
 use crate::error::{ApiJsonError, AppError};
 use crate::http::extract::{ApiBytes, ApiPath};
 use crate::http::state::AppState;
+use crate::media::outgoing::FileIn;
 use crate::turn::outgoing::{self, Destination, Posted, WrittenTurn};
 
 /// WhatsApp's customer-service window (docs/agent.md#writing-first: Meta's error 131047 past it).
 const WHATSAPP_WINDOW: chrono::TimeDelta = chrono::TimeDelta::hours(24);
 
-/// The text split for `platform` with its choices checked (422 otherwise); a template is
-/// one message, whatever its text.
-fn reply(
-    input: &AgentMessageIn,
-    text: &str,
-    platform: Platform,
-    markdown: bool,
-) -> Result<(Vec<String>, Option<Offered>), AppError> {
+/// The message made ready for `platform` (422 when it cannot post it); a template is one
+/// message, whatever its text.
+fn reply(input: &AgentMessageIn, text: &str, platform: Platform, markdown: bool) -> Result<Reply, AppError> {
     if input.template.is_some() {
-        return Ok((vec![text.to_owned()], None));
+        return Ok(Reply::text(vec![text.to_owned()]));
     }
-    let choices = input.choices.clone().map(|items| Choices {
-        items,
-        reusable: input.choices_reusable,
-    });
-    crate::delivery::split::with_choices(platform, markdown, &[text.to_owned()], choices)
-        .map_err(|err| AppError::Unprocessable(format!("choices cannot be shown on {platform}: {err}")))
+    let ask = Ask {
+        texts: Some(text.to_owned())
+            .filter(|t| !t.trim().is_empty())
+            .into_iter()
+            .collect(),
+        choices: input.choices.clone().map(|items| Choices {
+            items,
+            reusable: input.choices_reusable,
+        }),
+        files: input.attachments.clone(),
+        react: None,
+    };
+    crate::delivery::split::reply(platform, markdown, ask)
+        .map_err(|unfit| AppError::Unprocessable(unfit.to_string()))
 }
 
 /// Exactly one of `user_id`, `chat_id` (with `connector_id`) or `reply_to` says where.
@@ -69,6 +75,10 @@ pub struct AgentMessageIn {
     pub choices: Option<Vec<Choice>>,
     #[serde(default)]
     pub choices_reusable: bool,
+    /// Files posted after `content` (docs/agent.md#files-and-reactions-in-answers); not
+    /// with a template.
+    #[serde(default)]
+    pub attachments: Vec<FileIn>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
@@ -146,7 +156,7 @@ pub async fn post_message(
         (None, Some(template)) => format!("[template {}]", template.name),
         (None, None) => String::new(),
     };
-    let (parts, offered) = reply(&input, &text, platform, connector.profile.format_markdown)?;
+    let ready = reply(&input, &text, platform, connector.profile.format_markdown)?;
     let metadata = match &input.template {
         Some(template) => serde_json::json!({ "template": template }),
         None => serde_json::json!({}),
@@ -156,8 +166,7 @@ pub async fn post_message(
         origin: crate::domain::TurnOrigin::Agent,
         author: None,
         text: &text,
-        parts: &parts,
-        choices: offered.as_ref(),
+        reply: &ready,
         idempotency_key: &key,
         metadata,
     };
@@ -165,7 +174,7 @@ pub async fn post_message(
     if let Posted::New(id) = posted {
         metrics::counter!("channel_bridge_agent_messages_total", "platform" => platform.as_str())
             .increment(1);
-        let details = serde_json::json!({ "message_id": id.to_string(), "parts": parts.len() });
+        let details = serde_json::json!({ "message_id": id.to_string(), "parts": ready.len() });
         let entry = AuditEntry::new(
             Actor::Agent,
             AuditAction::ConversationMessage,
@@ -190,7 +199,7 @@ pub async fn post_message(
             platform: place.platform,
             connector_id: place.connector_id.0,
             chat_id: place.chat_id,
-            parts: parts.len(),
+            parts: ready.len(),
             created,
         }),
     ))
@@ -220,9 +229,14 @@ fn check(input: &AgentMessageIn) -> Result<(), AppError> {
         ));
     }
     let blank = input.content.as_deref().is_none_or(|c| c.trim().is_empty());
-    if blank && input.template.is_none() {
+    if blank && input.template.is_none() && input.attachments.is_empty() {
         return Err(AppError::Unprocessable(
-            "content must not be empty (or name a template)".into(),
+            "content must not be empty (or name a template, or carry attachments)".into(),
+        ));
+    }
+    if input.template.is_some() && !input.attachments.is_empty() {
+        return Err(AppError::Unprocessable(
+            "a template cannot carry attachments: give its media in the template".into(),
         ));
     }
     if let Some(template) = &input.template {

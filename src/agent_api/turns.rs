@@ -7,14 +7,17 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::choices::{Choice, Choices, Offered};
+use crate::choices::{Choice, Choices};
 use crate::db::messages::MessageRow;
+use crate::db::parts::Reply;
 use crate::db::{self, TenantTx};
+use crate::delivery::split::Ask;
 use crate::dispatch::payload::HANDOFF_REASON_MAX;
 use crate::domain::{MessageId, MessageStatus, Platform, TenantId};
 use crate::error::{ApiJsonError, AppError};
 use crate::http::extract::{ApiBytes, ApiPath};
 use crate::http::state::AppState;
+use crate::media::outgoing::FileIn;
 use crate::turn::later::{self, EventKind, Opened};
 use crate::turn::HandoffRequest;
 
@@ -42,6 +45,12 @@ pub enum TurnEvent {
         choices: Option<Vec<Choice>>,
         #[serde(default)]
         choices_reusable: bool,
+        /// Files posted after the text (docs/agent.md#files-and-reactions-in-answers).
+        #[serde(default)]
+        attachments: Vec<FileIn>,
+        /// An emoji set on the user's message.
+        #[serde(default)]
+        react: Option<String>,
     },
     /// The answer is complete (with a last part, if `content` is given). Later events get 409.
     Done {
@@ -57,6 +66,12 @@ pub enum TurnEvent {
         choices: Option<Vec<Choice>>,
         #[serde(default)]
         choices_reusable: bool,
+        /// Files posted after `content`.
+        #[serde(default)]
+        attachments: Vec<FileIn>,
+        /// An emoji set on the user's message (`✅` when done, say).
+        #[serde(default)]
+        react: Option<String>,
     },
 }
 
@@ -135,21 +150,14 @@ pub async fn post_event(
         Ok(ready) => ready,
         Err(refused) => return refusal(refused),
     };
-    let (parts, offered) = match text {
-        Some(text) => split(&state, &mut tx, &turn, text, choices_of(&event)).await?,
-        None if choices_of(&event).is_some() => {
-            return Err(AppError::Unprocessable(
-                "choices need `content` to go with".into(),
-            ))
-        }
-        None => (Vec::new(), None),
-    };
+    let ask = ask_of(&event, text)?;
+    let shown = ask.shown();
+    let reply = split(&state, &mut tx, &turn, ask).await?;
     let applied = later::Event {
         id: &signed.event_id,
         kind,
-        text,
-        parts: &parts,
-        choices: offered.as_ref(),
+        text: Some(shown.as_str()).filter(|s| !s.is_empty()),
+        reply: &reply,
         handoff: handoff.map(|reason| HandoffRequest {
             conversation: turn.conversation_key.clone(),
             user_id: turn.user_id.clone(),
@@ -159,7 +167,7 @@ pub async fn post_event(
     later::apply(&mut tx, &turn, &applied).await?;
     tx.commit().await?;
     metrics::counter!("channel_bridge_agent_events_total", "type" => kind.as_str()).increment(1);
-    if !parts.is_empty() {
+    if !reply.is_empty() {
         state.wake_workers();
     }
     let shown = match &event {
@@ -168,7 +176,7 @@ pub async fn post_event(
     };
     let out = EventOut {
         status: "accepted",
-        parts: parts.len(),
+        parts: reply.len(),
         shown,
     };
     Ok((StatusCode::ACCEPTED, Json(out)))
@@ -257,44 +265,53 @@ fn refusal(opened: Opened) -> Result<(StatusCode, Json<EventOut>), AppError> {
     }
 }
 
-/// The choices a `message` or `done` event offers.
-fn choices_of(event: &TurnEvent) -> Option<Choices> {
-    match event {
+/// What a `message` or `done` event asks to post (`text`: its content, unless blank).
+fn ask_of(event: &TurnEvent, text: Option<&str>) -> Result<Ask, AppError> {
+    let (choices, reusable, files, react) = match event {
         TurnEvent::Message {
-            choices: Some(items),
+            choices,
             choices_reusable,
+            attachments,
+            react,
             ..
         }
         | TurnEvent::Done {
-            choices: Some(items),
+            choices,
             choices_reusable,
+            attachments,
+            react,
             ..
-        } => Some(Choices {
-            items: items.clone(),
-            reusable: *choices_reusable,
-        }),
-        _ => None,
+        } => (choices, *choices_reusable, attachments, react),
+        TurnEvent::Status { .. } => return Ok(Ask::default()),
+    };
+    if choices.is_some() && text.is_none() {
+        return Err(AppError::Unprocessable(
+            "choices need `content` to go with".into(),
+        ));
     }
+    Ok(Ask {
+        texts: text.map(str::to_owned).into_iter().collect(),
+        choices: choices.clone().map(|items| Choices { items, reusable }),
+        files: files.clone(),
+        react: react.clone(),
+    })
 }
 
 /// Split as a synchronous answer is, for the turn's platform and connector (read in the
-/// event's transaction: a token rotated a moment ago is no reason to fail); choices the
-/// platform could not show are refused (422) before anything is recorded.
-async fn split(
-    state: &AppState,
-    tx: &mut TenantTx,
-    turn: &MessageRow,
-    text: &str,
-    choices: Option<Choices>,
-) -> Result<(Vec<String>, Option<Offered>), AppError> {
+/// event's transaction: a token rotated a moment ago is no reason to fail); what the
+/// platform could not post is refused (422) before anything is recorded.
+async fn split(state: &AppState, tx: &mut TenantTx, turn: &MessageRow, ask: Ask) -> Result<Reply, AppError> {
+    if ask == Ask::default() {
+        return Ok(Reply::default());
+    }
     let platform: Platform = turn
         .platform
         .parse()
         .map_err(|_| AppError::Conflict("the turn's platform is not known"))?;
     let connector = db::connectors::get(tx, &state.settings.database.secrets, turn.connector_id).await?;
     let markdown = connector.as_ref().is_some_and(|c| c.profile.format_markdown);
-    crate::delivery::split::with_choices(platform, markdown, &[text.to_owned()], choices)
-        .map_err(|err| AppError::Unprocessable(format!("choices cannot be shown on {platform}: {err}")))
+    crate::delivery::split::reply(platform, markdown, ask)
+        .map_err(|unfit| AppError::Unprocessable(unfit.to_string()))
 }
 
 async fn show_status(state: &AppState, turn: &MessageRow, text: &str) -> bool {

@@ -1,6 +1,7 @@
 //! The echo's asynchronous mode (`agent-bridge --echo --async`): it answers a dispatch 202,
 //! then posts to the turn's events URL what an agent that takes its time would: a status,
-//! the answer, `done` (docs/agent.md#answering-later), each signed with the dispatch secret.
+//! the answer (with its buttons and picture when asked), `done`
+//! (docs/agent.md#answering-later), each signed with the dispatch secret.
 
 use std::time::Duration;
 
@@ -51,7 +52,7 @@ impl Events {
     }
 }
 
-/// The answer's parts are one `message` event; its choices ride on it.
+/// The answer's parts are one `message` event; its choices and files ride on it.
 pub async fn echo_later(events: Events, delay: Duration, answer: Reply) {
     let turn = uuid::Uuid::now_v7();
     events
@@ -65,6 +66,9 @@ pub async fn echo_later(events: Events, delay: Duration, answer: Reply) {
     if let Some(choices) = answer.choices {
         message["choices"] = json!(choices.items);
         message["choices_reusable"] = choices.reusable.into();
+    }
+    if !answer.attachments.is_empty() {
+        message["attachments"] = json!(answer.attachments);
     }
     if events.post(&format!("{turn}-answer"), message).await {
         events

@@ -3,9 +3,12 @@
 //! gateway retries: it is the bridge's misconfiguration, not the dispatch's fault.
 
 pub mod content;
+pub mod echo;
 pub mod inbound;
 pub mod later;
 pub mod offer;
+pub mod outputs;
+pub mod png;
 pub mod upstream;
 
 use std::future::Future;
@@ -25,11 +28,13 @@ use serde::Serialize;
 use serde_json::json;
 use tokio::net::TcpListener;
 
+pub use self::echo::{echo_answer, echo_reply, EchoOptions};
 use self::inbound::{InvalidDispatch, Turn};
 use self::offer::Reply;
-use self::upstream::{Ask, Completion, UpstreamConfig, UpstreamError};
+use self::upstream::{Ask, Completion, Modality, UpstreamConfig, UpstreamError};
 use crate::choices::Choice;
 use crate::dispatch::payload::ChatMessage;
+use crate::media::outgoing::FileIn;
 use crate::signature::{self, SignatureError};
 
 /// Largest dispatch accepted: twelve turns of long messages fit with room to spare.
@@ -75,6 +80,19 @@ pub struct BridgeArgs {
     /// non-streamed mode.
     #[arg(long, env = "CB_BRIDGE_CHOICES_TOOL", conflicts_with_all = ["echo", "stream"])]
     pub choices_tool: bool,
+    /// Ask the upstream for these outputs (`modalities`, comma-separated: `text,image` for
+    /// image models behind OpenRouter or LiteLLM, `text,audio` for OpenAI's audio models);
+    /// the images and audio come back as the answer's files. Needs the non-streamed mode.
+    #[arg(
+        long,
+        env = "CB_BRIDGE_MODALITIES",
+        value_delimiter = ',',
+        conflicts_with_all = ["echo", "stream"]
+    )]
+    pub modalities: Vec<Modality>,
+    /// With `audio` among --modalities: the voice the upstream speaks with.
+    #[arg(long, env = "CB_BRIDGE_AUDIO_VOICE", default_value = "alloy")]
+    pub audio_voice: String,
     /// No upstream: answer `echo: <text> (history: N turns)` (demos, tests).
     #[arg(long)]
     pub echo: bool,
@@ -82,6 +100,10 @@ pub struct BridgeArgs {
     /// `echo: tapped <label> (history: N turns)`.
     #[arg(long, requires = "echo")]
     pub choices: bool,
+    /// With --echo: send a small picture (`echo.png`, captioned `echo: <text>`) with every
+    /// answer but a tap's.
+    #[arg(long, requires = "echo")]
+    pub file: bool,
     /// With --echo: answer each dispatch `202 Accepted`, then post a status, the echo and
     /// `done` to the turn's events URL after --async-delay-ms (docs/agent.md#answering-later).
     #[arg(long = "async", requires = "echo")]
@@ -98,10 +120,7 @@ pub struct BridgeArgs {
 
 #[derive(Debug, Clone)]
 pub enum Answerer {
-    /// `choices`: offer the echo's Yes/No with every answer but a tap's.
-    Echo {
-        choices: bool,
-    },
+    Echo(EchoOptions),
     Upstream(UpstreamConfig),
 }
 
@@ -119,7 +138,7 @@ impl BridgeConfig {
         Self {
             secret: SecretString::from(secret.to_owned()),
             system_prompt: None,
-            answerer: Answerer::Echo { choices: false },
+            answerer: Answerer::Echo(EchoOptions::default()),
             answer_later: None,
         }
     }
@@ -127,7 +146,21 @@ impl BridgeConfig {
     /// `--echo --choices`.
     pub fn echo_offering_choices(secret: &str) -> Self {
         Self {
-            answerer: Answerer::Echo { choices: true },
+            answerer: Answerer::Echo(EchoOptions {
+                choices: true,
+                file: false,
+            }),
+            ..Self::echo(secret)
+        }
+    }
+
+    /// `--echo --file`.
+    pub fn echo_sending_a_file(secret: &str) -> Self {
+        Self {
+            answerer: Answerer::Echo(EchoOptions {
+                choices: false,
+                file: true,
+            }),
             ..Self::echo(secret)
         }
     }
@@ -152,29 +185,11 @@ impl BridgeConfig {
 impl BridgeArgs {
     pub fn into_config(self) -> anyhow::Result<BridgeConfig> {
         let answerer = match (&self.upstream, self.echo) {
-            (_, true) => Answerer::Echo {
+            (_, true) => Answerer::Echo(EchoOptions {
                 choices: self.choices,
-            },
-            (Some(url), false) => {
-                if self.upstream_timeout_secs == 0 {
-                    anyhow::bail!("--upstream-timeout-secs must be at least 1");
-                }
-                // clap's `requires` counts the echo flag's default as given, so it is checked here.
-                if self.choices {
-                    anyhow::bail!("--choices is the echo's; an upstream offers choices with --choices-tool");
-                }
-                if self.answer_later {
-                    anyhow::bail!("--async is the echo's: an upstream's answer is given at once");
-                }
-                let mut config = UpstreamConfig::new(url).map_err(anyhow::Error::msg)?;
-                config.model = self.model;
-                config.api_key = self.upstream_api_key;
-                config.timeout = Duration::from_secs(self.upstream_timeout_secs);
-                config.stable_user = self.stable_user;
-                config.stream = self.stream;
-                config.choices_tool = self.choices_tool;
-                Answerer::Upstream(config)
-            }
+                file: self.file,
+            }),
+            (Some(url), false) => Answerer::Upstream(self.upstream_config(url)?),
             (None, false) => anyhow::bail!("give --upstream <url> or --echo"),
         };
         let config = BridgeConfig {
@@ -186,6 +201,34 @@ impl BridgeArgs {
                 .then(|| Duration::from_millis(self.async_delay_ms)),
         };
         config.validate()?;
+        Ok(config)
+    }
+
+    fn upstream_config(&self, url: &str) -> anyhow::Result<UpstreamConfig> {
+        if self.upstream_timeout_secs == 0 {
+            anyhow::bail!("--upstream-timeout-secs must be at least 1");
+        }
+        // clap's `requires` counts the echo flag's default as given, so it is checked here.
+        if self.choices {
+            anyhow::bail!("--choices is the echo's; an upstream offers choices with --choices-tool");
+        }
+        if self.file {
+            anyhow::bail!(
+                "--file is the echo's; an upstream's files are its image and audio outputs (--modalities)"
+            );
+        }
+        if self.answer_later {
+            anyhow::bail!("--async is the echo's: an upstream's answer is given at once");
+        }
+        let mut config = UpstreamConfig::new(url).map_err(anyhow::Error::msg)?;
+        config.model = self.model.clone();
+        config.api_key = self.upstream_api_key.clone();
+        config.timeout = Duration::from_secs(self.upstream_timeout_secs);
+        config.stable_user = self.stable_user;
+        config.stream = self.stream;
+        config.choices_tool = self.choices_tool;
+        config.modalities = self.modalities.clone();
+        config.audio_voice = self.audio_voice.clone();
         Ok(config)
     }
 }
@@ -231,15 +274,19 @@ pub async fn run(args: BridgeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("Failed to bind {bind}"))?;
     let mode = match &config.answerer {
-        Answerer::Echo { choices: false } => "echo".to_owned(),
-        Answerer::Echo { choices: true } => "echo, offering choices".to_owned(),
+        Answerer::Echo(options) => {
+            let choices = if options.choices { ", offering choices" } else { "" };
+            let file = if options.file { ", sending a file" } else { "" };
+            format!("echo{choices}{file}")
+        }
         Answerer::Upstream(upstream) => upstream.endpoint.to_string(),
     };
     tracing::info!(addr = %listener.local_addr()?, upstream = %mode, "agent-bridge listening");
     serve(listener, config, crate::startup::shutdown_signal()).await
 }
 
-/// The gateway's `messages` answer; `choices` go with the last message.
+/// The gateway's `messages` answer; `choices` go with the last message, `attachments` are
+/// posted after the text.
 #[derive(Debug, Serialize)]
 struct AnswerOut {
     messages: Vec<ChatMessage>,
@@ -247,6 +294,8 @@ struct AnswerOut {
     choices: Option<Vec<Choice>>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     choices_reusable: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    attachments: Vec<FileIn>,
 }
 
 impl From<Reply> for AnswerOut {
@@ -256,6 +305,7 @@ impl From<Reply> for AnswerOut {
             messages: reply.parts.into_iter().map(ChatMessage::assistant).collect(),
             choices: reply.choices.map(|c| c.items),
             choices_reusable: reusable,
+            attachments: reply.attachments,
         }
     }
 }
@@ -279,7 +329,7 @@ async fn receive(State(bridge): State<Arc<Bridge>>, headers: HeaderMap, body: By
 async fn answer(bridge: &Bridge, headers: &HeaderMap, body: &[u8]) -> Result<Completion, BridgeError> {
     verify(bridge.config.secret.expose_secret(), headers, body)?;
     let turn = inbound::parse(body)?;
-    if let (Some(delay), Some(url), Answerer::Echo { choices }) = (
+    if let (Some(delay), Some(url), Answerer::Echo(options)) = (
         bridge.config.answer_later,
         &turn.reply_url,
         &bridge.config.answerer,
@@ -289,7 +339,7 @@ async fn answer(bridge: &Bridge, headers: &HeaderMap, body: &[u8]) -> Result<Com
             url: url.clone(),
             secret: bridge.config.secret.clone(),
         };
-        tokio::spawn(later::echo_later(events, delay, echo_answer(&turn, *choices)));
+        tokio::spawn(later::echo_later(events, delay, echo_answer(&turn, *options)));
         return Ok(Completion::Later);
     }
     let span = tracing::info_span!(
@@ -303,7 +353,7 @@ async fn answer(bridge: &Bridge, headers: &HeaderMap, body: &[u8]) -> Result<Com
 
 async fn ask(bridge: &Bridge, turn: &Turn) -> Result<Completion, BridgeError> {
     match &bridge.config.answerer {
-        Answerer::Echo { choices } => Ok(Completion::Reply(echo_answer(turn, *choices))),
+        Answerer::Echo(options) => Ok(Completion::Reply(echo_answer(turn, *options))),
         Answerer::Upstream(config) => {
             let messages = with_system_prompt(bridge.config.system_prompt.as_deref(), &turn.messages);
             let messages = content::upstream_messages(&bridge.client, &messages).await;
@@ -321,6 +371,7 @@ async fn ask(bridge: &Bridge, turn: &Turn) -> Result<Completion, BridgeError> {
                     elapsed_ms,
                     parts = reply.parts.len(),
                     choices = reply.choices.as_ref().map_or(0, |c| c.items.len()),
+                    files = reply.attachments.len(),
                     "upstream answered"
                 ),
                 Ok(Completion::Stream(_)) => tracing::info!(elapsed_ms, "upstream streams; relaying"),
@@ -351,34 +402,6 @@ pub fn with_system_prompt(prompt: Option<&str>, messages: &[ChatMessage]) -> Vec
         ..ChatMessage::user(p)
     });
     system.into_iter().chain(messages.iter().cloned()).collect()
-}
-
-pub fn echo_reply(messages: &[ChatMessage]) -> String {
-    let Some((current, earlier)) = messages.split_last() else {
-        return "echo: (nothing)".into();
-    };
-    format!("echo: {} {}", current.content, history_note(earlier))
-}
-
-/// The echo of `turn`; with `choices`, a tap is answered `echo: tapped <label> …` and any
-/// other turn is offered the echo's Yes/No.
-pub fn echo_answer(turn: &Turn, choices: bool) -> Reply {
-    let earlier = &turn.messages[..turn.messages.len().saturating_sub(1)];
-    match (&turn.action, choices) {
-        (Some(tap), true) => Reply::text(format!("echo: tapped {} {}", tap.label, history_note(earlier))),
-        (None, true) => Reply {
-            choices: Some(offer::echo_choices()),
-            ..Reply::text(echo_reply(&turn.messages))
-        },
-        (_, false) => Reply::text(echo_reply(&turn.messages)),
-    }
-}
-
-/// `(history: N turns)`: the user messages before the current one.
-fn history_note(earlier: &[ChatMessage]) -> String {
-    let n = earlier.iter().filter(|m| m.role == "user").count();
-    let unit = if n == 1 { "turn" } else { "turns" };
-    format!("(history: {n} {unit})")
 }
 
 /// The body never carries the upstream's body or URL.
@@ -443,28 +466,6 @@ mod tests {
     }
 
     #[test]
-    fn echo_names_the_earlier_user_turns() {
-        let one = [ChatMessage::user("hi")];
-        assert_eq!(echo_reply(&one), "echo: hi (history: 0 turns)");
-        let three = [
-            ChatMessage::user("a"),
-            ChatMessage::assistant("b"),
-            ChatMessage::user("c"),
-        ];
-        assert_eq!(echo_reply(&three), "echo: c (history: 1 turn)");
-        let failed_turn_without_answer = [
-            ChatMessage::user("a"),
-            ChatMessage::user("b"),
-            ChatMessage::assistant("B"),
-            ChatMessage::user("c"),
-        ];
-        assert_eq!(
-            echo_reply(&failed_turn_without_answer),
-            "echo: c (history: 2 turns)"
-        );
-    }
-
-    #[test]
     fn the_system_prompt_goes_first() {
         let messages = [ChatMessage::user("hi")];
         let sent = with_system_prompt(Some("be brief"), &messages);
@@ -525,7 +526,10 @@ mod tests {
         };
         assert!(matches!(
             answerer(&["--echo", "--choices"]),
-            Ok(Answerer::Echo { choices: true })
+            Ok(Answerer::Echo(EchoOptions {
+                choices: true,
+                file: false
+            }))
         ));
         assert!(
             answerer(&["--upstream", "http://llm", "--choices"]).is_err(),
@@ -542,6 +546,57 @@ mod tests {
         );
         assert!(answerer(&["--echo", "--choices-tool"]).is_err());
         assert!(answerer(&["--upstream", "http://llm", "--async"]).is_err());
+    }
+
+    #[test]
+    fn files_are_the_echos_with_file_and_an_upstreams_outputs_asked_for_with_modalities() {
+        let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        let answerer = |args: &[&str]| {
+            let with_secret = [&["--secret", secret][..], args].concat();
+            let parsed = parse_cli(&with_secret).map_err(|e| e.to_string())?;
+            let crate::cli::Command::AgentBridge(args) = parsed.command else {
+                panic!("agent-bridge parses into its own command");
+            };
+            args.into_config().map(|c| c.answerer).map_err(|e| e.to_string())
+        };
+        assert!(matches!(
+            answerer(&["--echo", "--file", "--choices"]),
+            Ok(Answerer::Echo(EchoOptions {
+                choices: true,
+                file: true
+            }))
+        ));
+        assert!(answerer(&["--file"]).is_err(), "--file needs --echo");
+        let refused = answerer(&["--upstream", "http://llm", "--file"]).unwrap_err();
+        assert!(refused.contains("--modalities"), "{refused}");
+        let Ok(Answerer::Upstream(upstream)) = answerer(&[
+            "--upstream",
+            "http://llm",
+            "--modalities",
+            "text,audio",
+            "--audio-voice",
+            "coral",
+        ]) else {
+            panic!("an upstream was given");
+        };
+        assert_eq!(upstream.modalities, [Modality::Text, Modality::Audio]);
+        assert_eq!(upstream.audio_voice, "coral");
+        for (case, args) in [
+            (
+                "streamed",
+                &[
+                    "--upstream",
+                    "http://llm",
+                    "--stream",
+                    "--modalities",
+                    "text,image",
+                ][..],
+            ),
+            ("the echo's", &["--echo", "--modalities", "text,image"]),
+            ("unknown", &["--upstream", "http://llm", "--modalities", "video"]),
+        ] {
+            assert!(answerer(args).is_err(), "{case}");
+        }
     }
 
     #[test]

@@ -9,22 +9,32 @@ use serde_json::{json, Value};
 
 use crate::choices::{Choice, ChoiceStyle, Choices, InvalidChoices};
 use crate::domain::Platform;
+use crate::media::outgoing::FileIn;
 
 /// The function the model calls to offer buttons.
 pub const TOOL_NAME: &str = "offer_choices";
 
-/// What the bridge answers the gateway: the text parts, and the choices offered with the last.
+/// What the bridge answers the gateway: the text parts, the choices offered with the last,
+/// and the files posted after them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Reply {
     pub parts: Vec<String>,
     pub choices: Option<Choices>,
+    pub attachments: Vec<FileIn>,
 }
 
 impl Reply {
     pub fn text(text: String) -> Self {
         Self {
             parts: vec![text],
-            choices: None,
+            ..Self::default()
+        }
+    }
+
+    pub fn of_parts(parts: Vec<String>) -> Self {
+        Self {
+            parts,
+            ..Self::default()
         }
     }
 }
@@ -127,10 +137,10 @@ impl ChoiceIn {
 pub fn reply_of(parts: Vec<String>, completion: &Value, platform: Option<Platform>) -> Reply {
     let offer = match offered(completion, platform) {
         Ok(Some(offer)) => offer,
-        Ok(None) => return Reply { parts, choices: None },
+        Ok(None) => return Reply::of_parts(parts),
         Err(err) => {
             tracing::warn!(error = %err, "the upstream's {TOOL_NAME} call cannot be shown; answering with its text alone");
-            return Reply { parts, choices: None };
+            return Reply::of_parts(parts);
         }
     };
     // The model may put its question in the call alone (`content` is often null beside a
@@ -147,8 +157,8 @@ pub fn reply_of(parts: Vec<String>, completion: &Value, platform: Option<Platfor
         return Reply::default();
     }
     Reply {
-        parts,
         choices: Some(offer.choices),
+        ..Reply::of_parts(parts)
     }
 }
 

@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::offer::{self, Reply};
+use super::outputs;
 use crate::dispatch::payload::parse_answer;
 use crate::dispatch::stream::{body_chunks, is_event_stream};
 use crate::domain::Platform;
@@ -30,7 +31,25 @@ pub struct UpstreamConfig {
     pub stream: bool,
     /// Declare the `offer_choices` tool; its call becomes the answer's choices.
     pub choices_tool: bool,
+    /// Sent as `modalities` when not empty; image and audio outputs become files.
+    pub modalities: Vec<Modality>,
+    /// The voice of an audio output.
+    pub audio_voice: String,
 }
+
+/// An output kind the upstream is asked for (`modalities`): `image` for OpenRouter's and
+/// LiteLLM's image models, `audio` for OpenAI's audio models.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Modality {
+    Text,
+    Image,
+    Audio,
+}
+
+/// Audio is asked for as MP3: every platform posts it, and it is a tenth of WAV's size, so
+/// minutes rather than seconds of speech fit the gateway's 1 MiB of inline data.
+const AUDIO_FORMAT: &str = "mp3";
 
 impl UpstreamConfig {
     pub fn new(upstream: &str) -> Result<Self, String> {
@@ -42,6 +61,8 @@ impl UpstreamConfig {
             stable_user: false,
             stream: false,
             choices_tool: false,
+            modalities: Vec::new(),
+            audio_voice: "alloy".into(),
         })
     }
 }
@@ -90,6 +111,11 @@ pub struct ChatRequestOut<'a> {
     pub stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tools: Option<Value>,
+    #[serde(skip_serializing_if = "<[Modality]>::is_empty")]
+    pub modalities: &'a [Modality],
+    /// `{voice, format}`, which OpenAI requires when `modalities` holds `audio`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audio: Option<Value>,
 }
 
 /// One question to the upstream: the conversation, and what the dispatch says about it.
@@ -113,17 +139,10 @@ pub async fn complete(
     config: &UpstreamConfig,
     ask: &Ask<'_>,
 ) -> Result<Completion, UpstreamError> {
-    let body = ChatRequestOut {
-        model: config.model.as_deref(),
-        messages: ask.messages,
-        user: ask.stable_user.filter(|_| config.stable_user),
-        stream: config.stream,
-        tools: config.choices_tool.then(|| json!([offer::tool()])),
-    };
     let mut request = client
         .post(config.endpoint.clone())
         .timeout(config.timeout)
-        .json(&body);
+        .json(&request_body(config, ask));
     if let Some(key) = &config.api_key {
         request = request.bearer_auth(key.expose_secret());
     }
@@ -147,17 +166,41 @@ pub async fn complete(
         .bytes()
         .await
         .map_err(|err| transport_error(err, config.timeout))?;
-    let parts = parse_answer(&body).map_err(|err| UpstreamError::InvalidAnswer(err.0))?;
-    if !config.choices_tool {
-        return Ok(Completion::Reply(Reply { parts, choices: None }));
+    read_reply(&body, config, ask).map(Completion::Reply)
+}
+
+fn request_body<'a>(config: &'a UpstreamConfig, ask: &'a Ask<'_>) -> ChatRequestOut<'a> {
+    let audio = config.modalities.contains(&Modality::Audio);
+    ChatRequestOut {
+        model: config.model.as_deref(),
+        messages: ask.messages,
+        user: ask.stable_user.filter(|_| config.stable_user),
+        stream: config.stream,
+        tools: config.choices_tool.then(|| json!([offer::tool()])),
+        modalities: &config.modalities,
+        audio: audio.then(|| json!({"voice": config.audio_voice, "format": AUDIO_FORMAT})),
     }
+}
+
+/// The completion's text, its `offer_choices` call and its image and audio outputs (those
+/// the dispatch's platform takes). A spoken answer's text is its transcript: OpenAI's
+/// `content` is null beside `audio`.
+fn read_reply(body: &[u8], config: &UpstreamConfig, ask: &Ask<'_>) -> Result<Reply, UpstreamError> {
+    let mut parts = parse_answer(body).map_err(|err| UpstreamError::InvalidAnswer(err.0))?;
     let completion: Value =
-        serde_json::from_slice(&body).map_err(|err| UpstreamError::InvalidAnswer(err.to_string()))?;
-    Ok(Completion::Reply(offer::reply_of(
-        parts,
-        &completion,
-        ask.platform,
-    )))
+        serde_json::from_slice(body).map_err(|err| UpstreamError::InvalidAnswer(err.to_string()))?;
+    let outputs = outputs::of_completion(&completion);
+    if parts.is_empty() {
+        parts.extend(outputs.transcript);
+    }
+    let reply = match config.choices_tool {
+        true => offer::reply_of(parts, &completion, ask.platform),
+        false => Reply::of_parts(parts),
+    };
+    Ok(Reply {
+        attachments: outputs::fit_for(outputs.files, ask.platform),
+        ..reply
+    })
 }
 
 /// OpenAI chunks as the gateway's `delta`/`done` events. A break, an unreadable chunk or an
@@ -250,6 +293,33 @@ mod tests {
     }
 
     #[test]
+    fn modalities_are_sent_when_asked_and_audio_with_its_voice_as_mp3() {
+        let messages = [json!({"role": "user", "content": "hi"})];
+        let ask = Ask {
+            messages: &messages,
+            stable_user: None,
+            platform: None,
+        };
+        let mut config = UpstreamConfig::new("http://llm").unwrap();
+        let plain = serde_json::to_value(request_body(&config, &ask)).unwrap();
+        assert!(
+            plain.get("modalities").is_none() && plain.get("audio").is_none(),
+            "{plain}"
+        );
+
+        config.modalities = vec![Modality::Text, Modality::Image];
+        let images = serde_json::to_value(request_body(&config, &ask)).unwrap();
+        assert_eq!(images["modalities"], json!(["text", "image"]));
+        assert!(images.get("audio").is_none(), "{images}");
+
+        config.modalities = vec![Modality::Text, Modality::Audio];
+        config.audio_voice = "coral".into();
+        let audio = serde_json::to_value(request_body(&config, &ask)).unwrap();
+        assert_eq!(audio["modalities"], json!(["text", "audio"]));
+        assert_eq!(audio["audio"], json!({"voice": "coral", "format": "mp3"}));
+    }
+
+    #[test]
     fn the_request_carries_no_user_unless_asked() {
         let messages = [serde_json::json!({"role": "user", "content": "hi"})];
         let body = ChatRequestOut {
@@ -258,6 +328,8 @@ mod tests {
             user: None,
             stream: false,
             tools: None,
+            modalities: &[],
+            audio: None,
         };
         let json = serde_json::to_value(&body).unwrap();
         assert_eq!(

@@ -164,6 +164,7 @@ pub async fn answer(
         idempotency_key: Some(form.key).filter(|k| !k.is_empty()),
         choices,
         choices_reusable: false,
+        attachments: Vec::new(),
     };
     let posted = conversations::post_person_message(
         &state,

@@ -3,7 +3,8 @@
 
 use sqlx::{PgConnection, Postgres, QueryBuilder};
 
-use super::messages::{MessageRow, ReplyPart, MESSAGE_COLUMNS};
+use super::messages::{MessageRow, MESSAGE_COLUMNS};
+use super::parts::ReplyPart;
 use super::reactions::ReactionOut;
 use super::{queue, TenantTx};
 use crate::domain::{MessageId, Platform, TenantId};
@@ -343,7 +344,7 @@ pub async fn export_page(
     let turns: Vec<MessageRow> = sql.build_query_as().fetch_all(tx.conn()).await?;
     let ids: Vec<MessageId> = turns.iter().map(|t| t.id).collect();
     let mut parts: std::collections::HashMap<MessageId, Vec<ReplyPart>> = Default::default();
-    for (message, part) in super::messages::reply_parts_of(tx, &ids).await? {
+    for (message, part) in super::parts::reply_parts_of(tx, &ids).await? {
         parts.entry(message).or_default().push(part);
     }
     let mut reactions: std::collections::HashMap<MessageId, Vec<ReactionOut>> = Default::default();

@@ -14,6 +14,7 @@ pub mod links;
 pub mod messages;
 pub mod outage;
 pub mod overview;
+pub mod parts;
 pub mod queue;
 pub mod reactions;
 pub mod replies;

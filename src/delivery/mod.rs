@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 
-use crate::db::messages::{MessageRow, ReplyPart};
+use crate::db::messages::MessageRow;
+use crate::db::parts::{Reply, ReplyPart};
 use crate::db::queue::{Job, LeaseToken};
 use crate::db::{self, replies, TenantTx};
 use crate::domain::{Connector, MessageId, PartStatus, Platform};
@@ -49,6 +50,9 @@ enum PartOutcome {
     End(Transition, DeliveryOutcome),
 }
 
+/// Uploads one part's pass may make (`SendOutcome::Staged`).
+const STAGES_MAX: usize = 2;
+
 /// How long writing a rate-limit hold for the other instances may take.
 const SHARE_DEADLINE: Duration = Duration::from_secs(2);
 
@@ -75,14 +79,10 @@ impl Conclusion for DeliveryOutcome {
 }
 
 impl Outgoing {
-    pub fn fresh(
-        message: MessageRow,
-        connector: Arc<Connector>,
-        parts: Vec<String>,
-        choices: Option<crate::choices::Offered>,
-        lease: LeaseToken,
-    ) -> Self {
-        let parts = crate::turn::apply::answered_parts(parts, choices, lease);
+    /// The parts as the answer's store created them, without reading them back: part 0
+    /// `sending` (attempt 1) under `lease`, the rest `pending`.
+    pub fn fresh(message: MessageRow, connector: Arc<Connector>, reply: &Reply, lease: LeaseToken) -> Self {
+        let parts = reply.parts(Some(lease));
         Self {
             message,
             connector,
@@ -109,7 +109,7 @@ impl Delivery<'_> {
         let Some(connector) = db::connectors::get(tx, keys, row.connector_id).await? else {
             return Ok(None);
         };
-        let parts = db::messages::reply_parts(tx, message).await?;
+        let parts = db::parts::reply_parts(tx, message).await?;
         let marked = parts
             .iter()
             .find(|part| part.status == PartStatus::Sending && part.sending_lease == Some(lease))
@@ -230,7 +230,9 @@ impl Delivery<'_> {
     ) -> anyhow::Result<PartOutcome> {
         let index = part.part_index;
         // An edit repeated changes nothing: one in doubt is simply made again.
-        let in_doubt = part.status == PartStatus::Sending && !marked && part.edit_of.is_none();
+        // So is a reaction.
+        let in_doubt =
+            part.status == PartStatus::Sending && !marked && part.edit_of.is_none() && !part.reaction;
         if in_doubt && adopted(outgoing, part).is_none() {
             let started = Instant::now();
             let reconciled = self.reconcile(outgoing, part).await?;
@@ -264,21 +266,48 @@ impl Delivery<'_> {
                 return Ok(PartOutcome::End(Transition::Skipped, DeliveryOutcome::LeaseLost));
             }
         }
-        Ok(self.send(outgoing, part, marked, platform_time).await)
+        let mut outcome = self.send(outgoing, part, None, platform_time).await;
+        // An upload is recorded before the post that shows it; a platform that lost it (an
+        // upload expired before its post) uploads once more.
+        for _ in 0..STAGES_MAX {
+            let SendOutcome::Staged(upload) = outcome else {
+                break;
+            };
+            let staged = Transition::PartStaged {
+                part: index,
+                upload_ref: upload.clone(),
+            };
+            if self.writer.conclude(job, staged, DeliveryOutcome::Wait).await? == DeliveryOutcome::LeaseLost {
+                return Ok(PartOutcome::End(Transition::Skipped, DeliveryOutcome::LeaseLost));
+            }
+            outcome = self.send(outgoing, part, Some(&upload), platform_time).await;
+        }
+        Ok(self.settle(outgoing, part, marked, outcome).await)
     }
 
+    /// `staged`: what this pass's own upload left, if the part's row does not say yet.
     async fn send(
         &self,
         outgoing: &Outgoing,
         part: &ReplyPart,
-        marked: bool,
+        staged: Option<&str>,
         platform_time: &mut Duration,
-    ) -> PartOutcome {
+    ) -> SendOutcome {
         let started = Instant::now();
-        let send = self.post(outgoing, part);
+        let send = self.post(outgoing, part, staged);
         let outcome = traced_send(outgoing.connector.profile.platform, part.part_index, send).await;
         *platform_time += started.elapsed();
         metrics::histogram!("channel_bridge_reply_send_seconds").record(started.elapsed().as_secs_f64());
+        outcome
+    }
+
+    async fn settle(
+        &self,
+        outgoing: &Outgoing,
+        part: &ReplyPart,
+        marked: bool,
+        outcome: SendOutcome,
+    ) -> PartOutcome {
         let platform = outgoing.connector.profile.platform.as_str();
         let attempts = if marked { part.attempts } else { part.attempts + 1 };
         let index = part.part_index;
@@ -309,6 +338,8 @@ impl Delivery<'_> {
                 tracing::warn!(%error, part = index, "reply send outcome unknown; will reconcile");
                 wait(index, error, true, self.backoff(attempts))
             }
+            // A platform asks to be sent again once only; a second upload is a fault.
+            SendOutcome::Staged(_) => failed(index, "the platform's upload did not complete".into()),
             SendOutcome::NotSent { error }
             | SendOutcome::Unknown { error }
             | SendOutcome::Permanent { error } => {
@@ -354,9 +385,10 @@ impl Delivery<'_> {
 }
 
 impl Delivery<'_> {
-    /// The part's request: a post, the adoption of the message a stream left, or an edit
-    /// that closes the choices of the part it names (and shows).
-    async fn post(&self, outgoing: &Outgoing, part: &ReplyPart) -> SendOutcome {
+    /// The part's request: a post (of text or a file), a reaction on the user's message, the
+    /// adoption of the message a stream left, or an edit that closes the choices of the part
+    /// it names (and shows).
+    async fn post(&self, outgoing: &Outgoing, part: &ReplyPart, staged: Option<&str>) -> SendOutcome {
         let key = replies::part_key(outgoing.message.id, part.part_index);
         let edited = part
             .edit_of
@@ -369,7 +401,21 @@ impl Delivery<'_> {
             text: &shown.content,
             choices: shown.choices.as_ref(),
             chosen: shown.chosen.as_ref(),
+            file: part.attachment.as_ref(),
+            staged: staged.or(part.upload_ref.as_deref()),
+            transfer_timeout: Duration::from_secs(self.settings.file_timeout_secs),
         };
+        if part.reaction {
+            return match outgoing.message.reply_target() {
+                Some(target) => platforms::react(self.client, &outbound, target).await,
+                None => SendOutcome::Permanent {
+                    error: "a reaction needs a user's message to react to".into(),
+                },
+            };
+        }
+        if let Some(file) = &part.attachment {
+            return platforms::send_file(self.client, &outbound, file).await;
+        }
         if part.edit_of.is_none() {
             return match adopted(outgoing, part) {
                 Some(live_id) => platforms::adopt(self.client, &outbound, live_id).await,

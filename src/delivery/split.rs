@@ -4,7 +4,9 @@
 //! (`crate::markdown::split`).
 
 use crate::choices::{Choices, InvalidChoices, Offered};
+use crate::db::parts::Reply;
 use crate::domain::Platform;
+use crate::media::outgoing::{self, FileIn, FilePart};
 
 pub fn limit(platform: Platform) -> usize {
     crate::platforms::of(platform).part_limit()
@@ -53,6 +55,90 @@ pub fn with_choices(
         return Err(InvalidChoices("choices need text to go with".into()));
     }
     Ok((split, choices.map(Offered::new)))
+}
+
+/// What an answer asks to post, whichever way it came (an agent's answer or event, a
+/// proactive message, a person's message), before its platform is known.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ask {
+    pub texts: Vec<String>,
+    pub choices: Option<Choices>,
+    pub files: Vec<FileIn>,
+    /// An emoji (or its name) to set on the user's message.
+    pub react: Option<String>,
+}
+
+impl Ask {
+    pub fn text(text: &str) -> Self {
+        Self {
+            texts: vec![text.to_owned()],
+            ..Self::default()
+        }
+    }
+
+    /// The answer as history and the admin API show it: its texts, then a line per file
+    /// (`[report.pdf]`).
+    pub fn shown(&self) -> String {
+        let files = self.files.iter().map(|file| format!("[{}]", file.shown_name()));
+        let lines: Vec<String> = self.texts.iter().cloned().chain(files).collect();
+        lines.join("\n\n")
+    }
+}
+
+/// Why an answer cannot be posted on its platform; the same answer would fail again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unfit {
+    #[error("the choices cannot be shown on {0}: {1}")]
+    Choices(Platform, InvalidChoices),
+    #[error("a file cannot be sent on {0}: {1}")]
+    File(Platform, String),
+    #[error("the reaction cannot be set on {0}: {1}")]
+    Reaction(Platform, String),
+}
+
+/// The one way an answer is made ready for its connector: the text split to fit (its last
+/// part within what may carry the choices), the choices checked and named, each file checked
+/// against what the platform takes, and the reaction named as the platform names it.
+pub fn reply(platform: Platform, markdown: bool, ask: Ask) -> Result<Reply, Unfit> {
+    let (texts, choices) =
+        with_choices(platform, markdown, &ask.texts, ask.choices).map_err(|e| Unfit::Choices(platform, e))?;
+    let files = outgoing::check_all(ask.files).map_err(|e| Unfit::File(platform, e.0))?;
+    for file in &files {
+        check_file(platform, file).map_err(|e| Unfit::File(platform, e))?;
+    }
+    let api = crate::platforms::of(platform);
+    let react = match ask.react {
+        Some(emoji) => Some(
+            api.reaction_name(&emoji)
+                .map_err(|e| Unfit::Reaction(platform, e))?,
+        ),
+        None => None,
+    };
+    Ok(Reply {
+        texts,
+        choices,
+        files,
+        react,
+    })
+}
+
+/// What can be known before fetching: the type, and an inline file's size.
+fn check_file(platform: Platform, part: &FilePart) -> Result<(), String> {
+    let api = crate::platforms::of(platform);
+    let limit = api.file_limit(&part.file.mime)?;
+    if !part.caption.is_empty() && !api.takes_caption(&part.file.mime) {
+        return Err(format!(
+            "{} ({}) is shown without a caption on {platform}: send the caption as text",
+            part.file.name, part.file.mime
+        ));
+    }
+    match part.file.inline_len() {
+        Some(len) if len > limit => Err(format!(
+            "{} is {len} bytes, more than the {limit} {platform} takes for {}",
+            part.file.name, part.file.mime
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn split_one(platform: Platform, markdown: bool, part: &str, max: usize) -> Vec<String> {
@@ -111,6 +197,47 @@ mod tests {
 
     fn units(s: &str) -> usize {
         s.encode_utf16().count()
+    }
+
+    fn file(json: serde_json::Value) -> FileIn {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn an_answer_is_made_ready_for_its_platform_or_refused_saying_why() {
+        let ask = Ask {
+            texts: vec!["Here.".into()],
+            files: vec![file(
+                serde_json::json!({"url": "https://f.example/a.ogg", "caption": "listen"}),
+            )],
+            react: Some("eyes".into()),
+            ..Ask::default()
+        };
+        let reply = reply(Platform::Telegram, false, ask.clone()).unwrap();
+        assert_eq!(
+            (reply.texts.len(), reply.files.len(), reply.react.as_deref()),
+            (1, 1, Some("👀"))
+        );
+        assert_eq!(reply.len(), 3);
+        let refused = reply_err(Platform::Whatsapp, ask.clone());
+        assert!(
+            refused.contains("shown without a caption on whatsapp"),
+            "{refused}"
+        );
+        let gif = Ask {
+            files: vec![file(serde_json::json!({"url": "https://f.example/a.gif"}))],
+            ..Ask::default()
+        };
+        assert!(reply_err(Platform::Whatsapp, gif).contains("a file cannot be sent on whatsapp"));
+        let check = Ask {
+            react: Some("✅".into()),
+            ..Ask::default()
+        };
+        assert!(reply_err(Platform::Telegram, check).contains("the reaction cannot be set on telegram"));
+    }
+
+    fn reply_err(platform: Platform, ask: Ask) -> String {
+        reply(platform, false, ask).unwrap_err().to_string()
     }
 
     #[test]

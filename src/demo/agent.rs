@@ -1,9 +1,9 @@
 //! The echo `agent-bridge`, behind a layer that keeps each dispatch it answered for the
 //! walkthrough's "the agent saw". A rejected one is not kept: it never became part of a turn.
 //! The script switches the echo's choices on (`--echo --choices`) for the one question it
-//! taps, so the other answers stay plain text.
+//! taps, and its picture (`--echo --file`) for one answer, so the other answers stay plain.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::body::Body;
@@ -25,40 +25,62 @@ impl SeenDispatches {
     }
 }
 
-/// Whether the echo offers its Yes/No with the next answers.
-#[derive(Default)]
-pub(super) struct OfferChoices(AtomicBool);
+/// What the echo adds to its next answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(super) enum EchoMode {
+    Plain,
+    /// `--choices`: Yes/No.
+    OfferingChoices,
+    /// `--file`: its picture.
+    SendingAFile,
+}
 
-impl OfferChoices {
-    pub(super) fn set(&self, on: bool) {
-        self.0.store(on, Ordering::SeqCst);
+/// The echo's mode for the next dispatches, switched by the script.
+#[derive(Default)]
+pub(super) struct EchoSwitch(AtomicU8);
+
+impl EchoSwitch {
+    pub(super) fn set(&self, mode: EchoMode) {
+        self.0.store(mode as u8, Ordering::SeqCst);
+    }
+
+    pub(super) fn mode(&self) -> EchoMode {
+        match self.0.load(Ordering::SeqCst) {
+            1 => EchoMode::OfferingChoices,
+            2 => EchoMode::SendingAFile,
+            _ => EchoMode::Plain,
+        }
     }
 }
 
 struct Echoes {
     plain: Router,
     offering: Router,
-    offer: Arc<OfferChoices>,
+    picturing: Router,
+    switch: Arc<EchoSwitch>,
 }
 
 pub(super) fn observed_echo_bridge(
     secret: &str,
     seen: Arc<SeenDispatches>,
-    offer: Arc<OfferChoices>,
+    switch: Arc<EchoSwitch>,
 ) -> anyhow::Result<Router> {
     let echoes = Arc::new(Echoes {
         plain: agent_bridge::router(BridgeConfig::echo(secret))?,
         offering: agent_bridge::router(BridgeConfig::echo_offering_choices(secret))?,
-        offer,
+        picturing: agent_bridge::router(BridgeConfig::echo_sending_a_file(secret))?,
+        switch,
     });
     let bridge = Router::new().fallback(echo).with_state(echoes);
     Ok(bridge.layer(axum::middleware::from_fn_with_state(seen, observe)))
 }
 
 async fn echo(State(echoes): State<Arc<Echoes>>, request: Request) -> Response {
-    let bridge = match echoes.offer.0.load(Ordering::SeqCst) {
-        true => echoes.offering.clone(),
-        false => echoes.plain.clone(),
+    let bridge = match echoes.switch.mode() {
+        EchoMode::Plain => echoes.plain.clone(),
+        EchoMode::OfferingChoices => echoes.offering.clone(),
+        EchoMode::SendingAFile => echoes.picturing.clone(),
     };
     match bridge.oneshot(request).await {
         Ok(response) => response,

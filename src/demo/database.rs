@@ -56,7 +56,7 @@ pub(super) async fn answer_recorded(
     message: MessageId,
 ) -> anyhow::Result<bool> {
     let mut tx = TenantTx::begin(pool, tenant).await?;
-    let parts = crate::db::messages::reply_parts(&mut tx, message)
+    let parts = crate::db::parts::reply_parts(&mut tx, message)
         .await
         .context("Failed to read the demo's reply parts")?;
     tx.commit().await?;

@@ -10,6 +10,7 @@ mod report;
 mod script;
 mod served;
 mod stack;
+mod uploads;
 pub mod webhooks;
 
 use std::io::Write;

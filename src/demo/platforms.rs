@@ -1,11 +1,14 @@
 //! Local stand-ins for the platforms' send APIs (the calls `crate::platforms` makes): each
-//! records where a reply went (and the edit that closes an answer's buttons after a tap) and
-//! answers as the platform does on success.
+//! records where a reply went (and the edit that closes an answer's buttons after a tap, and
+//! a file Telegram was sent) and answers as the platform does on success.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::body::Bytes;
 use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use serde::Serialize;
@@ -14,6 +17,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
 use super::served::Served;
+pub use super::uploads::PostedFile;
 use crate::domain::Platform;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -52,6 +56,7 @@ pub struct PostedEdit {
 struct Recorded {
     replies: Mutex<Vec<PostedReply>>,
     edits: Mutex<Vec<PostedEdit>>,
+    files: Mutex<Vec<PostedFile>>,
     arrived: Notify,
 }
 
@@ -115,6 +120,8 @@ impl PlatformStandIns {
             .route("/api/chat.update", post(slack_update))
             .route("/{bot}/sendMessage", post(telegram_send))
             .route("/{bot}/editMessageReplyMarkup", post(telegram_edit))
+            .route("/{bot}/sendPhoto", post(telegram_photo))
+            .route("/{bot}/sendDocument", post(telegram_document))
             .route("/{version}/{phone}/messages", post(whatsapp_send))
             .with_state(recorded.clone());
         let base_url = format!("http://{}", listener.local_addr()?);
@@ -136,6 +143,14 @@ impl PlatformStandIns {
     pub fn edits(&self) -> Vec<PostedEdit> {
         self.recorded
             .edits
+            .lock()
+            .expect("lock holders never panic")
+            .clone()
+    }
+
+    pub fn files(&self) -> Vec<PostedFile> {
+        self.recorded
+            .files
             .lock()
             .expect("lock holders never panic")
             .clone()
@@ -169,6 +184,13 @@ impl PlatformStandIns {
         tokio::time::timeout(timeout, self.reaching(n, Self::edits))
             .await
             .map_err(|_| anyhow::anyhow!("no edit reached the platform stand-ins within {timeout:?}"))
+    }
+
+    /// As `wait_for_replies`, for files.
+    pub async fn wait_for_files(&self, n: usize, timeout: Duration) -> anyhow::Result<Vec<PostedFile>> {
+        tokio::time::timeout(timeout, self.reaching(n, Self::files))
+            .await
+            .map_err(|_| anyhow::anyhow!("no file reached the platform stand-ins within {timeout:?}"))
     }
 
     pub async fn stop(self) {
@@ -273,6 +295,59 @@ async fn telegram_edit(State(recorded): State<Arc<Recorded>>, Json(body): Json<V
         },
     );
     Json(json!({"ok": true, "result": {"message_id": body["message_id"], "chat": {"id": body["chat_id"]}}}))
+}
+
+/// Telegram numbers a chat's messages with one counter; the stand-in keeps files in a range
+/// of their own, clear of its text messages' 9000 + n.
+fn telegram_file_id(n: usize) -> usize {
+    9500 + n
+}
+
+async fn telegram_photo(State(recorded): State<Arc<Recorded>>, headers: HeaderMap, body: Bytes) -> Response {
+    telegram_file(&recorded, "sendPhoto", "photo", &headers, &body)
+}
+
+async fn telegram_document(
+    State(recorded): State<Arc<Recorded>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    telegram_file(&recorded, "sendDocument", "document", &headers, &body)
+}
+
+/// A multipart upload, answered with the message Telegram makes of it; anything else (a URL
+/// or a `file_id` instead of the bytes) is refused: the demo's echo sends its bytes.
+fn telegram_file(
+    recorded: &Recorded,
+    method: &str,
+    field: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Response {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let mut files = recorded.files.lock().expect("lock holders never panic");
+    let id = telegram_file_id(files.len() + 1);
+    let Some(file) = super::uploads::telegram_upload(method, field, content_type, body, id.to_string())
+    else {
+        let description = format!("Bad Request: the demo stand-in takes `{field}` as an upload only");
+        let refusal = json!({"ok": false, "error_code": 400, "description": description});
+        return (StatusCode::BAD_REQUEST, Json(refusal)).into_response();
+    };
+    let sent = json!({"file_id": format!("demo-file-{id}"), "file_unique_id": format!("demo-{id}"),
+                      "file_size": file.size});
+    let chat = file
+        .chat
+        .parse::<i64>()
+        .map_or_else(|_| json!(file.chat), |id| json!(id));
+    let mut message = json!({"message_id": id, "chat": {"id": chat}, "caption": file.caption});
+    message[field] = if field == "photo" { json!([sent]) } else { sent };
+    files.push(file);
+    drop(files);
+    recorded.arrived.notify_waiters();
+    Json(json!({"ok": true, "result": message})).into_response()
 }
 
 async fn whatsapp_send(State(recorded): State<Arc<Recorded>>, Json(body): Json<Value>) -> Json<Value> {

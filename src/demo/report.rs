@@ -5,7 +5,7 @@ use std::io::Write;
 
 use serde::{Deserialize, Serialize};
 
-use super::platforms::PostedReply;
+use super::platforms::{PostedFile, PostedReply};
 use crate::choices::TapAction;
 use crate::domain::{Platform, TenantId};
 
@@ -31,6 +31,11 @@ impl DemoSummary {
 
     pub fn taps(&self) -> usize {
         self.count(|o| matches!(o, Outcome::Tapped(_)))
+    }
+
+    /// Pictures the platforms received with the answers.
+    pub fn pictures(&self) -> usize {
+        self.turns().map(|(_, turn)| turn.pictures.len()).sum()
     }
 
     pub fn duplicates(&self) -> usize {
@@ -104,6 +109,9 @@ pub struct Turn {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub action: Option<TapAction>,
     pub reply: PostedReply,
+    /// The files posted after the reply's text, as the platform received them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pictures: Vec<PostedFile>,
 }
 
 /// A URL with a password is not printed; the scripts' own set-up gives it back instead.
@@ -116,11 +124,13 @@ pub(super) fn conclude(
     writeln!(
         out,
         "Done in {:.1} s: {} webhooks made {turns} turns ({} rows in channel_messages), each answered on its \
-         own platform, {} of them a tap on a button; {} retried duplicate collapsed, {} bot echo dropped.\n",
+         own platform, {} of them a tap on a button; {} posted; {} retried duplicate collapsed, {} bot echo \
+         dropped.\n",
         summary.elapsed_ms as f64 / 1000.0,
         summary.steps.len(),
         summary.recorded_turns,
         summary.taps(),
+        plural(summary.pictures(), "picture"),
         summary.duplicates(),
         summary.dropped(),
     )?;

@@ -1,18 +1,21 @@
 //! The demo's conversation: signed webhooks to the gateway's real routes, two of which must
-//! not become turns (a Slack retry, Slack's echo of our reply) and one of which is a tap on
-//! a button the agent offered. Each turn's reply is awaited before the next is sent: that is
-//! what makes the history each dispatch sees deterministic.
+//! not become turns (a Slack retry, Slack's echo of our reply), one of which is a tap on a
+//! button the agent offered, and one of which is answered with a picture. Each turn's reply
+//! is awaited before the next is sent: that is what makes the history each dispatch sees
+//! deterministic.
 
 use std::io::Write;
 use std::time::Duration;
 
 use anyhow::Context;
 
+use super::agent::EchoMode;
 use super::database::answer_recorded;
-use super::platforms::PostedReply;
+use super::platforms::{PostedFile, PostedReply};
 use super::report::{plural, Outcome, Step, Turn, WebhookAnswer};
 use super::stack::Stack;
 use super::webhooks::*;
+use crate::dispatch::payload::DispatchOut;
 use crate::domain::{MessageId, Platform};
 
 /// A healthy run needs milliseconds; the margin is for a cold, busy machine.
@@ -49,7 +52,7 @@ impl<'a> Script<'a> {
         self.slack_opening(&first_ts, &format!("{now}.000200")).await?;
 
         // The echo offers Yes/No with its answer to this question, and alice taps Yes.
-        self.stack.offer_choices.set(true);
+        self.stack.echo.set(EchoMode::OfferingChoices);
         let telegram = "Same person, now on Telegram: do you remember me?";
         self.turn(
             Platform::Telegram,
@@ -59,7 +62,18 @@ impl<'a> Script<'a> {
         )
         .await?;
         self.tap(900_000_002).await?;
-        self.stack.offer_choices.set(false);
+
+        // The echo sends its picture after the text of this answer.
+        self.stack.echo.set(EchoMode::SendingAFile);
+        let picture = "Can you send me a picture?";
+        self.turn(
+            Platform::Telegram,
+            TELEGRAM_ALICE,
+            picture,
+            telegram_text(900_000_003, 202, picture),
+        )
+        .await?;
+        self.stack.echo.set(EchoMode::Plain);
 
         let whatsapp = "Does it come in another color?";
         self.turn(
@@ -126,6 +140,11 @@ impl<'a> Script<'a> {
 
     fn replies_so_far(&self) -> usize {
         self.steps.iter().filter(|s| s.outcome.turn().is_some()).count()
+    }
+
+    fn pictures_so_far(&self) -> usize {
+        let turns = self.steps.iter().filter_map(|s| s.outcome.turn());
+        turns.map(|turn| turn.pictures.len()).sum()
     }
 
     async fn turn(
@@ -241,12 +260,55 @@ impl<'a> Script<'a> {
             .seen
             .latest()
             .context("a reply arrived, yet the agent saw no dispatch")?;
+        let pictures = match self.stack.echo.mode() {
+            EchoMode::SendingAFile => vec![self.posted_picture(&reply, &dispatch).await?],
+            _ => Vec::new(),
+        };
         Ok(Turn {
             user_id: dispatch.user_id.clone(),
             agent_saw: dispatch.messages.iter().map(|m| m.role.clone()).collect(),
             action: dispatch.action,
             reply,
+            pictures,
         })
+    }
+
+    /// The echo's picture as the platform received it after the reply's text: uploaded to
+    /// the reply's chat as a photo (Telegram `sendPhoto`, multipart), its file `echo.png`
+    /// with PNG bytes, its caption `echo: <the text it answers>`.
+    async fn posted_picture(
+        &self,
+        reply: &PostedReply,
+        dispatch: &DispatchOut,
+    ) -> anyhow::Result<PostedFile> {
+        let expected = self.pictures_so_far() + 1;
+        let files = self
+            .stack
+            .stand_ins
+            .wait_for_files(expected, REPLY_TIMEOUT)
+            .await
+            .context("the echo answered with a picture, but the platform received no file")?;
+        let file = files[expected - 1].clone();
+        anyhow::ensure!(
+            (file.platform, file.chat.as_str()) == (reply.platform, reply.chat.as_str()),
+            "the picture went to {} chat {}, not to the answer's chat: {file:?}",
+            file.platform,
+            file.chat
+        );
+        anyhow::ensure!(
+            file.method == "sendPhoto",
+            "the picture should be posted as a photo (sendPhoto): {file:?}"
+        );
+        anyhow::ensure!(
+            file.name == "echo.png" && file.png,
+            "the platform received another file than the echo's PNG: {file:?}"
+        );
+        let caption = format!("echo: {}", dispatch.content);
+        anyhow::ensure!(
+            file.caption == caption,
+            "the picture's caption should be {caption:?}: {file:?}"
+        );
+        Ok(file)
     }
 
     /// A webhook that must not become a turn: a duplicate or a dropped echo.
@@ -329,9 +391,17 @@ impl<'a> Script<'a> {
         let buttons: String = reply.buttons.iter().map(|b| format!(" [{}]", b.label)).collect();
         writeln!(
             self.out,
-            "     replied    {} {target}: {:?}{buttons}\n",
+            "     replied    {} {target}: {:?}{buttons}",
             reply.platform, reply.text
-        )
+        )?;
+        for picture in &turn.pictures {
+            writeln!(
+                self.out,
+                "     picture    {} ({}, {} bytes) with {} to chat {}: caption {:?}",
+                picture.name, picture.mime, picture.size, picture.method, picture.chat, picture.caption
+            )?;
+        }
+        writeln!(self.out)
     }
 
     fn record(

@@ -9,7 +9,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use super::agent::{observed_echo_bridge, OfferChoices, SeenDispatches};
+use super::agent::{observed_echo_bridge, EchoSwitch, SeenDispatches};
 use super::platforms::PlatformStandIns;
 use super::provision::provision;
 use super::served::Served;
@@ -27,7 +27,8 @@ pub(super) struct Stack {
     agent_url: String,
     pub(super) stand_ins: PlatformStandIns,
     pub(super) seen: Arc<SeenDispatches>,
-    pub(super) offer_choices: Arc<OfferChoices>,
+    /// What the echo adds to its next answers: choices, a picture, nothing.
+    pub(super) echo: Arc<EchoSwitch>,
     agent: Served,
     gateway: (oneshot::Sender<()>, JoinHandle<anyhow::Result<()>>),
 }
@@ -48,10 +49,10 @@ impl Stack {
         let keys = app.state().settings.database.secrets.clone();
         let (tenant, secret, connectors) = provision(&pool, &keys, &agent_url, &stand_ins.base_url).await?;
         let seen = Arc::new(SeenDispatches::default());
-        let offer_choices = Arc::new(OfferChoices::default());
+        let echo = Arc::new(EchoSwitch::default());
         let agent = Served::spawn(
             agent_listener,
-            observed_echo_bridge(&secret, seen.clone(), offer_choices.clone())?,
+            observed_echo_bridge(&secret, seen.clone(), echo.clone())?,
         );
         let (stop, stopped) = oneshot::channel::<()>();
         let gateway = tokio::spawn(app.run_until(async {
@@ -65,7 +66,7 @@ impl Stack {
             agent_url,
             stand_ins,
             seen,
-            offer_choices,
+            echo,
             agent,
             gateway: (stop, gateway),
         })
@@ -75,7 +76,7 @@ impl Stack {
         writeln!(out, "  gateway    {} (HTTP + dispatch worker)", self.gateway_url)?;
         writeln!(
             out,
-            "  agent      {} (agent-bridge --echo; --choices for the question alice taps)",
+            "  agent      {} (agent-bridge --echo; --choices for the question alice taps, --file once)",
             self.agent_url
         )?;
         writeln!(

@@ -143,6 +143,10 @@ async fn classify(response: reqwest::Response, host: &str) -> CallOutcome {
                 reason: "invalid_choices",
                 error: format!("agent {host}: {err}"),
             },
+            Err(err @ AnswerError::Extras(_)) => CallOutcome::Permanent {
+                reason: "invalid_files",
+                error: format!("agent {host}: {err}"),
+            },
             Err(err) => retryable("invalid_answer", format!("agent {host}: {err}"), None),
         };
     }

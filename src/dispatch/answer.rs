@@ -11,7 +11,7 @@ use super::claimed::{phase, Prepared, StepOutcome, Waited, NOTHING_TO_POST};
 use super::payload::{Answer, ChatMessage};
 use super::worker::{Worker, NO_AGENT_URL};
 use super::{agent, payload};
-use crate::choices::Offered;
+use crate::db::parts::Reply;
 use crate::db::queue::Job;
 use crate::delivery::live::{LiveContext, LiveView, TextSink};
 use crate::delivery::typing::Typing;
@@ -186,15 +186,11 @@ impl Worker {
         typing: Option<Typing>,
     ) -> anyhow::Result<StepOutcome> {
         let started = Instant::now();
-        let Reply {
-            answered,
-            parts,
-            choices,
-        } = match reply_of(&prepared, answer, agent_ms)? {
+        let Ready { answered, reply } = match reply_of(&prepared, answer, agent_ms)? {
             Ok(reply) => reply,
             Err(error) => {
                 tracing::warn!(%error, "dispatch failed");
-                metrics::counter!("channel_bridge_dispatch_failures_total", "reason" => "invalid_choices")
+                metrics::counter!("channel_bridge_dispatch_failures_total", "reason" => "unfit_answer")
                     .increment(1);
                 self.end_preview(&prepared).await;
                 let failed = Transition::AgentFailed { error };
@@ -204,7 +200,7 @@ impl Worker {
                     .await;
             }
         };
-        let has_parts = !parts.is_empty();
+        let has_parts = !reply.is_empty();
         let first = match self.writer.apply(job, answered).await? {
             Applied::LeaseLost => return Ok(StepOutcome::LeaseLost(job.message_id)),
             Applied::Stored { first } => first,
@@ -218,9 +214,7 @@ impl Worker {
             return Ok(StepOutcome::Executed(job.message_id));
         }
         let outgoing = match (first, prepared.connector) {
-            (true, Some(connector)) => {
-                Outgoing::fresh(prepared.message, connector, parts, choices, job.lease)
-            }
+            (true, Some(connector)) => Outgoing::fresh(prepared.message, connector, &reply, job.lease),
             // Stored by an earlier attempt, or by this one in a commit whose acknowledgement was
             // lost: the parts say which (`Delivery::load`).
             _ => match self.load_outgoing(job).await? {
@@ -250,31 +244,29 @@ impl Worker {
     }
 }
 
-/// An answer made ready to store: split for its platform, its choices checked and named.
-struct Reply {
+/// An answer made ready to store: split for its platform, its choices, files and reaction
+/// checked for it.
+struct Ready {
     answered: Transition,
-    parts: Vec<String>,
-    choices: Option<Offered>,
+    reply: Reply,
 }
 
-/// `Ok(Err(reason))`: the platform cannot show the answer's choices.
+/// `Ok(Err(reason))`: the platform cannot post the answer (its choices, a file, its reaction).
 fn reply_of(
     prepared: &Prepared,
     answer: Answer,
     agent_ms: Option<i32>,
-) -> anyhow::Result<Result<Reply, String>> {
+) -> anyhow::Result<Result<Ready, String>> {
     let platform: Platform = prepared.message.platform.parse()?;
     let markdown = prepared
         .connector
         .as_ref()
         .is_some_and(|c| c.profile.format_markdown);
-    let (parts, choices) = match split::with_choices(platform, markdown, &answer.parts, answer.choices) {
-        Ok(ready) => ready,
-        Err(err) => {
-            return Ok(Err(format!(
-                "the agent's choices cannot be shown on {platform}: {err}"
-            )))
-        }
+    let ask = answer.ask();
+    let response = ask.shown();
+    let reply = match split::reply(platform, markdown, ask) {
+        Ok(reply) => reply,
+        Err(unfit) => return Ok(Err(format!("the agent's answer cannot be posted: {unfit}"))),
     };
     let handoff = answer.handoff.map(|ask| HandoffRequest {
         conversation: prepared.message.conversation_key.clone(),
@@ -282,15 +274,10 @@ fn reply_of(
         reason: ask.reason,
     });
     let answered = Transition::Answered {
-        response: answer.parts.join("\n\n"),
-        parts: parts.clone(),
+        response,
+        reply: Box::new(reply.clone()),
         agent_ms,
         handoff,
-        choices: choices.clone(),
     };
-    Ok(Ok(Reply {
-        answered,
-        parts,
-        choices,
-    }))
+    Ok(Ok(Ready { answered, reply }))
 }

@@ -6,6 +6,8 @@ use serde_json::Value;
 
 use crate::choices::{is_completion, Choices, InvalidChoices, TapAction};
 use crate::db::messages::MessageRow;
+use crate::delivery::split::Ask;
+use crate::media::outgoing::FileIn;
 use crate::media::token::UrlMinter;
 use crate::media::AttachmentOut;
 
@@ -163,13 +165,27 @@ pub fn build(message: &MessageRow, history: Vec<ChatMessage>, urls: &UrlMinter, 
 #[error("the agent's answer is not a supported shape: {0}")]
 pub struct InvalidAnswer(pub String);
 
-/// What the agent answered: the reply parts, the choices offered with the last, and
-/// whether it asks for a person.
+/// What the agent answered: the reply parts, the choices offered with the last, the files
+/// and reaction that follow them, and whether it asks for a person.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Answer {
     pub parts: Vec<String>,
     pub handoff: Option<HandoffAsk>,
     pub choices: Option<Choices>,
+    pub files: Vec<FileIn>,
+    pub react: Option<String>,
+}
+
+impl Answer {
+    /// What it asks to post, for `delivery::split::reply`.
+    pub fn ask(&self) -> Ask {
+        Ask {
+            texts: self.parts.clone(),
+            choices: self.choices.clone(),
+            files: self.files.clone(),
+            react: self.react.clone(),
+        }
+    }
 }
 
 /// Why an answer cannot be used: its shape (perhaps a passing fault of the agent), or
@@ -180,6 +196,9 @@ pub enum AnswerError {
     Shape(#[from] InvalidAnswer),
     #[error("the agent's choices cannot be shown: {0}")]
     Choices(#[from] InvalidChoices),
+    /// `attachments` or `react` malformed.
+    #[error("the agent's files or reaction cannot be read: {0}")]
+    Extras(String),
 }
 
 /// `"handoff": {"reason": "…"}` (or `true`) on an answer: post it, then hold the
@@ -205,7 +224,42 @@ pub fn parse_reply(body: &[u8]) -> Result<Answer, AnswerError> {
         parts,
         handoff,
         choices,
+        files: files_of(&value).map_err(AnswerError::Extras)?,
+        react: react_of(&value).map_err(AnswerError::Extras)?,
     })
+}
+
+/// `attachments` beside the answer's text, and on each assistant message of a `messages`
+/// answer, in order (docs/agent.md#files-and-reactions-in-answers).
+pub fn files_of(value: &Value) -> Result<Vec<FileIn>, String> {
+    let on_messages = value
+        .get("messages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|m| m.get("role").and_then(Value::as_str).unwrap_or("assistant") == "assistant")
+        .filter_map(|m| m.get("attachments"));
+    let mut files = Vec::new();
+    for list in value.get("attachments").into_iter().chain(on_messages) {
+        if list.is_null() {
+            continue;
+        }
+        let more: Vec<FileIn> =
+            serde_json::from_value(list.clone()).map_err(|e| format!("`attachments`: {e}"))?;
+        files.extend(more);
+    }
+    Ok(files)
+}
+
+/// `"react": "👀"` (or `null`).
+pub fn react_of(value: &Value) -> Result<Option<String>, String> {
+    match value.get("react") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(emoji)) if !emoji.trim().is_empty() && emoji.chars().count() <= 64 => {
+            Ok(Some(emoji.trim().to_owned()))
+        }
+        Some(_) => Err("`react` must be an emoji or its name (1–64 characters)".into()),
+    }
 }
 
 /// The `handoff` of an answer (a JSON body, or a stream's final event): `None` when absent,

@@ -49,6 +49,8 @@ struct Done {
     parts: Option<Vec<String>>,
     handoff: Option<HandoffAsk>,
     choices: Option<Choices>,
+    files: Vec<crate::media::outgoing::FileIn>,
+    react: Option<String>,
 }
 
 pub async fn read(
@@ -83,6 +85,8 @@ fn finished(done: Done, text: String) -> Result<Answer, StreamError> {
         parts,
         handoff: done.handoff,
         choices: done.choices,
+        files: done.files,
+        react: done.react,
     })
 }
 
@@ -141,10 +145,14 @@ fn final_event(data: &str) -> Result<Done, StreamError> {
     let parts = names_parts.then(|| parse_answer(data.as_bytes())).transpose()?;
     let handoff = handoff_of(&value)?;
     let choices = Choices::from_answer(&value)?;
+    let files = super::payload::files_of(&value).map_err(InvalidAnswer)?;
+    let react = super::payload::react_of(&value).map_err(InvalidAnswer)?;
     Ok(Done {
         parts,
         handoff,
         choices,
+        files,
+        react,
     })
 }
 

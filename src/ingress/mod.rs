@@ -228,7 +228,7 @@ async fn queue_notice(
     if !db::replies::claim_daily_notice(tx, connector.id.0, &message.platform_user_id).await? {
         return Ok(false);
     }
-    db::messages::insert_reply_parts(tx, id, &[notice.to_owned()]).await?;
+    db::parts::insert_reply_parts(tx, id, &db::parts::Reply::text(vec![notice.to_owned()])).await?;
     db::queue::enqueue(tx, id, &routing.conversation_key, Stage::Reply).await?;
     Ok(true)
 }

@@ -133,7 +133,7 @@ async fn close(
         return Ok(());
     }
     let note = format!("✓ {}", action.label);
-    crate::db::messages::add_choice_edit(tx, row.message_id, row.part_index, &note).await?;
+    crate::db::parts::add_choice_edit(tx, row.message_id, row.part_index, &note).await?;
     if !job {
         queue::enqueue(tx, row.message_id, &row.conversation_key, Stage::Reply).await?;
     }

@@ -9,7 +9,8 @@ use serde::Serialize;
 use sqlx::PgPool;
 
 use crate::db::lifecycle::{self, Person};
-use crate::db::messages::{MessageRow, ReplyPart};
+use crate::db::messages::MessageRow;
+use crate::db::parts::ReplyPart;
 use crate::db::reactions::ReactionOut;
 use crate::db::TenantTx;
 use crate::domain::{MessageId, TenantId};

@@ -3,6 +3,7 @@
 //! agent gets an expiring gateway URL (`token`), and fetching it streams the file from the
 //! platform (`fetch`). Platform file URLs carry or need the bot token, so they never leave.
 
+pub mod outgoing;
 pub mod token;
 
 use serde::{Deserialize, Serialize};

@@ -12,7 +12,8 @@ use super::inbound::Channel;
 use super::live::{LiveStep, LiveTarget, Shown, Surface};
 use super::send::Outbound;
 use crate::choices::{Choices, InvalidChoices};
-use crate::db::messages::{MessageRow, ReplyPart};
+use crate::db::messages::MessageRow;
+use crate::db::parts::ReplyPart;
 use crate::domain::Connector;
 use crate::egress::GuardedClient;
 use crate::markdown::Renderer;
@@ -36,6 +37,23 @@ pub trait PlatformApi: Channel + Outbound + Renderer + TypingIndicator + LivePre
         let _ = choices;
         None
     }
+
+    /// The largest file of type `mime` this platform takes, or why it takes none (WhatsApp
+    /// lists its types). Checked when an answer arrives, against an inline file's size, and
+    /// before each upload, against the fetched file's length.
+    fn file_limit(&self, mime: &str) -> Result<u64, String>;
+
+    /// Whether a file of type `mime` is shown with a caption (WhatsApp's audio is not): a
+    /// caption that would be dropped is refused when the answer arrives.
+    fn takes_caption(&self, mime: &str) -> bool {
+        let _ = mime;
+        true
+    }
+
+    /// `emoji` (a character, or a name such as `eyes`) as the platform's reaction call takes
+    /// it: Slack a name, the others a character; refused when the platform has no such
+    /// reaction (Telegram's fixed set).
+    fn reaction_name(&self, emoji: &str) -> Result<String, String>;
 
     /// Whether webhooks come as large batches (Meta's), read up to `CB_WHATSAPP_BODY_LIMIT`.
     fn batches_webhooks(&self) -> bool {

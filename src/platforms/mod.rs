@@ -40,6 +40,30 @@ pub async fn send(client: &GuardedClient, part: &OutboundPart<'_>) -> SendOutcom
     platform.send(client, part, token.expose_secret()).await
 }
 
+/// A file part: uploaded (unless `part.staged` says it was) and posted.
+pub async fn send_file(
+    client: &GuardedClient,
+    part: &OutboundPart<'_>,
+    file: &crate::media::outgoing::OutgoingFile,
+) -> SendOutcome {
+    let Some(token) = part.connector.secrets.outbound_token.as_ref() else {
+        return no_token();
+    };
+    let platform = of(part.connector.profile.platform);
+    platform
+        .send_file(client, part, token.expose_secret(), file)
+        .await
+}
+
+/// A reaction part: `part.text` set on the user's message `target`.
+pub async fn react(client: &GuardedClient, part: &OutboundPart<'_>, target: &str) -> SendOutcome {
+    let Some(token) = part.connector.secrets.outbound_token.as_ref() else {
+        return no_token();
+    };
+    let platform = of(part.connector.profile.platform);
+    platform.react(client, part, token.expose_secret(), target).await
+}
+
 /// The first part of a streamed answer, delivered into the message its live view left
 /// (`live_id`). An edit, so a repeat after an outcome in doubt cannot double the message.
 pub async fn adopt(client: &GuardedClient, part: &OutboundPart<'_>, live_id: &str) -> SendOutcome {

@@ -17,6 +17,7 @@ use crate::db::messages::MessageRow;
 use crate::domain::Connector;
 use crate::egress::{self, GuardedClient as Client, SendError};
 use crate::markdown::{Formatted, Renderer};
+use crate::media::outgoing::{self, FileBody, OpenError, OutgoingFile};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SendOutcome {
@@ -26,6 +27,9 @@ pub enum SendOutcome {
     RateLimited { retry_after: Duration, error: String },
     /// Certainly not posted (no connection); try again later.
     NotSent { error: String },
+    /// A file's bytes are with the platform under this id (Slack's file id, WhatsApp's media
+    /// id), and the post that shows them is still to make: record it, then send again.
+    Staged(String),
     /// Maybe posted (timeout, 5xx, the platform's own "internal error"): reconcile first.
     Unknown { error: String },
     /// Refused for good: `<platform code>: <message>`.
@@ -43,6 +47,12 @@ pub struct OutboundPart<'a> {
     pub choices: Option<&'a Offered>,
     /// Which of them was tapped, when the part is being closed.
     pub chosen: Option<&'a Chosen>,
+    /// The file the part posts (`text` its caption).
+    pub file: Option<&'a OutgoingFile>,
+    /// What an earlier attempt's upload left (`SendOutcome::Staged`).
+    pub staged: Option<&'a str>,
+    /// How long fetching the file, and one upload of it, may take (`CB_FILE_TIMEOUT_SECS`).
+    pub transfer_timeout: Duration,
 }
 
 impl OutboundPart<'_> {
@@ -83,6 +93,26 @@ pub trait Outbound: Sync {
         Box::pin(async move { SendOutcome::Sent(target.to_owned()) })
     }
 
+    /// Posts `part.file` with its caption, uploading its bytes unless `part.staged` says an
+    /// earlier attempt did. A platform that uploads apart from posting answers `Staged` first.
+    fn send_file<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+        file: &'a OutgoingFile,
+    ) -> BoxFuture<'a, SendOutcome>;
+
+    /// Sets `part.text` (as `PlatformApi::reaction_name` gave it) as the bot's reaction on
+    /// the user's message `target`. Setting it again changes nothing.
+    fn react<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+        target: &'a str,
+    ) -> BoxFuture<'a, SendOutcome>;
+
     /// Delivers `part` into the message the live view left (`live_id`) instead of a new one;
     /// platforms without live messages post it.
     fn adopt<'a>(
@@ -95,6 +125,31 @@ pub trait Outbound: Sync {
         let _ = live_id;
         self.send(client, part, token)
     }
+}
+
+/// The file's bytes for one upload within `limit`: a file that cannot be had is refused
+/// for good, one whose host is away is tried again.
+pub(crate) async fn open_file(
+    client: &Client,
+    part: &OutboundPart<'_>,
+    file: &OutgoingFile,
+    limit: u64,
+) -> Result<FileBody, SendOutcome> {
+    let opened = outgoing::open(client, file, limit, part.transfer_timeout).await;
+    opened.map_err(|err| match err {
+        OpenError::Refused(error) => SendOutcome::Permanent { error },
+        OpenError::Unavailable(error) => SendOutcome::NotSent { error },
+    })
+}
+
+/// The emoji a reaction names: a character (with or without its variation selector) or a
+/// name such as `eyes` or `:white_check_mark:`.
+pub(crate) fn emoji_of(text: &str) -> Option<&'static emojis::Emoji> {
+    let text = text.trim();
+    let name = text.trim_matches(':');
+    emojis::get(text)
+        .or_else(|| emojis::get(&text.replace('\u{fe0f}', "")))
+        .or_else(|| emojis::get_by_shortcode(name))
 }
 
 pub(crate) fn no_token() -> SendOutcome {

@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use super::{Applied, Change, Transition};
-use crate::db::messages::{MessageRow, ReplyPart, MESSAGE_COLUMNS};
+use crate::db::messages::{MessageRow, MESSAGE_COLUMNS};
 use crate::db::queue::{self, LeaseToken};
 use crate::db::{self, TenantTx};
-use crate::domain::{MessageId, PartStatus};
+use crate::domain::MessageId;
 
 /// At most one change per turn, all of the transaction's tenant; answers in their order.
 /// The frequent transitions cost one statement each for the whole batch; retries and
@@ -55,14 +55,14 @@ pub async fn apply_many(tx: &mut TenantTx, changes: &[&Change]) -> Result<Vec<Ap
         .filter_map(|&i| match &changes[i].transition {
             Transition::Answered {
                 response,
-                parts,
+                reply,
                 agent_ms,
                 ..
             } => Some(StoredAnswer {
                 id: changes[i].message,
                 lease: changes[i].lease,
                 response,
-                parts,
+                reply,
                 agent_ms: *agent_ms,
             }),
             _ => None,
@@ -93,21 +93,16 @@ pub async fn apply_many(tx: &mut TenantTx, changes: &[&Change]) -> Result<Vec<Ap
     Ok(applied)
 }
 
-/// What a stored answer brings beside its parts: the choices posted with its last part, and
-/// the conversation held when the agent asked for a person.
+/// What a stored answer brings beside its texts: the choices posted with its last text, its
+/// files and reaction, and the conversation held when the agent asked for a person.
 async fn with_answer(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Error> {
-    let Transition::Answered {
-        handoff,
-        choices,
-        parts,
-        ..
-    } = &change.transition
-    else {
+    let Transition::Answered { handoff, reply, .. } = &change.transition else {
         return Ok(());
     };
-    if let (Some(offered), Some(last)) = (choices, parts.len().checked_sub(1)) {
-        db::messages::offer_choices(tx, change.message, last, offered).await?;
+    if let (Some(offered), Some(last)) = (&reply.choices, reply.texts.len().checked_sub(1)) {
+        db::parts::offer_choices(tx, change.message, last, offered).await?;
     }
+    db::parts::insert_extras(tx, change.message, reply, change.lease).await?;
     if let Some(request) = handoff {
         super::handoff::hold_for_agent(tx, change.message, request).await?;
     }
@@ -200,6 +195,18 @@ async fn apply_rare(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Erro
             .await?;
             record_delivery_error(tx, message, error, false).await?;
         }
+        Transition::PartStaged { part, upload_ref } => {
+            // The post that shows the upload starts now: a wait for its confirmation counts
+            // from here, not from before the fetch and the upload.
+            part_update(
+                tx,
+                message,
+                *part,
+                "upload_ref = $4, sending_since = now()",
+                Some(upload_ref),
+            )
+            .await?;
+        }
         Transition::Concluded { .. } => queue::finish(tx, message).await?,
         Transition::PartsPosted { .. } => {
             // The job's row is locked (`held_leases`): an event adding parts committed before
@@ -287,49 +294,11 @@ pub async fn begin_dispatch(tx: &mut TenantTx, ids: &[MessageId]) -> Result<Vec<
     .await
 }
 
-/// The reply parts as `store_answers` creates them, without reading them back: part 0
-/// `sending` (attempt 1) under `lease`, the rest `pending`.
-/// `choices` go with the last part.
-pub fn answered_parts(
-    parts: Vec<String>,
-    choices: Option<crate::choices::Offered>,
-    lease: LeaseToken,
-) -> Vec<ReplyPart> {
-    let last = parts.len().saturating_sub(1);
-    let mut choices = Some(choices).filter(|_| !parts.is_empty()).flatten();
-    (0..)
-        .zip(parts)
-        .map(|(part_index, content)| ReplyPart {
-            part_index,
-            content,
-            status: if part_index == 0 {
-                PartStatus::Sending
-            } else {
-                PartStatus::Pending
-            },
-            platform_message_id: None,
-            delivery_status: None,
-            attempts: i32::from(part_index == 0),
-            last_error: None,
-            sending_since: None,
-            sending_lease: (part_index == 0).then_some(lease),
-            sent_at: None,
-            choices: if part_index as usize == last {
-                choices.take()
-            } else {
-                None
-            },
-            chosen: None,
-            edit_of: None,
-        })
-        .collect()
-}
-
 struct StoredAnswer<'a> {
     id: MessageId,
     lease: LeaseToken,
     response: &'a str,
-    parts: &'a [String],
+    reply: &'a crate::db::parts::Reply,
     agent_ms: Option<i32>,
 }
 
@@ -346,7 +315,7 @@ async fn store_answers(
     let responses: Vec<&str> = answers.iter().map(|a| a.response).collect();
     let decisions: Vec<&str> = answers
         .iter()
-        .map(|a| if a.parts.is_empty() { "no_reply" } else { "respond" })
+        .map(|a| if a.reply.is_empty() { "no_reply" } else { "respond" })
         .collect();
     let agent_ms: Vec<Option<i32>> = answers.iter().map(|a| a.agent_ms).collect();
     if db::on_citus(tx.conn()).await? {
@@ -361,7 +330,7 @@ async fn store_answers(
     let (mut part_ids, mut part_indexes, mut part_texts) = (Vec::new(), Vec::new(), Vec::new());
     let mut part_leases = Vec::new();
     for answer in answers {
-        for (index, text) in (0..).zip(answer.parts.iter()) {
+        for (index, text) in (0..).zip(answer.reply.texts.iter()) {
             part_ids.push(answer.id);
             part_indexes.push(index);
             part_texts.push(text.as_str());
@@ -455,7 +424,7 @@ async fn store_answers_routed(
         .filter(|a| stored_ids.contains(&a.id))
         .flat_map(|a| {
             (0..)
-                .zip(a.parts.iter())
+                .zip(a.reply.texts.iter())
                 .map(|(index, text)| (a.id, index, text.as_str(), a.lease))
         })
         .collect();
@@ -678,7 +647,7 @@ async fn deliver(tx: &mut TenantTx, changes: &[&Change], indexes: &[usize]) -> R
         .filter(|change| matches!(change.transition, Transition::Delivered { offered: true, .. }))
         .map(|change| change.message)
         .collect();
-    let growing = db::messages::with_pending_parts(tx, &offered).await?;
+    let growing = db::parts::with_pending_parts(tx, &offered).await?;
     let (kept, done): (Vec<&Change>, Vec<&Change>) = delivered
         .into_iter()
         .partition(|change| growing.contains(&change.message));

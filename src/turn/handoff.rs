@@ -88,8 +88,7 @@ pub async fn hold_claimed(tx: &mut TenantTx, ids: &[MessageId]) -> Result<Vec<Me
 pub struct PersonTurn<'a> {
     pub author: &'a str,
     pub text: &'a str,
-    pub parts: Vec<String>,
-    pub choices: Option<crate::choices::Offered>,
+    pub reply: crate::db::parts::Reply,
     /// The caller's key: the same one again posts nothing twice.
     pub idempotency_key: &'a str,
 }
@@ -108,8 +107,7 @@ pub async fn record_person_turn(
         origin: crate::domain::TurnOrigin::Person,
         author: Some(turn.author),
         text: turn.text,
-        parts: &turn.parts,
-        choices: turn.choices.as_ref(),
+        reply: &turn.reply,
         idempotency_key: &format!("person:{}", turn.idempotency_key),
         metadata: serde_json::json!({}),
     };

@@ -115,12 +115,10 @@ pub struct Event<'a> {
     /// Its `webhook-id`.
     pub id: &'a str,
     pub kind: EventKind,
-    /// The event's text and its reply parts, split for the platform (none for a status or
-    /// a bare `done`).
+    /// The event's text (as history shows it) and its reply parts, made ready for the
+    /// platform (none for a status or a bare `done`).
     pub text: Option<&'a str>,
-    pub parts: &'a [String],
-    /// Buttons posted with the event's last part.
-    pub choices: Option<&'a crate::choices::Offered>,
+    pub reply: &'a crate::db::parts::Reply,
     /// A `done` that asks for a person: the conversation is held in the event's commit.
     pub handoff: Option<HandoffRequest>,
 }
@@ -135,15 +133,11 @@ pub async fn apply(tx: &mut TenantTx, turn: &MessageRow, event: &Event<'_>) -> R
     .bind(turn.id)
     .bind(event.id)
     .bind(event.kind.as_str())
-    .bind(i32::try_from(event.parts.len()).unwrap_or(i32::MAX))
+    .bind(i32::try_from(event.reply.len()).unwrap_or(i32::MAX))
     .execute(tx.conn())
     .await?;
-    if !event.parts.is_empty() {
-        let first = add_parts(tx, turn, event.text.unwrap_or_default(), event.parts).await?;
-        if let Some(offered) = event.choices {
-            let last = usize::try_from(first).unwrap_or(0) + event.parts.len() - 1;
-            crate::db::messages::offer_choices(tx, turn.id, last, offered).await?;
-        }
+    if !event.reply.is_empty() {
+        add_parts(tx, turn, event.text.unwrap_or_default(), event.reply).await?;
     }
     if event.kind == EventKind::Done {
         settle(tx, &[turn.id], End::Done, chrono::Utc::now()).await?;
@@ -161,7 +155,7 @@ async fn add_parts(
     tx: &mut TenantTx,
     turn: &MessageRow,
     text: &str,
-    parts: &[String],
+    reply: &crate::db::parts::Reply,
 ) -> Result<i32, sqlx::Error> {
     let tenant = tx.tenant();
     let first: i32 = sqlx::query_scalar(
@@ -172,7 +166,7 @@ async fn add_parts(
     .bind(turn.id)
     .fetch_one(tx.conn())
     .await?;
-    crate::db::messages::insert_reply_parts_from(tx, turn.id, first, parts).await?;
+    crate::db::parts::insert_reply_parts_from(tx, turn.id, first, reply).await?;
     sqlx::query(
         "update channel_messages
             set response_content = case when response_content is null or response_content = ''

@@ -60,14 +60,13 @@ use crate::domain::MessageId;
 #[derive(Debug, Clone)]
 pub enum Transition {
     /// With parts: the job moves to its reply stage; without: delivered, the job gone.
-    /// `agent_ms`: how long the agent took; `handoff`: it asked for a person; `choices`:
-    /// the buttons posted with the last part.
+    /// `agent_ms`: how long the agent took; `handoff`: it asked for a person.
     Answered {
         response: String,
-        parts: Vec<String>,
+        /// Boxed: the other transitions, written far more often, stay small.
+        reply: Box<crate::db::parts::Reply>,
         agent_ms: Option<i32>,
         handoff: Option<HandoffRequest>,
-        choices: Option<crate::choices::Offered>,
     },
     AgentRetry {
         error: String,
@@ -107,6 +106,12 @@ pub enum Transition {
     PartFailed {
         part: i32,
         error: String,
+    },
+    /// A file part's bytes are uploaded under `upload_ref`; the part stays `sending` until
+    /// the post that shows them (never uploaded again: `Outbound::send_file`).
+    PartStaged {
+        part: i32,
+        upload_ref: String,
     },
     /// Not knowable and not to be resent; the parts after it are still sent.
     PartUnknown {

@@ -45,10 +45,8 @@ pub struct WrittenTurn<'a> {
     pub origin: TurnOrigin,
     pub author: Option<&'a str>,
     pub text: &'a str,
-    /// Already split for the platform.
-    pub parts: &'a [String],
-    /// Buttons posted with the last part.
-    pub choices: Option<&'a crate::choices::Offered>,
+    /// Made ready for the platform (`delivery::split::reply`).
+    pub reply: &'a crate::db::parts::Reply,
     /// Unique on the connector with the users' own keys: prefixed by its kind.
     pub idempotency_key: &'a str,
     pub metadata: serde_json::Value,
@@ -77,10 +75,7 @@ pub async fn record(
     let Some(id) = insert(tx, place, turn).await? else {
         return Ok(Posted::Repeat(earlier(tx, place, turn).await?));
     };
-    crate::db::messages::insert_reply_parts(tx, id, turn.parts).await?;
-    if let (Some(offered), Some(last)) = (turn.choices, turn.parts.len().checked_sub(1)) {
-        crate::db::messages::offer_choices(tx, id, last, offered).await?;
-    }
+    crate::db::parts::insert_reply_parts(tx, id, turn.reply).await?;
     queue::enqueue(tx, id, &place.conversation_key, Stage::Reply).await?;
     Ok(Posted::New(id))
 }

@@ -375,10 +375,10 @@ async fn a_message_is_read_with_its_reply_parts_and_an_unknown_id_is_404() {
     // One message, with reply parts written as the worker would.
     let id = items[1]["id"].as_str().unwrap();
     let mut tx = app.tenant_tx(t.p.tenant).await;
-    channel_bridge::db::messages::insert_reply_parts(
+    channel_bridge::db::parts::insert_reply_parts(
         &mut tx,
         id.parse().unwrap(),
-        &["hi".into(), "there".into()],
+        &channel_bridge::db::parts::Reply::text(vec!["hi".into(), "there".into()]),
     )
     .await
     .unwrap();

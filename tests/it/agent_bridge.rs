@@ -11,11 +11,15 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use channel_bridge::agent_bridge::upstream::UpstreamConfig;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use channel_bridge::agent_bridge::png::ECHO_PNG;
+use channel_bridge::agent_bridge::upstream::{Modality, UpstreamConfig};
 use channel_bridge::agent_bridge::{self, BridgeConfig};
 use channel_bridge::dispatch::payload::{ChannelOut, ChatMessage, DispatchOut};
 use channel_bridge::dispatch::StepOutcome;
 use channel_bridge::domain::Platform;
+use channel_bridge::media::outgoing::FileIn;
 use channel_bridge::signature;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
@@ -587,6 +591,177 @@ async fn echo_with_choices_offers_yes_and_no_and_answers_a_tap_without_new_ones(
     assert_eq!(echoed["messages"][0]["content"], "echo: Yes (history: 1 turn)");
 }
 
+/// The answer's `attachments`, read as the gateway reads them.
+fn attachments_of(answer: &Value) -> Vec<FileIn> {
+    serde_json::from_value(answer["attachments"].clone()).unwrap_or_else(|e| panic!("{e}: {answer}"))
+}
+
+#[tokio::test]
+async fn echo_with_file_answers_with_its_png_captioned_with_the_text_and_a_tap_without_it() {
+    let url = spawn_bridge(BridgeConfig::echo_sending_a_file(SECRET)).await;
+
+    let (status, answer) =
+        status_and_json(dispatch(&url, &dispatch_payload(vec![user("a picture, please")])).await).await;
+    let tap = tap_payload(
+        vec![user("shall we?"), assistant("echo: shall we?")],
+        "yes",
+        "Yes",
+    );
+    let (_, tapped) = status_and_json(dispatch(&url, &tap).await).await;
+
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["messages"],
+        json!([{"role": "assistant", "content": "echo: a picture, please (history: 0 turns)"}]),
+        "the text first; the file is posted after it"
+    );
+    let [picture] = &attachments_of(&answer)[..] else {
+        panic!("one picture: {answer}")
+    };
+    assert_eq!(picture.name.as_deref(), Some("echo.png"));
+    assert_eq!(picture.mime.as_deref(), Some("image/png"));
+    assert_eq!(picture.caption.as_deref(), Some("echo: a picture, please"));
+    assert!(picture.url.is_none());
+    let png = BASE64.decode(picture.data.as_deref().unwrap()).unwrap();
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "a PNG");
+    assert_eq!(png, *ECHO_PNG);
+    picture.clone().check().expect("the gateway's own check takes it");
+    assert!(
+        tapped.get("attachments").is_none(),
+        "a tap closes a question: {tapped}"
+    );
+}
+
+/// The signed events the echo posts to a turn's events URL, each verified as the gateway does.
+async fn events_receiver() -> (String, Arc<Mutex<Vec<Value>>>) {
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let app = Router::new()
+        .route(
+            "/events",
+            post(
+                |State(received): State<Arc<Mutex<Vec<Value>>>>,
+                 headers: HeaderMap,
+                 body: axum::body::Bytes| async move {
+                    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+                    let verified = signature::verify(
+                        SECRET,
+                        header("webhook-id"),
+                        header("webhook-timestamp"),
+                        header("webhook-signature"),
+                        &body,
+                        now(),
+                    );
+                    if verified.is_err() {
+                        return StatusCode::UNAUTHORIZED;
+                    }
+                    received
+                        .lock()
+                        .unwrap()
+                        .push(serde_json::from_slice(&body).unwrap());
+                    StatusCode::OK
+                },
+            ),
+        )
+        .with_state(received.clone());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/events", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, received)
+}
+
+#[tokio::test]
+async fn echo_with_file_and_async_carries_the_picture_on_its_message_event() {
+    let (events_url, received) = events_receiver().await;
+    let mut config = BridgeConfig::echo_sending_a_file(SECRET);
+    config.answer_later = Some(Duration::from_millis(10));
+    let url = spawn_bridge(config).await;
+    let mut payload = dispatch_payload(vec![user("later, with a picture")]);
+    payload["reply"] = json!({ "url": events_url });
+
+    let (status, accepted) = status_and_json(dispatch(&url, &payload).await).await;
+
+    assert_eq!(status, 202, "{accepted}");
+    crate::support::eventually("the echo posts status, message and done", || async {
+        received.lock().unwrap().len() == 3
+    })
+    .await;
+    let events = received.lock().unwrap().clone();
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["status", "message", "done"]);
+    assert_eq!(
+        events[1]["content"],
+        "echo: later, with a picture (history: 0 turns)"
+    );
+    let [picture] = &attachments_of(&events[1])[..] else {
+        panic!("one picture: {}", events[1])
+    };
+    assert_eq!(picture.name.as_deref(), Some("echo.png"));
+    assert_eq!(picture.caption.as_deref(), Some("echo: later, with a picture"));
+}
+
+#[tokio::test]
+async fn an_upstreams_images_and_audio_come_back_as_inline_attachments_after_the_text() {
+    let upstream = Upstream::start().await;
+    let png = BASE64.encode(&*ECHO_PNG);
+    let mp3 = BASE64.encode(b"ID3\x04\x00\x00frames");
+    // OpenRouter's image answer, then OpenAI's audio answer (`content` null beside `audio`).
+    let completion = |message: Value| {
+        json!({"id": "chatcmpl-1", "object": "chat.completion",
+               "choices": [{"index": 0, "finish_reason": "stop", "message": message}]})
+    };
+    let image = json!({"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{png}")}});
+    let image_answer =
+        completion(json!({"role": "assistant", "content": "A ring, as asked.", "images": [image]}));
+    let audio =
+        json!({"id": "audio_1", "expires_at": 1_729_018_505, "data": mp3, "transcript": "Hello there."});
+    let audio_answer =
+        completion(json!({"role": "assistant", "content": null, "refusal": null, "audio": audio}));
+    upstream.script([
+        UpstreamAnswer::Status(200, image_answer, None),
+        UpstreamAnswer::Status(200, audio_answer, None),
+    ]);
+    let mut config = upstream_config(&upstream);
+    config.modalities = vec![Modality::Text, Modality::Audio];
+    config.audio_voice = "coral".into();
+    let url = spawn_bridge(BridgeConfig::upstream(SECRET, config)).await;
+
+    let (status, drawn) = status_and_json(dispatch(&url, &dispatch_payload(vec![user("draw")])).await).await;
+    let (_, spoken) = status_and_json(dispatch(&url, &dispatch_payload(vec![user("say hi")])).await).await;
+
+    assert_eq!(status, 200, "{drawn}");
+    assert_eq!(drawn["messages"][0]["content"], "A ring, as asked.");
+    let [image] = &attachments_of(&drawn)[..] else {
+        panic!("one image: {drawn}")
+    };
+    assert_eq!(
+        (
+            image.name.as_deref(),
+            image.mime.as_deref(),
+            image.data.as_deref()
+        ),
+        (Some("image-1.png"), Some("image/png"), Some(png.as_str()))
+    );
+    assert_eq!(
+        spoken["messages"],
+        json!([{"role": "assistant", "content": "Hello there."}]),
+        "the transcript is the text"
+    );
+    let [audio] = &attachments_of(&spoken)[..] else {
+        panic!("one audio file: {spoken}")
+    };
+    assert_eq!(
+        (
+            audio.name.as_deref(),
+            audio.mime.as_deref(),
+            audio.data.as_deref()
+        ),
+        (Some("answer.mp3"), Some("audio/mpeg"), Some(mp3.as_str()))
+    );
+    let asked = &upstream.calls()[0].body;
+    assert_eq!(asked["modalities"], json!(["text", "audio"]));
+    assert_eq!(asked["audio"], json!({"voice": "coral", "format": "mp3"}));
+}
+
 fn choices_tool_bridge(upstream: &Upstream) -> BridgeConfig {
     let mut config = upstream_config(upstream);
     config.choices_tool = true;
@@ -791,7 +966,7 @@ async fn gateway_to_bridge_with_the_choices_tool_posts_buttons_and_the_model_hea
     );
     let on = {
         let mut tx = app.tenant_tx(tenant.tenant).await;
-        let parts = channel_bridge::db::messages::reply_parts(&mut tx, asked)
+        let parts = channel_bridge::db::parts::reply_parts(&mut tx, asked)
             .await
             .unwrap();
         parts.last().and_then(|p| p.platform_message_id.clone()).unwrap()

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use channel_bridge::db::messages::ReplyPart;
+use channel_bridge::db::parts::ReplyPart;
 use channel_bridge::dispatch::{StepOutcome, Worker};
 use channel_bridge::domain::{MessageId, Platform, TenantId};
 use channel_bridge::settings::ServeSettings;
@@ -44,7 +44,7 @@ async fn parts_of(url: &str, tenant: TenantId, message: MessageId) -> Vec<ReplyP
     let settings = channel_bridge::settings::DatabaseSettings::from_url(url.to_owned());
     let pool = channel_bridge::db::connect_pool(&settings).unwrap();
     let mut tx = channel_bridge::db::TenantTx::begin(&pool, tenant).await.unwrap();
-    channel_bridge::db::messages::reply_parts(&mut tx, message)
+    channel_bridge::db::parts::reply_parts(&mut tx, message)
         .await
         .unwrap()
 }

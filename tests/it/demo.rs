@@ -7,7 +7,7 @@ use channel_bridge::domain::Platform;
 use crate::support::TestDb;
 
 #[tokio::test]
-async fn the_demo_answers_every_turn_on_its_platform_collapses_the_retry_drops_the_echo_and_hears_a_tap() {
+async fn the_demo_answers_every_turn_on_its_platform_hears_a_tap_and_posts_a_picture() {
     // The demo drops and re-creates the database it is given; this one is the test's own.
     let db = TestDb::empty().await;
     let mut printed = Vec::new();
@@ -30,6 +30,7 @@ async fn the_demo_answers_every_turn_on_its_platform_collapses_the_retry_drops_t
             (Platform::Slack, "dropped"),
             (Platform::Telegram, "replied"),
             (Platform::Telegram, "tapped"),
+            (Platform::Telegram, "replied"),
             (Platform::Whatsapp, "replied"),
             (Platform::Slack, "replied"),
         ]
@@ -37,9 +38,10 @@ async fn the_demo_answers_every_turn_on_its_platform_collapses_the_retry_drops_t
     assert_eq!(summary.duplicates(), 1);
     assert_eq!(summary.dropped(), 1);
     assert_eq!(summary.taps(), 1);
-    assert_eq!(summary.recorded_turns, 5, "the retry added no row, the tap one");
+    assert_eq!(summary.pictures(), 1);
+    assert_eq!(summary.recorded_turns, 6, "the retry added no row, the tap one");
     let turns: Vec<_> = summary.turns().collect();
-    assert_eq!(turns.len(), 5);
+    assert_eq!(turns.len(), 6);
     for (step, turn) in &turns {
         assert_eq!(turn.reply.platform, step.platform, "answered where it was asked");
         let echoed = match turn.action {
@@ -50,14 +52,25 @@ async fn the_demo_answers_every_turn_on_its_platform_collapses_the_retry_drops_t
         assert_eq!(step.webhook.status, 200);
     }
     the_question_was_tapped(turns[1].1, turns[2].1);
+    the_picture_came_after_the_text(turns[3]);
     assert_eq!(turns[0].1.reply.buttons, [], "the other answers stay plain");
+    assert!(turns
+        .iter()
+        .enumerate()
+        .all(|(i, (_, t))| i == 3 || t.pictures.is_empty()));
     the_histories_are_each_persons(&turns);
 
     let printed = String::from_utf8(printed).unwrap();
     assert!(printed.contains(&summary.tenant_id.to_string()), "{printed}");
     assert!(printed.contains("export DATABASE_URL="), "{printed}");
-    for tap_line in ["[Yes] [No]", "answerCallbackQuery", "editMessageReplyMarkup"] {
-        assert!(printed.contains(tap_line), "{printed}");
+    for line in [
+        "[Yes] [No]",
+        "answerCallbackQuery",
+        "editMessageReplyMarkup",
+        "picture    echo.png (image/png, ",
+        "1 picture posted",
+    ] {
+        assert!(printed.contains(line), "{printed}");
     }
 
     // The database is left in place to explore.
@@ -66,7 +79,7 @@ async fn the_demo_answers_every_turn_on_its_platform_collapses_the_retry_drops_t
         .fetch_one(&mut owner)
         .await
         .unwrap();
-    assert_eq!(rows, 5);
+    assert_eq!(rows, 6);
 }
 
 fn kinds(summary: &DemoSummary) -> Vec<(Platform, &'static str)> {
@@ -101,6 +114,20 @@ fn the_question_was_tapped(question: &Turn, tap: &Turn) {
     );
 }
 
+/// Alice's request for a picture: the Telegram stand-in received the echo's PNG as a photo
+/// upload to her chat, captioned with her words, besides the text.
+fn the_picture_came_after_the_text((step, turn): (&Step, &Turn)) {
+    let [picture] = &turn.pictures[..] else {
+        panic!("one picture: {:?}", turn.pictures)
+    };
+    assert_eq!(picture.platform, Platform::Telegram);
+    assert_eq!(picture.method, "sendPhoto");
+    assert_eq!(picture.chat, turn.reply.chat, "in the same chat as the text");
+    assert_eq!((picture.name.as_str(), picture.png), ("echo.png", true));
+    assert_eq!(picture.caption, format!("echo: {}", step.text));
+    assert!(turn.reply.text.starts_with(&format!("echo: {}", step.text)));
+}
+
 /// Alice's history spans Slack and Telegram, her tap included; Bob's is his own.
 fn the_histories_are_each_persons(turns: &[(&Step, &Turn)]) {
     let seen: Vec<(Option<&str>, usize)> = turns
@@ -113,17 +140,18 @@ fn the_histories_are_each_persons(turns: &[(&Step, &Turn)]) {
             (Some("alice"), 1),
             (Some("alice"), 3),
             (Some("alice"), 5),
+            (Some("alice"), 7),
             (Some("bob"), 1),
-            (Some("alice"), 7)
+            (Some("alice"), 9)
         ]
     );
-    let last = turns[4].1;
-    let alternating: Vec<&str> = (0..7)
+    let last = turns[5].1;
+    let alternating: Vec<&str> = (0..9)
         .map(|i| if i % 2 == 0 { "user" } else { "assistant" })
         .collect();
     assert_eq!(last.agent_saw, alternating);
     assert!(
-        last.reply.text.ends_with("(history: 3 turns)"),
+        last.reply.text.ends_with("(history: 4 turns)"),
         "{}",
         last.reply.text
     );

@@ -573,9 +573,7 @@ async fn a_multi_part_answer_gives_one_reply_part_row_per_part_in_order() {
     let id = executed(&worker).await;
 
     let mut tx = app.tenant_tx(tenant.tenant).await;
-    let parts = channel_bridge::db::messages::reply_parts(&mut tx, id)
-        .await
-        .unwrap();
+    let parts = channel_bridge::db::parts::reply_parts(&mut tx, id).await.unwrap();
     let parts: Vec<(i32, &str, &str)> = parts
         .iter()
         .map(|p| (p.part_index, p.content.as_str(), p.status.as_str()))

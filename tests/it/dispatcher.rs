@@ -512,10 +512,9 @@ async fn changes_of_several_turns_applied_together_each_get_their_own_outcome() 
     };
     let answered = |text: &str| Transition::Answered {
         response: text.into(),
-        parts: vec![text.into()],
+        reply: Box::new(channel_bridge::db::parts::Reply::text(vec![text.into()])),
         agent_ms: None,
         handoff: None,
-        choices: None,
     };
     let changes = [
         change(0, jobs[0].lease, answered("for 0")),

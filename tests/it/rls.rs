@@ -70,9 +70,13 @@ async fn seed(pool: &PgPool, slug: &str) -> Seeded {
     .unwrap()
     .remove(0)
     .expect("first insert is new");
-    db::messages::insert_reply_parts(&mut tx, message, &["answer".to_owned()])
-        .await
-        .unwrap();
+    db::parts::insert_reply_parts(
+        &mut tx,
+        message,
+        &db::parts::Reply::text(vec!["answer".to_owned()]),
+    )
+    .await
+    .unwrap();
     tx.commit().await.unwrap();
     Seeded {
         tenant,
@@ -179,7 +183,7 @@ async fn tenant_a_cannot_select_update_or_delete_tenant_b_rows_even_by_primary_k
     // And through the application's own functions, by id.
     let mut tx = TenantTx::begin(&pool, a.tenant).await.unwrap();
     assert!(db::messages::get(&mut tx, b.message).await.unwrap().is_none());
-    assert!(db::messages::reply_parts(&mut tx, b.message)
+    assert!(db::parts::reply_parts(&mut tx, b.message)
         .await
         .unwrap()
         .is_empty());

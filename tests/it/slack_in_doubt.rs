@@ -216,9 +216,13 @@ async fn foreign_part_in_doubt(s: &Pipeline) -> (Provisioned, MessageId) {
     .unwrap()
     .remove(0)
     .unwrap();
-    db::messages::insert_reply_parts(&mut tx, foreign, &["theirs".to_owned()])
-        .await
-        .unwrap();
+    db::parts::insert_reply_parts(
+        &mut tx,
+        foreign,
+        &db::parts::Reply::text(vec!["theirs".to_owned()]),
+    )
+    .await
+    .unwrap();
     tx.commit().await.unwrap();
     s.owner_exec(
         "update channel_replies set status = 'sending', sending_since = now() where status = 'pending'",
@@ -282,7 +286,7 @@ async fn a_metadata_event_with_an_unknown_or_foreign_key_answers_200_and_changes
     );
     assert!(job_wait(&s, id).await > 10.0, "and its job was not woken");
     let mut tx = TenantTx::begin(&s.app.pool, other.tenant).await.unwrap();
-    let theirs = db::messages::reply_parts(&mut tx, foreign).await.unwrap();
+    let theirs = db::parts::reply_parts(&mut tx, foreign).await.unwrap();
     tx.commit().await.unwrap();
     assert_eq!(
         (

@@ -63,7 +63,7 @@ pub async fn conversation(
     let rows = db::messages::list(&mut tx, &filter).await?;
     let (rows, next_cursor) = page_of(rows, filter.limit);
     let ids: Vec<MessageId> = rows.iter().map(|row| row.id).collect();
-    let parts = db::messages::reply_parts_of(&mut tx, &ids).await?;
+    let parts = db::parts::reply_parts_of(&mut tx, &ids).await?;
     let reactions = db::reactions::of_messages(&mut tx, &ids).await?;
     let links = match who {
         Who::User(user) => db::links::of_user(&mut tx, user).await?,

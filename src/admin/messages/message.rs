@@ -9,7 +9,8 @@ use uuid::Uuid;
 
 use crate::admin::auth::TenantAdmin;
 use crate::admin::schema;
-use crate::db::messages::{MessageRow, ReplyPart};
+use crate::db::messages::MessageRow;
+use crate::db::parts::ReplyPart;
 use crate::db::{self, TenantTx};
 use crate::domain::{MessageId, TenantId};
 use crate::error::{ApiJsonError, AppError};
@@ -126,6 +127,13 @@ pub struct ReplyPartOut {
     /// made (`content` says which: `✓ <label>`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub edit_of: Option<i32>,
+    /// The file the part posts (`content` is its caption;
+    /// docs/agent.md#files-and-reactions-in-answers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<crate::media::outgoing::FileOut>,
+    /// The part sets `content` as a reaction on the user's message.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub reaction: bool,
 }
 
 impl From<ReplyPart> for ReplyPartOut {
@@ -142,6 +150,11 @@ impl From<ReplyPart> for ReplyPartOut {
             choices: part.choices,
             chosen: part.chosen,
             edit_of: part.edit_of,
+            file: part
+                .attachment
+                .as_ref()
+                .map(crate::media::outgoing::OutgoingFile::summary),
+            reaction: part.reaction,
         }
     }
 }
@@ -164,7 +177,7 @@ pub async fn get_message(pool: &PgPool, tenant: TenantId, id: Uuid) -> Result<Me
     let row = db::messages::get(&mut tx, MessageId(id))
         .await?
         .ok_or(AppError::NotFound("message"))?;
-    let parts = db::messages::reply_parts(&mut tx, row.id).await?;
+    let parts = db::parts::reply_parts(&mut tx, row.id).await?;
     let reactions = db::reactions::of_messages(&mut tx, &[row.id]).await?;
     let reply_to = match &row.reply_to_id {
         Some(reply_to) => db::messages::resolve_reply_to(&mut tx, row.connector_id, reply_to).await?,

@@ -1,5 +1,5 @@
 //! Slack. An interrupted send is settled by Slack's metadata event or a read of the thread
-//! (`reconcile`, `thread`).
+//! (`reconcile`, `thread`); an interrupted file upload by the file's shares (`shares`).
 
 mod command;
 pub mod dm;
@@ -8,20 +8,32 @@ pub mod format;
 pub mod inbound;
 mod interactive;
 pub mod live;
+mod reaction;
 pub mod reconcile;
 pub mod send;
+mod shares;
 pub mod thread;
 pub mod typing;
+mod upload;
 
 use futures::future::BoxFuture;
 
 use crate::choices::Choices;
-use crate::db::messages::ReplyPart;
+use crate::db::parts::ReplyPart;
 use crate::platforms::contract::{Pending, PlatformApi, Reconciled};
 
 pub struct Slack;
 
 impl PlatformApi for Slack {
+    /// One limit for every type (`upload::FILE_MAX_BYTES`).
+    fn file_limit(&self, _mime: &str) -> Result<u64, String> {
+        Ok(upload::FILE_MAX_BYTES)
+    }
+
+    fn reaction_name(&self, emoji: &str) -> Result<String, String> {
+        reaction::reaction_name(emoji)
+    }
+
     /// Slack truncates at 40,000 characters but recommends about 4,000 for readability.
     fn part_limit(&self) -> usize {
         4000
@@ -37,6 +49,10 @@ impl PlatformApi for Slack {
         pending: &'a Pending<'a>,
         part: &'a ReplyPart,
     ) -> BoxFuture<'a, anyhow::Result<Reconciled>> {
-        Box::pin(reconcile::reconcile(pending, part))
+        // A file is found by its shares; the thread search is for text parts.
+        match part.attachment {
+            Some(_) => Box::pin(shares::reconcile(pending, part)),
+            None => Box::pin(reconcile::reconcile(pending, part)),
+        }
     }
 }

@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
 use super::thread::{self, ThreadPage, ThreadPageQuery};
-use crate::db::messages::ReplyPart;
+use crate::db::parts::ReplyPart;
 use crate::db::{replies, slack_budget, TenantTx};
 use crate::platforms::contract::{Pending, Reconciled};
 use crate::retry::{part_backoff, window_left};

@@ -12,6 +12,7 @@ use super::Slack;
 use crate::choices::Offered;
 use crate::db::messages::MessageRow;
 use crate::egress::{self, GuardedClient as Client};
+use crate::media::outgoing::OutgoingFile;
 use crate::platforms::contract::api_base;
 use crate::platforms::send::{read_json, transport_error, Outbound, OutboundPart, SendOutcome};
 
@@ -130,6 +131,71 @@ pub(super) fn classify(
         None => SendOutcome::Unknown {
             error: format!("slack answered {status} without JSON"),
         },
+    }
+}
+
+/// Why a Slack method did not answer `ok: true`.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Refusal {
+    /// Settled already: rate limited, or refused for good.
+    Settled(SendOutcome),
+    /// A code a repeat may get past (`internal_error`, `fatal_error`…): maybe done.
+    Code { code: String, error: String },
+    /// 5xx or no JSON: maybe done.
+    Unclear(String),
+}
+
+impl Refusal {
+    /// As a request that may have had its effect.
+    pub(super) fn outcome(self) -> SendOutcome {
+        match self {
+            Refusal::Settled(outcome) => outcome,
+            Refusal::Code { error, .. } | Refusal::Unclear(error) => SendOutcome::Unknown { error },
+        }
+    }
+}
+
+impl From<Refusal> for SendOutcome {
+    fn from(refusal: Refusal) -> Self {
+        refusal.outcome()
+    }
+}
+
+/// A Slack answer's body when `ok`; otherwise why not, the error named after `method`
+/// (`slack files.completeUploadExternal: not_in_channel`). `permanent`: the method's own
+/// refusals that a repeat cannot fix, beyond `SLACK_PERMANENT`.
+pub(super) fn ok_body(
+    method: &str,
+    permanent: &[&str],
+    status: StatusCode,
+    body: Option<Value>,
+    retry_after: Option<Duration>,
+) -> Result<Value, Refusal> {
+    let code = error_code(body.as_ref());
+    if rate_limited(status, &code) {
+        return Err(Refusal::Settled(SendOutcome::RateLimited {
+            retry_after: retry_after.unwrap_or(Duration::from_secs(1)),
+            error: format!("slack {method}: rate limited"),
+        }));
+    }
+    if status.is_server_error() {
+        return Err(Refusal::Unclear(format!("slack {method} answered {status}")));
+    }
+    match body {
+        Some(body) if body["ok"] == true => Ok(body),
+        Some(_) if SLACK_PERMANENT.contains(&code.as_str()) || permanent.contains(&code.as_str()) => {
+            Err(Refusal::Settled(SendOutcome::Permanent {
+                error: format!("slack {method}: {code}"),
+            }))
+        }
+        Some(_) if code.is_empty() => Err(Refusal::Unclear(format!("slack {method} answered {status}"))),
+        Some(_) => Err(Refusal::Code {
+            error: format!("slack {method}: {code}"),
+            code,
+        }),
+        None => Err(Refusal::Unclear(format!(
+            "slack {method} answered {status} without JSON"
+        ))),
     }
 }
 
@@ -275,6 +341,26 @@ pub(super) async fn close(
 }
 
 impl Outbound for Slack {
+    fn send_file<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+        file: &'a OutgoingFile,
+    ) -> BoxFuture<'a, SendOutcome> {
+        Box::pin(super::upload::send_file(client, part, token, file))
+    }
+
+    fn react<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+        target: &'a str,
+    ) -> BoxFuture<'a, SendOutcome> {
+        Box::pin(super::reaction::react(client, part, token, target))
+    }
+
     fn close_choices<'a>(
         &'a self,
         client: &'a Client,

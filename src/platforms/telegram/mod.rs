@@ -6,10 +6,11 @@ pub mod inbound;
 pub mod live;
 pub mod send;
 pub mod typing;
+pub mod upload;
 
 use futures::future::BoxFuture;
 
-use crate::db::messages::ReplyPart;
+use crate::db::parts::ReplyPart;
 use crate::domain::TelegramDelivery;
 use crate::platforms::contract::{Pending, PlatformApi, Reconciled};
 
@@ -18,6 +19,14 @@ pub struct Telegram;
 impl PlatformApi for Telegram {
     fn part_limit(&self) -> usize {
         4096
+    }
+
+    fn file_limit(&self, mime: &str) -> Result<u64, String> {
+        Ok(upload::file_limit(mime))
+    }
+
+    fn reaction_name(&self, emoji: &str) -> Result<String, String> {
+        upload::reaction_name(emoji)
     }
 
     /// Telegram offers no way to look: the connector's choice decides (at-most-once: the

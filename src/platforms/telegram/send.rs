@@ -189,7 +189,7 @@ async fn edit(
 }
 
 /// An edit answers the edited Message, or `true` (for an inline message): either is done.
-fn classify_edit(status: StatusCode, body: Option<Value>) -> SendOutcome {
+pub(super) fn classify_edit(status: StatusCode, body: Option<Value>) -> SendOutcome {
     match body {
         Some(body) if status.is_success() && body["ok"] == true && body["result"] == true => {
             SendOutcome::Sent(String::new())
@@ -198,7 +198,7 @@ fn classify_edit(status: StatusCode, body: Option<Value>) -> SendOutcome {
     }
 }
 
-fn classify(status: StatusCode, body: Option<Value>) -> SendOutcome {
+pub(super) fn classify(status: StatusCode, body: Option<Value>) -> SendOutcome {
     // Shortened and cleaned: the base URL may be the tenant's, and its answer is not trusted.
     let description = body
         .as_ref()
@@ -257,6 +257,26 @@ async fn close_choices(client: &Client, part: &OutboundPart<'_>, token: &str, ta
 }
 
 impl Outbound for Telegram {
+    fn send_file<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+        file: &'a crate::media::outgoing::OutgoingFile,
+    ) -> BoxFuture<'a, SendOutcome> {
+        Box::pin(super::upload::send_file(client, part, token, file))
+    }
+
+    fn react<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+        target: &'a str,
+    ) -> BoxFuture<'a, SendOutcome> {
+        Box::pin(super::upload::react(client, part, token, target))
+    }
+
     fn close_choices<'a>(
         &'a self,
         client: &'a Client,

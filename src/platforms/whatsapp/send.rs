@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use super::{Whatsapp, GRAPH_VERSION};
 use crate::egress::{self, GuardedClient as Client};
+use crate::media::outgoing::OutgoingFile;
 use crate::platforms::contract::api_base;
 use crate::platforms::send::{read_json, transport_error, Outbound, OutboundPart, SendOutcome};
 
@@ -25,59 +26,77 @@ pub(crate) fn rate_limit(code: i64) -> Option<Duration> {
 }
 
 pub(super) async fn send(client: &Client, part: &OutboundPart<'_>, token: &str) -> SendOutcome {
-    let message = part.message;
-    let phone_number_id =
-        message.metadata["phone_number_id"]
-            .as_str()
-            .or(part.connector.profile.external_id.as_deref());
-    let Some(phone_number_id) = phone_number_id else {
-        return SendOutcome::Permanent {
-            error: "connector has no phone_number_id (external id)".into(),
-        };
+    let phone_number_id = match phone_number_id(part) {
+        Ok(id) => id,
+        Err(outcome) => return outcome,
     };
     let formatted = part.formatted(&Whatsapp);
     let text = formatted.as_ref().map_or(part.text, |f| f.text.as_str());
+    // Outside the 24-hour window, an approved template (docs/agent.md#writing-first).
+    let (kind, object) = match (template_of(part.message), part.choices) {
+        (Some(template), _) => ("template", template),
+        (None, Some(offered)) => super::choices::message(offered, text),
+        (None, None) => ("text", json!({ "preview_url": false, "body": text })),
+    };
+    let mut body = envelope(part, kind);
+    body[kind] = object;
+    match post_message(client, part, token, phone_number_id, &body).await {
+        Ok((status, answer)) => classify(status, answer),
+        Err(outcome) => outcome,
+    }
+}
+
+/// The number the connector sends from: the one the user wrote to, else the connector's.
+pub(super) fn phone_number_id<'a>(part: &'a OutboundPart<'_>) -> Result<&'a str, SendOutcome> {
+    part.message.metadata["phone_number_id"]
+        .as_str()
+        .or(part.connector.profile.external_id.as_deref())
+        .ok_or_else(|| SendOutcome::Permanent {
+            error: "connector has no phone_number_id (external id)".into(),
+        })
+}
+
+/// A `/messages` send of `part` as every kind of message addresses it: to the user's number
+/// with its `+` (without it Meta prepends the business number's country code), quoting the
+/// user's message, and with the part key Meta echoes in the status callback that settles a
+/// send in doubt. `kind`'s own object is the caller's.
+pub(super) fn envelope(part: &OutboundPart<'_>, kind: &str) -> Value {
     let mut body = json!({
         "messaging_product": "whatsapp",
         "recipient_type": "individual",
-        "to": format!("+{}", message.chat_id.trim_start_matches('+')),
-        "type": "text",
-        "text": { "preview_url": false, "body": text },
+        "to": recipient(part.message),
+        "type": kind,
         "biz_opaque_callback_data": part.part_key,
     });
-    if let Some(offered) = part.choices {
-        let (kind, object) = super::choices::message(offered, text);
-        body["type"] = kind.into();
-        if let Some(fields) = body.as_object_mut() {
-            fields.remove("text");
-            fields.insert(kind.to_owned(), object);
-        }
-    }
-    if let Some(target) = message.reply_target() {
+    if let Some(target) = part.message.reply_target() {
         body["context"] = json!({ "message_id": target });
     }
-    // Outside the 24-hour window, an approved template (docs/agent.md#writing-first).
-    if let Some(template) = template_of(message) {
-        body["type"] = "template".into();
-        body["template"] = template;
-        if let Some(object) = body.as_object_mut() {
-            object.remove("text");
-        }
-    }
-    let request = client
-        .post(format!(
-            "{}/{GRAPH_VERSION}/{phone_number_id}/messages",
-            api_base(part.connector)
-        ))
-        .bearer_auth(token)
-        .json(&body);
-    let response = client.send(request).await;
-    match response {
+    body
+}
+
+pub(super) fn recipient(message: &crate::db::messages::MessageRow) -> String {
+    format!("+{}", message.chat_id.trim_start_matches('+'))
+}
+
+/// POSTs `body` to the number's `/messages`: Meta's answer, or what the failed request means.
+pub(super) async fn post_message(
+    client: &Client,
+    part: &OutboundPart<'_>,
+    token: &str,
+    phone_number_id: &str,
+    body: &Value,
+) -> Result<(StatusCode, Option<Value>), SendOutcome> {
+    let url = format!(
+        "{}/{GRAPH_VERSION}/{phone_number_id}/messages",
+        api_base(part.connector)
+    );
+    let request = client.post(url).bearer_auth(token).json(body);
+    match client.send(request).await {
         Ok(response) => {
-            let (status, body, _) = read_json(response).await;
-            classify(status, body)
+            let (status, answer, _) = read_json(response).await;
+            Ok((status, answer))
         }
-        Err(err) => transport_error(err),
+        Err(err) => Err(transport_error(err)),
     }
 }
 
@@ -104,25 +123,29 @@ fn template_of(message: &crate::db::messages::MessageRow) -> Option<Value> {
     Some(out)
 }
 
-fn classify(status: StatusCode, body: Option<Value>) -> SendOutcome {
-    if let Some(id) = body
+/// A `/messages` answer: the new message's wamid, or Meta's error as `refusal` reads it.
+pub(super) fn classify(status: StatusCode, body: Option<Value>) -> SendOutcome {
+    match body
         .as_ref()
         .and_then(|b| b.pointer("/messages/0/id"))
         .and_then(Value::as_str)
     {
-        return SendOutcome::Sent(id.to_owned());
+        Some(id) => SendOutcome::Sent(id.to_owned()),
+        None => refusal(status, body.as_ref()),
     }
+}
+
+/// A Graph error answer of any WhatsApp call. The HTTP status varies; Meta's error table is
+/// keyed by `error.code` (see `rate_limit`): 1 and 2 (and a 5xx) may have done the work.
+pub(super) fn refusal(status: StatusCode, body: Option<&Value>) -> SendOutcome {
     let code = body
-        .as_ref()
         .and_then(|b| b.pointer("/error/code"))
         .and_then(Value::as_i64);
     let text = body
-        .as_ref()
         .and_then(|b| b.pointer("/error/message"))
         .and_then(Value::as_str)
         .map(egress::short_reason)
         .unwrap_or_default();
-    // The HTTP status varies; Meta's error table is keyed by error.code (see `rate_limit`).
     match code {
         Some(code) => {
             let error = format!("whatsapp {code}: {text}");
@@ -139,6 +162,26 @@ fn classify(status: StatusCode, body: Option<Value>) -> SendOutcome {
 }
 
 impl Outbound for Whatsapp {
+    fn send_file<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+        file: &'a OutgoingFile,
+    ) -> BoxFuture<'a, SendOutcome> {
+        Box::pin(super::upload::send_file(client, part, token, file))
+    }
+
+    fn react<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+        target: &'a str,
+    ) -> BoxFuture<'a, SendOutcome> {
+        Box::pin(super::upload::react(client, part, token, target))
+    }
+
     /// A sent message cannot be edited: its buttons stay, and a late tap is recorded only.
     fn closes_choices(&self) -> bool {
         false

@@ -119,11 +119,14 @@ impl PlatformState {
 pub struct FakePlatforms {
     pub base_url: String,
     state: Arc<PlatformState>,
+    /// The files and reactions APIs (`fake_files`), on the same server.
+    files: Arc<super::fake_files::FilesState>,
 }
 
 impl FakePlatforms {
     pub async fn start() -> Self {
         let state = Arc::new(PlatformState::default());
+        let files = Arc::new(super::fake_files::FilesState::default());
         let app = Router::new()
             .route("/api/chat.postMessage", post(slack_post))
             .route("/api/conversations.replies", get(slack_replies))
@@ -139,11 +142,21 @@ impl FakePlatforms {
             .route("/{bot}/sendMessageDraft", post(telegram_draft))
             .route("/{bot}/editMessageText", post(telegram_edit))
             .route("/{bot}/editMessageReplyMarkup", post(telegram_edit_markup))
-            .with_state(state.clone());
+            .with_state(state.clone())
+            .merge(super::fake_files::routes(files.clone()));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base_url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await });
-        Self { base_url, state }
+        Self {
+            base_url,
+            state,
+            files,
+        }
+    }
+
+    /// The files and reactions APIs' calls, scripts and state.
+    pub fn files(&self) -> &super::fake_files::FilesState {
+        &self.files
     }
 
     pub fn script(&self, platform: Platform, answers: impl IntoIterator<Item = Answer>) {

@@ -7,6 +7,7 @@ pub mod api;
 pub mod citus;
 pub mod db_proxy;
 pub mod fake_agent;
+pub mod fake_files;
 pub mod fake_platforms;
 pub mod otlp_collector;
 pub mod pipeline;

@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
-use channel_bridge::db::messages::ReplyPart;
+use channel_bridge::db::parts::ReplyPart;
 use channel_bridge::dispatch::{StepOutcome, Worker};
 use channel_bridge::domain::{MessageId, Platform};
 use channel_bridge::settings::ServeSettings;
@@ -187,7 +187,7 @@ impl Pipeline {
     /// The turn's reply parts, read through the tenant transaction.
     pub async fn parts(&self, message: MessageId) -> Vec<ReplyPart> {
         let mut tx = self.app.tenant_tx(self.tenant.tenant).await;
-        channel_bridge::db::messages::reply_parts(&mut tx, message)
+        channel_bridge::db::parts::reply_parts(&mut tx, message)
             .await
             .unwrap()
     }
