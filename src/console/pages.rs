@@ -279,7 +279,7 @@ fn reply_parts(detail: &MessageDetailOut) -> String {
         let _ = write!(
             body,
             r#"<div class="card part" data-status="{status}" id="part-{index}"><div class="meta">#{index} {badge}{edit}<span>{platform_id}</span><span>{delivery}</span><span>{attempts} attempt(s)</span><span>{sent}</span></div>
-<p class="text">{content}</p>{choices}{error}</div>"#,
+{what}<p class="text">{content}</p>{choices}{error}</div>"#,
             status = esc(&part.status),
             index = part.part_index,
             badge = badge(&part.status),
@@ -292,6 +292,7 @@ fn reply_parts(detail: &MessageDetailOut) -> String {
             delivery = part.delivery_status.as_deref().map(badge).unwrap_or_default(),
             attempts = part.attempts,
             sent = part.sent_at.map(when).unwrap_or_default(),
+            what = what_part(part),
             content = esc(&part.content),
             choices = choices::offered(part),
             error = part
@@ -302,6 +303,28 @@ fn reply_parts(detail: &MessageDetailOut) -> String {
         );
     }
     body
+}
+
+/// What a part posts when it is not a message of text: a file (its content the caption),
+/// or a reaction on the user's message (its content the emoji). The file's URL is shown,
+/// not linked: it is the agent's, not the console's.
+fn what_part(part: &crate::admin::messages::ReplyPartOut) -> String {
+    if part.reaction {
+        return r#"<p class="meta">A reaction on the user's message:</p>"#.into();
+    }
+    let Some(file) = &part.file else {
+        return String::new();
+    };
+    let source = match (&file.url, file.size) {
+        (Some(url), _) => format!("from {}", esc(url)),
+        (None, Some(size)) => format!("{size} bytes, given inline"),
+        (None, None) => String::new(),
+    };
+    format!(
+        r#"<p class="file">File <strong>{name}</strong> ({mime}), {source}</p>"#,
+        name = esc(&file.name),
+        mime = esc(&file.mime),
+    )
 }
 
 pub fn failed(dispatch: &MessagePage, delivery: &MessagePage, csrf: &str) -> String {

@@ -152,61 +152,15 @@ async fn apply_rare(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Erro
             .await?;
             queue::finish(tx, message).await?;
         }
-        Transition::PartWait {
-            part,
-            error,
-            in_doubt,
-            delay,
-        } => {
-            let set = if *in_doubt {
-                "last_error = $4"
-            } else {
-                "status = 'pending', sending_since = null, last_error = $4"
-            };
-            part_update(tx, message, *part, set, Some(error)).await?;
-            put_back(tx, message, change.lease, *delay).await?;
-        }
-        Transition::PartFailed { part, error } => {
-            part_update(
-                tx,
-                message,
-                *part,
-                "status = 'failed', last_error = $4",
-                Some(error),
-            )
-            .await?;
-            fail_remaining(tx, message, *part).await?;
-            record_delivery_error(tx, message, error, true).await?;
-            queue::finish(tx, message).await?;
-        }
         Transition::Abandoned { error } => {
             fail_unsent(tx, message, error).await?;
             record_delivery_error(tx, message, error, true).await?;
             queue::finish(tx, message).await?;
         }
-        Transition::PartUnknown { part, error } => {
-            part_update(
-                tx,
-                message,
-                *part,
-                "status = 'unknown', last_error = $4",
-                Some(error),
-            )
-            .await?;
-            record_delivery_error(tx, message, error, false).await?;
-        }
-        Transition::PartStaged { part, upload_ref } => {
-            // The post that shows the upload starts now: a wait for its confirmation counts
-            // from here, not from before the fetch and the upload.
-            part_update(
-                tx,
-                message,
-                *part,
-                "upload_ref = $4, sending_since = now()",
-                Some(upload_ref),
-            )
-            .await?;
-        }
+        Transition::PartWait { .. }
+        | Transition::PartFailed { .. }
+        | Transition::PartUnknown { .. }
+        | Transition::PartStaged { .. } => apply_part(tx, change).await?,
         Transition::Concluded { .. } => queue::finish(tx, message).await?,
         Transition::PartsPosted { .. } => {
             // The job's row is locked (`held_leases`): an event adding parts committed before
@@ -248,6 +202,65 @@ async fn apply_rare(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Erro
         | Transition::MarkSending { .. }
         | Transition::PartPosted { .. }
         | Transition::Delivered { .. } => {}
+    }
+    Ok(())
+}
+
+/// The transitions of one reply part the delivery could not post as it is.
+async fn apply_part(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Error> {
+    let message = change.message;
+    match &change.transition {
+        Transition::PartWait {
+            part,
+            error,
+            in_doubt,
+            delay,
+        } => {
+            let set = if *in_doubt {
+                "last_error = $4"
+            } else {
+                "status = 'pending', sending_since = null, last_error = $4"
+            };
+            part_update(tx, message, *part, set, Some(error)).await?;
+            put_back(tx, message, change.lease, *delay).await?;
+        }
+        Transition::PartFailed { part, error } => {
+            part_update(
+                tx,
+                message,
+                *part,
+                "status = 'failed', last_error = $4",
+                Some(error),
+            )
+            .await?;
+            fail_remaining(tx, message, *part).await?;
+            record_delivery_error(tx, message, error, true).await?;
+            queue::finish(tx, message).await?;
+        }
+        Transition::PartUnknown { part, error } => {
+            part_update(
+                tx,
+                message,
+                *part,
+                "status = 'unknown', last_error = $4",
+                Some(error),
+            )
+            .await?;
+            record_delivery_error(tx, message, error, false).await?;
+        }
+        Transition::PartStaged { part, upload_ref } => {
+            // The post that shows the upload starts now: a wait for its confirmation counts
+            // from here, not from before the fetch and the upload.
+            part_update(
+                tx,
+                message,
+                *part,
+                "upload_ref = $4, sending_since = now()",
+                Some(upload_ref),
+            )
+            .await?;
+        }
+        _ => {}
     }
     Ok(())
 }

@@ -123,6 +123,19 @@ async fn a_telegram_answer_posts_its_text_then_each_file_with_its_bytes_and_capt
         shown["response_content"],
         "Here is the **Q3** report.\n\n[q3.png]\n\n[q3.pdf]"
     );
+
+    // The console's turn page says what each part posted.
+    let cookie = crate::console::http_sign_in(&s.app, &s.admin_key().await).await;
+    let (status, page) = crate::console::get_page(&s.app, &cookie, &format!("/console/turns/{id}")).await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("File <strong>q3.png</strong> (image/png), from http://127.0.0.1:"),
+        "{page}"
+    );
+    assert!(page.contains(&format!(
+        "File <strong>q3.pdf</strong> (application/pdf), {} bytes, given inline",
+        pdf().len()
+    )));
 }
 
 #[tokio::test]
