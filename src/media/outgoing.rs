@@ -34,19 +34,24 @@ pub struct FileIn {
     /// An `http(s)` URL the gateway fetches, through the same egress rules as every URL a
     /// tenant configures.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 4096)]
     pub url: Option<String>,
     /// The file itself, base64, up to 1 MiB decoded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 1398104)]
     pub data: Option<String>,
     /// The file's name as people see it (a document's extension picks its icon); taken from
     /// the URL's path when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 255)]
     pub name: Option<String>,
     /// Guessed from the name when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 255)]
     pub mime: Option<String>,
     /// Shown with the file, up to 1,024 characters, as plain text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 1024)]
     pub caption: Option<String>,
 }
 

@@ -323,6 +323,25 @@ async fn the_document_states_the_enums_limits_and_examples_the_handlers_hold_to(
     );
     assert_eq!(schemas["HandoffAskIn"]["properties"]["reason"]["maxLength"], 500);
 
+    // Files go by every way an answer comes in, each field of a file bounded.
+    for (schema, path) in [
+        ("AgentMessageIn", "/properties/attachments/items/$ref"),
+        ("PersonMessageIn", "/properties/attachments/items/$ref"),
+        ("TurnEvent", "/oneOf/1/properties/attachments/items/$ref"),
+    ] {
+        assert_eq!(
+            schemas[schema].pointer(path),
+            Some(&json!("#/components/schemas/FileIn")),
+            "{schema}"
+        );
+    }
+    for (field, property) in schemas["FileIn"]["properties"].as_object().unwrap() {
+        assert!(
+            property["maxLength"].is_u64(),
+            "FileIn.{field} is text without a bound"
+        );
+    }
+
     // No request body takes text without a bound, and each shows an example.
     let bodies = request_body_schemas(&doc);
     assert_eq!(bodies.len(), 11, "every operation with a body was walked");
