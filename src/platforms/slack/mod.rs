@@ -20,7 +20,10 @@ use futures::future::BoxFuture;
 
 use crate::choices::Choices;
 use crate::db::parts::ReplyPart;
+use crate::egress::GuardedClient as Client;
+use crate::media::outgoing::OutgoingFile;
 use crate::platforms::contract::{Pending, PlatformApi, Reconciled};
+use crate::platforms::send::{Outbound, OutboundPart, SendOutcome};
 
 pub struct Slack;
 
@@ -54,5 +57,58 @@ impl PlatformApi for Slack {
             Some(_) => Box::pin(shares::reconcile(pending, part)),
             None => Box::pin(reconcile::reconcile(pending, part)),
         }
+    }
+}
+
+/// Each kind of part goes to the file that knows it: text to `send`, files and reactions
+/// to `upload`.
+impl Outbound for Slack {
+    fn send_file<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+        file: &'a OutgoingFile,
+    ) -> BoxFuture<'a, SendOutcome> {
+        Box::pin(upload::send_file(client, part, token, file))
+    }
+
+    fn react<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+        target: &'a str,
+    ) -> BoxFuture<'a, SendOutcome> {
+        Box::pin(reaction::react(client, part, token, target))
+    }
+
+    fn close_choices<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+        target: &'a str,
+    ) -> BoxFuture<'a, SendOutcome> {
+        Box::pin(send::close(client, part, token, target))
+    }
+
+    fn send<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+    ) -> BoxFuture<'a, SendOutcome> {
+        Box::pin(send::post(client, part, token))
+    }
+
+    fn adopt<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+        live_id: &'a str,
+    ) -> BoxFuture<'a, SendOutcome> {
+        Box::pin(send::adopt(client, part, token, live_id))
     }
 }

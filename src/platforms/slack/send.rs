@@ -1,7 +1,6 @@
 //! Posting a reply part to Slack (<https://docs.slack.dev/reference/methods/chat.postMessage>),
 //! and adopting a live view's message (`chat.stopStream` + `chat.update`).
 
-use futures::future::BoxFuture;
 use std::time::Duration;
 
 use reqwest::StatusCode;
@@ -12,9 +11,8 @@ use super::Slack;
 use crate::choices::Offered;
 use crate::db::messages::MessageRow;
 use crate::egress::{self, GuardedClient as Client};
-use crate::media::outgoing::OutgoingFile;
 use crate::platforms::contract::api_base;
-use crate::platforms::send::{read_json, transport_error, Outbound, OutboundPart, SendOutcome};
+use crate::platforms::send::{read_json, transport_error, OutboundPart, SendOutcome};
 
 /// Slack's control characters; escaping them keeps agent text from forming `<@U…>` mentions
 /// or `<!channel>` pings.
@@ -337,57 +335,6 @@ pub(super) async fn close(
     match classify(status, body, retry_after) {
         SendOutcome::Sent(_) => SendOutcome::Sent(target.to_owned()),
         other => other,
-    }
-}
-
-impl Outbound for Slack {
-    fn send_file<'a>(
-        &'a self,
-        client: &'a Client,
-        part: &'a OutboundPart<'a>,
-        token: &'a str,
-        file: &'a OutgoingFile,
-    ) -> BoxFuture<'a, SendOutcome> {
-        Box::pin(super::upload::send_file(client, part, token, file))
-    }
-
-    fn react<'a>(
-        &'a self,
-        client: &'a Client,
-        part: &'a OutboundPart<'a>,
-        token: &'a str,
-        target: &'a str,
-    ) -> BoxFuture<'a, SendOutcome> {
-        Box::pin(super::reaction::react(client, part, token, target))
-    }
-
-    fn close_choices<'a>(
-        &'a self,
-        client: &'a Client,
-        part: &'a OutboundPart<'a>,
-        token: &'a str,
-        target: &'a str,
-    ) -> BoxFuture<'a, SendOutcome> {
-        Box::pin(close(client, part, token, target))
-    }
-
-    fn send<'a>(
-        &'a self,
-        client: &'a Client,
-        part: &'a OutboundPart<'a>,
-        token: &'a str,
-    ) -> BoxFuture<'a, SendOutcome> {
-        Box::pin(post(client, part, token))
-    }
-
-    fn adopt<'a>(
-        &'a self,
-        client: &'a Client,
-        part: &'a OutboundPart<'a>,
-        token: &'a str,
-        live_id: &'a str,
-    ) -> BoxFuture<'a, SendOutcome> {
-        Box::pin(adopt(client, part, token, live_id))
     }
 }
 

@@ -12,7 +12,10 @@ use futures::future::BoxFuture;
 
 use crate::db::parts::ReplyPart;
 use crate::domain::TelegramDelivery;
+use crate::egress::GuardedClient as Client;
+use crate::media::outgoing::OutgoingFile;
 use crate::platforms::contract::{Pending, PlatformApi, Reconciled};
+use crate::platforms::send::{Outbound, OutboundPart, SendOutcome};
 
 pub struct Telegram;
 
@@ -43,5 +46,58 @@ impl PlatformApi for Telegram {
             }
         };
         Box::pin(async { Ok(reconciled) })
+    }
+}
+
+/// Each kind of part goes to the file that knows it: text to `send`, files and reactions
+/// to `upload`.
+impl Outbound for Telegram {
+    fn send_file<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+        file: &'a OutgoingFile,
+    ) -> BoxFuture<'a, SendOutcome> {
+        Box::pin(upload::send_file(client, part, token, file))
+    }
+
+    fn react<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+        target: &'a str,
+    ) -> BoxFuture<'a, SendOutcome> {
+        Box::pin(upload::react(client, part, token, target))
+    }
+
+    fn close_choices<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+        target: &'a str,
+    ) -> BoxFuture<'a, SendOutcome> {
+        Box::pin(send::close_choices(client, part, token, target))
+    }
+
+    fn send<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+    ) -> BoxFuture<'a, SendOutcome> {
+        Box::pin(send::send(client, part, token))
+    }
+
+    fn adopt<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+        live_id: &'a str,
+    ) -> BoxFuture<'a, SendOutcome> {
+        Box::pin(send::adopt(client, part, token, live_id))
     }
 }

@@ -1,7 +1,6 @@
 //! Sending a reply part to Telegram (`sendMessage`, core.telegram.org/bots/api#sendmessage), and adopting a live
 //! view's group message (`editMessageText`).
 
-use futures::future::BoxFuture;
 use std::time::Duration;
 
 use reqwest::StatusCode;
@@ -12,7 +11,7 @@ use crate::choices::Offered;
 use crate::db::messages::MessageRow;
 use crate::egress::{self, GuardedClient as Client};
 use crate::platforms::contract::api_base;
-use crate::platforms::send::{read_json, transport_error, Outbound, OutboundPart, SendOutcome};
+use crate::platforms::send::{read_json, transport_error, OutboundPart, SendOutcome};
 
 /// Telegram chat and message ids are integers; the JSON must carry numbers.
 pub(crate) fn json_id(value: &str) -> Value {
@@ -234,7 +233,12 @@ pub(super) fn classify(status: StatusCode, body: Option<Value>) -> SendOutcome {
 /// Removes the keyboard of `target` (`editMessageReplyMarkup` with an empty one,
 /// core.telegram.org/bots/api#editmessagereplymarkup). A 400 (not modified, message gone
 /// or no longer editable) leaves nothing to do.
-async fn close_choices(client: &Client, part: &OutboundPart<'_>, token: &str, target: &str) -> SendOutcome {
+pub(super) async fn close_choices(
+    client: &Client,
+    part: &OutboundPart<'_>,
+    token: &str,
+    target: &str,
+) -> SendOutcome {
     let body = json!({
         "chat_id": json_id(&part.message.chat_id),
         "message_id": json_id(target),
@@ -253,57 +257,6 @@ async fn close_choices(client: &Client, part: &OutboundPart<'_>, token: &str, ta
     match classify_edit(status, body) {
         SendOutcome::Sent(_) => SendOutcome::Sent(target.to_owned()),
         other => other,
-    }
-}
-
-impl Outbound for Telegram {
-    fn send_file<'a>(
-        &'a self,
-        client: &'a Client,
-        part: &'a OutboundPart<'a>,
-        token: &'a str,
-        file: &'a crate::media::outgoing::OutgoingFile,
-    ) -> BoxFuture<'a, SendOutcome> {
-        Box::pin(super::upload::send_file(client, part, token, file))
-    }
-
-    fn react<'a>(
-        &'a self,
-        client: &'a Client,
-        part: &'a OutboundPart<'a>,
-        token: &'a str,
-        target: &'a str,
-    ) -> BoxFuture<'a, SendOutcome> {
-        Box::pin(super::upload::react(client, part, token, target))
-    }
-
-    fn close_choices<'a>(
-        &'a self,
-        client: &'a Client,
-        part: &'a OutboundPart<'a>,
-        token: &'a str,
-        target: &'a str,
-    ) -> BoxFuture<'a, SendOutcome> {
-        Box::pin(close_choices(client, part, token, target))
-    }
-
-    fn send<'a>(
-        &'a self,
-        client: &'a Client,
-        part: &'a OutboundPart<'a>,
-        token: &'a str,
-    ) -> BoxFuture<'a, SendOutcome> {
-        Box::pin(send(client, part, token))
-    }
-
-    fn adopt<'a>(
-        &'a self,
-        client: &'a Client,
-        part: &'a OutboundPart<'a>,
-        token: &'a str,
-        live_id: &'a str,
-    ) -> BoxFuture<'a, SendOutcome> {
-        Box::pin(adopt(client, part, token, live_id))
     }
 }
 

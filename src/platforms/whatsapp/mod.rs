@@ -15,7 +15,10 @@ use futures::future::BoxFuture;
 
 use crate::choices::{Choices, InvalidChoices};
 use crate::db::parts::ReplyPart;
+use crate::egress::GuardedClient as Client;
+use crate::media::outgoing::OutgoingFile;
 use crate::platforms::contract::{LivePreview, Pending, PlatformApi, Reconciled};
+use crate::platforms::send::{Outbound, OutboundPart, SendOutcome};
 use crate::retry::window_left;
 
 /// Meta Graph API version every WhatsApp call is pinned to.
@@ -78,3 +81,41 @@ impl PlatformApi for Whatsapp {
 }
 
 impl LivePreview for Whatsapp {}
+
+/// Each kind of part goes to the file that knows it: text to `send`, files and reactions
+/// to `upload`.
+impl Outbound for Whatsapp {
+    fn send_file<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+        file: &'a OutgoingFile,
+    ) -> BoxFuture<'a, SendOutcome> {
+        Box::pin(upload::send_file(client, part, token, file))
+    }
+
+    fn react<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+        target: &'a str,
+    ) -> BoxFuture<'a, SendOutcome> {
+        Box::pin(upload::react(client, part, token, target))
+    }
+
+    /// A sent message cannot be edited: its buttons stay, and a late tap is recorded only.
+    fn closes_choices(&self) -> bool {
+        false
+    }
+
+    fn send<'a>(
+        &'a self,
+        client: &'a Client,
+        part: &'a OutboundPart<'a>,
+        token: &'a str,
+    ) -> BoxFuture<'a, SendOutcome> {
+        Box::pin(send::send(client, part, token))
+    }
+}

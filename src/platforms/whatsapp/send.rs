@@ -2,7 +2,6 @@
 //! <https://developers.facebook.com/docs/whatsapp/cloud-api/guides/send-messages>), with the
 //! part key as `biz_opaque_callback_data` so the status callback can settle a send in doubt.
 
-use futures::future::BoxFuture;
 use std::time::Duration;
 
 use reqwest::StatusCode;
@@ -10,9 +9,8 @@ use serde_json::{json, Value};
 
 use super::{Whatsapp, GRAPH_VERSION};
 use crate::egress::{self, GuardedClient as Client};
-use crate::media::outgoing::OutgoingFile;
 use crate::platforms::contract::api_base;
-use crate::platforms::send::{read_json, transport_error, Outbound, OutboundPart, SendOutcome};
+use crate::platforms::send::{read_json, transport_error, OutboundPart, SendOutcome};
 
 /// Meta error codes that mean "slow down": throughput 130429, pair rate 131056 (one message
 /// per 6 s to the same user), app/WABA limits 4 and 80007
@@ -158,42 +156,6 @@ pub(super) fn refusal(status: StatusCode, body: Option<&Value>) -> SendOutcome {
         None => SendOutcome::Unknown {
             error: format!("whatsapp answered {status} without an error code"),
         },
-    }
-}
-
-impl Outbound for Whatsapp {
-    fn send_file<'a>(
-        &'a self,
-        client: &'a Client,
-        part: &'a OutboundPart<'a>,
-        token: &'a str,
-        file: &'a OutgoingFile,
-    ) -> BoxFuture<'a, SendOutcome> {
-        Box::pin(super::upload::send_file(client, part, token, file))
-    }
-
-    fn react<'a>(
-        &'a self,
-        client: &'a Client,
-        part: &'a OutboundPart<'a>,
-        token: &'a str,
-        target: &'a str,
-    ) -> BoxFuture<'a, SendOutcome> {
-        Box::pin(super::upload::react(client, part, token, target))
-    }
-
-    /// A sent message cannot be edited: its buttons stay, and a late tap is recorded only.
-    fn closes_choices(&self) -> bool {
-        false
-    }
-
-    fn send<'a>(
-        &'a self,
-        client: &'a Client,
-        part: &'a OutboundPart<'a>,
-        token: &'a str,
-    ) -> BoxFuture<'a, SendOutcome> {
-        Box::pin(send(client, part, token))
     }
 }
 
