@@ -258,7 +258,7 @@ async fn a_completion_cut_off_before_it_took_effect_is_made_once_the_window_is_o
     );
     assert_eq!(calls(&s, COMPLETE).len(), 1);
 
-    s.owner_exec("update channel_replies set sending_since = sending_since - interval '61 seconds'")
+    s.owner_exec("update channel_replies set sending_since = now() - interval '61 seconds' where sending_since is not null")
         .await;
     s.time_passes().await;
     s.worker.step().await.unwrap();
