@@ -399,15 +399,44 @@ async fn body_of(response: reqwest::Response, max_bytes: u64) -> Result<(u64, re
 fn exactly(response: reqwest::Response, len: u64) -> reqwest::Body {
     let mut seen = 0u64;
     reqwest::Body::wrap_stream(response.bytes_stream().map(move |chunk| {
-        let chunk = chunk.map_err(std::io::Error::other)?;
+        let chunk = chunk.map_err(|err| DownloadBroke(format!("the file's download broke off: {err}")))?;
         seen += chunk.len() as u64;
         match seen > len {
-            true => Err(std::io::Error::other(
-                "the file is longer than its Content-Length",
-            )),
+            true => Err(DownloadBroke("the file is longer than its Content-Length".into())),
             false => Ok(chunk),
         }
     }))
+}
+
+/// Why an upload's body ended before its declared length: the file's download failed while
+/// the upload streamed it. The platform then got a request cut short, which it cannot have
+/// acted on, so the upload is known not to have posted anything.
+#[derive(Debug)]
+pub struct DownloadBroke(pub String);
+
+impl std::fmt::Display for DownloadBroke {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for DownloadBroke {}
+
+/// The download failure behind a failed upload, if that is why it failed.
+pub fn download_broke<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a DownloadBroke> {
+    let mut cause = Some(err);
+    while let Some(err) = cause {
+        if let Some(broke) = err.downcast_ref::<DownloadBroke>() {
+            return Some(broke);
+        }
+        // io::Error's source() skips the error it wraps: look inside it too.
+        let inner = err.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref());
+        if let Some(broke) = inner.and_then(|inner| inner.downcast_ref::<DownloadBroke>()) {
+            return Some(broke);
+        }
+        cause = err.source();
+    }
+    None
 }
 
 #[cfg(test)]

@@ -158,9 +158,10 @@ pub(crate) fn no_token() -> SendOutcome {
     }
 }
 
-/// A refused connection certainly posted nothing; anything after the request left may have.
-/// The error text loses the URL, which can hold a Telegram token. An egress refusal is
-/// permanent: a retry would be refused the same way.
+/// A refused connection certainly posted nothing, nor did an upload whose file's download
+/// broke off (the platform got a body shorter than announced); anything else after the
+/// request left may have. The error text loses the URL, which can hold a Telegram token. An
+/// egress refusal is permanent: a retry would be refused the same way.
 pub(crate) fn transport_error(err: SendError) -> SendOutcome {
     let err = match err {
         SendError::Refused(_) => {
@@ -170,6 +171,11 @@ pub(crate) fn transport_error(err: SendError) -> SendOutcome {
         }
         SendError::Transport(err) => err,
     };
+    if let Some(broke) = outgoing::download_broke(&err) {
+        return SendOutcome::NotSent {
+            error: format!("not posted: {broke}"),
+        };
+    }
     let connect = err.is_connect();
     let error = err.without_url().to_string();
     if connect {

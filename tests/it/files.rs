@@ -197,6 +197,35 @@ async fn a_file_host_that_is_away_is_tried_again_and_the_file_posted_once() {
 }
 
 #[tokio::test]
+async fn a_download_broken_off_mid_upload_is_known_not_posted_and_tried_again_even_at_most_once() {
+    let s = Pipeline::start().await;
+    let host = FileHost::start().await;
+    let file = png(200_000);
+    host.break_off("/chart.png", &file, Some("image/png"));
+    let answer = json!({"content": "Here.", "attachments": [{"url": host.url("/chart.png")}]});
+    let (_, id) = answered(&s, answer).await;
+    let parts = s.parts(id).await;
+    assert_eq!(
+        statuses(&parts),
+        ["sent", "pending"],
+        "the platform got a body cut short: not posted, not in doubt"
+    );
+    let error = parts[1].last_error.as_deref().unwrap();
+    assert!(error.contains("download broke off"), "{error}");
+    assert!(
+        s.platforms.files().files().is_empty(),
+        "no file reached the platform"
+    );
+
+    host.put("/chart.png", file.clone(), Some("image/png"));
+    s.time_passes().await;
+    assert_eq!(s.worker.step().await.unwrap(), StepOutcome::Delivered(id));
+    let files = s.platforms.files().files_to(Platform::Telegram);
+    assert_eq!(files.len(), 1, "posted once");
+    assert_eq!(files[0].bytes(), file.as_slice());
+}
+
+#[tokio::test]
 async fn an_upload_in_doubt_is_not_sent_again_at_most_once() {
     let s = Pipeline::builder()
         .settings(|settings| settings.dispatch.file_timeout_secs = 1)

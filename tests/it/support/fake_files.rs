@@ -1054,6 +1054,12 @@ enum Hosted {
         first: Vec<u8>,
         content_type: Option<String>,
     },
+    /// A Content-Length of `len`, these first bytes, then the connection broken off.
+    BreakOff {
+        first: Vec<u8>,
+        len: usize,
+        content_type: Option<String>,
+    },
     Redirect(String),
     Status(u16),
 }
@@ -1127,6 +1133,22 @@ impl FileHost {
             path,
             Hosted::Stall {
                 first: first.into(),
+                content_type,
+            },
+        );
+    }
+
+    /// Announces `bytes` with their Content-Length, sends the first half, then breaks the
+    /// connection off.
+    pub fn break_off(&self, path: &str, bytes: &[u8], content_type: Option<&str>) {
+        let content_type = content_type.map(str::to_owned);
+        let first = bytes[..bytes.len() / 2].to_vec();
+        let len = bytes.len();
+        self.host(
+            path,
+            Hosted::BreakOff {
+                first,
+                len,
                 content_type,
             },
         );
@@ -1218,6 +1240,22 @@ async fn host_serve(State(state): State<Arc<HostState>>, req: Request) -> Respon
             let first = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from(first))]);
             let body = Body::from_stream(first.chain(futures::stream::pending()));
             with_type(body, content_type)
+        }
+        Some(Hosted::BreakOff {
+            first,
+            len,
+            content_type,
+        }) => {
+            // The break waits one turn of the runtime, so that hyper writes out the
+            // headers and the first bytes before it drops the connection.
+            let broken =
+                futures::stream::iter([Ok(Bytes::from(first))]).chain(futures::stream::once(async {
+                    tokio::task::yield_now().await;
+                    Err(std::io::Error::other("broken off by the file host"))
+                }));
+            let mut response = with_type(Body::from_stream(broken), content_type);
+            response.headers_mut().insert(header::CONTENT_LENGTH, len.into());
+            response
         }
         Some(Hosted::Redirect(location)) => {
             (StatusCode::FOUND, [(header::LOCATION, location)]).into_response()
