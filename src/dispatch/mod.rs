@@ -17,4 +17,4 @@ pub mod wakeup;
 mod worker;
 
 pub use claimed::{Claimed, StepOutcome};
-pub use worker::{platform_client, Worker};
+pub use worker::{Services, Worker};

@@ -35,10 +35,40 @@ pub struct Worker {
     pub(super) clock: fn() -> i64,
 }
 
+/// What one instance builds once and shares between its worker and its HTTP faces: the
+/// platform client, the typing indicators (so one per-chat limiter a process) and the cache
+/// of tenant and connector settings (admin changes through the instance forget what they
+/// change, for the worker too).
+#[derive(Clone)]
+pub struct Services {
+    pub platform_client: GuardedClient,
+    pub typing: Arc<Indicators>,
+    pub cache: Arc<ConfigCache>,
+}
+
+impl Services {
+    pub fn build(settings: &ServeSettings) -> anyhow::Result<Self> {
+        let platform_client = platform_client(settings, Arc::new(settings.egress.allow.clone()))?;
+        let typing = Arc::new(Indicators::new(
+            platform_client.clone(),
+            Duration::from_millis(settings.dispatch.typing_interval_ms),
+        ));
+        let cache = Arc::new(ConfigCache::new(
+            Duration::from_secs(settings.config_cache_secs),
+            settings.database.secrets.clone(),
+        ));
+        Ok(Self {
+            platform_client,
+            typing,
+            cache,
+        })
+    }
+}
+
 /// The client of the platforms' APIs: shorter timeouts than an agent call, and the egress
 /// policy (the API base URLs are the tenants' to set). HTTP/1.1 only: a platform's HTTP/2
 /// server would cap the posts in flight to it at its stream limit.
-pub fn platform_client(
+fn platform_client(
     settings: &ServeSettings,
     policy: Arc<crate::egress::EgressPolicy>,
 ) -> anyhow::Result<GuardedClient> {
@@ -50,34 +80,43 @@ pub fn platform_client(
     GuardedClient::build(platform, policy).context("Failed to build the platform HTTP client")
 }
 
+/// The client of the agent: the egress policy (the agent URL is the tenants' to set), and
+/// HTTP/1.1, which holds a connection (hyper's channel, task and buffers) per call in flight,
+/// or HTTP/2, which holds a stream (CB_AGENT_HTTP2; docs/benchmarks.md, "HTTP/2 to the
+/// agent").
+fn agent_client(settings: &ServeSettings) -> anyhow::Result<GuardedClient> {
+    let agent = reqwest::Client::builder()
+        .timeout(Duration::from_secs(settings.dispatch.agent_timeout_secs))
+        .connect_timeout(Duration::from_secs(5))
+        .user_agent(concat!("channel-bridge/", env!("CARGO_PKG_VERSION")));
+    let agent = match settings.dispatch.agent_http2 {
+        true => agent.http2_prior_knowledge(),
+        false => agent.http1_only(),
+    };
+    GuardedClient::build(agent, Arc::new(settings.egress.allow.clone()))
+        .context("Failed to build the agent HTTP client")
+}
+
 impl Worker {
     /// The tenant's agent URL, else the instance's `CB_AGENT_URL`.
     pub(super) fn agent_url<'a>(&'a self, tenant: &'a crate::db::tenants::TenantRow) -> Option<&'a str> {
         tenant.agent_url.as_deref().or(self.settings.agent_url.as_deref())
     }
 
-    /// Its turn writer's tasks start on the current runtime.
+    /// A worker of its own (tests and tools): its services are built for it. Its turn
+    /// writer's tasks start on the current runtime.
     pub fn new(pool: PgPool, settings: Arc<ServeSettings>, clock: fn() -> i64) -> anyhow::Result<Self> {
-        // Both clients check the egress policy: the agent URL and the platform API base URLs
-        // are the tenants' to set.
-        let policy = Arc::new(settings.egress.allow.clone());
-        let agent = reqwest::Client::builder()
-            .timeout(Duration::from_secs(settings.dispatch.agent_timeout_secs))
-            .connect_timeout(Duration::from_secs(5))
-            .user_agent(concat!("channel-bridge/", env!("CARGO_PKG_VERSION")));
-        // HTTP/1.1 holds a connection (hyper's channel, task and buffers) per call in flight;
-        // HTTP/2 holds a stream (CB_AGENT_HTTP2; docs/benchmarks.md, "HTTP/2 to the agent").
-        let agent = match settings.dispatch.agent_http2 {
-            true => agent.http2_prior_knowledge(),
-            false => agent.http1_only(),
-        };
-        let client = GuardedClient::build(agent, Arc::clone(&policy))
-            .context("Failed to build the agent HTTP client")?;
-        let platform_client = platform_client(&settings, policy)?;
-        let typing = Arc::new(Indicators::new(
-            platform_client.clone(),
-            Duration::from_millis(settings.dispatch.typing_interval_ms),
-        ));
+        let services = Services::build(&settings)?;
+        Self::with_services(pool, settings, clock, services)
+    }
+
+    /// A worker that shares `services` with the rest of its instance.
+    pub fn with_services(
+        pool: PgPool,
+        settings: Arc<ServeSettings>,
+        clock: fn() -> i64,
+        services: Services,
+    ) -> anyhow::Result<Self> {
         let writer = TurnWriter::spawn(
             pool.clone(),
             crate::batch::BatchLimits {
@@ -90,25 +129,16 @@ impl Worker {
         Ok(Self {
             queue: Queue::new(pool.clone()),
             pool,
-            client,
-            platform_client,
+            client: agent_client(&settings)?,
+            platform_client: services.platform_client,
             writer,
-            typing,
+            typing: services.typing,
             clock,
-            cache: Arc::new(ConfigCache::new(
-                Duration::from_secs(settings.config_cache_secs),
-                settings.database.secrets.clone(),
-            )),
+            cache: services.cache,
             urls: crate::media::token::UrlMinter::new(settings.database.secrets.clone(), &settings.media),
             holds: Default::default(),
             settings,
         })
-    }
-
-    /// Tenant changes made through this instance's admin API then reach the worker at once.
-    pub fn sharing_cache(mut self, cache: Arc<ConfigCache>) -> Self {
-        self.cache = cache;
-        self
     }
 
     pub fn settings(&self) -> &ServeSettings {

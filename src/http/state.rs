@@ -64,6 +64,15 @@ impl AppState {
     pub fn wake_workers(&self) {
         self.wakeup.wake();
     }
+
+    /// The services this instance built once, for its worker to share.
+    pub fn services(&self) -> crate::dispatch::Services {
+        crate::dispatch::Services {
+            platform_client: self.platform_client.clone(),
+            typing: self.typing.clone(),
+            cache: self.cache.clone(),
+        }
+    }
 }
 
 pub fn system_clock() -> i64 {

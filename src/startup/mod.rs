@@ -15,9 +15,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::batch::BatchLimits;
-use crate::cache::ConfigCache;
 use crate::dispatch::dispatcher::Dispatcher;
-use crate::dispatch::Worker;
+use crate::dispatch::{Services, Worker};
 use crate::ingress::writer::Writer;
 
 use crate::http::state::{system_clock, AppState};
@@ -53,7 +52,6 @@ impl Application {
             .as_ref()
             .map(TcpListener::local_addr)
             .transpose()?;
-        let cache_ttl = Duration::from_secs(settings.config_cache_secs);
         let ingress = Writer::spawn(
             pool.clone(),
             BatchLimits {
@@ -62,14 +60,8 @@ impl Application {
                 deadline: settings.database.deadline(),
             },
         );
-        let keys = settings.database.secrets.clone();
         let media_client = crate::http::media::client(&settings.egress)?;
-        let policy = Arc::new(settings.egress.allow.clone());
-        let platform_client = crate::dispatch::platform_client(&settings, policy)?;
-        let typing = Arc::new(crate::delivery::typing::Indicators::new(
-            platform_client.clone(),
-            Duration::from_millis(settings.dispatch.typing_interval_ms),
-        ));
+        let services = Services::build(&settings)?;
         let state = AppState::new(crate::http::state::Shared {
             pool,
             settings: Arc::new(settings),
@@ -78,12 +70,12 @@ impl Application {
             db_health: Arc::default(),
             clock: system_clock,
             wakeup: Arc::new(crate::dispatch::wakeup::Wakeup::default()),
-            cache: Arc::new(ConfigCache::new(cache_ttl, keys)),
+            cache: services.cache,
             ingress: Arc::new(ingress),
             auth_throttle: Arc::default(),
             media_client,
-            platform_client,
-            typing,
+            platform_client: services.platform_client,
+            typing: services.typing,
         });
         Ok(Self {
             state,
@@ -206,10 +198,12 @@ impl Application {
         if !state.settings.worker {
             return Ok(tasks);
         }
-        let worker = Arc::new(
-            Worker::new(state.pool.clone(), state.settings.clone(), state.clock)?
-                .sharing_cache(state.cache.clone()),
-        );
+        let worker = Arc::new(Worker::with_services(
+            state.pool.clone(),
+            state.settings.clone(),
+            state.clock,
+            state.services(),
+        )?);
         tasks.push(tokio::spawn(crate::dispatch::feedback::run(
             worker.clone(),
             state.wakeup.clone(),
