@@ -22,9 +22,6 @@ use crate::http::state::AppState;
 use crate::media::outgoing::FileIn;
 use crate::turn::outgoing::{self, Destination, Posted, WrittenTurn};
 
-/// WhatsApp's customer-service window (docs/agent.md#writing-first: Meta's error 131047 past it).
-const WHATSAPP_WINDOW: chrono::TimeDelta = chrono::TimeDelta::hours(24);
-
 /// The message made ready for `platform` (422 when it cannot post it); a template is one
 /// message, whatever its text.
 fn reply(input: &AgentMessageIn, text: &str, platform: Platform, markdown: bool) -> Result<Reply, AppError> {
@@ -125,7 +122,7 @@ pub struct AgentMessageOut {
         (status = 404, body = ApiJsonError, description = "No such tenant, user, connector or turn"),
         (status = 413, body = ApiJsonError),
         (status = 422, body = ApiJsonError, description = "Not a valid target, or WhatsApp's 24-hour window has passed without a template"),
-        (status = 502, body = ApiJsonError, description = "Slack would not open a direct message"),
+        (status = 502, body = ApiJsonError, description = "The platform would not open a direct message (Slack's conversations.open failed)"),
         (status = 503, body = ApiJsonError)))]
 pub async fn post_message(
     State(state): State<AppState>,
@@ -143,13 +140,14 @@ pub async fn post_message(
         .platform
         .parse()
         .map_err(|_| AppError::Unprocessable("the connector's platform is not known".into()))?;
-    if platform == Platform::Whatsapp && input.template.is_none() {
-        within_whatsapp_window(&mut tx, &place).await?;
-    }
-    if input.template.is_some() && platform != Platform::Whatsapp {
-        return Err(AppError::Unprocessable(
-            "`template` is for WhatsApp connectors only".into(),
-        ));
+    match (crate::platforms::of(platform).template_window(), &input.template) {
+        (Some(window), None) => within_window(&mut tx, &place, window).await?,
+        (None, Some(_)) => {
+            return Err(AppError::Unprocessable(
+                "`template` is for WhatsApp connectors only".into(),
+            ))
+        }
+        _ => {}
     }
     let text = match (&input.content, &input.template) {
         (Some(content), _) => content.clone(),
@@ -313,18 +311,15 @@ async fn resolve(
         .as_ref()
         .filter(|l| l.space.is_none())
         .map(|l| l.chat_id.clone());
-    let chat_id = match (platform, direct) {
-        (_, Some(chat)) => chat,
-        (Platform::Slack, None) => {
-            crate::platforms::slack::dm::open(&state.platform_client, &connector, &account)
-                .await
-                .map_err(|error| {
-                    tracing::warn!(%error, "slack would not open a direct message");
-                    AppError::BadGateway("slack would not open a direct message with the user")
-                })?
-        }
-        // A Telegram private chat's id is the user's; a WhatsApp chat is the number.
-        (Platform::Telegram | Platform::Whatsapp, None) => account.clone(),
+    let chat_id = match direct {
+        Some(chat) => chat,
+        None => crate::platforms::of(platform)
+            .open_direct_chat(&state.platform_client, &connector, &account)
+            .await
+            .map_err(|error| {
+                tracing::warn!(%error, %platform, "the platform would not open a direct message");
+                AppError::BadGateway("the platform would not open a direct message with the user")
+            })?,
     };
     let place = Destination {
         connector_id,
@@ -376,9 +371,13 @@ async fn linked_account(
     .await
 }
 
-/// Refused before Meta is asked: a free-form message more than 24 hours after the user's
-/// last message is rejected by Meta (131047) anyway.
-async fn within_whatsapp_window(tx: &mut TenantTx, place: &Destination) -> Result<(), AppError> {
+/// Refused before the platform is asked: a free-form message more than `window` after the
+/// user's last message is rejected by it anyway (WhatsApp: Meta's error 131047).
+async fn within_window(
+    tx: &mut TenantTx,
+    place: &Destination,
+    window: chrono::TimeDelta,
+) -> Result<(), AppError> {
     let number = if place.platform_user_id.is_empty() {
         &place.chat_id
     } else {
@@ -410,7 +409,7 @@ async fn within_whatsapp_window(tx: &mut TenantTx, place: &Destination) -> Resul
             .await?
         }
     };
-    if last.is_some_and(|at| chrono::Utc::now() - at < WHATSAPP_WINDOW) {
+    if last.is_some_and(|at| chrono::Utc::now() - at < window) {
         return Ok(());
     }
     Err(AppError::Unprocessable(

@@ -60,6 +60,26 @@ pub trait PlatformApi: Channel + Outbound + Renderer + TypingIndicator + LivePre
         false
     }
 
+    /// The chat in which to write first to the person with this account: by default the
+    /// account itself (a private chat's id is the user's on Telegram, the number on
+    /// WhatsApp); Slack opens a direct message. The error is for the log only.
+    fn open_direct_chat<'a>(
+        &'a self,
+        client: &'a GuardedClient,
+        connector: &'a Connector,
+        account: &'a str,
+    ) -> BoxFuture<'a, Result<String, String>> {
+        let _ = (client, connector);
+        Box::pin(async move { Ok(account.to_owned()) })
+    }
+
+    /// `Some(window)`: the platform delivers a free-form message only within `window` of the
+    /// person's last message, and an approved template outside it (WhatsApp's
+    /// customer-service window); `None`: any message at any time, and no templates.
+    fn template_window(&self) -> Option<chrono::TimeDelta> {
+        None
+    }
+
     /// Whether the part an interrupted send left `sending` was posted, as far as this pass can tell.
     fn reconcile<'a>(
         &'a self,

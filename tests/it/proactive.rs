@@ -59,6 +59,22 @@ fn posted(outcome: StepOutcome) {
 }
 
 #[tokio::test]
+async fn a_dm_slack_will_not_open_is_a_502_and_nothing_is_recorded() {
+    let s = Pipeline::start().await;
+    link(&s, "slack", "UGONE1", "carol-slack").await;
+    let body = json!({"user_id": "carol-slack", "connector_id": s.tenant.slack, "content": "Hello."});
+    let (status, out) = agent_sends(&s, "job-43", body).await;
+    assert_eq!(status, 502, "{out}");
+    assert_eq!(
+        out["message"],
+        "the platform would not open a direct message with the user"
+    );
+    let turns: i64 = s.owner_scalar("select count(*) from channel_messages").await;
+    assert_eq!(turns, 0, "nothing recorded");
+    assert_eq!(s.worker.step().await.unwrap(), StepOutcome::Empty);
+}
+
+#[tokio::test]
 async fn a_slack_user_with_no_dm_gets_one_opened_and_the_message_once() {
     let s = Pipeline::start().await;
     link(&s, "slack", "U0NEW7", "bob-slack").await;

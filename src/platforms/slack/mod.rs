@@ -2,7 +2,7 @@
 //! (`reconcile`, `thread`); an interrupted file upload by the file's shares (`shares`).
 
 mod command;
-pub mod dm;
+mod dm;
 pub mod files;
 pub mod format;
 pub mod inbound;
@@ -45,6 +45,16 @@ impl PlatformApi for Slack {
     /// The text that carries buttons is a section block's.
     fn choices_text_limit(&self, _choices: &Choices) -> Option<usize> {
         Some(send::SECTION_TEXT_CHARS)
+    }
+
+    /// `conversations.open` (`dm.rs`).
+    fn open_direct_chat<'a>(
+        &'a self,
+        client: &'a Client,
+        connector: &'a crate::domain::Connector,
+        account: &'a str,
+    ) -> BoxFuture<'a, Result<String, String>> {
+        Box::pin(dm::open(client, connector, account))
     }
 
     fn reconcile<'a>(

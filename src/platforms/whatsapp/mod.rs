@@ -27,6 +27,12 @@ pub const GRAPH_VERSION: &str = "v25.0";
 pub struct Whatsapp;
 
 impl PlatformApi for Whatsapp {
+    /// Meta refuses a free-form message past it with error 131047
+    /// (<https://developers.facebook.com/docs/whatsapp/cloud-api/guides/send-messages#customer-service-windows>).
+    fn template_window(&self) -> Option<chrono::TimeDelta> {
+        Some(chrono::TimeDelta::hours(24))
+    }
+
     fn file_limit(&self, mime: &str) -> Result<u64, String> {
         upload::file_limit(mime)
     }

@@ -415,7 +415,8 @@ async fn answer(answer: Answer, success: Value) -> Response {
     }
 }
 
-/// `conversations.open`: recorded among the sends; the DM of `U…` is `D` and its id.
+/// `conversations.open`: recorded among the sends; the DM of `U…` is `D` and its id, and
+/// `UGONE…` is a user Slack no longer has (`user_not_found`).
 async fn slack_open(
     State(state): State<Arc<PlatformState>>,
     headers: HeaderMap,
@@ -428,7 +429,11 @@ async fn slack_open(
         &headers,
         body.clone(),
     );
-    let user = body["users"].as_str().unwrap_or_default().trim_start_matches('U');
+    let user = body["users"].as_str().unwrap_or_default();
+    if user.starts_with("UGONE") {
+        return Json(json!({"ok": false, "error": "user_not_found"})).into_response();
+    }
+    let user = user.trim_start_matches('U');
     Json(json!({"ok": true, "channel": {"id": format!("D{user}")}})).into_response()
 }
 
