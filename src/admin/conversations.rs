@@ -10,8 +10,8 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::auth::TenantAdmin;
 use super::schema;
-use crate::db::audit::{Actor, AuditAction, AuditEntry};
-use crate::db::holds::{HeldConversation, Hold, NewHold};
+use crate::db::audit::Actor;
+use crate::db::holds::{HeldConversation, Hold};
 use crate::db::parts::Reply;
 use crate::db::{self, TenantTx};
 use crate::delivery::split::Ask;
@@ -28,11 +28,7 @@ pub const TEXT_MAX: usize = 20_000;
 pub const HELD_LIST_MAX: i64 = 500;
 
 /// Who acts: the key (for the audit record) and the name a person's message is signed with.
-#[derive(Debug, Clone)]
-pub struct Person {
-    pub actor: Actor,
-    pub name: String,
-}
+pub use crate::turn::handoff::Person;
 
 impl Person {
     pub async fn of_key(pool: &PgPool, key_id: uuid::Uuid) -> Result<Self, AppError> {
@@ -120,6 +116,21 @@ pub struct PersonMessageIn {
 }
 
 impl PersonMessageIn {
+    fn check(&self) -> Result<(), AppError> {
+        if self.content.trim().is_empty() {
+            return Err(AppError::Unprocessable("content must not be empty".into()));
+        }
+        schema::check_text("content", &self.content, TEXT_MAX)?;
+        schema::check_optional_text("idempotency_key", self.idempotency_key.as_deref(), 200)
+    }
+
+    /// The caller's idempotency key, unless blank.
+    fn key(&self) -> Option<&str> {
+        self.idempotency_key
+            .as_deref()
+            .filter(|key| !key.trim().is_empty())
+    }
+
     /// The message made ready for `platform` (422 when it cannot post it).
     fn reply(&self, platform: Platform, markdown: bool) -> Result<Reply, AppError> {
         let ask = Ask {
@@ -193,47 +204,12 @@ pub async fn take_over(
     let Some(turn) = handoff::last_user_turn(&mut tx, parsed).await? else {
         return Err(AppError::NotFound("conversation"));
     };
-    let taken = hold(
-        &mut tx,
-        person,
-        &turn.conversation_key,
-        turn.user_id.as_deref(),
-        reason,
-    )
-    .await?;
+    let taken = handoff::take_over(&mut tx, person, &turn, reason).await?;
     let hold = db::holds::get(&mut tx, &turn.conversation_key)
         .await?
         .ok_or(AppError::NotFound("conversation"))?;
     tx.commit().await?;
     Ok(HoldOut { hold, taken })
-}
-
-async fn hold(
-    tx: &mut TenantTx,
-    person: &Person,
-    conversation: &str,
-    user_id: Option<&str>,
-    reason: Option<&str>,
-) -> Result<bool, AppError> {
-    let new = NewHold {
-        conversation,
-        user_id,
-        held_by: &person.name,
-        by_agent: false,
-        reason: reason.filter(|r| !r.trim().is_empty()),
-    };
-    let taken = db::holds::take(tx, &new).await?;
-    if taken {
-        metrics::counter!("channel_bridge_handoffs_total", "by" => "person").increment(1);
-        let entry = AuditEntry::new(
-            person.actor,
-            AuditAction::ConversationTakeOver,
-            conversation,
-            serde_json::json!({}),
-        );
-        db::audit::record(tx, &entry).await?;
-    }
-    Ok(taken)
 }
 
 /// Give the conversation back to the agent. If its user's last turn went unanswered while
@@ -309,19 +285,9 @@ pub async fn post_person_message(
     input: &PersonMessageIn,
 ) -> Result<PersonMessageOut, AppError> {
     let parsed = parse(conversation)?;
-    if input.content.trim().is_empty() {
-        return Err(AppError::Unprocessable("content must not be empty".into()));
-    }
-    schema::check_text("content", &input.content, TEXT_MAX)?;
-    schema::check_optional_text("idempotency_key", input.idempotency_key.as_deref(), 200)?;
-    let fresh;
-    let key = match input.idempotency_key.as_deref() {
-        Some(key) if !key.trim().is_empty() => key,
-        _ => {
-            fresh = MessageId::new().to_string();
-            &fresh
-        }
-    };
+    input.check()?;
+    let fresh = MessageId::new().to_string();
+    let key = input.key().unwrap_or(&fresh);
     let mut tx = TenantTx::begin(&state.pool, tenant).await?;
     let Some(target) = handoff::last_user_turn(&mut tx, parsed).await? else {
         return Err(AppError::NotFound("conversation"));
@@ -333,38 +299,13 @@ pub async fn post_person_message(
         .parse()
         .map_err(|_| AppError::Conflict("the conversation's platform is not known"))?;
     let markdown = connector.as_ref().is_some_and(|c| c.profile.format_markdown);
-    let reply = input.reply(platform, markdown)?;
-    hold(
-        &mut tx,
-        person,
-        &target.conversation_key,
-        target.user_id.as_deref(),
-        None,
-    )
-    .await?;
     let turn = PersonTurn {
         author: &person.name,
         text: &input.content,
-        reply,
+        reply: input.reply(platform, markdown)?,
         idempotency_key: key,
     };
-    let count = turn.reply.len();
-    let offered = turn.reply.choices.as_ref().map_or(0, |c| c.choices.items.len());
-    let posted = handoff::record_person_turn(&mut tx, &target, &turn).await?;
-    if let Posted::New(id) = posted {
-        metrics::counter!("channel_bridge_person_answers_total").increment(1);
-        let mut details = serde_json::json!({ "message_id": id.to_string(), "parts": count });
-        if offered > 0 {
-            details["choices"] = offered.into();
-        }
-        let entry = AuditEntry::new(
-            person.actor,
-            AuditAction::ConversationMessage,
-            conversation,
-            details,
-        );
-        db::audit::record(&mut tx, &entry).await?;
-    }
+    let posted = handoff::answer(&mut tx, person, &target, &turn).await?;
     tx.commit().await?;
     let (id, created) = match posted {
         Posted::New(id) => {
@@ -378,7 +319,7 @@ pub async fn post_person_message(
         conversation: target.conversation_key,
         platform: target.platform,
         reply_to: target.id.0,
-        parts: count,
+        parts: turn.reply.len(),
         created,
     })
 }

@@ -83,6 +83,72 @@ pub async fn hold_claimed(tx: &mut TenantTx, ids: &[MessageId]) -> Result<Vec<Me
     .await
 }
 
+/// Who steps in: the actor the audit records, and the name a person's message is signed with.
+#[derive(Debug, Clone)]
+pub struct Person {
+    pub actor: Actor,
+    pub name: String,
+}
+
+/// `person` holds the conversation (`reason` optional), with a metric and an audit record
+/// when it was not held yet; `false`: it was held already.
+pub async fn take_over(
+    tx: &mut TenantTx,
+    person: &Person,
+    turn: &MessageRow,
+    reason: Option<&str>,
+) -> Result<bool, sqlx::Error> {
+    let new = NewHold {
+        conversation: &turn.conversation_key,
+        user_id: turn.user_id.as_deref(),
+        held_by: &person.name,
+        by_agent: false,
+        reason: reason.filter(|r| !r.trim().is_empty()),
+    };
+    let taken = holds::take(tx, &new).await?;
+    if taken {
+        metrics::counter!("channel_bridge_handoffs_total", "by" => "person").increment(1);
+        let entry = AuditEntry::new(
+            person.actor,
+            AuditAction::ConversationTakeOver,
+            &turn.conversation_key,
+            serde_json::json!({}),
+        );
+        audit::record(tx, &entry).await?;
+    }
+    Ok(taken)
+}
+
+/// A person's answer to `target` (the user's latest turn): the conversation held if it was
+/// not (the agent does not answer over a person), the turn recorded and queued
+/// (`record_person_turn`), and, when new, a metric and an audit record that counts its
+/// parts and choices.
+pub async fn answer(
+    tx: &mut TenantTx,
+    person: &Person,
+    target: &MessageRow,
+    turn: &PersonTurn<'_>,
+) -> Result<Posted, sqlx::Error> {
+    take_over(tx, person, target, None).await?;
+    let posted = record_person_turn(tx, target, turn).await?;
+    if let Posted::New(id) = posted {
+        metrics::counter!("channel_bridge_person_answers_total").increment(1);
+        let mut details = serde_json::json!({ "message_id": id.to_string(), "parts": turn.reply.len() });
+        let offered = turn.reply.choices.as_ref().map_or(0, |c| c.choices.items.len());
+        if offered > 0 {
+            details["choices"] = offered.into();
+        }
+        let entry = AuditEntry::new(
+            person.actor,
+            AuditAction::ConversationMessage,
+            &target.conversation_key,
+            details,
+        );
+        audit::record(tx, &entry).await?;
+    }
+    Ok(posted)
+}
+
 /// What a person wrote, already split into the platform's parts.
 #[derive(Debug, Clone)]
 pub struct PersonTurn<'a> {
