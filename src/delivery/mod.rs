@@ -43,6 +43,66 @@ pub struct DeliveryPass {
     pub platform_time: Duration,
 }
 
+/// What one pass carries from a part to the next.
+struct Pass<'o> {
+    outgoing: &'o Outgoing,
+    /// Neither sent nor in doubt, in order.
+    pending: Vec<&'o ReplyPart>,
+    /// The part marked `sending` for this pass, not reconciled when met.
+    marked: Option<i32>,
+    /// A part of this answer is `unknown`: the pass ends `Concluded`, not delivered.
+    in_doubt: bool,
+    /// The agent may still post parts of this answer (docs/agent.md#answering-later).
+    awaiting: bool,
+    /// The answer offered choices (`Transition::Delivered`).
+    offered: bool,
+    platform_time: Duration,
+}
+
+impl<'o> Pass<'o> {
+    fn of(outgoing: &'o Outgoing) -> Self {
+        let parts = &outgoing.parts;
+        Self {
+            outgoing,
+            pending: parts
+                .iter()
+                .filter(|part| !matches!(part.status, PartStatus::Sent | PartStatus::Unknown))
+                .collect(),
+            marked: outgoing.marked,
+            in_doubt: parts.iter().any(|part| part.status == PartStatus::Unknown),
+            awaiting: outgoing.message.status == crate::domain::MessageStatus::AwaitingAgent,
+            offered: parts.iter().any(|part| part.choices.is_some()),
+            platform_time: Duration::ZERO,
+        }
+    }
+
+    /// How the pass ends after `last` (the part just posted, not recorded yet).
+    fn finished(&self, last: Option<(i32, String)>) -> (Transition, DeliveryOutcome) {
+        finished(last, self.in_doubt, self.awaiting, self.offered)
+    }
+
+    fn ended(&self, outcome: DeliveryOutcome) -> DeliveryPass {
+        DeliveryPass {
+            outcome,
+            platform_time: self.platform_time,
+        }
+    }
+}
+
+/// What the pass does after a part.
+enum Step {
+    Next,
+    /// This transition ends the pass, with this outcome unless the lease was lost.
+    End(Transition, DeliveryOutcome),
+    LeaseLost,
+}
+
+impl Step {
+    fn end((transition, outcome): (Transition, DeliveryOutcome)) -> Self {
+        Self::End(transition, outcome)
+    }
+}
+
 enum PartOutcome {
     /// Not yet recorded.
     Posted(String),
@@ -122,102 +182,118 @@ impl Delivery<'_> {
         }))
     }
 
+    /// Posts the parts still to post, in order, each state change committed before the
+    /// next request; ends the pass at the first part that must wait, failed, or in doubt
+    /// with none after it.
     pub async fn run(&self, job: &Job, outgoing: &Outgoing) -> anyhow::Result<DeliveryPass> {
-        let mut platform_time = Duration::ZERO;
-        let mut marked = outgoing.marked;
-        let pending: Vec<&ReplyPart> = outgoing
-            .parts
-            .iter()
-            .filter(|part| !matches!(part.status, PartStatus::Sent | PartStatus::Unknown))
-            .collect();
-        let mut in_doubt = outgoing
-            .parts
-            .iter()
-            .any(|part| part.status == PartStatus::Unknown);
-        let awaiting = outgoing.message.status == crate::domain::MessageStatus::AwaitingAgent;
-        let offered = outgoing.parts.iter().any(|part| part.choices.is_some());
-        if pending.is_empty() {
-            let (transition, outcome) = finished(None, in_doubt, awaiting, offered);
-            let outcome = self.writer.conclude(job, transition, outcome).await?;
-            return Ok(DeliveryPass {
-                outcome,
-                platform_time,
-            });
+        let mut pass = Pass::of(outgoing);
+        if pass.pending.is_empty() {
+            let (transition, outcome) = pass.finished(None);
+            return self.end(job, &pass, transition, outcome).await;
         }
-        for (position, part) in pending.iter().enumerate() {
-            let is_marked = marked == Some(part.part_index);
-            let result = match part.status {
-                PartStatus::Failed => PartOutcome::End(
-                    Transition::PartFailed {
-                        part: part.part_index,
-                        error: part.last_error.clone().unwrap_or_else(|| "failed".into()),
-                    },
-                    DeliveryOutcome::Stopped,
-                ),
-                _ => {
-                    self.deliver_part(job, outgoing, part, is_marked, &mut platform_time)
-                        .await?
-                }
-            };
-            let (transition, outcome) = match result {
-                PartOutcome::Unknown(error) => {
-                    let unknown = Transition::PartUnknown {
-                        part: part.part_index,
-                        error,
-                    };
-                    if self.writer.conclude(job, unknown, DeliveryOutcome::Wait).await?
-                        == DeliveryOutcome::LeaseLost
-                    {
-                        let outcome = DeliveryOutcome::LeaseLost;
-                        return Ok(DeliveryPass {
-                            outcome,
-                            platform_time,
-                        });
-                    }
-                    in_doubt = true;
-                    marked = None;
-                    if pending.get(position + 1).is_some() {
-                        continue;
-                    }
-                    finished(None, in_doubt, awaiting, offered)
-                }
-                PartOutcome::Posted(platform_id) => match pending.get(position + 1) {
-                    None => finished(Some((part.part_index, platform_id)), in_doubt, awaiting, offered),
-                    Some(next) => {
-                        // The next part's mark rides on this commit, with the lease check.
-                        let next_sending = (next.status == PartStatus::Pending).then_some(next.part_index);
-                        let posted = Transition::PartPosted {
-                            part: part.part_index,
-                            platform_id,
-                            next: next_sending,
-                        };
-                        let outcome = self.writer.conclude(job, posted, DeliveryOutcome::Wait).await?;
-                        if outcome == DeliveryOutcome::LeaseLost {
-                            return Ok(DeliveryPass {
-                                outcome,
-                                platform_time,
-                            });
-                        }
-                        marked = next_sending;
-                        continue;
-                    }
-                },
-                PartOutcome::End(_, DeliveryOutcome::LeaseLost) => {
-                    let outcome = DeliveryOutcome::LeaseLost;
-                    return Ok(DeliveryPass {
-                        outcome,
-                        platform_time,
-                    });
-                }
-                PartOutcome::End(transition, outcome) => (transition, outcome),
-            };
-            let outcome = self.writer.conclude(job, transition, outcome).await?;
-            return Ok(DeliveryPass {
-                outcome,
-                platform_time,
-            });
+        for position in 0..pass.pending.len() {
+            let part = pass.pending[position];
+            let next = pass.pending.get(position + 1).copied();
+            match self.step(job, &mut pass, part, next).await? {
+                Step::Next => continue,
+                Step::LeaseLost => return Ok(pass.ended(DeliveryOutcome::LeaseLost)),
+                Step::End(transition, outcome) => return self.end(job, &pass, transition, outcome).await,
+            }
         }
         unreachable!("the loop returns at the last pending part")
+    }
+
+    /// The pass's last transition committed (under the lease check), and how it ended.
+    async fn end(
+        &self,
+        job: &Job,
+        pass: &Pass<'_>,
+        transition: Transition,
+        outcome: DeliveryOutcome,
+    ) -> anyhow::Result<DeliveryPass> {
+        let outcome = self.writer.conclude(job, transition, outcome).await?;
+        Ok(pass.ended(outcome))
+    }
+
+    /// One pending part posted, settled or failed, and whether the pass goes on to `next`.
+    async fn step(
+        &self,
+        job: &Job,
+        pass: &mut Pass<'_>,
+        part: &ReplyPart,
+        next: Option<&ReplyPart>,
+    ) -> anyhow::Result<Step> {
+        let outgoing = pass.outgoing;
+        let result = match part.status {
+            PartStatus::Failed => PartOutcome::End(
+                Transition::PartFailed {
+                    part: part.part_index,
+                    error: part.last_error.clone().unwrap_or_else(|| "failed".into()),
+                },
+                DeliveryOutcome::Stopped,
+            ),
+            _ => {
+                let marked = pass.marked == Some(part.part_index);
+                self.deliver_part(job, outgoing, part, marked, &mut pass.platform_time)
+                    .await?
+            }
+        };
+        match result {
+            PartOutcome::Unknown(error) => self.in_doubt(job, pass, part, error, next).await,
+            PartOutcome::Posted(platform_id) => match next {
+                None => Ok(Step::end(pass.finished(Some((part.part_index, platform_id))))),
+                Some(next) => self.posted(job, pass, part, platform_id, next).await,
+            },
+            PartOutcome::End(_, DeliveryOutcome::LeaseLost) => Ok(Step::LeaseLost),
+            PartOutcome::End(transition, outcome) => Ok(Step::End(transition, outcome)),
+        }
+    }
+
+    /// A part in doubt is recorded `unknown` and the pass goes on to the next, if any.
+    async fn in_doubt(
+        &self,
+        job: &Job,
+        pass: &mut Pass<'_>,
+        part: &ReplyPart,
+        error: String,
+        next: Option<&ReplyPart>,
+    ) -> anyhow::Result<Step> {
+        let unknown = Transition::PartUnknown {
+            part: part.part_index,
+            error,
+        };
+        if self.writer.conclude(job, unknown, DeliveryOutcome::Wait).await? == DeliveryOutcome::LeaseLost {
+            return Ok(Step::LeaseLost);
+        }
+        pass.in_doubt = true;
+        pass.marked = None;
+        Ok(match next {
+            Some(_) => Step::Next,
+            None => Step::end(pass.finished(None)),
+        })
+    }
+
+    /// A part posted with more to come: recorded, and the next part's mark rides on the same
+    /// commit, with the lease check.
+    async fn posted(
+        &self,
+        job: &Job,
+        pass: &mut Pass<'_>,
+        part: &ReplyPart,
+        platform_id: String,
+        next: &ReplyPart,
+    ) -> anyhow::Result<Step> {
+        let next_sending = (next.status == PartStatus::Pending).then_some(next.part_index);
+        let posted = Transition::PartPosted {
+            part: part.part_index,
+            platform_id,
+            next: next_sending,
+        };
+        if self.writer.conclude(job, posted, DeliveryOutcome::Wait).await? == DeliveryOutcome::LeaseLost {
+            return Ok(Step::LeaseLost);
+        }
+        pass.marked = next_sending;
+        Ok(Step::Next)
     }
 
     async fn deliver_part(
@@ -234,29 +310,11 @@ impl Delivery<'_> {
         let in_doubt =
             part.status == PartStatus::Sending && !marked && part.edit_of.is_none() && !part.reaction;
         if in_doubt && adopted(outgoing, part).is_none() {
-            let started = Instant::now();
-            let reconciled = self.reconcile(outgoing, part).await?;
-            *platform_time += started.elapsed();
-            match reconciled {
-                Reconciled::Found(platform_id) => return Ok(PartOutcome::Posted(platform_id)),
-                Reconciled::Absent => {}
-                Reconciled::Later(delay, why) if part.attempts < self.max_attempts() => {
-                    return Ok(wait(index, why, true, delay));
-                }
-                Reconciled::Later(..) => {
-                    let error = "outcome unknown after the last attempt; not resent";
-                    return Ok(failed(index, error.into()));
-                }
-                Reconciled::Unknowable(error) => return Ok(PartOutcome::Unknown(error)),
+            if let Some(settled) = self.settle_in_doubt(outgoing, part, platform_time).await? {
+                return Ok(settled);
             }
         }
-        if let Some(until) = outgoing.connector.sends_held_until {
-            let left = (until - chrono::Utc::now()).to_std().unwrap_or_default();
-            self.holds.learn(outgoing.connector.id, Instant::now() + left);
-        }
-        if let holds::Clearance::Wait(delay) =
-            self.holds.clearance(outgoing.connector.id, outgoing.message.id)
-        {
+        if let Some(delay) = self.held_back(outgoing) {
             let error = "held: the platform asked this connector to slow down".to_owned();
             return Ok(wait(index, error, false, delay));
         }
@@ -283,6 +341,44 @@ impl Delivery<'_> {
             outcome = self.send(outgoing, part, Some(&upload), platform_time).await;
         }
         Ok(self.settle(outgoing, part, marked, outcome).await)
+    }
+
+    /// A part an earlier pass left `sending`, as its platform tells: posted, to wait for,
+    /// failed or unknowable; `None`: not posted, so it is posted now.
+    async fn settle_in_doubt(
+        &self,
+        outgoing: &Outgoing,
+        part: &ReplyPart,
+        platform_time: &mut Duration,
+    ) -> anyhow::Result<Option<PartOutcome>> {
+        let index = part.part_index;
+        let started = Instant::now();
+        let reconciled = self.reconcile(outgoing, part).await?;
+        *platform_time += started.elapsed();
+        Ok(match reconciled {
+            Reconciled::Found(platform_id) => Some(PartOutcome::Posted(platform_id)),
+            Reconciled::Absent => None,
+            Reconciled::Later(delay, why) if part.attempts < self.max_attempts() => {
+                Some(wait(index, why, true, delay))
+            }
+            Reconciled::Later(..) => {
+                let error = "outcome unknown after the last attempt; not resent";
+                Some(failed(index, error.into()))
+            }
+            Reconciled::Unknowable(error) => Some(PartOutcome::Unknown(error)),
+        })
+    }
+
+    /// How long the connector's sends are held (a 429 met here or by another instance).
+    fn held_back(&self, outgoing: &Outgoing) -> Option<Duration> {
+        if let Some(until) = outgoing.connector.sends_held_until {
+            let left = (until - chrono::Utc::now()).to_std().unwrap_or_default();
+            self.holds.learn(outgoing.connector.id, Instant::now() + left);
+        }
+        match self.holds.clearance(outgoing.connector.id, outgoing.message.id) {
+            holds::Clearance::Wait(delay) => Some(delay),
+            holds::Clearance::Go => None,
+        }
     }
 
     /// `staged`: what this pass's own upload left, if the part's row does not say yet.
