@@ -328,12 +328,8 @@ pub async fn post_person_message(
     };
     let connector =
         db::connectors::get(&mut tx, &state.settings.database.secrets, target.connector_id).await?;
-    let platform: Platform = target
-        .platform
-        .parse()
-        .map_err(|_| AppError::Conflict("the conversation's platform is not known"))?;
     let markdown = connector.as_ref().is_some_and(|c| c.profile.format_markdown);
-    let reply = input.reply(platform, markdown)?;
+    let reply = input.reply(target.platform, markdown)?;
     hold(
         &mut tx,
         person,
@@ -376,7 +372,7 @@ pub async fn post_person_message(
     Ok(PersonMessageOut {
         message_id: id.0,
         conversation: target.conversation_key,
-        platform: target.platform,
+        platform: target.platform.to_string(),
         reply_to: target.id.0,
         parts: count,
         created,

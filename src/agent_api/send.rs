@@ -139,10 +139,7 @@ pub async fn post_message(
     let tenant = signed.tenant.id;
     let mut tx = TenantTx::begin(&state.pool, tenant).await?;
     let (place, connector) = resolve(&state, &mut tx, &input).await?;
-    let platform: Platform = place
-        .platform
-        .parse()
-        .map_err(|_| AppError::Unprocessable("the connector's platform is not known".into()))?;
+    let platform = place.platform;
     if platform == Platform::Whatsapp && input.template.is_none() {
         within_whatsapp_window(&mut tx, &place).await?;
     }
@@ -196,7 +193,7 @@ pub async fn post_message(
         Json(AgentMessageOut {
             message_id: id.0,
             conversation: place.conversation_key,
-            platform: place.platform,
+            platform: place.platform.to_string(),
             connector_id: place.connector_id.0,
             chat_id: place.chat_id,
             parts: ready.len(),
@@ -277,7 +274,7 @@ async fn resolve(
         let connector = connector(state, tx, ConnectorId(connector_id)).await?;
         let place = Destination {
             connector_id: connector.id,
-            platform: connector.profile.platform.as_str().to_owned(),
+            platform: connector.profile.platform,
             reply_to: String::new(),
             chat_id: chat.clone(),
             thread_id: None,
@@ -328,7 +325,7 @@ async fn resolve(
     };
     let place = Destination {
         connector_id,
-        platform: platform.as_str().to_owned(),
+        platform,
         reply_to: String::new(),
         chat_id,
         thread_id: None,

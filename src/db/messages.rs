@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::TenantTx;
 use crate::api_schema;
-use crate::domain::{ConnectorId, MessageId, MessageStatus, Platform};
+use crate::domain::{ConnectorId, MessageId, MessageStatus, Platform, TenantId};
 
 #[derive(Debug, Clone)]
 pub struct NewMessage<'a> {
@@ -198,9 +198,9 @@ async fn insert_many_in_one(
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct MessageRow {
     pub id: MessageId,
-    pub tenant_id: uuid::Uuid,
+    pub tenant_id: TenantId,
     pub connector_id: ConnectorId,
-    pub platform: String,
+    pub platform: Platform,
     pub idempotency_key: String,
     pub platform_message_id: String,
     pub chat_id: String,

@@ -181,7 +181,7 @@ impl Worker {
 
 fn channel_of(turn: &MessageRow, reacted_by: &str) -> ChannelOut {
     ChannelOut {
-        platform: turn.platform.clone(),
+        platform: turn.platform.to_string(),
         connector_id: turn.connector_id.to_string(),
         chat_id: turn.chat_id.clone(),
         thread_id: turn.thread_id.clone(),

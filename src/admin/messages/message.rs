@@ -72,7 +72,7 @@ impl From<MessageRow> for MessageOut {
         Self {
             id: row.id.0,
             connector_id: row.connector_id.0,
-            platform: row.platform,
+            platform: row.platform.to_string(),
             platform_message_id: row.platform_message_id,
             chat_id: row.chat_id,
             thread_id: row.thread_id,
