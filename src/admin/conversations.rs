@@ -196,12 +196,12 @@ pub async fn take_over(
     let taken = hold(
         &mut tx,
         person,
-        &turn.conversation_key,
+        turn.conversation_key.as_str(),
         turn.user_id.as_deref(),
         reason,
     )
     .await?;
-    let hold = db::holds::get(&mut tx, &turn.conversation_key)
+    let hold = db::holds::get(&mut tx, turn.conversation_key.as_str())
         .await?
         .ok_or(AppError::NotFound("conversation"))?;
     tx.commit().await?;
@@ -333,7 +333,7 @@ pub async fn post_person_message(
     hold(
         &mut tx,
         person,
-        &target.conversation_key,
+        target.conversation_key.as_str(),
         target.user_id.as_deref(),
         None,
     )
@@ -371,7 +371,7 @@ pub async fn post_person_message(
     };
     Ok(PersonMessageOut {
         message_id: id.0,
-        conversation: target.conversation_key,
+        conversation: target.conversation_key.into(),
         platform: target.platform.to_string(),
         reply_to: target.id.0,
         parts: count,

@@ -15,7 +15,7 @@ use crate::db::messages::{MessageRow, MESSAGE_COLUMNS};
 use crate::db::parts::Reply;
 use crate::db::{self, TenantTx};
 use crate::delivery::split::Ask;
-use crate::domain::{Connector, ConnectorId, MessageId, Platform};
+use crate::domain::{Connector, ConnectorId, ConversationKey, MessageId, Platform};
 use crate::error::{ApiJsonError, AppError};
 use crate::http::extract::{ApiBytes, ApiPath};
 use crate::http::state::AppState;
@@ -175,7 +175,7 @@ pub async fn post_message(
         let entry = AuditEntry::new(
             Actor::Agent,
             AuditAction::ConversationMessage,
-            &place.conversation_key,
+            place.conversation_key.as_str(),
             details,
         );
         db::audit::record(&mut tx, &entry).await?;
@@ -192,7 +192,7 @@ pub async fn post_message(
         status,
         Json(AgentMessageOut {
             message_id: id.0,
-            conversation: place.conversation_key,
+            conversation: place.conversation_key.into(),
             platform: place.platform.to_string(),
             connector_id: place.connector_id.0,
             chat_id: place.chat_id,
@@ -281,7 +281,7 @@ async fn resolve(
             space: None,
             platform_user_id: String::new(),
             user_id: None,
-            conversation_key: format!("chat:{}:{chat}", connector.id),
+            conversation_key: ConversationKey::chat(connector.id, chat),
         };
         return Ok((place, connector));
     }
@@ -332,7 +332,7 @@ async fn resolve(
         space: None,
         platform_user_id: account,
         user_id: Some(user.to_owned()),
-        conversation_key: format!("user:{user}"),
+        conversation_key: ConversationKey::user(user),
     };
     Ok((place, connector))
 }
@@ -402,7 +402,7 @@ async fn within_whatsapp_window(tx: &mut TenantTx, place: &Destination) -> Resul
                   where tenant_id = $1 and user_id is null and conversation_key = $2 and origin = 'user'",
             )
             .bind(tx.tenant())
-            .bind(format!("sender:{}:{number}", place.connector_id))
+            .bind(ConversationKey::sender(place.connector_id, number))
             .fetch_one(tx.conn())
             .await?
         }

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::TenantTx;
 use crate::api_schema;
-use crate::domain::{ConnectorId, MessageId, MessageStatus, Platform, TenantId};
+use crate::domain::{ConnectorId, ConversationKey, MessageId, MessageStatus, Platform, TenantId};
 
 #[derive(Debug, Clone)]
 pub struct NewMessage<'a> {
@@ -21,7 +21,7 @@ pub struct NewMessage<'a> {
     pub platform_user_id: &'a str,
     pub reply_to_id: Option<&'a str>,
     pub user_id: Option<&'a str>,
-    pub conversation_key: &'a str,
+    pub conversation_key: &'a ConversationKey,
     pub request_content: &'a str,
     pub status: MessageStatus,
     /// For turns decided at ingress (`deny_unlinked`, `ignore_non_text`).
@@ -96,7 +96,7 @@ async fn insert_many_routed(
         .await?
         .into_iter()
         .collect();
-    let jobs: Vec<(MessageId, &str)> = rows
+    let jobs: Vec<(MessageId, &ConversationKey)> = rows
         .iter()
         .zip(&ids)
         .filter(|(r, id)| r.status == MessageStatus::Accepted && inserted.contains(id))
@@ -166,7 +166,7 @@ async fn insert_many_in_one(
         .bind(column(|r| Some(r.platform_user_id.to_owned())))
         .bind(column(|r| r.reply_to_id.map(str::to_owned)))
         .bind(column(|r| r.user_id.map(str::to_owned)))
-        .bind(column(|r| Some(r.conversation_key.to_owned())))
+        .bind(column(|r| Some(r.conversation_key.as_str().to_owned())))
         .bind(column(|r| Some(r.request_content.to_owned())))
         .bind(column(|r| Some(r.status.as_str().to_owned())))
         .bind(column(|r| r.decision.map(str::to_owned)))
@@ -209,7 +209,7 @@ pub struct MessageRow {
     pub platform_user_id: String,
     pub reply_to_id: Option<String>,
     pub user_id: Option<String>,
-    pub conversation_key: String,
+    pub conversation_key: ConversationKey,
     pub request_content: String,
     pub response_content: Option<String>,
     pub decision: Option<String>,

@@ -16,7 +16,7 @@ use sqlx::{PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use super::TenantTx;
-use crate::domain::{MessageId, TenantId};
+use crate::domain::{ConversationKey, MessageId, TenantId};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
 #[sqlx(type_name = "text", rename_all = "snake_case")]
@@ -54,7 +54,7 @@ pub(crate) fn conversation_lock(tenant: &str, key: &str) -> String {
 pub async fn enqueue(
     tx: &mut TenantTx,
     message: MessageId,
-    conversation_key: &str,
+    conversation_key: &ConversationKey,
     stage: Stage,
 ) -> Result<(), sqlx::Error> {
     enqueue_many(tx, &[(message, conversation_key)], stage).await
@@ -65,7 +65,7 @@ pub async fn enqueue(
 /// same conversation is uncommitted (M1 would become a second head in flight).
 pub async fn enqueue_many(
     tx: &mut TenantTx,
-    jobs: &[(MessageId, &str)],
+    jobs: &[(MessageId, &ConversationKey)],
     stage: Stage,
 ) -> Result<(), sqlx::Error> {
     static SQL: OnceLock<String> = OnceLock::new();
@@ -84,7 +84,7 @@ pub async fn enqueue_many(
     });
     let tenant = tx.tenant();
     let ids: Vec<MessageId> = jobs.iter().map(|(id, _)| *id).collect();
-    let keys: Vec<&str> = jobs.iter().map(|(_, key)| *key).collect();
+    let keys: Vec<&str> = jobs.iter().map(|(_, key)| key.as_str()).collect();
     sqlx::query(sql)
         .bind(tenant)
         .bind(&ids)

@@ -131,7 +131,7 @@ impl Worker {
             tenant_id: turn.tenant_id.to_string(),
             message_id: turn.id.to_string(),
             user_id: turn.user_id.as_deref(),
-            conversation: &turn.conversation_key,
+            conversation: turn.conversation_key.as_str(),
             channel: channel_of(&turn, &reaction.by),
             reaction: &reaction,
         };

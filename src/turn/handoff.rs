@@ -8,7 +8,7 @@ use crate::db::holds::{self, NewHold};
 use crate::db::messages::{MessageRow, MESSAGE_COLUMNS};
 use crate::db::queue::{self, Stage};
 use crate::db::TenantTx;
-use crate::domain::MessageId;
+use crate::domain::{ConversationOf, MessageId};
 
 /// A conversation's id in the API: `user:<user id>` or `sender:<connector id>:<platform user
 /// id>`, as `conversation_key` holds it.
@@ -19,14 +19,13 @@ pub enum Conversation<'a> {
 }
 
 impl<'a> Conversation<'a> {
+    /// A user's or an unlinked sender's key, naming someone.
     pub fn parse(key: &'a str) -> Option<Self> {
-        if let Some(user) = key.strip_prefix("user:") {
-            return (!user.is_empty()).then_some(Self::User(user));
+        match ConversationOf::parse(key)? {
+            ConversationOf::User(user) => (!user.is_empty()).then_some(Self::User(user)),
+            ConversationOf::Sender(_, sender) => (!sender.is_empty()).then_some(Self::Sender(key)),
+            ConversationOf::Chat(..) => None,
         }
-        let sender = key.strip_prefix("sender:")?;
-        let (connector, platform_user) = sender.split_once(':')?;
-        let valid = uuid::Uuid::parse_str(connector).is_ok() && !platform_user.is_empty();
-        valid.then_some(Self::Sender(key))
     }
 
     /// `who` narrows to the conversation on the history index its kind has.
@@ -181,7 +180,7 @@ pub async fn hold_for_agent(
     request: &super::HandoffRequest,
 ) -> Result<bool, sqlx::Error> {
     let hold = NewHold {
-        conversation: &request.conversation,
+        conversation: request.conversation.as_str(),
         user_id: request.user_id.as_deref(),
         held_by: "agent",
         by_agent: true,
@@ -194,7 +193,7 @@ pub async fn hold_for_agent(
         let entry = AuditEntry::new(
             Actor::Agent,
             AuditAction::ConversationTakeOver,
-            &request.conversation,
+            request.conversation.as_str(),
             details,
         );
         audit::record(tx, &entry).await?;

@@ -6,7 +6,7 @@
 use crate::db::messages::MessageRow;
 use crate::db::queue::{self, Stage};
 use crate::db::TenantTx;
-use crate::domain::{ConnectorId, MessageId, Platform, TurnOrigin};
+use crate::domain::{ConnectorId, ConversationKey, MessageId, Platform, TurnOrigin};
 
 /// Where the turn goes, and what it threads to (`reply_to`: a platform message id, empty
 /// for a new message).
@@ -20,7 +20,7 @@ pub struct Destination {
     pub space: Option<String>,
     pub platform_user_id: String,
     pub user_id: Option<String>,
-    pub conversation_key: String,
+    pub conversation_key: ConversationKey,
 }
 
 impl Destination {

@@ -80,7 +80,7 @@ impl From<MessageRow> for MessageOut {
             platform_user_id: row.platform_user_id,
             reply_to_id: row.reply_to_id,
             user_id: row.user_id,
-            conversation: row.conversation_key,
+            conversation: row.conversation_key.into(),
             request_content: row.request_content,
             response_content: row.response_content,
             decision: row.decision,

@@ -88,7 +88,7 @@ mod tests {
             platform_user_id: "U1".into(),
             reply_to_id: thread.map(str::to_owned),
             user_id: None,
-            conversation_key: "c".into(),
+            conversation_key: crate::domain::ConversationKey::user("c"),
             request_content: "hi".into(),
             response_content: None,
             decision: None,

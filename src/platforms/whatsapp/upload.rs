@@ -329,7 +329,7 @@ mod tests {
             platform_user_id: "16505551234".into(),
             reply_to_id: None,
             user_id: None,
-            conversation_key: "c".into(),
+            conversation_key: crate::domain::ConversationKey::user("c"),
             request_content: "report?".into(),
             response_content: None,
             decision: None,
