@@ -1,10 +1,10 @@
 //! The admin actions `redispatch` and `resend`, the only transitions without a lease
 //! (docs/admin.md#failed-turns-seeing-them-and-acting-on-them).
 
-use crate::db::messages::MessageSelection;
 use crate::db::queue::{self, Stage};
 use crate::db::TenantTx;
 use crate::domain::{ConversationKey, MessageId, PartStatus};
+use crate::shapes::MessageSelection;
 
 /// Each field set narrows the choice as in the admin listing; oldest first, at most `limit`.
 #[derive(Debug, Clone, Default)]
