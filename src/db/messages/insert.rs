@@ -115,45 +115,7 @@ async fn insert_many_in_one(
     let tenant = tx.tenant();
     let ids: Vec<MessageId> = rows.iter().map(|_| MessageId::new()).collect();
     let column = |f: fn(&NewMessage<'_>) -> Option<String>| rows.iter().map(f).collect::<Vec<_>>();
-    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let sql = SQL.get_or_init(|| {
-        let lock = queue::conversation_lock("$1", "i.conversation_key");
-        format!(
-            "with rows as (
-                 select * from unnest($2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[],
-                                      $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
-                                      $12::text[], $13::text[], $14::text[], $15::text[], $16::jsonb[],
-                                      $17::text[], $19::jsonb[], $20::jsonb[], $21::text[])
-                      with ordinality as r(id, connector_id, platform, idempotency_key,
-                           platform_message_id, chat_id, thread_id, platform_user_id, reply_to_id,
-                           user_id, conversation_key, request_content, status, decision, metadata,
-                           space, attachments, action, command, ord)),
-             inserted as (
-                 insert into channel_messages (tenant_id, id, connector_id, platform, idempotency_key,
-                     platform_message_id, chat_id, thread_id, platform_user_id, reply_to_id, user_id,
-                     conversation_key, request_content, status, decision, metadata, space, attachments,
-                     completed_at, action, command)
-                 select $1, r.id, r.connector_id, r.platform, r.idempotency_key, r.platform_message_id,
-                        r.chat_id, r.thread_id, r.platform_user_id, r.reply_to_id, r.user_id,
-                        r.conversation_key, r.request_content, r.status, r.decision, r.metadata, r.space,
-                        r.attachments, case when r.status = 'accepted' then null else $18::timestamptz end,
-                        r.action, r.command
-                   from rows r
-                  order by r.ord
-                 on conflict (tenant_id, connector_id, idempotency_key) do nothing
-                 returning id, conversation_key, status),
-             queued as (
-                 insert into dispatch_queue (message_id, tenant_id, conversation_key, stage)
-                 select i.id, $1, i.conversation_key, 'dispatch'
-                   from inserted i
-                   join rows r on r.id = i.id
-                   cross join lateral (select pg_advisory_xact_lock_shared({lock})) as recording
-                  where i.status = 'accepted'
-                  order by r.ord)
-             select id from inserted"
-        )
-    });
-    let inserted: Vec<MessageId> = sqlx::query_scalar(sql)
+    let inserted: Vec<MessageId> = sqlx::query_scalar(in_one_sql())
         .bind(tenant)
         .bind(&ids)
         .bind(rows.iter().map(|r| r.connector_id).collect::<Vec<_>>())
@@ -192,4 +154,47 @@ async fn insert_many_in_one(
         .into_iter()
         .map(|id| inserted.contains(&id).then_some(id))
         .collect())
+}
+
+/// The turns from arrays, inserted in order, and the accepted ones queued, each under its
+/// conversation's shared lock: one statement.
+fn in_one_sql() -> &'static str {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SQL.get_or_init(|| {
+        let lock = queue::conversation_lock("$1", "i.conversation_key");
+        format!(
+            "with rows as (
+                 select * from unnest($2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[],
+                                      $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
+                                      $12::text[], $13::text[], $14::text[], $15::text[], $16::jsonb[],
+                                      $17::text[], $19::jsonb[], $20::jsonb[], $21::text[])
+                      with ordinality as r(id, connector_id, platform, idempotency_key,
+                           platform_message_id, chat_id, thread_id, platform_user_id, reply_to_id,
+                           user_id, conversation_key, request_content, status, decision, metadata,
+                           space, attachments, action, command, ord)),
+             inserted as (
+                 insert into channel_messages (tenant_id, id, connector_id, platform, idempotency_key,
+                     platform_message_id, chat_id, thread_id, platform_user_id, reply_to_id, user_id,
+                     conversation_key, request_content, status, decision, metadata, space, attachments,
+                     completed_at, action, command)
+                 select $1, r.id, r.connector_id, r.platform, r.idempotency_key, r.platform_message_id,
+                        r.chat_id, r.thread_id, r.platform_user_id, r.reply_to_id, r.user_id,
+                        r.conversation_key, r.request_content, r.status, r.decision, r.metadata, r.space,
+                        r.attachments, case when r.status = 'accepted' then null else $18::timestamptz end,
+                        r.action, r.command
+                   from rows r
+                  order by r.ord
+                 on conflict (tenant_id, connector_id, idempotency_key) do nothing
+                 returning id, conversation_key, status),
+             queued as (
+                 insert into dispatch_queue (message_id, tenant_id, conversation_key, stage)
+                 select i.id, $1, i.conversation_key, 'dispatch'
+                   from inserted i
+                   join rows r on r.id = i.id
+                   cross join lateral (select pg_advisory_xact_lock_shared({lock})) as recording
+                  where i.status = 'accepted'
+                  order by r.ord)
+             select id from inserted"
+        )
+    })
 }
