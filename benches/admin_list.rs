@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use channel_bridge::admin::messages::{list_messages, MessagesQuery};
-use channel_bridge::db::messages::MessageSelection;
 use channel_bridge::domain::{MessageStatus, TenantId};
 use channel_bridge::settings::{DatabaseSettings, ServeSettings};
+use channel_bridge::shapes::MessageSelection;
 use channel_bridge::startup::Application;
 use common::BenchDb;
 use sqlx::{Connection, Executor, PgConnection};

@@ -102,6 +102,142 @@ impl FromStr for Platform {
     }
 }
 
+/// Which conversation a turn belongs to, as `conversation_key` holds it: `user:<user id>`
+/// for a linked user (every platform they use), `sender:<connector id>:<platform user id>`
+/// for an unlinked sender, `chat:<connector id>:<chat id>` for a chat the agent writes to
+/// by its id. Turns of one conversation are queued, held and answered in order.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct ConversationKey(String);
+
+/// The kind of a conversation, and what names it within its kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConversationOf<'a> {
+    User(&'a str),
+    Sender(ConnectorId, &'a str),
+    Chat(ConnectorId, &'a str),
+}
+
+impl ConversationKey {
+    /// A linked user's conversation, on every platform.
+    pub fn user(user_id: &str) -> Self {
+        Self(format!("user:{user_id}"))
+    }
+
+    /// An unlinked sender's conversation on one connector (a long id as its `index_key`).
+    pub fn sender(connector: ConnectorId, platform_user_id: &str) -> Self {
+        Self(format!("sender:{connector}:{}", index_key(platform_user_id)))
+    }
+
+    /// A chat the agent writes to by its id.
+    pub fn chat(connector: ConnectorId, chat_id: &str) -> Self {
+        Self(format!("chat:{connector}:{chat_id}"))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn of(&self) -> ConversationOf<'_> {
+        Self::read(&self.0).expect("a ConversationKey is made by its constructors or read back")
+    }
+
+    /// The linked user whose conversation it is.
+    pub fn user_id(&self) -> Option<&str> {
+        match self.of() {
+            ConversationOf::User(user) => Some(user),
+            ConversationOf::Sender(..) | ConversationOf::Chat(..) => None,
+        }
+    }
+
+    /// What every constructor makes reads back (an empty id included: the API's paths
+    /// refuse those where they come in).
+    fn read(key: &str) -> Option<ConversationOf<'_>> {
+        ConversationOf::parse(key)
+    }
+}
+
+impl<'a> ConversationOf<'a> {
+    /// A key's kind and id; `None` for text no constructor makes.
+    pub fn parse(key: &'a str) -> Option<Self> {
+        if let Some(user) = key.strip_prefix("user:") {
+            return Some(ConversationOf::User(user));
+        }
+        let (kind, rest) = key.split_once(':')?;
+        let (connector, id) = rest.split_once(':')?;
+        let connector = ConnectorId(Uuid::parse_str(connector).ok()?);
+        match kind {
+            "sender" => Some(ConversationOf::Sender(connector, id)),
+            "chat" => Some(ConversationOf::Chat(connector, id)),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for ConversationKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("not a conversation (expected user:…, sender:<connector>:… or chat:<connector>:…)")]
+pub struct NotAConversation;
+
+impl FromStr for ConversationKey {
+    type Err = NotAConversation;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::try_from(s.to_owned())
+    }
+}
+
+impl TryFrom<String> for ConversationKey {
+    type Error = NotAConversation;
+    fn try_from(key: String) -> Result<Self, Self::Error> {
+        match Self::read(&key) {
+            Some(_) => Ok(Self(key)),
+            None => Err(NotAConversation),
+        }
+    }
+}
+
+impl From<ConversationKey> for String {
+    fn from(key: ConversationKey) -> Self {
+        key.0
+    }
+}
+
+impl sqlx::Type<sqlx::Postgres> for ConversationKey {
+    fn type_info() -> sqlx::postgres::PgTypeInfo {
+        <String as sqlx::Type<sqlx::Postgres>>::type_info()
+    }
+    fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+        <String as sqlx::Type<sqlx::Postgres>>::compatible(ty)
+    }
+}
+
+impl sqlx::Encode<'_, sqlx::Postgres> for ConversationKey {
+    fn encode_by_ref(
+        &self,
+        buf: &mut sqlx::postgres::PgArgumentBuffer,
+    ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+        <&str as sqlx::Encode<sqlx::Postgres>>::encode(self.as_str(), buf)
+    }
+}
+
+impl sqlx::Decode<'_, sqlx::Postgres> for ConversationKey {
+    fn decode(value: sqlx::postgres::PgValueRef<'_>) -> Result<Self, sqlx::error::BoxDynError> {
+        let key = <String as sqlx::Decode<sqlx::Postgres>>::decode(value)?;
+        Ok(Self::try_from(key)?)
+    }
+}
+
+impl sqlx::postgres::PgHasArrayType for ConversationKey {
+    fn array_type_info() -> sqlx::postgres::PgTypeInfo {
+        <String as sqlx::postgres::PgHasArrayType>::array_type_info()
+    }
+}
+
 /// What happens to a message from a sender with no `channel_links` row.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, sqlx::Type)]
 #[serde(rename_all = "lowercase")]
@@ -429,5 +565,38 @@ mod spelling_tests {
         }
         let shown = TelegramDelivery::AtLeastOnce.to_possible_value().unwrap();
         assert_eq!(shown.get_name(), TelegramDelivery::AtLeastOnce.as_str());
+    }
+}
+
+#[cfg(test)]
+mod conversation_tests {
+    use super::{ConnectorId, ConversationKey, ConversationOf};
+
+    #[test]
+    fn a_key_reads_back_as_it_was_made_and_a_malformed_one_is_refused() {
+        let connector: ConnectorId = "0190c8a4-8b1e-7bb8-9a55-5c4e0c1a2b3c".parse().unwrap();
+        let sender = ConversationKey::sender(connector, "U1:2");
+        assert_eq!(
+            sender.as_str(),
+            "sender:0190c8a4-8b1e-7bb8-9a55-5c4e0c1a2b3c:U1:2"
+        );
+        assert_eq!(sender.of(), ConversationOf::Sender(connector, "U1:2"));
+        assert_eq!(ConversationKey::user("a:b").of(), ConversationOf::User("a:b"));
+        let chat = ConversationKey::chat(connector, "-100");
+        assert_eq!(chat.as_str().parse::<ConversationKey>().ok(), Some(chat));
+        for bad in [
+            "",
+            "alice",
+            "sender:",
+            "sender:nope:U1",
+            "chat:x:1",
+            "other:0190c8a4-8b1e-7bb8-9a55-5c4e0c1a2b3c:1",
+        ] {
+            assert!(bad.parse::<ConversationKey>().is_err(), "{bad}");
+        }
+        let long = "x".repeat(300);
+        assert!(ConversationKey::sender(connector, &long)
+            .as_str()
+            .contains(":sha256:"));
     }
 }

@@ -2,7 +2,7 @@
 //! AI agent, every tenant's rows under PostgreSQL row-level security.
 //!
 //! The modules stand in layers whose imports only point down: entry points, the
-//! application, the HTTP faces, the pipeline, the platforms, infrastructure, the database
+//! application, the HTTP faces, the pipeline, the platforms, infrastructure, the request shapes, the database
 //! and the foundation. docs/architecture.md#layers has the table, which
 //! `tests/it/layers.rs` holds every module's imports to.
 
@@ -35,6 +35,7 @@ pub mod secret_input;
 pub mod secrets;
 pub mod send_fixture;
 pub mod settings;
+pub mod shapes;
 pub mod sign;
 pub mod signature;
 pub mod startup;

@@ -205,7 +205,7 @@ pub async fn take_over(
         return Err(AppError::NotFound("conversation"));
     };
     let taken = handoff::take_over(&mut tx, person, &turn, reason).await?;
-    let hold = db::holds::get(&mut tx, &turn.conversation_key)
+    let hold = db::holds::get(&mut tx, turn.conversation_key.as_str())
         .await?
         .ok_or(AppError::NotFound("conversation"))?;
     tx.commit().await?;
@@ -294,15 +294,11 @@ pub async fn post_person_message(
     };
     let connector =
         db::connectors::get(&mut tx, &state.settings.database.secrets, target.connector_id).await?;
-    let platform: Platform = target
-        .platform
-        .parse()
-        .map_err(|_| AppError::Conflict("the conversation's platform is not known"))?;
     let markdown = connector.as_ref().is_some_and(|c| c.profile.format_markdown);
     let turn = PersonTurn {
         author: &person.name,
         text: &input.content,
-        reply: input.reply(platform, markdown)?,
+        reply: input.reply(target.platform, markdown)?,
         idempotency_key: key,
     };
     let posted = handoff::answer(&mut tx, person, &target, &turn).await?;
@@ -316,8 +312,8 @@ pub async fn post_person_message(
     };
     Ok(PersonMessageOut {
         message_id: id.0,
-        conversation: target.conversation_key,
-        platform: target.platform,
+        conversation: target.conversation_key.into(),
+        platform: target.platform.to_string(),
         reply_to: target.id.0,
         parts: turn.reply.len(),
         created,

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::client::Query;
 use super::output::{self, cut, text, time, Field, Format};
 use super::{object, Context};
-use crate::db::messages::MessageSelection;
+use crate::shapes::MessageSelection;
 
 #[derive(Debug, Subcommand)]
 pub enum Command {

@@ -15,7 +15,7 @@ use crate::db::messages::{MessageRow, MESSAGE_COLUMNS};
 use crate::db::parts::Reply;
 use crate::db::{self, TenantTx};
 use crate::delivery::split::Ask;
-use crate::domain::{Connector, ConnectorId, MessageId, Platform};
+use crate::domain::{Connector, ConnectorId, ConversationKey, MessageId, Platform};
 use crate::error::{ApiJsonError, AppError};
 use crate::http::extract::{ApiBytes, ApiPath};
 use crate::http::state::AppState;
@@ -136,10 +136,7 @@ pub async fn post_message(
     let tenant = signed.tenant.id;
     let mut tx = TenantTx::begin(&state.pool, tenant).await?;
     let (place, connector) = resolve(&state, &mut tx, &input).await?;
-    let platform: Platform = place
-        .platform
-        .parse()
-        .map_err(|_| AppError::Unprocessable("the connector's platform is not known".into()))?;
+    let platform = place.platform;
     match (crate::platforms::of(platform).template_window(), &input.template) {
         (Some(window), None) => within_window(&mut tx, &place, window).await?,
         (None, Some(_)) => {
@@ -176,7 +173,7 @@ pub async fn post_message(
         let entry = AuditEntry::new(
             Actor::Agent,
             AuditAction::ConversationMessage,
-            &place.conversation_key,
+            place.conversation_key.as_str(),
             details,
         );
         db::audit::record(&mut tx, &entry).await?;
@@ -193,8 +190,8 @@ pub async fn post_message(
         status,
         Json(AgentMessageOut {
             message_id: id.0,
-            conversation: place.conversation_key,
-            platform: place.platform,
+            conversation: place.conversation_key.into(),
+            platform: place.platform.to_string(),
             connector_id: place.connector_id.0,
             chat_id: place.chat_id,
             parts: ready.len(),
@@ -275,14 +272,14 @@ async fn resolve(
         let connector = connector(state, tx, ConnectorId(connector_id)).await?;
         let place = Destination {
             connector_id: connector.id,
-            platform: connector.profile.platform.as_str().to_owned(),
+            platform: connector.profile.platform,
             reply_to: String::new(),
             chat_id: chat.clone(),
             thread_id: None,
             space: None,
             platform_user_id: String::new(),
             user_id: None,
-            conversation_key: format!("chat:{}:{chat}", connector.id),
+            conversation_key: ConversationKey::chat(connector.id, chat),
         };
         return Ok((place, connector));
     }
@@ -323,14 +320,14 @@ async fn resolve(
     };
     let place = Destination {
         connector_id,
-        platform: platform.as_str().to_owned(),
+        platform,
         reply_to: String::new(),
         chat_id,
         thread_id: None,
         space: None,
         platform_user_id: account,
         user_id: Some(user.to_owned()),
-        conversation_key: format!("user:{user}"),
+        conversation_key: ConversationKey::user(user),
     };
     Ok((place, connector))
 }
@@ -404,7 +401,7 @@ async fn within_window(
                   where tenant_id = $1 and user_id is null and conversation_key = $2 and origin = 'user'",
             )
             .bind(tx.tenant())
-            .bind(format!("sender:{}:{number}", place.connector_id))
+            .bind(ConversationKey::sender(place.connector_id, number))
             .fetch_one(tx.conn())
             .await?
         }

@@ -13,7 +13,7 @@ use crate::db::parts::Reply;
 use crate::db::{self, TenantTx};
 use crate::delivery::split::Ask;
 use crate::dispatch::payload::HANDOFF_REASON_MAX;
-use crate::domain::{MessageId, MessageStatus, Platform, TenantId};
+use crate::domain::{MessageId, MessageStatus, TenantId};
 use crate::error::{ApiJsonError, AppError};
 use crate::http::extract::{ApiBytes, ApiPath};
 use crate::http::state::AppState;
@@ -304,18 +304,14 @@ async fn split(state: &AppState, tx: &mut TenantTx, turn: &MessageRow, ask: Ask)
     if ask == Ask::default() {
         return Ok(Reply::default());
     }
-    let platform: Platform = turn
-        .platform
-        .parse()
-        .map_err(|_| AppError::Conflict("the turn's platform is not known"))?;
     let connector = db::connectors::get(tx, &state.settings.database.secrets, turn.connector_id).await?;
     let markdown = connector.as_ref().is_some_and(|c| c.profile.format_markdown);
-    crate::delivery::split::reply(platform, markdown, ask)
+    crate::delivery::split::reply(turn.platform, markdown, ask)
         .map_err(|unfit| AppError::Unprocessable(unfit.to_string()))
 }
 
 async fn show_status(state: &AppState, turn: &MessageRow, text: &str) -> bool {
-    let tenant = crate::domain::TenantId(turn.tenant_id);
+    let tenant = turn.tenant_id;
     let Ok(Some(connector)) = state
         .cache
         .connector_of(&state.pool, tenant, turn.connector_id)

@@ -10,10 +10,10 @@ use super::error::{ConsoleError, PageResult};
 use super::pages::{self, ok_page};
 use super::session::{CsrfForm, SignedIn};
 use crate::admin::messages::{self, MessagesQuery, Recovery};
-use crate::db::messages::MessageSelection;
 use crate::domain::MessageStatus;
 use crate::error::AppError;
 use crate::http::state::AppState;
+use crate::shapes::MessageSelection;
 
 /// The filter form's fields (the listing's others are not taken here).
 const FORM_FIELDS: [&str; 4] = ["q", "status", "user_id", "cursor"];

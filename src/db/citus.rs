@@ -4,12 +4,29 @@
 //! granted to (`channel_bridge_app`), never a login role made before the extension: without
 //! it on the workers, every worker connection of the runtime role fails.
 
+use std::sync::OnceLock;
+
 use anyhow::Context;
 use serde::Serialize;
 use sqlx::{ConnectOptions, Connection, PgConnection, PgPool};
 
-use super::{connect_options, schema, APP_ROLE};
+use super::pool::connect_options;
+use super::{schema, APP_ROLE};
 use crate::settings::DatabaseSettings;
+
+/// Asked once per process. A few hot statements have two shapes: one statement across the
+/// tenant tables and the queue on PostgreSQL, statements routed to one shard on Citus.
+pub(crate) async fn on_citus(conn: &mut sqlx::PgConnection) -> Result<bool, sqlx::Error> {
+    static CITUS: OnceLock<bool> = OnceLock::new();
+    if let Some(known) = CITUS.get() {
+        return Ok(*known);
+    }
+    let citus: bool =
+        sqlx::query_scalar("select exists (select 1 from pg_extension where extname = 'citus')")
+            .fetch_one(conn)
+            .await?;
+    Ok(*CITUS.get_or_init(|| citus))
+}
 
 /// What `channel-bridge citus distribute` did.
 #[derive(Debug, Serialize, PartialEq, Eq)]
@@ -200,7 +217,7 @@ pub fn explain(err: anyhow::Error) -> anyhow::Error {
         Some(V1_CERTIFICATE)
     } else if err
         .chain()
-        .any(|cause| super::sqlx_error(cause).is_some_and(app_role_refused))
+        .any(|cause| super::errors::sqlx_error(cause).is_some_and(app_role_refused))
     {
         Some(APP_ROLE_REFUSED)
     } else {

@@ -16,7 +16,7 @@ use sqlx::{PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use super::TenantTx;
-use crate::domain::{MessageId, TenantId};
+use crate::domain::{ConversationKey, MessageId, TenantId};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
 #[sqlx(type_name = "text", rename_all = "snake_case")]
@@ -54,7 +54,7 @@ pub(crate) fn conversation_lock(tenant: &str, key: &str) -> String {
 pub async fn enqueue(
     tx: &mut TenantTx,
     message: MessageId,
-    conversation_key: &str,
+    conversation_key: &ConversationKey,
     stage: Stage,
 ) -> Result<(), sqlx::Error> {
     enqueue_many(tx, &[(message, conversation_key)], stage).await
@@ -65,7 +65,7 @@ pub async fn enqueue(
 /// same conversation is uncommitted (M1 would become a second head in flight).
 pub async fn enqueue_many(
     tx: &mut TenantTx,
-    jobs: &[(MessageId, &str)],
+    jobs: &[(MessageId, &ConversationKey)],
     stage: Stage,
 ) -> Result<(), sqlx::Error> {
     static SQL: OnceLock<String> = OnceLock::new();
@@ -84,7 +84,7 @@ pub async fn enqueue_many(
     });
     let tenant = tx.tenant();
     let ids: Vec<MessageId> = jobs.iter().map(|(id, _)| *id).collect();
-    let keys: Vec<&str> = jobs.iter().map(|(_, key)| *key).collect();
+    let keys: Vec<&str> = jobs.iter().map(|(_, key)| key.as_str()).collect();
     sqlx::query(sql)
         .bind(tenant)
         .bind(&ids)
@@ -436,61 +436,11 @@ impl Queue {
         )
         .fetch_optional(&mut *tx)
         .await?;
-        let Some((current, started, other_fresh)) = state else {
-            return Ok(Rotation::Busy);
-        };
-        let other = format!("dispatch_queue_{}", 1 - current);
-        if other_fresh {
-            let next: i64 = sqlx::query_scalar("select nextval('dispatch_queue_seq_seq')")
-                .fetch_one(&mut *tx)
-                .await?;
-            if next - started < switch_after {
-                tx.rollback().await?;
-                return Ok(Rotation::Idle);
-            }
-            sqlx::query(
-                "update dispatch_queue_generation
-                    set current = 1 - current, started_seq = $1, other_fresh = false",
-            )
-            .bind(next)
-            .execute(&mut *tx)
-            .await?;
-            tx.commit().await?;
-            return Ok(Rotation::Switched);
+        match state {
+            None => Ok(Rotation::Busy),
+            Some((_, started, true)) => switch_generation(tx, started, switch_after).await,
+            Some((current, _, false)) => truncate_drained(tx, 1 - current).await,
         }
-        // Looked at without the lock first: jobs that wait long (a backoff, a platform's
-        // hold) keep a generation from draining, and each try would stall the queue.
-        let empty = format!("select not exists (select 1 from {other})");
-        if !sqlx::query_scalar::<_, bool>(&empty).fetch_one(&mut *tx).await? {
-            tx.rollback().await?;
-            return Ok(Rotation::Draining);
-        }
-        sqlx::query(&format!("set local lock_timeout = '{}ms'", LOCK_WAIT.as_millis()))
-            .execute(&mut *tx)
-            .await?;
-        let locked = sqlx::query(&format!("lock table {other} in access exclusive mode"))
-            .execute(&mut *tx)
-            .await;
-        match locked {
-            Err(sqlx::Error::Database(err)) if err.code().as_deref() == Some("55P03") => {
-                tx.rollback().await?;
-                return Ok(Rotation::Busy);
-            }
-            locked => locked?,
-        };
-        // Under the lock no transaction is still writing to it: empty now is empty for good.
-        if !sqlx::query_scalar::<_, bool>(&empty).fetch_one(&mut *tx).await? {
-            tx.rollback().await?;
-            return Ok(Rotation::Draining);
-        }
-        sqlx::query(&format!("truncate {other}"))
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("update dispatch_queue_generation set other_fresh = true")
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(Rotation::Truncated)
     }
 
     pub async fn stats(&self) -> Result<QueueStats, sqlx::Error> {
@@ -516,6 +466,71 @@ impl Queue {
         .fetch_all(&self.pool)
         .await
     }
+}
+
+/// The fresh generation becomes current once `switch_after` jobs went into this one.
+async fn switch_generation(
+    mut tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    started: i64,
+    switch_after: i64,
+) -> Result<Rotation, sqlx::Error> {
+    let next: i64 = sqlx::query_scalar("select nextval('dispatch_queue_seq_seq')")
+        .fetch_one(&mut *tx)
+        .await?;
+    if next - started < switch_after {
+        tx.rollback().await?;
+        return Ok(Rotation::Idle);
+    }
+    sqlx::query(
+        "update dispatch_queue_generation
+            set current = 1 - current, started_seq = $1, other_fresh = false",
+    )
+    .bind(next)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(Rotation::Switched)
+}
+
+/// Generation `other`, once drained, truncated and marked fresh.
+async fn truncate_drained(
+    mut tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    other: i16,
+) -> Result<Rotation, sqlx::Error> {
+    let other = format!("dispatch_queue_{other}");
+    // Looked at without the lock first: jobs that wait long (a backoff, a platform's
+    // hold) keep a generation from draining, and each try would stall the queue.
+    let empty = format!("select not exists (select 1 from {other})");
+    if !sqlx::query_scalar::<_, bool>(&empty).fetch_one(&mut *tx).await? {
+        tx.rollback().await?;
+        return Ok(Rotation::Draining);
+    }
+    sqlx::query(&format!("set local lock_timeout = '{}ms'", LOCK_WAIT.as_millis()))
+        .execute(&mut *tx)
+        .await?;
+    let locked = sqlx::query(&format!("lock table {other} in access exclusive mode"))
+        .execute(&mut *tx)
+        .await;
+    match locked {
+        Err(sqlx::Error::Database(err)) if err.code().as_deref() == Some("55P03") => {
+            tx.rollback().await?;
+            return Ok(Rotation::Busy);
+        }
+        locked => locked?,
+    };
+    // Under the lock no transaction is still writing to it: empty now is empty for good.
+    if !sqlx::query_scalar::<_, bool>(&empty).fetch_one(&mut *tx).await? {
+        tx.rollback().await?;
+        return Ok(Rotation::Draining);
+    }
+    sqlx::query(&format!("truncate {other}"))
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("update dispatch_queue_generation set other_fresh = true")
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(Rotation::Truncated)
 }
 
 fn claim_sql() -> &'static str {

@@ -16,7 +16,6 @@ use crate::db::queue::Job;
 use crate::delivery::live::{LiveContext, LiveView, TextSink};
 use crate::delivery::typing::Typing;
 use crate::delivery::{split, Outgoing};
-use crate::domain::Platform;
 use crate::telemetry::traces;
 use crate::turn::{Applied, HandoffRequest, Transition};
 
@@ -257,7 +256,7 @@ fn reply_of(
     answer: Answer,
     agent_ms: Option<i32>,
 ) -> anyhow::Result<Result<Ready, String>> {
-    let platform: Platform = prepared.message.platform.parse()?;
+    let platform = prepared.message.platform;
     let markdown = prepared
         .connector
         .as_ref()

@@ -131,7 +131,7 @@ impl Worker {
             tenant_id: turn.tenant_id.to_string(),
             message_id: turn.id.to_string(),
             user_id: turn.user_id.as_deref(),
-            conversation: &turn.conversation_key,
+            conversation: turn.conversation_key.as_str(),
             channel: channel_of(&turn, &reaction.by),
             reaction: &reaction,
         };
@@ -181,7 +181,7 @@ impl Worker {
 
 fn channel_of(turn: &MessageRow, reacted_by: &str) -> ChannelOut {
     ChannelOut {
-        platform: turn.platform.clone(),
+        platform: turn.platform.to_string(),
         connector_id: turn.connector_id.to_string(),
         chat_id: turn.chat_id.clone(),
         thread_id: turn.thread_id.clone(),

@@ -55,7 +55,7 @@ impl<'a> HistoryScope<'a> {
     pub fn of(message: &'a MessageRow, setting: HistoryScopeSetting) -> Self {
         Self {
             user_id: message.user_id.as_deref(),
-            conversation_key: &message.conversation_key,
+            conversation_key: message.conversation_key.as_str(),
             place: HistoryPlace::of(message, setting),
             before: Some((message.received_at, message.id)),
         }
@@ -224,7 +224,7 @@ pub async fn load_many(
         let ids: Vec<MessageId> = group.iter().map(|m| m.id).collect();
         let keys: Vec<&str> = group
             .iter()
-            .map(|m| m.user_id.as_deref().unwrap_or(&m.conversation_key))
+            .map(|m| m.user_id.as_deref().unwrap_or(m.conversation_key.as_str()))
             .collect();
         let received: Vec<chrono::DateTime<chrono::Utc>> = group.iter().map(|m| m.received_at).collect();
         let places: Vec<_> = group

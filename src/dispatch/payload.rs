@@ -137,7 +137,7 @@ impl ReplyTo {
 pub fn build(message: &MessageRow, history: Vec<ChatMessage>, urls: &UrlMinter, now: i64) -> DispatchOut {
     let mut messages = history;
     messages.push(ChatMessage::user_turn(message));
-    let tenant = crate::domain::TenantId(message.tenant_id);
+    let tenant = message.tenant_id;
     for attachment in messages.iter_mut().flat_map(|m| m.attachments.iter_mut()) {
         attachment.url = urls.url_for(tenant, attachment, now);
     }
@@ -149,7 +149,7 @@ pub fn build(message: &MessageRow, history: Vec<ChatMessage>, urls: &UrlMinter, 
         user_id: message.user_id.clone(),
         message_id: message.id.to_string(),
         channel: ChannelOut {
-            platform: message.platform.clone(),
+            platform: message.platform.to_string(),
             connector_id: message.connector_id.to_string(),
             chat_id: message.chat_id.clone(),
             thread_id: message.thread_id.clone(),

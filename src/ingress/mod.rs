@@ -10,7 +10,7 @@ use sqlx::PgPool;
 
 use crate::db::queue::Stage;
 use crate::db::{self, messages::NewMessage, TenantTx};
-use crate::domain::{Connector, MessageId, MessageStatus, Platform, UnlinkedPolicy};
+use crate::domain::{Connector, ConversationKey, MessageId, MessageStatus, Platform, UnlinkedPolicy};
 use crate::platforms::inbound::{Inbound, InboundKind, InboundMessage, TapAnswer};
 
 #[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
@@ -42,7 +42,7 @@ impl RecordOutcome {
 
 struct Routing {
     user_id: Option<String>,
-    conversation_key: String,
+    conversation_key: ConversationKey,
     status: MessageStatus,
     decision: Option<&'static str>,
 }
@@ -236,12 +236,8 @@ async fn queue_notice(
 fn route(turn: &Turn<'_>, user_id: Option<String>) -> Routing {
     let (connector, message) = (turn.connector, turn.message);
     let conversation_key = match &user_id {
-        Some(user) => format!("user:{user}"),
-        None => format!(
-            "sender:{}:{}",
-            connector.id,
-            crate::domain::index_key(&message.platform_user_id)
-        ),
+        Some(user) => ConversationKey::user(user),
+        None => ConversationKey::sender(connector.id, &message.platform_user_id),
     };
     let (status, decision) = match (message.kind, &user_id, connector.profile.unlinked_policy) {
         _ if matches!(turn.tap, Some(taps::Verdict::AlreadyMade { .. })) => {

@@ -9,7 +9,7 @@ use sqlx::types::Json;
 use crate::choices::{ButtonId, Chosen, Offered, TapAction};
 use crate::db::queue::{self, Stage};
 use crate::db::TenantTx;
-use crate::domain::{Connector, ConnectorId, MessageId};
+use crate::domain::{Connector, ConnectorId, ConversationKey, MessageId};
 use crate::platforms::inbound::{InboundMessage, Tap};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -49,7 +49,7 @@ struct OfferedRow {
     chosen: Option<Json<Chosen>>,
     chat_id: String,
     connector_id: ConnectorId,
-    conversation_key: String,
+    conversation_key: ConversationKey,
 }
 
 /// `tx` is the connector's tenant's; a token of another tenant is simply not found.

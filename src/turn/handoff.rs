@@ -8,7 +8,7 @@ use crate::db::holds::{self, NewHold};
 use crate::db::messages::{MessageRow, MESSAGE_COLUMNS};
 use crate::db::queue::{self, Stage};
 use crate::db::TenantTx;
-use crate::domain::MessageId;
+use crate::domain::{ConversationOf, MessageId};
 
 /// A conversation's id in the API: `user:<user id>` or `sender:<connector id>:<platform user
 /// id>`, as `conversation_key` holds it.
@@ -19,14 +19,13 @@ pub enum Conversation<'a> {
 }
 
 impl<'a> Conversation<'a> {
+    /// A user's or an unlinked sender's key, naming someone.
     pub fn parse(key: &'a str) -> Option<Self> {
-        if let Some(user) = key.strip_prefix("user:") {
-            return (!user.is_empty()).then_some(Self::User(user));
+        match ConversationOf::parse(key)? {
+            ConversationOf::User(user) => (!user.is_empty()).then_some(Self::User(user)),
+            ConversationOf::Sender(_, sender) => (!sender.is_empty()).then_some(Self::Sender(key)),
+            ConversationOf::Chat(..) => None,
         }
-        let sender = key.strip_prefix("sender:")?;
-        let (connector, platform_user) = sender.split_once(':')?;
-        let valid = uuid::Uuid::parse_str(connector).is_ok() && !platform_user.is_empty();
-        valid.then_some(Self::Sender(key))
     }
 
     /// `who` narrows to the conversation on the history index its kind has.
@@ -99,7 +98,7 @@ pub async fn take_over(
     reason: Option<&str>,
 ) -> Result<bool, sqlx::Error> {
     let new = NewHold {
-        conversation: &turn.conversation_key,
+        conversation: turn.conversation_key.as_str(),
         user_id: turn.user_id.as_deref(),
         held_by: &person.name,
         by_agent: false,
@@ -111,7 +110,7 @@ pub async fn take_over(
         let entry = AuditEntry::new(
             person.actor,
             AuditAction::ConversationTakeOver,
-            &turn.conversation_key,
+            turn.conversation_key.as_str(),
             serde_json::json!({}),
         );
         audit::record(tx, &entry).await?;
@@ -141,7 +140,7 @@ pub async fn answer(
         let entry = AuditEntry::new(
             person.actor,
             AuditAction::ConversationMessage,
-            &target.conversation_key,
+            target.conversation_key.as_str(),
             details,
         );
         audit::record(tx, &entry).await?;
@@ -247,7 +246,7 @@ pub async fn hold_for_agent(
     request: &super::HandoffRequest,
 ) -> Result<bool, sqlx::Error> {
     let hold = NewHold {
-        conversation: &request.conversation,
+        conversation: request.conversation.as_str(),
         user_id: request.user_id.as_deref(),
         held_by: "agent",
         by_agent: true,
@@ -260,7 +259,7 @@ pub async fn hold_for_agent(
         let entry = AuditEntry::new(
             Actor::Agent,
             AuditAction::ConversationTakeOver,
-            &request.conversation,
+            request.conversation.as_str(),
             details,
         );
         audit::record(tx, &entry).await?;

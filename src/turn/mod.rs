@@ -141,7 +141,7 @@ pub enum Transition {
 /// stores the answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HandoffRequest {
-    pub conversation: String,
+    pub conversation: crate::domain::ConversationKey,
     pub user_id: Option<String>,
     pub reason: Option<String>,
 }

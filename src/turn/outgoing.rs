@@ -6,21 +6,21 @@
 use crate::db::messages::MessageRow;
 use crate::db::queue::{self, Stage};
 use crate::db::TenantTx;
-use crate::domain::{ConnectorId, MessageId, TurnOrigin};
+use crate::domain::{ConnectorId, ConversationKey, MessageId, Platform, TurnOrigin};
 
 /// Where the turn goes, and what it threads to (`reply_to`: a platform message id, empty
 /// for a new message).
 #[derive(Debug, Clone)]
 pub struct Destination {
     pub connector_id: ConnectorId,
-    pub platform: String,
+    pub platform: Platform,
     pub reply_to: String,
     pub chat_id: String,
     pub thread_id: Option<String>,
     pub space: Option<String>,
     pub platform_user_id: String,
     pub user_id: Option<String>,
-    pub conversation_key: String,
+    pub conversation_key: ConversationKey,
 }
 
 impl Destination {
@@ -28,7 +28,7 @@ impl Destination {
     pub fn replying_to(turn: &MessageRow) -> Self {
         Self {
             connector_id: turn.connector_id,
-            platform: turn.platform.clone(),
+            platform: turn.platform,
             reply_to: turn.platform_message_id.clone(),
             chat_id: turn.chat_id.clone(),
             thread_id: turn.thread_id.clone(),
@@ -105,7 +105,7 @@ async fn insert(
     .bind(tenant)
     .bind(id)
     .bind(place.connector_id)
-    .bind(&place.platform)
+    .bind(place.platform.as_str())
     .bind(turn.idempotency_key)
     .bind(&place.reply_to)
     .bind(&place.chat_id)

@@ -1,10 +1,10 @@
 //! The admin actions `redispatch` and `resend`, the only transitions without a lease
 //! (docs/admin.md#failed-turns-seeing-them-and-acting-on-them).
 
-use crate::db::messages::MessageSelection;
 use crate::db::queue::{self, Stage};
 use crate::db::TenantTx;
-use crate::domain::{MessageId, PartStatus};
+use crate::domain::{ConversationKey, MessageId, PartStatus};
+use crate::shapes::MessageSelection;
 
 /// Each field set narrows the choice as in the admin listing; oldest first, at most `limit`.
 #[derive(Debug, Clone, Default)]
@@ -111,7 +111,7 @@ async fn choose(
 /// Jobs are queued oldest first, so one user's turns go in the order they were written.
 pub async fn redispatch(tx: &mut TenantTx, selection: &Selection) -> Result<Requeued, sqlx::Error> {
     let (chosen, skipped) = choose(tx, selection, Action::Redispatch).await?;
-    let rows: Vec<(MessageId, String, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
+    let rows: Vec<(MessageId, ConversationKey, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
         "update channel_messages
             set status = 'accepted', decision = null, attempts = 0, last_error = null,
                 completed_at = null, awaiting_until = null, updated_at = now()
@@ -148,7 +148,7 @@ pub async fn resend(
     .await?;
     reopened.sort();
     reopened.dedup();
-    let rows: Vec<(MessageId, String, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
+    let rows: Vec<(MessageId, ConversationKey, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
         "update channel_messages set status = 'executed', last_error = null, updated_at = now()
           where tenant_id = $1 and id = any($2)
       returning id, conversation_key, received_at",
@@ -162,14 +162,14 @@ pub async fn resend(
 
 async fn requeue(
     tx: &mut TenantTx,
-    mut rows: Vec<(MessageId, String, chrono::DateTime<chrono::Utc>)>,
+    mut rows: Vec<(MessageId, ConversationKey, chrono::DateTime<chrono::Utc>)>,
     selection: &Selection,
     action: Action,
     stage: Stage,
     skipped: &[MessageId],
 ) -> Result<Requeued, sqlx::Error> {
     rows.sort_by_key(|(id, _, received_at)| (*received_at, *id));
-    let jobs: Vec<(MessageId, &str)> = rows.iter().map(|(id, key, _)| (*id, key.as_str())).collect();
+    let jobs: Vec<(MessageId, &ConversationKey)> = rows.iter().map(|(id, key, _)| (*id, key)).collect();
     queue::enqueue_many(tx, &jobs, stage).await?;
     let mut more = sqlx::QueryBuilder::new("select exists (select 1 from channel_messages m");
     push_candidates(&mut more, tx.tenant(), selection, action);

@@ -56,7 +56,7 @@ async fn seed(pool: &PgPool, slug: &str) -> Seeded {
             platform_user_id: "408258968",
             reply_to_id: None,
             user_id: Some("user"),
-            conversation_key: "user:user",
+            conversation_key: &channel_bridge::domain::ConversationKey::user("user"),
             request_content: "secret words of tenant",
             status: MessageStatus::Executed,
             decision: None,

@@ -202,7 +202,7 @@ async fn foreign_part_in_doubt(s: &Pipeline) -> (Provisioned, MessageId) {
             platform_user_id: SLACK_USER,
             reply_to_id: None,
             user_id: Some("alice"),
-            conversation_key: "user:alice",
+            conversation_key: &channel_bridge::domain::ConversationKey::user("alice"),
             request_content: "hello",
             status: MessageStatus::Executed,
             decision: None,

@@ -5,10 +5,10 @@ use sqlx::PgPool;
 use super::list::{filter_of, page_of, MessagesQuery};
 use super::message::{MessageOut, ReplyPartOut};
 use crate::admin::schema;
-use crate::db::messages::MessageSelection;
 use crate::db::{self, TenantTx};
 use crate::domain::{MessageId, TenantId};
 use crate::error::AppError;
+use crate::shapes::MessageSelection;
 
 /// A linked user (all their platforms), or an unlinked sender's `conversation_key`.
 #[derive(Debug, Clone, PartialEq, Eq)]

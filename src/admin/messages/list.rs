@@ -10,12 +10,13 @@ use super::message::MessageOut;
 use crate::admin::auth::TenantAdmin;
 use crate::admin::cursor;
 use crate::admin::schema;
-use crate::db::messages::{MessageFilter, MessageRow, MessageSelection};
+use crate::db::messages::{MessageFilter, MessageRow};
 use crate::db::{self, TenantTx};
 use crate::domain::TenantId;
 use crate::error::{ApiJsonError, AppError};
 use crate::http::extract::ApiQuery;
 use crate::http::state::AppState;
+use crate::shapes::MessageSelection;
 
 const DEFAULT_LIMIT: i64 = 50;
 const MAX_LIMIT: i64 = 200;
@@ -72,7 +73,7 @@ pub(super) fn filter_of(query: &MessagesQuery) -> Result<MessageFilter, AppError
     schema::check_optional_text("user_id", query.matching.user_id.as_deref(), schema::ID_MAX)?;
     schema::check_optional_text("q", query.q.as_deref(), schema::SEARCH_MAX)?;
     Ok(MessageFilter {
-        matching: query.matching.clone(),
+        matching: query.matching.clone().into(),
         sender_conversation: None,
         decision: query.decision.clone(),
         text: query.q.clone().filter(|q| !q.is_empty()),

@@ -72,7 +72,7 @@ impl From<MessageRow> for MessageOut {
         Self {
             id: row.id.0,
             connector_id: row.connector_id.0,
-            platform: row.platform,
+            platform: row.platform.to_string(),
             platform_message_id: row.platform_message_id,
             chat_id: row.chat_id,
             thread_id: row.thread_id,
@@ -80,7 +80,7 @@ impl From<MessageRow> for MessageOut {
             platform_user_id: row.platform_user_id,
             reply_to_id: row.reply_to_id,
             user_id: row.user_id,
-            conversation: row.conversation_key,
+            conversation: row.conversation_key.into(),
             request_content: row.request_content,
             response_content: row.response_content,
             decision: row.decision,

@@ -18,12 +18,12 @@ use crate::admin::auth::TenantAdmin;
 use crate::admin::schema;
 use crate::api_schema::{self, Body, FromBody};
 use crate::db::audit::{Actor, AuditAction, AuditEntry};
-use crate::db::messages::MessageSelection;
 use crate::db::{self, TenantTx};
 use crate::domain::{MessageId, MessageStatus, TenantId};
 use crate::error::{ApiJsonError, AppError};
 use crate::http::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::http::state::AppState;
+use crate::shapes::MessageSelection;
 use crate::turn::requeue::{self, Requeued, Selection};
 
 pub const DEFAULT_ACTION_LIMIT: i64 = 100;

@@ -235,17 +235,45 @@ pub async fn update(
 ) -> Result<bool, sqlx::Error> {
     let tenant = tx.tenant();
     let at = |secret| Binding::connector(tenant, id, secret);
-    // An empty token clears it (below), so only a non-empty one is sealed.
-    let seal = |token: Option<&SecretString>, secret| {
-        token
-            .map(|t| match t.expose_secret() {
-                "" => Ok(String::new()),
-                plain => keys.seal(plain, &at(secret)).map_err(unopened),
-            })
-            .transpose()
-    };
     let mut sql =
         sqlx::QueryBuilder::<sqlx::Postgres>::new("update channel_connectors set updated_at = now()");
+    set_texts(&mut sql, change, |token, secret| {
+        seal_token(keys, &at(secret), token)
+    })?;
+    set_flags(&mut sql, change);
+    if let Some(secret) = &change.secrets.verification_secret {
+        let sealed = keys
+            .seal(secret.expose_secret(), &at(ConnectorSecret::Verification))
+            .map_err(unopened)?;
+        rotate_verification(&mut sql, sealed, change.previous_secret_grace_secs);
+    }
+    sql.push(" where tenant_id = ")
+        .push_bind(tenant)
+        .push(" and id = ")
+        .push_bind(id);
+    Ok(sql.build().execute(tx.conn()).await?.rows_affected() == 1)
+}
+
+/// An empty token clears it (`set_texts`), so only a non-empty one is sealed.
+fn seal_token(
+    keys: &Keyring,
+    binding: &Binding,
+    token: Option<&SecretString>,
+) -> Result<Option<String>, sqlx::Error> {
+    token
+        .map(|t| match t.expose_secret() {
+            "" => Ok(String::new()),
+            plain => keys.seal(plain, binding).map_err(unopened),
+        })
+        .transpose()
+}
+
+/// The text columns the change names, its tokens sealed by `seal`.
+fn set_texts(
+    sql: &mut sqlx::QueryBuilder<'_, sqlx::Postgres>,
+    change: &ConnectorPatch,
+    seal: impl Fn(Option<&SecretString>, ConnectorSecret) -> Result<Option<String>, sqlx::Error>,
+) -> Result<(), sqlx::Error> {
     let settings = &change.settings;
     let secrets = &change.secrets;
     let texts = [
@@ -280,6 +308,11 @@ pub async fn update(
             sql.push(format!(", {column} = ")).push_bind(value);
         }
     }
+    Ok(())
+}
+
+fn set_flags(sql: &mut sqlx::QueryBuilder<'_, sqlx::Postgres>, change: &ConnectorPatch) {
+    let settings = &change.settings;
     let flags = [
         ("enabled", change.enabled),
         ("format_markdown", settings.format_markdown),
@@ -291,23 +324,21 @@ pub async fn update(
             sql.push(format!(", {column} = ")).push_bind(value);
         }
     }
-    if let Some(secret) = &secrets.verification_secret {
-        let grace = change.previous_secret_grace_secs.unwrap_or(DEFAULT_GRACE_SECS);
-        // Right-hand sides read the old row: the current secret becomes the previous one.
-        sql.push(", previous_verification_secret = verification_secret");
-        sql.push(", previous_secret_expires_at = now() + make_interval(secs => ")
-            .push_bind(grace as f64)
-            .push(")");
-        let sealed = keys
-            .seal(secret.expose_secret(), &at(ConnectorSecret::Verification))
-            .map_err(unopened)?;
-        sql.push(", verification_secret = ").push_bind(sealed);
-    }
-    sql.push(" where tenant_id = ")
-        .push_bind(tenant)
-        .push(" and id = ")
-        .push_bind(id);
-    Ok(sql.build().execute(tx.conn()).await?.rows_affected() == 1)
+}
+
+/// The new secret becomes current; the current one stays valid for the grace.
+fn rotate_verification(
+    sql: &mut sqlx::QueryBuilder<'_, sqlx::Postgres>,
+    sealed: String,
+    grace_secs: Option<u64>,
+) {
+    let grace = grace_secs.unwrap_or(DEFAULT_GRACE_SECS);
+    // Right-hand sides read the old row: the current secret becomes the previous one.
+    sql.push(", previous_verification_secret = verification_secret");
+    sql.push(", previous_secret_expires_at = now() + make_interval(secs => ")
+        .push_bind(grace as f64)
+        .push(")");
+    sql.push(", verification_secret = ").push_bind(sealed);
 }
 
 /// Its messages go with it (cascade) only when `purge`; else one with history is kept.

@@ -77,9 +77,9 @@ mod tests {
     fn slack_message(metadata: Value, thread: Option<&str>) -> MessageRow {
         MessageRow {
             id: crate::domain::MessageId::new(),
-            tenant_id: uuid::Uuid::nil(),
+            tenant_id: crate::domain::TenantId(uuid::Uuid::nil()),
             connector_id: ConnectorId::new(),
-            platform: "slack".into(),
+            platform: crate::domain::Platform::Slack,
             idempotency_key: "T1:D1:1.1".into(),
             platform_message_id: "1718000000.000200".into(),
             chat_id: "D0DM".into(),
@@ -88,7 +88,7 @@ mod tests {
             platform_user_id: "U1".into(),
             reply_to_id: thread.map(str::to_owned),
             user_id: None,
-            conversation_key: "c".into(),
+            conversation_key: crate::domain::ConversationKey::user("c"),
             request_content: "hi".into(),
             response_content: None,
             decision: None,

@@ -318,9 +318,9 @@ mod tests {
     fn message(platform_message_id: &str) -> MessageRow {
         MessageRow {
             id: crate::domain::MessageId::new(),
-            tenant_id: uuid::Uuid::nil(),
+            tenant_id: crate::domain::TenantId(uuid::Uuid::nil()),
             connector_id: crate::domain::ConnectorId::new(),
-            platform: "whatsapp".into(),
+            platform: crate::domain::Platform::Whatsapp,
             idempotency_key: "wamid.IN".into(),
             platform_message_id: platform_message_id.into(),
             chat_id: "16505551234".into(),
@@ -329,7 +329,7 @@ mod tests {
             platform_user_id: "16505551234".into(),
             reply_to_id: None,
             user_id: None,
-            conversation_key: "c".into(),
+            conversation_key: crate::domain::ConversationKey::user("c"),
             request_content: "report?".into(),
             response_content: None,
             decision: None,
