@@ -220,12 +220,12 @@ async fn the_overview_shows_each_hour_of_the_tenants_own_turns_with_answer_times
 
         // Answer times per hour (100 and 300 ms five hours back) and over the day.
         let point =
-            |series: &str, hour: &str| format!(r#"circle[data-series="{series}"][data-hour="{hour}"]"#);
+            |series: &str, hour: &str| format!(r#".point[data-series="{series}"][data-hour="{hour}"]"#);
         assert_eq!(attr(&c, &point("median", five), "data-value").await, "200");
         assert_eq!(attr(&c, &point("p95", five), "data-value").await, "290");
         assert_eq!(attr(&c, &point("median", two), "data-value").await, "500");
         let points = c
-            .find_all(Locator::Css("circle[data-series=median]"))
+            .find_all(Locator::Css(".point[data-series=median]"))
             .await
             .unwrap();
         assert_eq!(points.len(), 2, "no point for an hour without timed answers");
