@@ -228,7 +228,14 @@ fn inbox_row(row: &InboxRow, now: chrono::DateTime<chrono::Utc>) -> InboxView {
             format!("held by {}", hold.held_by)
         },
         since: when(hold.held_at),
-        last: row.last_text.as_deref().map(first_line),
+        last: row
+            .last_text
+            .as_deref()
+            .map(|text| match row.last_origin.as_deref() {
+                // An answer is Markdown: its words, without the markers.
+                Some("person" | "agent") => first_line(&super::markdown::to_text(text)),
+                _ => first_line(text),
+            }),
         last_who: match row.last_origin.as_deref() {
             Some("person") => "Person",
             Some("agent") => "Agent",

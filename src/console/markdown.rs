@@ -57,6 +57,41 @@ impl Style for ConsoleHtml {
     }
 }
 
+/// The words alone, for a line that names a message (the inbox's): no markers, a link's
+/// text without its target. Text, for a template to escape.
+struct PlainText;
+
+impl Style for PlainText {
+    fn text(&self, text: &str, out: &mut String) {
+        out.push_str(text);
+    }
+    fn bold(&self, inner: &str) -> String {
+        inner.to_owned()
+    }
+    fn italic(&self, inner: &str) -> String {
+        inner.to_owned()
+    }
+    fn strike(&self, inner: &str) -> String {
+        inner.to_owned()
+    }
+    fn code(&self, code: &str, _in_link: bool) -> String {
+        code.to_owned()
+    }
+    fn code_block(&self, _language: Option<&str>, code: &str) -> String {
+        code.to_owned()
+    }
+    fn link(&self, _url: &str, inner: &str, _bare: bool) -> String {
+        inner.to_owned()
+    }
+    fn quote(&self, inner: &str, _depth: usize) -> String {
+        inner.to_owned()
+    }
+}
+
+pub fn to_text(markdown: &str) -> String {
+    render::render(&PlainText, markdown)
+}
+
 /// Markup for a template's `|safe`: every character of `markdown` is escaped or one of the
 /// style's own tags.
 pub fn to_html(markdown: &str) -> String {
@@ -72,6 +107,14 @@ mod tests {
         assert_eq!(
             to_html("Hi, this is **Dana**: see [the docs](https://e.com/?a=1&b=2) and `x<y`"),
             "Hi, this is <strong>Dana</strong>: see <a href=\"https://e.com/?a=1&amp;b=2\" rel=\"noopener noreferrer nofollow\">the docs</a> and <code>x&lt;y</code>"
+        );
+    }
+
+    #[test]
+    fn plain_text_keeps_the_words_and_drops_the_markers() {
+        assert_eq!(
+            super::to_text("Hi, this is **Dana** <b>x</b>: [docs](https://e.com)"),
+            "Hi, this is Dana <b>x</b>: docs"
         );
     }
 

@@ -13,7 +13,8 @@ pub struct InboxRow {
     /// The latest turn's platform and sender (none while the conversation has no turn).
     pub platform: Option<String>,
     pub platform_user_id: Option<String>,
-    /// The latest turn's words: the user's message, or the answer of a person or the agent.
+    /// The latest message: the answer of the latest turn (a person's or the agent's), or the
+    /// user's words while it has none; `last_origin` says whose (`user`, `agent`, `person`).
     pub last_text: Option<String>,
     pub last_origin: Option<String>,
     pub last_at: Option<chrono::DateTime<chrono::Utc>>,
@@ -28,8 +29,10 @@ fn half(kind: &str, same: &str) -> String {
     let same_a = same.replace("m.", "a.");
     format!(
         "select h.conversation_key as conversation, h.user_id, h.held_by, h.by_agent, h.reason,
-                h.held_at, l.platform, l.platform_user_id, l.origin::text as last_origin,
-                case when l.origin = 'user' then l.request_content
+                h.held_at, l.platform, l.platform_user_id,
+                case when l.origin = 'user' and l.response_content is not null then 'agent'
+                     else l.origin::text end as last_origin,
+                case when l.origin = 'user' and l.response_content is null then l.request_content
                      else coalesce(l.response_content, '') end as last_text,
                 l.received_at as last_at,
                 coalesce(l.origin = 'user' and l.status = 'held', false) as waiting,
