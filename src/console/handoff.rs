@@ -182,6 +182,8 @@ struct InboxView {
     unlinked: bool,
     /// How long the user has waited, when they wait.
     waiting: Option<String>,
+    /// The latest turn is an answer (a person's or the agent's).
+    answered: bool,
     by: String,
     since: String,
     last: Option<String>,
@@ -222,6 +224,7 @@ fn inbox_row(row: &InboxRow, now: chrono::DateTime<chrono::Utc>) -> InboxView {
         name: inbox_name(row),
         unlinked: hold.user_id.is_none(),
         waiting,
+        answered: matches!(row.last_origin.as_deref(), Some("person" | "agent")),
         by: if hold.by_agent {
             "the agent asked for a person".to_owned()
         } else {

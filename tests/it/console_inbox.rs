@@ -189,10 +189,16 @@ async fn a_conversation_reads_oldest_first_with_rendered_markdown_and_the_answer
 #[tokio::test]
 async fn two_unlinked_senders_waiting_are_told_apart_on_held_by_platform_and_account() {
     let s = Pipeline::start().await;
-    stranger_says(&s, 454_686_569, "my parcel never came").await;
-    stranger_says(&s, 777_000_111, "how do I reset my password?\nI tried twice").await;
+    // Unlinked senders' turns go to the agent, so a person can hold their conversations.
+    s.owner_exec("update channel_connectors set unlinked_policy = 'allow'")
+        .await;
+    let strangers = [(454_686_569, "asked for a refund"), (777_000_111, "locked out")];
+    for (account, _) in strangers {
+        stranger_says(&s, account, "hello").await;
+        assert!(matches!(s.worker.step().await.unwrap(), StepOutcome::Executed(_)));
+    }
     let connector = s.tenant.telegram.0;
-    for (account, reason) in [(454_686_569, "asked for a refund"), (777_000_111, "locked out")] {
+    for (account, reason) in strangers {
         let conversation = format!("sender:{connector}:{account}");
         let (status, _) = s
             .admin(
@@ -203,6 +209,11 @@ async fn two_unlinked_senders_waiting_are_told_apart_on_held_by_platform_and_acc
             .await;
         assert_eq!(status, 200, "{conversation}");
     }
+    stranger_says(&s, 454_686_569, "my parcel never came").await;
+    stranger_says(&s, 777_000_111, "how do I reset my password?\nI tried twice").await;
+    for _ in strangers {
+        assert!(matches!(s.worker.step().await.unwrap(), StepOutcome::Held(_)));
+    }
     let key = s.admin_key().await;
     let (_driver, client) = browser(Screen::Laptop).await;
     let c = client.clone();
@@ -211,22 +222,26 @@ async fn two_unlinked_senders_waiting_are_told_apart_on_held_by_platform_and_acc
         c.goto(&console(&s.app, "/console/held")).await.unwrap();
         wait_for(&c, "a.held").await;
         let names = texts(&c, "a.held .name").await;
-        let mut sorted = names.clone();
-        sorted.sort();
-        assert_eq!(sorted, ["telegram 454686569", "telegram 777000111"], "{names:?}");
+        assert_eq!(
+            names,
+            ["telegram 454686569", "telegram 777000111"],
+            "the longest wait first"
+        );
         let rows = texts(&c, "a.held").await;
-        let row = |account: &str| {
-            rows.iter()
-                .find(|r| r.contains(account))
-                .cloned()
-                .unwrap_or_default()
-        };
-        assert!(row("454686569").contains("my parcel never came"), "{rows:?}");
-        assert!(row("454686569").contains("Why: asked for a refund"), "{rows:?}");
-        let second = row("777000111");
-        assert!(second.contains("how do I reset my password?"), "{second}");
-        assert!(!second.contains("I tried twice"), "only the first line: {second}");
+        assert!(
+            rows[0].contains("waiting") && rows[1].contains("waiting"),
+            "{rows:?}"
+        );
+        assert!(rows[0].contains("User: my parcel never came"), "{rows:?}");
+        assert!(rows[0].contains("Why: asked for a refund"), "{rows:?}");
+        assert!(rows[1].contains("User: how do I reset my password?"), "{rows:?}");
+        assert!(
+            !rows[1].contains("I tried twice"),
+            "only the first line: {rows:?}"
+        );
+        assert!(rows[1].contains("Why: locked out"), "{rows:?}");
         assert_eq!(texts(&c, "#held-count").await, ["2"]);
+        screenshot(&c, "held_strangers_1280").await;
     })
     .await;
 }
