@@ -54,7 +54,7 @@ pub async fn list(
     // `CB_PUBLIC_URL`, else the bound address (`Application::build` fills it in).
     let base = state.settings.media.base_url(None);
     let body = render(&list, &signed_in, &query, &base);
-    ok_page("Connectors", &signed_in, &body)
+    ok_page("/console/connectors", "Connectors", &signed_in, &body)
 }
 
 /// The add form: the API's settings and secrets (`SecretString` from the moment they are

@@ -170,7 +170,7 @@ pub async fn held(State(state): State<AppState>, signed_in: SignedIn) -> PageRes
         more,
     }
     .render_page();
-    ok_page("Held conversations", &signed_in, &body)
+    ok_page("/console/held", "Held conversations", &signed_in, &body)
 }
 
 const INBOX_MAX: i64 = 200;

@@ -37,6 +37,8 @@ pub fn excerpt(text: &str, max: usize) -> String {
 pub struct Nav<'a> {
     pub key_prefix: &'a str,
     pub csrf: &'a str,
+    /// The page's place in the navigation (an entry of [`NAV`]'s), marked as the current one.
+    pub here: &'a str,
     /// How many conversations are held, counted up to [`HELD_CAP`].
     pub held: i64,
 }
@@ -44,7 +46,37 @@ pub struct Nav<'a> {
 /// The navigation counts held conversations up to this, then shows `99+`.
 pub const HELD_CAP: i64 = 100;
 
+/// The navigation's entries: where each leads, and its name.
+pub const NAV: [(&str, &str); 7] = [
+    ("/console/overview", "Overview"),
+    ("/console/held", "Held"),
+    ("/console/turns", "Turns"),
+    ("/console/users", "Users"),
+    ("/console/failed", "Failed"),
+    ("/console/connectors", "Connectors"),
+    ("/console/links", "Links"),
+];
+
+struct NavItem {
+    href: &'static str,
+    label: &'static str,
+    current: bool,
+    /// Held carries the count of held conversations.
+    held: bool,
+}
+
 impl Nav<'_> {
+    fn items(&self) -> Vec<NavItem> {
+        NAV.iter()
+            .map(|&(href, label)| NavItem {
+                href,
+                label,
+                current: href == self.here,
+                held: href == "/console/held",
+            })
+            .collect()
+    }
+
     fn held_shown(&self) -> String {
         if self.held >= HELD_CAP {
             format!("{}+", HELD_CAP - 1)

@@ -33,7 +33,7 @@ pub async fn list(
     let list = crate::db::links::list(&mut tx).await.map_err(AppError::from)?;
     tx.commit().await.map_err(AppError::from)?;
     let body = render(&list, &signed_in.session.csrf, query.notice.as_deref());
-    ok_page("Links", &signed_in, &body)
+    ok_page("/console/links", "Links", &signed_in, &body)
 }
 
 #[derive(Deserialize)]

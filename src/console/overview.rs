@@ -25,7 +25,7 @@ pub async fn overview(State(state): State<AppState>, signed_in: SignedIn) -> Pag
         .await
         .map_err(AppError::from)?;
     tx.commit().await.map_err(AppError::from)?;
-    ok_page("Overview", &signed_in, &render(&overview))
+    ok_page("/console/overview", "Overview", &signed_in, &render(&overview))
 }
 
 fn render(overview: &Overview) -> String {

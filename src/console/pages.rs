@@ -14,26 +14,28 @@ use super::html::{self, action_form, badge, excerpt, query_value, when, ActionFo
 use super::reactions::{self, Reactions};
 use super::session::SignedIn;
 
-fn nav(signed_in: &SignedIn) -> html::Nav<'_> {
+fn nav<'a>(signed_in: &'a SignedIn, here: &'a str) -> html::Nav<'a> {
     html::Nav {
         key_prefix: &signed_in.session.key_prefix,
         csrf: &signed_in.session.csrf,
+        here,
         held: signed_in.held,
     }
 }
 
-pub fn ok_page(title: &str, signed_in: &SignedIn, body: &str) -> PageResult {
+/// `here`: the page's entry in the navigation (`html::NAV`).
+pub fn ok_page(here: &str, title: &str, signed_in: &SignedIn, body: &str) -> PageResult {
     Ok(html::respond(
         StatusCode::OK,
-        html::page(title, Some(&nav(signed_in)), body),
+        html::page(title, Some(&nav(signed_in, here)), body),
     ))
 }
 
 /// A page that uses a laptop's whole width (the conversation's chat).
-pub fn wide_page(title: &str, signed_in: &SignedIn, body: &str) -> PageResult {
+pub fn wide_page(here: &str, title: &str, signed_in: &SignedIn, body: &str) -> PageResult {
     Ok(html::respond(
         StatusCode::OK,
-        html::layout(title, Some(&nav(signed_in)), body, true),
+        html::layout(title, Some(&nav(signed_in, here)), body, true),
     ))
 }
 

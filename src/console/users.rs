@@ -68,7 +68,7 @@ pub async fn list(
     let more = rows.len() as i64 > PAGE;
     rows.truncate(PAGE as usize);
     let body = render_list(&query, &rows, more);
-    ok_page("Conversations by user", &signed_in, &body)
+    ok_page("/console/users", "Conversations by user", &signed_in, &body)
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -117,7 +117,7 @@ pub async fn conversation(
         first: cursor.is_none(),
     };
     let body = super::conversation::render(&shown, &page);
-    super::pages::wide_page(&title, &signed_in, &body)
+    super::pages::wide_page("/console/users", &title, &signed_in, &body)
 }
 
 fn conversation_link(row: &ConversationRow) -> String {

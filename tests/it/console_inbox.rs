@@ -281,7 +281,7 @@ async fn on_a_small_phone_no_page_scrolls_sideways_or_has_text_under_11_px() {
             (format!("/console/turns/{turn}"), None),
             ("/console/failed".to_owned(), None),
             ("/console/users".to_owned(), None),
-            ("/console/connectors".to_owned(), None),
+            ("/console/connectors".to_owned(), Some("connectors_375")),
             ("/console/links".to_owned(), None),
         ] {
             c.goto(&console(&s.app, &path)).await.unwrap();

@@ -314,6 +314,7 @@ async fn a_connector_shows_its_full_webhook_url_on_the_public_base_url_and_the_c
         let input = c.find(Locator::Css(&field)).await.unwrap();
         assert_eq!(input.prop("value").await.unwrap().as_deref(), Some(want.as_str()));
         assert!(input.attr("readonly").await.unwrap().is_some(), "readonly");
+        screenshot(&c, "connectors_1280").await;
 
         // The script shows the button (hidden in the markup) and it puts the URL on the
         // clipboard: pasted into another field, it arrives whole.
