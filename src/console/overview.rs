@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 use askama::Template;
 use axum::extract::State;
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, Utc};
 
 use super::error::PageResult;
 use super::html::RenderPage;
@@ -127,13 +127,14 @@ fn feedback(feedback: &Feedback) -> FeedbackView {
     }
 }
 
-/// The chart's name: "… from 21:00 on 26 November to 21:00 on 27 November 2026 (UTC)".
+/// The chart's name: "… from 23:00 on 30 November to the current hour, 22:00 on 1 December
+/// 2026 (UTC)".
 fn title(hours: &[Hour]) -> String {
     let span = match (hours.first(), hours.last()) {
         (Some(first), Some(last)) => format!(
-            "from {} to {} (UTC)",
+            "from {} to the current hour, {} (UTC)",
             first.start.format("%H:00 on %-d %B"),
-            (last.start + TimeDelta::hours(1)).format("%H:00 on %-d %B %Y")
+            last.start.format("%H:00 on %-d %B %Y")
         ),
         _ => "over the last 24 hours".to_owned(),
     };
@@ -420,6 +421,8 @@ fn axis(hours: &[Hour]) -> Vec<AxisLabel> {
 
 #[cfg(test)]
 mod tests {
+    use chrono::TimeDelta;
+
     use super::*;
 
     fn hours(figures: impl Fn(usize) -> Figures) -> Overview {
@@ -471,7 +474,7 @@ mod tests {
         let overview = hours(|_| Figures::default());
         assert_eq!(
             title(&overview.hours),
-            "Turns, failures and answer times, hour by hour from 00:00 on 10 March to 00:00 on 11 March 2026 (UTC)"
+            "Turns, failures and answer times, hour by hour from 00:00 on 10 March to the current hour, 23:00 on 10 March 2026 (UTC)"
         );
         let named: Vec<(String, u8)> = axis(&overview.hours)
             .into_iter()
