@@ -12,8 +12,8 @@ use reqwest::Method;
 use serde_json::json;
 
 use crate::console::{
-    browser, click, console, overflow_and_small_text, screenshot, sign_in_with, type_into,
-    with_screenshot_on_failure, Screen,
+    browser, click, console, get_page, http_sign_in, overflow_and_small_text, screenshot, sign_in_with,
+    type_into, with_screenshot_on_failure, Screen,
 };
 use crate::console_handoff::links_the_fixture_human;
 use crate::support::platforms::*;
@@ -363,4 +363,27 @@ async fn on_a_laptop_the_overviews_chart_fills_its_card_and_names_its_span_in_wo
         screenshot(&c, "overview_1280").await;
     })
     .await;
+}
+
+#[tokio::test]
+async fn earlier_turns_are_a_page_up_oldest_first_and_the_newest_page_a_link_down() {
+    let s = Pipeline::start().await;
+    let page = a_long_conversation(&s, 32).await;
+    let cookie = http_sign_in(&s.app, &s.admin_key().await).await;
+    let (status, newest) = get_page(&s.app, &cookie, page).await;
+    assert_eq!(status, 200);
+    let at = |html: &str, needle: &str| html.find(needle).unwrap_or_else(|| panic!("{needle}"));
+    // The newest 30 turns, oldest of them first; the way to earlier ones above them.
+    assert!(at(&newest, r#"id="older""#) < at(&newest, r#"id="turns""#));
+    assert!(at(&newest, "question number 2<") < at(&newest, "question number 31<"));
+    assert!(!newest.contains("question number 1<") && !newest.contains(r#"id="newer""#));
+    assert!(at(&newest, r#"id="turns""#) < at(&newest, r#"id="answer-form""#));
+    // `<a href="…" id="older">`: the link's address ends where its id starts.
+    let before_id = &newest[..at(&newest, r#"" id="older""#)];
+    let older = before_id[before_id.rfind("href=\"").expect("the link") + 6..].replace("&#38;", "&");
+    let (status, earlier) = get_page(&s.app, &cookie, &older).await;
+    assert_eq!(status, 200, "{older}");
+    assert!(at(&earlier, "question number 0<") < at(&earlier, "question number 1<"));
+    assert!(!earlier.contains("question number 2<") && !earlier.contains(r#"id="older""#));
+    assert!(at(&earlier, r#"id="turns""#) < at(&earlier, r#"id="newer""#));
 }
