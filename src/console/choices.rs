@@ -2,92 +2,100 @@
 //! labels (never buttons: tapping is the user's, on their platform), and the person's
 //! "Choices" field read into choices (docs/console.md#choices-and-taps).
 
-use std::fmt::Write;
+use askama::filters::HtmlSafe;
+use askama::Template;
 
-use super::html::when;
-use super::html::{esc, excerpt};
+use super::html::{excerpt, when};
 use crate::admin::messages::ReplyPartOut;
 use crate::choices::{Choice, Choices, TapAction, MAX_CHOICES};
 use crate::error::AppError;
 
 /// "Tapped ‹Approve› on the answer to ‹turn›", with the answer's opening words when the page
 /// has them.
-pub fn tap(action: &TapAction, answer: Option<&str>) -> String {
-    let turn = action.message_id.0.to_string();
-    let words = answer
-        .map(|a| format!(r#" <q>{}</q>"#, esc(&excerpt(a, 80))))
-        .unwrap_or_default();
-    let value = action
-        .value
-        .as_ref()
-        .map(|v| format!(" · value <code>{}</code>", esc(&excerpt(&v.to_string(), 200))))
-        .unwrap_or_default();
-    format!(
-        r#"<p class="tap" data-choice="{id}">Tapped <span class="chip">{label}</span> on the answer to <a href="/console/turns/{turn}" class="tapped-on">turn {short}</a>{words}<br><small>choice id <code>{id}</code>{value}</small></p>"#,
-        id = esc(&action.id),
-        label = esc(&action.label),
-        turn = esc(&turn),
-        short = esc(turn.get(..8).unwrap_or(&turn)),
-    )
+#[derive(Template)]
+#[template(path = "console/tap.html")]
+pub struct Tap {
+    id: String,
+    label: String,
+    turn: String,
+    short: String,
+    words: Option<String>,
+    value: Option<String>,
 }
 
-/// The choices posted with a part, the chosen one marked; empty for a part without.
-pub fn offered(part: &ReplyPartOut) -> String {
-    let Some(offered) = &part.choices else {
-        return String::new();
-    };
-    let mut items = String::new();
-    for (index, choice) in offered.choices.items.iter().enumerate() {
-        let chosen = part.chosen.as_ref().filter(|c| c.index == index);
-        let mark = chosen
-            .map(|c| {
-                format!(
-                    r#" <span class="chosen">✓ chosen by {} <small>{}</small></span>"#,
-                    esc(&c.by),
-                    when(c.at)
-                )
-            })
-            .unwrap_or_default();
-        let _ = write!(
-            items,
-            r#"<li class="choice" data-index="{index}"{state}>{chip}{mark}</li>"#,
-            state = if chosen.is_some() {
-                r#" data-chosen="true""#
-            } else {
-                ""
-            },
-            chip = chip(choice),
-        );
+/// Rendered by its own template, which escapes every value.
+impl HtmlSafe for Tap {}
+
+pub fn tap(action: &TapAction, answer: Option<&str>) -> Tap {
+    let turn = action.message_id.0.to_string();
+    Tap {
+        id: action.id.clone(),
+        label: action.label.clone(),
+        short: turn.get(..8).unwrap_or(&turn).to_owned(),
+        turn,
+        words: answer.map(|a| excerpt(a, 80)),
+        value: action.value.as_ref().map(|v| excerpt(&v.to_string(), 200)),
     }
+}
+
+/// The choices posted with a part, the chosen one marked; `None` for a part without. Each
+/// label is styled like the button it was, but no control; a link shows its URL as text.
+#[derive(Template)]
+#[template(path = "console/offered.html")]
+pub struct Offered {
+    after: &'static str,
+    items: Vec<OfferedItem>,
+}
+
+impl HtmlSafe for Offered {}
+
+struct OfferedItem {
+    index: usize,
+    style: &'static str,
+    label: String,
+    url: Option<String>,
+    /// Who chose it, and when.
+    chosen: Option<(String, String)>,
+}
+
+pub fn offered(part: &ReplyPartOut) -> Option<Offered> {
+    let offered = part.choices.as_ref()?;
+    let items = offered
+        .choices
+        .items
+        .iter()
+        .enumerate()
+        .map(|(index, choice)| OfferedItem {
+            index,
+            style: choice.style.map(|s| s.as_str()).unwrap_or("plain"),
+            label: choice.label.trim().to_owned(),
+            url: choice.url.clone(),
+            chosen: part
+                .chosen
+                .as_ref()
+                .filter(|c| c.index == index)
+                .map(|c| (c.by.clone(), when(c.at))),
+        })
+        .collect();
     let after = if offered.choices.reusable {
         "stay open after a tap"
     } else {
         "close after the first tap"
     };
-    format!(
-        r#"<div class="choices"><p class="label">Choices <small>({after})</small></p><ul class="chips" aria-label="Choices offered">{items}</ul></div>"#
-    )
-}
-
-/// A label styled like the button it was, but no control; a link shows its URL as text.
-fn chip(choice: &Choice) -> String {
-    let style = choice.style.map(|s| s.as_str()).unwrap_or("plain");
-    let url = choice
-        .url
-        .as_deref()
-        .map(|u| format!(r#" <span class="url">↗ {}</span>"#, esc(u)))
-        .unwrap_or_default();
-    format!(
-        r#"<span class="chip {style}">{}</span>{url}"#,
-        esc(choice.label.trim())
-    )
+    Some(Offered { after, items })
 }
 
 /// An edit part's note: it changed part `edit_of`'s message rather than posting one.
-pub fn edit_note(part: &ReplyPartOut) -> String {
-    part.edit_of
-        .map(|of| format!(r#"<span class="edit">edits part #{of}</span>"#))
-        .unwrap_or_default()
+#[derive(Template)]
+#[template(source = r#"<span class="edit">edits part #{{ of }}</span>"#, ext = "html")]
+pub struct EditNote {
+    of: i32,
+}
+
+impl HtmlSafe for EditNote {}
+
+pub fn edit_note(part: &ReplyPartOut) -> Option<EditNote> {
+    part.edit_of.map(|of| EditNote { of })
 }
 
 /// The person's "Choices" field: one label per line, each a reply whose id is its label;
@@ -149,6 +157,7 @@ pub fn answer_in<'a>(
 
 #[cfg(test)]
 mod tests {
+    use super::super::html::RenderPage;
     use super::*;
 
     #[test]
@@ -187,8 +196,11 @@ mod tests {
             value: Some(serde_json::json!({"x": "</code>"})),
             message_id: crate::domain::MessageId::new(),
         };
-        let html = tap(&action, Some("\"quoted\" <i>"));
+        let html = tap(&action, Some("\"quoted\" <i>")).render_page();
         assert!(!html.contains("<script>") && !html.contains("<b>") && !html.contains("<i>"));
-        assert!(html.contains("&lt;script&gt;") && html.contains("&lt;/code&gt;"));
+        assert!(
+            html.contains("&#60;script&#62;") && html.contains("&#60;/code&#62;"),
+            "{html}"
+        );
     }
 }

@@ -2,8 +2,7 @@
 //! rule, audit record and cache refresh. Secrets are write-only: `SecretString` from the form
 //! on, and never rendered, not even masked or echoed into a failed form.
 
-use std::fmt::Write;
-
+use askama::Template;
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Redirect};
 use axum::Form;
@@ -11,8 +10,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
 use super::error::{ConsoleError, PageResult};
-use super::html::when;
-use super::html::{badge, esc};
+use super::html::{badge, when, Badge, RenderPage};
 use super::pages::ok_page;
 use super::session::{CsrfForm, SignedIn};
 use crate::admin::connectors;
@@ -56,7 +54,7 @@ pub async fn list(
     // `CB_PUBLIC_URL`, else the bound address (`Application::build` fills it in).
     let base = state.settings.media.base_url(None);
     let body = render(&list, &signed_in, &query, &base);
-    ok_page("Connectors", &signed_in, &body)
+    ok_page("/console/connectors", "Connectors", &signed_in, &body)
 }
 
 /// The add form: the API's settings and secrets (`SecretString` from the moment they are
@@ -223,121 +221,86 @@ fn notice_text(notice: &str) -> Option<&'static str> {
     })
 }
 
+#[derive(Template)]
+#[template(path = "console/connectors.html")]
+struct ConnectorsHtml<'a> {
+    notice: Option<&'static str>,
+    csrf: &'a str,
+    cards: Vec<CardView>,
+    /// Each grace, its label, and whether it is the default.
+    graces: Vec<(u64, &'static str, bool)>,
+}
+
+/// A connector as its card shows it; `hook` is the full webhook URL.
+struct CardView {
+    id: uuid::Uuid,
+    fresh: bool,
+    enabled: bool,
+    badge: Badge,
+    platform: &'static str,
+    name: String,
+    hook: String,
+    previous: String,
+    policy: &'static str,
+    markdown: &'static str,
+    base: String,
+    token: &'static str,
+    created: String,
+}
+
 fn render(list: &[ConnectorSummary], signed_in: &SignedIn, query: &ListQuery, base: &str) -> String {
-    let csrf = esc(&signed_in.session.csrf);
-    let mut body = String::new();
-    if let Some(text) = query.notice.as_deref().and_then(notice_text) {
-        let _ = write!(body, r#"<p class="notice" id="notice">{text}</p>"#);
+    let cards = list
+        .iter()
+        .map(|connector| {
+            let hook = format!(
+                "{base}{}",
+                crate::provision::webhook_path(signed_in.session.tenant, ConnectorId(connector.id))
+            );
+            card(connector, hook, query.id == Some(connector.id))
+        })
+        .collect();
+    ConnectorsHtml {
+        notice: query.notice.as_deref().and_then(notice_text),
+        csrf: &signed_in.session.csrf,
+        cards,
+        graces: GRACES
+            .iter()
+            .map(|&(secs, label)| (secs, label, secs == DEFAULT_GRACE_SECS))
+            .collect(),
     }
-    body.push_str(
-        r#"<p class="empty">Secrets are write-only: type them here, and they are never shown again.</p>"#,
-    );
-    body.push_str(&new_form(&csrf, list.is_empty()));
-    if list.is_empty() {
-        body.push_str(r#"<p class="empty">No connectors.</p>"#);
-    }
-    for connector in list {
-        let fresh = query.id == Some(connector.id);
-        let hook = format!(
-            "{base}{}",
-            crate::provision::webhook_path(signed_in.session.tenant, ConnectorId(connector.id))
-        );
-        body.push_str(&card(connector, &hook, &csrf, fresh));
-    }
-    body
+    .render_page()
 }
 
-fn new_form(csrf: &str, open: bool) -> String {
-    let open = if open { " open" } else { "" };
-    format!(
-        r#"<details class="card" id="new-connector"{open}><summary>Add a connector</summary>
-<form method="post" action="/console/connectors" class="stack" autocomplete="off">
-<input type="hidden" name="csrf" value="{csrf}">
-<label>Platform <select name="platform" id="new-platform"><option value="slack">Slack</option><option value="whatsapp">WhatsApp</option><option value="telegram">Telegram</option></select></label>
-<label>Name <input name="name" id="new-name" maxlength="200"></label>
-<label>Verification secret <small>Slack signing secret, Meta app secret or Telegram secret_token</small>
-<input type="password" name="verification_secret" id="new-secret" required maxlength="1024" autocomplete="new-password"></label>
-<label>Outbound token <small>bot token or access token, to post replies</small>
-<input type="password" name="outbound_token" id="new-outbound-token" maxlength="1024" autocomplete="new-password"></label>
-<label>Verify token <small>WhatsApp only: Meta's hub.verify_token</small>
-<input type="password" name="verify_token" id="new-verify-token" maxlength="1024" autocomplete="new-password"></label>
-<label>External id <small>Slack team id, WhatsApp phone_number_id or Telegram bot id</small><input name="external_id" maxlength="256"></label>
-<label>Bot user id <small>the bot's own user: its messages are never dispatched</small><input name="bot_user_id" maxlength="256"></label>
-<label>Slack app id <input name="app_id" maxlength="256"></label>
-<label>Slack bot id <input name="bot_id" maxlength="256"></label>
-<label>Unlinked senders <select name="unlinked_policy"><option value="deny">deny (record, never dispatch)</option><option value="allow">allow</option></select></label>
-<label>API base URL <small>optional override, for proxies</small><input name="api_base_url" type="url" maxlength="2048"></label>
-<button type="submit" id="create-connector">Add connector</button></form></details>"#
-    )
-}
-
-/// `hook`: the full webhook URL, in a readonly input (selectable without script) with a Copy
-/// button that `console.js` shows and runs.
-fn card(c: &ConnectorSummary, hook: &str, csrf: &str, fresh: bool) -> String {
-    let id = esc(&c.id.to_string());
-    let (state, toggle) = if c.profile.enabled {
-        (
-            badge("enabled"),
-            format!(
-                r#"<form method="post" action="/console/connectors/{id}/disable" class="inline"><input type="hidden" name="csrf" value="{csrf}"><button type="submit" class="disable danger">Disable</button></form>"#
-            ),
-        )
-    } else {
-        (
-            badge("disabled"),
-            format!(
-                r#"<form method="post" action="/console/connectors/{id}/enable" class="inline"><input type="hidden" name="csrf" value="{csrf}"><button type="submit" class="enable">Enable</button></form>"#
-            ),
-        )
-    };
-    let previous = c
-        .previous_secret_expires_at
-        .map(|at| format!("set; the previous one is accepted until {}", when(at)))
-        .unwrap_or_else(|| "set".into());
-    let mut graces = String::new();
-    for (secs, label) in GRACES {
-        let selected = if secs == DEFAULT_GRACE_SECS {
-            " selected"
-        } else {
-            ""
-        };
-        let _ = write!(graces, r#"<option value="{secs}"{selected}>{label}</option>"#);
-    }
+/// The webhook URL is shown whole in a readonly field that wraps (selectable without
+/// script), with a Copy button that `console.js` shows and runs.
+fn card(c: &ConnectorSummary, hook: String, fresh: bool) -> CardView {
     let profile = &c.profile;
-    let name = if profile.name.is_empty() {
-        "(unnamed)"
-    } else {
-        profile.name.as_str()
-    };
-    let fresh = if fresh { " fresh" } else { "" };
-    format!(
-        r#"<div class="card connector{fresh}" id="connector-{id}" data-enabled="{enabled}"><div class="meta">{state}<span>{platform}</span><span>{id}</span></div>
-<p class="text"><strong>{name}</strong></p><dl><dt>Webhook URL</dt><dd><div class="copyable"><input type="text" readonly class="hook" id="hook-{id}" value="{hook}" aria-label="Webhook URL to register with the platform"><button type="button" class="copy" data-copy="hook-{id}" aria-live="polite" hidden>Copy</button></div></dd>
-<dt>Verification secret</dt><dd class="previous">{previous}</dd><dt>Unlinked users</dt><dd>{policy}</dd><dt>Markdown</dt><dd>{markdown}</dd><dt>API base URL</dt><dd>{base}</dd><dt>Outbound token</dt><dd>{token}</dd><dt>Created</dt><dd>{created}</dd></dl>
-<details class="rotate"><summary>Rotate the verification secret</summary>
-<form method="post" action="/console/connectors/{id}/rotate" class="stack" autocomplete="off"><input type="hidden" name="csrf" value="{csrf}">
-<label>New secret <input type="password" name="verification_secret" required maxlength="1024" autocomplete="new-password"></label>
-<label>Keep accepting the current one for <select name="grace_secs">{graces}</select></label>
-<button type="submit" class="rotate">Rotate</button></form></details>
-{toggle}</div>"#,
-        enabled = profile.enabled,
-        platform = esc(profile.platform.as_str()),
-        name = esc(name),
-        hook = esc(hook),
-        policy = esc(profile.unlinked_policy.as_str()),
-        markdown = if profile.format_markdown {
+    CardView {
+        id: c.id,
+        fresh,
+        enabled: profile.enabled,
+        badge: badge(if profile.enabled { "enabled" } else { "disabled" }),
+        platform: profile.platform.as_str(),
+        name: if profile.name.is_empty() {
+            "(unnamed)".to_owned()
+        } else {
+            profile.name.clone()
+        },
+        hook,
+        previous: c
+            .previous_secret_expires_at
+            .map(|at| format!("set; the previous one is accepted until {}", when(at)))
+            .unwrap_or_else(|| "set".into()),
+        policy: profile.unlinked_policy.as_str(),
+        markdown: if profile.format_markdown {
             "converted"
         } else {
             "plain text"
         },
-        base = profile
-            .api_base_url
-            .as_deref()
-            .map(esc)
-            .unwrap_or_else(|| "default".into()),
-        token = if c.has_outbound_token { "set" } else { "not set" },
-        created = when(c.created_at),
-    )
+        base: profile.api_base_url.clone().unwrap_or_else(|| "default".into()),
+        token: if c.has_outbound_token { "set" } else { "not set" },
+        created: when(c.created_at),
+    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use super::html;
+use super::html::{self, RenderPage};
 use crate::error::AppError;
 
 /// Client errors say what was wrong; anything else is logged by `AppError` and shown as an
@@ -39,10 +39,12 @@ impl IntoResponse for ConsoleError {
                 (status, shown)
             }
         };
-        let body = format!(
-            r#"<p class="alert" id="error">{}</p><p><a href="/console/turns">Back to conversations</a></p>"#,
-            html::esc(&message)
-        );
+        let body = html::Alert {
+            text: &message,
+            back: "/console/turns",
+            back_label: "Back to conversations",
+        }
+        .render_page();
         html::respond(
             status,
             html::page(status.canonical_reason().unwrap_or("Error"), None, &body),

@@ -2,8 +2,7 @@
 //! conversation's page (take over, answer, hand back), the held list, and the forms' POSTs,
 //! each running the admin API's own function and redirecting back (POST, redirect, GET).
 
-use std::fmt::Write;
-
+use askama::Template;
 use axum::extract::State;
 use axum::response::{IntoResponse, Redirect};
 use axum::Form;
@@ -11,14 +10,15 @@ use serde::Deserialize;
 
 use super::error::PageResult;
 use super::html::when;
-use super::html::{esc, query_value};
+use super::html::{query_value, RenderPage};
 use super::pages::ok_page;
 use super::session::SignedIn;
 use crate::admin::conversations::{self, Person, PersonMessageIn};
 use crate::admin::messages::Who;
 use crate::db::audit::Actor;
 use crate::db::holds::Hold;
-use crate::domain::{MessageId, TenantId};
+use crate::db::inbox::InboxRow;
+use crate::domain::TenantId;
 use crate::error::AppError;
 use crate::http::state::AppState;
 
@@ -46,51 +46,6 @@ pub async fn hold_of(
     let hold = crate::db::holds::get(&mut tx, conversation).await?;
     tx.commit().await?;
     Ok(hold)
-}
-
-/// Above the turns: who answers the conversation, and the forms to change that or write.
-/// The answer form carries a fresh idempotency key, so a double submit posts once.
-pub fn panel(conversation: &str, hold: Option<&Hold>, csrf: &str) -> String {
-    let csrf = esc(csrf);
-    let id = esc(conversation);
-    let state = match hold {
-        Some(hold) => {
-            let reason = hold
-                .reason
-                .as_deref()
-                .map(|r| format!(" — {}", esc(r)))
-                .unwrap_or_default();
-            let by = if hold.by_agent {
-                "the agent asked for a person".to_owned()
-            } else {
-                format!("held by {}", esc(&hold.held_by))
-            };
-            format!(
-                r#"<p class="alert" id="held">A person answers this conversation ({by} since {at}{reason}): the user's turns are recorded, not sent to the agent.</p>
-<form method="post" action="/console/conversation/hand-back" class="inline"><input type="hidden" name="csrf" value="{csrf}"><input type="hidden" name="conversation" value="{id}"><button type="submit" id="hand-back">Hand back to the agent</button></form>"#,
-                at = when(hold.held_at),
-            )
-        }
-        None => format!(
-            r#"<p class="empty" id="agent-answers">The agent answers this conversation.</p>
-<form method="post" action="/console/conversation/take-over" class="inline"><input type="hidden" name="csrf" value="{csrf}"><input type="hidden" name="conversation" value="{id}"><label>Reason <small>optional, shown in the held list</small> <input type="text" name="reason" id="take-over-reason" maxlength="500"></label> <button type="submit" id="take-over" class="danger">Take over</button></form>"#
-        ),
-    };
-    format!(
-        r#"<section class="card" id="handoff">{state}
-<form method="post" action="/console/conversation/messages" class="stack" id="answer-form"><input type="hidden" name="csrf" value="{csrf}"><input type="hidden" name="conversation" value="{id}"><input type="hidden" name="key" value="{key}">
-<label>Answer as a person <small>Markdown; posted threaded to the user's latest message{takes}.</small><textarea name="text" id="answer" rows="3" required maxlength="{max}"></textarea></label>
-<label>Choices <small>Optional: buttons under the answer, one label per line (at most {most}); <code>Label | https://…</code> is a link. The user's tap is a turn of theirs, held while you hold the conversation.</small><textarea name="choices" id="choices" rows="2"></textarea></label>
-<button type="submit" id="send">Send</button></form></section>"#,
-        key = MessageId::new(),
-        max = conversations::TEXT_MAX,
-        most = crate::choices::MAX_CHOICES,
-        takes = if hold.is_some() {
-            ""
-        } else {
-            "; sending takes the conversation over"
-        },
-    )
 }
 
 #[derive(Deserialize)]
@@ -175,7 +130,7 @@ pub async fn answer(
     )
     .await;
     match posted {
-        Ok(_) => Ok(Redirect::to(&page_of(&form.conversation)).into_response()),
+        Ok(_) => Ok(Redirect::to(&format!("{}#end", page_of(&form.conversation))).into_response()),
         Err(AppError::Unprocessable(reason)) => Ok(not_posted(&form.conversation, &reason)),
         Err(err) => Err(err.into()),
     }
@@ -184,58 +139,150 @@ pub async fn answer(
 /// An answer refused for what it says (its text or choices): the reason, and the way back
 /// to the conversation, whose browser history still holds what was typed.
 fn not_posted(conversation: &str, reason: &str) -> axum::response::Response {
-    let body = format!(
-        r#"<p class="alert" id="error" role="alert">Not sent: {}</p><p><a href="{}" id="back">Back to the conversation</a></p>"#,
-        esc(reason),
-        esc(&page_of(conversation)),
-    );
+    let text = format!("Not sent: {reason}");
+    let back = page_of(conversation);
+    let body = super::html::Alert {
+        text: &text,
+        back: &back,
+        back_label: "Back to the conversation",
+    }
+    .render_page();
     super::html::respond(
         axum::http::StatusCode::UNPROCESSABLE_ENTITY,
         super::html::page("Answer not sent", None, &body),
     )
 }
 
-/// The held conversations, oldest hold first; those whose user waits come with a mark.
+/// The inbox: held conversations, those whose user waits first (`db::inbox`).
 pub async fn held(State(state): State<AppState>, signed_in: SignedIn) -> PageResult {
-    let out = conversations::held(&state.pool, signed_in.session.tenant).await?;
-    let mut body = String::new();
-    if out.conversations.is_empty() {
-        body.push_str(
-            r#"<p class="empty" id="none-held">No conversation is held: the agent answers every one.</p>"#,
-        );
+    let mut tx = crate::db::TenantTx::begin(&state.pool, signed_in.session.tenant)
+        .await
+        .map_err(AppError::from)?;
+    let mut rows = crate::db::inbox::list(&mut tx, INBOX_MAX + 1)
+        .await
+        .map_err(AppError::from)?;
+    tx.commit().await.map_err(AppError::from)?;
+    let more = rows.len() as i64 > INBOX_MAX;
+    rows.truncate(INBOX_MAX as usize);
+    let now = chrono::Utc::now();
+    let body = HeldHtml {
+        rows: rows.iter().map(|row| inbox_row(row, now)).collect(),
+        more,
     }
-    for held in &out.conversations {
-        let hold = &held.hold;
-        let who = match hold.conversation.strip_prefix("user:") {
-            Some(user) => esc(user),
-            None => "an unlinked sender".to_owned(),
-        };
-        let by = if hold.by_agent {
+    .render_page();
+    ok_page("/console/held", "Held conversations", &signed_in, &body)
+}
+
+const INBOX_MAX: i64 = 200;
+
+struct InboxView {
+    href: String,
+    conversation: String,
+    name: String,
+    unlinked: bool,
+    /// How long the user has waited, when they wait.
+    waiting: Option<String>,
+    /// The latest turn is an answer (a person's or the agent's).
+    answered: bool,
+    by: String,
+    since: String,
+    last: Option<String>,
+    last_who: &'static str,
+    reason: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "console/held.html")]
+struct HeldHtml {
+    rows: Vec<InboxView>,
+    more: bool,
+}
+
+/// A linked user by their id; an unlinked sender by their platform and account, so two
+/// strangers are told apart (before any turn, by the account in the conversation's id).
+fn inbox_name(row: &InboxRow) -> String {
+    if let Some(user) = &row.hold.user_id {
+        return user.clone();
+    }
+    match (&row.platform, &row.platform_user_id) {
+        (Some(platform), Some(account)) => format!("{platform} {account}"),
+        _ => {
+            let account = row.hold.conversation.rsplit(':').next().unwrap_or_default();
+            format!("unlinked sender {account}")
+        }
+    }
+}
+
+fn inbox_row(row: &InboxRow, now: chrono::DateTime<chrono::Utc>) -> InboxView {
+    let hold = &row.hold;
+    let waiting = row
+        .waiting
+        .then(|| waited(now - row.waiting_since.or(row.last_at).unwrap_or(now)));
+    InboxView {
+        href: format!("{}#end", page_of(&hold.conversation)),
+        conversation: hold.conversation.clone(),
+        name: inbox_name(row),
+        unlinked: hold.user_id.is_none(),
+        waiting,
+        answered: matches!(row.last_origin.as_deref(), Some("person" | "agent")),
+        by: if hold.by_agent {
             "the agent asked for a person".to_owned()
         } else {
-            format!("held by {}", esc(&hold.held_by))
-        };
-        let waiting = if held.waiting {
-            r#"<span class="badge bad">waiting</span>"#
-        } else {
-            r#"<span class="badge ok">answered</span>"#
-        };
-        let _ = write!(
-            body,
-            r#"<a class="card held" href="{href}" data-conversation="{id}"><span class="who">{who}</span>
-<span class="meta">{waiting}<span>{by}</span><span>since {at}</span></span>{reason}</a>"#,
-            href = esc(&page_of(&hold.conversation)),
-            id = esc(&hold.conversation),
-            at = when(hold.held_at),
-            reason = hold
-                .reason
-                .as_deref()
-                .map(|r| format!(r#"<p class="text">{}</p>"#, esc(r)))
-                .unwrap_or_default(),
-        );
+            format!("held by {}", hold.held_by)
+        },
+        since: when(hold.held_at),
+        last: row
+            .last_text
+            .as_deref()
+            .map(|text| match row.last_origin.as_deref() {
+                // An answer is Markdown: its words, without the markers.
+                Some("person" | "agent") => first_line(&super::markdown::to_text(text)),
+                _ => first_line(text),
+            }),
+        last_who: match row.last_origin.as_deref() {
+            Some("person") => "Person",
+            Some("agent") => "Agent",
+            _ => "User",
+        },
+        reason: hold.reason.clone(),
     }
-    if out.more {
-        body.push_str(r#"<p class="empty">More are held than shown here (the API lists them too).</p>"#);
+}
+
+/// The first line of a message, at most 120 characters.
+fn first_line(text: &str) -> String {
+    let line = text.trim().lines().next().unwrap_or_default();
+    super::html::excerpt(line, 120)
+}
+
+/// "under a minute", "12 min", "3 h 5 min", "2 days".
+fn waited(for_: chrono::TimeDelta) -> String {
+    let minutes = for_.num_minutes().max(0);
+    match minutes {
+        0 => "under a minute".to_owned(),
+        1..60 => format!("{minutes} min"),
+        60..1440 => format!("{} h {} min", minutes / 60, minutes % 60),
+        _ if minutes < 2880 => "1 day".to_owned(),
+        _ => format!("{} days", minutes / 1440),
     }
-    ok_page("Held conversations", &signed_in, &body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_reads_in_minutes_hours_or_days() {
+        let wait = |m| waited(chrono::TimeDelta::minutes(m));
+        assert_eq!(wait(0), "under a minute");
+        assert_eq!(wait(12), "12 min");
+        assert_eq!(wait(185), "3 h 5 min");
+        assert_eq!(wait(1500), "1 day");
+        assert_eq!(wait(3 * 1440), "3 days");
+    }
+
+    #[test]
+    fn the_inbox_shows_a_messages_first_line() {
+        assert_eq!(first_line("  Hello\nsecond line"), "Hello");
+        assert_eq!(first_line(""), "");
+    }
 }

@@ -1,15 +1,13 @@
 //! The links page, through `admin::links`: the API's checks and audit records.
 
-use std::fmt::Write;
-
+use askama::Template;
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Redirect};
 use axum::Form;
 use serde::Deserialize;
 
 use super::error::PageResult;
-use super::html::when;
-use super::html::{esc, query_value};
+use super::html::{query_value, when, RenderPage};
 use super::pages::ok_page;
 use super::session::SignedIn;
 use crate::admin::links::{self, LinkIn};
@@ -35,7 +33,7 @@ pub async fn list(
     let list = crate::db::links::list(&mut tx).await.map_err(AppError::from)?;
     tx.commit().await.map_err(AppError::from)?;
     let body = render(&list, &signed_in.session.csrf, query.notice.as_deref());
-    ok_page("Links", &signed_in, &body)
+    ok_page("/console/links", "Links", &signed_in, &body)
 }
 
 #[derive(Deserialize)]
@@ -89,41 +87,42 @@ pub async fn remove(
     Ok(Redirect::to("/console/links?notice=removed").into_response())
 }
 
+#[derive(Template)]
+#[template(path = "console/links.html")]
+struct LinksHtml<'a> {
+    notice: Option<&'static str>,
+    csrf: &'a str,
+    links: Vec<LinkView<'a>>,
+}
+
+struct LinkView<'a> {
+    platform: &'a str,
+    platform_user_id: &'a str,
+    user_id: &'a str,
+    user_query: String,
+    created: String,
+}
+
+fn link_view(link: &Link) -> LinkView<'_> {
+    LinkView {
+        platform: &link.platform,
+        platform_user_id: &link.platform_user_id,
+        user_id: &link.user_id,
+        user_query: query_value(&link.user_id),
+        created: when(link.created_at),
+    }
+}
+
 fn render(list: &[Link], csrf: &str, notice: Option<&str>) -> String {
-    let csrf = esc(csrf);
-    let mut body = String::new();
     let notice = match notice {
         Some("added") => Some("Linked. The account's next turns belong to that user."),
         Some("removed") => Some("Link removed. The account's next turns are an unlinked sender's."),
         _ => None,
     };
-    if let Some(text) = notice {
-        let _ = write!(body, r#"<p class="notice" id="notice">{text}</p>"#);
+    LinksHtml {
+        notice,
+        csrf,
+        links: list.iter().map(link_view).collect(),
     }
-    let _ = write!(
-        body,
-        r#"<p class="empty">A link names the user behind a platform account; one user's accounts share one history.</p>
-<form method="post" action="/console/links" class="card stack" id="new-link" autocomplete="off"><input type="hidden" name="csrf" value="{csrf}">
-<label>Platform <select name="platform" id="link-platform"><option value="slack">Slack</option><option value="whatsapp">WhatsApp</option><option value="telegram">Telegram</option></select></label>
-<label>Platform user id <small>Slack U…, WhatsApp phone number, Telegram user id</small><input name="platform_user_id" id="link-account" required maxlength="256"></label>
-<label>User id <small>your own id for the person</small><input name="user_id" id="link-user" required maxlength="256"></label>
-<button type="submit" id="add-link">Link</button></form>"#
-    );
-    if list.is_empty() {
-        body.push_str(r#"<p class="empty" id="no-links">No links.</p>"#);
-    }
-    for link in list {
-        let _ = write!(
-            body,
-            r#"<div class="card link" data-account="{platform}:{account}" data-user="{user}"><div class="meta"><span>{platform}</span><span>{account}</span><span>{created}</span></div>
-<p class="text">→ <a href="/console/conversation?user_id={query}">{user}</a></p>
-<form method="post" action="/console/links/remove" class="inline"><input type="hidden" name="csrf" value="{csrf}"><input type="hidden" name="platform" value="{platform}"><input type="hidden" name="platform_user_id" value="{account}"><button type="submit" class="remove danger">Remove</button></form></div>"#,
-            platform = esc(&link.platform),
-            account = esc(&link.platform_user_id),
-            created = when(link.created_at),
-            query = esc(&query_value(&link.user_id)),
-            user = esc(&link.user_id),
-        );
-    }
-    body
+    .render_page()
 }

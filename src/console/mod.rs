@@ -1,14 +1,16 @@
-//! The tenant admins' web console at `/console` (docs/console.md): HTML built from plain
-//! strings; one small script file (`script.rs`) that no page needs to work. Escaping is by hand, so every value from data goes through
-//! `html::esc`. Every page reads and writes through the admin API's own functions, in the
+//! The tenant admins' web console at `/console` (docs/console.md): server-rendered HTML from
+//! askama templates (`templates/console/`), which escape every value unless a template says
+//! `|safe` (markup this code built); one small script file (`script.rs`) that no page needs. Every page reads and writes through the admin API's own functions, in the
 //! session's tenant transaction, with the API's checks and audit records.
 
 mod choices;
 mod connectors;
+mod conversation;
 mod error;
 mod handoff;
 mod html;
 mod links;
+mod markdown;
 mod overview;
 mod pages;
 mod reactions;

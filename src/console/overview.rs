@@ -1,14 +1,16 @@
 //! The console's first page: the tenant's last 24 hours, hour by hour (`db::overview`), as
-//! an SVG chart built here, with the same figures as text for whoever cannot see it. No
-//! script: the SVG is markup, each bar and point with its hour and value as a `<title>` and
+//! a chart (`templates/console/overview.html`), with the same figures as text for whoever
+//! cannot see it. No script: each bar and point has its hour and value as a `<title>` and
 //! as data attributes.
 
 use std::fmt::Write;
 
+use askama::Template;
 use axum::extract::State;
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, Utc};
 
 use super::error::PageResult;
+use super::html::RenderPage;
 use super::pages::ok_page;
 use super::session::SignedIn;
 use crate::db::overview::{Feedback, Figures, Hour, Overview};
@@ -23,17 +25,66 @@ pub async fn overview(State(state): State<AppState>, signed_in: SignedIn) -> Pag
         .await
         .map_err(AppError::from)?;
     tx.commit().await.map_err(AppError::from)?;
-    ok_page("Overview", &signed_in, &render(&overview))
+    ok_page("/console/overview", "Overview", &signed_in, &render(&overview))
 }
 
 fn render(overview: &Overview) -> String {
-    let mut body = String::from(
-        r#"<p class="empty">The last 24 hours, hour by hour (UTC): turns from users, answers, failures, turns held for a person, and how long the agent took.</p>"#,
-    );
-    body.push_str(&totals(&overview.total, &overview.feedback));
-    body.push_str(&chart(overview));
-    body.push_str(&table(&overview.hours));
-    body
+    let t = &overview.total;
+    OverviewHtml {
+        total: t,
+        median: latency(t.median_ms),
+        p95: latency(t.p95_ms),
+        feedback: feedback(&overview.feedback),
+        title: title(&overview.hours),
+        desc: description(overview),
+        bands: vec![
+            volume_band(&overview.hours),
+            trouble_band(&overview.hours),
+            latency_band(&overview.hours),
+        ],
+        axis: axis(&overview.hours),
+        rows: overview.hours.iter().rev().map(row).collect(),
+    }
+    .render_page()
+}
+
+#[derive(Template)]
+#[template(path = "console/overview.html")]
+struct OverviewHtml<'a> {
+    total: &'a Figures,
+    median: String,
+    p95: String,
+    feedback: FeedbackView,
+    title: String,
+    desc: String,
+    bands: Vec<BandView>,
+    axis: Vec<AxisLabel>,
+    rows: Vec<RowView>,
+}
+
+struct FeedbackView {
+    share: String,
+    /// `None`: no answer was rated.
+    counts: Option<(i64, i64, i64)>,
+}
+
+/// One hour of the table, newest first.
+struct RowView {
+    key: String,
+    label: String,
+    figures: Figures,
+    median: String,
+    p95: String,
+}
+
+fn row(hour: &Hour) -> RowView {
+    RowView {
+        key: hour_key(hour.start),
+        label: hour_label(hour.start),
+        figures: hour.figures.clone(),
+        median: latency(hour.figures.median_ms),
+        p95: latency(hour.figures.p95_ms),
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -65,42 +116,29 @@ fn hour_key(start: DateTime<Utc>) -> String {
     start.format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-/// "67 %" of 👍 among 👍 and 👎, under it the counts and how many answers were rated.
-fn feedback(feedback: &Feedback, answers: i64) -> String {
-    let share = feedback
-        .positive_share()
-        .map(|share| format!("{share:.0} % positive"))
-        .unwrap_or_else(|| "—".to_owned());
-    let counts = match feedback.rated {
-        0 => "no rated answers".to_owned(),
-        rated => format!(
-            r#"<span aria-hidden="true">{positive} 👍 · {negative} 👎</span><span class="vh">{positive} positive, {negative} negative</span> · {rated} of {answers} answers rated"#,
-            positive = feedback.positive,
-            negative = feedback.negative,
-        ),
-    };
-    format!(
-        r#"<div class="feedback"><dt>Feedback</dt><dd id="total-feedback"><span id="feedback-share">{share}</span><small id="feedback-counts">{counts}</small></dd></div>"#
-    )
+/// "67 %" of 👍 among 👍 and 👎; the template adds the counts and how many answers were rated.
+fn feedback(feedback: &Feedback) -> FeedbackView {
+    FeedbackView {
+        share: feedback
+            .positive_share()
+            .map(|share| format!("{share:.0} % positive"))
+            .unwrap_or_else(|| "—".to_owned()),
+        counts: (feedback.rated > 0).then_some((feedback.positive, feedback.negative, feedback.rated)),
+    }
 }
 
-fn totals(total: &Figures, feedback_figures: &Feedback) -> String {
-    format!(
-        r#"<dl class="totals" id="totals">
-<div><dt>Turns</dt><dd id="total-turns">{turns}</dd></div>
-<div><dt>Answers</dt><dd id="total-answers">{answers}</dd></div>
-<div><dt>Failures</dt><dd id="total-failures"><a href="/console/failed" id="to-failed">{failures}</a></dd></div>
-<div><dt>Held</dt><dd id="total-held"><a href="/console/held" id="to-held">{held}</a></dd></div>
-<div><dt>Median answer time</dt><dd id="total-median">{median}</dd></div>
-<div><dt>95th percentile</dt><dd id="total-p95">{p95}</dd></div>{feedback}</dl>"#,
-        turns = total.turns,
-        answers = total.answers,
-        failures = total.failures,
-        held = total.held,
-        median = latency(total.median_ms),
-        p95 = latency(total.p95_ms),
-        feedback = feedback(feedback_figures, total.answers),
-    )
+/// The chart's name: "… from 23:00 on 30 November to the current hour, 22:00 on 1 December
+/// 2026 (UTC)".
+fn title(hours: &[Hour]) -> String {
+    let span = match (hours.first(), hours.last()) {
+        (Some(first), Some(last)) => format!(
+            "from {} to the current hour, {} (UTC)",
+            first.start.format("%H:00 on %-d %B"),
+            last.start.format("%H:00 on %-d %B %Y")
+        ),
+        _ => "over the last 24 hours".to_owned(),
+    };
+    format!("Turns, failures and answer times, hour by hour {span}")
 }
 
 /// What a screen reader says for the chart.
@@ -130,46 +168,11 @@ fn description(overview: &Overview) -> String {
     )
 }
 
-fn table(hours: &[Hour]) -> String {
-    let mut rows = String::new();
-    for hour in hours.iter().rev() {
-        let f = &hour.figures;
-        let _ = write!(
-            rows,
-            r#"<tr data-hour="{key}"><th scope="row">{label}</th><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
-            f.turns,
-            f.answers,
-            f.failures,
-            f.held,
-            latency(f.median_ms),
-            latency(f.p95_ms),
-            key = hour_key(hour.start),
-            label = hour_label(hour.start),
-        );
-    }
-    format!(
-        r#"<details class="card" id="by-hour"><summary>Hour by hour, newest first</summary>
-<div class="scroll"><table class="hours"><thead><tr><th scope="col">UTC</th><th scope="col">Turns</th><th scope="col"><abbr title="Answers">Ans.</abbr></th><th scope="col"><abbr title="Failures">Fail.</abbr></th><th scope="col">Held</th><th scope="col"><abbr title="Median answer time">p50</abbr></th><th scope="col"><abbr title="95th percentile answer time">p95</abbr></th></tr></thead>
-<tbody>{rows}</tbody></table></div></details>"#
-    )
-}
-
 // ---------------------------------------------------------------------------------------
-// The chart: three bands over one hour axis, in a 480-wide view box that scales to the page
-// (about 0.77 on a 390-pixel phone, so 13-unit text stays near 10 pixels).
-
-const WIDTH: f64 = 480.0;
-const LEFT: f64 = 48.0;
-const RIGHT: f64 = 8.0;
-const SLOT: f64 = (WIDTH - LEFT - RIGHT) / crate::db::overview::HOURS as f64;
-const TURNS_TOP: f64 = 28.0;
-const TURNS_HEIGHT: f64 = 110.0;
-const TROUBLE_TOP: f64 = 172.0;
-const TROUBLE_HEIGHT: f64 = 60.0;
-const LATENCY_TOP: f64 = 266.0;
-const LATENCY_HEIGHT: f64 = 80.0;
-const AXIS: f64 = LATENCY_TOP + LATENCY_HEIGHT;
-const HEIGHT: f64 = AXIS + 22.0;
+// The chart: three bands over one hour axis. Each band's shapes are an SVG stretched to the
+// card's width (`preserveAspectRatio="none"`, one unit an hour, 100 units high; lines and
+// dots keep their stroke in pixels); its legend, scale and the hour axis are HTML text, so
+// they keep their size at every width and a phone shows fewer hour labels, not smaller ones.
 
 const TURNS: &str = "#b9cdef";
 const ANSWERS: &str = "#1f5fbf";
@@ -189,14 +192,25 @@ fn nice_max(max: f64) -> f64 {
         .unwrap_or(10.0 * power)
 }
 
-/// A horizontal band of the chart and its scale.
-struct Band {
-    top: f64,
-    height: f64,
-    scale: f64,
+/// A band of the chart: its legend, its scale's top, and its shapes.
+struct BandView {
+    id: &'static str,
+    /// `line` for the answer times, else `bars`.
+    kind: &'static str,
+    legend: Vec<Legend>,
+    top: String,
+    bars: Vec<Bar>,
+    lines: Vec<Line>,
+    points: Vec<Point>,
 }
 
-/// How one series' bars look within an hour's slot.
+struct Legend {
+    name: &'static str,
+    color: &'static str,
+    dashed: bool,
+}
+
+/// How one series' bars sit within an hour's slot (fractions of the hour).
 struct Series {
     name: &'static str,
     offset: f64,
@@ -204,210 +218,211 @@ struct Series {
     color: &'static str,
 }
 
-impl Band {
-    fn y(&self, value: f64) -> f64 {
-        self.top + self.height - value / self.scale * self.height
-    }
+struct Bar {
+    series: &'static str,
+    key: String,
+    value: i64,
+    x: String,
+    y: String,
+    width: String,
+    height: String,
+    color: &'static str,
+    title: String,
+}
 
-    /// Its legend above, its scale's top and zero at the left.
-    fn frame(&self, svg: &mut String, legend: &[(&str, &str)], scale_top: &str) {
-        let mut x = LEFT;
-        for (color, name) in legend {
-            let _ = write!(
-                svg,
-                r#"<rect x="{x:.1}" y="{y:.1}" width="10" height="10" fill="{color}"/><text x="{tx:.1}" y="{ty:.1}">{name}</text>"#,
-                y = self.top - 20.0,
-                tx = x + 14.0,
-                ty = self.top - 11.0,
-            );
-            x += 28.0 + 7.5 * name.len() as f64;
-        }
-        let (top, bottom) = (self.top, self.top + self.height);
-        let _ = write!(
-            svg,
-            r##"<line x1="{LEFT}" y1="{top:.1}" x2="{right:.1}" y2="{top:.1}" stroke="#e3e7ee"/><line x1="{LEFT}" y1="{bottom:.1}" x2="{right:.1}" y2="{bottom:.1}" stroke="#8a93a3"/><text x="{label_x:.1}" y="{top_y:.1}" text-anchor="end" font-size="11">{scale_top}</text><text x="{label_x:.1}" y="{bottom_y:.1}" text-anchor="end" font-size="11">0</text>"##,
-            right = WIDTH - RIGHT,
-            label_x = LEFT - 4.0,
-            top_y = top + 4.0,
-            bottom_y = bottom + 4.0,
-        );
-    }
+struct Line {
+    points: String,
+    color: &'static str,
+    dashed: bool,
+}
 
-    /// One bar of `series` in the hour's slot, its value in a data attribute and a title.
-    fn bar(&self, svg: &mut String, series: &Series, slot: usize, hour: &Hour, value: i64) {
-        let y = self.y(value as f64);
-        let _ = write!(
-            svg,
-            r#"<rect class="bar" data-series="{name}" data-hour="{key}" data-value="{value}" x="{x:.1}" y="{y:.1}" width="{width:.1}" height="{h:.1}" fill="{color}"><title>{label} UTC · {name}: {value}</title></rect>"#,
-            name = series.name,
-            key = hour_key(hour.start),
-            label = hour_label(hour.start),
-            x = LEFT + slot as f64 * SLOT + series.offset,
-            width = series.width,
-            h = self.top + self.height - y,
-            color = series.color,
-        );
+struct Point {
+    series: &'static str,
+    key: String,
+    value: String,
+    x: String,
+    x2: String,
+    y: String,
+    color: &'static str,
+    title: String,
+}
+
+/// Where `value` is on a band 100 units high whose top is `scale`.
+fn y_of(value: f64, scale: f64) -> f64 {
+    100.0 - value / scale * 100.0
+}
+
+fn bar(series: &Series, slot: usize, hour: &Hour, value: i64, scale: f64) -> Bar {
+    let y = y_of(value as f64, scale);
+    Bar {
+        series: series.name,
+        key: hour_key(hour.start),
+        value,
+        x: format!("{:.3}", slot as f64 + series.offset),
+        y: format!("{y:.2}"),
+        width: format!("{:.3}", series.width),
+        height: format!("{:.2}", 100.0 - y),
+        color: series.color,
+        title: format!("{} UTC · {}: {value}", hour_label(hour.start), series.name),
     }
 }
 
-fn volume_bars(svg: &mut String, hours: &[Hour]) {
-    let max = hours.iter().map(|h| h.figures.turns as f64).fold(0.0, f64::max);
-    let band = Band {
-        top: TURNS_TOP,
-        height: TURNS_HEIGHT,
-        scale: nice_max(max),
-    };
-    band.frame(
-        svg,
-        &[(TURNS, "turns"), (ANSWERS, "answers")],
-        &band.scale.to_string(),
-    );
+fn legend(items: &[(&'static str, &'static str)], dashed: &str) -> Vec<Legend> {
+    items
+        .iter()
+        .map(|&(name, color)| Legend {
+            name,
+            color,
+            dashed: name == dashed,
+        })
+        .collect()
+}
+
+/// Two series of bars from `pick`, on one scale.
+fn bar_band(
+    id: &'static str,
+    hours: &[Hour],
+    series: [Series; 2],
+    pick: fn(&Figures) -> (i64, i64),
+) -> BandView {
+    let max = hours
+        .iter()
+        .map(|h| pick(&h.figures))
+        .map(|(a, b)| a.max(b) as f64)
+        .fold(0.0, f64::max);
+    let scale = nice_max(max);
+    let mut bars = Vec::new();
+    for (slot, hour) in hours.iter().enumerate() {
+        let (first, second) = pick(&hour.figures);
+        bars.push(bar(&series[0], slot, hour, first, scale));
+        bars.push(bar(&series[1], slot, hour, second, scale));
+    }
+    BandView {
+        id,
+        kind: "bars",
+        legend: legend(
+            &[
+                (series[0].name, series[0].color),
+                (series[1].name, series[1].color),
+            ],
+            "",
+        ),
+        top: scale.to_string(),
+        bars,
+        lines: Vec::new(),
+        points: Vec::new(),
+    }
+}
+
+fn volume_band(hours: &[Hour]) -> BandView {
     let turns = Series {
         name: "turns",
-        offset: 2.0,
-        width: SLOT - 4.0,
+        offset: 0.1,
+        width: 0.8,
         color: TURNS,
     };
     let answers = Series {
         name: "answers",
-        offset: 5.0,
-        width: SLOT - 10.0,
+        offset: 0.25,
+        width: 0.5,
         color: ANSWERS,
     };
-    for (slot, hour) in hours.iter().enumerate() {
-        band.bar(svg, &turns, slot, hour, hour.figures.turns);
-        band.bar(svg, &answers, slot, hour, hour.figures.answers);
-    }
+    bar_band("band-volume", hours, [turns, answers], |f| (f.turns, f.answers))
 }
 
-fn trouble_bars(svg: &mut String, hours: &[Hour]) {
-    let max = hours
-        .iter()
-        .map(|h| h.figures.failures.max(h.figures.held) as f64)
-        .fold(0.0, f64::max);
-    let band = Band {
-        top: TROUBLE_TOP,
-        height: TROUBLE_HEIGHT,
-        scale: nice_max(max),
-    };
-    band.frame(
-        svg,
-        &[(FAILURES, "failures"), (HELD, "held")],
-        &band.scale.to_string(),
-    );
-    let half = (SLOT - 4.0) / 2.0;
+fn trouble_band(hours: &[Hour]) -> BandView {
     let failures = Series {
         name: "failures",
-        offset: 2.0,
-        width: half,
+        offset: 0.1,
+        width: 0.4,
         color: FAILURES,
     };
     let held = Series {
         name: "held",
-        offset: 2.0 + half,
-        width: half,
+        offset: 0.5,
+        width: 0.4,
         color: HELD,
     };
-    for (slot, hour) in hours.iter().enumerate() {
-        band.bar(svg, &failures, slot, hour, hour.figures.failures);
-        band.bar(svg, &held, slot, hour, hour.figures.held);
-    }
+    bar_band("band-trouble", hours, [failures, held], |f| (f.failures, f.held))
 }
 
 /// Median and p95 as lines, broken where an hour has no timed answer, a dot per hour that has.
-fn latency_lines(svg: &mut String, hours: &[Hour]) {
+fn latency_band(hours: &[Hour]) -> BandView {
     let max = hours
         .iter()
         .filter_map(|h| h.figures.p95_ms.or(h.figures.median_ms))
         .fold(0.0, f64::max);
-    let band = Band {
-        top: LATENCY_TOP,
-        height: LATENCY_HEIGHT,
-        scale: nice_max(max),
-    };
-    band.frame(
-        svg,
-        &[(MEDIAN, "median"), (P95, "p95")],
-        &scale_latency(band.scale),
-    );
+    let scale = nice_max(max);
     let median: fn(&Figures) -> Option<f64> = |f| f.median_ms;
     let p95: fn(&Figures) -> Option<f64> = |f| f.p95_ms;
-    for (series, color, dash, pick) in [
-        ("median", MEDIAN, "", median),
-        ("p95", P95, r#" stroke-dasharray="4 3""#, p95),
-    ] {
+    let mut band = BandView {
+        id: "band-latency",
+        kind: "line",
+        legend: legend(&[("median", MEDIAN), ("p95", P95)], "p95"),
+        top: scale_latency(scale),
+        bars: Vec::new(),
+        lines: Vec::new(),
+        points: Vec::new(),
+    };
+    for (series, color, pick) in [("median", MEDIAN, median), ("p95", P95, p95)] {
         // Points of consecutive timed hours, `|` where an hour has none.
         let mut line = String::new();
-        let mut dots = String::new();
         for (slot, hour) in hours.iter().enumerate() {
             let Some(ms) = pick(&hour.figures) else {
                 line.push('|');
                 continue;
             };
-            let (x, y) = (LEFT + (slot as f64 + 0.5) * SLOT, band.y(ms));
-            let _ = write!(line, "{x:.1},{y:.1} ");
-            let _ = write!(
-                dots,
-                r#"<circle class="point" data-series="{series}" data-hour="{key}" data-value="{ms:.0}" cx="{x:.1}" cy="{y:.1}" r="2.5" fill="{color}"><title>{label} UTC · {series}: {shown}</title></circle>"#,
-                key = hour_key(hour.start),
-                label = hour_label(hour.start),
-                shown = latency(Some(ms)),
-            );
+            let (x, y) = (slot as f64 + 0.5, y_of(ms, scale));
+            let _ = write!(line, "{x:.2},{y:.2} ");
+            band.points.push(Point {
+                series,
+                key: hour_key(hour.start),
+                value: format!("{ms:.0}"),
+                x: format!("{x:.2}"),
+                x2: format!("{:.3}", x + 0.001),
+                y: format!("{y:.2}"),
+                color,
+                title: format!("{} UTC · {series}: {}", hour_label(hour.start), latency(Some(ms))),
+            });
         }
         for run in line.split('|').map(str::trim).filter(|run| run.contains(' ')) {
-            let _ = write!(
-                svg,
-                r#"<polyline points="{run}" fill="none" stroke="{color}" stroke-width="1.5"{dash}/>"#
-            );
+            band.lines.push(Line {
+                points: run.to_owned(),
+                color,
+                dashed: series == "p95",
+            });
         }
-        svg.push_str(&dots);
     }
+    band
 }
 
-/// Every sixth hour is named under the axis, and the current one (ending at the edge).
-fn hour_axis(svg: &mut String, hours: &[Hour]) {
+/// An hour under the axis: every third is named on a laptop, every sixth on a phone, counted
+/// back from the current hour (so it is always named).
+struct AxisLabel {
+    label: String,
+    every: u8,
+}
+
+fn axis(hours: &[Hour]) -> Vec<AxisLabel> {
     let last = hours.len().saturating_sub(1);
-    for (slot, hour) in hours.iter().enumerate() {
-        let (x, anchor) = match slot {
-            _ if slot == last => (WIDTH - RIGHT, "end"),
-            _ if slot % 6 == 0 && slot + 3 < last => (LEFT + (slot as f64 + 0.5) * SLOT, "middle"),
-            _ => continue,
-        };
-        let _ = write!(
-            svg,
-            r#"<text x="{x:.1}" y="{y:.1}" text-anchor="{anchor}">{label}</text>"#,
-            y = AXIS + 17.0,
-            label = hour_label(hour.start),
-        );
-    }
-}
-
-fn chart(overview: &Overview) -> String {
-    let hours = &overview.hours;
-    let span = match (hours.first(), hours.last()) {
-        (Some(first), Some(last)) => format!(
-            "{} to {} UTC",
-            first.start.format("%Y-%m-%d %H:00"),
-            (last.start + TimeDelta::hours(1)).format("%H:00")
-        ),
-        _ => "the last 24 hours".to_owned(),
-    };
-    let mut svg = format!(
-        r##"<figure class="chart"><svg id="overview-chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-labelledby="chart-title chart-desc" font-family="system-ui, sans-serif" font-size="13" fill="#3a4356" xmlns="http://www.w3.org/2000/svg">
-<title id="chart-title">Turns, failures and answer times per hour, {span}</title>
-<desc id="chart-desc">{desc}</desc>"##,
-        desc = super::html::esc(&description(overview)),
-    );
-    volume_bars(&mut svg, hours);
-    trouble_bars(&mut svg, hours);
-    latency_lines(&mut svg, hours);
-    hour_axis(&mut svg, hours);
-    svg.push_str("</svg></figure>");
-    svg
+    hours
+        .iter()
+        .enumerate()
+        .map(|(slot, hour)| AxisLabel {
+            label: hour_label(hour.start),
+            every: match last - slot {
+                back if back % 6 == 0 => 6,
+                back if back % 3 == 0 => 3,
+                _ => 0,
+            },
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
+    use chrono::TimeDelta;
+
     use super::*;
 
     fn hours(figures: impl Fn(usize) -> Figures) -> Overview {
@@ -441,25 +456,45 @@ mod tests {
             p95_ms: (i == 5 || i == 6).then_some(1500.0),
             ..Figures::default()
         });
-        let svg = chart(&overview);
+        let page = render(&overview);
         for series in ["turns", "answers", "failures", "held"] {
-            let bars = svg.matches(&format!(r#"data-series="{series}""#)).count();
+            let bars = page
+                .matches(&format!(r#"class="bar" data-series="{series}""#))
+                .count();
             assert_eq!(bars, 24, "{series}");
         }
-        assert!(svg.contains(r#"data-series="turns" data-hour="2026-03-10T07:00:00Z" data-value="7""#));
-        assert_eq!(svg.matches(r#"class="point" data-series="median""#).count(), 2);
-        assert_eq!(svg.matches("<polyline").count(), 2, "one run per series");
-        assert!(svg.contains("<title>05:00 UTC · p95: 1.5 s</title>"));
+        assert!(page.contains(r#"data-series="turns" data-hour="2026-03-10T07:00:00Z" data-value="7""#));
+        assert_eq!(page.matches(r#"class="point" data-series="median""#).count(), 2);
+        assert_eq!(page.matches("<polyline").count(), 2, "one run per series");
+        assert!(page.contains("<title>05:00 UTC · p95: 1.5 s</title>"));
+    }
+
+    #[test]
+    fn the_chart_names_its_span_in_words_and_the_axis_its_hours_back_from_now() {
+        let overview = hours(|_| Figures::default());
+        assert_eq!(
+            title(&overview.hours),
+            "Turns, failures and answer times, hour by hour from 00:00 on 10 March to the current hour, 23:00 on 10 March 2026 (UTC)"
+        );
+        let named: Vec<(String, u8)> = axis(&overview.hours)
+            .into_iter()
+            .filter(|a| a.every == 6)
+            .map(|a| (a.label, a.every))
+            .collect();
+        let labels: Vec<&str> = named.iter().map(|(l, _)| l.as_str()).collect();
+        assert_eq!(labels, ["05:00", "11:00", "17:00", "23:00"]);
     }
 
     #[test]
     fn feedback_reads_as_a_share_of_thumbs_up_with_its_counts() {
-        let rated = Feedback {
+        let mut overview = hours(|_| Figures::default());
+        overview.total.answers = 5;
+        overview.feedback = Feedback {
             rated: 3,
             positive: 2,
             negative: 1,
         };
-        let html = feedback(&rated, 5);
+        let html = render(&overview);
         assert!(
             html.contains(r#"<span id="feedback-share">67 % positive</span>"#),
             "{html}"
@@ -468,7 +503,8 @@ mod tests {
             html.contains("2 👍 · 1 👎") && html.contains("3 of 5 answers rated"),
             "{html}"
         );
-        let none = feedback(&Feedback::default(), 5);
+        overview.feedback = Feedback::default();
+        let none = render(&overview);
         assert!(
             none.contains(">—<") && none.contains("no rated answers"),
             "{none}"

@@ -2,7 +2,9 @@
 //! each person's current emoji with who and when, a tally where there are several, and the
 //! meaning in words beside the emoji (a screen reader, or a Slack name, says little alone).
 
-use super::html::esc;
+use askama::filters::HtmlSafe;
+use askama::Template;
+
 use super::html::when;
 use crate::admin::messages::ReplyPartOut;
 use crate::db::reactions::ReactionOut;
@@ -48,51 +50,53 @@ fn tally(current: &[&ReactionOut]) -> Vec<(String, &'static str, usize)> {
     entries
 }
 
-/// "👍 2 · 👎 1", with "2 positive, 1 negative" as visually hidden text.
-fn summary(current: &[&ReactionOut]) -> String {
+/// One person's reaction: "👍 positive 408258968 · 2026-03-10 12:04:07 UTC", the part it is
+/// on when the answer has several; a removed one muted, "removed" in place of the emoji.
+struct Line {
+    emoji: Option<String>,
+    meaning: &'static str,
+    value: i16,
+    by: String,
+    at: String,
+    at_key: String,
+    part: Option<i32>,
+}
+
+/// An answer's reactions: a tally where there are several ("👍 2 · 👎 1", with "2 positive,
+/// 1 negative" as visually hidden text), then each person's.
+#[derive(Template)]
+#[template(path = "console/reactions.html")]
+pub struct Reactions {
+    tally: Option<(Vec<(String, usize)>, String)>,
+    lines: Vec<Line>,
+}
+
+/// Rendered by its own template, which escapes every value.
+impl HtmlSafe for Reactions {}
+
+fn summary(current: &[&ReactionOut]) -> (Vec<(String, usize)>, String) {
     let entries = tally(current);
-    let shown: Vec<String> = entries
-        .iter()
-        .map(|(emoji, _, n)| format!(r#"<span class="emoji">{}</span> {n}"#, esc(emoji)))
-        .collect();
     let words: Vec<String> = entries
         .iter()
         .map(|(emoji, meaning, n)| match *meaning {
-            "other" => format!("{n} {}", esc(emoji)),
+            "other" => format!("{n} {emoji}"),
             meaning => format!("{n} {meaning}"),
         })
         .collect();
-    format!(
-        r#"<p class="tally"><span aria-hidden="true">{}</span><span class="vh">{}</span></p>"#,
-        shown.join(" · "),
-        words.join(", ")
-    )
+    let shown = entries.into_iter().map(|(emoji, _, n)| (emoji, n)).collect();
+    (shown, words.join(", "))
 }
 
-/// One person's reaction: "👍 positive 408258968 · 2026-03-10 12:04:07 UTC", the part it is
-/// on when the answer has several; a removed one muted, "removed" in place of the emoji.
-fn line(reaction: &ReactionOut, several_parts: bool) -> String {
-    let what = match &reaction.emoji {
-        Some(emoji) => format!(
-            r#"<span class="emoji">{}</span><span class="vh"> {}</span>"#,
-            esc(&emoji_text(emoji)),
-            meaning(reaction.value)
-        ),
-        None => r#"<span class="removed-note">removed</span>"#.to_owned(),
-    };
-    let part = if several_parts {
-        format!(" <small>on part #{}</small>", reaction.part_index)
-    } else {
-        String::new()
-    };
-    format!(
-        r#"<li class="reaction{muted}" data-value="{value}" data-by="{by}">{what} <span class="by">{by}</span> · <time datetime="{at_key}">{at}</time>{part}</li>"#,
-        muted = if reaction.emoji.is_none() { " removed" } else { "" },
-        value = reaction.value,
-        by = esc(&reaction.by),
-        at_key = reaction.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        at = when(reaction.at),
-    )
+fn line(reaction: &ReactionOut, several_parts: bool) -> Line {
+    Line {
+        emoji: reaction.emoji.as_deref().map(emoji_text),
+        meaning: meaning(reaction.value),
+        value: reaction.value,
+        by: reaction.by.clone(),
+        at: when(reaction.at),
+        at_key: reaction.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        part: several_parts.then_some(reaction.part_index),
+    }
 }
 
 /// Whether the answer was posted as more than one message (an edit is not one).
@@ -100,31 +104,35 @@ pub fn several(parts: &[ReplyPartOut]) -> bool {
     parts.iter().filter(|p| p.edit_of.is_none()).count() > 1
 }
 
-/// An answer's reactions, or nothing when nobody reacted. `several_parts`: the answer was
+/// An answer's reactions, or `None` when nobody reacted. `several_parts`: the answer was
 /// posted as more than one message, so each line says which one was reacted to.
-pub fn of_answer(reactions: &[ReactionOut], several_parts: bool) -> String {
+pub fn of_answer(reactions: &[ReactionOut], several_parts: bool) -> Option<Reactions> {
     if reactions.is_empty() {
-        return String::new();
+        return None;
     }
     let current: Vec<&ReactionOut> = reactions.iter().filter(|r| r.emoji.is_some()).collect();
-    let mut body = String::from(r#"<div class="reactions">"#);
-    if current.len() > 1 {
-        body.push_str(&summary(&current));
-    }
-    body.push_str(r#"<ul class="reaction-list" aria-label="Reactions">"#);
+    let tally = (current.len() > 1).then(|| summary(&current));
     // Current ones first, removed ones after them.
     let (current, removed): (Vec<&ReactionOut>, Vec<&ReactionOut>) =
         reactions.iter().partition(|r| r.emoji.is_some());
-    for reaction in current.into_iter().chain(removed) {
-        body.push_str(&line(reaction, several_parts));
-    }
-    body.push_str("</ul></div>");
-    body
+    let lines = current
+        .into_iter()
+        .chain(removed)
+        .map(|reaction| line(reaction, several_parts))
+        .collect();
+    Some(Reactions { tally, lines })
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::html::RenderPage;
     use super::*;
+
+    fn of_answer(reactions: &[ReactionOut], several: bool) -> String {
+        super::of_answer(reactions, several)
+            .map(|r| r.render_page())
+            .unwrap_or_default()
+    }
 
     fn reaction(by: &str, emoji: Option<&str>, value: i16) -> ReactionOut {
         ReactionOut {
@@ -165,7 +173,10 @@ mod tests {
         let html = of_answer(&[reaction("<b>", Some("<i>"), 0)], true);
         assert!(!html.contains("tally"));
         assert!(!html.contains("<b>") && !html.contains("<i>"));
-        assert!(html.contains(":&lt;i&gt;:") && html.contains("on part #0"));
+        assert!(
+            html.contains(":&#60;i&#62;:") && html.contains("on part #0"),
+            "{html}"
+        );
         assert_eq!(of_answer(&[], false), "");
     }
 }

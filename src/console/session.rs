@@ -109,6 +109,8 @@ pub struct SignedIn {
     pub session: Session,
     pub id: String,
     pub key_id: uuid::Uuid,
+    /// How many conversations the tenant holds (up to `html::HELD_CAP`), for the navigation.
+    pub held: i64,
 }
 
 impl SignedIn {
@@ -128,6 +130,14 @@ fn to_sign_in() -> Response {
 
 fn failed(err: sqlx::Error) -> Response {
     ConsoleError::from(AppError::from(err)).into_response()
+}
+
+/// Read in the tenant's transaction, as every page's data is.
+async fn held_count(state: &AppState, tenant: TenantId) -> Result<i64, sqlx::Error> {
+    let mut tx = crate::db::TenantTx::begin(&state.pool, tenant).await?;
+    let held = crate::db::inbox::count(&mut tx, super::html::HELD_CAP).await?;
+    tx.commit().await?;
+    Ok(held)
 }
 
 impl FromRequestParts<AppState> for SignedIn {
@@ -156,10 +166,12 @@ impl FromRequestParts<AppState> for SignedIn {
             key_prefix: row.key_prefix,
             csrf: row.csrf,
         };
+        let held = held_count(state, session.tenant).await.map_err(failed)?;
         Ok(Self {
             key_id: session.key_id,
             session,
             id,
+            held,
         })
     }
 }

@@ -45,7 +45,7 @@ pub async fn turns(
     let query = listing_of(form)?;
     let page = messages::list_messages(&state.pool, signed_in.session.tenant, &query).await?;
     let body = pages::turns(&query, &page);
-    ok_page("Conversations", &signed_in, &body)
+    ok_page("/console/turns", "Conversations", &signed_in, &body)
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -77,7 +77,7 @@ pub async fn turn(
         query.queued,
         tapped_answer.as_deref(),
     );
-    ok_page("Turn", &signed_in, &body)
+    ok_page("/console/turns", "Turn", &signed_in, &body)
 }
 
 /// The answer text of the turn a tap answered; none once that turn is gone (erased, or past
@@ -144,7 +144,7 @@ pub async fn failed(State(state): State<AppState>, signed_in: SignedIn) -> PageR
     let delivery = of_status(MessageStatus::DeliveryFailed);
     let delivery = messages::list_messages(&state.pool, tenant, &delivery).await?;
     let body = pages::failed(&dispatch, &delivery, &signed_in.session.csrf);
-    ok_page("Failed turns", &signed_in, &body)
+    ok_page("/console/failed", "Failed turns", &signed_in, &body)
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ pub mod connectors;
 pub mod console_sessions;
 pub mod conversations;
 pub mod holds;
+pub mod inbox;
 pub mod lifecycle;
 pub mod links;
 pub mod messages;

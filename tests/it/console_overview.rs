@@ -220,12 +220,12 @@ async fn the_overview_shows_each_hour_of_the_tenants_own_turns_with_answer_times
 
         // Answer times per hour (100 and 300 ms five hours back) and over the day.
         let point =
-            |series: &str, hour: &str| format!(r#"circle[data-series="{series}"][data-hour="{hour}"]"#);
+            |series: &str, hour: &str| format!(r#".point[data-series="{series}"][data-hour="{hour}"]"#);
         assert_eq!(attr(&c, &point("median", five), "data-value").await, "200");
         assert_eq!(attr(&c, &point("p95", five), "data-value").await, "290");
         assert_eq!(attr(&c, &point("median", two), "data-value").await, "500");
         let points = c
-            .find_all(Locator::Css("circle[data-series=median]"))
+            .find_all(Locator::Css(".point[data-series=median]"))
             .await
             .unwrap();
         assert_eq!(points.len(), 2, "no point for an hour without timed answers");
@@ -314,6 +314,7 @@ async fn a_connector_shows_its_full_webhook_url_on_the_public_base_url_and_the_c
         let input = c.find(Locator::Css(&field)).await.unwrap();
         assert_eq!(input.prop("value").await.unwrap().as_deref(), Some(want.as_str()));
         assert!(input.attr("readonly").await.unwrap().is_some(), "readonly");
+        screenshot(&c, "connectors_1280").await;
 
         // The script shows the button (hidden in the markup) and it puts the URL on the
         // clipboard: pasted into another field, it arrives whole.

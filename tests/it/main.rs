@@ -12,6 +12,7 @@ mod citus;
 mod commands;
 mod console;
 mod console_handoff;
+mod console_inbox;
 mod console_overview;
 mod contract;
 mod crash;

@@ -54,7 +54,9 @@ function setUpPolling() {
       const fresh = page.getElementById("turns");
       const current = document.getElementById("turns");
       if (fresh && current && fresh.innerHTML !== current.innerHTML) {
+        const following = atEnd();
         current.replaceWith(document.adoptNode(fresh));
+        if (following) toEnd();
       }
     } catch {
       // The next tick tries again (the gateway may be restarting).
@@ -64,7 +66,19 @@ function setUpPolling() {
   }, every);
 }
 
+// A conversation opens at its newest turn, just above the answer box (<span id="end">
+// closes the page; links to a conversation name it too, for a browser without script).
+function atEnd() {
+  const page = document.documentElement;
+  return page.scrollHeight - page.scrollTop - page.clientHeight < 80;
+}
+
+function toEnd() {
+  if (document.getElementById("end")) window.scrollTo(0, document.documentElement.scrollHeight);
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   setUpCopyButtons();
   setUpPolling();
+  if (!location.hash) toEnd();
 });
