@@ -1,6 +1,7 @@
 //! Applying transitions: the SQL behind the diagram in [`super`], in as few statements as
 //! the batch allows.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use super::{Applied, Change, Transition};
@@ -16,59 +17,13 @@ pub async fn apply_many(tx: &mut TenantTx, changes: &[&Change]) -> Result<Vec<Ap
     let held = held_leases(tx, changes).await?;
     // A part that was posted is a fact whoever holds the lease now: it is recorded either
     // way, so that a new holder finds it `sent` instead of reconciling (or resending) it.
-    let posted: Vec<(MessageId, i32, &str)> = changes
-        .iter()
-        .filter_map(|change| match &change.transition {
-            Transition::PartPosted {
-                part, platform_id, ..
-            }
-            | Transition::Delivered {
-                last: Some((part, platform_id)),
-                ..
-            }
-            | Transition::Concluded {
-                last: Some((part, platform_id)),
-            }
-            | Transition::PartsPosted {
-                last: Some((part, platform_id)),
-            } => Some((change.message, *part, platform_id.as_str())),
-            _ => None,
-        })
-        .collect();
-    mark_sent_many(tx, &posted).await?;
+    mark_sent_many(tx, &posted_parts(changes)).await?;
 
-    let mut applied: Vec<Applied> = changes
-        .iter()
-        .map(|change| {
-            if held.contains(&(change.message, change.lease)) {
-                Applied::Done
-            } else {
-                Applied::LeaseLost
-            }
-        })
+    let mut applied = lease_outcomes(changes, &held);
+    let indexes: Vec<usize> = (0..changes.len())
+        .filter(|&i| applied[i] == Applied::Done)
         .collect();
-    let live = |i: &usize| applied[*i] == Applied::Done;
-    let indexes: Vec<usize> = (0..changes.len()).filter(live).collect();
-
-    let answers: Vec<StoredAnswer> = indexes
-        .iter()
-        .filter_map(|&i| match &changes[i].transition {
-            Transition::Answered {
-                response,
-                reply,
-                agent_ms,
-                ..
-            } => Some(StoredAnswer {
-                id: changes[i].message,
-                lease: changes[i].lease,
-                response,
-                reply,
-                agent_ms: *agent_ms,
-            }),
-            _ => None,
-        })
-        .collect();
-    let stored = store_answers(tx, &answers).await?;
+    let stored = store_answers(tx, &answers_at(changes, &indexes)).await?;
     for &i in &indexes {
         if stored.contains(&changes[i].message) {
             with_answer(tx, changes[i]).await?;
@@ -91,6 +46,65 @@ pub async fn apply_many(tx: &mut TenantTx, changes: &[&Change]) -> Result<Vec<Ap
         }
     }
     Ok(applied)
+}
+
+/// The parts the changes report posted, with the platform's id for each.
+fn posted_parts<'a>(changes: &[&'a Change]) -> Vec<(MessageId, i32, &'a str)> {
+    changes
+        .iter()
+        .filter_map(|change| match &change.transition {
+            Transition::PartPosted {
+                part, platform_id, ..
+            }
+            | Transition::Delivered {
+                last: Some((part, platform_id)),
+                ..
+            }
+            | Transition::Concluded {
+                last: Some((part, platform_id)),
+            }
+            | Transition::PartsPosted {
+                last: Some((part, platform_id)),
+            } => Some((change.message, *part, platform_id.as_str())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `Done` for each change whose job's lease is still held, `LeaseLost` for the others.
+fn lease_outcomes(changes: &[&Change], held: &HashSet<(MessageId, LeaseToken)>) -> Vec<Applied> {
+    changes
+        .iter()
+        .map(|change| {
+            if held.contains(&(change.message, change.lease)) {
+                Applied::Done
+            } else {
+                Applied::LeaseLost
+            }
+        })
+        .collect()
+}
+
+/// The answers the changes at `indexes` bring, in their order.
+fn answers_at<'a>(changes: &[&'a Change], indexes: &[usize]) -> Vec<StoredAnswer<'a>> {
+    indexes
+        .iter()
+        .filter_map(|&i| match &changes[i].transition {
+            Transition::Answered {
+                response,
+                reply,
+                agent_ms,
+                ..
+            } => Some(StoredAnswer {
+                id: changes[i].message,
+                lease: changes[i].lease,
+                response,
+                reply,
+                agent_ms: *agent_ms,
+            }),
+            _ => None,
+        })
+        .collect()
 }
 
 /// What a stored answer brings beside its texts: the choices posted with its last text, its
@@ -270,7 +284,7 @@ async fn apply_part(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Erro
 async fn held_leases(
     tx: &mut TenantTx,
     changes: &[&Change],
-) -> Result<std::collections::HashSet<(MessageId, LeaseToken)>, sqlx::Error> {
+) -> Result<HashSet<(MessageId, LeaseToken)>, sqlx::Error> {
     let ids: Vec<MessageId> = changes.iter().map(|c| c.message).collect();
     // Two plain `= any` conditions keep the plan a primary-key lookup whatever the
     // statistics say; the pairs are matched exactly by the caller.
@@ -320,7 +334,7 @@ struct StoredAnswer<'a> {
 async fn store_answers(
     tx: &mut TenantTx,
     answers: &[StoredAnswer<'_>],
-) -> Result<std::collections::HashSet<MessageId>, sqlx::Error> {
+) -> Result<HashSet<MessageId>, sqlx::Error> {
     if answers.is_empty() {
         return Ok(Default::default());
     }
@@ -410,7 +424,7 @@ async fn store_answers_routed(
     tx: &mut TenantTx,
     answers: &[StoredAnswer<'_>],
     columns: AnswerColumns<'_>,
-) -> Result<std::collections::HashSet<MessageId>, sqlx::Error> {
+) -> Result<HashSet<MessageId>, sqlx::Error> {
     // Citus refuses `now()` inside a CASE on a distributed table.
     let now = chrono::Utc::now();
     let stored: Vec<(MessageId, String)> = sqlx::query_as(
@@ -431,7 +445,7 @@ async fn store_answers_routed(
     .bind(columns.agent_ms)
     .fetch_all(tx.conn())
     .await?;
-    let stored_ids: std::collections::HashSet<MessageId> = stored.iter().map(|(id, _)| *id).collect();
+    let stored_ids: HashSet<MessageId> = stored.iter().map(|(id, _)| *id).collect();
     let parts: Vec<(MessageId, i32, &str, LeaseToken)> = answers
         .iter()
         .filter(|a| stored_ids.contains(&a.id))
