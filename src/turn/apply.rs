@@ -140,6 +140,7 @@ fn marks(changes: &[&Change], indexes: &[usize]) -> Vec<(MessageId, i32, LeaseTo
         .collect()
 }
 
+/// The transitions applied one turn at a time: retries, failures and the job's end.
 async fn apply_rare(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Error> {
     let message = change.message;
     match &change.transition {
@@ -153,17 +154,7 @@ async fn apply_rare(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Erro
         }
         Transition::Skipped => queue::finish(tx, message).await?,
         Transition::AgentAccepted { until } => {
-            sqlx::query(
-                "update channel_messages
-                    set status = 'awaiting_agent', decision = 'async', awaiting_until = $3,
-                        last_error = null, updated_at = now()
-                  where tenant_id = $1 and id = $2 and status = 'dispatching'",
-            )
-            .bind(tx.tenant())
-            .bind(message)
-            .bind(until)
-            .execute(tx.conn())
-            .await?;
+            await_agent(tx, message, until).await?;
             queue::finish(tx, message).await?;
         }
         Transition::Abandoned { error } => {
@@ -176,42 +167,8 @@ async fn apply_rare(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Erro
         | Transition::PartUnknown { .. }
         | Transition::PartStaged { .. } => apply_part(tx, change).await?,
         Transition::Concluded { .. } => queue::finish(tx, message).await?,
-        Transition::PartsPosted { .. } => {
-            // The job's row is locked (`held_leases`): an event adding parts committed before
-            // this reads them, and one after finds no job and queues one.
-            let more: bool = sqlx::query_scalar(
-                "select exists (select 1 from channel_replies
-                                 where tenant_id = $1 and message_id = $2 and status = 'pending')",
-            )
-            .bind(tx.tenant())
-            .bind(message)
-            .fetch_one(tx.conn())
-            .await?;
-            if more {
-                put_back(tx, message, change.lease, Duration::ZERO).await?;
-            } else {
-                queue::finish(tx, message).await?;
-                sqlx::query(
-                    "update channel_messages set delivered_at = now(), updated_at = now()
-                      where tenant_id = $1 and id = $2 and status = 'executed' and delivered_at is null",
-                )
-                .bind(tx.tenant())
-                .bind(message)
-                .execute(tx.conn())
-                .await?;
-            }
-        }
-        Transition::LiveShown { platform_id } => {
-            sqlx::query(
-                "update channel_messages set live_message_id = $3, updated_at = now()
-                  where tenant_id = $1 and id = $2 and status = 'dispatching'",
-            )
-            .bind(tx.tenant())
-            .bind(message)
-            .bind(platform_id)
-            .execute(tx.conn())
-            .await?;
-        }
+        Transition::PartsPosted { .. } => end_posting(tx, change).await?,
+        Transition::LiveShown { platform_id } => record_live_message(tx, message, platform_id).await?,
         Transition::Answered { .. }
         | Transition::MarkSending { .. }
         | Transition::PartPosted { .. }
@@ -220,7 +177,87 @@ async fn apply_rare(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Erro
     Ok(())
 }
 
-/// The transitions of one reply part the delivery could not post as it is.
+/// The agent answered 202: the turn waits for its events until `until`.
+async fn await_agent(
+    tx: &mut TenantTx,
+    message: MessageId,
+    until: &chrono::DateTime<chrono::Utc>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "update channel_messages
+            set status = 'awaiting_agent', decision = 'async', awaiting_until = $3,
+                last_error = null, updated_at = now()
+          where tenant_id = $1 and id = $2 and status = 'dispatching'",
+    )
+    .bind(tx.tenant())
+    .bind(message)
+    .bind(until)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// Every part of an answer still awaited is posted: the job goes back if the agent added
+/// parts meanwhile, else it ends and the turn is delivered if the agent is done.
+async fn end_posting(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Error> {
+    let message = change.message;
+    // The job's row is locked (`held_leases`): an event adding parts committed before
+    // this reads them, and one after finds no job and queues one.
+    if has_pending_parts(tx, message).await? {
+        put_back(tx, message, change.lease, Duration::ZERO).await?;
+    } else {
+        queue::finish(tx, message).await?;
+        mark_delivered_if_executed(tx, message).await?;
+    }
+    Ok(())
+}
+
+/// Whether `message` has a part still to post.
+async fn has_pending_parts(tx: &mut TenantTx, message: MessageId) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "select exists (select 1 from channel_replies
+                         where tenant_id = $1 and message_id = $2 and status = 'pending')",
+    )
+    .bind(tx.tenant())
+    .bind(message)
+    .fetch_one(tx.conn())
+    .await
+}
+
+/// Marks `message` delivered if its answer is complete (`executed`) and not delivered yet.
+async fn mark_delivered_if_executed(tx: &mut TenantTx, message: MessageId) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "update channel_messages set delivered_at = now(), updated_at = now()
+          where tenant_id = $1 and id = $2 and status = 'executed' and delivered_at is null",
+    )
+    .bind(tx.tenant())
+    .bind(message)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// Records the message a streamed answer's live view left, which its first part adopts.
+async fn record_live_message(
+    tx: &mut TenantTx,
+    message: MessageId,
+    platform_id: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "update channel_messages set live_message_id = $3, updated_at = now()
+          where tenant_id = $1 and id = $2 and status = 'dispatching'",
+    )
+    .bind(tx.tenant())
+    .bind(message)
+    .bind(platform_id)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// The transitions of one reply part the delivery could not post as it is. None touches a
+/// `sent` part: a confirmation (a Slack metadata event) may have settled it while its job
+/// was deciding to wait.
 async fn apply_part(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Error> {
     let message = change.message;
     match &change.transition {
@@ -230,52 +267,131 @@ async fn apply_part(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Erro
             in_doubt,
             delay,
         } => {
-            let set = if *in_doubt {
-                "last_error = $4"
+            if *in_doubt {
+                keep_part_in_doubt(tx, message, *part, error).await?;
             } else {
-                "status = 'pending', sending_since = null, last_error = $4"
-            };
-            part_update(tx, message, *part, set, Some(error)).await?;
+                return_part_to_pending(tx, message, *part, error).await?;
+            }
             put_back(tx, message, change.lease, *delay).await?;
         }
         Transition::PartFailed { part, error } => {
-            part_update(
-                tx,
-                message,
-                *part,
-                "status = 'failed', last_error = $4",
-                Some(error),
-            )
-            .await?;
+            mark_part_failed(tx, message, *part, error).await?;
             fail_remaining(tx, message, *part).await?;
             record_delivery_error(tx, message, error, true).await?;
             queue::finish(tx, message).await?;
         }
         Transition::PartUnknown { part, error } => {
-            part_update(
-                tx,
-                message,
-                *part,
-                "status = 'unknown', last_error = $4",
-                Some(error),
-            )
-            .await?;
+            mark_part_unknown(tx, message, *part, error).await?;
             record_delivery_error(tx, message, error, false).await?;
         }
         Transition::PartStaged { part, upload_ref } => {
             // The post that shows the upload starts now: a wait for its confirmation counts
             // from here, not from before the fetch and the upload.
-            part_update(
-                tx,
-                message,
-                *part,
-                "upload_ref = $4, sending_since = now()",
-                Some(upload_ref),
-            )
-            .await?;
+            mark_part_staged(tx, message, *part, upload_ref).await?;
         }
         _ => {}
     }
+    Ok(())
+}
+
+/// The part may have been posted: it stays `sending`, to be reconciled, with its error.
+async fn keep_part_in_doubt(
+    tx: &mut TenantTx,
+    message: MessageId,
+    part: i32,
+    error: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "update channel_replies set last_error = $4, updated_at = now()
+          where tenant_id = $1 and message_id = $2 and part_index = $3 and status <> 'sent'",
+    )
+    .bind(tx.tenant())
+    .bind(message)
+    .bind(part)
+    .bind(error)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// The part was not posted: it is `pending` again, with its error.
+async fn return_part_to_pending(
+    tx: &mut TenantTx,
+    message: MessageId,
+    part: i32,
+    error: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "update channel_replies set status = 'pending', sending_since = null, last_error = $4,
+                                    updated_at = now()
+          where tenant_id = $1 and message_id = $2 and part_index = $3 and status <> 'sent'",
+    )
+    .bind(tx.tenant())
+    .bind(message)
+    .bind(part)
+    .bind(error)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// Marks the part `failed`, with its error.
+async fn mark_part_failed(
+    tx: &mut TenantTx,
+    message: MessageId,
+    part: i32,
+    error: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "update channel_replies set status = 'failed', last_error = $4, updated_at = now()
+          where tenant_id = $1 and message_id = $2 and part_index = $3 and status <> 'sent'",
+    )
+    .bind(tx.tenant())
+    .bind(message)
+    .bind(part)
+    .bind(error)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// Marks the part `unknown`, with its error.
+async fn mark_part_unknown(
+    tx: &mut TenantTx,
+    message: MessageId,
+    part: i32,
+    error: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "update channel_replies set status = 'unknown', last_error = $4, updated_at = now()
+          where tenant_id = $1 and message_id = $2 and part_index = $3 and status <> 'sent'",
+    )
+    .bind(tx.tenant())
+    .bind(message)
+    .bind(part)
+    .bind(error)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// Records the part's uploaded bytes and starts its wait for the post that shows them.
+async fn mark_part_staged(
+    tx: &mut TenantTx,
+    message: MessageId,
+    part: i32,
+    upload_ref: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "update channel_replies set upload_ref = $4, sending_since = now(), updated_at = now()
+          where tenant_id = $1 and message_id = $2 and part_index = $3 and status <> 'sent'",
+    )
+    .bind(tx.tenant())
+    .bind(message)
+    .bind(part)
+    .bind(upload_ref)
+    .execute(tx.conn())
+    .await?;
     Ok(())
 }
 
@@ -554,29 +670,6 @@ async fn put_back(
         .bind(delay.as_secs_f64())
         .execute(tx.conn())
         .await?;
-    Ok(())
-}
-
-/// Never touches a `sent` part: a confirmation (a Slack metadata event) may have settled it
-/// while its job was deciding to wait.
-async fn part_update(
-    tx: &mut TenantTx,
-    message: MessageId,
-    part: i32,
-    set: &str,
-    text: Option<&str>,
-) -> Result<(), sqlx::Error> {
-    let tenant = tx.tenant();
-    sqlx::query(&format!(
-        "update channel_replies set {set}, updated_at = now()
-          where tenant_id = $1 and message_id = $2 and part_index = $3 and status <> 'sent'"
-    ))
-    .bind(tenant)
-    .bind(message)
-    .bind(part)
-    .bind(text)
-    .execute(tx.conn())
-    .await?;
     Ok(())
 }
 
