@@ -454,32 +454,70 @@ async fn store_answers(
     if answers.is_empty() {
         return Ok(Default::default());
     }
-    let ids: Vec<MessageId> = answers.iter().map(|a| a.id).collect();
-    let responses: Vec<&str> = answers.iter().map(|a| a.response).collect();
-    let decisions: Vec<&str> = answers
-        .iter()
-        .map(|a| if a.reply.is_empty() { "no_reply" } else { "respond" })
-        .collect();
-    let agent_ms: Vec<Option<i32>> = answers.iter().map(|a| a.agent_ms).collect();
+    let columns = AnswerColumns::of(answers);
     if db::on_citus(tx.conn()).await? {
-        let columns = AnswerColumns {
-            ids: &ids,
-            responses: &responses,
-            decisions: &decisions,
-            agent_ms: &agent_ms,
-        };
-        return store_answers_routed(tx, answers, columns).await;
+        return store_answers_routed(tx, answers, &columns).await;
     }
-    let (mut part_ids, mut part_indexes, mut part_texts) = (Vec::new(), Vec::new(), Vec::new());
-    let mut part_leases = Vec::new();
-    for answer in answers {
-        for (index, text) in (0..).zip(answer.reply.texts.iter()) {
-            part_ids.push(answer.id);
-            part_indexes.push(index);
-            part_texts.push(text.as_str());
-            part_leases.push(answer.lease);
+    store_answers_in_one(tx, &columns, &PartColumns::of(answers)).await
+}
+
+/// The answers as the columns of `channel_messages` they set, one array each.
+struct AnswerColumns<'a> {
+    ids: Vec<MessageId>,
+    responses: Vec<&'a str>,
+    decisions: Vec<&'static str>,
+    agent_ms: Vec<Option<i32>>,
+}
+
+impl<'a> AnswerColumns<'a> {
+    fn of(answers: &[StoredAnswer<'a>]) -> Self {
+        Self {
+            ids: answers.iter().map(|a| a.id).collect(),
+            responses: answers.iter().map(|a| a.response).collect(),
+            decisions: answers
+                .iter()
+                .map(|a| if a.reply.is_empty() { "no_reply" } else { "respond" })
+                .collect(),
+            agent_ms: answers.iter().map(|a| a.agent_ms).collect(),
         }
     }
+}
+
+/// The answers' texts as the columns of `channel_replies` they set, one array each.
+struct PartColumns<'a> {
+    ids: Vec<MessageId>,
+    indexes: Vec<i32>,
+    texts: Vec<&'a str>,
+    leases: Vec<LeaseToken>,
+}
+
+impl<'a> PartColumns<'a> {
+    fn of(answers: &[StoredAnswer<'a>]) -> Self {
+        let mut columns = Self {
+            ids: Vec::new(),
+            indexes: Vec::new(),
+            texts: Vec::new(),
+            leases: Vec::new(),
+        };
+        for answer in answers {
+            for (index, text) in (0..).zip(answer.reply.texts.iter()) {
+                columns.ids.push(answer.id);
+                columns.indexes.push(index);
+                columns.texts.push(text.as_str());
+                columns.leases.push(answer.lease);
+            }
+        }
+        columns
+    }
+}
+
+/// `store_answers` in one statement: the turns, their parts (the first `sending`) and their
+/// jobs, moved to the reply stage or gone with no reply.
+async fn store_answers_in_one(
+    tx: &mut TenantTx,
+    answers: &AnswerColumns<'_>,
+    parts: &PartColumns<'_>,
+) -> Result<HashSet<MessageId>, sqlx::Error> {
     let stored: Vec<MessageId> = sqlx::query_scalar(
         "with stored as (
              update channel_messages m
@@ -512,26 +550,19 @@ async fn store_answers(
          select id from stored",
     )
     .bind(tx.tenant())
-    .bind(&ids)
-    .bind(&responses)
-    .bind(&decisions)
-    .bind(&part_ids)
-    .bind(&part_indexes)
-    .bind(&part_texts)
+    .bind(&answers.ids)
+    .bind(&answers.responses)
+    .bind(&answers.decisions)
+    .bind(&parts.ids)
+    .bind(&parts.indexes)
+    .bind(&parts.texts)
     // Citus refuses `now()` inside a CASE on a distributed table.
     .bind(chrono::Utc::now())
-    .bind(&agent_ms)
-    .bind(&part_leases)
+    .bind(&answers.agent_ms)
+    .bind(&parts.leases)
     .fetch_all(tx.conn())
     .await?;
     Ok(stored.into_iter().collect())
-}
-
-struct AnswerColumns<'a> {
-    ids: &'a [MessageId],
-    responses: &'a [&'a str],
-    decisions: &'a [&'a str],
-    agent_ms: &'a [Option<i32>],
 }
 
 /// `store_answers` on Citus: one statement per table, so the first two are routed to the
@@ -539,11 +570,25 @@ struct AnswerColumns<'a> {
 async fn store_answers_routed(
     tx: &mut TenantTx,
     answers: &[StoredAnswer<'_>],
-    columns: AnswerColumns<'_>,
+    columns: &AnswerColumns<'_>,
 ) -> Result<HashSet<MessageId>, sqlx::Error> {
     // Citus refuses `now()` inside a CASE on a distributed table.
     let now = chrono::Utc::now();
-    let stored: Vec<(MessageId, String)> = sqlx::query_as(
+    let stored = mark_executed(tx, columns, now).await?;
+    let stored_ids: HashSet<MessageId> = stored.iter().map(|(id, _)| *id).collect();
+    insert_reply_parts(tx, &texts_of_stored(answers, &stored_ids), now).await?;
+    stage_or_finish_jobs(tx, &stored).await?;
+    Ok(stored_ids)
+}
+
+/// Stores the answers on their turns still `dispatching`; gives those stored, with each
+/// one's decision.
+async fn mark_executed(
+    tx: &mut TenantTx,
+    columns: &AnswerColumns<'_>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<Vec<(MessageId, String)>, sqlx::Error> {
+    sqlx::query_as(
         "update channel_messages m
             set status = 'executed', response_content = a.response, decision = a.decision,
                 last_error = null, completed_at = now(), updated_at = now(), agent_ms = a.agent_ms,
@@ -554,42 +599,63 @@ async fn store_answers_routed(
       returning m.id, a.decision",
     )
     .bind(tx.tenant())
-    .bind(columns.ids)
-    .bind(columns.responses)
-    .bind(columns.decisions)
+    .bind(&columns.ids)
+    .bind(&columns.responses)
+    .bind(&columns.decisions)
     .bind(now)
-    .bind(columns.agent_ms)
+    .bind(&columns.agent_ms)
     .fetch_all(tx.conn())
-    .await?;
-    let stored_ids: HashSet<MessageId> = stored.iter().map(|(id, _)| *id).collect();
-    let parts: Vec<(MessageId, i32, &str, LeaseToken)> = answers
+    .await
+}
+
+/// The texts of the answers `stored`, each with its turn, index and the job's lease.
+fn texts_of_stored<'a>(
+    answers: &[StoredAnswer<'a>],
+    stored: &HashSet<MessageId>,
+) -> Vec<(MessageId, i32, &'a str, LeaseToken)> {
+    answers
         .iter()
-        .filter(|a| stored_ids.contains(&a.id))
+        .filter(|a| stored.contains(&a.id))
         .flat_map(|a| {
             (0..)
                 .zip(a.reply.texts.iter())
                 .map(|(index, text)| (a.id, index, text.as_str(), a.lease))
         })
-        .collect();
-    if !parts.is_empty() {
-        let mut sql = sqlx::QueryBuilder::new(
-            "insert into channel_replies (tenant_id, message_id, part_index, content, status, attempts,
-                                          sending_since, sending_lease) ",
-        );
-        sql.push_values(&parts, |mut row, (id, index, text, lease)| {
-            let first = *index == 0;
-            row.push_bind(tx.tenant())
-                .push_bind(*id)
-                .push_bind(*index)
-                .push_bind(*text)
-                .push_bind(if first { "sending" } else { "pending" })
-                .push_bind(i32::from(first))
-                .push_bind(first.then_some(now))
-                .push_bind(first.then_some(*lease));
-        });
-        sql.push(" on conflict (tenant_id, message_id, part_index) do nothing");
-        sql.build().execute(tx.conn()).await?;
+        .collect()
+}
+
+/// Inserts the texts as reply parts, the first of each answer already `sending` under its
+/// job's lease since `now`. No texts, no statement.
+async fn insert_reply_parts(
+    tx: &mut TenantTx,
+    parts: &[(MessageId, i32, &str, LeaseToken)],
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<(), sqlx::Error> {
+    if parts.is_empty() {
+        return Ok(());
     }
+    let mut sql = sqlx::QueryBuilder::new(
+        "insert into channel_replies (tenant_id, message_id, part_index, content, status, attempts,
+                                      sending_since, sending_lease) ",
+    );
+    sql.push_values(parts, |mut row, (id, index, text, lease)| {
+        let first = *index == 0;
+        row.push_bind(tx.tenant())
+            .push_bind(*id)
+            .push_bind(*index)
+            .push_bind(*text)
+            .push_bind(if first { "sending" } else { "pending" })
+            .push_bind(i32::from(first))
+            .push_bind(first.then_some(now))
+            .push_bind(first.then_some(*lease));
+    });
+    sql.push(" on conflict (tenant_id, message_id, part_index) do nothing");
+    sql.build().execute(tx.conn()).await?;
+    Ok(())
+}
+
+/// The stored answers' jobs: to the reply stage with parts to post, gone without.
+async fn stage_or_finish_jobs(tx: &mut TenantTx, stored: &[(MessageId, String)]) -> Result<(), sqlx::Error> {
     let (replying, finished): (Vec<_>, Vec<_>) =
         stored.iter().partition(|(_, decision)| decision == "respond");
     let replying: Vec<MessageId> = replying.into_iter().map(|(id, _)| *id).collect();
@@ -605,7 +671,7 @@ async fn store_answers_routed(
     .bind(&finished)
     .execute(tx.conn())
     .await?;
-    Ok(stored_ids)
+    Ok(())
 }
 
 async fn record_failure(
