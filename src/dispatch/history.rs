@@ -202,73 +202,108 @@ pub async fn load_many(
 ) -> Result<HashMap<MessageId, Vec<ChatMessage>>, sqlx::Error> {
     let mut histories: HashMap<MessageId, Vec<ChatMessage>> =
         messages.iter().map(|m| (m.id, Vec::new())).collect();
-    let (linked, unlinked): (Vec<&MessageRow>, Vec<&MessageRow>) =
-        messages.iter().partition(|m| m.user_id.is_some());
-    let mut groups = Vec::new();
-    for (group, who) in [
-        (linked, "h.user_id = p.who"),
-        (unlinked, "h.user_id is null and h.conversation_key = p.who"),
-    ] {
-        for kind in ["anywhere", "direct", "space", "chat"] {
-            let of_kind: Vec<&MessageRow> = group
-                .iter()
-                .copied()
-                .filter(|m| HistoryPlace::of(m, setting).columns().0 == kind)
-                .collect();
-            if !of_kind.is_empty() {
-                groups.push((of_kind, who, place_matches(kind)));
-            }
-        }
-    }
-    for (group, who, place) in groups {
-        let ids: Vec<MessageId> = group.iter().map(|m| m.id).collect();
-        let keys: Vec<&str> = group
-            .iter()
-            .map(|m| m.user_id.as_deref().unwrap_or(m.conversation_key.as_str()))
-            .collect();
-        let received: Vec<chrono::DateTime<chrono::Utc>> = group.iter().map(|m| m.received_at).collect();
-        let places: Vec<_> = group
-            .iter()
-            .map(|m| HistoryPlace::of(m, setting).columns())
-            .collect();
-        let sql = format!(
-            "select p.id as for_id, h.id, h.request_content, h.response_content, h.attachments,
-                    h.origin, h.author, h.status, h.action, h.command
-               from unnest($2::uuid[], $3::text[], $4::timestamptz[], $6::text[], $7::uuid[],
-                           $8::text[], $9::text[])
-                    as p(id, who, received_at, kind, connector, chat, space)
-               cross join lateral (
-                     select h.request_content, h.response_content, h.attachments, h.received_at, h.id,
-                            h.origin, h.author, h.status, h.action, h.command
-                       from channel_messages h
-                      where h.tenant_id = $1 and {who}
-                        and {SHOWN}
-                        and {HAS_CONTENT}
-                        and {place}
-                        and (h.received_at, h.id) < (p.received_at, p.id)
-                      order by h.received_at desc, h.id desc
-                      limit $5) h
-              order by p.id, h.received_at, h.id"
-        );
-        let rows: Vec<BatchTurn> = sqlx::query_as(&sql)
-            .bind(tx.tenant())
-            .bind(&ids)
-            .bind(&keys)
-            .bind(&received)
-            .bind(HISTORY_TURNS)
-            .bind(places.iter().map(|p| p.0).collect::<Vec<_>>())
-            .bind(places.iter().map(|p| p.1).collect::<Vec<_>>())
-            .bind(places.iter().map(|p| p.2).collect::<Vec<_>>())
-            .bind(places.iter().map(|p| p.3).collect::<Vec<_>>())
-            .fetch_all(tx.conn())
-            .await?;
-        for row in rows {
+    for group in BatchGroup::all(messages, setting) {
+        for row in load_group(tx, &group, setting).await? {
             if let Some(history) = histories.get_mut(&row.for_id) {
                 history.extend(into_messages(row.turn));
             }
         }
     }
     Ok(histories)
+}
+
+/// The turns of a batch one statement reads the histories of: all of linked senders or
+/// all of unlinked ones, all of one kind of place.
+struct BatchGroup<'m> {
+    linked: bool,
+    kind: &'static str,
+    messages: Vec<&'m MessageRow>,
+}
+
+impl<'m> BatchGroup<'m> {
+    /// The batch's groups, linked senders first, none empty.
+    fn all(messages: &[&'m MessageRow], setting: HistoryScopeSetting) -> Vec<Self> {
+        let (linked, unlinked): (Vec<&MessageRow>, Vec<&MessageRow>) =
+            messages.iter().partition(|m| m.user_id.is_some());
+        let mut groups = Vec::new();
+        for (group, linked) in [(linked, true), (unlinked, false)] {
+            for kind in ["anywhere", "direct", "space", "chat"] {
+                let of_kind: Vec<&MessageRow> = group
+                    .iter()
+                    .copied()
+                    .filter(|m| HistoryPlace::of(m, setting).columns().0 == kind)
+                    .collect();
+                if !of_kind.is_empty() {
+                    groups.push(Self {
+                        linked,
+                        kind,
+                        messages: of_kind,
+                    });
+                }
+            }
+        }
+        groups
+    }
+}
+
+/// The histories of one group's turns, by turn, each oldest first.
+async fn load_group(
+    tx: &mut TenantTx,
+    group: &BatchGroup<'_>,
+    setting: HistoryScopeSetting,
+) -> Result<Vec<BatchTurn>, sqlx::Error> {
+    let messages = &group.messages;
+    let ids: Vec<MessageId> = messages.iter().map(|m| m.id).collect();
+    let keys: Vec<&str> = messages
+        .iter()
+        .map(|m| m.user_id.as_deref().unwrap_or(m.conversation_key.as_str()))
+        .collect();
+    let received: Vec<chrono::DateTime<chrono::Utc>> = messages.iter().map(|m| m.received_at).collect();
+    let places: Vec<_> = messages
+        .iter()
+        .map(|m| HistoryPlace::of(m, setting).columns())
+        .collect();
+    sqlx::query_as(&batch_history_sql(group))
+        .bind(tx.tenant())
+        .bind(&ids)
+        .bind(&keys)
+        .bind(&received)
+        .bind(HISTORY_TURNS)
+        .bind(places.iter().map(|p| p.0).collect::<Vec<_>>())
+        .bind(places.iter().map(|p| p.1).collect::<Vec<_>>())
+        .bind(places.iter().map(|p| p.2).collect::<Vec<_>>())
+        .bind(places.iter().map(|p| p.3).collect::<Vec<_>>())
+        .fetch_all(tx.conn())
+        .await
+}
+
+/// The statement `load_group` runs for the group's senders and kind of place.
+fn batch_history_sql(group: &BatchGroup<'_>) -> String {
+    let who = if group.linked {
+        "h.user_id = p.who"
+    } else {
+        "h.user_id is null and h.conversation_key = p.who"
+    };
+    let place = place_matches(group.kind);
+    format!(
+        "select p.id as for_id, h.id, h.request_content, h.response_content, h.attachments,
+                h.origin, h.author, h.status, h.action, h.command
+           from unnest($2::uuid[], $3::text[], $4::timestamptz[], $6::text[], $7::uuid[],
+                       $8::text[], $9::text[])
+                as p(id, who, received_at, kind, connector, chat, space)
+           cross join lateral (
+                 select h.request_content, h.response_content, h.attachments, h.received_at, h.id,
+                        h.origin, h.author, h.status, h.action, h.command
+                   from channel_messages h
+                  where h.tenant_id = $1 and {who}
+                    and {SHOWN}
+                    and {HAS_CONTENT}
+                    and {place}
+                    and (h.received_at, h.id) < (p.received_at, p.id)
+                  order by h.received_at desc, h.id desc
+                  limit $5) h
+          order by p.id, h.received_at, h.id"
+    )
 }
 
 fn into_messages(turn: Turn) -> Vec<ChatMessage> {

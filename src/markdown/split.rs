@@ -36,10 +36,58 @@ enum Kind {
     Other,
 }
 
+impl Kind {
+    /// The kind of block a top-level tag opens.
+    fn of(tag: Tag<'_>) -> Self {
+        match tag {
+            Tag::CodeBlock(kind) => Kind::Code {
+                language: match kind {
+                    CodeBlockKind::Fenced(info) => info.split_whitespace().next().map(str::to_owned),
+                    CodeBlockKind::Indented => None,
+                },
+                code: String::new(),
+            },
+            Tag::List(_) => Kind::List { items: Vec::new() },
+            _ => Kind::Other,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Block {
     range: Range<usize>,
     kind: Kind,
+}
+
+/// The top-level block being read, and how deep the parser is inside it.
+#[derive(Default)]
+struct OpenBlock {
+    block: Option<Block>,
+    depth: usize,
+}
+
+impl OpenBlock {
+    /// Adds text to the block if it is code.
+    fn push_code(&mut self, text: &str) {
+        if let Some(Block {
+            kind: Kind::Code { code, .. },
+            ..
+        }) = self.block.as_mut()
+        {
+            code.push_str(text);
+        }
+    }
+
+    /// Adds an item to the block if it is a list.
+    fn push_item(&mut self, item: Range<usize>) {
+        if let Some(Block {
+            kind: Kind::List { items },
+            ..
+        }) = self.block.as_mut()
+        {
+            items.push(item);
+        }
+    }
 }
 
 struct Splitter<'a> {
@@ -70,81 +118,65 @@ impl<'a> Splitter<'a> {
         splitter
     }
 
+    /// Reads the top-level blocks, the atoms, the spans and the definitions of the text.
     fn parse(&mut self) {
         let parser = Parser::new_ext(self.text, super::options());
-        let mut definitions: Vec<Range<usize>> = parser
-            .reference_definitions()
-            .iter()
-            .map(|(_, definition)| definition.span.clone())
-            .collect();
-        definitions.sort_by_key(|span| span.start);
-        // Definitions far too long to copy around are left where they are.
-        let total: usize = definitions.iter().map(|span| span.len()).sum();
-        if total <= self.max_units / 4 {
-            self.definitions = definitions;
-        }
-        let mut depth = 0usize;
-        let mut current: Option<Block> = None;
+        self.definitions = self.copied_definitions(&parser);
+        let mut open = OpenBlock::default();
         for (event, range) in parser.into_offset_iter() {
             match event {
-                Event::Start(tag) => {
-                    match &tag {
-                        Tag::Link { .. } | Tag::Image { .. } => self.atoms.push(range.clone()),
-                        Tag::Emphasis | Tag::Strong | Tag::Strikethrough => self.spans.push(range.clone()),
-                        _ => {}
-                    }
-                    if depth == 0 {
-                        current = Some(Block {
-                            range: range.clone(),
-                            kind: match tag {
-                                Tag::CodeBlock(kind) => Kind::Code {
-                                    language: match kind {
-                                        CodeBlockKind::Fenced(info) => {
-                                            info.split_whitespace().next().map(str::to_owned)
-                                        }
-                                        CodeBlockKind::Indented => None,
-                                    },
-                                    code: String::new(),
-                                },
-                                Tag::List(_) => Kind::List { items: Vec::new() },
-                                _ => Kind::Other,
-                            },
-                        });
-                    } else if depth == 1 && matches!(tag, Tag::Item) {
-                        if let Some(Block {
-                            kind: Kind::List { items },
-                            ..
-                        }) = current.as_mut()
-                        {
-                            items.push(range.clone());
-                        }
-                    }
-                    depth += 1;
-                }
+                Event::Start(tag) => self.start(tag, range, &mut open),
                 Event::End(_) => {
-                    depth = depth.saturating_sub(1);
-                    if depth == 0 {
-                        self.blocks.extend(current.take());
+                    open.depth = open.depth.saturating_sub(1);
+                    if open.depth == 0 {
+                        self.blocks.extend(open.block.take());
                     }
                 }
-                Event::Text(text) if depth == 1 => {
-                    if let Some(Block {
-                        kind: Kind::Code { code, .. },
-                        ..
-                    }) = current.as_mut()
-                    {
-                        code.push_str(&text);
-                    }
-                }
+                Event::Text(text) if open.depth == 1 => open.push_code(&text),
                 Event::Code(_) => self.atoms.push(range),
                 // A thematic break, or anything else standing alone at the top.
-                _ if depth == 0 => self.blocks.push(Block {
+                _ if open.depth == 0 => self.blocks.push(Block {
                     range,
                     kind: Kind::Other,
                 }),
                 _ => {}
             }
         }
+    }
+
+    /// The link reference definitions, in source order; none when they are far too long
+    /// to copy around (they are left where they are).
+    fn copied_definitions(&self, parser: &Parser<'_>) -> Vec<Range<usize>> {
+        let mut definitions: Vec<Range<usize>> = parser
+            .reference_definitions()
+            .iter()
+            .map(|(_, definition)| definition.span.clone())
+            .collect();
+        definitions.sort_by_key(|span| span.start);
+        let total: usize = definitions.iter().map(|span| span.len()).sum();
+        if total <= self.max_units / 4 {
+            definitions
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// A tag opens: an atom or a span to remember, a top-level block, or a list's item.
+    fn start(&mut self, tag: Tag<'_>, range: Range<usize>, open: &mut OpenBlock) {
+        match &tag {
+            Tag::Link { .. } | Tag::Image { .. } => self.atoms.push(range.clone()),
+            Tag::Emphasis | Tag::Strong | Tag::Strikethrough => self.spans.push(range.clone()),
+            _ => {}
+        }
+        if open.depth == 0 {
+            open.block = Some(Block {
+                range,
+                kind: Kind::of(tag),
+            });
+        } else if open.depth == 1 && matches!(tag, Tag::Item) {
+            open.push_item(range);
+        }
+        open.depth += 1;
     }
 
     fn split(&self) -> Vec<String> {

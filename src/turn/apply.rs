@@ -1,6 +1,7 @@
 //! Applying transitions: the SQL behind the diagram in [`super`], in as few statements as
 //! the batch allows.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use super::{Applied, Change, Transition};
@@ -16,59 +17,13 @@ pub async fn apply_many(tx: &mut TenantTx, changes: &[&Change]) -> Result<Vec<Ap
     let held = held_leases(tx, changes).await?;
     // A part that was posted is a fact whoever holds the lease now: it is recorded either
     // way, so that a new holder finds it `sent` instead of reconciling (or resending) it.
-    let posted: Vec<(MessageId, i32, &str)> = changes
-        .iter()
-        .filter_map(|change| match &change.transition {
-            Transition::PartPosted {
-                part, platform_id, ..
-            }
-            | Transition::Delivered {
-                last: Some((part, platform_id)),
-                ..
-            }
-            | Transition::Concluded {
-                last: Some((part, platform_id)),
-            }
-            | Transition::PartsPosted {
-                last: Some((part, platform_id)),
-            } => Some((change.message, *part, platform_id.as_str())),
-            _ => None,
-        })
-        .collect();
-    mark_sent_many(tx, &posted).await?;
+    mark_sent_many(tx, &posted_parts(changes)).await?;
 
-    let mut applied: Vec<Applied> = changes
-        .iter()
-        .map(|change| {
-            if held.contains(&(change.message, change.lease)) {
-                Applied::Done
-            } else {
-                Applied::LeaseLost
-            }
-        })
+    let mut applied = lease_outcomes(changes, &held);
+    let indexes: Vec<usize> = (0..changes.len())
+        .filter(|&i| applied[i] == Applied::Done)
         .collect();
-    let live = |i: &usize| applied[*i] == Applied::Done;
-    let indexes: Vec<usize> = (0..changes.len()).filter(live).collect();
-
-    let answers: Vec<StoredAnswer> = indexes
-        .iter()
-        .filter_map(|&i| match &changes[i].transition {
-            Transition::Answered {
-                response,
-                reply,
-                agent_ms,
-                ..
-            } => Some(StoredAnswer {
-                id: changes[i].message,
-                lease: changes[i].lease,
-                response,
-                reply,
-                agent_ms: *agent_ms,
-            }),
-            _ => None,
-        })
-        .collect();
-    let stored = store_answers(tx, &answers).await?;
+    let stored = store_answers(tx, &answers_at(changes, &indexes)).await?;
     for &i in &indexes {
         if stored.contains(&changes[i].message) {
             with_answer(tx, changes[i]).await?;
@@ -91,6 +46,65 @@ pub async fn apply_many(tx: &mut TenantTx, changes: &[&Change]) -> Result<Vec<Ap
         }
     }
     Ok(applied)
+}
+
+/// The parts the changes report posted, with the platform's id for each.
+fn posted_parts<'a>(changes: &[&'a Change]) -> Vec<(MessageId, i32, &'a str)> {
+    changes
+        .iter()
+        .filter_map(|change| match &change.transition {
+            Transition::PartPosted {
+                part, platform_id, ..
+            }
+            | Transition::Delivered {
+                last: Some((part, platform_id)),
+                ..
+            }
+            | Transition::Concluded {
+                last: Some((part, platform_id)),
+            }
+            | Transition::PartsPosted {
+                last: Some((part, platform_id)),
+            } => Some((change.message, *part, platform_id.as_str())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `Done` for each change whose job's lease is still held, `LeaseLost` for the others.
+fn lease_outcomes(changes: &[&Change], held: &HashSet<(MessageId, LeaseToken)>) -> Vec<Applied> {
+    changes
+        .iter()
+        .map(|change| {
+            if held.contains(&(change.message, change.lease)) {
+                Applied::Done
+            } else {
+                Applied::LeaseLost
+            }
+        })
+        .collect()
+}
+
+/// The answers the changes at `indexes` bring, in their order.
+fn answers_at<'a>(changes: &[&'a Change], indexes: &[usize]) -> Vec<StoredAnswer<'a>> {
+    indexes
+        .iter()
+        .filter_map(|&i| match &changes[i].transition {
+            Transition::Answered {
+                response,
+                reply,
+                agent_ms,
+                ..
+            } => Some(StoredAnswer {
+                id: changes[i].message,
+                lease: changes[i].lease,
+                response,
+                reply,
+                agent_ms: *agent_ms,
+            }),
+            _ => None,
+        })
+        .collect()
 }
 
 /// What a stored answer brings beside its texts: the choices posted with its last text, its
@@ -126,6 +140,7 @@ fn marks(changes: &[&Change], indexes: &[usize]) -> Vec<(MessageId, i32, LeaseTo
         .collect()
 }
 
+/// The transitions applied one turn at a time: retries, failures and the job's end.
 async fn apply_rare(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Error> {
     let message = change.message;
     match &change.transition {
@@ -139,17 +154,7 @@ async fn apply_rare(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Erro
         }
         Transition::Skipped => queue::finish(tx, message).await?,
         Transition::AgentAccepted { until } => {
-            sqlx::query(
-                "update channel_messages
-                    set status = 'awaiting_agent', decision = 'async', awaiting_until = $3,
-                        last_error = null, updated_at = now()
-                  where tenant_id = $1 and id = $2 and status = 'dispatching'",
-            )
-            .bind(tx.tenant())
-            .bind(message)
-            .bind(until)
-            .execute(tx.conn())
-            .await?;
+            await_agent(tx, message, until).await?;
             queue::finish(tx, message).await?;
         }
         Transition::Abandoned { error } => {
@@ -162,42 +167,8 @@ async fn apply_rare(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Erro
         | Transition::PartUnknown { .. }
         | Transition::PartStaged { .. } => apply_part(tx, change).await?,
         Transition::Concluded { .. } => queue::finish(tx, message).await?,
-        Transition::PartsPosted { .. } => {
-            // The job's row is locked (`held_leases`): an event adding parts committed before
-            // this reads them, and one after finds no job and queues one.
-            let more: bool = sqlx::query_scalar(
-                "select exists (select 1 from channel_replies
-                                 where tenant_id = $1 and message_id = $2 and status = 'pending')",
-            )
-            .bind(tx.tenant())
-            .bind(message)
-            .fetch_one(tx.conn())
-            .await?;
-            if more {
-                put_back(tx, message, change.lease, Duration::ZERO).await?;
-            } else {
-                queue::finish(tx, message).await?;
-                sqlx::query(
-                    "update channel_messages set delivered_at = now(), updated_at = now()
-                      where tenant_id = $1 and id = $2 and status = 'executed' and delivered_at is null",
-                )
-                .bind(tx.tenant())
-                .bind(message)
-                .execute(tx.conn())
-                .await?;
-            }
-        }
-        Transition::LiveShown { platform_id } => {
-            sqlx::query(
-                "update channel_messages set live_message_id = $3, updated_at = now()
-                  where tenant_id = $1 and id = $2 and status = 'dispatching'",
-            )
-            .bind(tx.tenant())
-            .bind(message)
-            .bind(platform_id)
-            .execute(tx.conn())
-            .await?;
-        }
+        Transition::PartsPosted { .. } => end_posting(tx, change).await?,
+        Transition::LiveShown { platform_id } => record_live_message(tx, message, platform_id).await?,
         Transition::Answered { .. }
         | Transition::MarkSending { .. }
         | Transition::PartPosted { .. }
@@ -206,7 +177,87 @@ async fn apply_rare(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Erro
     Ok(())
 }
 
-/// The transitions of one reply part the delivery could not post as it is.
+/// The agent answered 202: the turn waits for its events until `until`.
+async fn await_agent(
+    tx: &mut TenantTx,
+    message: MessageId,
+    until: &chrono::DateTime<chrono::Utc>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "update channel_messages
+            set status = 'awaiting_agent', decision = 'async', awaiting_until = $3,
+                last_error = null, updated_at = now()
+          where tenant_id = $1 and id = $2 and status = 'dispatching'",
+    )
+    .bind(tx.tenant())
+    .bind(message)
+    .bind(until)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// Every part of an answer still awaited is posted: the job goes back if the agent added
+/// parts meanwhile, else it ends and the turn is delivered if the agent is done.
+async fn end_posting(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Error> {
+    let message = change.message;
+    // The job's row is locked (`held_leases`): an event adding parts committed before
+    // this reads them, and one after finds no job and queues one.
+    if has_pending_parts(tx, message).await? {
+        put_back(tx, message, change.lease, Duration::ZERO).await?;
+    } else {
+        queue::finish(tx, message).await?;
+        mark_delivered_if_executed(tx, message).await?;
+    }
+    Ok(())
+}
+
+/// Whether `message` has a part still to post.
+async fn has_pending_parts(tx: &mut TenantTx, message: MessageId) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "select exists (select 1 from channel_replies
+                         where tenant_id = $1 and message_id = $2 and status = 'pending')",
+    )
+    .bind(tx.tenant())
+    .bind(message)
+    .fetch_one(tx.conn())
+    .await
+}
+
+/// Marks `message` delivered if its answer is complete (`executed`) and not delivered yet.
+async fn mark_delivered_if_executed(tx: &mut TenantTx, message: MessageId) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "update channel_messages set delivered_at = now(), updated_at = now()
+          where tenant_id = $1 and id = $2 and status = 'executed' and delivered_at is null",
+    )
+    .bind(tx.tenant())
+    .bind(message)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// Records the message a streamed answer's live view left, which its first part adopts.
+async fn record_live_message(
+    tx: &mut TenantTx,
+    message: MessageId,
+    platform_id: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "update channel_messages set live_message_id = $3, updated_at = now()
+          where tenant_id = $1 and id = $2 and status = 'dispatching'",
+    )
+    .bind(tx.tenant())
+    .bind(message)
+    .bind(platform_id)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// The transitions of one reply part the delivery could not post as it is. None touches a
+/// `sent` part: a confirmation (a Slack metadata event) may have settled it while its job
+/// was deciding to wait.
 async fn apply_part(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Error> {
     let message = change.message;
     match &change.transition {
@@ -216,52 +267,131 @@ async fn apply_part(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Erro
             in_doubt,
             delay,
         } => {
-            let set = if *in_doubt {
-                "last_error = $4"
+            if *in_doubt {
+                keep_part_in_doubt(tx, message, *part, error).await?;
             } else {
-                "status = 'pending', sending_since = null, last_error = $4"
-            };
-            part_update(tx, message, *part, set, Some(error)).await?;
+                return_part_to_pending(tx, message, *part, error).await?;
+            }
             put_back(tx, message, change.lease, *delay).await?;
         }
         Transition::PartFailed { part, error } => {
-            part_update(
-                tx,
-                message,
-                *part,
-                "status = 'failed', last_error = $4",
-                Some(error),
-            )
-            .await?;
+            mark_part_failed(tx, message, *part, error).await?;
             fail_remaining(tx, message, *part).await?;
             record_delivery_error(tx, message, error, true).await?;
             queue::finish(tx, message).await?;
         }
         Transition::PartUnknown { part, error } => {
-            part_update(
-                tx,
-                message,
-                *part,
-                "status = 'unknown', last_error = $4",
-                Some(error),
-            )
-            .await?;
+            mark_part_unknown(tx, message, *part, error).await?;
             record_delivery_error(tx, message, error, false).await?;
         }
         Transition::PartStaged { part, upload_ref } => {
             // The post that shows the upload starts now: a wait for its confirmation counts
             // from here, not from before the fetch and the upload.
-            part_update(
-                tx,
-                message,
-                *part,
-                "upload_ref = $4, sending_since = now()",
-                Some(upload_ref),
-            )
-            .await?;
+            mark_part_staged(tx, message, *part, upload_ref).await?;
         }
         _ => {}
     }
+    Ok(())
+}
+
+/// The part may have been posted: it stays `sending`, to be reconciled, with its error.
+async fn keep_part_in_doubt(
+    tx: &mut TenantTx,
+    message: MessageId,
+    part: i32,
+    error: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "update channel_replies set last_error = $4, updated_at = now()
+          where tenant_id = $1 and message_id = $2 and part_index = $3 and status <> 'sent'",
+    )
+    .bind(tx.tenant())
+    .bind(message)
+    .bind(part)
+    .bind(error)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// The part was not posted: it is `pending` again, with its error.
+async fn return_part_to_pending(
+    tx: &mut TenantTx,
+    message: MessageId,
+    part: i32,
+    error: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "update channel_replies set status = 'pending', sending_since = null, last_error = $4,
+                                    updated_at = now()
+          where tenant_id = $1 and message_id = $2 and part_index = $3 and status <> 'sent'",
+    )
+    .bind(tx.tenant())
+    .bind(message)
+    .bind(part)
+    .bind(error)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// Marks the part `failed`, with its error.
+async fn mark_part_failed(
+    tx: &mut TenantTx,
+    message: MessageId,
+    part: i32,
+    error: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "update channel_replies set status = 'failed', last_error = $4, updated_at = now()
+          where tenant_id = $1 and message_id = $2 and part_index = $3 and status <> 'sent'",
+    )
+    .bind(tx.tenant())
+    .bind(message)
+    .bind(part)
+    .bind(error)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// Marks the part `unknown`, with its error.
+async fn mark_part_unknown(
+    tx: &mut TenantTx,
+    message: MessageId,
+    part: i32,
+    error: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "update channel_replies set status = 'unknown', last_error = $4, updated_at = now()
+          where tenant_id = $1 and message_id = $2 and part_index = $3 and status <> 'sent'",
+    )
+    .bind(tx.tenant())
+    .bind(message)
+    .bind(part)
+    .bind(error)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// Records the part's uploaded bytes and starts its wait for the post that shows them.
+async fn mark_part_staged(
+    tx: &mut TenantTx,
+    message: MessageId,
+    part: i32,
+    upload_ref: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "update channel_replies set upload_ref = $4, sending_since = now(), updated_at = now()
+          where tenant_id = $1 and message_id = $2 and part_index = $3 and status <> 'sent'",
+    )
+    .bind(tx.tenant())
+    .bind(message)
+    .bind(part)
+    .bind(upload_ref)
+    .execute(tx.conn())
+    .await?;
     Ok(())
 }
 
@@ -270,7 +400,7 @@ async fn apply_part(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Erro
 async fn held_leases(
     tx: &mut TenantTx,
     changes: &[&Change],
-) -> Result<std::collections::HashSet<(MessageId, LeaseToken)>, sqlx::Error> {
+) -> Result<HashSet<(MessageId, LeaseToken)>, sqlx::Error> {
     let ids: Vec<MessageId> = changes.iter().map(|c| c.message).collect();
     // Two plain `= any` conditions keep the plan a primary-key lookup whatever the
     // statistics say; the pairs are matched exactly by the caller.
@@ -320,36 +450,74 @@ struct StoredAnswer<'a> {
 async fn store_answers(
     tx: &mut TenantTx,
     answers: &[StoredAnswer<'_>],
-) -> Result<std::collections::HashSet<MessageId>, sqlx::Error> {
+) -> Result<HashSet<MessageId>, sqlx::Error> {
     if answers.is_empty() {
         return Ok(Default::default());
     }
-    let ids: Vec<MessageId> = answers.iter().map(|a| a.id).collect();
-    let responses: Vec<&str> = answers.iter().map(|a| a.response).collect();
-    let decisions: Vec<&str> = answers
-        .iter()
-        .map(|a| if a.reply.is_empty() { "no_reply" } else { "respond" })
-        .collect();
-    let agent_ms: Vec<Option<i32>> = answers.iter().map(|a| a.agent_ms).collect();
+    let columns = AnswerColumns::of(answers);
     if db::on_citus(tx.conn()).await? {
-        let columns = AnswerColumns {
-            ids: &ids,
-            responses: &responses,
-            decisions: &decisions,
-            agent_ms: &agent_ms,
-        };
-        return store_answers_routed(tx, answers, columns).await;
+        return store_answers_routed(tx, answers, &columns).await;
     }
-    let (mut part_ids, mut part_indexes, mut part_texts) = (Vec::new(), Vec::new(), Vec::new());
-    let mut part_leases = Vec::new();
-    for answer in answers {
-        for (index, text) in (0..).zip(answer.reply.texts.iter()) {
-            part_ids.push(answer.id);
-            part_indexes.push(index);
-            part_texts.push(text.as_str());
-            part_leases.push(answer.lease);
+    store_answers_in_one(tx, &columns, &PartColumns::of(answers)).await
+}
+
+/// The answers as the columns of `channel_messages` they set, one array each.
+struct AnswerColumns<'a> {
+    ids: Vec<MessageId>,
+    responses: Vec<&'a str>,
+    decisions: Vec<&'static str>,
+    agent_ms: Vec<Option<i32>>,
+}
+
+impl<'a> AnswerColumns<'a> {
+    fn of(answers: &[StoredAnswer<'a>]) -> Self {
+        Self {
+            ids: answers.iter().map(|a| a.id).collect(),
+            responses: answers.iter().map(|a| a.response).collect(),
+            decisions: answers
+                .iter()
+                .map(|a| if a.reply.is_empty() { "no_reply" } else { "respond" })
+                .collect(),
+            agent_ms: answers.iter().map(|a| a.agent_ms).collect(),
         }
     }
+}
+
+/// The answers' texts as the columns of `channel_replies` they set, one array each.
+struct PartColumns<'a> {
+    ids: Vec<MessageId>,
+    indexes: Vec<i32>,
+    texts: Vec<&'a str>,
+    leases: Vec<LeaseToken>,
+}
+
+impl<'a> PartColumns<'a> {
+    fn of(answers: &[StoredAnswer<'a>]) -> Self {
+        let mut columns = Self {
+            ids: Vec::new(),
+            indexes: Vec::new(),
+            texts: Vec::new(),
+            leases: Vec::new(),
+        };
+        for answer in answers {
+            for (index, text) in (0..).zip(answer.reply.texts.iter()) {
+                columns.ids.push(answer.id);
+                columns.indexes.push(index);
+                columns.texts.push(text.as_str());
+                columns.leases.push(answer.lease);
+            }
+        }
+        columns
+    }
+}
+
+/// `store_answers` in one statement: the turns, their parts (the first `sending`) and their
+/// jobs, moved to the reply stage or gone with no reply.
+async fn store_answers_in_one(
+    tx: &mut TenantTx,
+    answers: &AnswerColumns<'_>,
+    parts: &PartColumns<'_>,
+) -> Result<HashSet<MessageId>, sqlx::Error> {
     let stored: Vec<MessageId> = sqlx::query_scalar(
         "with stored as (
              update channel_messages m
@@ -382,26 +550,19 @@ async fn store_answers(
          select id from stored",
     )
     .bind(tx.tenant())
-    .bind(&ids)
-    .bind(&responses)
-    .bind(&decisions)
-    .bind(&part_ids)
-    .bind(&part_indexes)
-    .bind(&part_texts)
+    .bind(&answers.ids)
+    .bind(&answers.responses)
+    .bind(&answers.decisions)
+    .bind(&parts.ids)
+    .bind(&parts.indexes)
+    .bind(&parts.texts)
     // Citus refuses `now()` inside a CASE on a distributed table.
     .bind(chrono::Utc::now())
-    .bind(&agent_ms)
-    .bind(&part_leases)
+    .bind(&answers.agent_ms)
+    .bind(&parts.leases)
     .fetch_all(tx.conn())
     .await?;
     Ok(stored.into_iter().collect())
-}
-
-struct AnswerColumns<'a> {
-    ids: &'a [MessageId],
-    responses: &'a [&'a str],
-    decisions: &'a [&'a str],
-    agent_ms: &'a [Option<i32>],
 }
 
 /// `store_answers` on Citus: one statement per table, so the first two are routed to the
@@ -409,11 +570,25 @@ struct AnswerColumns<'a> {
 async fn store_answers_routed(
     tx: &mut TenantTx,
     answers: &[StoredAnswer<'_>],
-    columns: AnswerColumns<'_>,
-) -> Result<std::collections::HashSet<MessageId>, sqlx::Error> {
+    columns: &AnswerColumns<'_>,
+) -> Result<HashSet<MessageId>, sqlx::Error> {
     // Citus refuses `now()` inside a CASE on a distributed table.
     let now = chrono::Utc::now();
-    let stored: Vec<(MessageId, String)> = sqlx::query_as(
+    let stored = mark_executed(tx, columns, now).await?;
+    let stored_ids: HashSet<MessageId> = stored.iter().map(|(id, _)| *id).collect();
+    insert_reply_parts(tx, &texts_of_stored(answers, &stored_ids), now).await?;
+    stage_or_finish_jobs(tx, &stored).await?;
+    Ok(stored_ids)
+}
+
+/// Stores the answers on their turns still `dispatching`; gives those stored, with each
+/// one's decision.
+async fn mark_executed(
+    tx: &mut TenantTx,
+    columns: &AnswerColumns<'_>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<Vec<(MessageId, String)>, sqlx::Error> {
+    sqlx::query_as(
         "update channel_messages m
             set status = 'executed', response_content = a.response, decision = a.decision,
                 last_error = null, completed_at = now(), updated_at = now(), agent_ms = a.agent_ms,
@@ -424,42 +599,63 @@ async fn store_answers_routed(
       returning m.id, a.decision",
     )
     .bind(tx.tenant())
-    .bind(columns.ids)
-    .bind(columns.responses)
-    .bind(columns.decisions)
+    .bind(&columns.ids)
+    .bind(&columns.responses)
+    .bind(&columns.decisions)
     .bind(now)
-    .bind(columns.agent_ms)
+    .bind(&columns.agent_ms)
     .fetch_all(tx.conn())
-    .await?;
-    let stored_ids: std::collections::HashSet<MessageId> = stored.iter().map(|(id, _)| *id).collect();
-    let parts: Vec<(MessageId, i32, &str, LeaseToken)> = answers
+    .await
+}
+
+/// The texts of the answers `stored`, each with its turn, index and the job's lease.
+fn texts_of_stored<'a>(
+    answers: &[StoredAnswer<'a>],
+    stored: &HashSet<MessageId>,
+) -> Vec<(MessageId, i32, &'a str, LeaseToken)> {
+    answers
         .iter()
-        .filter(|a| stored_ids.contains(&a.id))
+        .filter(|a| stored.contains(&a.id))
         .flat_map(|a| {
             (0..)
                 .zip(a.reply.texts.iter())
                 .map(|(index, text)| (a.id, index, text.as_str(), a.lease))
         })
-        .collect();
-    if !parts.is_empty() {
-        let mut sql = sqlx::QueryBuilder::new(
-            "insert into channel_replies (tenant_id, message_id, part_index, content, status, attempts,
-                                          sending_since, sending_lease) ",
-        );
-        sql.push_values(&parts, |mut row, (id, index, text, lease)| {
-            let first = *index == 0;
-            row.push_bind(tx.tenant())
-                .push_bind(*id)
-                .push_bind(*index)
-                .push_bind(*text)
-                .push_bind(if first { "sending" } else { "pending" })
-                .push_bind(i32::from(first))
-                .push_bind(first.then_some(now))
-                .push_bind(first.then_some(*lease));
-        });
-        sql.push(" on conflict (tenant_id, message_id, part_index) do nothing");
-        sql.build().execute(tx.conn()).await?;
+        .collect()
+}
+
+/// Inserts the texts as reply parts, the first of each answer already `sending` under its
+/// job's lease since `now`. No texts, no statement.
+async fn insert_reply_parts(
+    tx: &mut TenantTx,
+    parts: &[(MessageId, i32, &str, LeaseToken)],
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<(), sqlx::Error> {
+    if parts.is_empty() {
+        return Ok(());
     }
+    let mut sql = sqlx::QueryBuilder::new(
+        "insert into channel_replies (tenant_id, message_id, part_index, content, status, attempts,
+                                      sending_since, sending_lease) ",
+    );
+    sql.push_values(parts, |mut row, (id, index, text, lease)| {
+        let first = *index == 0;
+        row.push_bind(tx.tenant())
+            .push_bind(*id)
+            .push_bind(*index)
+            .push_bind(*text)
+            .push_bind(if first { "sending" } else { "pending" })
+            .push_bind(i32::from(first))
+            .push_bind(first.then_some(now))
+            .push_bind(first.then_some(*lease));
+    });
+    sql.push(" on conflict (tenant_id, message_id, part_index) do nothing");
+    sql.build().execute(tx.conn()).await?;
+    Ok(())
+}
+
+/// The stored answers' jobs: to the reply stage with parts to post, gone without.
+async fn stage_or_finish_jobs(tx: &mut TenantTx, stored: &[(MessageId, String)]) -> Result<(), sqlx::Error> {
     let (replying, finished): (Vec<_>, Vec<_>) =
         stored.iter().partition(|(_, decision)| decision == "respond");
     let replying: Vec<MessageId> = replying.into_iter().map(|(id, _)| *id).collect();
@@ -475,7 +671,7 @@ async fn store_answers_routed(
     .bind(&finished)
     .execute(tx.conn())
     .await?;
-    Ok(stored_ids)
+    Ok(())
 }
 
 async fn record_failure(
@@ -540,29 +736,6 @@ async fn put_back(
         .bind(delay.as_secs_f64())
         .execute(tx.conn())
         .await?;
-    Ok(())
-}
-
-/// Never touches a `sent` part: a confirmation (a Slack metadata event) may have settled it
-/// while its job was deciding to wait.
-async fn part_update(
-    tx: &mut TenantTx,
-    message: MessageId,
-    part: i32,
-    set: &str,
-    text: Option<&str>,
-) -> Result<(), sqlx::Error> {
-    let tenant = tx.tenant();
-    sqlx::query(&format!(
-        "update channel_replies set {set}, updated_at = now()
-          where tenant_id = $1 and message_id = $2 and part_index = $3 and status <> 'sent'"
-    ))
-    .bind(tenant)
-    .bind(message)
-    .bind(part)
-    .bind(text)
-    .execute(tx.conn())
-    .await?;
     Ok(())
 }
 

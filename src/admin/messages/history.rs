@@ -39,6 +39,7 @@ pub struct HistoryQuery {
     pub chat_id: Option<String>,
 }
 
+/// The history the agent would get with the user's next turn, in the chat the query names.
 pub async fn user_history(
     pool: &PgPool,
     tenant: TenantId,
@@ -50,67 +51,104 @@ pub async fn user_history(
     let setting = db::tenants::history_scope(tx.conn(), tenant)
         .await?
         .ok_or(AppError::NotFound("tenant"))?;
-    let last;
-    let chat = match (query.connector_id, query.chat_id.as_deref()) {
-        (Some(connector), Some(chat_id)) => {
-            let connector = ConnectorId(connector);
-            let space = db::messages::space_of_chat(&mut tx, connector, chat_id).await?;
-            Some((connector, chat_id, space))
+    let chat = next_chat(&mut tx, user_id, query, setting).await?;
+    let messages = match next_place(setting, chat.as_ref()) {
+        Some(place) => {
+            let scope = HistoryScope {
+                user_id: Some(user_id),
+                conversation_key: "",
+                place,
+                before: None,
+            };
+            history::load_scope(&mut tx, &scope).await?
         }
-        // Under `chat` a direct message sees its own chat only: the one they wrote in last.
-        (None, None) if setting == HistoryScopeSetting::Chat => {
-            last = db::messages::last_chat(&mut tx, user_id, None, None, true).await?;
-            last.as_ref()
-                .map(|(connector, chat_id)| (*connector, chat_id.as_str(), None))
-        }
-        (None, None) => None,
-        // One of the two: the chat of that connector, or with that id, they wrote in last.
-        (connector, chat_id) => {
-            last =
-                db::messages::last_chat(&mut tx, user_id, connector.map(ConnectorId), chat_id, false).await?;
-            match &last {
-                Some((connector, chat_id)) => {
-                    let space = db::messages::space_of_chat(&mut tx, *connector, chat_id).await?;
-                    Some((*connector, chat_id.as_str(), space))
-                }
-                None => None,
-            }
-        }
-    };
-    let place = match (setting, &chat) {
-        (HistoryScopeSetting::User, _) => HistoryPlace::Anywhere,
-        (HistoryScopeSetting::PrivateAware, Some((connector, _, Some(space)))) => HistoryPlace::Space {
-            connector: *connector,
-            space,
-        },
-        (HistoryScopeSetting::PrivateAware, _) => HistoryPlace::Direct,
-        (HistoryScopeSetting::Chat, Some((connector, chat_id, space))) => HistoryPlace::Chat {
-            connector: *connector,
-            chat_id,
-            space: space.as_deref(),
-        },
         // No direct chat yet: the next one starts with no history.
-        (HistoryScopeSetting::Chat, None) => {
-            tx.commit().await?;
-            return Ok(HistoryOut {
-                user_id: user_id.to_owned(),
-                history_scope: setting,
-                messages: Vec::new(),
-            });
-        }
+        None => Vec::new(),
     };
-    let scope = HistoryScope {
-        user_id: Some(user_id),
-        conversation_key: "",
-        place,
-        before: None,
-    };
-    let messages = history::load_scope(&mut tx, &scope).await?;
     tx.commit().await?;
     Ok(HistoryOut {
         user_id: user_id.to_owned(),
         history_scope: setting,
         messages,
+    })
+}
+
+/// A chat of a connector, with its space if it has one.
+struct Chat {
+    connector: ConnectorId,
+    chat_id: String,
+    space: Option<String>,
+}
+
+/// The chat the user's next turn is in, as the query names it; `None` for their next
+/// direct message, or when they wrote in no chat that fits.
+async fn next_chat(
+    tx: &mut TenantTx,
+    user_id: &str,
+    query: &HistoryQuery,
+    setting: HistoryScopeSetting,
+) -> Result<Option<Chat>, sqlx::Error> {
+    match (query.connector_id, query.chat_id.as_deref()) {
+        (Some(connector), Some(chat_id)) => Ok(Some(
+            chat_with_space(tx, ConnectorId(connector), chat_id.to_owned()).await?,
+        )),
+        // Under `chat` a direct message sees its own chat only: the one they wrote in last.
+        (None, None) if setting == HistoryScopeSetting::Chat => {
+            let last = db::messages::last_chat(tx, user_id, None, None, true).await?;
+            Ok(last.map(|(connector, chat_id)| Chat {
+                connector,
+                chat_id,
+                space: None,
+            }))
+        }
+        (None, None) => Ok(None),
+        // One of the two: the chat of that connector, or with that id, they wrote in last.
+        (connector, chat_id) => {
+            match db::messages::last_chat(tx, user_id, connector.map(ConnectorId), chat_id, false).await? {
+                Some((connector, chat_id)) => Ok(Some(chat_with_space(tx, connector, chat_id).await?)),
+                None => Ok(None),
+            }
+        }
+    }
+}
+
+/// The chat with its space, as its turns recorded it.
+async fn chat_with_space(
+    tx: &mut TenantTx,
+    connector: ConnectorId,
+    chat_id: String,
+) -> Result<Chat, sqlx::Error> {
+    let space = db::messages::space_of_chat(tx, connector, &chat_id).await?;
+    Ok(Chat {
+        connector,
+        chat_id,
+        space,
+    })
+}
+
+/// Where the next turn's history is drawn from under `setting`; `None` when it has none
+/// (under `chat`, with no chat yet).
+fn next_place(setting: HistoryScopeSetting, chat: Option<&Chat>) -> Option<HistoryPlace<'_>> {
+    Some(match (setting, chat) {
+        (HistoryScopeSetting::User, _) => HistoryPlace::Anywhere,
+        (
+            HistoryScopeSetting::PrivateAware,
+            Some(Chat {
+                connector,
+                space: Some(space),
+                ..
+            }),
+        ) => HistoryPlace::Space {
+            connector: *connector,
+            space,
+        },
+        (HistoryScopeSetting::PrivateAware, _) => HistoryPlace::Direct,
+        (HistoryScopeSetting::Chat, Some(chat)) => HistoryPlace::Chat {
+            connector: chat.connector,
+            chat_id: &chat.chat_id,
+            space: chat.space.as_deref(),
+        },
+        (HistoryScopeSetting::Chat, None) => return None,
     })
 }
 
