@@ -35,6 +35,8 @@ pub struct Signed {
     pub event_id: String,
 }
 
+const UNSIGNED: &str = "the request is not signed (webhook-id, webhook-timestamp, webhook-signature)";
+
 /// 404 for a tenant that does not exist, 401 for anything that does not verify.
 pub async fn verify(
     state: &AppState,
@@ -46,40 +48,12 @@ pub async fn verify(
         .parse::<uuid::Uuid>()
         .map(TenantId)
         .map_err(|_| AppError::NotFound("tenant"))?;
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let event_id = header("webhook-id")
-        .map(str::trim)
-        .filter(|id| !id.is_empty())
-        .ok_or(AppError::Unauthorized(
-            "the request is not signed (webhook-id, webhook-timestamp, webhook-signature)",
-        ))?;
-    if event_id.chars().count() > EVENT_ID_MAX || event_id.contains('\0') {
-        return Err(AppError::Unauthorized("webhook-id is longer than 200 characters"));
-    }
-    let now = (state.clock)();
-    let check = |tenant: &TenantRow| {
-        use secrecy::ExposeSecret;
-        let secrets = std::iter::once(tenant.dispatch_secret.0.expose_secret()).chain(
-            tenant
-                .previous_dispatch_secret
-                .as_ref()
-                .map(|s| s.expose_secret()),
-        );
-        let mut outcome = Err(SignatureError::Mismatch);
-        for secret in secrets {
-            outcome = signature::verify(
-                secret,
-                Some(event_id),
-                header("webhook-timestamp"),
-                header("webhook-signature"),
-                body,
-                now,
-            );
-            if outcome.is_ok() || outcome == Err(SignatureError::StaleTimestamp) {
-                break;
-            }
-        }
-        outcome
+    let request = SignedRequest {
+        event_id: event_id(headers)?,
+        timestamp: header(headers, "webhook-timestamp"),
+        signature: header(headers, "webhook-signature"),
+        body,
+        now: (state.clock)(),
     };
     let mut conn = state.pool.acquire().await?;
     let mut tenant = state
@@ -87,7 +61,7 @@ pub async fn verify(
         .tenant(&mut conn, tenant_id)
         .await?
         .ok_or(AppError::NotFound("tenant"))?;
-    let mut outcome = check(&tenant);
+    let mut outcome = request.check(&tenant);
     if outcome == Err(SignatureError::Mismatch) {
         // A secret rotated on another instance a moment ago: read it fresh once.
         state.cache.forget_tenant(tenant_id);
@@ -96,26 +70,76 @@ pub async fn verify(
             .tenant(&mut conn, tenant_id)
             .await?
             .ok_or(AppError::NotFound("tenant"))?;
-        outcome = check(&tenant);
+        outcome = request.check(&tenant);
     }
     drop(conn);
-    outcome.map_err(|err| {
-        metrics::counter!("channel_bridge_agent_requests_rejected_total").increment(1);
-        AppError::Unauthorized(match err {
-            SignatureError::MissingHeader => {
-                "the request is not signed (webhook-id, webhook-timestamp, webhook-signature)"
-            }
-            SignatureError::StaleTimestamp => {
-                "webhook-timestamp is more than 5 minutes from the gateway's clock"
-            }
-            SignatureError::BadSecret | SignatureError::Mismatch => {
-                "no webhook-signature matches the tenant's dispatch secret"
-            }
-        })
-    })?;
+    outcome.map_err(refused)?;
     Ok(Signed {
         tenant,
-        event_id: event_id.to_owned(),
+        event_id: request.event_id.to_owned(),
+    })
+}
+
+fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// `webhook-id`, which must be there and fit an idempotency key.
+fn event_id(headers: &HeaderMap) -> Result<&str, AppError> {
+    let event_id = header(headers, "webhook-id")
+        .map(str::trim)
+        .filter(|id| !id.is_empty())
+        .ok_or(AppError::Unauthorized(UNSIGNED))?;
+    if event_id.chars().count() > EVENT_ID_MAX || event_id.contains('\0') {
+        return Err(AppError::Unauthorized("webhook-id is longer than 200 characters"));
+    }
+    Ok(event_id)
+}
+
+/// What a request's signature covers, and the gateway's clock.
+struct SignedRequest<'r> {
+    event_id: &'r str,
+    timestamp: Option<&'r str>,
+    signature: Option<&'r str>,
+    body: &'r [u8],
+    now: i64,
+}
+
+impl SignedRequest<'_> {
+    /// Checked against the tenant's dispatch secret, then the previous one while valid; a
+    /// stale timestamp ends the search (no secret can make it fresh).
+    fn check(&self, tenant: &TenantRow) -> Result<(), SignatureError> {
+        use secrecy::ExposeSecret;
+        let previous = tenant.previous_dispatch_secret.as_ref();
+        let secrets = std::iter::once(tenant.dispatch_secret.0.expose_secret())
+            .chain(previous.map(|s| s.expose_secret()));
+        let mut outcome = Err(SignatureError::Mismatch);
+        for secret in secrets {
+            outcome = signature::verify(
+                secret,
+                Some(self.event_id),
+                self.timestamp,
+                self.signature,
+                self.body,
+                self.now,
+            );
+            if outcome.is_ok() || outcome == Err(SignatureError::StaleTimestamp) {
+                break;
+            }
+        }
+        outcome
+    }
+}
+
+/// The 401 a signature that does not verify gets, counted.
+fn refused(err: SignatureError) -> AppError {
+    metrics::counter!("channel_bridge_agent_requests_rejected_total").increment(1);
+    AppError::Unauthorized(match err {
+        SignatureError::MissingHeader => UNSIGNED,
+        SignatureError::StaleTimestamp => "webhook-timestamp is more than 5 minutes from the gateway's clock",
+        SignatureError::BadSecret | SignatureError::Mismatch => {
+            "no webhook-signature matches the tenant's dispatch secret"
+        }
     })
 }
 

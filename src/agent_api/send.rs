@@ -133,29 +133,11 @@ pub async fn post_message(
     let signed = super::verify(&state, &tenant_id, &headers, &body).await?;
     let input: AgentMessageIn = super::parse(&body)?;
     check(&input)?;
-    let tenant = signed.tenant.id;
-    let mut tx = TenantTx::begin(&state.pool, tenant).await?;
+    let mut tx = TenantTx::begin(&state.pool, signed.tenant.id).await?;
     let (place, connector) = resolve(&state, &mut tx, &input).await?;
-    let platform = place.platform;
-    match (crate::platforms::of(platform).template_window(), &input.template) {
-        (Some(window), None) => within_window(&mut tx, &place, window).await?,
-        (None, Some(_)) => {
-            return Err(AppError::Unprocessable(
-                "`template` is for WhatsApp connectors only".into(),
-            ))
-        }
-        _ => {}
-    }
-    let text = match (&input.content, &input.template) {
-        (Some(content), _) => content.clone(),
-        (None, Some(template)) => format!("[template {}]", template.name),
-        (None, None) => String::new(),
-    };
-    let ready = reply(&input, &text, platform, connector.profile.format_markdown)?;
-    let metadata = match &input.template {
-        Some(template) => serde_json::json!({ "template": template }),
-        None => serde_json::json!({}),
-    };
+    within_platform_rules(&mut tx, &place, &input).await?;
+    let text = input.text();
+    let ready = reply(&input, &text, place.platform, connector.profile.format_markdown)?;
     let key = format!("agent:{}", signed.event_id);
     let turn = WrittenTurn {
         origin: crate::domain::TurnOrigin::Agent,
@@ -163,21 +145,9 @@ pub async fn post_message(
         text: &text,
         reply: &ready,
         idempotency_key: &key,
-        metadata,
+        metadata: input.metadata(),
     };
-    let posted = outgoing::record(&mut tx, &place, &turn).await?;
-    if let Posted::New(id) = posted {
-        metrics::counter!("channel_bridge_agent_messages_total", "platform" => platform.as_str())
-            .increment(1);
-        let details = serde_json::json!({ "message_id": id.to_string(), "parts": ready.len() });
-        let entry = AuditEntry::new(
-            Actor::Agent,
-            AuditAction::ConversationMessage,
-            place.conversation_key.as_str(),
-            details,
-        );
-        db::audit::record(&mut tx, &entry).await?;
-    }
+    let posted = record(&mut tx, &place, &turn).await?;
     tx.commit().await?;
     let (id, created, status) = match posted {
         Posted::New(id) => {
@@ -198,6 +168,61 @@ pub async fn post_message(
             created,
         }),
     ))
+}
+
+impl AgentMessageIn {
+    /// What the turn records as the agent's words: the content, or the template's name.
+    fn text(&self) -> String {
+        match (&self.content, &self.template) {
+            (Some(content), _) => content.clone(),
+            (None, Some(template)) => format!("[template {}]", template.name),
+            (None, None) => String::new(),
+        }
+    }
+
+    fn metadata(&self) -> serde_json::Value {
+        match &self.template {
+            Some(template) => serde_json::json!({ "template": template }),
+            None => serde_json::json!({}),
+        }
+    }
+}
+
+/// A template only where the platform has them, and a free-form message only within its
+/// window (WhatsApp's 24 hours).
+async fn within_platform_rules(
+    tx: &mut TenantTx,
+    place: &Destination,
+    input: &AgentMessageIn,
+) -> Result<(), AppError> {
+    match (
+        crate::platforms::of(place.platform).template_window(),
+        &input.template,
+    ) {
+        (Some(window), None) => within_window(tx, place, window).await,
+        (None, Some(_)) => Err(AppError::Unprocessable(
+            "`template` is for WhatsApp connectors only".into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The agent's turn recorded and queued, with a metric and an audit record when new.
+async fn record(tx: &mut TenantTx, place: &Destination, turn: &WrittenTurn<'_>) -> Result<Posted, AppError> {
+    let posted = outgoing::record(tx, place, turn).await?;
+    if let Posted::New(id) = posted {
+        metrics::counter!("channel_bridge_agent_messages_total", "platform" => place.platform.as_str())
+            .increment(1);
+        let details = serde_json::json!({ "message_id": id.to_string(), "parts": turn.reply.len() });
+        let entry = AuditEntry::new(
+            Actor::Agent,
+            AuditAction::ConversationMessage,
+            place.conversation_key.as_str(),
+            details,
+        );
+        db::audit::record(tx, &entry).await?;
+    }
+    Ok(posted)
 }
 
 fn check(input: &AgentMessageIn) -> Result<(), AppError> {
@@ -251,22 +276,15 @@ async fn connector(state: &AppState, tx: &mut TenantTx, id: ConnectorId) -> Resu
         .ok_or(AppError::NotFound("connector"))
 }
 
+/// Where the message goes, and through which connector: the turn it replies to, the chat it
+/// names, or the user's direct chat.
 async fn resolve(
     state: &AppState,
     tx: &mut TenantTx,
     input: &AgentMessageIn,
 ) -> Result<(Destination, Connector), AppError> {
     if let Some(reply_to) = input.reply_to {
-        let turn = db::messages::get(tx, MessageId(reply_to))
-            .await?
-            .ok_or(AppError::NotFound("turn"))?;
-        if input.connector_id.is_some_and(|c| c != turn.connector_id.0) {
-            return Err(AppError::Unprocessable(
-                "reply_to is a turn of another connector".into(),
-            ));
-        }
-        let connector = connector(state, tx, turn.connector_id).await?;
-        return Ok((Destination::replying_to(&turn), connector));
+        return replying_to(state, tx, MessageId(reply_to), input.connector_id).await;
     }
     if let (Some(chat), Some(connector_id)) = (&input.chat_id, input.connector_id) {
         let connector = connector(state, tx, ConnectorId(connector_id)).await?;
@@ -284,15 +302,41 @@ async fn resolve(
         return Ok((place, connector));
     }
     let user = input.user_id.as_deref().unwrap_or_default();
-    let last = last_turn_of(tx, user, input.connector_id.map(ConnectorId)).await?;
-    let connector_id = match (input.connector_id, &last) {
-        (Some(id), _) => ConnectorId(id),
-        (None, Some(last)) => last.connector_id,
-        (None, None) => {
-            return Err(AppError::NotFound(
-                "user (no turn on any connector: name connector_id)",
-            ))
-        }
+    to_user(state, tx, user, input.connector_id.map(ConnectorId)).await
+}
+
+/// Threaded to a stored turn, on its connector (which `connector`, if named, must be).
+async fn replying_to(
+    state: &AppState,
+    tx: &mut TenantTx,
+    reply_to: MessageId,
+    named: Option<uuid::Uuid>,
+) -> Result<(Destination, Connector), AppError> {
+    let turn = db::messages::get(tx, reply_to)
+        .await?
+        .ok_or(AppError::NotFound("turn"))?;
+    if named.is_some_and(|c| c != turn.connector_id.0) {
+        return Err(AppError::Unprocessable(
+            "reply_to is a turn of another connector".into(),
+        ));
+    }
+    let connector = connector(state, tx, turn.connector_id).await?;
+    Ok((Destination::replying_to(&turn), connector))
+}
+
+/// A linked user, on `named` or the connector they wrote on last: the direct chat of their
+/// last turn there, or one the platform opens.
+async fn to_user(
+    state: &AppState,
+    tx: &mut TenantTx,
+    user: &str,
+    named: Option<ConnectorId>,
+) -> Result<(Destination, Connector), AppError> {
+    let last = last_turn_of(tx, user, named).await?;
+    let Some(connector_id) = named.or(last.as_ref().map(|l| l.connector_id)) else {
+        return Err(AppError::NotFound(
+            "user (no turn on any connector: name connector_id)",
+        ));
     };
     let connector = connector(state, tx, connector_id).await?;
     let platform = connector.profile.platform;
@@ -304,19 +348,10 @@ async fn resolve(
                 "user (no account linked on this connector's platform)",
             ))?,
     };
-    let direct = last
-        .as_ref()
-        .filter(|l| l.space.is_none())
-        .map(|l| l.chat_id.clone());
+    let direct = last.filter(|l| l.space.is_none()).map(|l| l.chat_id);
     let chat_id = match direct {
         Some(chat) => chat,
-        None => crate::platforms::of(platform)
-            .open_direct_chat(&state.platform_client, &connector, &account)
-            .await
-            .map_err(|error| {
-                tracing::warn!(%error, %platform, "the platform would not open a direct message");
-                AppError::BadGateway("the platform would not open a direct message with the user")
-            })?,
+        None => open_direct_chat(state, &connector, &account).await?,
     };
     let place = Destination {
         connector_id,
@@ -330,6 +365,22 @@ async fn resolve(
         conversation_key: ConversationKey::user(user),
     };
     Ok((place, connector))
+}
+
+/// 502 when the platform will not open one (Slack's `conversations.open`).
+async fn open_direct_chat(
+    state: &AppState,
+    connector: &Connector,
+    account: &str,
+) -> Result<String, AppError> {
+    let platform = connector.profile.platform;
+    crate::platforms::of(platform)
+        .open_direct_chat(&state.platform_client, connector, account)
+        .await
+        .map_err(|error| {
+            tracing::warn!(%error, %platform, "the platform would not open a direct message");
+            AppError::BadGateway("the platform would not open a direct message with the user")
+        })
 }
 
 /// The user's latest own turn (on `connector`, if named), read on the history index.
