@@ -44,7 +44,6 @@ impl Worker {
         waited.0 += started.elapsed();
         metrics::histogram!("channel_bridge_dispatch_agent_seconds").record(started.elapsed().as_secs_f64());
         phase("agent", started);
-        let id = job.message_id;
         match outcome {
             CallOutcome::Answered(answer) => {
                 let agent_ms = i32::try_from(started.elapsed().as_millis()).ok();
@@ -52,17 +51,7 @@ impl Worker {
                 // jobs wait on the agent at once holding a future as large as their largest step.
                 Box::pin(self.complete(job, prepared, answer, agent_ms, waited, typing)).await
             }
-            CallOutcome::Accepted => {
-                metrics::counter!("channel_bridge_dispatch_async_total").increment(1);
-                self.end_preview(&prepared).await;
-                let horizon = chrono::Duration::seconds(self.settings.dispatch.async_horizon_secs as i64);
-                let accepted = Transition::AgentAccepted {
-                    until: chrono::Utc::now() + horizon,
-                };
-                self.writer
-                    .conclude(job, accepted, StepOutcome::Awaiting(id))
-                    .await
-            }
+            CallOutcome::Accepted => self.accepted(job, &prepared).await,
             CallOutcome::Retryable {
                 reason,
                 error,
@@ -72,26 +61,49 @@ impl Worker {
                 if self.may_retry(job, attempts, delay) {
                     tracing::debug!(reason, %error, attempts, "agent call failed; will retry");
                     let retry = Transition::AgentRetry { error, delay };
-                    self.writer.conclude(job, retry, StepOutcome::Retrying(id)).await
-                } else {
-                    tracing::warn!(reason, %error, attempts, "dispatch failed; retries are over");
-                    metrics::counter!("channel_bridge_dispatch_failures_total", "reason" => reason)
-                        .increment(1);
-                    self.end_preview(&prepared).await;
-                    self.writer
-                        .conclude(job, Transition::AgentFailed { error }, StepOutcome::Failed(id))
-                        .await
+                    let retrying = StepOutcome::Retrying(job.message_id);
+                    return self.writer.conclude(job, retry, retrying).await;
                 }
+                tracing::warn!(reason, %error, attempts, "dispatch failed; retries are over");
+                self.failed(job, &prepared, reason, error).await
             }
             CallOutcome::Permanent { reason, error } => {
                 tracing::warn!(reason, %error, attempts, "dispatch failed");
-                metrics::counter!("channel_bridge_dispatch_failures_total", "reason" => reason).increment(1);
-                self.end_preview(&prepared).await;
-                self.writer
-                    .conclude(job, Transition::AgentFailed { error }, StepOutcome::Failed(id))
-                    .await
+                self.failed(job, &prepared, reason, error).await
             }
         }
+    }
+
+    /// The agent answered 202: its answer comes later, within the async horizon.
+    async fn accepted(&self, job: &Job, prepared: &Prepared) -> anyhow::Result<StepOutcome> {
+        metrics::counter!("channel_bridge_dispatch_async_total").increment(1);
+        self.end_preview(prepared).await;
+        let horizon = chrono::Duration::seconds(self.settings.dispatch.async_horizon_secs as i64);
+        let accepted = Transition::AgentAccepted {
+            until: chrono::Utc::now() + horizon,
+        };
+        self.writer
+            .conclude(job, accepted, StepOutcome::Awaiting(job.message_id))
+            .await
+    }
+
+    /// The turn ends `dispatch_failed` for `reason` (a metric's label), its preview ended.
+    async fn failed(
+        &self,
+        job: &Job,
+        prepared: &Prepared,
+        reason: &'static str,
+        error: String,
+    ) -> anyhow::Result<StepOutcome> {
+        metrics::counter!("channel_bridge_dispatch_failures_total", "reason" => reason).increment(1);
+        self.end_preview(prepared).await;
+        self.writer
+            .conclude(
+                job,
+                Transition::AgentFailed { error },
+                StepOutcome::Failed(job.message_id),
+            )
+            .await
     }
 
     pub(super) fn start_typing(&self, prepared: &Prepared) -> Option<Typing> {
@@ -189,14 +201,7 @@ impl Worker {
             Ok(reply) => reply,
             Err(error) => {
                 tracing::warn!(%error, "dispatch failed");
-                metrics::counter!("channel_bridge_dispatch_failures_total", "reason" => "unfit_answer")
-                    .increment(1);
-                self.end_preview(&prepared).await;
-                let failed = Transition::AgentFailed { error };
-                return self
-                    .writer
-                    .conclude(job, failed, StepOutcome::Failed(job.message_id))
-                    .await;
+                return self.failed(job, &prepared, "unfit_answer", error).await;
             }
         };
         let has_parts = !reply.is_empty();
@@ -212,24 +217,19 @@ impl Worker {
             self.end_preview(&prepared).await;
             return Ok(StepOutcome::Executed(job.message_id));
         }
-        let outgoing = match (first, prepared.connector) {
-            (true, Some(connector)) => Outgoing::fresh(prepared.message, connector, &reply, job.lease),
+        let stored = match (first, prepared.connector) {
+            (true, Some(connector)) => Some(Outgoing::fresh(prepared.message, connector, &reply, job.lease)),
             // Stored by an earlier attempt, or by this one in a commit whose acknowledgement was
             // lost: the parts say which (`Delivery::load`).
-            _ => match self.load_outgoing(job).await? {
-                Some(outgoing) => outgoing,
-                None => {
-                    let error = NOTHING_TO_POST.to_owned();
-                    self.writer
-                        .conclude(
-                            job,
-                            Transition::Abandoned { error },
-                            StepOutcome::Executed(job.message_id),
-                        )
-                        .await?;
-                    return Ok(StepOutcome::Executed(job.message_id));
-                }
-            },
+            _ => self.load_outgoing(job).await?,
+        };
+        let Some(outgoing) = stored else {
+            let abandoned = Transition::Abandoned {
+                error: NOTHING_TO_POST.to_owned(),
+            };
+            let executed = StepOutcome::Executed(job.message_id);
+            self.writer.conclude(job, abandoned, executed).await?;
+            return Ok(StepOutcome::Executed(job.message_id));
         };
         if let Some(typing) = typing {
             typing.before_reply().await;

@@ -14,6 +14,7 @@ use super::payload::ChatMessage;
 use super::worker::Worker;
 use crate::db::messages::MessageRow;
 use crate::db::queue::{ClaimRequest, Job, Stage};
+use crate::db::tenants::TenantRow;
 use crate::db::TenantTx;
 use crate::delivery::Delivery;
 use crate::domain::{Connector, MessageId};
@@ -82,20 +83,9 @@ impl Worker {
     ) -> anyhow::Result<Vec<Claimed>> {
         let tenant_id = tx.tenant();
         let tenant = self.cache.tenant(tx.conn(), tenant_id).await?;
-        let mut claimed = Vec::with_capacity(jobs.len());
         let (dispatch, reply): (Vec<&Job>, Vec<&Job>) =
             jobs.iter().partition(|job| job.stage == Stage::Dispatch);
-        for job in reply {
-            let work =
-                match Delivery::load(tx, &self.settings.database.secrets, job.message_id, job.lease).await? {
-                    Some(outgoing) => Work::Deliver(Box::new(outgoing)),
-                    None => Work::Abandon,
-                };
-            claimed.push(Claimed {
-                job: (*job).clone(),
-                work,
-            });
-        }
+        let mut claimed = self.prepare_replies(tx, &reply).await?;
         if dispatch.is_empty() {
             return Ok(claimed);
         }
@@ -106,25 +96,43 @@ impl Worker {
             }));
             return Ok(claimed);
         };
-        let ids: Vec<MessageId> = dispatch.iter().map(|job| job.message_id).collect();
-        let mut messages: HashMap<MessageId, MessageRow> = apply::begin_dispatch(tx, &ids)
-            .await?
-            .into_iter()
-            .map(|row| (row.id, row))
-            .collect();
-        let missing: Vec<MessageId> = ids
-            .iter()
-            .filter(|id| !messages.contains_key(id))
-            .copied()
-            .collect();
-        let held: HashSet<MessageId> = crate::turn::handoff::hold_claimed(tx, &missing)
-            .await?
-            .into_iter()
-            .collect();
+        claimed.extend(self.prepare_dispatches(tx, &dispatch, tenant, claimed_at).await?);
+        Ok(claimed)
+    }
+
+    /// Reply jobs: their turn's parts and connector, read for the delivery pass.
+    async fn prepare_replies(&self, tx: &mut TenantTx, jobs: &[&Job]) -> anyhow::Result<Vec<Claimed>> {
+        let mut claimed = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            let keys = &self.settings.database.secrets;
+            let work = match Delivery::load(tx, keys, job.message_id, job.lease).await? {
+                Some(outgoing) => Work::Deliver(Box::new(outgoing)),
+                None => Work::Abandon,
+            };
+            claimed.push(Claimed {
+                job: (*job).clone(),
+                work,
+            });
+        }
+        Ok(claimed)
+    }
+
+    /// Dispatch jobs: their turns marked `dispatching` (or `held` where a person holds the
+    /// conversation), with their histories and connectors.
+    async fn prepare_dispatches(
+        &self,
+        tx: &mut TenantTx,
+        jobs: &[&Job],
+        tenant: Arc<TenantRow>,
+        claimed_at: Instant,
+    ) -> anyhow::Result<Vec<Claimed>> {
+        let ids: Vec<MessageId> = jobs.iter().map(|job| job.message_id).collect();
+        let (mut messages, held) = begin_dispatches(tx, &ids).await?;
         let rows: Vec<&MessageRow> = messages.values().collect();
         let mut histories = read_histories_or_empty(tx, &rows, tenant.history_scope).await;
         let connectors = self.connectors_of(tx, &rows).await?;
-        for job in dispatch {
+        let mut claimed = Vec::with_capacity(jobs.len());
+        for job in jobs {
             let work = match messages.remove(&job.message_id) {
                 Some(message) => Work::Dispatch(Box::new(Prepared {
                     history: histories.remove(&message.id).unwrap_or_default(),
@@ -137,7 +145,7 @@ impl Worker {
                 None => Work::Skip,
             };
             claimed.push(Claimed {
-                job: job.clone(),
+                job: (*job).clone(),
                 work,
             });
         }
@@ -197,4 +205,27 @@ async fn read_histories_or_empty(
             HashMap::new()
         }
     }
+}
+
+/// The turns marked `dispatching`, and of the others those that became `held` because a
+/// person holds their conversation (the rest are finished or gone).
+async fn begin_dispatches(
+    tx: &mut TenantTx,
+    ids: &[MessageId],
+) -> Result<(HashMap<MessageId, MessageRow>, HashSet<MessageId>), sqlx::Error> {
+    let messages: HashMap<MessageId, MessageRow> = apply::begin_dispatch(tx, ids)
+        .await?
+        .into_iter()
+        .map(|row| (row.id, row))
+        .collect();
+    let missing: Vec<MessageId> = ids
+        .iter()
+        .filter(|id| !messages.contains_key(id))
+        .copied()
+        .collect();
+    let held = crate::turn::handoff::hold_claimed(tx, &missing)
+        .await?
+        .into_iter()
+        .collect();
+    Ok((messages, held))
 }
