@@ -113,51 +113,23 @@ impl Application {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let server = self.listener.take().map(|listener| {
             let app = router::router(self.state.clone());
-            let mut stop = stop_rx.clone();
+            let stop = stopped(stop_rx.clone());
             tokio::spawn(async move {
                 // The peer address is what bad admin keys are throttled by.
                 let app = app.into_make_service_with_connect_info::<SocketAddr>();
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(async move {
-                        let _ = stop.wait_for(|stopped| *stopped).await;
-                    })
-                    .await
+                axum::serve(listener, app).with_graceful_shutdown(stop).await
             })
         });
         let metrics_server = self.metrics_listener.take().map(|listener| {
             let app = crate::http::health::metrics_listener_router(self.state.clone());
-            let mut stop = stop_rx.clone();
-            tokio::spawn(async move {
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(async move {
-                        let _ = stop.wait_for(|stopped| *stopped).await;
-                    })
-                    .await
-            })
+            let stop = stopped(stop_rx.clone());
+            tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(stop).await })
         });
         let background = self.spawn_background(&stop_rx)?;
         shutdown.await;
         tracing::info!("shutting down: draining in-flight requests and jobs");
         let _ = stop_tx.send(true);
-        let drained = async {
-            if let Some(server) = server {
-                server
-                    .await
-                    .context("HTTP server task panicked")?
-                    .context("HTTP server failed")?;
-            }
-            if let Some(server) = metrics_server {
-                server
-                    .await
-                    .context("metrics listener task panicked")?
-                    .context("metrics listener failed")?;
-            }
-            for task in background {
-                task.await.context("background task panicked")?;
-            }
-            anyhow::Ok(())
-        };
-        match tokio::time::timeout(grace, drained).await {
+        match tokio::time::timeout(grace, drained(server, metrics_server, background)).await {
             Ok(result) => result?,
             Err(_) => tracing::warn!(
                 grace_secs = grace.as_secs(),
@@ -167,6 +139,37 @@ impl Application {
         self.state.pool.close().await;
         Ok(())
     }
+}
+
+/// Resolves once `stop` says stopped (a server's graceful shutdown).
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stopped| *stopped).await;
+}
+
+type ServerTask = JoinHandle<std::io::Result<()>>;
+
+/// Every server and background task ended, the first failure reported.
+async fn drained(
+    server: Option<ServerTask>,
+    metrics_server: Option<ServerTask>,
+    background: Vec<JoinHandle<()>>,
+) -> anyhow::Result<()> {
+    if let Some(server) = server {
+        server
+            .await
+            .context("HTTP server task panicked")?
+            .context("HTTP server failed")?;
+    }
+    if let Some(server) = metrics_server {
+        server
+            .await
+            .context("metrics listener task panicked")?
+            .context("metrics listener failed")?;
+    }
+    for task in background {
+        task.await.context("background task panicked")?;
+    }
+    Ok(())
 }
 
 /// How soon webhooks are taken again after the database, out of reach, answers.
