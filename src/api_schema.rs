@@ -25,6 +25,32 @@ pub const NOTICE_MAX: usize = 4096;
 /// The listing's text search.
 pub const SEARCH_MAX: usize = 500;
 
+/// A text the document refuses (400): what is wrong with which field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct TextRefused(pub String);
+
+/// Bounded and without NUL: PostgreSQL `text` cannot store one, and an indexed id must fit
+/// a B-tree entry. JSON Schema's `maxLength` counts code points, as `chars` does.
+pub fn check_text(field: &str, value: &str, max: usize) -> Result<(), TextRefused> {
+    if value.contains('\0') {
+        return Err(TextRefused(format!("{field} must not contain NUL")));
+    }
+    if value.chars().count() > max {
+        return Err(TextRefused(format!("{field} must be at most {max} characters")));
+    }
+    Ok(())
+}
+
+pub fn check_optional_text(field: &str, value: Option<&str>, max: usize) -> Result<(), TextRefused> {
+    value.map_or(Ok(()), |value| check_text(field, value, max))
+}
+
+/// A segment the document's pattern refuses names no resource (404, as an unparsable id).
+pub fn names_something(segment: &str, max: usize) -> bool {
+    !segment.contains('\0') && segment.chars().count() <= max
+}
+
 /// `the_status_lists_are_whole` stops compiling when a domain status is missing here.
 pub const MESSAGE_STATUSES: [MessageStatus; 9] = [
     MessageStatus::Accepted,

@@ -105,6 +105,12 @@ impl AppError {
     }
 }
 
+impl From<crate::api_schema::TextRefused> for AppError {
+    fn from(refused: crate::api_schema::TextRefused) -> Self {
+        Self::BadRequest(refused.0)
+    }
+}
+
 impl From<sqlx::Error> for AppError {
     fn from(err: sqlx::Error) -> Self {
         Self::from_shared_db(std::sync::Arc::new(err))

@@ -115,11 +115,13 @@ fn check_texts(fields: &[(&str, Option<&str>, usize)]) -> Result<(), AppError> {
     fields
         .iter()
         .try_for_each(|(field, value, max)| schema::check_optional_text(field, *value, *max))
+        .map_err(AppError::from)
 }
 
 fn check_secret(field: &str, secret: Option<&SecretString>) -> Result<(), AppError> {
     use secrecy::ExposeSecret;
     schema::check_optional_text(field, secret.map(|s| s.expose_secret()), schema::SECRET_MAX)
+        .map_err(AppError::from)
 }
 
 #[derive(Debug, Deserialize, IntoParams)]

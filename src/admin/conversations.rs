@@ -121,7 +121,8 @@ impl PersonMessageIn {
             return Err(AppError::Unprocessable("content must not be empty".into()));
         }
         schema::check_text("content", &self.content, TEXT_MAX)?;
-        schema::check_optional_text("idempotency_key", self.idempotency_key.as_deref(), 200)
+        schema::check_optional_text("idempotency_key", self.idempotency_key.as_deref(), 200)?;
+        Ok(())
     }
 
     /// The caller's idempotency key, unless blank.

@@ -47,7 +47,8 @@ impl LinkIn {
             ));
         }
         schema::check_text("platform_user_id", &self.platform_user_id, schema::ID_MAX)?;
-        schema::check_text("user_id", &self.user_id, schema::ID_MAX)
+        schema::check_text("user_id", &self.user_id, schema::ID_MAX)?;
+        Ok(())
     }
 }
 

@@ -43,7 +43,8 @@ pub struct TenantIn {
 impl TenantIn {
     fn check(&self) -> Result<(), AppError> {
         schema::check_optional_text("name", self.name.as_deref(), schema::NAME_MAX)?;
-        schema::check_optional_text("agent_url", self.agent_url.as_deref(), schema::URL_MAX)
+        schema::check_optional_text("agent_url", self.agent_url.as_deref(), schema::URL_MAX)?;
+        Ok(())
     }
 }
 

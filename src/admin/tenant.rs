@@ -143,7 +143,8 @@ impl TenantPatch {
             return Err(AppError::Unprocessable("name must not be empty".into()));
         }
         schema::check_optional_text("name", self.name.as_deref(), schema::NAME_MAX)?;
-        schema::check_optional_text("agent_url", self.agent_url.as_deref(), schema::URL_MAX)
+        schema::check_optional_text("agent_url", self.agent_url.as_deref(), schema::URL_MAX)?;
+        Ok(())
     }
 }
 

@@ -226,7 +226,7 @@ async fn record(tx: &mut TenantTx, place: &Destination, turn: &WrittenTurn<'_>) 
 }
 
 fn check(input: &AgentMessageIn) -> Result<(), AppError> {
-    use crate::admin::schema::{check_optional_text, ID_MAX};
+    use crate::api_schema::{check_optional_text, ID_MAX};
     let targets = [
         input.user_id.is_some(),
         input.chat_id.is_some(),
@@ -260,10 +260,10 @@ fn check(input: &AgentMessageIn) -> Result<(), AppError> {
         ));
     }
     if let Some(template) = &input.template {
-        crate::admin::schema::check_text("template.name", &template.name, 512)?;
-        crate::admin::schema::check_text("template.language", &template.language, 32)?;
+        crate::api_schema::check_text("template.name", &template.name, 512)?;
+        crate::api_schema::check_text("template.language", &template.language, 32)?;
         for parameter in &template.parameters {
-            crate::admin::schema::check_text("template.parameters", parameter, 1024)?;
+            crate::api_schema::check_text("template.parameters", parameter, 1024)?;
         }
     }
     Ok(())

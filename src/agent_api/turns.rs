@@ -135,7 +135,7 @@ pub async fn post_event(
     let event: TurnEvent = super::parse(&body)?;
     let (kind, text) = match &event {
         TurnEvent::Status { text } => {
-            crate::admin::schema::check_text("text", text, STATUS_MAX)?;
+            crate::api_schema::check_text("text", text, STATUS_MAX)?;
             (EventKind::Status, None)
         }
         TurnEvent::Message { content, .. } => (EventKind::Message, Some(content.as_str())),
@@ -143,7 +143,7 @@ pub async fn post_event(
     };
     let handoff = handoff_reason(&event)?;
     if let Some(text) = text {
-        crate::admin::schema::check_text("content", text, 100_000)?;
+        crate::api_schema::check_text("content", text, 100_000)?;
     }
     let text = text.filter(|t| !t.trim().is_empty());
     let (mut tx, turn) = match opened(&state, signed.tenant.id, message, &signed.event_id).await? {
@@ -195,11 +195,7 @@ fn handoff_reason(event: &TurnEvent) -> Result<Option<Option<String>>, AppError>
     match handoff {
         HandoffIn::Flag(asked) => Ok(asked.then_some(None)),
         HandoffIn::Ask(HandoffAskIn { reason }) => {
-            crate::admin::schema::check_optional_text(
-                "handoff.reason",
-                reason.as_deref(),
-                HANDOFF_REASON_MAX,
-            )?;
+            crate::api_schema::check_optional_text("handoff.reason", reason.as_deref(), HANDOFF_REASON_MAX)?;
             let reason = reason.clone().filter(|r| !r.trim().is_empty());
             Ok(Some(reason))
         }

@@ -255,8 +255,8 @@ async fn erase(args: EraseArgs) -> anyhow::Result<()> {
     use crate::lifecycle::Person;
     let person = match (args.user, args.sender.as_deref()) {
         (Some(user), _) => {
-            crate::admin::schema::check_text("--user", &user, crate::admin::schema::ID_MAX)
-                .map_err(admin_error)?;
+            crate::api_schema::check_text("--user", &user, crate::api_schema::ID_MAX)
+                .map_err(|refused| admin_error(refused.into()))?;
             Person::User(user)
         }
         (None, Some(sender)) => crate::admin::lifecycle::parse_sender(sender).map_err(admin_error)?,

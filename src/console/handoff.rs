@@ -18,22 +18,22 @@ use crate::admin::messages::Who;
 use crate::db::audit::Actor;
 use crate::db::holds::Hold;
 use crate::db::inbox::InboxRow;
-use crate::domain::TenantId;
+use crate::domain::{ConversationKey, ConversationOf, TenantId};
 use crate::error::AppError;
 use crate::http::state::AppState;
 
 /// The conversation id of a page (`user:…` or the sender's key).
 pub fn conversation_of(who: &Who) -> String {
     match who {
-        Who::User(user) => format!("user:{user}"),
+        Who::User(user) => ConversationKey::user(user).into(),
         Who::Sender(key) => key.clone(),
     }
 }
 
 pub fn page_of(conversation: &str) -> String {
-    match conversation.strip_prefix("user:") {
-        Some(user) => format!("/console/conversation?user_id={}", query_value(user)),
-        None => format!("/console/conversation?sender={}", query_value(conversation)),
+    match ConversationOf::parse(conversation) {
+        Some(ConversationOf::User(user)) => format!("/console/conversation?user_id={}", query_value(user)),
+        _ => format!("/console/conversation?sender={}", query_value(conversation)),
     }
 }
 

@@ -27,7 +27,7 @@ pub struct UsersQuery {
 impl UsersQuery {
     fn start(&self) -> Result<PageStart, AppError> {
         if let Some(after) = self.after.as_deref().filter(|a| !a.is_empty()) {
-            crate::admin::schema::check_text("after", after, 2048)?;
+            crate::api_schema::check_text("after", after, 2048)?;
             return match after.split_once('.') {
                 Some(("u", user)) => Ok(PageStart::User {
                     user_id: user.to_owned(),
@@ -41,7 +41,7 @@ impl UsersQuery {
         }
         match self.from.as_deref().map(str::trim).filter(|f| !f.is_empty()) {
             Some(from) => {
-                crate::admin::schema::check_text("from", from, crate::admin::schema::ID_MAX)?;
+                crate::api_schema::check_text("from", from, crate::api_schema::ID_MAX)?;
                 Ok(PageStart::User {
                     user_id: from.to_owned(),
                     inclusive: true,
