@@ -1,26 +1,12 @@
 //! What a database error means to its caller: no schema, a refused role, a value that cannot
 //! be stored, a secret that would not open (an outage is `super::outage::is_unavailable`).
 
-use super::version::Schema;
 use super::APP_ROLE;
 
 /// insufficient_privilege (a missing grant, a Citus worker login, a row RLS refuses): a
 /// deployment fault, neither a missing schema nor an outage.
 pub fn is_refused(err: &sqlx::Error) -> bool {
     matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some("42501"))
-}
-
-/// Says "run migrate" when `err` comes from a database without the schema.
-pub fn explain_missing_schema(err: anyhow::Error) -> anyhow::Error {
-    let missing = err.chain().find_map(|cause| {
-        sqlx_error(cause)
-            .filter(|err| means_no_schema(err))
-            .map(ToString::to_string)
-    });
-    match missing {
-        Some(cause) => anyhow::anyhow!("{} ({cause})", Schema::Behind { database: None }),
-        None => err,
-    }
 }
 
 /// One cause of an error chain as the database error it is, shared (`Arc`) or not.

@@ -36,14 +36,14 @@ mod version;
 
 pub(crate) use citus::on_citus;
 pub use deadline::{deadline_error, deadline_missed, within};
-pub use errors::{explain_missing_schema, is_refused, is_unstorable_value, means_no_schema, secret_error};
+pub use errors::{is_refused, is_unstorable_value, means_no_schema, secret_error};
 pub use migrate::{masked_url, migrate, MigrateReport};
 pub use outage::is_unavailable;
 pub use pool::connect_pool;
 pub(crate) use pool::BEGIN_BATCH;
 pub use readiness::{check_ready_to_serve, describe};
 pub use tenant_tx::TenantTx;
-pub use version::{binary_schema_version, schema, Schema, RUN_MIGRATE};
+pub use version::{binary_schema_version, explain_missing_schema, schema, Schema, RUN_MIGRATE};
 
 /// Owns nothing, has no BYPASSRLS: `SET ROLE` to it in the single-URL mode, inherited by the
 /// login role of `CB_APP_DATABASE_URL`.

@@ -1,6 +1,6 @@
 //! The schema version the binary needs, and the one the database holds.
 
-use super::errors::{is_refused, means_no_schema};
+use super::errors::{is_refused, means_no_schema, sqlx_error};
 use super::migrate::MIGRATOR;
 
 pub fn binary_schema_version() -> i64 {
@@ -55,5 +55,18 @@ pub async fn schema<'e>(db: impl sqlx::PgExecutor<'e>) -> Result<Schema, sqlx::E
         // Before migration 15 the app role may not read the version table.
         Err(err) if means_no_schema(&err) || is_refused(&err) => Ok(Schema::Behind { database: None }),
         Err(err) => Err(err),
+    }
+}
+
+/// Says "run migrate" when `err` comes from a database without the schema.
+pub fn explain_missing_schema(err: anyhow::Error) -> anyhow::Error {
+    let missing = err.chain().find_map(|cause| {
+        sqlx_error(cause)
+            .filter(|err| means_no_schema(err))
+            .map(ToString::to_string)
+    });
+    match missing {
+        Some(cause) => anyhow::anyhow!("{} ({cause})", Schema::Behind { database: None }),
+        None => err,
     }
 }
