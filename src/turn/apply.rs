@@ -8,7 +8,7 @@ use super::{Applied, Change, Transition};
 use crate::db::messages::{MessageRow, MESSAGE_COLUMNS};
 use crate::db::queue::{self, LeaseToken};
 use crate::db::{self, TenantTx};
-use crate::domain::MessageId;
+use crate::domain::{MessageId, PartStatus};
 
 /// At most one change per turn, all of the transaction's tenant; answers in their order.
 /// The frequent transitions cost one statement each for the whole batch; retries and
@@ -275,13 +275,13 @@ async fn apply_part(tx: &mut TenantTx, change: &Change) -> Result<(), sqlx::Erro
             put_back(tx, message, change.lease, *delay).await?;
         }
         Transition::PartFailed { part, error } => {
-            mark_part_failed(tx, message, *part, error).await?;
+            end_part(tx, message, *part, PartStatus::Failed, error).await?;
             fail_remaining(tx, message, *part).await?;
             record_delivery_error(tx, message, error, true).await?;
             queue::finish(tx, message).await?;
         }
         Transition::PartUnknown { part, error } => {
-            mark_part_unknown(tx, message, *part, error).await?;
+            end_part(tx, message, *part, PartStatus::Unknown, error).await?;
             record_delivery_error(tx, message, error, false).await?;
         }
         Transition::PartStaged { part, upload_ref } => {
@@ -335,41 +335,23 @@ async fn return_part_to_pending(
     Ok(())
 }
 
-/// Marks the part `failed`, with its error.
-async fn mark_part_failed(
+/// Ends the part `failed` or `unknown`, with its error (a part already sent stays sent).
+async fn end_part(
     tx: &mut TenantTx,
     message: MessageId,
     part: i32,
+    status: PartStatus,
     error: &str,
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "update channel_replies set status = 'failed', last_error = $4, updated_at = now()
+        "update channel_replies set status = $5, last_error = $4, updated_at = now()
           where tenant_id = $1 and message_id = $2 and part_index = $3 and status <> 'sent'",
     )
     .bind(tx.tenant())
     .bind(message)
     .bind(part)
     .bind(error)
-    .execute(tx.conn())
-    .await?;
-    Ok(())
-}
-
-/// Marks the part `unknown`, with its error.
-async fn mark_part_unknown(
-    tx: &mut TenantTx,
-    message: MessageId,
-    part: i32,
-    error: &str,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "update channel_replies set status = 'unknown', last_error = $4, updated_at = now()
-          where tenant_id = $1 and message_id = $2 and part_index = $3 and status <> 'sent'",
-    )
-    .bind(tx.tenant())
-    .bind(message)
-    .bind(part)
-    .bind(error)
+    .bind(status.as_str())
     .execute(tx.conn())
     .await?;
     Ok(())
