@@ -59,7 +59,9 @@ use channel_bridge::db::{self, TenantTx};
 use channel_bridge::dispatch::dispatcher::Dispatcher;
 use channel_bridge::dispatch::wakeup::Wakeup;
 use channel_bridge::dispatch::{history, StepOutcome, Worker};
-use channel_bridge::domain::{Connector, MessageId, Platform, TelegramDelivery, TenantId, UnlinkedPolicy};
+use channel_bridge::domain::{
+    Address, Connector, MessageId, Platform, TelegramDelivery, TenantId, UnlinkedPolicy,
+};
 use channel_bridge::platforms::inbound::{Inbound, InboundKind, InboundMessage};
 use channel_bridge::settings::ServeSettings;
 use channel_bridge::signature;
@@ -523,10 +525,12 @@ fn telegram_turn(fixture: &Fixture, update: i64, user: i64) -> Inbound {
             idempotency_key: update.to_string(),
             kind: InboundKind::Text,
             platform_message_id: (update / fixture.users + 1).to_string(),
-            chat_id: sender_id(user),
-            thread_id: None,
-            space: None,
-            platform_user_id: sender_id(user),
+            address: Address {
+                chat_id: sender_id(user),
+                thread_id: None,
+                space: None,
+                platform_user_id: sender_id(user),
+            },
             reply_to_id: None,
             text,
             attachments: Vec::new(),

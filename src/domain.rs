@@ -238,6 +238,21 @@ impl sqlx::postgres::PgHasArrayType for ConversationKey {
     }
 }
 
+/// Where on its platform a turn was said, and by whom: the one declaration of these fields,
+/// flattened into the platform's `InboundMessage`, the row's `NewMessage` and `MessageRow`,
+/// the admins' `MessageOut` and an outgoing turn's `Destination`. A reply goes back to it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct Address {
+    /// Slack channel, WhatsApp sender number, Telegram chat id.
+    pub chat_id: String,
+    /// Slack `thread_ts`, Telegram `message_thread_id` (forum topic); null for WhatsApp.
+    pub thread_id: Option<String>,
+    /// The shared space (channel, group) the turn was asked in, which others read along in;
+    /// null for a direct message (it keeps a user's DMs out of a channel's history).
+    pub space: Option<String>,
+    /// The sender's id on the platform.
+    pub platform_user_id: String,
+}
 /// What happens to a message from a sender with no `channel_links` row.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, sqlx::Type)]
 #[serde(rename_all = "lowercase")]

@@ -15,7 +15,7 @@ use crate::db::messages::{MessageRow, MESSAGE_COLUMNS};
 use crate::db::parts::Reply;
 use crate::db::{self, TenantTx};
 use crate::delivery::split::Ask;
-use crate::domain::{Connector, ConnectorId, ConversationKey, MessageId, Platform};
+use crate::domain::{Address, Connector, ConnectorId, ConversationKey, MessageId, Platform};
 use crate::error::{ApiJsonError, AppError};
 use crate::http::extract::{ApiBytes, ApiPath};
 use crate::http::state::AppState;
@@ -163,7 +163,7 @@ pub async fn post_message(
             conversation: place.conversation_key.into(),
             platform: place.platform.to_string(),
             connector_id: place.connector_id.0,
-            chat_id: place.chat_id,
+            chat_id: place.address.chat_id,
             parts: ready.len(),
             created,
         }),
@@ -292,10 +292,10 @@ async fn resolve(
             connector_id: connector.id,
             platform: connector.profile.platform,
             reply_to: String::new(),
-            chat_id: chat.clone(),
-            thread_id: None,
-            space: None,
-            platform_user_id: String::new(),
+            address: Address {
+                chat_id: chat.clone(),
+                ..Address::default()
+            },
             user_id: None,
             conversation_key: ConversationKey::chat(connector.id, chat),
         };
@@ -341,14 +341,16 @@ async fn to_user(
     let connector = connector(state, tx, connector_id).await?;
     let platform = connector.profile.platform;
     let account = match &last {
-        Some(last) => last.platform_user_id.clone(),
+        Some(last) => last.address.platform_user_id.clone(),
         None => linked_account(tx, platform, user)
             .await?
             .ok_or(AppError::NotFound(
                 "user (no account linked on this connector's platform)",
             ))?,
     };
-    let direct = last.filter(|l| l.space.is_none()).map(|l| l.chat_id);
+    let direct = last
+        .filter(|l| l.address.space.is_none())
+        .map(|l| l.address.chat_id);
     let chat_id = match direct {
         Some(chat) => chat,
         None => open_direct_chat(state, &connector, &account).await?,
@@ -357,10 +359,12 @@ async fn to_user(
         connector_id,
         platform,
         reply_to: String::new(),
-        chat_id,
-        thread_id: None,
-        space: None,
-        platform_user_id: account,
+        address: Address {
+            chat_id,
+            thread_id: None,
+            space: None,
+            platform_user_id: account,
+        },
         user_id: Some(user.to_owned()),
         conversation_key: ConversationKey::user(user),
     };
@@ -426,10 +430,11 @@ async fn within_window(
     place: &Destination,
     window: chrono::TimeDelta,
 ) -> Result<(), AppError> {
-    let number = if place.platform_user_id.is_empty() {
-        &place.chat_id
+    let address = &place.address;
+    let number = if address.platform_user_id.is_empty() {
+        &address.chat_id
     } else {
-        &place.platform_user_id
+        &address.platform_user_id
     };
     // On the history index of a linked user, or of the unlinked sender.
     let last: Option<chrono::DateTime<chrono::Utc>> = match &place.user_id {

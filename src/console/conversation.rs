@@ -140,7 +140,7 @@ fn hold_view(hold: &Hold) -> HoldView {
 fn user_name(m: &MessageOut) -> String {
     match &m.user_id {
         Some(user) => user.clone(),
-        None => format!("{} {}", m.platform, m.platform_user_id),
+        None => format!("{} {}", m.platform, m.address.platform_user_id),
     }
 }
 
@@ -187,7 +187,7 @@ fn turn_view(turn: &ConversationTurn, page: &ConversationPage, csrf: &str) -> Tu
         id: m.id.to_string(),
         status: m.status.clone(),
         platform: m.platform.clone(),
-        account: m.platform_user_id.clone(),
+        account: m.address.platform_user_id.clone(),
         origin: m.origin.as_str(),
         tap: m.action.is_some(),
         answered: !unanswered,

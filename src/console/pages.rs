@@ -53,7 +53,7 @@ pub fn sign_in(error: Option<&str>) -> String {
 fn who(message: &MessageOut) -> String {
     match &message.user_id {
         Some(user) => user.clone(),
-        None => format!("{} (unlinked)", message.platform_user_id),
+        None => format!("{} (unlinked)", message.address.platform_user_id),
     }
 }
 

@@ -98,7 +98,7 @@ pub async fn conversation(
         Who::Sender(_) => match page.turns.first() {
             Some(turn) => format!(
                 "Conversation of {} {} (unlinked)",
-                turn.message.platform, turn.message.platform_user_id
+                turn.message.platform, turn.message.address.platform_user_id
             ),
             None => "Conversation of an unlinked sender".to_owned(),
         },

@@ -286,7 +286,11 @@ impl Target {
         let place = platforms::of(connector.profile.platform).typing_place(connector, message)?;
         Some(Self {
             platform: connector.profile.platform,
-            key: (connector.id, message.chat_id.clone(), message.thread_id.clone()),
+            key: (
+                connector.id,
+                message.address.chat_id.clone(),
+                message.address.thread_id.clone(),
+            ),
             base_url: api_base(connector).to_owned(),
             token,
             place,

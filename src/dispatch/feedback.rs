@@ -183,8 +183,8 @@ fn channel_of(turn: &MessageRow, reacted_by: &str) -> ChannelOut {
     ChannelOut {
         platform: turn.platform.to_string(),
         connector_id: turn.connector_id.to_string(),
-        chat_id: turn.chat_id.clone(),
-        thread_id: turn.thread_id.clone(),
+        chat_id: turn.address.chat_id.clone(),
+        thread_id: turn.address.thread_id.clone(),
         platform_user_id: reacted_by.to_owned(),
     }
 }

@@ -80,7 +80,7 @@ pub enum HistoryPlace<'a> {
 
 impl<'a> HistoryPlace<'a> {
     pub fn of(message: &'a MessageRow, setting: HistoryScopeSetting) -> Self {
-        match (setting, message.space.as_deref()) {
+        match (setting, message.address.space.as_deref()) {
             (HistoryScopeSetting::User, _) => Self::Anywhere,
             (HistoryScopeSetting::PrivateAware, None) => Self::Direct,
             (HistoryScopeSetting::PrivateAware, Some(space)) => Self::Space {
@@ -89,7 +89,7 @@ impl<'a> HistoryPlace<'a> {
             },
             (HistoryScopeSetting::Chat, space) => Self::Chat {
                 connector: message.connector_id,
-                chat_id: &message.chat_id,
+                chat_id: &message.address.chat_id,
                 space,
             },
         }

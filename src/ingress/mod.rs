@@ -168,7 +168,7 @@ async fn record_turns(
         .map(|turn| {
             (
                 turn.connector.profile.platform,
-                turn.message.platform_user_id.as_str(),
+                turn.message.address.platform_user_id.as_str(),
             )
         })
         .collect();
@@ -178,7 +178,7 @@ async fn record_turns(
         .map(|turn| {
             let key = (
                 turn.connector.profile.platform.as_str().to_owned(),
-                turn.message.platform_user_id.clone(),
+                turn.message.address.platform_user_id.clone(),
             );
             route(turn, links.get(&key).cloned())
         })
@@ -225,7 +225,7 @@ async fn queue_notice(
     else {
         return Ok(false);
     };
-    if !db::replies::claim_daily_notice(tx, connector.id.0, &message.platform_user_id).await? {
+    if !db::replies::claim_daily_notice(tx, connector.id.0, &message.address.platform_user_id).await? {
         return Ok(false);
     }
     db::parts::insert_reply_parts(tx, id, &db::parts::Reply::text(vec![notice.to_owned()])).await?;
@@ -237,7 +237,7 @@ fn route(turn: &Turn<'_>, user_id: Option<String>) -> Routing {
     let (connector, message) = (turn.connector, turn.message);
     let conversation_key = match &user_id {
         Some(user) => ConversationKey::user(user),
-        None => ConversationKey::sender(connector.id, &message.platform_user_id),
+        None => ConversationKey::sender(connector.id, &message.address.platform_user_id),
     };
     let (status, decision) = match (message.kind, &user_id, connector.profile.unlinked_policy) {
         _ if matches!(turn.tap, Some(taps::Verdict::AlreadyMade { .. })) => {
@@ -266,10 +266,7 @@ fn new_message<'a>(turn: &'a Turn<'a>, routing: &'a Routing) -> NewMessage<'a> {
         platform: connector.profile.platform,
         idempotency_key: &message.idempotency_key,
         platform_message_id: &message.platform_message_id,
-        chat_id: &message.chat_id,
-        thread_id: message.thread_id.as_deref(),
-        space: message.space.as_deref(),
-        platform_user_id: &message.platform_user_id,
+        address: &message.address,
         reply_to_id: message.reply_to_id.as_deref(),
         user_id: routing.user_id.as_deref(),
         conversation_key: &routing.conversation_key,

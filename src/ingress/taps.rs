@@ -70,7 +70,7 @@ pub(super) async fn resolve(
     let Some(row) = offered(tx, &button, true).await? else {
         return Ok(Verdict::Dropped("unknown_choice"));
     };
-    if row.connector_id != connector.id || row.chat_id != message.chat_id {
+    if row.connector_id != connector.id || row.chat_id != message.address.chat_id {
         return Ok(Verdict::Dropped("choice_of_another_chat"));
     }
     let offered = &row.choices.0;
@@ -148,7 +148,7 @@ async fn choose(
 ) -> Result<(), sqlx::Error> {
     let chosen = Chosen {
         index,
-        by: message.platform_user_id.clone(),
+        by: message.address.platform_user_id.clone(),
         key: message.idempotency_key.clone(),
         at: chrono::Utc::now(),
     };

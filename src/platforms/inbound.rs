@@ -10,7 +10,7 @@ use serde_json::Value;
 use sha2::Sha256;
 
 use crate::domain::index_key;
-use crate::domain::{Connector, MessageId, Platform};
+use crate::domain::{Address, Connector, MessageId, Platform};
 
 pub struct HookRequest<'a> {
     pub headers: &'a HeaderMap,
@@ -51,14 +51,8 @@ pub struct InboundMessage {
     pub idempotency_key: String,
     pub kind: InboundKind,
     pub platform_message_id: String,
-    /// Slack channel, WhatsApp sender number, Telegram chat id.
-    pub chat_id: String,
-    /// Slack `thread_ts`, Telegram `message_thread_id` (forum topic). None for WhatsApp.
-    pub thread_id: Option<String>,
-    /// The shared space (channel, group) others read along in; `None` for a direct message.
-    /// Keeps a user's DMs out of a channel's history (`HistoryScopeSetting`).
-    pub space: Option<String>,
-    pub platform_user_id: String,
+    /// The chat, thread and space, and the sender.
+    pub address: Address,
     pub reply_to_id: Option<String>,
     /// User text or caption, or a placeholder such as `[sticker]` for content not forwarded.
     pub text: String,
@@ -203,15 +197,15 @@ impl Inbound {
             for field in [
                 &mut message.idempotency_key,
                 &mut message.platform_message_id,
-                &mut message.chat_id,
-                &mut message.platform_user_id,
+                &mut message.address.chat_id,
+                &mut message.address.platform_user_id,
                 &mut message.text,
             ] {
                 scrub(field);
             }
             for field in [
-                &mut message.thread_id,
-                &mut message.space,
+                &mut message.address.thread_id,
+                &mut message.address.space,
                 &mut message.reply_to_id,
                 &mut message.command,
             ]
@@ -483,10 +477,12 @@ mod scrub_tests {
                 idempotency_key: "k\0".into(),
                 kind: InboundKind::Text,
                 platform_message_id: "m\0".into(),
-                chat_id: "c".into(),
-                thread_id: Some("t\0".into()),
-                space: Some("s\0".into()),
-                platform_user_id: "u".into(),
+                address: Address {
+                    chat_id: "c".into(),
+                    thread_id: Some("t\0".into()),
+                    space: Some("s\0".into()),
+                    platform_user_id: "u".into(),
+                },
                 reply_to_id: None,
                 text: "a\0b".into(),
                 attachments: vec![crate::media::Attachment {
@@ -525,7 +521,7 @@ mod scrub_tests {
             ),
             ("k\u{FFFD}", "m\u{FFFD}", "a\u{FFFD}b")
         );
-        assert_eq!(message.thread_id.as_deref(), Some("t\u{FFFD}"));
+        assert_eq!(message.address.thread_id.as_deref(), Some("t\u{FFFD}"));
         assert_eq!(message.command.as_deref(), Some("/a\u{FFFD}"));
         let mut attachment = message.attachments[0].clone();
         assert!(attachment.text_fields().all(|field| !field.contains('\0')));

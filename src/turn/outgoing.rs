@@ -6,7 +6,7 @@
 use crate::db::messages::MessageRow;
 use crate::db::queue::{self, Stage};
 use crate::db::TenantTx;
-use crate::domain::{ConnectorId, ConversationKey, MessageId, Platform, TurnOrigin};
+use crate::domain::{Address, ConnectorId, ConversationKey, MessageId, Platform, TurnOrigin};
 
 /// Where the turn goes, and what it threads to (`reply_to`: a platform message id, empty
 /// for a new message).
@@ -15,10 +15,7 @@ pub struct Destination {
     pub connector_id: ConnectorId,
     pub platform: Platform,
     pub reply_to: String,
-    pub chat_id: String,
-    pub thread_id: Option<String>,
-    pub space: Option<String>,
-    pub platform_user_id: String,
+    pub address: Address,
     pub user_id: Option<String>,
     pub conversation_key: ConversationKey,
 }
@@ -30,10 +27,7 @@ impl Destination {
             connector_id: turn.connector_id,
             platform: turn.platform,
             reply_to: turn.platform_message_id.clone(),
-            chat_id: turn.chat_id.clone(),
-            thread_id: turn.thread_id.clone(),
-            space: turn.space.clone(),
-            platform_user_id: turn.platform_user_id.clone(),
+            address: turn.address.clone(),
             user_id: turn.user_id.clone(),
             conversation_key: turn.conversation_key.clone(),
         }
@@ -108,10 +102,10 @@ async fn insert(
     .bind(place.platform.as_str())
     .bind(turn.idempotency_key)
     .bind(&place.reply_to)
-    .bind(&place.chat_id)
-    .bind(&place.thread_id)
-    .bind(&place.space)
-    .bind(&place.platform_user_id)
+    .bind(&place.address.chat_id)
+    .bind(&place.address.thread_id)
+    .bind(&place.address.space)
+    .bind(&place.address.platform_user_id)
     .bind(&place.user_id)
     .bind(&place.conversation_key)
     .bind(turn.text)

@@ -50,10 +50,11 @@ async fn seed(pool: &PgPool, slug: &str) -> Seeded {
             platform: Platform::Telegram,
             idempotency_key: "1",
             platform_message_id: "10",
-            chat_id: "408258968",
-            thread_id: None,
-            space: None,
-            platform_user_id: "408258968",
+            address: &channel_bridge::domain::Address {
+                chat_id: "408258968".into(),
+                platform_user_id: "408258968".into(),
+                ..Default::default()
+            },
             reply_to_id: None,
             user_id: Some("user"),
             conversation_key: &channel_bridge::domain::ConversationKey::user("user"),

@@ -196,10 +196,11 @@ async fn foreign_part_in_doubt(s: &Pipeline) -> (Provisioned, MessageId) {
             platform: Platform::Slack,
             idempotency_key: "T0001:D0DM00001:1718003100.000100",
             platform_message_id: "1718003100.000100",
-            chat_id: DM,
-            thread_id: None,
-            space: None,
-            platform_user_id: SLACK_USER,
+            address: &channel_bridge::domain::Address {
+                chat_id: DM.into(),
+                platform_user_id: SLACK_USER.into(),
+                ..Default::default()
+            },
             reply_to_id: None,
             user_id: Some("alice"),
             conversation_key: &channel_bridge::domain::ConversationKey::user("alice"),

@@ -12,7 +12,7 @@ use crate::admin::schema;
 use crate::db::messages::MessageRow;
 use crate::db::parts::ReplyPart;
 use crate::db::{self, TenantTx};
-use crate::domain::{MessageId, TenantId};
+use crate::domain::{Address, MessageId, TenantId};
 use crate::error::{ApiJsonError, AppError};
 use crate::http::extract::ApiPath;
 use crate::http::state::AppState;
@@ -25,11 +25,9 @@ pub struct MessageOut {
     #[schema(schema_with = schema::platform)]
     pub platform: String,
     pub platform_message_id: String,
-    pub chat_id: String,
-    pub thread_id: Option<String>,
-    /// The shared space (channel, group) the turn was asked in; null for a direct message.
-    pub space: Option<String>,
-    pub platform_user_id: String,
+    /// The chat, thread and space, and the sender.
+    #[serde(flatten)]
+    pub address: Address,
     pub reply_to_id: Option<String>,
     pub user_id: Option<String>,
     /// The conversation the turn belongs to: `user:<user id>` for a linked user,
@@ -74,10 +72,7 @@ impl From<MessageRow> for MessageOut {
             connector_id: row.connector_id.0,
             platform: row.platform.to_string(),
             platform_message_id: row.platform_message_id,
-            chat_id: row.chat_id,
-            thread_id: row.thread_id,
-            space: row.space,
-            platform_user_id: row.platform_user_id,
+            address: row.address,
             reply_to_id: row.reply_to_id,
             user_id: row.user_id,
             conversation: row.conversation_key.into(),

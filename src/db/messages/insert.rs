@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use crate::db::queue::{self, Stage};
 use crate::db::TenantTx;
-use crate::domain::{ConnectorId, ConversationKey, MessageId, MessageStatus, Platform};
+use crate::domain::{Address, ConnectorId, ConversationKey, MessageId, MessageStatus, Platform};
 
 #[derive(Debug, Clone)]
 pub struct NewMessage<'a> {
@@ -13,11 +13,7 @@ pub struct NewMessage<'a> {
     pub platform: Platform,
     pub idempotency_key: &'a str,
     pub platform_message_id: &'a str,
-    pub chat_id: &'a str,
-    pub thread_id: Option<&'a str>,
-    /// The shared space it was asked in; `None` for a direct message.
-    pub space: Option<&'a str>,
-    pub platform_user_id: &'a str,
+    pub address: &'a Address,
     pub reply_to_id: Option<&'a str>,
     pub user_id: Option<&'a str>,
     pub conversation_key: &'a ConversationKey,
@@ -72,9 +68,9 @@ async fn insert_many_routed(
             .push_bind(r.platform.as_str())
             .push_bind(r.idempotency_key)
             .push_bind(r.platform_message_id)
-            .push_bind(r.chat_id)
-            .push_bind(r.thread_id)
-            .push_bind(r.platform_user_id)
+            .push_bind(&r.address.chat_id)
+            .push_bind(&r.address.thread_id)
+            .push_bind(&r.address.platform_user_id)
             .push_bind(r.reply_to_id)
             .push_bind(r.user_id)
             .push_bind(r.conversation_key)
@@ -82,7 +78,7 @@ async fn insert_many_routed(
             .push_bind(r.status.as_str())
             .push_bind(r.decision)
             .push_bind(r.metadata)
-            .push_bind(r.space)
+            .push_bind(&r.address.space)
             .push_bind(&r.attachments)
             .push_bind((r.status != MessageStatus::Accepted).then_some(now))
             .push_bind(&r.action)
@@ -122,9 +118,9 @@ async fn insert_many_in_one(
         .bind(column(|r| Some(r.platform.as_str().to_owned())))
         .bind(column(|r| Some(r.idempotency_key.to_owned())))
         .bind(column(|r| Some(r.platform_message_id.to_owned())))
-        .bind(column(|r| Some(r.chat_id.to_owned())))
-        .bind(column(|r| r.thread_id.map(str::to_owned)))
-        .bind(column(|r| Some(r.platform_user_id.to_owned())))
+        .bind(column(|r| Some(r.address.chat_id.clone())))
+        .bind(column(|r| r.address.thread_id.clone()))
+        .bind(column(|r| Some(r.address.platform_user_id.clone())))
         .bind(column(|r| r.reply_to_id.map(str::to_owned)))
         .bind(column(|r| r.user_id.map(str::to_owned)))
         .bind(column(|r| Some(r.conversation_key.as_str().to_owned())))
@@ -132,7 +128,7 @@ async fn insert_many_in_one(
         .bind(column(|r| Some(r.status.as_str().to_owned())))
         .bind(column(|r| r.decision.map(str::to_owned)))
         .bind(rows.iter().map(|r| r.metadata.clone()).collect::<Vec<Value>>())
-        .bind(column(|r| r.space.map(str::to_owned)))
+        .bind(column(|r| r.address.space.clone()))
         // A turn decided at ingress is complete now. The clock is read here: Citus refuses
         // `now()` inside a CASE of a modification.
         .bind(chrono::Utc::now())

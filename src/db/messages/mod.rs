@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::TenantTx;
-use crate::domain::{ConnectorId, ConversationKey, MessageId, MessageStatus, Platform, TenantId};
+use crate::domain::{Address, ConnectorId, ConversationKey, MessageId, MessageStatus, Platform, TenantId};
 
 mod insert;
 mod listing;
@@ -22,10 +22,9 @@ pub struct MessageRow {
     pub platform: Platform,
     pub idempotency_key: String,
     pub platform_message_id: String,
-    pub chat_id: String,
-    pub thread_id: Option<String>,
-    pub space: Option<String>,
-    pub platform_user_id: String,
+    #[sqlx(flatten)]
+    #[serde(flatten)]
+    pub address: Address,
     pub reply_to_id: Option<String>,
     pub user_id: Option<String>,
     pub conversation_key: ConversationKey,

@@ -8,7 +8,7 @@
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::domain::index_key;
+use crate::domain::{index_key, Address};
 use crate::platforms::inbound::{HandshakeReply, HookError, Inbound, InboundKind, InboundMessage, Parsed};
 
 #[derive(Deserialize)]
@@ -70,10 +70,12 @@ fn turn(form: CommandIn) -> InboundMessage {
         kind: InboundKind::Text,
         // Nothing to reply to: the answer is a message of its own in the channel.
         platform_message_id: String::new(),
-        space: (!form.channel_id.starts_with('D')).then(|| form.channel_id.clone()),
-        chat_id: form.channel_id,
-        thread_id: None,
-        platform_user_id: form.user_id,
+        address: Address {
+            space: (!form.channel_id.starts_with('D')).then(|| form.channel_id.clone()),
+            chat_id: form.channel_id,
+            thread_id: None,
+            platform_user_id: form.user_id,
+        },
         reply_to_id: None,
         text,
         attachments: Vec::new(),
@@ -108,10 +110,13 @@ mod tests {
         assert_eq!(message.command.as_deref(), Some("/ask"));
         assert_eq!(message.text, "where is my order #42?");
         assert_eq!(
-            (message.chat_id.as_str(), message.thread_id.as_deref()),
+            (
+                message.address.chat_id.as_str(),
+                message.address.thread_id.as_deref()
+            ),
             ("C0CHAN001", None)
         );
-        assert_eq!(message.platform_user_id, "U0USER1");
+        assert_eq!(message.address.platform_user_id, "U0USER1");
         assert!(message.platform_message_id.is_empty(), "nothing to thread under");
         assert!(message.idempotency_key.contains("398738663015"));
         assert_eq!(inbound.ack, Some(json!({"response_type": "in_channel"})));
@@ -121,7 +126,10 @@ mod tests {
     fn a_bare_command_reads_as_itself_and_the_certificate_check_is_answered_empty() {
         let bare = b"team_id=T1&channel_id=D1&user_id=U1&command=%2Fhelp&text=&trigger_id=t1";
         let message = &events(bare).messages[0];
-        assert_eq!((message.text.as_str(), message.space.as_deref()), ("/help", None));
+        assert_eq!(
+            (message.text.as_str(), message.address.space.as_deref()),
+            ("/help", None)
+        );
         let check = b"ssl_check=1&token=x";
         assert!(is_command(check));
         assert!(matches!(parse(check), Ok(Parsed::Handshake(reply)) if reply.body.is_empty()));

@@ -11,7 +11,7 @@ use super::Slack;
 use axum::http::HeaderName;
 
 use crate::db::replies::parse_part_key;
-use crate::domain::{Connector, Platform};
+use crate::domain::{Address, Connector, Platform};
 use crate::media::{Attachment, AttachmentKind, FileSource};
 use crate::platforms::inbound::{
     hmac_sha256_hex, hmac_sha256_matches, parse_json, required_header, Channel, HandshakeReply, HookError,
@@ -247,10 +247,12 @@ fn inbound_message(
         idempotency_key: format!("{team}:{channel}:{ts}"),
         kind,
         platform_message_id: ts.to_owned(),
-        chat_id: channel.to_owned(),
-        thread_id: event.thread_ts.clone(),
-        space: shared_space(&event, channel),
-        platform_user_id: user.to_owned(),
+        address: Address {
+            chat_id: channel.to_owned(),
+            thread_id: event.thread_ts.clone(),
+            space: shared_space(&event, channel),
+            platform_user_id: user.to_owned(),
+        },
         reply_to_id: event.thread_ts.clone(),
         text: message_text(kind, &event),
         attachments,
@@ -693,14 +695,14 @@ mod tests {
         let message = single_message(DM_TEXT);
         assert_eq!(message.kind, InboundKind::Text);
         assert_eq!(message.idempotency_key, "T0001:D0DM00001:1718000000.000100");
-        assert_eq!(message.chat_id, "D0DM00001");
+        assert_eq!(message.address.chat_id, "D0DM00001");
         assert_eq!(message.platform_message_id, "1718000000.000100");
-        assert_eq!(message.platform_user_id, "U0USER1");
-        assert_eq!(message.thread_id, None);
+        assert_eq!(message.address.platform_user_id, "U0USER1");
+        assert_eq!(message.address.thread_id, None);
         assert_eq!(message.reply_to_id, None);
         assert_eq!(message.text, "Hello bridge, what can you do?");
         assert_eq!(message.metadata["channel_type"], "im");
-        assert_eq!(message.space, None, "a DM is no shared space");
+        assert_eq!(message.address.space, None, "a DM is no shared space");
         assert_eq!(message.metadata["event_id"], "Ev0DM00001");
         assert_eq!(message.metadata["event_type"], "message");
         assert_eq!(message.metadata["team_id"], "T0001");
@@ -710,15 +712,15 @@ mod tests {
     #[test]
     fn channel_text_is_forwarded() {
         let message = single_message(CHANNEL_TEXT);
-        assert_eq!(message.chat_id, "C0CHAN001");
+        assert_eq!(message.address.chat_id, "C0CHAN001");
         assert_eq!(message.metadata["channel_type"], "channel");
-        assert_eq!(message.space.as_deref(), Some("C0CHAN001"));
+        assert_eq!(message.address.space.as_deref(), Some("C0CHAN001"));
     }
 
     #[test]
     fn thread_reply_carries_the_parent_ts_as_thread_and_reply_to() {
         let message = single_message(THREAD_REPLY);
-        assert_eq!(message.thread_id.as_deref(), Some("1718000100.000200"));
+        assert_eq!(message.address.thread_id.as_deref(), Some("1718000100.000200"));
         assert_eq!(message.reply_to_id.as_deref(), Some("1718000100.000200"));
         assert_eq!(message.platform_message_id, "1718000200.000300");
     }

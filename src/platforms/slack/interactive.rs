@@ -7,7 +7,7 @@
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::domain::index_key;
+use crate::domain::{index_key, Address};
 use crate::platforms::inbound::{HookError, Inbound, InboundKind, InboundMessage, Parsed, Tap};
 
 #[derive(Deserialize)]
@@ -96,11 +96,13 @@ fn tap(payload: &PayloadIn) -> Result<InboundMessage, &'static str> {
         .into_owned(),
         kind: InboundKind::Text,
         platform_message_id: on.clone(),
-        chat_id: channel.clone(),
-        // The answer goes under the question: in its thread, or starting one.
-        thread_id: thread.or_else(|| Some(on.clone())),
-        space: (!channel.starts_with('D')).then(|| channel.clone()),
-        platform_user_id: user.clone(),
+        address: Address {
+            chat_id: channel.clone(),
+            // The answer goes under the question: in its thread, or starting one.
+            thread_id: thread.or_else(|| Some(on.clone())),
+            space: (!channel.starts_with('D')).then(|| channel.clone()),
+            platform_user_id: user.clone(),
+        },
         reply_to_id: None,
         text: String::new(),
         attachments: Vec::new(),
@@ -137,9 +139,9 @@ mod tests {
     fn a_button_tap_is_a_turn_under_the_question() {
         let inbound = events(&form(TAP));
         let message = &inbound.messages[0];
-        assert_eq!(message.chat_id, "C0CHAN001");
-        assert_eq!(message.platform_user_id, "U0USER1");
-        assert_eq!(message.thread_id.as_deref(), Some("1718003300.000200"));
+        assert_eq!(message.address.chat_id, "C0CHAN001");
+        assert_eq!(message.address.platform_user_id, "U0USER1");
+        assert_eq!(message.address.thread_id.as_deref(), Some("1718003300.000200"));
         assert_eq!(message.tap.as_ref().unwrap().button, "k3J9xQ2mZa.0");
         assert!(message.idempotency_key.contains("1718003310.840180"));
     }

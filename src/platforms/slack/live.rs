@@ -25,10 +25,10 @@ pub(super) async fn show(
     let base = api_base(target.connector);
     let Some(ts) = shown.id.clone() else {
         let mut body = json!({
-            "channel": message.chat_id,
+            "channel": message.address.chat_id,
             "thread_ts": thread_ts(message),
             "markdown_text": clip(text, SLACK_MAX_CHARS),
-            "recipient_user_id": message.platform_user_id,
+            "recipient_user_id": message.address.platform_user_id,
         });
         if let Some(team) = message.metadata.get("team_id").and_then(Value::as_str) {
             body["recipient_team_id"] = team.into();
@@ -52,7 +52,7 @@ pub(super) async fn show(
         .post(format!("{base}/api/chat.appendStream"))
         .bearer_auth(target.token())
         .json(
-            &json!({ "channel": message.chat_id, "ts": ts, "markdown_text": clip(added, SLACK_MAX_CHARS) }),
+            &json!({ "channel": message.address.chat_id, "ts": ts, "markdown_text": clip(added, SLACK_MAX_CHARS) }),
         );
     target.call(request).await?;
     shown.text = text.to_owned();
@@ -70,7 +70,7 @@ pub(super) async fn end(
     let request = client
         .post(format!("{}/api/chat.stopStream", api_base(connector)))
         .bearer_auth(token)
-        .json(&json!({ "channel": message.chat_id, "ts": live_id }));
+        .json(&json!({ "channel": message.address.chat_id, "ts": live_id }));
     if client.send(request).await.is_err() {
         tracing::debug!("could not stop the stream of an answer that failed");
     }

@@ -93,7 +93,7 @@ pub(super) async fn react(
     target: &str,
 ) -> SendOutcome {
     let form = [
-        ("channel", part.message.chat_id.as_str()),
+        ("channel", part.message.address.chat_id.as_str()),
         ("timestamp", target),
         ("name", part.text),
     ];

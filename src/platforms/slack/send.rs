@@ -45,7 +45,7 @@ const SLACK_PERMANENT: &[&str] = &[
 /// the user's own message starts one (`thread_ts` takes a parent's ts, never a reply's); a
 /// message the agent writes first starts none.
 pub fn thread_ts(message: &MessageRow) -> Option<&str> {
-    message.thread_id.as_deref().or(message.reply_target())
+    message.address.thread_id.as_deref().or(message.reply_target())
 }
 
 pub(super) async fn post(client: &Client, part: &OutboundPart<'_>, token: &str) -> SendOutcome {
@@ -55,7 +55,7 @@ pub(super) async fn post(client: &Client, part: &OutboundPart<'_>, token: &str) 
         None => escape(part.text),
     };
     let mut body = json!({
-        "channel": part.message.chat_id,
+        "channel": part.message.address.chat_id,
         "text": text,
         "metadata": {
             "event_type": REPLY_METADATA_EVENT_TYPE,
@@ -202,7 +202,7 @@ const SLACK_MESSAGE_GONE: &[&str] = &["message_not_found", "cant_update_message"
 
 pub(super) async fn adopt(client: &Client, part: &OutboundPart<'_>, token: &str, ts: &str) -> SendOutcome {
     let base = api_base(part.connector);
-    let channel = &part.message.chat_id;
+    let channel = &part.message.address.chat_id;
     // Its refusals (already stopped before a crash, or by Slack) do not matter: the update
     // below sets the final text either way.
     let stop = client
@@ -315,7 +315,8 @@ pub(super) async fn close(
         let note = format!("✓ {} — chosen by <@{}>", escape(label), escape(&chosen.by));
         blocks.push(json!({ "type": "context", "elements": [{ "type": "mrkdwn", "text": note }] }));
     }
-    let body = json!({ "channel": part.message.chat_id, "ts": target, "text": text, "blocks": blocks });
+    let body =
+        json!({ "channel": part.message.address.chat_id, "ts": target, "text": text, "blocks": blocks });
     let request = client
         .post(format!("{}/api/chat.update", api_base(part.connector)))
         .bearer_auth(token)

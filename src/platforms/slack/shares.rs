@@ -84,7 +84,7 @@ async fn read_shares(pending: &Pending<'_>, file_id: &str) -> Seen {
     match pending.client.send(request).await {
         Ok(response) => {
             let (status, body, retry_after) = read_json(response).await;
-            classify_info(status, body, retry_after, &pending.message.chat_id)
+            classify_info(status, body, retry_after, &pending.message.address.chat_id)
         }
         Err(SendError::Refused(_)) => Seen::Refused(egress::PLATFORM_REFUSED.into()),
         Err(SendError::Transport(err)) => Seen::Failed(err.without_url().to_string()),

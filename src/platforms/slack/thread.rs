@@ -66,7 +66,7 @@ pub async fn thread_page(client: &Client, query: &ThreadPageQuery<'_>) -> Thread
     };
     let message = query.message;
     let mut params = vec![
-        ("channel", message.chat_id.as_str()),
+        ("channel", message.address.chat_id.as_str()),
         // A message that starts no thread has none to read: Slack answers an empty `ts`
         // with an error, and the part stays in doubt.
         ("ts", thread_ts(message).unwrap_or_default()),

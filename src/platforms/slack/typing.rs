@@ -16,7 +16,7 @@ const SLACK_STATUS: &str = "is thinking…";
 impl TypingIndicator for Slack {
     fn typing_place(&self, _connector: &Connector, message: &MessageRow) -> Option<Place> {
         Some(Place {
-            chat: message.chat_id.clone(),
+            chat: message.address.chat_id.clone(),
             within: Some(assistant_thread(message)?.to_owned()),
         })
     }
@@ -65,14 +65,14 @@ pub fn assistant_thread(message: &MessageRow) -> Option<&str> {
     let in_dm_thread = field("event_type") == Some("message") && field("channel_type") == Some("im");
     let plain = matches!(field("subtype"), None | Some("file_share"));
     (in_dm_thread && plain)
-        .then_some(message.thread_id.as_deref())
+        .then_some(message.address.thread_id.as_deref())
         .flatten()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::ConnectorId;
+    use crate::domain::{Address, ConnectorId};
 
     fn slack_message(metadata: Value, thread: Option<&str>) -> MessageRow {
         MessageRow {
@@ -82,10 +82,12 @@ mod tests {
             platform: crate::domain::Platform::Slack,
             idempotency_key: "T1:D1:1.1".into(),
             platform_message_id: "1718000000.000200".into(),
-            chat_id: "D0DM".into(),
-            thread_id: thread.map(str::to_owned),
-            space: None,
-            platform_user_id: "U1".into(),
+            address: Address {
+                chat_id: "D0DM".into(),
+                thread_id: thread.map(str::to_owned),
+                space: None,
+                platform_user_id: "U1".into(),
+            },
             reply_to_id: thread.map(str::to_owned),
             user_id: None,
             conversation_key: crate::domain::ConversationKey::user("c"),

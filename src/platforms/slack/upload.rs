@@ -192,7 +192,7 @@ async fn complete(
     file_id: &str,
 ) -> Completion {
     let body = completion_body(
-        &part.message.chat_id,
+        &part.message.address.chat_id,
         thread_ts(part.message),
         part.text,
         &file.name,

@@ -10,7 +10,7 @@ use serde_json::{json, Map, Value};
 use super::Telegram;
 use axum::http::HeaderName;
 
-use crate::domain::{Connector, Platform};
+use crate::domain::{Address, Connector, Platform};
 use crate::media::{Attachment, AttachmentKind, FileSource};
 use crate::platforms::inbound::{
     parse_json, required_header, verification_secrets, Channel, HookError, HookRequest, Inbound, InboundKind,
@@ -217,11 +217,13 @@ fn read_message(update_id: i64, message: Value) -> Result<InboundMessage, &'stat
         idempotency_key: update_id.to_string(),
         kind,
         platform_message_id: message.message_id.to_string(),
-        chat_id: message.chat.id.to_string(),
-        // Groups, supergroups and channels are read by others; a private chat is not.
-        space: (message.chat.kind != "private").then(|| message.chat.id.to_string()),
-        thread_id: topic_id(&message).map(|id| id.to_string()),
-        platform_user_id: from.id.to_string(),
+        address: Address {
+            chat_id: message.chat.id.to_string(),
+            // Groups, supergroups and channels are read by others; a private chat is not.
+            space: (message.chat.kind != "private").then(|| message.chat.id.to_string()),
+            thread_id: topic_id(&message).map(|id| id.to_string()),
+            platform_user_id: from.id.to_string(),
+        },
         reply_to_id: reply_to_id(&message).map(|id| id.to_string()),
         text,
         attachments,
@@ -275,10 +277,12 @@ fn read_tap(update_id: i64, callback: Value) -> Inbound {
         kind: InboundKind::Text,
         // The answer to a tap replies to the message whose button was tapped.
         platform_message_id: tapped.message_id.to_string(),
-        chat_id: tapped.chat.id.to_string(),
-        space: (tapped.chat.kind != "private").then(|| tapped.chat.id.to_string()),
-        thread_id: topic.map(|id| id.to_string()),
-        platform_user_id: callback.from.id.to_string(),
+        address: Address {
+            chat_id: tapped.chat.id.to_string(),
+            space: (tapped.chat.kind != "private").then(|| tapped.chat.id.to_string()),
+            thread_id: topic.map(|id| id.to_string()),
+            platform_user_id: callback.from.id.to_string(),
+        },
         reply_to_id: None,
         text: String::new(),
         attachments: Vec::new(),
@@ -540,13 +544,13 @@ mod tests {
         assert_eq!(message.kind, InboundKind::Text);
         assert_eq!(message.idempotency_key, "306197398");
         assert_eq!(message.platform_message_id, "154");
-        assert_eq!(message.chat_id, "408258968");
-        assert_eq!(message.platform_user_id, "408258968");
-        assert_eq!(message.thread_id, None);
+        assert_eq!(message.address.chat_id, "408258968");
+        assert_eq!(message.address.platform_user_id, "408258968");
+        assert_eq!(message.address.thread_id, None);
         assert_eq!(message.reply_to_id, None);
         assert_eq!(message.text, "What is on my calendar today?");
         assert_eq!(message.metadata["chat_type"], "private");
-        assert_eq!(message.space, None);
+        assert_eq!(message.address.space, None);
         assert_eq!(message.metadata["username"], "hirrolot");
         assert_eq!(message.metadata["first_name"], "Hirrolot");
         assert_eq!(message.metadata["date"], 1_718_000_000);
@@ -555,19 +559,19 @@ mod tests {
     #[test]
     fn forum_topic_reply_carries_topic_and_replied_message() {
         let message = single_message(GROUP_TOPIC_REPLY);
-        assert_eq!(message.chat_id, "-1001276785818");
-        assert_eq!(message.thread_id.as_deref(), Some("42"));
+        assert_eq!(message.address.chat_id, "-1001276785818");
+        assert_eq!(message.address.thread_id.as_deref(), Some("42"));
         assert_eq!(message.reply_to_id.as_deref(), Some("57"));
         assert_eq!(message.text, "/ask@channel_bridge_bot and tomorrow?");
         assert_eq!(message.metadata["chat_type"], "supergroup");
-        assert_eq!(message.space.as_deref(), Some("-1001276785818"));
+        assert_eq!(message.address.space.as_deref(), Some("-1001276785818"));
     }
 
     #[test]
     fn implicit_reply_to_the_topic_root_is_not_a_reply() {
         let body = br#"{"update_id":9,"message":{"message_id":60,"message_thread_id":42,"is_topic_message":true,"from":{"id":408258968,"is_bot":false,"first_name":"H"},"chat":{"id":-100,"type":"supergroup","is_forum":true},"date":1,"text":"hi","reply_to_message":{"message_id":42,"date":1,"chat":{"id":-100,"type":"supergroup"},"forum_topic_created":{"name":"t","icon_color":1}}}}"#;
         let message = single_message(body);
-        assert_eq!(message.thread_id.as_deref(), Some("42"));
+        assert_eq!(message.address.thread_id.as_deref(), Some("42"));
         assert_eq!(message.reply_to_id, None);
     }
 
@@ -583,10 +587,10 @@ mod tests {
         let tap = single_message(CALLBACK_QUERY);
         assert_eq!(tap.idempotency_key, "306197420");
         assert_eq!(
-            (tap.chat_id.as_str(), tap.platform_message_id.as_str()),
+            (tap.address.chat_id.as_str(), tap.platform_message_id.as_str()),
             ("408258968", "155")
         );
-        assert_eq!(tap.platform_user_id, "408258968");
+        assert_eq!(tap.address.platform_user_id, "408258968");
         let tap = tap.tap.unwrap();
         assert_eq!(
             (tap.button.as_str(), tap.answer_id.as_deref()),

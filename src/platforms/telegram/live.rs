@@ -30,11 +30,11 @@ pub(super) async fn draft(
     }
     let message = target.message;
     let mut body = json!({
-        "chat_id": json_id(&message.chat_id),
+        "chat_id": json_id(&message.address.chat_id),
         "draft_id": draft_id(message),
         "text": text,
     });
-    if let Some(topic) = &message.thread_id {
+    if let Some(topic) = &message.address.thread_id {
         body["message_thread_id"] = json_id(topic);
     }
     let request = target
@@ -73,7 +73,7 @@ pub(super) async fn show(
         return Ok(LiveStep::Started(id));
     };
     let body = json!({
-        "chat_id": json_id(&message.chat_id),
+        "chat_id": json_id(&message.address.chat_id),
         "message_id": json_id(&id),
         "text": text,
         "link_preview_options": { "is_disabled": true },
@@ -88,7 +88,7 @@ impl LivePreview for Telegram {
     /// A draft in a private chat; elsewhere a message, edited at a third of the pace (a bot
     /// may send about 20 messages a minute to a group, edits included).
     fn live_surface(&self, message: &MessageRow) -> Option<Surface> {
-        let private = message.space.is_none();
+        let private = message.address.space.is_none();
         Some(Surface {
             pace: if private { 1 } else { 3 },
             ephemeral: private,

@@ -39,7 +39,7 @@ pub(super) async fn send(client: &Client, part: &OutboundPart<'_>, token: &str) 
 /// turn the agent wrote first has no message to reply to).
 pub(super) fn reply_body(message: &MessageRow, text: &str) -> Value {
     let mut body = json!({
-        "chat_id": json_id(&message.chat_id),
+        "chat_id": json_id(&message.address.chat_id),
         "text": text,
         "link_preview_options": { "is_disabled": true },
     });
@@ -49,7 +49,7 @@ pub(super) fn reply_body(message: &MessageRow, text: &str) -> Value {
             "allow_sending_without_reply": true,
         });
     }
-    if let Some(topic) = &message.thread_id {
+    if let Some(topic) = &message.address.thread_id {
         body["message_thread_id"] = json_id(topic);
     }
     body
@@ -151,7 +151,7 @@ async fn edit(
     parse_mode: Option<&str>,
 ) -> Edited {
     let mut body = json!({
-        "chat_id": json_id(&part.message.chat_id),
+        "chat_id": json_id(&part.message.address.chat_id),
         "message_id": json_id(id),
         "text": text,
         "link_preview_options": { "is_disabled": true },
@@ -240,7 +240,7 @@ pub(super) async fn close_choices(
     target: &str,
 ) -> SendOutcome {
     let body = json!({
-        "chat_id": json_id(&part.message.chat_id),
+        "chat_id": json_id(&part.message.address.chat_id),
         "message_id": json_id(target),
         "reply_markup": { "inline_keyboard": [] },
     });

@@ -13,8 +13,8 @@ use crate::platforms::contract::{Place, Show, TypingIndicator};
 impl TypingIndicator for Telegram {
     fn typing_place(&self, _connector: &Connector, message: &MessageRow) -> Option<Place> {
         Some(Place {
-            chat: message.chat_id.clone(),
-            within: message.thread_id.clone(),
+            chat: message.address.chat_id.clone(),
+            within: message.address.thread_id.clone(),
         })
     }
 

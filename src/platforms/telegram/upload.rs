@@ -65,8 +65,8 @@ pub(super) async fn send_file(
 /// and the caption, plain.
 fn fields(part: &OutboundPart<'_>) -> Form {
     let message = part.message;
-    let mut form = Form::new().text("chat_id", message.chat_id.clone());
-    if let Some(topic) = &message.thread_id {
+    let mut form = Form::new().text("chat_id", message.address.chat_id.clone());
+    if let Some(topic) = &message.address.thread_id {
         form = form.text("message_thread_id", topic.clone());
     }
     if let Some(target) = message.reply_target() {
@@ -177,7 +177,7 @@ pub(super) async fn react(
     target: &str,
 ) -> SendOutcome {
     let body = json!({
-        "chat_id": json_id(&part.message.chat_id),
+        "chat_id": json_id(&part.message.address.chat_id),
         "message_id": json_id(target),
         "reaction": [{"type": "emoji", "emoji": part.text}],
     });

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use super::Whatsapp;
 use axum::http::HeaderName;
 
-use crate::domain::{Connector, Platform};
+use crate::domain::{Address, Connector, Platform};
 use crate::media::{Attachment, AttachmentKind, FileSource};
 use crate::platforms::inbound::{
     hmac_sha256_hex, hmac_sha256_matches, parse_json, required_header, Channel, DeliveryStatus,
@@ -310,10 +310,12 @@ fn read_message(context: &ChangeContext<'_>, message: Value) -> Result<InboundMe
         idempotency_key: message.id.clone(),
         kind,
         platform_message_id: message.id.clone(),
-        chat_id: from.clone(),
-        thread_id: None,
-        space: message.group_id.as_ref().map(|group| format!("group:{group}")),
-        platform_user_id: from,
+        address: Address {
+            chat_id: from.clone(),
+            thread_id: None,
+            space: message.group_id.as_ref().map(|group| format!("group:{group}")),
+            platform_user_id: from,
+        },
         reply_to_id: message.context.as_ref().and_then(|c| c.id.clone()),
         text,
         attachments,
@@ -695,8 +697,11 @@ mod tests {
         message["recipient_type"] = "group".into();
         message["group_id"] = "120363025555555555".into();
         let message = single_message(&serde_json::to_vec(&body).unwrap());
-        assert_eq!(message.space.as_deref(), Some("group:120363025555555555"));
-        assert_eq!(message.chat_id, "16505551234", "replies still go to the sender");
+        assert_eq!(message.address.space.as_deref(), Some("group:120363025555555555"));
+        assert_eq!(
+            message.address.chat_id, "16505551234",
+            "replies still go to the sender"
+        );
     }
 
     #[test]
@@ -705,10 +710,10 @@ mod tests {
         assert_eq!(message.kind, InboundKind::Text);
         assert_eq!(message.idempotency_key, message.platform_message_id);
         assert!(message.idempotency_key.starts_with("wamid."));
-        assert_eq!(message.chat_id, "16505551234");
-        assert_eq!(message.platform_user_id, "16505551234");
-        assert_eq!(message.thread_id, None);
-        assert_eq!(message.space, None, "a 1:1 chat");
+        assert_eq!(message.address.chat_id, "16505551234");
+        assert_eq!(message.address.platform_user_id, "16505551234");
+        assert_eq!(message.address.thread_id, None);
+        assert_eq!(message.address.space, None, "a 1:1 chat");
         assert_eq!(message.reply_to_id, None);
         assert_eq!(message.text, "Does it come in another color?");
         assert_eq!(message.metadata["phone_number_id"], PHONE_NUMBER_ID);
@@ -725,7 +730,7 @@ mod tests {
         let senders: Vec<_> = inbound
             .messages
             .iter()
-            .map(|m| m.platform_user_id.as_str())
+            .map(|m| m.address.platform_user_id.as_str())
             .collect();
         assert_eq!(senders, ["16505551234", "16505550000"]);
         assert_eq!(inbound.messages[1].metadata["profile_name"], "Ana Souza");

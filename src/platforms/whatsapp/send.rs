@@ -73,7 +73,7 @@ pub(super) fn envelope(part: &OutboundPart<'_>, kind: &str) -> Value {
 }
 
 pub(super) fn recipient(message: &crate::db::messages::MessageRow) -> String {
-    format!("+{}", message.chat_id.trim_start_matches('+'))
+    format!("+{}", message.address.chat_id.trim_start_matches('+'))
 }
 
 /// POSTs `body` to the number's `/messages`: Meta's answer, or what the failed request means.

@@ -311,7 +311,7 @@ fn reaction_message(part: &OutboundPart<'_>, target: &str) -> Value {
 mod tests {
     use super::*;
     use crate::db::messages::MessageRow;
-    use crate::domain::{Connector, Platform};
+    use crate::domain::{Address, Connector, Platform};
     use crate::media::outgoing::FileOrigin;
     use crate::platforms::inbound::testing;
 
@@ -323,10 +323,12 @@ mod tests {
             platform: crate::domain::Platform::Whatsapp,
             idempotency_key: "wamid.IN".into(),
             platform_message_id: platform_message_id.into(),
-            chat_id: "16505551234".into(),
-            thread_id: None,
-            space: None,
-            platform_user_id: "16505551234".into(),
+            address: Address {
+                chat_id: "16505551234".into(),
+                thread_id: None,
+                space: None,
+                platform_user_id: "16505551234".into(),
+            },
             reply_to_id: None,
             user_id: None,
             conversation_key: crate::domain::ConversationKey::user("c"),
