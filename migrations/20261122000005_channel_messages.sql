@@ -4,7 +4,7 @@ CREATE TABLE channel_messages (
     id                  uuid NOT NULL,
     connector_id        uuid NOT NULL,
     platform            text NOT NULL CHECK (platform IN ('slack', 'whatsapp', 'telegram')),
-    -- Same for every retry and duplicate of one user message (DESIGN.md "Idempotency keys").
+    -- Same for every retry and duplicate of one user message (docs/platforms.md, "Dedupe keys").
     idempotency_key     text NOT NULL,
     platform_message_id text NOT NULL,
     chat_id             text NOT NULL,

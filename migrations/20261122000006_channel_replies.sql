@@ -6,7 +6,7 @@ CREATE TABLE channel_replies (
     part_index          integer NOT NULL CHECK (part_index >= 0),
     content             text NOT NULL,
     -- pending → sending → sent | failed; `sending` marks a request whose outcome is not yet
-    -- known, reconciled before any resend (DESIGN.md "Replies back to the platform").
+    -- known, reconciled before any resend (docs/delivery.md).
     status              text NOT NULL DEFAULT 'pending'
                             CHECK (status IN ('pending', 'sending', 'sent', 'failed')),
     platform_message_id text,

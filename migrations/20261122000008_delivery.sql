@@ -1,4 +1,4 @@
--- Reply delivery (DESIGN.md "Replies back to the platform").
+-- Reply delivery (docs/delivery.md).
 
 -- Telegram has no way to ask whether an interrupted send went through: each connector
 -- chooses between never resending (at-most-once, the default: a lost reply is better than

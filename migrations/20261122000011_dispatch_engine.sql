@@ -15,7 +15,7 @@ ALTER TABLE tenants ADD COLUMN max_in_flight integer CHECK (max_in_flight > 0);
 -- renewals): room on each page lets the updates that touch no indexed column stay HOT.
 ALTER TABLE dispatch_queue SET (fillfactor = 70);
 
--- The claim goes tenant by tenant (DESIGN.md "Scale": fair across tenants): a loose scan
+-- The claim goes tenant by tenant (fair across tenants): a loose scan
 -- finds the tenants with a ready job, then each tenant's oldest ready jobs within its room.
 -- A tenant at its cap is never scanned, however deep its backlog.
 CREATE INDEX dispatch_queue_tenant_ready_idx ON dispatch_queue (tenant_id, available_at, seq);

@@ -1,6 +1,6 @@
 -- Reading a Slack thread to find an interrupted reply part, within Slack's limits
--- (PLATFORMS.md §6: conversations.replies is Tier 1 for non-Marketplace apps, 1 request per
--- minute and 15 messages per page). One feature, two pieces: the per-workspace budget and
+-- (https://api.slack.com/methods/conversations.replies: Tier 1 for non-Marketplace apps,
+-- 1 request per minute and 15 messages per page). One feature, two pieces: the per-workspace budget and
 -- where a search that needs more pages than one pass may read resumes.
 
 -- When each workspace may next call conversations.replies. Kept in the database, not in

@@ -1,4 +1,4 @@
--- The app role may change only the columns the code changes (issue #13, finding 3): a
+-- The app role may change only the columns the code changes: a
 -- statement that slipped past the code (injected SQL, a bug) cannot move an API key to
 -- another tenant (`api_keys.tenant_id`), swap a key's hash for one it knows
 -- (`api_keys.key_hash`), or rename or re-key a tenant (`tenants.id`, `tenants.slug`).

@@ -1,4 +1,4 @@
--- Secrets at rest are sealed (issue #13; crate::secrets): the columns below hold either a
+-- Secrets at rest are sealed (crate::secrets): the columns below hold either a
 -- plain value (written before CB_SECRETS_KEY was configured; `serve` seals those at start)
 -- or `cbsealed:v1:<key id>:<base64url>`, AES-256-GCM bound to the row and purpose.
 --   tenants.dispatch_secret, previous_dispatch_secret

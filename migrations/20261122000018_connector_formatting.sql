@@ -1,5 +1,5 @@
 -- Replies are converted from the agent's Markdown (CommonMark) to each platform's own
--- formatting: Slack mrkdwn, Telegram HTML, WhatsApp's markers (issue #14). On by default,
+-- formatting: Slack mrkdwn, Telegram HTML, WhatsApp's markers. On by default,
 -- since agents answer in Markdown and raw `**` and ``` look broken on every platform; a
 -- connector whose agent writes plain text (or whose readers want it) turns it off, and its
 -- replies are posted exactly as before this migration.

@@ -1,4 +1,4 @@
--- Private history stays private (issue #14).
+-- Private history stays private.
 --
 -- channel_messages.space: the shared space a turn was asked in (a Slack channel, private
 -- channel or group DM; a Telegram group, supergroup or channel; a WhatsApp group as

@@ -1,4 +1,4 @@
--- Data lifecycle (issue #17): per-tenant retention, erasure of one person, and the audit log
+-- Data lifecycle: per-tenant retention, erasure of one person, and the audit log
 -- of admin actions. README "Data lifecycle".
 
 -- tenants.retention_days: turns (with their reply parts) older than this many days are

@@ -1,6 +1,6 @@
 -- While the agent works on a turn, the worker shows the platform's typing indicator
 -- (Telegram sendChatAction, WhatsApp's typing indicator with the read receipt, Slack's
--- assistant thread status; issue #14). On by default: a person who sees nothing for the
+-- assistant thread status). On by default: a person who sees nothing for the
 -- seconds an agent thinks assumes the bot is broken. A connector turns it off when its
 -- users should not see read receipts (WhatsApp marks the message read with the indicator)
 -- or its bot lacks the scope for it.

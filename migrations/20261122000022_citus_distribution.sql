@@ -1,4 +1,4 @@
--- Runs on Citus (issue #16; README "Running on Citus"). On plain PostgreSQL it only drops
+-- Runs on Citus (docs/citus.md). On plain PostgreSQL it only drops
 -- the queue's foreign key and creates a function that does nothing without Citus.
 --
 -- The queue stays a plain table on the coordinator: the cross-tenant claim
@@ -21,7 +21,7 @@ ALTER TABLE dispatch_queue DROP CONSTRAINT IF EXISTS dispatch_queue_tenant_id_fk
 -- `citus.multi_shard_modify_mode = sequential`: DDL on distributed tables in the same
 -- transaction as DDL on reference tables must not run in parallel. Local tables referencing
 -- a reference table are not turned into Citus local tables on the way
--- (`citus.enable_local_reference_table_foreign_keys = off`); the trial in CITUS.md needed
+-- (`citus.enable_local_reference_table_foreign_keys = off`); the first trial on a cluster needed
 -- both. Citus is detected by its functions, so the order can be checked without it.
 CREATE OR REPLACE FUNCTION channel_bridge_distribute() RETURNS text
 LANGUAGE plpgsql AS $$

@@ -1,4 +1,4 @@
--- A streamed answer (issue #14) is shown on the platform while the agent writes it: Slack's
+-- A streamed answer is shown on the platform while the agent writes it: Slack's
 -- chat.startStream message, or the Telegram group message that is edited as the text
 -- grows. That platform message outlives a crash of the worker showing it, so its id is kept
 -- here, written (under the job's lease) as soon as the platform returns it. When the answer

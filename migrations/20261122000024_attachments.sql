@@ -1,4 +1,4 @@
--- Pictures, voice notes and files reach the agent (issue #14, crate::media).
+-- Pictures, voice notes and files reach the agent (crate::media).
 --
 -- channel_messages.attachments: the files a user sent with the turn, as a JSON array of
 -- {type, mime, size, name, source} (crate::media::Attachment); NULL when there are none.

@@ -1,4 +1,4 @@
--- What a live Citus cluster needed (issue #23; CITUS.md "Second trial").
+-- What a live Citus cluster needed (docs/citus.md).
 --
 -- The tenant is set by one function, so that the setting reaches Citus's workers whatever
 -- the cluster's defaults: `SET LOCAL` is passed on to the workers only under

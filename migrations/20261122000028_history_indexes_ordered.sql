@@ -1,7 +1,7 @@
 -- The history reads order by (received_at, id) newest first and stop at the limit. The
 -- indexes they are meant to walk now hold that whole order (`id` too), and each covers only
 -- the rows its read can match (linked users, unlinked senders): so on any database, even
--- one whose statistics never came (autovacuum off or late, issue #28), the planner has one
+-- one whose statistics never came (autovacuum off or late), the planner has one
 -- sensible index per read. Before, a plan made on an empty table walked the listing index
 -- `(tenant_id, received_at, id)` and filtered the tenant's whole history, for good: the
 -- gateway's prepared statements keep their plan while the statistics do not change.

@@ -1,7 +1,7 @@
 -- The tenant is set at the start of every tenant transaction. Migration 27's function parses
 -- and runs two `SET LOCAL` statements by EXECUTE, which only Citus needs (it passes a
 -- `SET LOCAL` on to its workers, `set_config()` it does not): on plain PostgreSQL that was
--- about 35 us of PostgreSQL a call, a call nearly every turn (issue #26). Without Citus loaded
+-- about 35 us of PostgreSQL a call, a call nearly every turn. Without Citus loaded
 -- (`citus.version` undefined) the same transaction-local setting is made by `set_config(…,
 -- true)`; with Citus loaded, as before. Schema-qualified, as a function that sets the tenant
 -- should be: no search path may put another `set_config` in its way.

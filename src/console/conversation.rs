@@ -5,10 +5,11 @@
 
 use askama::Template;
 
-use super::choices::{EditNote, Offered, Tap};
+use super::choices::{Offered, Tap};
 use super::html::{action_form, badge, query_value, when, ActionForm, Badge, RenderPage};
+use super::parts::PartFacts;
 use super::reactions::Reactions;
-use crate::admin::messages::{ConversationPage, ConversationTurn, MessageOut, ReplyPartOut, Who};
+use crate::admin::messages::{ConversationPage, ConversationTurn, MessageOut, Who};
 use crate::db::holds::Hold;
 use crate::domain::{MessageId, TurnOrigin};
 
@@ -46,7 +47,7 @@ struct TurnView {
     summary: String,
     badge: Badge,
     attempts: i32,
-    parts: Vec<PartView>,
+    parts: Vec<PartFacts>,
     action: Option<ActionForm>,
 }
 
@@ -197,7 +198,7 @@ fn turn_view(turn: &ConversationTurn, page: &ConversationPage, csrf: &str) -> Tu
         summary: format!("{} · {} · {}", m.status, m.platform, attempts(m.attempts)),
         badge: badge(&m.status),
         attempts: m.attempts,
-        parts: turn.reply_parts.iter().map(part_view).collect(),
+        parts: turn.reply_parts.iter().map(PartFacts::of).collect(),
         action: action_form(m.id, &m.status, csrf),
     }
 }
@@ -233,27 +234,4 @@ fn answer_of(turn: &ConversationTurn) -> Option<Said> {
     let several = super::reactions::several(&turn.reply_parts);
     bubble.reactions = super::reactions::of_answer(&turn.reactions, several);
     Some(bubble)
-}
-
-/// A part as posted, for the turn's facts.
-struct PartView {
-    index: i32,
-    status: String,
-    badge: Badge,
-    /// What the platform reported later.
-    delivery: Option<Badge>,
-    /// For an edit: the part whose message it changed.
-    edit: Option<EditNote>,
-    error: Option<String>,
-}
-
-fn part_view(part: &ReplyPartOut) -> PartView {
-    PartView {
-        index: part.part_index,
-        status: part.status.clone(),
-        badge: badge(&part.status),
-        delivery: part.delivery_status.as_deref().map(badge),
-        edit: super::choices::edit_note(part),
-        error: part.last_error.clone(),
-    }
 }

@@ -13,6 +13,7 @@ mod links;
 mod markdown;
 mod overview;
 mod pages;
+mod parts;
 mod reactions;
 mod script;
 pub mod session;

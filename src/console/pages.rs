@@ -8,9 +8,10 @@ use crate::admin::messages::{MessageDetailOut, MessageOut, MessagePage, Messages
 use crate::api_schema::MESSAGE_STATUSES;
 use crate::domain::{MessageStatus, TurnOrigin};
 
-use super::choices::{self, EditNote, Offered, Tap};
+use super::choices::{self, Offered, Tap};
 use super::error::PageResult;
 use super::html::{self, action_form, badge, excerpt, query_value, when, ActionForm, Badge, RenderPage};
+use super::parts::PartFacts;
 use super::reactions::{self, Reactions};
 use super::session::SignedIn;
 
@@ -129,12 +130,8 @@ pub fn turns(query: &MessagesQuery, list: &MessagePage) -> String {
 
 /// A part of the answer as posted.
 struct PartView {
-    index: i32,
-    status: String,
-    badge: Badge,
-    edit: Option<EditNote>,
+    facts: PartFacts,
     platform_id: Option<String>,
-    delivery: Option<Badge>,
     attempts: i32,
     sent: String,
     reaction: bool,
@@ -143,17 +140,12 @@ struct PartView {
     file: Option<(String, String, String)>,
     content: String,
     choices: Option<Offered>,
-    error: Option<String>,
 }
 
 fn part_view(part: &ReplyPartOut) -> PartView {
     PartView {
-        index: part.part_index,
-        status: part.status.clone(),
-        badge: badge(&part.status),
-        edit: choices::edit_note(part),
+        facts: PartFacts::of(part),
         platform_id: part.platform_message_id.clone(),
-        delivery: part.delivery_status.as_deref().map(badge),
         attempts: part.attempts,
         sent: part.sent_at.map(when).unwrap_or_default(),
         reaction: part.reaction,
@@ -167,7 +159,6 @@ fn part_view(part: &ReplyPartOut) -> PartView {
         }),
         content: part.content.clone(),
         choices: choices::offered(part),
-        error: part.last_error.clone(),
     }
 }
 

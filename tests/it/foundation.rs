@@ -61,6 +61,40 @@ async fn migrate_applies_on_an_empty_database_and_a_second_run_is_a_no_op() {
     assert!(unanalyzed.is_empty(), "not analyzed by migrate: {unanalyzed:?}");
 }
 
+/// A database migrated before migration 19's comments were reworded recorded the old text's
+/// checksum: migrate takes the new file, and still refuses a file that differs otherwise.
+#[tokio::test]
+async fn migrate_accepts_a_reworded_migration_and_refuses_any_other_change() {
+    use sha2::Digest;
+    const HISTORY_SCOPE: i64 = 20261122000019;
+    const OLD_TEXT: &str =
+        "d89e814ad98c4d1b1b57893726493c884ca9ee6e472aeb05b507c03620c5e1f594427741bc887059438c2c85ee23d62e";
+    let test_db = TestDb::migrated().await;
+    let mut owner = test_db.owner_conn().await;
+    let recorded = |checksum: &'static str| {
+        sqlx::query("update _sqlx_migrations set checksum = decode($1, 'hex') where version = $2")
+            .bind(checksum)
+            .bind(HISTORY_SCOPE)
+    };
+    recorded(OLD_TEXT).execute(&mut owner).await.unwrap();
+    db::migrate(&test_db.settings())
+        .await
+        .expect("a reworded migration is taken");
+    let checksum: Vec<u8> = sqlx::query_scalar("select checksum from _sqlx_migrations where version = $1")
+        .bind(HISTORY_SCOPE)
+        .fetch_one(&mut owner)
+        .await
+        .unwrap();
+    let file = include_str!("../../migrations/20261122000019_history_scope.sql");
+    assert_eq!(checksum, sha2::Sha384::digest(file.as_bytes()).to_vec());
+
+    recorded("00ff").execute(&mut owner).await.unwrap();
+    let err = db::migrate(&test_db.settings())
+        .await
+        .expect_err("another change is refused");
+    assert!(format!("{err:#}").contains("20261122000019"), "{err:#}");
+}
+
 #[tokio::test]
 async fn migrate_creates_the_database_when_it_does_not_exist() {
     let name = format!("cbt_{}", uuid::Uuid::new_v4().simple());
