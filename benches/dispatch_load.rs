@@ -53,7 +53,6 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::{Json, Router};
-use channel_bridge::db::connectors::{ConnectorSettings, NewConnector};
 use channel_bridge::db::queue::{ClaimRequest, Queue};
 use channel_bridge::db::{self, TenantTx};
 use channel_bridge::dispatch::dispatcher::Dispatcher;
@@ -64,6 +63,7 @@ use channel_bridge::domain::{
 };
 use channel_bridge::platforms::inbound::{Inbound, InboundKind, InboundMessage};
 use channel_bridge::settings::ServeSettings;
+use channel_bridge::shapes::{ConnectorSettings, NewConnector};
 use channel_bridge::signature;
 use channel_bridge::{ingress, provision};
 use clap::Parser;

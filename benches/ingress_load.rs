@@ -48,11 +48,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use channel_bridge::db::connectors::{ConnectorSettings, NewConnector};
 use channel_bridge::db::{self, TenantTx};
 use channel_bridge::domain::{ConnectorId, MessageId, Platform, TenantId, UnlinkedPolicy};
 use channel_bridge::platforms::inbound::Parsed;
 use channel_bridge::settings::{DatabaseSettings, ServeSettings};
+use channel_bridge::shapes::{ConnectorSettings, NewConnector};
 use channel_bridge::startup::Application;
 use clap::Parser;
 use common::BenchDb;

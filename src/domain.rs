@@ -387,9 +387,9 @@ pub struct Connector<S = secrecy::SecretString> {
     pub sends_held_until: Option<chrono::DateTime<chrono::Utc>>,
 }
 
-// Read into `Connector` and shown to admins in `db::connectors::ConnectorSummary`; requests
-// set it through `db::connectors::ConnectorSettings`, the same fields each optional. The doc
-// comment is also the OpenAPI document's description.
+// Read into `Connector` and shown to admins in `admin::connectors::ConnectorSummary`; requests
+// set it through `shapes::ConnectorSettings`, the same fields each optional. The doc comment
+// is also the OpenAPI document's description.
 /// What a connector is, its secrets aside.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct ConnectorProfile {
@@ -424,7 +424,7 @@ pub struct ConnectorProfile {
 }
 
 /// A connector's secrets: sealed (`S` is `String`) in its row, opened (`SecretString`) once
-/// read. Requests write them through `db::connectors::SecretsIn`.
+/// read. Requests write them through `shapes::SecretsIn`.
 #[derive(Clone, sqlx::FromRow)]
 pub struct ConnectorSecrets<S> {
     /// Slack signing secret, Meta app secret or Telegram `secret_token`.

@@ -5,10 +5,10 @@ use anyhow::Context;
 use serde::Serialize;
 use sqlx::PgPool;
 
-use crate::db::connectors::NewConnector;
 use crate::db::{self, links::Link, TenantTx};
 use crate::domain::{ConnectorId, Platform, TenantId};
 use crate::secrets::Keyring;
+use crate::shapes::NewConnector;
 
 /// A new tenant. `dispatch_secret` is shown this once; only the agent should keep it.
 #[derive(Debug, Serialize)]
@@ -77,11 +77,14 @@ pub async fn add_connector(
     tenant: TenantId,
     new: &NewConnector,
 ) -> anyhow::Result<ConnectorCreated> {
+    let row = new
+        .row()
+        .context("Failed to add the connector: it needs a verification secret")?;
     let mut tx = TenantTx::begin(pool, tenant)
         .await
         .context("Failed to reach the database")?;
     let connector =
-        db::connectors::insert(&mut tx, keys, new)
+        db::connectors::insert(&mut tx, keys, &row)
             .await
             .map_err(|err| match constraint(&err) {
                 Some("channel_connectors_tenant_id_fkey") => anyhow::anyhow!("unknown tenant {tenant}"),

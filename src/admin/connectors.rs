@@ -5,22 +5,20 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use secrecy::SecretString;
-use serde::Deserialize;
-use utoipa::IntoParams;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::auth::TenantAdmin;
 use super::schema;
 use crate::db::audit::{Actor, AuditAction, AuditEntry};
-use crate::db::connectors::{
-    ConnectorPatch, ConnectorSettings, ConnectorSummary, DeleteOutcome, NewConnector, SecretsIn,
-    DEFAULT_GRACE_SECS, MAX_GRACE_SECS,
-};
+use crate::db::connectors::{DeleteOutcome, NewRow};
 use crate::db::{self, TenantTx};
-use crate::domain::{ConnectorId, TenantId};
+use crate::domain::{ConnectorId, ConnectorProfile, TenantId};
 use crate::error::{ApiJsonError, AppError};
 use crate::http::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::http::state::AppState;
+use crate::shapes::{ConnectorPatch, ConnectorSettings, NewConnector, SecretsIn, MAX_GRACE_SECS};
 
 impl SecretsIn {
     /// Lengths, then a verification secret given must not be blank.
@@ -54,14 +52,14 @@ impl ConnectorSettings {
 }
 
 impl NewConnector {
-    fn check(&self) -> Result<(), AppError> {
+    /// The row to insert, once checked.
+    fn checked(&self) -> Result<NewRow<'_>, AppError> {
         self.secrets.check()?;
-        if self.secrets.verification_secret.is_none() {
-            return Err(AppError::Unprocessable(
-                "verification_secret must not be empty".into(),
-            ));
-        }
-        self.settings.check()
+        let row = self
+            .row()
+            .ok_or_else(|| AppError::Unprocessable("verification_secret must not be empty".into()))?;
+        self.settings.check()?;
+        Ok(row)
     }
 }
 
@@ -86,10 +84,7 @@ impl ConnectorPatch {
             .collect();
         let mut details = serde_json::json!({"fields": fields, "secrets": secrets});
         if self.secrets.verification_secret.is_some() {
-            details["previous_secret_grace_secs"] = self
-                .previous_secret_grace_secs
-                .unwrap_or(DEFAULT_GRACE_SECS)
-                .into();
+            details["previous_secret_grace_secs"] = self.grace_secs().into();
         }
         details
     }
@@ -141,9 +136,48 @@ fn non_empty_secret(secret: &SecretString, what: &str) -> Result<(), AppError> {
     Ok(())
 }
 
+/// What admins see of a connector: its profile, and of its secrets (which are write-only)
+/// only whether they are set.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ConnectorSummary {
+    pub id: uuid::Uuid,
+    #[serde(flatten)]
+    pub profile: ConnectorProfile,
+    pub has_verify_token: bool,
+    pub has_outbound_token: bool,
+    /// Until when the secret replaced by the last rotation is still accepted.
+    pub previous_secret_expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl From<db::connectors::ConnectorSummary> for ConnectorSummary {
+    fn from(row: db::connectors::ConnectorSummary) -> Self {
+        let db::connectors::ConnectorSummary {
+            id,
+            profile,
+            has_verify_token,
+            has_outbound_token,
+            previous_secret_expires_at,
+            created_at,
+            updated_at,
+        } = row;
+        Self {
+            id,
+            profile,
+            has_verify_token,
+            has_outbound_token,
+            previous_secret_expires_at,
+            created_at,
+            updated_at,
+        }
+    }
+}
+
 async fn summary_or_404(tx: &mut TenantTx, id: ConnectorId) -> Result<ConnectorSummary, AppError> {
     db::connectors::summary(tx, id)
         .await?
+        .map(ConnectorSummary::from)
         .ok_or(AppError::NotFound("connector"))
 }
 
@@ -157,7 +191,7 @@ pub async fn list(
     let mut tx = TenantTx::begin(&state.pool, admin.tenant).await?;
     let connectors = db::connectors::summaries(&mut tx).await?;
     tx.commit().await?;
-    Ok(Json(connectors))
+    Ok(Json(connectors.into_iter().map(ConnectorSummary::from).collect()))
 }
 
 /// Add a connector. The answer carries no secret.
@@ -179,10 +213,10 @@ pub async fn create_connector(
     actor: Actor,
     new: NewConnector,
 ) -> Result<ConnectorSummary, AppError> {
-    new.check()?;
+    let row = new.checked()?;
     schema::check_egress(state, "api_base_url", new.settings.api_base_url.as_deref()).await?;
     let mut tx = TenantTx::begin(&state.pool, tenant).await?;
-    let connector = db::connectors::insert(&mut tx, &state.settings.database.secrets, &new).await?;
+    let connector = db::connectors::insert(&mut tx, &state.settings.database.secrets, &row).await?;
     let summary = summary_or_404(&mut tx, connector.id).await?;
     let details = serde_json::json!({"platform": new.platform.as_str()});
     let entry = AuditEntry::new(
@@ -249,7 +283,8 @@ async fn apply(
     (action, details): (AuditAction, serde_json::Value),
 ) -> Result<ConnectorSummary, AppError> {
     let mut tx = TenantTx::begin(&state.pool, tenant).await?;
-    if !db::connectors::update(&mut tx, &state.settings.database.secrets, id, change).await? {
+    let keys = &state.settings.database.secrets;
+    if !db::connectors::update(&mut tx, keys, id, &change.into()).await? {
         return Err(AppError::NotFound("connector"));
     }
     let summary = summary_or_404(&mut tx, id).await?;

@@ -11,7 +11,6 @@ use utoipa::{IntoParams, ToSchema};
 use super::auth::TenantAdmin;
 use super::schema;
 use crate::db::audit::Actor;
-use crate::db::holds::{HeldConversation, Hold};
 use crate::db::parts::Reply;
 use crate::db::{self, TenantTx};
 use crate::delivery::split::Ask;
@@ -68,6 +67,62 @@ pub struct TakeOverIn {
     #[schema(max_length = 500, pattern = r"^[^\u0000]*$")]
     #[serde(default)]
     pub reason: Option<String>,
+}
+
+/// A held conversation as admins see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct Hold {
+    /// `user:<user id>` for a linked user, `sender:<connector id>:<platform user id>` for an
+    /// unlinked sender: the conversation's id in the API's paths.
+    pub conversation: String,
+    pub user_id: Option<String>,
+    /// The name of the key that took it over, or `agent` when the agent asked for a person.
+    pub held_by: String,
+    pub by_agent: bool,
+    /// What the agent gave as its reason (or the person typed).
+    pub reason: Option<String>,
+    pub held_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl From<db::holds::Hold> for Hold {
+    fn from(row: db::holds::Hold) -> Self {
+        let db::holds::Hold {
+            conversation,
+            user_id,
+            held_by,
+            by_agent,
+            reason,
+            held_at,
+        } = row;
+        Self {
+            conversation,
+            user_id,
+            held_by,
+            by_agent,
+            reason,
+            held_at,
+        }
+    }
+}
+
+/// A hold with the conversation's latest turn, for the held list.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct HeldConversation {
+    #[serde(flatten)]
+    pub hold: Hold,
+    pub last_turn_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The latest turn is the user's and nobody has answered it yet.
+    pub waiting: bool,
+}
+
+impl From<db::holds::HeldConversation> for HeldConversation {
+    fn from(row: db::holds::HeldConversation) -> Self {
+        Self {
+            hold: row.hold.into(),
+            last_turn_at: row.last_turn_at,
+            waiting: row.waiting,
+        }
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -210,7 +265,10 @@ pub async fn take_over(
         .await?
         .ok_or(AppError::NotFound("conversation"))?;
     tx.commit().await?;
-    Ok(HoldOut { hold, taken })
+    Ok(HoldOut {
+        hold: hold.into(),
+        taken,
+    })
 }
 
 /// Give the conversation back to the agent. If its user's last turn went unanswered while
@@ -336,5 +394,6 @@ pub async fn held(pool: &PgPool, tenant: TenantId) -> Result<HeldOut, AppError> 
     tx.commit().await?;
     let more = conversations.len() > HELD_LIST_MAX as usize;
     conversations.truncate(HELD_LIST_MAX as usize);
+    let conversations = conversations.into_iter().map(HeldConversation::from).collect();
     Ok(HeldOut { conversations, more })
 }

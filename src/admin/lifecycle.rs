@@ -9,7 +9,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::auth::TenantAdmin;
 use super::links::LinkPath;
-use super::messages::{MessageOut, ReplyPartOut};
+use super::messages::{MessageOut, ReactionOut, ReplyPartOut};
 use super::schema;
 use crate::db::audit::Actor;
 use crate::domain::Platform;
@@ -17,7 +17,7 @@ use crate::error::{ApiJsonError, AppError};
 use crate::http::extract::{ApiPath, ApiQuery};
 use crate::http::state::AppState;
 use crate::lifecycle::export::{Export, Turn};
-use crate::lifecycle::{erasure, Erased, Person};
+use crate::lifecycle::{self, erasure, Person};
 
 pub const NDJSON: &str = "application/x-ndjson";
 
@@ -28,7 +28,7 @@ pub struct ExportLine {
     pub message: MessageOut,
     pub reply_parts: Vec<ReplyPartOut>,
     /// People's reactions to the answer, each person's latest.
-    pub reactions: Vec<crate::db::reactions::ReactionOut>,
+    pub reactions: Vec<ReactionOut>,
 }
 
 impl From<Turn> for ExportLine {
@@ -36,6 +36,45 @@ impl From<Turn> for ExportLine {
         Self {
             message: message.into(),
             reply_parts: parts.into_iter().map(ReplyPartOut::from).collect(),
+            reactions: reactions.into_iter().map(ReactionOut::from).collect(),
+        }
+    }
+}
+
+// The API's view of `lifecycle::Erased`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, ToSchema)]
+#[schema(example = json!({"turns": 12, "reply_parts": 14, "jobs": 1, "links": 2, "notices": 0, "reactions": 1}))]
+pub struct Erased {
+    /// The person's turns (`channel_messages`), on every platform.
+    pub turns: u64,
+    /// The reply parts of those turns.
+    pub reply_parts: u64,
+    /// Queued or running jobs of those turns (a reply in flight is not posted after this).
+    pub jobs: u64,
+    pub links: u64,
+    /// The once-a-day marks of notices posted to the person's accounts while unlinked.
+    pub notices: u64,
+    /// The person's reactions to answers given to others (in a shared chat); those on
+    /// their own turns go with the turns.
+    pub reactions: u64,
+}
+
+impl From<lifecycle::Erased> for Erased {
+    fn from(erased: lifecycle::Erased) -> Self {
+        let lifecycle::Erased {
+            turns,
+            reply_parts,
+            jobs,
+            links,
+            notices,
+            reactions,
+        } = erased;
+        Self {
+            turns,
+            reply_parts,
+            jobs,
+            links,
+            notices,
             reactions,
         }
     }
@@ -104,9 +143,8 @@ pub async fn erase_user(
     }
     let person = Person::User(user_id);
     let actor = Actor::ApiKey(admin.key_id);
-    Ok(Json(
-        erasure::erase(&state.pool, admin.tenant, &person, actor).await?,
-    ))
+    let erased = erasure::erase(&state.pool, admin.tenant, &person, actor).await?;
+    Ok(Json(erased.into()))
 }
 
 /// Erase one platform account (an unlinked sender, or one account of a user): every turn
@@ -133,9 +171,8 @@ pub async fn erase_sender(
         platform_user_id,
     };
     let actor = Actor::ApiKey(admin.key_id);
-    Ok(Json(
-        erasure::erase(&state.pool, admin.tenant, &person, actor).await?,
-    ))
+    let erased = erasure::erase(&state.pool, admin.tenant, &person, actor).await?;
+    Ok(Json(erased.into()))
 }
 
 /// Export history as JSON Lines (`application/x-ndjson`): one line per turn, oldest first,

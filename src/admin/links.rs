@@ -3,14 +3,13 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::TenantAdmin;
 use super::schema;
 use crate::db::audit::{Actor, AuditAction, AuditEntry};
-use crate::db::links::Link;
 use crate::db::{self, TenantTx};
 use crate::domain::{Platform, TenantId};
 use crate::error::{ApiJsonError, AppError};
@@ -63,6 +62,32 @@ pub struct LinkPath {
     pub platform_user_id: String,
 }
 
+// The API's view of `db::links::Link`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Link {
+    pub platform: String,
+    pub platform_user_id: String,
+    pub user_id: String,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl From<db::links::Link> for Link {
+    fn from(row: db::links::Link) -> Self {
+        let db::links::Link {
+            platform,
+            platform_user_id,
+            user_id,
+            created_at,
+        } = row;
+        Self {
+            platform,
+            platform_user_id,
+            user_id,
+            created_at,
+        }
+    }
+}
+
 /// The tenant's links.
 #[utoipa::path(get, path = "/v1/admin/links", operation_id = "list_links", tag = "links", security(("api_key" = [])),
     responses((status = 200, body = Vec<Link>), (status = 401, body = ApiJsonError)))]
@@ -70,7 +95,7 @@ pub async fn list(State(state): State<AppState>, admin: TenantAdmin) -> Result<J
     let mut tx = TenantTx::begin(&state.pool, admin.tenant).await?;
     let links = db::links::list(&mut tx).await?;
     tx.commit().await?;
-    Ok(Json(links))
+    Ok(Json(links.into_iter().map(Link::from).collect()))
 }
 
 /// Link a sender to a user (re-points an existing link).
@@ -82,7 +107,7 @@ pub async fn create(
     ApiJson(input): ApiJson<LinkIn>,
 ) -> Result<(StatusCode, Json<Link>), AppError> {
     let link = set_link(&state.pool, admin.tenant, Actor::ApiKey(admin.key_id), &input).await?;
-    Ok((StatusCode::CREATED, Json(link)))
+    Ok((StatusCode::CREATED, Json(link.into())))
 }
 
 /// The API's create and the console's: checks, link and audit record in one transaction.
@@ -91,7 +116,7 @@ pub async fn set_link(
     tenant: TenantId,
     actor: Actor,
     input: &LinkIn,
-) -> Result<Link, AppError> {
+) -> Result<db::links::Link, AppError> {
     input.check()?;
     let mut tx = TenantTx::begin(pool, tenant).await?;
     let link = db::links::upsert(&mut tx, input.platform, &input.platform_user_id, &input.user_id).await?;

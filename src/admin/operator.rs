@@ -12,7 +12,6 @@ use uuid::Uuid;
 
 use super::auth::{issue_key, Operator};
 use super::schema;
-use crate::db::api_keys::ApiKeyRow;
 use crate::db::audit::{Actor, AuditAction, AuditEntry};
 use crate::db::tenants::{OperatorChange, TenantRef, TenantSummary};
 use crate::db::{self, TenantTx};
@@ -299,12 +298,49 @@ pub async fn issue_as(
     })
 }
 
-pub async fn revoke(pool: &PgPool, id: Uuid) -> Result<ApiKeyRow, AppError> {
+// The API's view of `db::api_keys::ApiKeyRow`, under the row's name.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ApiKeyRow {
+    pub id: Uuid,
+    #[schema(value_type = Uuid)]
+    pub tenant_id: TenantId,
+    pub name: String,
+    /// The visible start of the key (`cbk_<prefix>_…`), to recognise it in listings.
+    pub prefix: String,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub last_used_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub revoked_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl From<db::api_keys::ApiKeyRow> for ApiKeyRow {
+    fn from(row: db::api_keys::ApiKeyRow) -> Self {
+        let db::api_keys::ApiKeyRow {
+            id,
+            tenant_id,
+            name,
+            prefix,
+            created_at,
+            last_used_at,
+            revoked_at,
+        } = row;
+        Self {
+            id,
+            tenant_id,
+            name,
+            prefix,
+            created_at,
+            last_used_at,
+            revoked_at,
+        }
+    }
+}
+
+pub async fn revoke(pool: &PgPool, id: Uuid) -> Result<db::api_keys::ApiKeyRow, AppError> {
     revoke_as(pool, id, Actor::Operator).await
 }
 
 /// The key's next request answers 401.
-pub async fn revoke_as(pool: &PgPool, id: Uuid, actor: Actor) -> Result<ApiKeyRow, AppError> {
+pub async fn revoke_as(pool: &PgPool, id: Uuid, actor: Actor) -> Result<db::api_keys::ApiKeyRow, AppError> {
     let tenant = {
         let mut conn = pool.acquire().await?;
         db::api_keys::tenant_of(&mut conn, id).await?
@@ -359,7 +395,8 @@ pub async fn list_keys(
 ) -> Result<Json<Vec<ApiKeyRow>>, AppError> {
     let tenant = resolve(&state.pool, &tenant).await?;
     let mut conn = state.pool.acquire().await?;
-    Ok(Json(db::api_keys::list(&mut conn, tenant).await?))
+    let keys = db::api_keys::list(&mut conn, tenant).await?;
+    Ok(Json(keys.into_iter().map(ApiKeyRow::from).collect()))
 }
 
 /// Issue a tenant admin key; the answer holds the key, shown this once.
@@ -389,7 +426,7 @@ pub async fn revoke_key(
     _operator: Operator,
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<ApiKeyRow>, AppError> {
-    Ok(Json(revoke(&state.pool, id).await?))
+    Ok(Json(revoke(&state.pool, id).await?.into()))
 }
 
 /// Tenants, ordered by slug, a page at a time.

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::output::{text, time, Field};
 use super::{object, Context};
-use crate::db::connectors::ConnectorPatch;
+use crate::shapes::ConnectorPatch;
 
 #[derive(Debug, Subcommand)]
 pub enum Command {

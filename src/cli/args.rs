@@ -2,9 +2,9 @@
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::db::connectors::NewConnector;
 use crate::domain::{Platform, TenantId};
 use crate::settings::{DatabaseSettings, EgressSettings, LogFormat, ServeSettings};
+use crate::shapes::NewConnector;
 
 #[derive(Debug, Parser)]
 #[command(

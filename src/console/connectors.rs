@@ -15,13 +15,13 @@ use super::pages::ok_page;
 use super::session::{CsrfForm, SignedIn};
 use crate::admin::connectors;
 use crate::db::audit::Actor;
-use crate::db::connectors::{
-    ConnectorPatch, ConnectorSettings, ConnectorSummary, NewConnector, SecretsIn, DEFAULT_GRACE_SECS,
-    MAX_GRACE_SECS,
-};
+use crate::db::connectors::ConnectorSummary;
 use crate::domain::{ConnectorId, Platform, TenantId};
 use crate::error::AppError;
 use crate::http::state::AppState;
+use crate::shapes::{
+    ConnectorPatch, ConnectorSettings, NewConnector, SecretsIn, DEFAULT_GRACE_SECS, MAX_GRACE_SECS,
+};
 
 /// The API takes any grace up to `MAX_GRACE_SECS`.
 const GRACES: [(u64, &str); 5] = [

@@ -6,8 +6,7 @@ use askama::filters::HtmlSafe;
 use askama::Template;
 
 use super::html::when;
-use crate::admin::messages::ReplyPartOut;
-use crate::db::reactions::ReactionOut;
+use crate::admin::messages::{ReactionOut, ReplyPartOut};
 
 /// The emoji as text: Unicode as it is; a name spelled in ASCII (Slack sends names, never
 /// characters: `thumbsup`, `+1::skin-tone-2`, `tada`) as Slack writes it, `:name:`.

@@ -6,10 +6,9 @@ use uuid::Uuid;
 
 use crate::domain::TenantId;
 
-#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
 pub struct ApiKeyRow {
     pub id: Uuid,
-    #[schema(value_type = Uuid)]
     pub tenant_id: TenantId,
     pub name: String,
     /// The visible start of the key (`cbk_<prefix>_…`), to recognise it in listings.

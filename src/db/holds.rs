@@ -1,13 +1,11 @@
 //! `conversation_holds` (tenant table, RLS): the conversations a person holds, whose user
 //! turns are recorded but not dispatched (docs/console.md#human-handoff).
 
-use serde::Serialize;
-
 use super::TenantTx;
 use crate::domain::TenantId;
 
-/// A held conversation as admins see it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+/// A held conversation.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct Hold {
     /// `user:<user id>` for a linked user, `sender:<connector id>:<platform user id>` for an
     /// unlinked sender: the conversation's id in the API's paths.
@@ -22,10 +20,9 @@ pub struct Hold {
 }
 
 /// A hold with the conversation's latest turn, for the held list.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct HeldConversation {
     #[sqlx(flatten)]
-    #[serde(flatten)]
     pub hold: Hold,
     pub last_turn_at: Option<chrono::DateTime<chrono::Utc>>,
     /// The latest turn is the user's and nobody has answered it yet.

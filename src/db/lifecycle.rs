@@ -165,8 +165,8 @@ pub async fn purge_notices(
     Ok(done.rows_affected())
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-#[schema(example = json!({"turns": 12, "reply_parts": 14, "jobs": 1, "links": 2, "notices": 0, "reactions": 1}))]
+/// What an erasure deleted, by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Erased {
     /// The person's turns (`channel_messages`), on every platform.
     pub turns: u64,

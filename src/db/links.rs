@@ -5,7 +5,7 @@ use serde::Serialize;
 use super::TenantTx;
 use crate::domain::Platform;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
 pub struct Link {
     pub platform: String,
     pub platform_user_id: String,

@@ -4,7 +4,6 @@
 //! turns in that chat; anything else (a person's own message, another tenant's) is not ours.
 
 use serde::Serialize;
-use utoipa::ToSchema;
 
 use super::TenantTx;
 use crate::domain::{ConnectorId, MessageId};
@@ -16,8 +15,8 @@ pub struct ReactedPart {
     pub part_index: i32,
 }
 
-/// A person's reaction as admins see it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema, sqlx::FromRow)]
+/// A person's reaction, the latest state of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
 pub struct ReactionOut {
     /// The platform user who reacted.
     pub by: String,

@@ -5,8 +5,8 @@ use secrecy::SecretString;
 use sqlx::PgPool;
 
 use super::webhooks::*;
-use crate::db::connectors::{ConnectorSettings, NewConnector, SecretsIn};
 use crate::domain::{ConnectorId, Platform, TenantId, UnlinkedPolicy};
+use crate::shapes::{ConnectorSettings, NewConnector, SecretsIn};
 
 pub(super) async fn provision(
     pool: &PgPool,

@@ -1,10 +1,10 @@
 //! Migrations, readiness, provisioning.
 
-use channel_bridge::db::connectors::{ConnectorSettings, NewConnector};
 use channel_bridge::db::{self, TenantTx};
 use channel_bridge::domain::{Platform, TenantId, UnlinkedPolicy};
 use channel_bridge::provision;
 use channel_bridge::secrets::Keyring;
+use channel_bridge::shapes::{ConnectorSettings, NewConnector};
 use secrecy::SecretString;
 
 use crate::support::db_proxy::{upstream_addr, DbProxy};

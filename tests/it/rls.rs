@@ -22,7 +22,7 @@ async fn seed(pool: &PgPool, slug: &str) -> Seeded {
         .await
         .unwrap()
         .tenant_id;
-    let mut new = channel_bridge::db::connectors::NewConnector::new(
+    let mut new = channel_bridge::shapes::NewConnector::new(
         Platform::Telegram,
         secrecy::SecretString::from(format!("{slug}-secret")),
     );

@@ -3,7 +3,7 @@
 use sqlx::PgPool;
 
 use super::list::{filter_of, page_of, MessagesQuery};
-use super::message::{MessageOut, ReplyPartOut};
+use super::message::{MessageOut, ReactionOut, ReplyPartOut};
 use crate::admin::schema;
 use crate::db::{self, TenantTx};
 use crate::domain::{MessageId, TenantId};
@@ -21,7 +21,7 @@ pub enum Who {
 pub struct ConversationTurn {
     pub message: MessageOut,
     pub reply_parts: Vec<ReplyPartOut>,
-    pub reactions: Vec<db::reactions::ReactionOut>,
+    pub reactions: Vec<ReactionOut>,
 }
 
 #[derive(Debug)]
@@ -74,10 +74,9 @@ pub async fn conversation(
     for (message, part) in parts {
         parts_of.entry(message).or_default().push(part.into());
     }
-    let mut reactions_of: std::collections::HashMap<MessageId, Vec<db::reactions::ReactionOut>> =
-        Default::default();
+    let mut reactions_of: std::collections::HashMap<MessageId, Vec<ReactionOut>> = Default::default();
     for (message, reaction) in reactions {
-        reactions_of.entry(message).or_default().push(reaction);
+        reactions_of.entry(message).or_default().push(reaction.into());
     }
     let turns = rows
         .into_iter()

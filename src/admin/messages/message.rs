@@ -99,6 +99,41 @@ impl From<MessageRow> for MessageOut {
     }
 }
 
+/// A person's reaction as admins see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct ReactionOut {
+    /// The platform user who reacted.
+    pub by: String,
+    /// The emoji now on the answer, as the platform spells it (Slack: its name); null once
+    /// removed.
+    pub emoji: Option<String>,
+    /// +1 for 👍, -1 for 👎 (and their platform spellings), 0 for anything else or removed.
+    pub value: i16,
+    /// The reply part reacted to.
+    pub part_index: i32,
+    /// When the person reacted, by the platform's clock.
+    pub at: chrono::DateTime<chrono::Utc>,
+}
+
+impl From<db::reactions::ReactionOut> for ReactionOut {
+    fn from(row: db::reactions::ReactionOut) -> Self {
+        let db::reactions::ReactionOut {
+            by,
+            emoji,
+            value,
+            part_index,
+            at,
+        } = row;
+        Self {
+            by,
+            emoji,
+            value,
+            part_index,
+            at,
+        }
+    }
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ReplyPartOut {
     pub part_index: i32,
@@ -164,7 +199,7 @@ pub struct MessageDetailOut {
     pub reply_parts: Vec<ReplyPartOut>,
     /// People's reactions to the answer, each person's latest
     /// (docs/agent.md#reactions-feedback-on-answers).
-    pub reactions: Vec<db::reactions::ReactionOut>,
+    pub reactions: Vec<ReactionOut>,
 }
 
 pub async fn get_message(pool: &PgPool, tenant: TenantId, id: Uuid) -> Result<MessageDetailOut, AppError> {
@@ -183,7 +218,10 @@ pub async fn get_message(pool: &PgPool, tenant: TenantId, id: Uuid) -> Result<Me
         message: row.into(),
         reply_to_message_id: reply_to.map(|id| id.0),
         reply_parts: parts.into_iter().map(ReplyPartOut::from).collect(),
-        reactions: reactions.into_iter().map(|(_, reaction)| reaction).collect(),
+        reactions: reactions
+            .into_iter()
+            .map(|(_, reaction)| reaction.into())
+            .collect(),
     })
 }
 

@@ -15,7 +15,7 @@ use crate::http::state::AppState;
 pub use conversation::{conversation, ConversationPage, ConversationTurn, Who};
 pub use history::user_history;
 pub use list::{list_messages, MessagePage, MessagesQuery};
-pub use message::{get_message, MessageDetailOut, MessageOut, ReplyPartOut};
+pub use message::{get_message, MessageDetailOut, MessageOut, ReactionOut, ReplyPartOut};
 pub use recover::{recover_many, recover_one, ActionFilterIn, Recovery};
 
 pub fn router() -> OpenApiRouter<AppState> {

@@ -1,10 +1,10 @@
 //! Signing webhooks the way each platform does (the rules: `src/platforms/*/inbound.rs`), and
 //! a tenant with one connector per platform whose ids match the fixtures in `fixtures/`.
 
-use channel_bridge::db::connectors::{ConnectorSettings, NewConnector};
 use channel_bridge::domain::{ConnectorId, Platform, TenantId, UnlinkedPolicy};
 use channel_bridge::provision;
 use channel_bridge::secrets::Keyring;
+use channel_bridge::shapes::{ConnectorSettings, NewConnector};
 use hmac::{Hmac, Mac};
 use secrecy::SecretString;
 use sha2::Sha256;

@@ -1,6 +1,7 @@
 //! What a request writes to a connector: `ConnectorSettings` and `SecretsIn`, flattened into
 //! `NewConnector` and `ConnectorPatch` (the API's bodies, the flags of `connector add` and
-//! `admin connectors update`, the console form's target).
+//! `admin connectors update`, the console form's target), made into the database's plain
+//! `NewRow` and `Change`.
 
 use std::sync::LazyLock;
 
@@ -10,6 +11,7 @@ use utoipa::openapi::{RefOr, Schema};
 use utoipa::{PartialSchema, ToSchema};
 
 use crate::api_schema::{self, field_names, Body, FromBody};
+use crate::db::connectors::{Change, NewRow, Rotation};
 use crate::domain::{ConnectorProfile, Platform, TelegramDelivery, UnlinkedPolicy};
 
 /// The settings a request gives, on creation and on change alike: the fields of
@@ -175,6 +177,17 @@ impl NewConnector {
             edit_after_tap: s.edit_after_tap.unwrap_or(true),
         }
     }
+
+    /// The row to insert: the profile and the secrets given; `None` without a verification
+    /// secret.
+    pub fn row(&self) -> Option<NewRow<'_>> {
+        Some(NewRow {
+            profile: self.profile(),
+            verification_secret: self.secrets.verification_secret.as_ref()?,
+            verify_token: self.secrets.verify_token.as_ref(),
+            outbound_token: self.secrets.outbound_token.as_ref(),
+        })
+    }
 }
 
 /// The field names of a body: its own, then its parts'.
@@ -256,6 +269,54 @@ pub struct ConnectorPatch {
         help = "Seconds the current verification secret stays valid once --verification-secret replaces it (server default 24 h)"
     )]
     pub previous_secret_grace_secs: Option<u64>,
+}
+
+impl ConnectorPatch {
+    /// How long the replaced verification secret stays valid, when this rotates it.
+    pub fn grace_secs(&self) -> u64 {
+        self.previous_secret_grace_secs.unwrap_or(DEFAULT_GRACE_SECS)
+    }
+}
+
+impl<'a> From<&'a ConnectorPatch> for Change<'a> {
+    fn from(patch: &'a ConnectorPatch) -> Self {
+        let ConnectorSettings {
+            name,
+            api_base_url,
+            external_id,
+            app_id,
+            bot_user_id,
+            bot_id,
+            unlinked_policy,
+            telegram_delivery,
+            unlinked_notice,
+            format_markdown,
+            typing_indicator,
+            edit_after_tap,
+        } = &patch.settings;
+        let rotation = patch.secrets.verification_secret.as_ref().map(|secret| Rotation {
+            verification_secret: secret,
+            grace_secs: patch.grace_secs(),
+        });
+        Self {
+            name: name.as_deref(),
+            api_base_url: api_base_url.as_deref(),
+            external_id: external_id.as_deref(),
+            app_id: app_id.as_deref(),
+            bot_user_id: bot_user_id.as_deref(),
+            bot_id: bot_id.as_deref(),
+            unlinked_policy: *unlinked_policy,
+            telegram_delivery: *telegram_delivery,
+            unlinked_notice: unlinked_notice.as_deref(),
+            format_markdown: *format_markdown,
+            typing_indicator: *typing_indicator,
+            edit_after_tap: *edit_after_tap,
+            enabled: patch.enabled,
+            verify_token: patch.secrets.verify_token.as_ref(),
+            outbound_token: patch.secrets.outbound_token.as_ref(),
+            rotation,
+        }
+    }
 }
 
 impl FromBody for ConnectorPatch {

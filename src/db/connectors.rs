@@ -1,24 +1,56 @@
 //! `channel_connectors`: one platform endpoint of a tenant (tenant table, RLS). Its secrets
 //! are stored sealed (`crate::secrets`) and opened as a row is read.
 //!
-//! Each connector field is declared once per direction. Read: `domain::ConnectorProfile`
-//! and `domain::ConnectorSecrets`, flattened into `domain::Connector` (also the row, its
-//! secrets sealed) and `ConnectorSummary`. Written: `ConnectorSettings` and `SecretsIn`,
-//! flattened into `NewConnector` and `ConnectorPatch`, which are the API's bodies and the
-//! flags of `connector add` and `admin connectors update`, and which the console's form
-//! fills.
+//! Read: `domain::Connector` (also the row, its secrets sealed) and `ConnectorSummary`.
+//! Written: `NewRow` and `Change`, plain, made from the request's shapes
+//! (`shapes::NewConnector`, `shapes::ConnectorPatch`) where they come in.
 
 use secrecy::{ExposeSecret, SecretString};
 
 use super::tenants::unopened;
 use super::TenantTx;
-use crate::domain::{Connector, ConnectorId, ConnectorProfile, ConnectorSecrets};
+use crate::domain::{
+    Connector, ConnectorId, ConnectorProfile, ConnectorSecrets, TelegramDelivery, UnlinkedPolicy,
+};
 use crate::secrets::{Binding, ConnectorSecret, Keyring};
 
-mod input;
-pub use input::{
-    ConnectorPatch, ConnectorSettings, NewConnector, SecretsIn, DEFAULT_GRACE_SECS, MAX_GRACE_SECS,
-};
+/// A connector to insert: what it is, and its secrets in plain text, sealed here.
+#[derive(Debug)]
+pub struct NewRow<'a> {
+    pub profile: ConnectorProfile,
+    pub verification_secret: &'a SecretString,
+    pub verify_token: Option<&'a SecretString>,
+    pub outbound_token: Option<&'a SecretString>,
+}
+
+/// What an update writes: each field given is set. An empty text clears an optional one
+/// (`name` is not optional) and an empty token clears it.
+#[derive(Debug, Default)]
+pub struct Change<'a> {
+    pub name: Option<&'a str>,
+    pub api_base_url: Option<&'a str>,
+    pub external_id: Option<&'a str>,
+    pub app_id: Option<&'a str>,
+    pub bot_user_id: Option<&'a str>,
+    pub bot_id: Option<&'a str>,
+    pub unlinked_policy: Option<UnlinkedPolicy>,
+    pub telegram_delivery: Option<TelegramDelivery>,
+    pub unlinked_notice: Option<&'a str>,
+    pub format_markdown: Option<bool>,
+    pub typing_indicator: Option<bool>,
+    pub edit_after_tap: Option<bool>,
+    pub enabled: Option<bool>,
+    pub verify_token: Option<&'a SecretString>,
+    pub outbound_token: Option<&'a SecretString>,
+    pub rotation: Option<Rotation<'a>>,
+}
+
+/// A new verification secret; the current one stays valid for `grace_secs`.
+#[derive(Debug, Clone, Copy)]
+pub struct Rotation<'a> {
+    pub verification_secret: &'a SecretString,
+    pub grace_secs: u64,
+}
 
 /// Opens the sealed secrets of a row, each under its own binding.
 fn open(row: Connector<String>, keys: &Keyring) -> Result<Connector, sqlx::Error> {
@@ -88,18 +120,12 @@ pub async fn hold_sends(
     Ok(())
 }
 
-/// Fails (and inserts nothing) without a verification secret.
-pub async fn insert(tx: &mut TenantTx, keys: &Keyring, new: &NewConnector) -> Result<Connector, sqlx::Error> {
+pub async fn insert(tx: &mut TenantTx, keys: &Keyring, new: &NewRow<'_>) -> Result<Connector, sqlx::Error> {
     let tenant = tx.tenant();
     let id = ConnectorId::new();
     let at = |secret| Binding::connector(tenant, id, secret);
     let seal = |plain: Option<&SecretString>, secret| keys.seal_opt(plain, &at(secret)).map_err(unopened);
-    let Some(verification_secret) = &new.secrets.verification_secret else {
-        return Err(sqlx::Error::InvalidArgument(
-            "a new connector needs a verification secret".into(),
-        ));
-    };
-    let p = new.profile();
+    let p = new.profile.clone();
     sqlx::query(concat!(
         "insert into channel_connectors (tenant_id, id, ",
         profile_columns!(),
@@ -122,15 +148,12 @@ pub async fn insert(tx: &mut TenantTx, keys: &Keyring, new: &NewConnector) -> Re
     .bind(p.format_markdown)
     .bind(p.typing_indicator)
     .bind(p.edit_after_tap)
-    .bind(seal(Some(verification_secret), ConnectorSecret::Verification)?)
     .bind(seal(
-        new.secrets.verify_token.as_ref(),
-        ConnectorSecret::VerifyToken,
+        Some(new.verification_secret),
+        ConnectorSecret::Verification,
     )?)
-    .bind(seal(
-        new.secrets.outbound_token.as_ref(),
-        ConnectorSecret::OutboundToken,
-    )?)
+    .bind(seal(new.verify_token, ConnectorSecret::VerifyToken)?)
+    .bind(seal(new.outbound_token, ConnectorSecret::OutboundToken)?)
     .execute(tx.conn())
     .await?;
     get(tx, keys, id).await?.ok_or(sqlx::Error::RowNotFound)
@@ -179,12 +202,10 @@ pub async fn list(tx: &mut TenantTx, keys: &Keyring) -> Result<Vec<Connector>, s
     rows.into_iter().map(|row| open(row, keys)).collect()
 }
 
-/// What admins see of a connector: its profile, and of its secrets (which are write-only)
-/// only whether they are set.
-#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow, utoipa::ToSchema)]
+/// A connector as admins see it: its profile, and of its secrets only whether they are set.
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ConnectorSummary {
     pub id: uuid::Uuid,
-    #[serde(flatten)]
     #[sqlx(flatten)]
     pub profile: ConnectorProfile,
     pub has_verify_token: bool,
@@ -231,7 +252,7 @@ pub async fn update(
     tx: &mut TenantTx,
     keys: &Keyring,
     id: ConnectorId,
-    change: &ConnectorPatch,
+    change: &Change<'_>,
 ) -> Result<bool, sqlx::Error> {
     let tenant = tx.tenant();
     let at = |secret| Binding::connector(tenant, id, secret);
@@ -241,11 +262,14 @@ pub async fn update(
         seal_token(keys, &at(secret), token)
     })?;
     set_flags(&mut sql, change);
-    if let Some(secret) = &change.secrets.verification_secret {
+    if let Some(rotation) = change.rotation {
         let sealed = keys
-            .seal(secret.expose_secret(), &at(ConnectorSecret::Verification))
+            .seal(
+                rotation.verification_secret.expose_secret(),
+                &at(ConnectorSecret::Verification),
+            )
             .map_err(unopened)?;
-        rotate_verification(&mut sql, sealed, change.previous_secret_grace_secs);
+        rotate_verification(&mut sql, sealed, rotation.grace_secs);
     }
     sql.push(" where tenant_id = ")
         .push_bind(tenant)
@@ -271,34 +295,33 @@ fn seal_token(
 /// The text columns the change names, its tokens sealed by `seal`.
 fn set_texts(
     sql: &mut sqlx::QueryBuilder<'_, sqlx::Postgres>,
-    change: &ConnectorPatch,
+    change: &Change<'_>,
     seal: impl Fn(Option<&SecretString>, ConnectorSecret) -> Result<Option<String>, sqlx::Error>,
 ) -> Result<(), sqlx::Error> {
-    let settings = &change.settings;
-    let secrets = &change.secrets;
+    let text = |value: Option<&str>| value.map(str::to_owned);
     let texts = [
-        ("name", settings.name.clone()),
-        ("external_id", settings.external_id.clone()),
-        ("app_id", settings.app_id.clone()),
-        ("bot_user_id", settings.bot_user_id.clone()),
-        ("bot_id", settings.bot_id.clone()),
-        ("api_base_url", settings.api_base_url.clone()),
-        ("unlinked_notice", settings.unlinked_notice.clone()),
+        ("name", text(change.name)),
+        ("external_id", text(change.external_id)),
+        ("app_id", text(change.app_id)),
+        ("bot_user_id", text(change.bot_user_id)),
+        ("bot_id", text(change.bot_id)),
+        ("api_base_url", text(change.api_base_url)),
+        ("unlinked_notice", text(change.unlinked_notice)),
         (
             "verify_token",
-            seal(secrets.verify_token.as_ref(), ConnectorSecret::VerifyToken)?,
+            seal(change.verify_token, ConnectorSecret::VerifyToken)?,
         ),
         (
             "outbound_token",
-            seal(secrets.outbound_token.as_ref(), ConnectorSecret::OutboundToken)?,
+            seal(change.outbound_token, ConnectorSecret::OutboundToken)?,
         ),
         (
             "unlinked_policy",
-            settings.unlinked_policy.map(|p| p.as_str().to_owned()),
+            change.unlinked_policy.map(|p| p.as_str().to_owned()),
         ),
         (
             "telegram_delivery",
-            settings.telegram_delivery.map(|d| d.as_str().to_owned()),
+            change.telegram_delivery.map(|d| d.as_str().to_owned()),
         ),
     ];
     for (column, value) in texts {
@@ -311,13 +334,12 @@ fn set_texts(
     Ok(())
 }
 
-fn set_flags(sql: &mut sqlx::QueryBuilder<'_, sqlx::Postgres>, change: &ConnectorPatch) {
-    let settings = &change.settings;
+fn set_flags(sql: &mut sqlx::QueryBuilder<'_, sqlx::Postgres>, change: &Change<'_>) {
     let flags = [
         ("enabled", change.enabled),
-        ("format_markdown", settings.format_markdown),
-        ("typing_indicator", settings.typing_indicator),
-        ("edit_after_tap", settings.edit_after_tap),
+        ("format_markdown", change.format_markdown),
+        ("typing_indicator", change.typing_indicator),
+        ("edit_after_tap", change.edit_after_tap),
     ];
     for (column, value) in flags {
         if let Some(value) = value {
@@ -327,16 +349,11 @@ fn set_flags(sql: &mut sqlx::QueryBuilder<'_, sqlx::Postgres>, change: &Connecto
 }
 
 /// The new secret becomes current; the current one stays valid for the grace.
-fn rotate_verification(
-    sql: &mut sqlx::QueryBuilder<'_, sqlx::Postgres>,
-    sealed: String,
-    grace_secs: Option<u64>,
-) {
-    let grace = grace_secs.unwrap_or(DEFAULT_GRACE_SECS);
+fn rotate_verification(sql: &mut sqlx::QueryBuilder<'_, sqlx::Postgres>, sealed: String, grace_secs: u64) {
     // Right-hand sides read the old row: the current secret becomes the previous one.
     sql.push(", previous_verification_secret = verification_secret");
     sql.push(", previous_secret_expires_at = now() + make_interval(secs => ")
-        .push_bind(grace as f64)
+        .push_bind(grace_secs as f64)
         .push(")");
     sql.push(", verification_secret = ").push_bind(sealed);
 }
