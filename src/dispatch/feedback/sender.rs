@@ -1,33 +1,37 @@
-//! Feedback events to the agent (docs/agent.md#reactions-feedback-on-answers): for a tenant
-//! that opts in, each change a person makes to their reaction on an answer is POSTed to the
-//! agent URL, signed like a dispatch (Standard Webhooks), and retried with backoff. They
-//! come from a queue of their own, so an agent that refuses them never holds a turn up.
+//! Sends due feedback events: each signed like a dispatch (Standard Webhooks) and retried
+//! with backoff, then settled.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use secrecy::ExposeSecret;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use tokio::sync::watch;
+use sqlx::PgPool;
 
-use super::payload::ChannelOut;
-use super::wakeup::Wakeup;
-use super::worker::Worker;
+use crate::cache::ConfigCache;
 use crate::db::messages::MessageRow;
 use crate::db::reactions::{self, FeedbackJob, ReactionOut};
 use crate::db::tenants::TenantRow;
 use crate::db::TenantTx;
-use crate::egress::SendError;
+use crate::dispatch::agent::{self, NO_AGENT_URL};
+use crate::dispatch::payload::ChannelOut;
+use crate::egress::{GuardedClient, SendError};
+use crate::settings::ServeSettings;
 use crate::signature;
 
 /// Seconds before each next attempt; after the last, the event is given up (logged and
-/// counted). The pass runs when woken and every `EVERY`, so a wait is at least that long.
+/// counted). The pass runs when woken and every `super::EVERY`, so a wait is at least that long.
 const BACKOFF_SECS: [i32; 8] = [5, 15, 60, 300, 900, 1800, 3600, 3600];
 const BATCH: i64 = 16;
-/// How often queued events are looked for besides this instance's own wake-ups (events
-/// another instance queued, retries that came due).
-const EVERY: Duration = Duration::from_secs(30);
+
+pub(in crate::dispatch) struct FeedbackSender {
+    pool: PgPool,
+    /// Shared with the instance's admin API, which forgets what it changes.
+    cache: Arc<ConfigCache>,
+    /// The agent's client.
+    client: GuardedClient,
+    settings: Arc<ServeSettings>,
+}
 
 /// The body of a `feedback` event.
 #[derive(Debug, Serialize)]
@@ -65,32 +69,31 @@ impl Sent {
     }
 }
 
-/// On instances of the worker role: a pass when this instance queued feedback, and every
-/// `EVERY`.
-pub async fn run(worker: Arc<Worker>, wakeup: Arc<Wakeup>, mut stop: watch::Receiver<bool>) {
-    loop {
-        if let Err(err) = worker.deliver_feedback().await {
-            tracing::warn!(%err, "feedback events: a pass failed; the next one retries");
-        }
-        tokio::select! {
-            () = wakeup.feedback_notified() => {}
-            () = tokio::time::sleep(EVERY) => {}
-            _ = stop.changed() => return,
+impl FeedbackSender {
+    pub(in crate::dispatch) fn new(
+        pool: PgPool,
+        cache: Arc<ConfigCache>,
+        client: GuardedClient,
+        settings: Arc<ServeSettings>,
+    ) -> Self {
+        Self {
+            pool,
+            cache,
+            client,
+            settings,
         }
     }
-}
 
-impl Worker {
     /// One pass over the due events, each attempted once. Returns how many were settled
     /// (sent, superseded, refused or given up).
-    pub async fn deliver_feedback(&self) -> Result<usize, sqlx::Error> {
+    pub(in crate::dispatch) async fn deliver(&self) -> Result<usize, sqlx::Error> {
         let jobs = {
             let mut conn = self.pool.acquire().await?;
             reactions::claim_feedback(&mut conn, chrono::Utc::now(), BATCH, &BACKOFF_SECS).await?
         };
         let mut settled = 0;
         for job in jobs {
-            let sent = self.send_feedback(&job).await?;
+            let sent = self.send(&job).await?;
             let last = usize::try_from(job.attempts).unwrap_or(usize::MAX) >= BACKOFF_SECS.len();
             match &sent {
                 Sent::Retry(error) if !last => {
@@ -110,7 +113,7 @@ impl Worker {
         Ok(settled)
     }
 
-    async fn send_feedback(&self, job: &FeedbackJob) -> Result<Sent, sqlx::Error> {
+    async fn send(&self, job: &FeedbackJob) -> Result<Sent, sqlx::Error> {
         let mut tx = TenantTx::begin(&self.pool, job.tenant_id).await?;
         let tenant = self.cache.tenant(tx.conn(), job.tenant_id).await?;
         let reaction =
@@ -123,8 +126,8 @@ impl Worker {
         if !tenant.feedback_events {
             return Ok(Sent::Superseded);
         }
-        let Some(url) = self.agent_url(&tenant) else {
-            return Ok(Sent::Refused(super::worker::NO_AGENT_URL.into()));
+        let Some(url) = agent::url_of(&tenant, &self.settings) else {
+            return Ok(Sent::Refused(NO_AGENT_URL.into()));
         };
         let event = FeedbackOut {
             kind: "feedback",
@@ -135,10 +138,10 @@ impl Worker {
             channel: channel_of(&turn, &reaction.by),
             reaction: &reaction,
         };
-        Ok(self.post_feedback(url, &tenant, &event_id(job), &event).await)
+        Ok(self.post(url, &tenant, &event_id(job), &event).await)
     }
 
-    async fn post_feedback(&self, url: &str, tenant: &TenantRow, id: &str, event: &FeedbackOut<'_>) -> Sent {
+    async fn post(&self, url: &str, tenant: &TenantRow, id: &str, event: &FeedbackOut<'_>) -> Sent {
         let body = match serde_json::to_vec(event) {
             Ok(body) => body,
             Err(err) => return Sent::Refused(err.to_string()),
@@ -164,7 +167,7 @@ impl Worker {
             .header("webhook-signature", signature)
             .body(body);
         // The host only, never the URL: a tenant's agent URL may carry a token.
-        let host = super::agent::host_of(url);
+        let host = agent::host_of(url);
         match self.client.send(request).await {
             Ok(response) if response.status().is_success() => Sent::Delivered,
             Ok(response) if response.status().as_u16() == 429 || response.status().is_server_error() => {
@@ -172,9 +175,7 @@ impl Worker {
             }
             Ok(response) => Sent::Refused(format!("agent {host} answered {}", response.status())),
             Err(SendError::Refused(_)) => Sent::Refused(crate::egress::AGENT_REFUSED.to_owned()),
-            Err(SendError::Transport(err)) => {
-                Sent::Retry(format!("agent {host}: {}", super::agent::cause(&err)))
-            }
+            Err(SendError::Transport(err)) => Sent::Retry(format!("agent {host}: {}", agent::cause(&err))),
         }
     }
 }
