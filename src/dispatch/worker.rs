@@ -11,7 +11,7 @@ use sqlx::PgPool;
 use super::answer::Answerer;
 use super::claimed::{Claimed, StepOutcome, Waited, Work, NOTHING_TO_POST};
 use super::deliver::Deliverer;
-use super::feedback::sender::FeedbackSender;
+use super::feedback_sender::FeedbackSender;
 use super::prepare::Preparer;
 use crate::cache::ConfigCache;
 use crate::db::queue::{ClaimRequest, Queue};

@@ -11,8 +11,6 @@ use tokio::sync::watch;
 use super::wakeup::Wakeup;
 use super::worker::Worker;
 
-pub(super) mod sender;
-
 /// How often queued events are looked for besides this instance's own wake-ups (events
 /// another instance queued, retries that came due).
 const EVERY: Duration = Duration::from_secs(30);

@@ -1,5 +1,5 @@
-//! Sends due feedback events: each signed like a dispatch (Standard Webhooks) and retried
-//! with backoff, then settled.
+//! The feedback stage: due feedback events sent, each signed like a dispatch and retried
+//! with backoff, then settled. `feedback.rs` runs its passes.
 
 use std::sync::Arc;
 
@@ -8,23 +8,24 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 
+use super::agent::{self, NO_AGENT_URL};
+use super::payload::ChannelOut;
 use crate::cache::ConfigCache;
 use crate::db::messages::MessageRow;
 use crate::db::reactions::{self, FeedbackJob, ReactionOut};
 use crate::db::tenants::TenantRow;
 use crate::db::TenantTx;
-use crate::dispatch::agent::{self, NO_AGENT_URL};
-use crate::dispatch::payload::ChannelOut;
 use crate::egress::{GuardedClient, SendError};
 use crate::settings::ServeSettings;
 use crate::signature;
 
 /// Seconds before each next attempt; after the last, the event is given up (logged and
-/// counted). The pass runs when woken and every `super::EVERY`, so a wait is at least that long.
+/// counted). A pass runs when woken and every `feedback::EVERY`, so a wait is at least
+/// that long.
 const BACKOFF_SECS: [i32; 8] = [5, 15, 60, 300, 900, 1800, 3600, 3600];
 const BATCH: i64 = 16;
 
-pub(in crate::dispatch) struct FeedbackSender {
+pub(super) struct FeedbackSender {
     pool: PgPool,
     /// Shared with the instance's admin API, which forgets what it changes.
     cache: Arc<ConfigCache>,
@@ -70,7 +71,7 @@ impl Sent {
 }
 
 impl FeedbackSender {
-    pub(in crate::dispatch) fn new(
+    pub(super) fn new(
         pool: PgPool,
         cache: Arc<ConfigCache>,
         client: GuardedClient,
@@ -86,7 +87,7 @@ impl FeedbackSender {
 
     /// One pass over the due events, each attempted once. Returns how many were settled
     /// (sent, superseded, refused or given up).
-    pub(in crate::dispatch) async fn deliver(&self) -> Result<usize, sqlx::Error> {
+    pub(super) async fn deliver(&self) -> Result<usize, sqlx::Error> {
         let jobs = {
             let mut conn = self.pool.acquire().await?;
             reactions::claim_feedback(&mut conn, chrono::Utc::now(), BATCH, &BACKOFF_SECS).await?
