@@ -10,9 +10,18 @@ use reqwest::StatusCode;
 
 use super::payload::{parse_reply, Answer, AnswerError, DispatchOut};
 use super::stream::{self, StreamError};
+use crate::db::tenants::TenantRow;
 use crate::delivery::live::TextSink;
 use crate::egress::{GuardedClient, SendError, AGENT_REFUSED};
+use crate::settings::ServeSettings;
 use crate::signature;
+
+pub(super) const NO_AGENT_URL: &str = "neither the tenant nor CB_AGENT_URL names an agent";
+
+/// The tenant's agent URL, else the instance's `CB_AGENT_URL`.
+pub(super) fn url_of<'a>(tenant: &'a TenantRow, settings: &'a ServeSettings) -> Option<&'a str> {
+    tenant.agent_url.as_deref().or(settings.agent_url.as_deref())
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CallOutcome {

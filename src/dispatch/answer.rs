@@ -1,30 +1,69 @@
-//! One turn dispatched: the agent called with its typing indicator and live view, the
-//! answer stored, the reply delivered.
+//! The answer stage: the agent called with its typing indicator and live view, the answer
+//! stored, and the reply handed to the delivery stage.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use secrecy::ExposeSecret;
 use tracing::Instrument;
 
-use super::agent::CallOutcome;
+use super::agent::{CallOutcome, NO_AGENT_URL};
 use super::claimed::{phase, Prepared, StepOutcome, Waited, NOTHING_TO_POST};
+use super::deliver::Deliverer;
 use super::payload::{Answer, ChatMessage};
-use super::worker::{Worker, NO_AGENT_URL};
 use super::{agent, payload};
 use crate::db::parts::Reply;
 use crate::db::queue::Job;
 use crate::delivery::live::{LiveContext, LiveView, TextSink};
-use crate::delivery::typing::Typing;
+use crate::delivery::typing::{Indicators, Typing};
 use crate::delivery::{split, Outgoing};
+use crate::egress::GuardedClient;
+use crate::media::token::UrlMinter;
+use crate::settings::ServeSettings;
 use crate::telemetry::traces;
+use crate::turn::writer::TurnWriter;
 use crate::turn::{Applied, HandoffRequest, Transition};
 
-impl Worker {
+pub(super) struct Answerer {
+    settings: Arc<ServeSettings>,
+    /// The agent's client.
+    agent: GuardedClient,
+    /// The platforms' client, for the live view and the preview it leaves.
+    platform: GuardedClient,
+    writer: TurnWriter,
+    typing: Arc<Indicators>,
+    urls: UrlMinter,
+    clock: fn() -> i64,
+}
+
+impl Answerer {
+    pub(super) fn new(
+        settings: Arc<ServeSettings>,
+        agent: GuardedClient,
+        platform: GuardedClient,
+        writer: TurnWriter,
+        typing: Arc<Indicators>,
+        urls: UrlMinter,
+        clock: fn() -> i64,
+    ) -> Self {
+        Self {
+            settings,
+            agent,
+            platform,
+            writer,
+            typing,
+            urls,
+            clock,
+        }
+    }
+
+    /// `deliverer` posts the reply once the answer is stored, in the same job.
     pub(super) async fn dispatch(
         &self,
         job: &Job,
         mut prepared: Prepared,
         waited: &mut Waited,
+        deliverer: &Deliverer,
     ) -> anyhow::Result<StepOutcome> {
         let attempts = u32::try_from(prepared.message.attempts).unwrap_or(u32::MAX);
         metrics::counter!("channel_bridge_dispatch_attempts_total").increment(1);
@@ -49,7 +88,12 @@ impl Worker {
                 let agent_ms = i32::try_from(started.elapsed().as_millis()).ok();
                 // Boxed: its future is twice the size of the agent call's, and thousands of
                 // jobs wait on the agent at once holding a future as large as their largest step.
-                Box::pin(self.complete(job, prepared, answer, agent_ms, waited, typing)).await
+                let answered = Answered {
+                    answer,
+                    agent_ms,
+                    typing,
+                };
+                Box::pin(self.complete(job, prepared, answered, waited, deliverer)).await
             }
             CallOutcome::Accepted => self.accepted(job, &prepared).await,
             CallOutcome::Retryable {
@@ -106,15 +150,15 @@ impl Worker {
             .await
     }
 
-    pub(super) fn start_typing(&self, prepared: &Prepared) -> Option<Typing> {
+    fn start_typing(&self, prepared: &Prepared) -> Option<Typing> {
         let connector = prepared.connector.as_ref()?;
         self.typing
             .start(connector, &prepared.message, prepared.claimed_at)
     }
 
-    pub(super) fn live_context(&self, job: &Job, prepared: &Prepared) -> Option<LiveContext> {
+    fn live_context(&self, job: &Job, prepared: &Prepared) -> Option<LiveContext> {
         Some(LiveContext {
-            client: self.platform_client.clone(),
+            client: self.platform.clone(),
             writer: self.writer.clone(),
             job: job.clone(),
             connector: prepared.connector.clone()?,
@@ -124,16 +168,16 @@ impl Worker {
     }
 
     /// For a turn that gets no reply; a retry keeps the preview for the next attempt to adopt.
-    pub(super) async fn end_preview(&self, prepared: &Prepared) {
+    async fn end_preview(&self, prepared: &Prepared) {
         let (Some(connector), Some(live_id)) = (&prepared.connector, &prepared.message.live_message_id)
         else {
             return;
         };
-        crate::delivery::live::end(&self.platform_client, connector, &prepared.message, live_id).await;
+        crate::delivery::live::end(&self.platform, connector, &prepared.message, live_id).await;
     }
 
     /// The retry horizon counts from when the job was queued.
-    pub(super) fn may_retry(&self, job: &Job, attempts: u32, delay: Duration) -> bool {
+    fn may_retry(&self, job: &Job, attempts: u32, delay: Duration) -> bool {
         let settings = &self.settings.dispatch;
         if settings.max_attempts != 0 && attempts >= settings.max_attempts {
             return false;
@@ -145,14 +189,14 @@ impl Worker {
     }
 
     /// `history` is consumed: only the encoded request lives on while the call waits.
-    pub(super) async fn call_agent(
+    async fn call_agent(
         &self,
         prepared: &Prepared,
         history: Vec<ChatMessage>,
         live: &mut (dyn TextSink + Send),
     ) -> CallOutcome {
         let tenant = &prepared.tenant;
-        let Some(url) = self.agent_url(tenant) else {
+        let Some(url) = agent::url_of(tenant, &self.settings) else {
             return CallOutcome::Permanent {
                 reason: "no_agent_url",
                 error: NO_AGENT_URL.into(),
@@ -174,7 +218,7 @@ impl Worker {
                 .map(|s| s.expose_secret()),
         );
         let span = tracing::info_span!(target: traces::TARGET, "agent call", otel.kind = "client");
-        let outcome = agent::call(&self.client, url, &secrets, payload, now, Some(live))
+        let outcome = agent::call(&self.agent, url, &secrets, payload, now, Some(live))
             .instrument(span.clone())
             .await;
         match &outcome {
@@ -187,15 +231,19 @@ impl Worker {
     }
 
     /// The store commits together with the first part's `sending` mark.
-    pub(super) async fn complete(
+    async fn complete(
         &self,
         job: &Job,
         prepared: Prepared,
-        answer: Answer,
-        agent_ms: Option<i32>,
+        answered: Answered,
         waited: &mut Waited,
-        typing: Option<Typing>,
+        deliverer: &Deliverer,
     ) -> anyhow::Result<StepOutcome> {
+        let Answered {
+            answer,
+            agent_ms,
+            typing,
+        } = answered;
         let started = Instant::now();
         let Ready { answered, reply } = match reply_of(&prepared, answer, agent_ms)? {
             Ok(reply) => reply,
@@ -221,7 +269,7 @@ impl Worker {
             (true, Some(connector)) => Some(Outgoing::fresh(prepared.message, connector, &reply, job.lease)),
             // Stored by an earlier attempt, or by this one in a commit whose acknowledgement was
             // lost: the parts say which (`Delivery::load`).
-            _ => self.load_outgoing(job).await?,
+            _ => deliverer.load_outgoing(job).await?,
         };
         let Some(outgoing) = stored else {
             let abandoned = Transition::Abandoned {
@@ -234,13 +282,21 @@ impl Worker {
         if let Some(typing) = typing {
             typing.before_reply().await;
         }
-        let outcome = self.run_delivery(job, &outgoing, waited).await?;
+        let outcome = deliverer.run_delivery(job, &outgoing, waited).await?;
         phase("reply", started);
         Ok(match outcome {
             StepOutcome::LeaseLost(id) => StepOutcome::LeaseLost(id),
             _ => StepOutcome::Executed(job.message_id),
         })
     }
+}
+
+/// What the agent's call left for the store: the answer, how long the agent took, and the
+/// typing indicator that runs until the reply is posted.
+struct Answered {
+    answer: Answer,
+    agent_ms: Option<i32>,
+    typing: Option<Typing>,
 }
 
 /// An answer made ready to store: split for its platform, its choices, files and reaction

@@ -1,17 +1,47 @@
-//! A reply's delivery pass run from the worker.
+//! The reply stage: a turn's stored parts posted to its platform.
 
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use sqlx::PgPool;
 use tracing::Instrument;
 
 use super::claimed::{phase, StepOutcome, Waited};
-use super::worker::Worker;
 use crate::db::queue::Job;
 use crate::db::TenantTx;
+use crate::delivery::holds::SendHolds;
 use crate::delivery::{Delivery, DeliveryOutcome, Outgoing};
+use crate::egress::GuardedClient;
+use crate::settings::ServeSettings;
 use crate::telemetry::traces;
+use crate::turn::writer::TurnWriter;
 
-impl Worker {
+pub(super) struct Deliverer {
+    pool: PgPool,
+    writer: TurnWriter,
+    /// The platforms' client: shorter timeouts than an agent call.
+    client: GuardedClient,
+    settings: Arc<ServeSettings>,
+    /// One per worker, so a 429 met by one turn holds its connector's other turns too.
+    holds: SendHolds,
+}
+
+impl Deliverer {
+    pub(super) fn new(
+        pool: PgPool,
+        writer: TurnWriter,
+        client: GuardedClient,
+        settings: Arc<ServeSettings>,
+    ) -> Self {
+        Self {
+            pool,
+            writer,
+            client,
+            settings,
+            holds: SendHolds::default(),
+        }
+    }
+
     /// Read through an outage, for at most a lease: the answer it follows is stored.
     pub(super) async fn load_outgoing(&self, job: &Job) -> anyhow::Result<Option<Outgoing>> {
         let read = || async {
@@ -22,10 +52,10 @@ impl Worker {
             Ok::<_, sqlx::Error>(outgoing)
         };
         let deadline = self.settings.database.deadline();
-        let outgoing = crate::db::outage::through_outage(self.lease(), "reply parts", || {
-            crate::db::within(deadline, read())
-        })
-        .await?;
+        let lease = Duration::from_secs(self.settings.dispatch.lease_secs);
+        let outgoing =
+            crate::db::outage::through_outage(lease, "reply parts", || crate::db::within(deadline, read()))
+                .await?;
         Ok(outgoing)
     }
 
@@ -50,7 +80,7 @@ impl Worker {
         let delivery = Delivery {
             writer: &self.writer,
             pool: &self.pool,
-            client: &self.platform_client,
+            client: &self.client,
             settings: &self.settings.dispatch,
             holds: &self.holds,
         };

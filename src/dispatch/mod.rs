@@ -9,6 +9,7 @@ mod claimed;
 mod deliver;
 pub mod dispatcher;
 pub mod feedback;
+mod feedback_sender;
 pub mod history;
 pub mod payload;
 mod prepare;

@@ -1,9 +1,9 @@
-//! A claim and its preparation in the claim's own transaction: a few statements per tenant
-//! and one commit for the batch.
+//! The claim stage: a claim and its preparation in the claim's own transaction, a few
+//! statements per tenant and one commit for the batch; and the end of a failed job's lease.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use sqlx::{Postgres, Transaction};
@@ -11,18 +11,43 @@ use sqlx::{Postgres, Transaction};
 use super::claimed::{phase, Claimed, Prepared, Work};
 use super::history;
 use super::payload::ChatMessage;
-use super::worker::Worker;
+use crate::cache::ConfigCache;
 use crate::db::messages::MessageRow;
-use crate::db::queue::{ClaimRequest, Job, Stage};
+use crate::db::queue::{ClaimRequest, Job, Queue, Stage};
 use crate::db::tenants::TenantRow;
 use crate::db::TenantTx;
 use crate::delivery::Delivery;
 use crate::domain::{Connector, MessageId};
+use crate::settings::ServeSettings;
 use crate::turn::apply;
 
-impl Worker {
+pub(super) struct Preparer {
+    queue: Queue,
+    settings: Arc<ServeSettings>,
+    /// Shared with the instance's admin API, which forgets what it changes.
+    cache: Arc<ConfigCache>,
+}
+
+impl Preparer {
+    pub(super) fn new(queue: Queue, settings: Arc<ServeSettings>, cache: Arc<ConfigCache>) -> Self {
+        Self {
+            queue,
+            settings,
+            cache,
+        }
+    }
+
+    pub(super) fn queue(&self) -> &Queue {
+        &self.queue
+    }
+
+    /// Ends a failed job's lease (see `release`); `'static`, so it can be spawned.
+    pub(super) fn release(&self, job: Job, outage: bool) -> impl std::future::Future<Output = ()> + 'static {
+        release(self.queue.clone(), self.settings.clone(), job, outage)
+    }
+
     /// A failed preparation puts the batch's jobs back with a backoff.
-    pub async fn claim(&self, request: &ClaimRequest) -> anyhow::Result<Vec<Claimed>> {
+    pub(super) async fn claim(&self, request: &ClaimRequest) -> anyhow::Result<Vec<Claimed>> {
         let started = Instant::now();
         let Some((jobs, tx)) = self.queue.claim(request).await.context("Failed to claim jobs")? else {
             return Ok(Vec::new());
@@ -41,8 +66,7 @@ impl Worker {
                 use crate::db::outage::MaybeOutage;
                 let outage = err.is_outage();
                 for job in jobs {
-                    let release =
-                        super::worker::release(self.queue.clone(), self.settings.clone(), job, outage);
+                    let release = self.release(job, outage);
                     match outage {
                         true => drop(tokio::spawn(release)),
                         false => release.await,
@@ -53,7 +77,7 @@ impl Worker {
         }
     }
 
-    pub(super) async fn prepare(
+    async fn prepare(
         &self,
         tx: Transaction<'static, Postgres>,
         jobs: &[Job],
@@ -75,7 +99,7 @@ impl Worker {
         Ok(claimed)
     }
 
-    pub(super) async fn prepare_tenant(
+    async fn prepare_tenant(
         &self,
         tx: &mut TenantTx,
         jobs: &[&Job],
@@ -153,7 +177,7 @@ impl Worker {
     }
 
     /// Read fresh rather than cached: a token rotated a moment ago must not fail the reply.
-    pub(super) async fn connectors_of(
+    async fn connectors_of(
         &self,
         tx: &mut TenantTx,
         messages: &[&MessageRow],
@@ -169,6 +193,26 @@ impl Worker {
         }
         let connectors = crate::db::connectors::get_many(tx, &self.settings.database.secrets, &ids).await?;
         Ok(connectors.into_iter().map(|c| (c.id, Arc::new(c))).collect())
+    }
+}
+
+/// Ends a failed job's lease. A job that fails every time must not be claimed again at once;
+/// one that met an outage is ready again as soon as the database is back, rather than when
+/// its lease runs out. Written through the outage, for at most a lease.
+async fn release(queue: Queue, settings: Arc<ServeSettings>, job: Job, outage: bool) {
+    let attempts = u32::try_from(job.attempts).unwrap_or(1);
+    let delay = match outage {
+        true => Duration::ZERO,
+        false => crate::retry::backoff(&settings.dispatch, attempts, None),
+    };
+    let deadline = settings.database.deadline();
+    let patience = Duration::from_secs(settings.dispatch.lease_secs);
+    let released = crate::db::outage::through_outage(patience, "job release", || {
+        crate::db::within(deadline, queue.retry_later(job.message_id, job.lease, delay))
+    })
+    .await;
+    if let Err(err) = released {
+        tracing::warn!(%err, message_id = %job.message_id, "could not release a failed job; its lease decides");
     }
 }
 

@@ -1,5 +1,6 @@
-//! The worker and one claimed job run to its outcome; `Worker::step` claims and runs one
-//! job, for tests and tools.
+//! The worker: its stages (claim, answer, delivery, feedback) built once and one claimed
+//! job run through them to its outcome; `Worker::step` claims and runs one job, for tests
+//! and tools.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -7,32 +8,30 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use sqlx::PgPool;
 
+use super::answer::Answerer;
 use super::claimed::{Claimed, StepOutcome, Waited, Work, NOTHING_TO_POST};
+use super::deliver::Deliverer;
+use super::feedback_sender::FeedbackSender;
+use super::prepare::Preparer;
 use crate::cache::ConfigCache;
-use crate::db::queue::{ClaimRequest, Job, Queue};
+use crate::db::queue::{ClaimRequest, Queue};
 use crate::delivery::typing::Indicators;
 use crate::egress::GuardedClient;
+use crate::media::token::UrlMinter;
 use crate::settings::ServeSettings;
 use crate::telemetry::traces;
 use crate::turn::writer::TurnWriter;
 use crate::turn::Transition;
 
-pub(super) const NO_AGENT_URL: &str = "neither the tenant nor CB_AGENT_URL names an agent";
-
+/// Each stage holds only the services it uses; the turn writer is shared, so their changes
+/// share its batches.
 pub struct Worker {
-    pub(super) pool: PgPool,
-    pub(super) queue: Queue,
-    pub(super) settings: Arc<ServeSettings>,
-    pub(super) client: GuardedClient,
-    /// Shorter timeouts than an agent call.
-    pub(super) platform_client: GuardedClient,
-    pub(super) writer: TurnWriter,
-    pub(super) typing: Arc<Indicators>,
-    /// Shared with the instance's admin API, which forgets what it changes.
-    pub(super) cache: Arc<ConfigCache>,
-    pub(super) urls: crate::media::token::UrlMinter,
-    pub(super) holds: crate::delivery::holds::SendHolds,
-    pub(super) clock: fn() -> i64,
+    settings: Arc<ServeSettings>,
+    writer: TurnWriter,
+    preparer: Preparer,
+    answerer: Answerer,
+    deliverer: Deliverer,
+    feedback: FeedbackSender,
 }
 
 /// What one instance builds once and shares between its worker and its HTTP faces: the
@@ -98,11 +97,6 @@ fn agent_client(settings: &ServeSettings) -> anyhow::Result<GuardedClient> {
 }
 
 impl Worker {
-    /// The tenant's agent URL, else the instance's `CB_AGENT_URL`.
-    pub(super) fn agent_url<'a>(&'a self, tenant: &'a crate::db::tenants::TenantRow) -> Option<&'a str> {
-        tenant.agent_url.as_deref().or(self.settings.agent_url.as_deref())
-    }
-
     /// A worker of its own (tests and tools): its services are built for it. Its turn
     /// writer's tasks start on the current runtime.
     pub fn new(pool: PgPool, settings: Arc<ServeSettings>, clock: fn() -> i64) -> anyhow::Result<Self> {
@@ -126,17 +120,27 @@ impl Worker {
             },
             Duration::from_secs(settings.dispatch.lease_secs),
         );
+        let agent = agent_client(&settings)?;
+        let urls = UrlMinter::new(settings.database.secrets.clone(), &settings.media);
+        let Services {
+            platform_client,
+            typing,
+            cache,
+        } = services;
         Ok(Self {
-            queue: Queue::new(pool.clone()),
-            pool,
-            client: agent_client(&settings)?,
-            platform_client: services.platform_client,
+            preparer: Preparer::new(Queue::new(pool.clone()), settings.clone(), cache.clone()),
+            answerer: Answerer::new(
+                settings.clone(),
+                agent.clone(),
+                platform_client.clone(),
+                writer.clone(),
+                typing,
+                urls,
+                clock,
+            ),
+            deliverer: Deliverer::new(pool.clone(), writer.clone(), platform_client, settings.clone()),
+            feedback: FeedbackSender::new(pool, cache, agent, settings.clone()),
             writer,
-            typing: services.typing,
-            clock,
-            cache: services.cache,
-            urls: crate::media::token::UrlMinter::new(settings.database.secrets.clone(), &settings.media),
-            holds: Default::default(),
             settings,
         })
     }
@@ -146,11 +150,18 @@ impl Worker {
     }
 
     pub fn queue(&self) -> &Queue {
-        &self.queue
+        self.preparer.queue()
     }
 
-    pub(super) fn lease(&self) -> Duration {
-        Duration::from_secs(self.settings.dispatch.lease_secs)
+    /// A failed preparation puts the batch's jobs back with a backoff.
+    pub async fn claim(&self, request: &ClaimRequest) -> anyhow::Result<Vec<Claimed>> {
+        self.preparer.claim(request).await
+    }
+
+    /// One pass over the due feedback events, each attempted once. Returns how many were
+    /// settled (sent, superseded, refused or given up).
+    pub async fn deliver_feedback(&self) -> Result<usize, sqlx::Error> {
+        self.feedback.deliver().await
     }
 
     pub async fn step(&self) -> anyhow::Result<StepOutcome> {
@@ -158,18 +169,13 @@ impl Worker {
             wanted: 1,
             room: Vec::new(),
             default_room: 1,
-            lease: self.lease(),
+            lease: Duration::from_secs(self.settings.dispatch.lease_secs),
         };
         let mut claimed = self.claim(&request).await?;
         match claimed.pop() {
             Some(claimed) => self.run_job(claimed).await,
             None => Ok(StepOutcome::Empty),
         }
-    }
-
-    /// Ends a failed job's lease (see `release`).
-    pub(super) async fn back_off(&self, job: &Job, outage: bool) {
-        release(self.queue.clone(), self.settings.clone(), job.clone(), outage).await;
     }
 
     pub async fn run_job(&self, claimed: Claimed) -> anyhow::Result<StepOutcome> {
@@ -183,9 +189,16 @@ impl Worker {
         let mut waited = Waited::default();
         let work = async {
             match claimed.work {
-                Work::Dispatch(prepared) => self.dispatch(&job, *prepared, &mut waited).await,
+                Work::Dispatch(prepared) => {
+                    let deliverer = &self.deliverer;
+                    self.answerer
+                        .dispatch(&job, *prepared, &mut waited, deliverer)
+                        .await
+                }
                 // Boxed, as `dispatch`'s delivery: a job's future is as large as its largest step.
-                Work::Deliver(outgoing) => Box::pin(self.deliver(&job, &outgoing, &mut waited)).await,
+                Work::Deliver(outgoing) => {
+                    Box::pin(self.deliverer.deliver(&job, &outgoing, &mut waited)).await
+                }
                 Work::Skip => {
                     self.writer
                         .conclude(&job, Transition::Skipped, StepOutcome::Skipped(job.message_id))
@@ -211,28 +224,8 @@ impl Worker {
         metrics::histogram!("channel_bridge_dispatch_own_seconds").record(own.as_secs_f64());
         if let Err(err) = &outcome {
             use crate::db::outage::MaybeOutage;
-            self.back_off(&job, err.is_outage()).await;
+            self.preparer.release(job.clone(), err.is_outage()).await;
         }
         outcome
-    }
-}
-
-/// Ends a failed job's lease. A job that fails every time must not be claimed again at once;
-/// one that met an outage is ready again as soon as the database is back, rather than when
-/// its lease runs out. Written through the outage, for at most a lease.
-pub(super) async fn release(queue: Queue, settings: Arc<ServeSettings>, job: Job, outage: bool) {
-    let attempts = u32::try_from(job.attempts).unwrap_or(1);
-    let delay = match outage {
-        true => Duration::ZERO,
-        false => crate::retry::backoff(&settings.dispatch, attempts, None),
-    };
-    let deadline = settings.database.deadline();
-    let patience = Duration::from_secs(settings.dispatch.lease_secs);
-    let released = crate::db::outage::through_outage(patience, "job release", || {
-        crate::db::within(deadline, queue.retry_later(job.message_id, job.lease, delay))
-    })
-    .await;
-    if let Err(err) = released {
-        tracing::warn!(%err, message_id = %job.message_id, "could not release a failed job; its lease decides");
     }
 }
