@@ -26,6 +26,16 @@ pub struct TenantRow {
     pub created_at: chrono::DateTime<chrono::Utc>,
 }
 
+impl TenantRow {
+    /// The secrets what the gateway sends the agent is signed with: the current one, and the
+    /// previous one while its grace lasts (a signature each, so an agent with either checks).
+    pub fn signing_secrets(&self) -> Vec<&str> {
+        let mut secrets = vec![self.dispatch_secret.0.expose_secret()];
+        secrets.extend(self.previous_dispatch_secret.as_ref().map(|s| s.expose_secret()));
+        secrets
+    }
+}
+
 #[derive(sqlx::FromRow)]
 struct StoredTenant {
     id: TenantId,

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use secrecy::ExposeSecret;
 use tracing::Instrument;
 
 use super::agent::{CallOutcome, NO_AGENT_URL};
@@ -210,13 +209,7 @@ impl Answerer {
             &prepared.message,
             chrono::Utc::now() + horizon,
         ));
-        let mut secrets = vec![tenant.dispatch_secret.0.expose_secret()];
-        secrets.extend(
-            tenant
-                .previous_dispatch_secret
-                .as_ref()
-                .map(|s| s.expose_secret()),
-        );
+        let secrets = tenant.signing_secrets();
         let span = tracing::info_span!(target: traces::TARGET, "agent call", otel.kind = "client");
         let outcome = agent::call(&self.agent, url, &secrets, payload, now, Some(live))
             .instrument(span.clone())

@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use secrecy::ExposeSecret;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
@@ -147,13 +146,7 @@ impl FeedbackSender {
             Ok(body) => body,
             Err(err) => return Sent::Refused(err.to_string()),
         };
-        let mut secrets = vec![tenant.dispatch_secret.0.expose_secret()];
-        secrets.extend(
-            tenant
-                .previous_dispatch_secret
-                .as_ref()
-                .map(|s| s.expose_secret()),
-        );
+        let secrets = tenant.signing_secrets();
         let now = chrono::Utc::now().timestamp();
         let signature = match signature::sign_all(&secrets, id, now, &body) {
             Ok(signature) => signature,
