@@ -23,7 +23,7 @@ wrk_serve
 
 # Each wrk thread numbers its own updates from a different start: update_ids never repeat.
 cat > "$work/telegram.lua" <<LUA
--- `thread_base` is set per thread by setup() (a global of that thread's Lua state).
+-- thread_base is set per thread by setup() (a global of that thread's Lua state).
 local counter = 0
 local threads = {}
 function setup(thread)
