@@ -10,6 +10,7 @@
 //! Uses DATABASE_URL's server (default postgres://postgres@127.0.0.1:5432/postgres) and a
 //! fresh database that it drops at the end.
 
+#[allow(dead_code)] // each bench uses a part of it
 mod common;
 
 use channel_bridge::secrets::Keyring;

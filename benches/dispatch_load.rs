@@ -40,9 +40,11 @@
 //! figures are a floor for a worker on its own hardware. `cargo bench` builds with the
 //! bench profile (release).
 
+#[allow(dead_code)] // each bench uses a part of it
 mod common;
 
 use channel_bridge::secrets::Keyring;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -58,19 +60,17 @@ use channel_bridge::db::{self, TenantTx};
 use channel_bridge::dispatch::dispatcher::Dispatcher;
 use channel_bridge::dispatch::wakeup::Wakeup;
 use channel_bridge::dispatch::{history, StepOutcome, Worker};
-use channel_bridge::domain::{
-    Address, Connector, MessageId, Platform, TelegramDelivery, TenantId, UnlinkedPolicy,
-};
+use channel_bridge::domain::{Address, Connector, MessageId, Platform, TenantId, UnlinkedPolicy};
 use channel_bridge::platforms::inbound::{Inbound, InboundKind, InboundMessage};
 use channel_bridge::settings::ServeSettings;
-use channel_bridge::shapes::{ConnectorSettings, NewConnector};
 use channel_bridge::signature;
 use channel_bridge::{ingress, provision};
 use clap::Parser;
+use common::cpu::{backend_ticks, machine_ticks, own_ticks};
+use common::provision::{telegram_connector, BOT_ID};
 use common::{filler_text, BenchDb};
 use futures::{StreamExt, TryStreamExt};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use secrecy::SecretString;
 use serde_json::json;
 use sqlx::{Connection, Executor, PgConnection, PgPool, Row};
 
@@ -282,7 +282,12 @@ async fn provision_fixture(pool: &PgPool, users: i64, telegram_url: &str) -> any
         pool,
         &Keyring::ephemeral(),
         tenant,
-        &telegram_connector(telegram_url),
+        &telegram_connector(
+            BOT_ID,
+            "bench bot".into(),
+            telegram_url.to_owned(),
+            UnlinkedPolicy::Deny,
+        ),
     )
     .await?;
     // One more user than the history has: the `--stalled-backlog` user.
@@ -304,24 +309,6 @@ async fn provision_fixture(pool: &PgPool, users: i64, telegram_url: &str) -> any
         dispatch_secret: created.dispatch_secret,
         users,
     })
-}
-
-fn telegram_connector(api_base_url: &str) -> NewConnector {
-    let mut new = NewConnector::new(
-        Platform::Telegram,
-        SecretString::from("bench-telegram-secret_token"),
-    );
-    new.secrets.outbound_token = Some(SecretString::from("7000000001:bench-bot-token"));
-    new.settings = ConnectorSettings {
-        name: Some("bench bot".into()),
-        external_id: Some("7000000001".into()),
-        bot_user_id: Some("7000000001".into()),
-        api_base_url: Some(api_base_url.to_owned()),
-        unlinked_policy: Some(UnlinkedPolicy::Deny),
-        telegram_delivery: Some(TelegramDelivery::AtMostOnce),
-        ..ConnectorSettings::default()
-    };
-    new
 }
 
 // ---------------------------------------------------------------------------------------
@@ -834,7 +821,7 @@ struct Meter {
     started: Instant,
     machine: Option<(u64, u64)>,
     own: Option<u64>,
-    backends: Vec<(i32, u64)>,
+    backends: HashMap<u32, u64>,
     counters: Counters,
 }
 
@@ -843,33 +830,26 @@ const TICKS_PER_SEC: f64 = 100.0;
 
 impl Meter {
     async fn start(url: &str) -> anyhow::Result<Self> {
-        let backends = backend_pids(url).await?;
+        let backends = backend_ticks(url).await?;
         Ok(Self {
             counters: Counters::read(url).await?,
             started: Instant::now(),
             machine: machine_ticks(),
-            own: process_ticks("self"),
-            backends: backends
-                .into_iter()
-                .filter_map(|pid| Some((pid, process_ticks(&pid.to_string())?)))
-                .collect(),
+            own: own_ticks(),
+            backends,
         })
     }
 
     async fn print_cpu(&self, url: &str, dispatches: usize) -> anyhow::Result<()> {
         let elapsed = self.started.elapsed().as_secs_f64();
-        let (Some(own_before), Some(own_after)) = (self.own, process_ticks("self")) else {
+        let (Some(own_before), Some(own_after)) = (self.own, own_ticks()) else {
             return Ok(());
         };
-        let mut backend_ticks = 0;
-        for pid in backend_pids(url).await? {
-            let before = self
-                .backends
-                .iter()
-                .find(|(p, _)| *p == pid)
-                .map_or(0, |(_, t)| *t);
-            backend_ticks += process_ticks(&pid.to_string()).map_or(0, |after| after.saturating_sub(before));
-        }
+        let backends: u64 = backend_ticks(url)
+            .await?
+            .iter()
+            .map(|(pid, &after)| after.saturating_sub(self.backends.get(pid).copied().unwrap_or(0)))
+            .sum();
         let per_dispatch = |ticks: u64| ticks as f64 / TICKS_PER_SEC / dispatches.max(1) as f64 * 1e6;
         let machine = match (self.machine, machine_ticks()) {
             (Some((busy0, all0)), Some((busy1, all1))) => {
@@ -884,8 +864,8 @@ impl Meter {
             "  CPU per dispatch: bench process (worker + agent) {:.0} µs, PostgreSQL backends {:.0} µs; \
              {:.2} cores in use on average{machine}",
             per_dispatch(own_after - own_before),
-            per_dispatch(backend_ticks),
-            (own_after - own_before + backend_ticks) as f64 / TICKS_PER_SEC / elapsed,
+            per_dispatch(backends),
+            (own_after - own_before + backends) as f64 / TICKS_PER_SEC / elapsed,
         );
         Ok(())
     }
@@ -941,39 +921,6 @@ impl Counters {
             replies: (row.get("r_upd"), row.get("r_hot")),
         })
     }
-}
-
-async fn backend_pids(url: &str) -> anyhow::Result<Vec<i32>> {
-    let mut owner = PgConnection::connect(url).await?;
-    let pids = sqlx::query_scalar(
-        "select pid from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()",
-    )
-    .fetch_all(&mut owner)
-    .await?;
-    Ok(pids)
-}
-
-/// utime + stime of a process, in ticks.
-fn process_ticks(pid: &str) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
-}
-
-/// (busy, total) ticks of all cores: busy is everything but idle and iowait.
-fn machine_ticks() -> Option<(u64, u64)> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let ticks: Vec<u64> = stat
-        .lines()
-        .next()?
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|t| t.parse().ok())
-        .collect();
-    let total: u64 = ticks.iter().sum();
-    let idle = ticks.get(3)? + ticks.get(4)?;
-    Some((total - idle, total))
 }
 
 // ---------------------------------------------------------------------------------------

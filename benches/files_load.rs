@@ -36,13 +36,12 @@
 //! PostgreSQL is every `postgres` process, with the bench database's backends apart, as in
 //! pipeline_load. `--json` prints the figures as one JSON object on the last line of stdout.
 
+#[allow(dead_code)] // each bench uses a part of it
 mod common;
 
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -53,14 +52,15 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use channel_bridge::domain::{Platform, TelegramDelivery, UnlinkedPolicy};
-use channel_bridge::secrets::Keyring;
-use channel_bridge::shapes::{ConnectorSettings, NewConnector};
+use channel_bridge::domain::UnlinkedPolicy;
 use channel_bridge::{db, provision};
 use clap::Parser;
+use common::cpu::CpuSnapshot;
+use common::gateway::{free_local_port, log_path, scan_log, Gateway, LogSummary};
+use common::memory::vm_rss_kb;
+use common::provision::{bench_keys, telegram_connector, BOT_ID, TELEGRAM_SECRET};
 use common::BenchDb;
 use futures::StreamExt;
-use secrecy::{ExposeSecret, SecretString};
 use serde::Serialize;
 use serde_json::{json, Value};
 use sqlx::{Connection, PgConnection};
@@ -109,14 +109,10 @@ struct Args {
     bench: bool,
 }
 
-const TELEGRAM_SECRET: &str = "bench-telegram-secret_token";
-const BOT_TOKEN: &str = "7000000001:bench-bot-token";
 /// Turn `seq` comes from sender `FIRST_SENDER + seq`, with update and message id `seq + 1`.
 const FIRST_SENDER: u64 = 300_000_000;
 /// The file host writes its body in slices of this size (views of the shared buffer).
 const HOST_CHUNK: usize = 64 * 1024;
-const READY_LIMIT: Duration = Duration::from_secs(30);
-const STOP_LIMIT: Duration = Duration::from_secs(15);
 const RECORDS_LIMIT: Duration = Duration::from_secs(15);
 /// How long without a file received before the database is asked whether work is left.
 const STALL_CHECK: Duration = Duration::from_secs(3);
@@ -166,8 +162,9 @@ fn args_json(args: &Args) -> Value {
 async fn measure(args: &Args, db: &BenchDb, file_bytes: u64) -> anyhow::Result<Run> {
     let shared = start_stand_ins(args, file_bytes).await?;
     let hook = provision(db, &shared.base).await?;
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-    let mut gateway = Gateway::start(db, addr)?;
+    let addr = free_local_port()?;
+    let log = log_path(db, "serve");
+    let mut gateway = Gateway::start("serve", &db.url, Some(addr), true, log)?;
     gateway.wait_ready(addr).await?;
     let url: reqwest::Url = format!("http://{addr}{hook}").parse()?;
     let idle_kb = vm_rss_kb(gateway.pid()).unwrap_or(0);
@@ -512,15 +509,6 @@ async fn read_document(shared: &Shared, mut field: Field<'_>) -> Result<(u64, bo
 // ---------------------------------------------------------------------------------------
 // Provisioning and the gateway as a child process
 
-fn bench_keys() -> &'static (Keyring, SecretString) {
-    static KEYS: OnceLock<(Keyring, SecretString)> = OnceLock::new();
-    KEYS.get_or_init(|| {
-        let entry = Keyring::generate_entry("bench").expect("the system random source works");
-        let keys = Keyring::parse(entry.expose_secret()).expect("a generated key parses");
-        (keys, entry)
-    })
-}
-
 /// One tenant whose agent is the stand-in, with one Telegram connector on the stand-in's
 /// API; returns its webhook path.
 async fn provision(db: &BenchDb, stand_ins: &str) -> anyhow::Result<String> {
@@ -528,136 +516,11 @@ async fn provision(db: &BenchDb, stand_ins: &str) -> anyhow::Result<String> {
     let keys = &bench_keys().0;
     let agent = format!("{stand_ins}/agent");
     let created = provision::create_tenant(&pool, keys, "files", "Files", Some(&agent)).await?;
-    let mut telegram = NewConnector::new(Platform::Telegram, SecretString::from(TELEGRAM_SECRET));
-    telegram.secrets.outbound_token = Some(SecretString::from(BOT_TOKEN));
-    telegram.settings = ConnectorSettings {
-        name: Some("bench bot".into()),
-        external_id: Some("7000000001".into()),
-        bot_user_id: Some("7000000001".into()),
-        api_base_url: Some(format!("{stand_ins}/telegram")),
-        unlinked_policy: Some(UnlinkedPolicy::Allow),
-        telegram_delivery: Some(TelegramDelivery::AtMostOnce),
-        ..ConnectorSettings::default()
-    };
+    let api = format!("{stand_ins}/telegram");
+    let telegram = telegram_connector(BOT_ID, "bench bot".into(), api, UnlinkedPolicy::Allow);
     let telegram = provision::add_connector(&pool, keys, created.tenant_id, &telegram).await?;
     pool.close().await;
     Ok(telegram.webhook_path)
-}
-
-struct Gateway {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Gateway {
-    /// `serve` (HTTP and worker) on the bench database, with this process's environment, so
-    /// `CB_*` settings given to `cargo bench` apply.
-    fn start(db: &BenchDb, bind: SocketAddr) -> anyhow::Result<Self> {
-        let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
-            || Path::new(env!("CARGO_MANIFEST_DIR")).join("target"),
-            PathBuf::from,
-        );
-        let log = target.join(format!("files_load-{}-serve.log", db.name));
-        let file = std::fs::File::create(&log).with_context(|| format!("{}", log.display()))?;
-        let mut command = Command::new(env!("CARGO_BIN_EXE_channel-bridge"));
-        command
-            .arg("serve")
-            .env("DATABASE_URL", &db.url)
-            .env("CB_LOG_FORMAT", "json")
-            .env("CB_HTTP", "true")
-            .env("CB_BIND", bind.to_string())
-            .env("CB_WORKER", "true")
-            // The agent, the file host and Telegram's stand-in listen on loopback.
-            .env("CB_EGRESS_ALLOW", "127.0.0.1")
-            .env("CB_SECRETS_KEY", bench_keys().1.expose_secret())
-            .stdin(Stdio::null())
-            .stdout(file.try_clone()?)
-            .stderr(file);
-        if std::env::var_os("RUST_LOG").is_none() {
-            command.env("RUST_LOG", "warn");
-        }
-        let child = command.spawn().context("Failed to start the gateway binary")?;
-        Ok(Self { child, log })
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn ensure_running(&mut self) -> anyhow::Result<()> {
-        if let Some(status) = self.child.try_wait()? {
-            anyhow::bail!("serve exited ({status}); see {}", self.log.display());
-        }
-        Ok(())
-    }
-
-    async fn wait_ready(&mut self, addr: SocketAddr) -> anyhow::Result<()> {
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(1))
-            .build()?;
-        let started = Instant::now();
-        while started.elapsed() < READY_LIMIT {
-            self.ensure_running()?;
-            if let Ok(response) = client.get(format!("http://{addr}/readyz")).send().await {
-                if response.status().is_success() {
-                    return Ok(());
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        anyhow::bail!("serve was not ready within {READY_LIMIT:?}")
-    }
-
-    /// SIGTERM, then a kill if it has not exited within `STOP_LIMIT`.
-    async fn stop(&mut self) -> anyhow::Result<()> {
-        let started = Instant::now();
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.pid().to_string()])
-            .status();
-        while started.elapsed() < STOP_LIMIT {
-            if self.child.try_wait()?.is_some() {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        self.child.kill()?;
-        self.child.wait()?;
-        eprintln!("serve did not stop on SIGTERM within {STOP_LIMIT:?}: killed");
-        Ok(())
-    }
-}
-
-impl Drop for Gateway {
-    /// On an early return the child must not outlive the bench.
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-#[derive(Serialize)]
-struct LogSummary {
-    path: String,
-    warnings: usize,
-    errors: usize,
-    /// The first warning or error, shortened.
-    first: Option<String>,
-}
-
-fn scan_log(path: &Path) -> LogSummary {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let warning = |line: &str| line.contains("\"level\":\"WARN\"");
-    // JSON error events, and what `main` prints when the process fails.
-    let error = |line: &str| line.contains("\"level\":\"ERROR\"") || line.starts_with("error");
-    let problems: Vec<&str> = text.lines().filter(|l| warning(l) || error(l)).collect();
-    LogSummary {
-        path: path.display().to_string(),
-        warnings: problems.iter().filter(|l| warning(l)).count(),
-        errors: problems.iter().filter(|l| error(l)).count(),
-        first: problems.first().map(|l| l.chars().take(300).collect()),
-    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -898,12 +761,6 @@ impl Sampler {
     }
 }
 
-fn vm_rss_kb(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
-
 #[derive(Serialize)]
 struct Memory {
     /// Ready, before the first webhook.
@@ -953,92 +810,6 @@ impl Memory {
     }
 }
 
-/// CPU ticks at one moment: the machine (busy, total), all `postgres` processes, the bench
-/// database's backends by pid, the gateway, this process (posters and stand-ins).
-struct CpuSnapshot {
-    machine: Option<(u64, u64)>,
-    postgres: u64,
-    backends: std::collections::HashMap<u32, u64>,
-    gateway: Option<u64>,
-    bench: Option<u64>,
-}
-
-impl CpuSnapshot {
-    async fn take(gateway: u32, db_url: &str) -> anyhow::Result<Self> {
-        let postgres = std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .filter_map(|entry| process_ticks(&entry.ok()?.path().join("stat")))
-            .filter(|(comm, _)| comm == "postgres")
-            .map(|(_, ticks)| ticks)
-            .sum();
-        Ok(Self {
-            machine: machine_ticks(),
-            postgres,
-            backends: backend_ticks(db_url).await?,
-            gateway: pid_ticks(gateway),
-            bench: process_ticks(Path::new("/proc/self/stat")).map(|(_, t)| t),
-        })
-    }
-}
-
-/// Ticks of the bench database's backends (not this query's own), by pid.
-async fn backend_ticks(db_url: &str) -> anyhow::Result<std::collections::HashMap<u32, u64>> {
-    let mut conn = PgConnection::connect(db_url).await?;
-    let pids: Vec<i32> = sqlx::query_scalar(
-        "select pid from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()",
-    )
-    .fetch_all(&mut conn)
-    .await
-    .context("Failed to list the database's backends")?;
-    conn.close().await?;
-    let ticks = |pid: i32| {
-        let pid = u32::try_from(pid).ok()?;
-        Some((pid, pid_ticks(pid)?))
-    };
-    Ok(pids.into_iter().filter_map(ticks).collect())
-}
-
-fn pid_ticks(pid: u32) -> Option<u64> {
-    process_ticks(Path::new(&format!("/proc/{pid}/stat"))).map(|(_, t)| t)
-}
-
-/// (comm, utime + stime) of one /proc/<pid>/stat.
-fn process_ticks(path: &Path) -> Option<(String, u64)> {
-    let stat = std::fs::read_to_string(path).ok()?;
-    let (head, rest) = stat.rsplit_once(')')?;
-    let comm = head.split_once('(')?.1.to_owned();
-    // After the comm: state is field 3; utime and stime are fields 14 and 15.
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    Some((comm, ticks))
-}
-
-/// (busy, total) ticks of all cores; busy is everything but idle and iowait.
-fn machine_ticks() -> Option<(u64, u64)> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let ticks: Vec<u64> = stat
-        .lines()
-        .next()?
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|t| t.parse().ok())
-        .collect();
-    let total: u64 = ticks.iter().take(8).sum();
-    Some((total - ticks.get(3)? - ticks.get(4)?, total))
-}
-
-/// USER_HZ from `getconf CLK_TCK`, else the usual 100.
-fn ticks_per_sec() -> f64 {
-    static TICKS: OnceLock<f64> = OnceLock::new();
-    *TICKS.get_or_init(|| {
-        let output = Command::new("getconf").arg("CLK_TCK").output().ok();
-        output
-            .and_then(|o| String::from_utf8(o.stdout).ok()?.trim().parse().ok())
-            .unwrap_or(100.0)
-    })
-}
-
 #[derive(Serialize)]
 struct CpuFigures {
     window_secs: f64,
@@ -1059,28 +830,17 @@ fn cpu_figures(
     elapsed: Duration,
     turns: u64,
 ) -> Option<CpuFigures> {
-    let ((busy0, total0), (busy1, total1)) = (before.machine?, after.machine?);
-    let secs = |ticks: u64| ticks as f64 / ticks_per_sec();
-    let postgres = secs(after.postgres.saturating_sub(before.postgres));
-    let backends = after.backends.iter().map(|(pid, &ticks)| {
-        let earlier = before.backends.get(pid).copied().unwrap_or(0);
-        ticks.saturating_sub(earlier)
-    });
-    let backends = secs(backends.sum());
-    let gateway = secs(after.gateway?.saturating_sub(before.gateway?));
-    let bench = secs(after.bench?.saturating_sub(before.bench?));
-    let per_turn = |s: f64| s * 1e3 / turns.max(1) as f64;
+    let spent = after.since(before)?;
+    let [postgres, backends, gateway, bench] = spent.ms_per(turns);
     let window = elapsed.as_secs_f64();
-    let busy = secs(busy1.saturating_sub(busy0));
     Some(CpuFigures {
         window_secs: window,
-        postgres_ms_per_file: per_turn(postgres),
-        backends_ms_per_file: per_turn(backends),
-        gateway_ms_per_file: per_turn(gateway),
-        bench_ms_per_file: per_turn(bench),
-        machine_busy_pct: 100.0 * busy1.saturating_sub(busy0) as f64
-            / total1.saturating_sub(total0).max(1) as f64,
-        other_cores: ((busy - postgres - gateway - bench) / window.max(1e-9)).max(0.0),
+        postgres_ms_per_file: postgres,
+        backends_ms_per_file: backends,
+        gateway_ms_per_file: gateway,
+        bench_ms_per_file: bench,
+        machine_busy_pct: spent.machine_busy_pct,
+        other_cores: spent.other_cores(window),
     })
 }
 

@@ -39,6 +39,7 @@
 //! figures are a floor for the gateway on its own hardware. Run in release mode (`cargo
 //! bench` uses the bench profile).
 
+#[allow(dead_code)] // each bench uses a part of it
 mod common;
 
 use channel_bridge::secrets::Keyring;
@@ -55,6 +56,8 @@ use channel_bridge::settings::{DatabaseSettings, ServeSettings};
 use channel_bridge::shapes::{ConnectorSettings, NewConnector};
 use channel_bridge::startup::Application;
 use clap::Parser;
+use common::cpu::{machine_ticks, own_ticks, postgres_ticks};
+use common::webhooks::post_queued;
 use common::BenchDb;
 use secrecy::SecretString;
 use sqlx::{Connection, Executor, PgConnection};
@@ -153,33 +156,14 @@ async fn run(args: &Args, db: &BenchDb) -> anyhow::Result<()> {
         let duration = Duration::from_secs(args.pg_seconds);
         pg_ceiling(db, &tenant, connections, duration, Ping::OnAcquire).await?;
         if args.profile_db {
-            db_path(
-                db,
-                &tenant,
-                connections,
-                duration,
-                DbPath::Gateway,
-                Ping::OnAcquire,
-            )
-            .await?;
-            db_path(
-                db,
-                &tenant,
-                connections,
-                duration,
-                DbPath::RecordOnly,
-                Ping::OnAcquire,
-            )
-            .await?;
-            db_path(
-                db,
-                &tenant,
-                connections,
-                duration,
-                DbPath::RecordOnly,
-                Ping::Never,
-            )
-            .await?;
+            let paths = [
+                (DbPath::Gateway, Ping::OnAcquire),
+                (DbPath::RecordOnly, Ping::OnAcquire),
+                (DbPath::RecordOnly, Ping::Never),
+            ];
+            for (path, ping) in paths {
+                db_path(db, &tenant, connections, duration, path, ping).await?;
+            }
             pg_ceiling(db, &tenant, connections, duration, Ping::Never).await?;
         }
     }
@@ -475,27 +459,7 @@ async fn post(client: &reqwest::Client, targets: &Targets, seq: u64) -> Result<(
     for (name, value) in headers {
         request = request.header(name, value);
     }
-    let response = request.send().await.map_err(transport_error)?;
-    let status = response.status();
-    let answer = response.bytes().await.map_err(transport_error)?;
-    if status != reqwest::StatusCode::OK {
-        return Err(status.as_u16().to_string());
-    }
-    // The answer is small; a substring check avoids parsing JSON on the client's CPU.
-    if !answer.windows(10).any(|w| w == b"\"queued\":1") {
-        return Err("200 not queued".into());
-    }
-    Ok(())
-}
-
-fn transport_error(err: reqwest::Error) -> String {
-    if err.is_timeout() {
-        "timeout".into()
-    } else if err.is_connect() {
-        "connect".into()
-    } else {
-        "transport".into()
-    }
+    post_queued(request).await
 }
 
 /// One message row and one queue row per accepted request, no more, no less.
@@ -714,23 +678,9 @@ impl CpuSample {
     const TICKS: f64 = 100.0;
 
     fn take() -> Option<Self> {
-        let stat = std::fs::read_to_string("/proc/stat").ok()?;
-        let fields: Vec<u64> = stat
-            .lines()
-            .next()?
-            .split_whitespace()
-            .skip(1)
-            .filter_map(|f| f.parse().ok())
-            .collect();
-        // user nice system idle iowait irq softirq steal …
-        let busy = fields.iter().take(8).sum::<u64>() - fields.get(3)? - fields.get(4)?;
-        let ours = process_ticks("/proc/self/stat").map(|(_, t)| t)?;
-        let postgres = std::fs::read_dir("/proc")
-            .ok()?
-            .filter_map(|entry| process_ticks(&format!("{}/stat", entry.ok()?.path().display())))
-            .filter(|(comm, _)| comm == "postgres")
-            .map(|(_, ticks)| ticks)
-            .sum();
+        let (busy, _) = machine_ticks()?;
+        let ours = own_ticks()?;
+        let postgres = postgres_ticks();
         Some(Self { busy, ours, postgres })
     }
 
@@ -748,18 +698,6 @@ impl CpuSample {
             (busy - ours - postgres).max(0.0)
         ))
     }
-}
-
-/// (comm, utime + stime) of one /proc/<pid>/stat.
-fn process_ticks(path: &str) -> Option<(String, u64)> {
-    let stat = std::fs::read_to_string(path).ok()?;
-    let (head, rest) = stat.rsplit_once(')')?;
-    let comm = head.split_once('(')?.1.to_owned();
-    // After the comm: state is field 3; utime and stime are fields 14 and 15.
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some((comm, utime + stime))
 }
 
 struct Throughput {

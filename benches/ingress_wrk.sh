@@ -16,57 +16,14 @@ say() { printf 'ingress_wrk: %s\n' "$*" >&2; }
 connections=${1:-256}
 seconds=${2:-15}
 threads=2
-server=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
-if ! command -v wrk >/dev/null; then
-  [[ $(id -u) -eq 0 ]] || { say "wrk is missing: apt-get install wrk"; exit 1; }
-  apt-get install -y -qq wrk >/dev/null
-fi
-cargo build --release --locked --quiet
-B=target/release/channel-bridge
-
-base=${server%/*}
-query=''
-[[ $server == *\?* ]] && query="?${server#*\?}"
-db=cb_ingress_$$
-export DATABASE_URL="$base/$db$query"
-work=$(mktemp -d)
-pid=''
-cleanup() {
-  [[ -z $pid ]] || kill "$pid" 2>/dev/null || true
-  wait 2>/dev/null || true
-  psql "${server}" -qc "drop database if exists $db with (force)" >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-"$B" migrate >/dev/null
-export CB_EGRESS_ALLOW=127.0.0.1
-export CB_SECRETS_KEY=$("$B" secrets generate-key)
-json() { sed -n "s/.*\"$1\": \"\([^\"]*\)\".*/\1/p"; }
-tenant=$("$B" tenant create --slug bench --agent-url http://127.0.0.1:9/agent | json tenant_id)
-secret=wrk-$RANDOM$RANDOM
-connector=$(CB_VERIFICATION_SECRET=$secret CB_OUTBOUND_TOKEN=unused \
-  "$B" connector add --tenant "$tenant" --platform telegram --bot-user-id 7000000001 | json connector_id)
-for user in $(seq 1 64); do
-  "$B" link add --tenant "$tenant" --platform telegram --platform-user-id "$((400000000 + user))" \
-    --user-id "user-$user" >/dev/null
-done
-
-# Ports below the kernel's ephemeral range: outgoing connections take their local ports
-# there, so a port that nothing listens on may still be taken when we bind it.
-ephemeral_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
-(( ephemeral_low > 11000 )) || ephemeral_low=32768
-port=$((10000 + RANDOM % (ephemeral_low - 10000)))
-CB_WORKER=false RUST_LOG=warn "$B" serve --bind "127.0.0.1:$port" 2> "$work/serve.log" &
-pid=$!
-until "$B" healthcheck --url "http://127.0.0.1:$port" 2>/dev/null; do
-  kill -0 "$pid" 2>/dev/null || { say "serve stopped:"; cat "$work/serve.log" >&2; exit 1; }
-  sleep 0.2
-done
+source benches/wrk_common.sh
+wrk_setup cb_ingress
+wrk_provision bench unused 64
+wrk_serve
 
 # Each wrk thread numbers its own updates from a different start: update_ids never repeat.
 cat > "$work/telegram.lua" <<LUA
--- `thread_base` is set per thread by setup() (a global of that thread's Lua state).
+-- thread_base is set per thread by setup() (a global of that thread's Lua state).
 local counter = 0
 local threads = {}
 function setup(thread)

@@ -97,13 +97,11 @@
 //! The quiet tenant's p99 of the two runs is the fairness figure (below 100 turns it is
 //! the maximum).
 
+#[allow(dead_code)] // each bench uses a part of it
 mod common;
 
-use channel_bridge::secrets::Keyring;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -115,13 +113,16 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::{Json, Router};
-use channel_bridge::domain::{Platform, TelegramDelivery, UnlinkedPolicy};
-use channel_bridge::shapes::{ConnectorSettings, NewConnector};
+use channel_bridge::domain::{Platform, UnlinkedPolicy};
 use channel_bridge::signature;
 use channel_bridge::{db, provision};
 use clap::Parser;
+use common::cpu::CpuSnapshot;
+use common::gateway::{free_local_port, log_path, scan_log, Gateway, LogSummary, Stopped};
+use common::memory::vm_rss_kb;
+use common::provision::{bench_keys, telegram_connector, BOT_ID, BOT_SECRET, TELEGRAM_SECRET};
+use common::webhooks::post_queued;
 use common::{filler_text, BenchDb};
-use secrecy::{ExposeSecret, SecretString};
 use serde::Serialize;
 use serde_json::{json, Value};
 use sqlx::{Connection, Executor, PgConnection};
@@ -257,9 +258,6 @@ fn is_zero(n: &u64) -> bool {
 const CLOSED_LOOP_MAX_RATE: usize = 30_000;
 /// Telegram sender ids of the bench users start here (a realistic 9-digit id).
 const FIRST_SENDER_ID: u64 = 100_000_000;
-const TELEGRAM_SECRET: &str = "bench-telegram-secret_token";
-/// The secret half of every bench bot token (`<bot id>:<secret>`).
-const BOT_SECRET: &str = "bench-bot-token";
 /// Telegram update ids (idempotency keys) of the history turns start here, far above the
 /// live webhooks' (sequence number + 1), so that no live webhook is taken for a duplicate.
 const FIRST_HISTORY_UPDATE_ID: u64 = 1_000_000_000;
@@ -272,8 +270,6 @@ const HISTORY_DAYS: i64 = 30;
 /// History rows per bulk-load statement, and the owner connections loading in parallel.
 const LOAD_CHUNK: i64 = 50_000;
 const LOAD_CONNECTIONS: usize = 2;
-const READY_LIMIT: Duration = Duration::from_secs(30);
-const STOP_LIMIT: Duration = Duration::from_secs(15);
 /// The idle instance connects lazily; statements are counted only after this.
 const IDLE_SETTLE: Duration = Duration::from_secs(3);
 
@@ -313,7 +309,8 @@ async fn run(args: &Args, db: &BenchDb) -> anyhow::Result<Results> {
     };
 
     let addr = free_local_port()?;
-    let mut gateway = Gateway::start("gateway", &db.url, Some(addr), log_path(db, "gateway"))?;
+    let log = log_path(db, "gateway");
+    let mut gateway = Gateway::start("the gateway instance", &db.url, Some(addr), true, log)?;
     eprintln!(
         "gateway pid {} on {addr}, log {}",
         gateway.pid(),
@@ -327,7 +324,7 @@ async fn run(args: &Args, db: &BenchDb) -> anyhow::Result<Results> {
     };
     let load = run_load(args, &shared, targets, quiet, gateway.pid(), &db.url).await?;
     let claim_to_typing_ms = scrape_typing_histogram(addr).await;
-    let stopped = gateway.stop().await?;
+    let stopped = gateway.stop_timed().await?;
     let churn = table_churn(&db.url).await?;
     let run = GatewayRun {
         ready_secs: ready.as_secs_f64(),
@@ -939,17 +936,6 @@ impl Tenants {
     }
 }
 
-/// The key the stored secrets are sealed with, as a keyring and as `CB_SECRETS_KEY` for the
-/// gateway processes: one per run, as in production.
-fn bench_keys() -> &'static (Keyring, SecretString) {
-    static KEYS: std::sync::OnceLock<(Keyring, SecretString)> = std::sync::OnceLock::new();
-    KEYS.get_or_init(|| {
-        let entry = Keyring::generate_entry("bench").expect("the system random source works");
-        let keys = Keyring::parse(entry.expose_secret()).expect("a generated key parses");
-        (keys, entry)
-    })
-}
-
 async fn provision_tenants(db: &BenchDb, count: u64, stand_ins: &str) -> anyhow::Result<Tenants> {
     let pool = db::connect_pool(&db.settings())?;
     let mut tenants = Tenants {
@@ -969,7 +955,9 @@ async fn provision_tenants(db: &BenchDb, count: u64, stand_ins: &str) -> anyhow:
         )
         .await
         .context("Failed to create a tenant")?;
-        let connector = telegram_connector(t, &format!("{stand_ins}/telegram"));
+        // A bot of its own per tenant; unlinked senders are dispatched (one conversation each).
+        let (name, api) = (format!("bench bot {t}"), format!("{stand_ins}/telegram"));
+        let connector = telegram_connector(BOT_ID + t, name, api, UnlinkedPolicy::Allow);
         let added = provision::add_connector(&pool, &bench_keys().0, created.tenant_id, &connector)
             .await
             .context("Failed to add a connector")?;
@@ -981,23 +969,6 @@ async fn provision_tenants(db: &BenchDb, count: u64, stand_ins: &str) -> anyhow:
     pool.close().await;
     eprintln!("provisioned {count} tenant(s), one Telegram connector each");
     Ok(tenants)
-}
-
-/// A bot of its own per tenant; unlinked senders are dispatched (one conversation each).
-fn telegram_connector(tenant: u64, api_base_url: &str) -> NewConnector {
-    let bot = (7_000_000_001 + tenant).to_string();
-    let mut new = NewConnector::new(Platform::Telegram, SecretString::from(TELEGRAM_SECRET));
-    new.secrets.outbound_token = Some(SecretString::from(format!("{bot}:{BOT_SECRET}")));
-    new.settings = ConnectorSettings {
-        name: Some(format!("bench bot {tenant}")),
-        external_id: Some(bot.clone()),
-        bot_user_id: Some(bot),
-        api_base_url: Some(api_base_url.to_owned()),
-        unlinked_policy: Some(UnlinkedPolicy::Allow),
-        telegram_delivery: Some(TelegramDelivery::AtMostOnce),
-        ..ConnectorSettings::default()
-    };
-    new
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1232,167 +1203,6 @@ async fn load_history_chunks(plan: &HistoryPlan<'_>) -> anyhow::Result<u64> {
             .await
             .context("Failed to bulk-load history")?;
         replies += done.rows_affected();
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// The gateway as a child process
-
-struct Gateway {
-    name: &'static str,
-    child: Child,
-    log: PathBuf,
-}
-
-#[derive(Serialize)]
-struct Stopped {
-    secs: f64,
-    /// Killed after `STOP_LIMIT` because SIGTERM did not stop it.
-    killed: bool,
-    status: String,
-}
-
-impl Gateway {
-    /// `serve` on `database_url`; with `bind`, HTTP on that address, else worker only.
-    fn start(
-        name: &'static str,
-        database_url: &str,
-        bind: Option<SocketAddr>,
-        log: PathBuf,
-    ) -> anyhow::Result<Self> {
-        let file =
-            std::fs::File::create(&log).with_context(|| format!("Failed to create {}", log.display()))?;
-        let mut command = Command::new(env!("CARGO_BIN_EXE_channel-bridge"));
-        command
-            .arg("serve")
-            .env("DATABASE_URL", database_url)
-            .env("CB_LOG_FORMAT", "json")
-            .env("CB_WORKER", "true")
-            // The stand-in agent and platform API listen on loopback.
-            .env("CB_EGRESS_ALLOW", "127.0.0.1")
-            // The key the bench sealed the tenants' secrets with (never an argument).
-            .env("CB_SECRETS_KEY", bench_keys().1.expose_secret())
-            .stdin(Stdio::null())
-            .stdout(file.try_clone()?)
-            .stderr(file);
-        match bind {
-            Some(addr) => command.env("CB_HTTP", "true").env("CB_BIND", addr.to_string()),
-            None => command.env("CB_HTTP", "false"),
-        };
-        if std::env::var_os("RUST_LOG").is_none() {
-            command.env("RUST_LOG", "warn");
-        }
-        let child = command.spawn().context("Failed to start the gateway binary")?;
-        Ok(Self { name, child, log })
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn ensure_running(&mut self) -> anyhow::Result<()> {
-        if let Some(status) = self.child.try_wait()? {
-            anyhow::bail!(
-                "the {} instance exited ({status}); see {}",
-                self.name,
-                self.log.display()
-            );
-        }
-        Ok(())
-    }
-
-    /// Polls `/readyz` until it answers 200; returns how long that took.
-    async fn wait_ready(&mut self, addr: SocketAddr) -> anyhow::Result<Duration> {
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(1))
-            .build()?;
-        let url = format!("http://{addr}/readyz");
-        let started = Instant::now();
-        while started.elapsed() < READY_LIMIT {
-            self.ensure_running()?;
-            if let Ok(response) = client.get(&url).send().await {
-                if response.status() == StatusCode::OK {
-                    return Ok(started.elapsed());
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        anyhow::bail!("the {} instance was not ready within {READY_LIMIT:?}", self.name)
-    }
-
-    /// SIGTERM, then a kill if it has not exited within `STOP_LIMIT`.
-    async fn stop(&mut self) -> anyhow::Result<Stopped> {
-        let started = Instant::now();
-        let signalled = Command::new("kill")
-            .args(["-TERM", &self.pid().to_string()])
-            .status();
-        if signalled.is_ok_and(|s| s.success()) {
-            while started.elapsed() < STOP_LIMIT {
-                if let Some(status) = self.child.try_wait()? {
-                    let (secs, status) = (started.elapsed().as_secs_f64(), status.to_string());
-                    return Ok(Stopped {
-                        secs,
-                        killed: false,
-                        status,
-                    });
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-        self.child.kill().context("Failed to kill the gateway")?;
-        let status = self.child.wait()?.to_string();
-        let secs = started.elapsed().as_secs_f64();
-        Ok(Stopped {
-            secs,
-            killed: true,
-            status,
-        })
-    }
-}
-
-impl Drop for Gateway {
-    /// On an early return the child must not outlive the bench.
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-fn free_local_port() -> anyhow::Result<SocketAddr> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("Failed to find a free port")?;
-    Ok(listener.local_addr()?)
-}
-
-fn log_path(db: &BenchDb, name: &str) -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("target"),
-        PathBuf::from,
-    );
-    target.join(format!("pipeline_load-{}-{name}.log", db.name))
-}
-
-#[derive(Serialize)]
-struct LogSummary {
-    path: String,
-    warnings: usize,
-    errors: usize,
-    /// The first warning or error, shortened.
-    first: Option<String>,
-}
-
-fn scan_log(path: &Path) -> LogSummary {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let warning = |line: &str| line.contains("\"level\":\"WARN\"");
-    // JSON error events, and what `main` prints when the process fails.
-    let error = |line: &str| line.contains("\"level\":\"ERROR\"") || line.starts_with("error");
-    let problems: Vec<&str> = text.lines().filter(|l| warning(l) || error(l)).collect();
-    LogSummary {
-        path: path.display().to_string(),
-        warnings: problems.iter().filter(|l| warning(l)).count(),
-        errors: problems.iter().filter(|l| error(l)).count(),
-        first: problems.first().map(|l| l.chars().take(300).collect()),
     }
 }
 
@@ -1709,26 +1519,7 @@ async fn post_webhook(client: &reqwest::Client, url: reqwest::Url, body: String)
     for (name, value) in headers {
         request = request.header(name, value);
     }
-    let response = request.send().await.map_err(transport_error)?;
-    let status = response.status();
-    let answer = response.bytes().await.map_err(transport_error)?;
-    if status != reqwest::StatusCode::OK {
-        return Err(status.as_u16().to_string());
-    }
-    if !answer.windows(10).any(|w| w == b"\"queued\":1") {
-        return Err("200 not queued".into());
-    }
-    Ok(())
-}
-
-fn transport_error(err: reqwest::Error) -> String {
-    if err.is_timeout() {
-        "timeout".into()
-    } else if err.is_connect() {
-        "connect".into()
-    } else {
-        "transport".into()
-    }
+    post_queued(request).await
 }
 
 /// Polls until `accepted` turns have a reply, or `limit` passed: (all there, waited).
@@ -1779,98 +1570,6 @@ impl RssSampler {
     }
 }
 
-fn vm_rss_kb(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// CPU ticks at one moment: the machine (busy, total), all `postgres` processes, the bench
-/// database's backends by pid, the gateway, this process (posters and stand-ins).
-struct CpuSnapshot {
-    machine: Option<(u64, u64)>,
-    postgres: u64,
-    backends: HashMap<u32, u64>,
-    gateway: Option<u64>,
-    bench: Option<u64>,
-}
-
-impl CpuSnapshot {
-    async fn take(gateway: u32, db_url: &str) -> anyhow::Result<Self> {
-        let postgres = std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .filter_map(|entry| process_ticks(&entry.ok()?.path().join("stat")))
-            .filter(|(comm, _)| comm == "postgres")
-            .map(|(_, ticks)| ticks)
-            .sum();
-        Ok(Self {
-            machine: machine_ticks(),
-            postgres,
-            backends: backend_ticks(db_url).await?,
-            gateway: pid_ticks(gateway),
-            bench: process_ticks(Path::new("/proc/self/stat")).map(|(_, t)| t),
-        })
-    }
-}
-
-/// Ticks of the bench database's backends (not this query's own), by pid.
-async fn backend_ticks(db_url: &str) -> anyhow::Result<HashMap<u32, u64>> {
-    let mut conn = PgConnection::connect(db_url).await?;
-    let pids: Vec<i32> = sqlx::query_scalar(
-        "select pid from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()",
-    )
-    .fetch_all(&mut conn)
-    .await
-    .context("Failed to list the database's backends")?;
-    conn.close().await?;
-    let ticks = |pid: i32| {
-        let pid = u32::try_from(pid).ok()?;
-        Some((pid, pid_ticks(pid)?))
-    };
-    Ok(pids.into_iter().filter_map(ticks).collect())
-}
-
-fn pid_ticks(pid: u32) -> Option<u64> {
-    process_ticks(Path::new(&format!("/proc/{pid}/stat"))).map(|(_, t)| t)
-}
-
-/// (comm, utime + stime) of one /proc/<pid>/stat.
-fn process_ticks(path: &Path) -> Option<(String, u64)> {
-    let stat = std::fs::read_to_string(path).ok()?;
-    let (head, rest) = stat.rsplit_once(')')?;
-    let comm = head.split_once('(')?.1.to_owned();
-    // After the comm: state is field 3; utime and stime are fields 14 and 15.
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    Some((comm, ticks))
-}
-
-/// (busy, total) ticks of all cores; busy is everything but idle and iowait.
-fn machine_ticks() -> Option<(u64, u64)> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let ticks: Vec<u64> = stat
-        .lines()
-        .next()?
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|t| t.parse().ok())
-        .collect();
-    let total: u64 = ticks.iter().take(8).sum();
-    Some((total - ticks.get(3)? - ticks.get(4)?, total))
-}
-
-/// USER_HZ from `getconf CLK_TCK`, else the usual 100.
-fn ticks_per_sec() -> f64 {
-    static TICKS: OnceLock<f64> = OnceLock::new();
-    *TICKS.get_or_init(|| {
-        let output = Command::new("getconf").arg("CLK_TCK").output().ok();
-        output
-            .and_then(|o| String::from_utf8(o.stdout).ok()?.trim().parse().ok())
-            .unwrap_or(100.0)
-    })
-}
-
 #[derive(Serialize)]
 struct CpuFigures {
     window_secs: f64,
@@ -1892,29 +1591,18 @@ fn cpu_figures(
     elapsed: Duration,
     turns: u64,
 ) -> Option<CpuFigures> {
-    let ((busy0, total0), (busy1, total1)) = (before.machine?, after.machine?);
-    let secs = |ticks: u64| ticks as f64 / ticks_per_sec();
-    let postgres = secs(after.postgres.saturating_sub(before.postgres));
-    let backends = after.backends.iter().map(|(pid, &ticks)| {
-        let earlier = before.backends.get(pid).copied().unwrap_or(0);
-        ticks.saturating_sub(earlier)
-    });
-    let backends = secs(backends.sum());
-    let gateway = secs(after.gateway?.saturating_sub(before.gateway?));
-    let bench = secs(after.bench?.saturating_sub(before.bench?));
-    let per_turn = |s: f64| s * 1e3 / turns.max(1) as f64;
+    let spent = after.since(before)?;
+    let [postgres, backends, gateway, bench] = spent.ms_per(turns);
     let window = elapsed.as_secs_f64();
-    let busy = secs(busy1.saturating_sub(busy0));
     Some(CpuFigures {
         window_secs: window,
-        postgres_ms_per_turn: per_turn(postgres),
-        backends_ms_per_turn: per_turn(backends),
-        gateway_ms_per_turn: per_turn(gateway),
-        bench_ms_per_turn: per_turn(bench),
-        machine_busy_pct: 100.0 * busy1.saturating_sub(busy0) as f64
-            / total1.saturating_sub(total0).max(1) as f64,
+        postgres_ms_per_turn: postgres,
+        backends_ms_per_turn: backends,
+        gateway_ms_per_turn: gateway,
+        bench_ms_per_turn: bench,
+        machine_busy_pct: spent.machine_busy_pct,
         cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
-        other_cores: ((busy - postgres - gateway - bench) / window).max(0.0),
+        other_cores: spent.other_cores(window),
     })
 }
 
@@ -2050,9 +1738,10 @@ async fn measure_idle(args: &Args, db: &BenchDb) -> anyhow::Result<IdleFigures> 
     let host = url.host_str().context("the database URL names no host")?;
     let proxy = Proxy::start(format!("{host}:{}", url.port().unwrap_or(5432))).await?;
     let mut gateway = Gateway::start(
-        "idle",
+        "the idle instance",
         &through_proxy(&url, proxy.addr)?,
         None,
+        true,
         log_path(db, "idle"),
     )?;
     eprintln!(
@@ -2066,7 +1755,7 @@ async fn measure_idle(args: &Args, db: &BenchDb) -> anyhow::Result<IdleFigures> 
     tokio::time::sleep(Duration::from_secs(args.idle_secs)).await;
     let (after, secs) = (proxy.counts.snapshot(), started.elapsed().as_secs_f64());
     gateway.ensure_running()?;
-    let stopped = gateway.stop().await?;
+    let stopped = gateway.stop_timed().await?;
     let [queries, executes, syncs] = [0, 1, 2].map(|i| after[i].saturating_sub(before[i]) as f64 / secs);
     Ok(IdleFigures {
         window_secs: secs,

@@ -42,14 +42,14 @@
 //! behind its due time in open loop. The serve logs go to target/taps_load-<db>-<name>.log;
 //! their warnings and errors are counted.
 
+#[allow(dead_code)] // each bench uses a part of it
 mod common;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -57,14 +57,15 @@ use axum::body::Bytes;
 use axum::extract::{Path as UrlPath, State};
 use axum::routing::post;
 use axum::{Json, Router};
-use channel_bridge::domain::{Platform, TelegramDelivery, UnlinkedPolicy};
-use channel_bridge::secrets::Keyring;
+use channel_bridge::domain::{Platform, UnlinkedPolicy};
 use channel_bridge::shapes::{ConnectorSettings, NewConnector};
 use channel_bridge::{db, provision};
 use clap::Parser;
+use common::gateway::{free_local_port, log_path, Gateway};
+use common::provision::{bench_keys, telegram_connector, BOT_ID, TELEGRAM_SECRET};
 use common::BenchDb;
 use hmac::{Hmac, Mac};
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::SecretString;
 use serde_json::{json, Value};
 use sha2::Sha256;
 use sqlx::{Connection, Executor, PgConnection};
@@ -128,8 +129,6 @@ struct Args {
     bench: bool,
 }
 
-const TELEGRAM_SECRET: &str = "bench-telegram-secret_token";
-const BOT_TOKEN: &str = "7000000001:bench-bot-token";
 const SLACK_SECRET: &str = "bench-slack-signing-secret";
 const SLACK_TEAM: &str = "T0BENCH";
 /// Sender ids: the tapping Telegram users, and the texting ones.
@@ -144,8 +143,6 @@ const ANSWER_MESSAGE_BASE: u64 = 1_000_000_000;
 /// Slack answers at most (six digits in their ts).
 const MAX_SLACK_ANSWERS: u64 = 999_999;
 const LOAD_CHUNK: u64 = 50_000;
-const READY_LIMIT: Duration = Duration::from_secs(30);
-const STOP_LIMIT: Duration = Duration::from_secs(15);
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -396,31 +393,13 @@ struct Place {
     slack_hook: String,
 }
 
-fn bench_keys() -> &'static (Keyring, SecretString) {
-    static KEYS: OnceLock<(Keyring, SecretString)> = OnceLock::new();
-    KEYS.get_or_init(|| {
-        let entry = Keyring::generate_entry("bench").expect("the system random source works");
-        let keys = Keyring::parse(entry.expose_secret()).expect("a generated key parses");
-        (keys, entry)
-    })
-}
-
 async fn provision(db: &BenchDb, stand_ins: &str) -> anyhow::Result<Place> {
     let pool = db::connect_pool(&db.settings())?;
     let keys = &bench_keys().0;
     let agent = format!("{stand_ins}/agent");
     let created = provision::create_tenant(&pool, keys, "taps", "Taps", Some(&agent)).await?;
-    let mut telegram = NewConnector::new(Platform::Telegram, SecretString::from(TELEGRAM_SECRET));
-    telegram.secrets.outbound_token = Some(SecretString::from(BOT_TOKEN));
-    telegram.settings = ConnectorSettings {
-        name: Some("bench bot".into()),
-        external_id: Some("7000000001".into()),
-        bot_user_id: Some("7000000001".into()),
-        api_base_url: Some(format!("{stand_ins}/telegram")),
-        unlinked_policy: Some(UnlinkedPolicy::Allow),
-        telegram_delivery: Some(TelegramDelivery::AtMostOnce),
-        ..ConnectorSettings::default()
-    };
+    let api = format!("{stand_ins}/telegram");
+    let telegram = telegram_connector(BOT_ID, "bench bot".into(), api, UnlinkedPolicy::Allow);
     let mut slack = NewConnector::new(Platform::Slack, SecretString::from(SLACK_SECRET));
     slack.secrets.outbound_token = Some(SecretString::from("xoxb-bench"));
     slack.settings = ConnectorSettings {
@@ -601,109 +580,9 @@ async fn load_answers(
 // ---------------------------------------------------------------------------------------
 // The gateway as a child process
 
-struct Gateway {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Gateway {
-    fn start(db: &BenchDb, name: &str, bind: SocketAddr, worker: bool) -> anyhow::Result<Self> {
-        let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
-            || Path::new(env!("CARGO_MANIFEST_DIR")).join("target"),
-            PathBuf::from,
-        );
-        let log = target.join(format!("taps_load-{}-{name}.log", db.name));
-        let file = std::fs::File::create(&log).with_context(|| format!("{}", log.display()))?;
-        let mut command = Command::new(env!("CARGO_BIN_EXE_channel-bridge"));
-        command
-            .arg("serve")
-            .env("DATABASE_URL", &db.url)
-            .env("CB_LOG_FORMAT", "json")
-            .env("CB_HTTP", "true")
-            .env("CB_BIND", bind.to_string())
-            .env("CB_WORKER", worker.to_string())
-            .env("CB_EGRESS_ALLOW", "127.0.0.1")
-            .env("CB_SECRETS_KEY", bench_keys().1.expose_secret())
-            .stdin(Stdio::null())
-            .stdout(file.try_clone()?)
-            .stderr(file);
-        if std::env::var_os("RUST_LOG").is_none() {
-            command.env("RUST_LOG", "warn");
-        }
-        let child = command.spawn().context("Failed to start the gateway binary")?;
-        Ok(Self { child, log })
-    }
-
-    async fn wait_ready(&mut self, addr: SocketAddr) -> anyhow::Result<()> {
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(1))
-            .build()?;
-        let started = Instant::now();
-        while started.elapsed() < READY_LIMIT {
-            if let Some(status) = self.child.try_wait()? {
-                anyhow::bail!("serve exited ({status}); see {}", self.log.display());
-            }
-            if let Ok(response) = client.get(format!("http://{addr}/readyz")).send().await {
-                if response.status().is_success() {
-                    return Ok(());
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        anyhow::bail!("serve was not ready within {READY_LIMIT:?}")
-    }
-
-    fn cpu_secs(&self) -> f64 {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
-        let fields: Vec<&str> = stat
-            .rsplit_once(')')
-            .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
-        let ticks: u64 = [11, 12]
-            .iter()
-            .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<u64>().ok()))
-            .sum();
-        ticks as f64 / 100.0
-    }
-
-    fn rss_mb(&self) -> f64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-            .map_or(0.0, |kb| kb / 1024.0)
-    }
-
-    async fn stop(&mut self) -> anyhow::Result<()> {
-        let started = Instant::now();
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        while started.elapsed() < STOP_LIMIT {
-            if self.child.try_wait()?.is_some() {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        self.child.kill()?;
-        self.child.wait()?;
-        eprintln!("serve did not stop on SIGTERM within {STOP_LIMIT:?}: killed");
-        Ok(())
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 async fn start_gateway(db: &BenchDb, name: &str, worker: bool) -> anyhow::Result<(Gateway, SocketAddr)> {
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-    let mut gateway = Gateway::start(db, name, addr, worker)?;
+    let addr = free_local_port()?;
+    let mut gateway = Gateway::start("serve", &db.url, Some(addr), worker, log_path(db, name))?;
     gateway.wait_ready(addr).await?;
     Ok((gateway, addr))
 }

@@ -25,41 +25,9 @@ seconds=${2:-10}
 answers=${3:-200000}
 threads=2
 users=64
-server=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
-if ! command -v wrk >/dev/null; then
-  [[ $(id -u) -eq 0 ]] || { say "wrk is missing: apt-get install wrk"; exit 1; }
-  apt-get install -y -qq wrk >/dev/null
-fi
-cargo build --release --locked --quiet
-B=target/release/channel-bridge
-
-base=${server%/*}
-query=''
-[[ $server == *\?* ]] && query="?${server#*\?}"
-db=cb_taps_$$
-export DATABASE_URL="$base/$db$query"
-work=$(mktemp -d)
-pid=''
-cleanup() {
-  [[ -z $pid ]] || kill "$pid" 2>/dev/null || true
-  wait 2>/dev/null || true
-  psql "${server}" -qc "drop database if exists $db with (force)" >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-"$B" migrate >/dev/null
-export CB_EGRESS_ALLOW=127.0.0.1
-export CB_SECRETS_KEY=$("$B" secrets generate-key)
-json() { sed -n "s/.*\"$1\": \"\([^\"]*\)\".*/\1/p"; }
-tenant=$("$B" tenant create --slug taps --agent-url http://127.0.0.1:9/agent | json tenant_id)
-secret=wrk-$RANDOM$RANDOM
-connector=$(CB_VERIFICATION_SECRET=$secret CB_OUTBOUND_TOKEN=7000000001:unused \
-  "$B" connector add --tenant "$tenant" --platform telegram --bot-user-id 7000000001 | json connector_id)
-for user in $(seq 1 $users); do
-  "$B" link add --tenant "$tenant" --platform telegram --platform-user-id "$((400000000 + user))" \
-    --user-id "user-$user" >/dev/null
-done
+source benches/wrk_common.sh
+wrk_setup cb_taps
+wrk_provision taps 7000000001:unused $users
 
 # Answer i: user u = 1 + i % 64 (sender 400000000 + u, linked to user-u) asked (update id
 # 500000000 + i) and was answered with message 1000000000 + i offering Approve / Reject
@@ -102,15 +70,7 @@ checkpoint;
 SQL
 say "$answers answers offering choices loaded in $(( ($(date +%s%N) - started) / 1000000 )) ms"
 
-ephemeral_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
-(( ephemeral_low > 11000 )) || ephemeral_low=32768
-port=$((10000 + RANDOM % (ephemeral_low - 10000)))
-CB_WORKER=false RUST_LOG=warn "$B" serve --bind "127.0.0.1:$port" 2> "$work/serve.log" &
-pid=$!
-until "$B" healthcheck --url "http://127.0.0.1:$port" 2>/dev/null; do
-  kill -0 "$pid" 2>/dev/null || { say "serve stopped:"; cat "$work/serve.log" >&2; exit 1; }
-  sleep 0.2
-done
+wrk_serve
 
 cat > "$work/taps.lua" <<LUA
 -- Thread k taps answers k*share, k*share + 1, … (set by setup(); a global of its Lua state).

@@ -7,6 +7,16 @@
 //! workers added, and the gateway's pool logs in as the login role `cb_bench_runtime`
 //! (created when missing; trust authentication assumed, as on `scripts/test-citus`'s
 //! cluster), given to child processes as `CB_APP_DATABASE_URL`.
+//!
+//! The modules hold the rest of what several benches do alike: `provision` (the run's
+//! secrets key, the Telegram bot connector), `gateway` (`serve` as a child process and its
+//! log), `cpu` and `memory` (/proc readings) and `webhooks` (posting and naming failures).
+
+pub mod cpu;
+pub mod gateway;
+pub mod memory;
+pub mod provision;
+pub mod webhooks;
 
 use anyhow::Context;
 use channel_bridge::db;
@@ -133,7 +143,6 @@ impl BenchDb {
     }
 
     /// The gateway's database settings (the runtime role's pool on Citus).
-    #[allow(dead_code)] // used by the benches that provision through the app's pool, not by all
     pub fn settings(&self) -> DatabaseSettings {
         let settings = DatabaseSettings::from_url(self.url.clone());
         match &self.app_url {
@@ -161,7 +170,6 @@ impl BenchDb {
 }
 
 /// 2,400 characters of chat-like prose that the load cuts requests and responses from.
-#[allow(dead_code)] // used by the benches that write text, not by all
 pub fn filler_text() -> String {
     const WORDS: [&str; 24] = [
         "the",
